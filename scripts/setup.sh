@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs what the build and the tests need and is missing. Safe to run again.
+#   scripts/setup.sh          Rust toolchain check + Python .venv with the test tools
+#   scripts/setup.sh bench    also the benchmark tools (wrk, the reference server's compiler)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing Debian packages: ${missing[*]}"
+    local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+if ! command -v cargo >/dev/null 2>&1; then
+    apt_install curl ca-certificates
+    say "installing Rust with rustup"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+apt_install curl gcc make python3-venv
+
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import pytest, pytest_timeout" >/dev/null 2>&1; then
+    say "installing Python test tools into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -r requirements-dev.txt
+fi
+
+if [ "${1:-}" = "bench" ]; then
+    apt_install wrk util-linux
+fi
+say "ready"
