@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The portable engine: epoll (Linux) or kqueue (macOS, BSD) through mio, edge-triggered.
+//!
+//! Reads land in one per-worker buffer; only the unfinished tail of a request is copied
+//! into the connection, so an idle connection holds no receive buffer. Replies leave with
+//! one vectored write per flush.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::buffer::OutBuf;
+use crate::date::DateCache;
+use crate::error::Error;
+use crate::server::Shared;
+use crate::session::{Context, Scratch, Session};
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FIRST_CONNECTION: usize = 2;
+
+/// Size of the per-worker read buffer, and of each read.
+const READ_CHUNK: usize = 64 << 10;
+/// Stop processing a connection's requests while this much output waits to be sent.
+const OUTPUT_HIGH_WATER: usize = 1 << 20;
+/// Reads per connection per wake-up before other connections get a turn.
+const READS_PER_TURN: usize = 16;
+/// Output capacity a connection keeps after a large reply has gone.
+const OUTPUT_KEEP: usize = 64 << 10;
+/// Slices per vectored write.
+const MAX_IOV: usize = 64;
+/// Least time between two time-out scans.
+const SCAN_GRANULARITY: Duration = Duration::from_millis(50);
+
+struct Conn {
+    stream: TcpStream,
+    session: Session,
+    /// Unconsumed input (the tail of an unfinished request), empty when between requests.
+    input: Vec<u8>,
+    out: OutBuf,
+    /// Edge-triggered: the socket may hold unread bytes.
+    readable: bool,
+    /// The peer shut its sending side.
+    peer_closed: bool,
+    /// Close once the output is flushed.
+    closing: bool,
+    last_progress: Instant,
+    head_started: Option<Instant>,
+}
+
+pub(crate) struct PollWorker {
+    shared: Arc<Shared>,
+    poll: Poll,
+    waker: Arc<Waker>,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    read_buf: Vec<u8>,
+    scratch: Scratch,
+    date: DateCache,
+    /// Connections to serve again without waiting for an event (their turn ended early).
+    again: Vec<usize>,
+    next_scan: Option<Instant>,
+    drain_deadline: Option<Instant>,
+}
+
+pub(crate) fn register_wakers(shared: &Shared, workers: &[&PollWorker]) {
+    let _ = shared
+        .wakers
+        .set(workers.iter().map(|w| Arc::clone(&w.waker)).collect());
+}
+
+pub(crate) fn wake_all(shared: &Shared) {
+    for waker in shared.wakers.get().into_iter().flatten() {
+        let _ = waker.wake();
+    }
+}
+
+impl PollWorker {
+    pub(crate) fn new(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<Self, Error> {
+        let poll = Poll::new().map_err(|e| Error::io("cannot create a poller", e))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("cannot create a waker", e))?);
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| Error::io("cannot register the listener", e))?;
+        Ok(PollWorker {
+            shared,
+            poll,
+            waker,
+            listener: Some(listener),
+            conns: Slab::new(),
+            read_buf: vec![0; READ_CHUNK],
+            scratch: Scratch::default(),
+            date: DateCache::new(),
+            again: Vec::new(),
+            next_scan: None,
+            drain_deadline: None,
+        })
+    }
+
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = self.poll_timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("ucall: poll failed, worker stops: {e}");
+                break;
+            }
+            self.date.refresh(SystemTime::now());
+            for event in &events {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(token) => {
+                        let key = token - FIRST_CONNECTION;
+                        if let Some(conn) = self.conns.get_mut(key) {
+                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                                conn.readable = true;
+                            }
+                            self.serve(key);
+                        }
+                    }
+                }
+            }
+            for key in std::mem::take(&mut self.again) {
+                self.serve(key);
+            }
+            if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
+                break;
+            }
+            let now = Instant::now();
+            if self.next_scan.is_some_and(|at| now >= at) {
+                self.expire(now);
+            }
+        }
+        for key in self.conns.iter().map(|(key, _)| key).collect::<Vec<_>>() {
+            self.close(key);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        if !self.again.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let wake_at = match (self.next_scan, self.drain_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        wake_at.map(|at| at.saturating_duration_since(now))
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else { return };
+            let (mut stream, _) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors or memory: leave the rest queued until a close frees some.
+                    eprintln!("ucall: accept failed: {e}");
+                    return;
+                }
+            };
+            let open = self.shared.connections.fetch_add(1, Ordering::AcqRel);
+            if open >= self.shared.config.max_connections {
+                self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                drop(stream);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let entry = self.conns.vacant_entry();
+            let token = Token(entry.key() + FIRST_CONNECTION);
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            let now = Instant::now();
+            entry.insert(Conn {
+                stream,
+                session: Session::new(),
+                input: Vec::new(),
+                out: OutBuf::new(),
+                readable: true,
+                peer_closed: false,
+                closing: false,
+                last_progress: now,
+                head_started: None,
+            });
+            self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
+        }
+    }
+
+    /// Move bytes for one connection until it has nothing more to do right now.
+    fn serve(&mut self, key: usize) {
+        let shared = &*self.shared;
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut ctx = Context {
+            router: &shared.router,
+            limits: &shared.config.limits,
+            date: self.date.get(),
+            scratch: &mut self.scratch,
+        };
+        let mut reads = 0;
+        let mut failed = false;
+        loop {
+            if !conn.out.is_empty() && flush(conn).is_err() {
+                failed = true;
+                break;
+            }
+            if conn.closing {
+                break;
+            }
+            if conn.out.pending() > OUTPUT_HIGH_WATER || !conn.readable {
+                break;
+            }
+            if reads == READS_PER_TURN {
+                self.again.push(key);
+                break;
+            }
+            reads += 1;
+            match read_and_feed(conn, &mut self.read_buf, &mut ctx) {
+                Ok(()) => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if !failed && conn.peer_closed && !conn.closing {
+            // Half-closed by the client: what it sent is answered, the rest is never coming.
+            conn.closing = true;
+            if conn.out.is_empty() || flush(conn).is_err() {
+                failed = true;
+            }
+        }
+        let done = failed || (conn.closing && conn.out.is_empty());
+        if done {
+            self.close(key);
+            return;
+        }
+        let now = Instant::now();
+        conn.out.shrink(OUTPUT_KEEP);
+        if conn.session.is_reading_head() && !conn.input.is_empty() {
+            conn.head_started.get_or_insert(now);
+        } else {
+            conn.head_started = None;
+        }
+        let deadline = deadline(conn, &self.shared.config);
+        self.schedule_scan(deadline);
+    }
+
+    fn schedule_scan(&mut self, at: Instant) {
+        let at = at.max(Instant::now() + SCAN_GRANULARITY);
+        if self.next_scan.is_none_or(|next| at < next) {
+            self.next_scan = Some(at);
+        }
+    }
+
+    /// Close connections whose time is up; plan the next scan.
+    fn expire(&mut self, now: Instant) {
+        self.next_scan = None;
+        let config = &self.shared.config;
+        let mut expired = Vec::new();
+        let mut earliest: Option<Instant> = None;
+        for (key, conn) in &self.conns {
+            let deadline = deadline(conn, config);
+            if deadline <= now {
+                expired.push(key);
+            } else {
+                earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
+            }
+        }
+        for key in expired {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.session.time_out(&mut conn.out, self.date.get());
+                conn.closing = true;
+                let _ = flush(conn);
+            }
+            self.close(key);
+        }
+        if let Some(at) = earliest {
+            self.schedule_scan(at);
+        }
+    }
+
+    /// Graceful shutdown: stop accepting, close idle connections, let the others finish.
+    /// Returns whether the worker is done.
+    fn drain(&mut self) -> bool {
+        if let Some(mut listener) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+            self.drain_deadline = Some(Instant::now() + self.shared.config.shutdown_timeout);
+        }
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.input.is_empty() && c.out.is_empty() && c.session.is_between_requests())
+            .map(|(key, _)| key)
+            .collect();
+        for key in idle {
+            self.close(key);
+        }
+        self.conns.is_empty() || self.drain_deadline.is_some_and(|at| Instant::now() >= at)
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut conn) = self.conns.try_remove(key) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            let _ = conn.stream.shutdown(Shutdown::Both);
+            self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// When `conn` times out if nothing happens.
+fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
+    match conn.head_started {
+        Some(started) => (started + config.header_timeout).min(conn.last_progress + config.idle_timeout),
+        None => conn.last_progress + config.idle_timeout,
+    }
+}
+
+/// Read once and hand the bytes to the session. Reads go to the worker's buffer; only an
+/// unfinished request's tail is kept in the connection.
+fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) -> io::Result<()> {
+    let result = if conn.input.is_empty() {
+        conn.stream.read(read_buf)
+    } else {
+        let len = conn.input.len();
+        conn.input.resize(len + READ_CHUNK, 0);
+        let result = conn.stream.read(&mut conn.input[len..]);
+        conn.input.truncate(len + *result.as_ref().unwrap_or(&0));
+        result
+    };
+    let read = match result {
+        Ok(0) => {
+            conn.readable = false;
+            conn.peer_closed = true;
+            0
+        }
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            conn.readable = false;
+            0
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+        Err(e) => return Err(e),
+    };
+    if read > 0 {
+        conn.last_progress = Instant::now();
+    }
+    if conn.input.is_empty() {
+        if read > 0 {
+            let progress = conn
+                .session
+                .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
+            conn.input.extend_from_slice(&read_buf[progress.consumed..read]);
+            conn.closing |= progress.close;
+        }
+    } else {
+        let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
+        conn.input.drain(..progress.consumed);
+        conn.closing |= progress.close;
+        if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
+            conn.input = Vec::new();
+        }
+    }
+    Ok(())
+}
+
+/// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
+/// writable event).
+fn flush(conn: &mut Conn) -> io::Result<()> {
+    while !conn.out.is_empty() {
+        let mut slices = [IoSlice::new(&[]); MAX_IOV];
+        let count = conn.out.io_slices(&mut slices);
+        match conn.stream.write_vectored(&slices[..count]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                conn.out.advance(n);
+                conn.last_progress = Instant::now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

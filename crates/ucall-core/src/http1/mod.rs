@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+//! HTTP/1.1 (RFC 9112), sans-I/O: request heads, body framing, response heads.
+#![forbid(unsafe_code)]
+
+pub mod chunked;
+pub mod rest;
+
+use crate::buffer::OutBuf;
+
+/// The request methods the server distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Method {
+    /// `GET`: REST-style calls (`GET /sum?a=1&b=2`).
+    #[default]
+    Get,
+    /// `POST`: a JSON-RPC body, or a REST-style call with named params.
+    Post,
+}
+
+/// How the request body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// No body.
+    #[default]
+    None,
+    /// `Content-Length: n`.
+    Length(usize),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// What the server keeps of a request head once it is parsed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestHead {
+    /// The method.
+    pub method: Method,
+    /// `1` for HTTP/1.1, `0` for HTTP/1.0.
+    pub minor_version: u8,
+    /// Whether the connection stays open after the reply (§9.3).
+    pub keep_alive: bool,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// `Expect: 100-continue` (RFC 9110 §10.1.1).
+    pub expect_continue: bool,
+}
+
+/// Response status codes the server sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Status {
+    Ok,
+    NoContent,
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    RequestTimeout,
+    PayloadTooLarge,
+    HeadersTooLarge,
+    InternalServerError,
+    NotImplemented,
+    ServiceUnavailable,
+}
+
+impl Status {
+    /// The numeric code.
+    #[must_use]
+    pub const fn code(self) -> u16 {
+        match self {
+            Status::Ok => 200,
+            Status::NoContent => 204,
+            Status::BadRequest => 400,
+            Status::NotFound => 404,
+            Status::MethodNotAllowed => 405,
+            Status::RequestTimeout => 408,
+            Status::PayloadTooLarge => 413,
+            Status::HeadersTooLarge => 431,
+            Status::InternalServerError => 500,
+            Status::NotImplemented => 501,
+            Status::ServiceUnavailable => 503,
+        }
+    }
+
+    const fn status_line(self) -> &'static [u8] {
+        match self {
+            Status::Ok => b"HTTP/1.1 200 OK\r\n",
+            Status::NoContent => b"HTTP/1.1 204 No Content\r\n",
+            Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
+            Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
+            Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, POST\r\n",
+            Status::RequestTimeout => b"HTTP/1.1 408 Request Timeout\r\n",
+            Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
+            Status::HeadersTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+            Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
+            Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
+            Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
+        }
+    }
+}
+
+/// A request the server refuses at the HTTP layer: status plus a short reason for the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reject {
+    /// The status to answer with; the connection closes after it.
+    pub status: Status,
+    /// Why, in a few words (sent in the error object's message).
+    pub reason: &'static str,
+}
+
+const fn reject(status: Status, reason: &'static str) -> Reject {
+    Reject { status, reason }
+}
+
+/// Result of looking for a request head at the start of the buffered input.
+#[derive(Debug)]
+pub enum HeadStatus {
+    /// A head of this many bytes was parsed.
+    Complete(RequestHead, usize),
+    /// More bytes are needed.
+    Partial,
+    /// The head is refused.
+    Rejected(Reject),
+}
+
+/// Most header fields accepted in one head (more is `431`).
+pub const MAX_HEADERS: usize = 64;
+
+/// Parse a request head from `input`, storing its request-target into `target`.
+#[must_use]
+pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, target: &mut String) -> HeadStatus {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let used = match request.parse(input) {
+        Ok(httparse::Status::Complete(used)) => used,
+        Ok(httparse::Status::Partial) if input.len() > max_head_bytes => {
+            return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "request head too large"))
+        }
+        Ok(httparse::Status::Partial) => return HeadStatus::Partial,
+        Err(httparse::Error::TooManyHeaders) => {
+            return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "too many header fields"))
+        }
+        Err(_) => return HeadStatus::Rejected(reject(Status::BadRequest, "malformed request head")),
+    };
+    if used > max_head_bytes {
+        return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "request head too large"));
+    }
+    let method = match request.method {
+        Some("POST") => Method::Post,
+        Some("GET") => Method::Get,
+        _ => return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served")),
+    };
+    let minor_version = request.version.unwrap_or(1);
+    let path = request.path.unwrap_or("/");
+    if !path.starts_with('/') {
+        return HeadStatus::Rejected(reject(Status::BadRequest, "request-target must be a path"));
+    }
+    target.clear();
+    target.push_str(path);
+
+    let mut head = RequestHead {
+        method,
+        minor_version,
+        keep_alive: minor_version >= 1,
+        ..RequestHead::default()
+    };
+    let mut content_length: Option<usize> = None;
+    let mut chunked = false;
+    for header in request.headers.iter() {
+        let name = header.name;
+        let value = trim(header.value);
+        if name.eq_ignore_ascii_case("content-length") {
+            // §6.3: an invalid or conflicting Content-Length is unrecoverable.
+            let Some(length) = parse_content_length(value) else {
+                return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Content-Length"));
+            };
+            if content_length.is_some_and(|earlier| earlier != length) {
+                return HeadStatus::Rejected(reject(Status::BadRequest, "conflicting Content-Length"));
+            }
+            content_length = Some(length);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // §6.1: chunked must be the final coding; we decode no other.
+            let mut codings = tokens(value);
+            match (codings.next_back(), codings.next()) {
+                (Some(last), None) if last.eq_ignore_ascii_case(b"chunked") && !chunked => chunked = true,
+                (Some(last), Some(_)) if last.eq_ignore_ascii_case(b"chunked") => {
+                    return HeadStatus::Rejected(reject(Status::NotImplemented, "unsupported transfer coding"))
+                }
+                _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Transfer-Encoding")),
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            for option in tokens(value) {
+                if option.eq_ignore_ascii_case(b"close") {
+                    head.keep_alive = false;
+                } else if option.eq_ignore_ascii_case(b"keep-alive") && minor_version == 0 {
+                    head.keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") {
+            head.expect_continue = minor_version >= 1;
+        }
+    }
+    head.framing = match (content_length, chunked) {
+        (Some(_), true) => {
+            return HeadStatus::Rejected(reject(Status::BadRequest, "both Content-Length and Transfer-Encoding"))
+        }
+        (Some(length), false) if length > max_body_bytes => {
+            return HeadStatus::Rejected(reject(Status::PayloadTooLarge, "request body too large"))
+        }
+        (Some(0) | None, false) => Framing::None,
+        (Some(length), false) => Framing::Length(length),
+        (None, true) => Framing::Chunked,
+    };
+    HeadStatus::Complete(head, used)
+}
+
+/// `Content-Length = 1*DIGIT` (RFC 9110 §8.6); `None` for anything else or an overflow.
+fn parse_content_length(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    value
+        .iter()
+        .try_fold(0usize, |n, d| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
+}
+
+fn trim(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|c| !matches!(c, b' ' | b'\t'))
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t'))
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+/// The comma-separated tokens of a list-valued field (RFC 9110 §5.6.1), trimmed, empty ones skipped.
+fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    value.split(|&c| c == b',').map(trim).filter(|t| !t.is_empty())
+}
+
+/// Room reserved before each reply body for its head, which is written once the body's
+/// length is known.
+const HEAD_ROOM: usize = 192;
+
+/// What a response says about the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// HTTP/1.1 default: say nothing.
+    KeepAlive,
+    /// An HTTP/1.0 client asked to keep the connection: `Connection: keep-alive`.
+    KeepAliveLegacy,
+    /// The connection closes after this reply: `Connection: close`.
+    Close,
+}
+
+/// Append a response whose body `write_body` writes straight into the output buffer.
+///
+/// `write_body` returns the status, so that it can depend on the body (`204` when the body
+/// is empty because only notifications came). `date` is the current IMF-fixdate
+/// (RFC 9110 §5.6.7). A `204` gets no body and no body headers.
+pub fn respond(
+    out: &mut OutBuf,
+    persistence: Persistence,
+    date: &[u8],
+    write_body: impl FnOnce(&mut Vec<u8>) -> Status,
+) {
+    let data = out.data();
+    let reserved = data.len();
+    data.resize(reserved + HEAD_ROOM, 0);
+    let body_start = data.len();
+    let status = write_body(data);
+    if status == Status::NoContent {
+        data.truncate(body_start);
+    }
+    let body_len = data.len() - body_start;
+
+    let mut head = [0u8; HEAD_ROOM];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        head[len..len + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
+    };
+    put(status.status_line());
+    if status != Status::NoContent {
+        put(b"Content-Type: application/json\r\nContent-Length: ");
+        put(itoa::Buffer::new().format(body_len).as_bytes());
+        put(b"\r\n");
+    }
+    put(b"Date: ");
+    put(date);
+    put(b"\r\n");
+    match persistence {
+        Persistence::KeepAlive => {}
+        Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
+        Persistence::Close => put(b"Connection: close\r\n"),
+    }
+    put(b"\r\n");
+    let head_start = body_start - len;
+    data[head_start..body_start].copy_from_slice(&head[..len]);
+    let end = data.len();
+    out.commit(head_start..end);
+}
+
+/// `100 Continue` (RFC 9110 §15.2.1), sent before reading a body the client holds back.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Result<(RequestHead, String), Reject> {
+        let mut target = String::new();
+        match parse_head(text.as_bytes(), 8192, 1000, &mut target) {
+            HeadStatus::Complete(head, used) => {
+                assert_eq!(used, text.len());
+                Ok((head, target))
+            }
+            HeadStatus::Rejected(r) => Err(r),
+            HeadStatus::Partial => panic!("partial: {text}"),
+        }
+    }
+
+    fn status(text: &str) -> u16 {
+        head(text).expect_err("should be rejected").status.code()
+    }
+
+    #[test]
+    fn reads_framing_and_persistence() {
+        let (h, target) = head("POST /rpc?x=1 HTTP/1.1\r\ncOnTeNt-LeNgTh: 12\r\n\r\n").unwrap();
+        assert_eq!(
+            (h.method, h.framing, h.keep_alive, target.as_str()),
+            (Method::Post, Framing::Length(12), true, "/rpc?x=1")
+        );
+        let (h, _) = head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
+        let (h, _) = head("POST / HTTP/1.0\r\nContent-Length: 1\r\n\r\n").unwrap();
+        assert!(!h.keep_alive);
+        let (h, _) = head("POST / HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\n").unwrap();
+        assert!(h.keep_alive);
+        let (h, _) =
+            head("POST / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert!(h.expect_continue);
+        assert_eq!(
+            head("GET /sum?a=1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().0.framing,
+            Framing::None
+        );
+    }
+
+    #[test]
+    fn rejects_what_rfc_9112_rejects() {
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"), 400);
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            501
+        );
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n"), 413);
+        assert_eq!(status("PUT / HTTP/1.1\r\n\r\n"), 405);
+        assert_eq!(status("DELETE / HTTP/1.1\r\n\r\n"), 405);
+        assert_eq!(status("POST / HTTP/1.1\r\nBad Header\r\n\r\n"), 400);
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: y\r\n")).collect();
+        assert_eq!(status(&format!("POST / HTTP/1.1\r\n{many}\r\n")), 431);
+        let mut target = String::new();
+        let long = format!("POST / HTTP/1.1\r\nX: {}", "a".repeat(9000));
+        assert!(
+            matches!(parse_head(long.as_bytes(), 8192, 10, &mut target), HeadStatus::Rejected(r) if r.status == Status::HeadersTooLarge)
+        );
+        assert!(matches!(
+            parse_head(b"POST / HTTP/1.1\r\nX: a", 8192, 10, &mut target),
+            HeadStatus::Partial
+        ));
+    }
+
+    #[test]
+    fn writes_head_before_body_without_moving_it() {
+        let mut out = OutBuf::new();
+        out.push(b"previous|");
+        respond(&mut out, Persistence::Close, b"Sun, 06 Nov 1994 08:49:37 GMT", |b| {
+            b.extend_from_slice(b"[1]");
+            Status::Ok
+        });
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        assert_eq!(
+            text,
+            "previous|HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\
+             Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n[1]"
+        );
+    }
+}

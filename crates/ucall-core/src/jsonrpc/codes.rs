@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The one table of JSON-RPC 2.0 error codes (specification §5.1).
+//!
+//! Every other layer (HTTP status mapping, the C `ucall_result` codes, Python's
+//! `RPCError.code`) maps from this table and never restates the numbers.
+
+/// A pre-defined JSON-RPC 2.0 error code.
+///
+/// > The error codes from and including -32768 to -32000 are reserved for pre-defined errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// "Invalid JSON was received by the server." (also invalid UTF-8)
+    ParseError = -32700,
+    /// "The JSON sent is not a valid Request object."
+    InvalidRequest = -32600,
+    /// "The method does not exist / is not available."
+    MethodNotFound = -32601,
+    /// "Invalid method parameter(s)." (missing, extra or of the wrong type)
+    InvalidParams = -32602,
+    /// "Internal JSON-RPC error." (a handler failed or panicked)
+    InternalError = -32603,
+}
+
+/// Lowest code of the range left to server-defined errors (`-32099..=-32000`).
+pub const SERVER_ERROR_MIN: i32 = -32099;
+/// Highest code of the range left to server-defined errors (`-32099..=-32000`).
+pub const SERVER_ERROR_MAX: i32 = -32000;
+
+impl ErrorCode {
+    /// All pre-defined codes, for tables in other languages.
+    pub const ALL: [ErrorCode; 5] = [
+        ErrorCode::ParseError,
+        ErrorCode::InvalidRequest,
+        ErrorCode::MethodNotFound,
+        ErrorCode::InvalidParams,
+        ErrorCode::InternalError,
+    ];
+
+    /// The numeric code sent on the wire.
+    #[must_use]
+    pub const fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The message the specification gives for this code.
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            ErrorCode::ParseError => "Parse error",
+            ErrorCode::InvalidRequest => "Invalid Request",
+            ErrorCode::MethodNotFound => "Method not found",
+            ErrorCode::InvalidParams => "Invalid params",
+            ErrorCode::InternalError => "Internal error",
+        }
+    }
+
+    /// The pre-defined code with this number, if any.
+    #[must_use]
+    pub fn from_code(code: i32) -> Option<ErrorCode> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+}
+
+/// Whether `code` lies in the range reserved for server-defined errors.
+#[must_use]
+pub const fn is_server_error(code: i32) -> bool {
+    code >= SERVER_ERROR_MIN && code <= SERVER_ERROR_MAX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_the_specification() {
+        assert_eq!(ErrorCode::ParseError.code(), -32700);
+        assert_eq!(ErrorCode::InvalidRequest.code(), -32600);
+        assert_eq!(ErrorCode::MethodNotFound.code(), -32601);
+        assert_eq!(ErrorCode::InvalidParams.code(), -32602);
+        assert_eq!(ErrorCode::InternalError.code(), -32603);
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_code(code.code()), Some(code));
+        }
+        assert!(is_server_error(-32000) && is_server_error(-32099));
+        assert!(!is_server_error(-31999) && !is_server_error(-32100));
+    }
+}

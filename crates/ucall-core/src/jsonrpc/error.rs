@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The error a procedure returns, sent to the caller as a JSON-RPC error object.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::codes::ErrorCode;
+
+/// A JSON-RPC error object: `{"code": ..., "message": ..., "data": ...}` (specification §5.1).
+///
+/// Handlers return it to fail a call; the server writes it as the call's `error` member.
+#[derive(Clone, Debug)]
+pub struct RpcError {
+    code: i32,
+    message: Cow<'static, str>,
+    data: Option<Box<RawValue>>,
+}
+
+impl RpcError {
+    /// An error with any code and message. Server-defined codes belong in `-32099..=-32000`.
+    #[must_use]
+    pub fn new(code: i32, message: impl Into<Cow<'static, str>>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// `-32602`: the message should name the parameter at fault.
+    #[must_use]
+    pub fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorCode::InvalidParams.code(), message)
+    }
+
+    /// `-32603`: the handler failed for a reason of its own.
+    #[must_use]
+    pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorCode::InternalError.code(), message)
+    }
+
+    /// `-32601` for a method that is not registered.
+    #[must_use]
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            ErrorCode::MethodNotFound.code(),
+            format!("Method not found: '{method}'"),
+        )
+    }
+
+    /// Attach `data`, serialized to JSON. A value that cannot be serialized is dropped.
+    #[must_use]
+    pub fn with_data<T: Serialize + ?Sized>(mut self, data: &T) -> Self {
+        self.data = serde_json::value::to_raw_value(data).ok();
+        self
+    }
+
+    /// Attach `data` that is already JSON text. Returns `None` when `json` is not valid JSON.
+    #[must_use]
+    pub fn with_raw_data(mut self, json: &str) -> Option<Self> {
+        self.data = Some(RawValue::from_string(json.to_owned()).ok()?);
+        Some(self)
+    }
+
+    /// The numeric code.
+    #[must_use]
+    pub fn code(&self) -> i32 {
+        self.code
+    }
+
+    /// The human-readable message.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The `data` member as JSON text, if any.
+    #[must_use]
+    pub fn data(&self) -> Option<&str> {
+        self.data.as_deref().map(RawValue::get)
+    }
+}
+
+impl From<ErrorCode> for RpcError {
+    fn from(code: ErrorCode) -> Self {
+        RpcError::new(code.code(), code.message())
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+//! JSON-RPC 2.0 (<https://www.jsonrpc.org/specification>), sans-I/O: one message in,
+//! its reply bytes appended to an output buffer.
+#![forbid(unsafe_code)]
+
+pub mod codes;
+mod error;
+pub mod message;
+pub mod scan;
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use codes::ErrorCode;
+pub use error::RpcError;
+use message::{Envelope, ParseError, Request};
+
+use crate::router::{Call, Handler, Reply, Router};
+
+/// What processing one message produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A reply (object or array) was appended.
+    Replied,
+    /// Nothing is to be sent: notifications only (§4.1, §6).
+    Silent,
+    /// The message was not JSON: a `-32700` reply was appended.
+    ParseError,
+}
+
+/// Per-worker state reused from message to message, so that steady state allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    spans: Vec<Range<usize>>,
+}
+
+/// Process one JSON text (a request or a batch), appending the reply to `out`.
+pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+    if !message::is_batch(text) {
+        return match message::parse_request(text) {
+            Ok(envelope) => {
+                if answer(&envelope, router, out) {
+                    Outcome::Replied
+                } else {
+                    Outcome::Silent
+                }
+            }
+            Err(ParseError) => {
+                write_parse_error(out);
+                Outcome::ParseError
+            }
+        };
+    }
+    scratch.spans.clear();
+    if message::parse_batch(text, &mut scratch.spans).is_err() {
+        write_parse_error(out);
+        return Outcome::ParseError;
+    }
+    // §6: "If the batch rpc call itself fails to be recognized as an valid JSON or as an
+    // Array with at least one value, the response from the Server MUST be a single
+    // Response object."
+    if scratch.spans.is_empty() {
+        write_error(
+            out,
+            None,
+            ErrorCode::InvalidRequest.code(),
+            "Invalid Request: empty batch",
+            None,
+        );
+        return Outcome::Replied;
+    }
+    if scratch.spans.len() > max_batch {
+        let message = format!(
+            "Invalid Request: batch of {} exceeds the limit of {max_batch}",
+            scratch.spans.len()
+        );
+        write_error(out, None, ErrorCode::InvalidRequest.code(), &message, None);
+        return Outcome::Replied;
+    }
+    let opening = out.len();
+    out.push(b'[');
+    let mut replies = 0usize;
+    for span in &scratch.spans {
+        let comma_at = out.len();
+        if replies > 0 {
+            out.push(b',');
+        }
+        let envelope = message::parse_request(&text[span.clone()]).unwrap_or(Envelope::Invalid {
+            id: None,
+            reason: "batch element is not valid JSON",
+        });
+        if answer(&envelope, router, out) {
+            replies += 1;
+        } else {
+            out.truncate(comma_at);
+        }
+    }
+    if replies == 0 {
+        // §6: "If there are no Response objects contained within the Response array as it
+        // is to be sent to the client, the server MUST NOT return an empty Array".
+        out.truncate(opening);
+        return Outcome::Silent;
+    }
+    out.push(b']');
+    Outcome::Replied
+}
+
+/// Answer one element; returns whether a reply was appended.
+fn answer(envelope: &Envelope<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
+    match envelope {
+        Envelope::Invalid { id, reason } => {
+            let message = format!("Invalid Request: {reason}");
+            write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
+            true
+        }
+        Envelope::Request(request) => call(request, router, out),
+    }
+}
+
+fn call(request: &Request<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    let id = request.id;
+    let outcome = match router.get(&request.method) {
+        Some(handler) => {
+            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            out.extend_from_slice(id.unwrap_or("null").as_bytes());
+            out.extend_from_slice(b",\"result\":");
+            let call = Call::new(&request.method, request.params, id);
+            invoke(handler, &call, out)
+        }
+        None => Err(RpcError::method_not_found(&request.method)),
+    };
+    if id.is_none() {
+        // §4.1: "The Server MUST NOT reply to a Notification".
+        out.truncate(start);
+        return false;
+    }
+    match outcome {
+        Ok(()) => out.push(b'}'),
+        Err(error) => {
+            out.truncate(start);
+            write_rpc_error(out, id, &error);
+        }
+    }
+    true
+}
+
+/// Run `handler`, appending its result (`null` when it wrote none) to `out`.
+///
+/// On error nothing the handler wrote is kept; a panic becomes `-32603`.
+///
+/// # Errors
+/// The handler's error, or `-32603` when it panicked.
+pub fn invoke(handler: &dyn Handler, call: &Call<'_>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+    let start = out.len();
+    let mut reply = Reply::new(out);
+    let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
+        .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
+    match result {
+        Ok(()) => {
+            if out.len() == start {
+                out.extend_from_slice(b"null");
+            }
+            Ok(())
+        }
+        Err(error) => {
+            out.truncate(start);
+            Err(error)
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(payload: &Box<dyn std::any::Any + Send>, method: &str) -> RpcError {
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panic");
+    RpcError::internal(format!("Internal error: procedure '{method}' failed: {what}"))
+}
+
+#[cold]
+#[inline(never)]
+fn write_parse_error(out: &mut Vec<u8>) {
+    write_error(
+        out,
+        None,
+        ErrorCode::ParseError.code(),
+        "Parse error: the message is not valid JSON",
+        None,
+    );
+}
+
+/// Append the error object `error` as the reply to `id`.
+pub fn write_rpc_error(out: &mut Vec<u8>, id: Option<&str>, error: &RpcError) {
+    write_error(out, id, error.code(), error.message(), error.data());
+}
+
+/// Append `{"jsonrpc":"2.0","id":ID,"error":{...}}`; `id` is raw JSON (`None`: `null`).
+pub fn write_error(out: &mut Vec<u8>, id: Option<&str>, code: i32, message: &str, data: Option<&str>) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.unwrap_or("null").as_bytes());
+    out.extend_from_slice(b",\"error\":");
+    write_error_object(out, code, message, data);
+    out.push(b'}');
+}
+
+/// Append the bare error object `{"code":..,"message":..,"data":..}` (§5.1).
+pub fn write_error_object(out: &mut Vec<u8>, code: i32, message: &str, data: Option<&str>) {
+    out.extend_from_slice(b"{\"code\":");
+    out.extend_from_slice(itoa::Buffer::new().format(code).as_bytes());
+    out.extend_from_slice(b",\"message\":");
+    serde_json::to_writer(&mut *out, message).expect("invariant: writing a str to a Vec cannot fail");
+    if let Some(data) = data {
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(data.as_bytes());
+    }
+    out.push(b'}');
+}

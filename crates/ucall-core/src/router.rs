@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Method name → handler, and the views a handler works with: [`Call`] to read the
+//! request, [`Reply`] to write the result straight into the connection's output buffer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::jsonrpc::scan::{key_equals, Elements, Members};
+use crate::jsonrpc::RpcError;
+
+/// A procedure: reads its call, writes its result into `reply` or returns an error.
+///
+/// Closures `Fn(&Call, &mut Reply) -> Result<(), RpcError>` implement it; most users
+/// register with [`crate::ServerBuilder::procedure`], which serializes a returned value.
+pub trait Handler: Send + Sync + 'static {
+    /// Run one call. Leaving `reply` empty answers `null`.
+    ///
+    /// # Errors
+    /// The error is sent to the caller as the JSON-RPC error object.
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError>;
+}
+
+impl<F> Handler for F
+where
+    F: Fn(&Call<'_>, &mut Reply<'_>) -> Result<(), RpcError> + Send + Sync + 'static,
+{
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        self(call, reply)
+    }
+}
+
+/// The table of procedures, shared read-only by every worker thread.
+#[derive(Clone, Default)]
+pub struct Router {
+    procedures: HashMap<Box<str>, Arc<dyn Handler>>,
+}
+
+impl Router {
+    /// An empty table.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register `handler` under `name`, replacing any earlier one.
+    pub fn insert(&mut self, name: &str, handler: Arc<dyn Handler>) {
+        self.procedures.insert(name.into(), handler);
+    }
+
+    /// The handler registered under `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<&dyn Handler> {
+        self.procedures.get(name).map(AsRef::as_ref)
+    }
+
+    /// Names of every registered procedure.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.procedures.keys().map(AsRef::as_ref)
+    }
+}
+
+/// One call as the handler sees it: borrowed from the request bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    method: &'a str,
+    params: Params<'a>,
+    id: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    /// A view of one call (the server builds these; tests may too).
+    #[must_use]
+    pub fn new(method: &'a str, params: Option<&'a str>, id: Option<&'a str>) -> Self {
+        Call {
+            method,
+            params: Params { raw: params },
+            id,
+        }
+    }
+
+    /// The method name.
+    #[must_use]
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The raw `id` text as sent, or `None` for a notification.
+    #[must_use]
+    pub fn id(&self) -> Option<&'a str> {
+        self.id
+    }
+
+    /// Whether no reply will be sent (a notification, JSON-RPC 2.0 §4.1).
+    #[must_use]
+    pub fn is_notification(&self) -> bool {
+        self.id.is_none()
+    }
+
+    /// The parameters.
+    #[must_use]
+    pub fn params(&self) -> Params<'a> {
+        self.params
+    }
+
+    /// Parameter `name` when params are an object, else the one at `position`: the usual
+    /// way to read an argument that callers may pass either way.
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it is missing or has the wrong type.
+    pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
+        self.params.get(position, name)
+    }
+}
+
+/// The `params` of a call: an array (positional), an object (named) or absent.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Params<'a> {
+    raw: Option<&'a str>,
+}
+
+impl<'a> Params<'a> {
+    /// The raw JSON text, if params were sent.
+    #[must_use]
+    pub fn raw(&self) -> Option<&'a str> {
+        self.raw
+    }
+
+    /// Whether params are an object.
+    #[must_use]
+    pub fn is_named(&self) -> bool {
+        self.raw.is_some_and(|r| r.starts_with('{'))
+    }
+
+    /// Whether params are an array.
+    #[must_use]
+    pub fn is_positional(&self) -> bool {
+        self.raw.is_some_and(|r| r.starts_with('['))
+    }
+
+    /// Number of parameters sent.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match self.raw {
+            Some(raw) if raw.starts_with('{') => Members::new(raw).count(),
+            Some(raw) => Elements::new(raw).count(),
+            None => 0,
+        }
+    }
+
+    /// Whether no parameter was sent.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Raw text of the named parameter, when params are an object holding it.
+    #[must_use]
+    pub fn named_raw(&self, name: &str) -> Option<&'a str> {
+        let raw = self.raw.filter(|r| r.starts_with('{'))?;
+        Members::new(raw)
+            .find(|(key, _)| key_equals(key, name))
+            .map(|(_, value)| value)
+    }
+
+    /// Raw text of the parameter at `position`, when params are an array that long.
+    #[must_use]
+    pub fn positional_raw(&self, position: usize) -> Option<&'a str> {
+        let raw = self.raw.filter(|r| r.starts_with('['))?;
+        Elements::new(raw).nth(position)
+    }
+
+    /// Raw text of parameter `name` (object params) or `position` (array params).
+    #[must_use]
+    pub fn raw_at(&self, position: usize, name: &str) -> Option<&'a str> {
+        if self.is_named() {
+            self.named_raw(name)
+        } else {
+            self.positional_raw(position)
+        }
+    }
+
+    /// Decode parameter `name` (object params) or `position` (array params).
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it is missing or cannot be decoded as `T`.
+    pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
+        let raw = self.raw_at(position, name).ok_or_else(|| missing(name))?;
+        decode(raw, name)
+    }
+
+    /// Like [`Params::get`], but `Ok(None)` when the parameter is absent.
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it cannot be decoded as `T`.
+    pub fn get_optional<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<Option<T>, RpcError> {
+        self.raw_at(position, name).map(|raw| decode(raw, name)).transpose()
+    }
+
+    /// Check that no parameter beyond `names` was sent (by name, or by count for arrays).
+    ///
+    /// # Errors
+    /// `-32602` naming the first unexpected parameter.
+    pub fn expect_only(&self, names: &[&str]) -> Result<(), RpcError> {
+        match self.raw {
+            Some(raw) if raw.starts_with('{') => {
+                for (key, _) in Members::new(raw) {
+                    if !names.iter().any(|n| key_equals(key, n)) {
+                        return Err(RpcError::invalid_params(format!(
+                            "Invalid params: unexpected parameter {key}"
+                        )));
+                    }
+                }
+                Ok(())
+            }
+            Some(raw) => match Elements::new(raw).count() {
+                n if n > names.len() => Err(RpcError::invalid_params(format!(
+                    "Invalid params: expected at most {} positional parameters, got {n}",
+                    names.len()
+                ))),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn missing(name: &str) -> RpcError {
+    RpcError::invalid_params(format!("Invalid params: missing parameter '{name}'"))
+}
+
+fn decode<'a, T: Deserialize<'a>>(raw: &'a str, name: &str) -> Result<T, RpcError> {
+    serde_json::from_str(raw).map_err(|e| wrong_type(&e, name))
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_type(error: &serde_json::Error, name: &str) -> RpcError {
+    let text = error.to_string();
+    let reason = text.split(" at line ").next().unwrap_or(&text);
+    RpcError::invalid_params(format!("Invalid params: parameter '{name}': {reason}"))
+}
+
+/// Where a handler writes its result: straight into the connection's output buffer.
+pub struct Reply<'o> {
+    out: &'o mut Vec<u8>,
+    start: usize,
+}
+
+impl<'o> Reply<'o> {
+    pub(crate) fn new(out: &'o mut Vec<u8>) -> Self {
+        let start = out.len();
+        Reply { out, start }
+    }
+
+    /// Whether a result has been written.
+    #[must_use]
+    pub fn is_written(&self) -> bool {
+        self.out.len() > self.start
+    }
+
+    /// Serialize `value` as the result, replacing anything written before.
+    ///
+    /// # Errors
+    /// `-32603` when `value` cannot be serialized (for example a map with non-string keys).
+    pub fn json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
+        self.out.truncate(self.start);
+        serde_json::to_writer(&mut *self.out, value).map_err(|e| {
+            self.out.truncate(self.start);
+            RpcError::internal(format!("Internal error: result cannot be serialized: {e}"))
+        })
+    }
+
+    /// Use `json`, which must be one valid JSON text, as the result.
+    ///
+    /// # Errors
+    /// `-32603` when `json` is not valid JSON; nothing is written then.
+    pub fn raw(&mut self, json: &str) -> Result<(), RpcError> {
+        if serde_json::from_str::<serde::de::IgnoredAny>(json).is_err() {
+            return Err(RpcError::internal(
+                "Internal error: the procedure replied with invalid JSON",
+            ));
+        }
+        self.raw_trusted(json.trim());
+        Ok(())
+    }
+
+    /// Use `json` as the result without checking it. The caller guarantees that it is one
+    /// valid JSON text; anything else corrupts the reply stream.
+    pub fn raw_trusted(&mut self, json: &str) {
+        self.out.truncate(self.start);
+        self.out.extend_from_slice(json.as_bytes());
+    }
+
+    /// The buffer itself, for serializers that write JSON directly (keep it one valid JSON text).
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_params_by_name_or_position() {
+        let named = Call::new("sum", Some(r#"{"b": 2, "a": -1, "s": "x\"y"}"#), Some("1"));
+        assert_eq!(named.get::<i64>(0, "a").unwrap(), -1);
+        assert_eq!(named.get::<i64>(1, "b").unwrap(), 2);
+        assert_eq!(named.get::<String>(2, "s").unwrap(), "x\"y");
+        let positional = Call::new("sum", Some("[10, 20.5]"), Some("1"));
+        assert_eq!(positional.get::<i64>(0, "a").unwrap(), 10);
+        assert_eq!(positional.get::<f64>(1, "b").unwrap(), 20.5);
+        assert_eq!(positional.params().len(), 2);
+        assert_eq!(named.params().len(), 3);
+    }
+
+    #[test]
+    fn param_errors_name_the_parameter() {
+        let call = Call::new("sum", Some(r#"{"a": 1.5}"#), Some("1"));
+        let e = call.get::<i64>(0, "a").unwrap_err();
+        assert_eq!(e.code(), -32602);
+        assert!(e.message().contains("'a'"), "{}", e.message());
+        let e = call.get::<i64>(1, "b").unwrap_err();
+        assert!(e.message().contains("missing parameter 'b'"), "{}", e.message());
+        let e = call.params().expect_only(&["b"]).unwrap_err();
+        assert!(e.message().contains("\"a\""), "{}", e.message());
+        assert!(Call::new("x", Some("[1,2,3]"), None)
+            .params()
+            .expect_only(&["a", "b"])
+            .is_err());
+        assert!(Call::new("x", None, None).get::<i64>(0, "a").is_err());
+    }
+
+    #[test]
+    fn reply_rewrites_and_validates() {
+        let mut out = b"prefix".to_vec();
+        let mut reply = Reply::new(&mut out);
+        assert!(!reply.is_written());
+        reply.json(&[1, 2]).unwrap();
+        reply.json(&0.1_f64).unwrap();
+        assert!(reply.raw("{oops").is_err());
+        assert_eq!(out, b"prefix0.1");
+    }
+}

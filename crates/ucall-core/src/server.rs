@@ -1,0 +1,415 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Configuration, the builder users start from, and the running server's handle.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::engine::{self, Worker};
+use crate::error::Error;
+use crate::jsonrpc::RpcError;
+use crate::router::{Call, Handler, Reply, Router};
+use crate::session::Limits;
+
+/// Which engine moves the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineKind {
+    /// The best engine that works here (overridden by `UCALL_ENGINE=poll|uring|auto`).
+    #[default]
+    Auto,
+    /// epoll (Linux) or kqueue (macOS, BSD) through mio.
+    Poll,
+    /// io_uring (Linux 5.19+).
+    Uring,
+}
+
+impl EngineKind {
+    /// Parse `auto`, `poll` or `uring`.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(EngineKind::Auto),
+            "poll" | "epoll" | "posix" => Some(EngineKind::Poll),
+            "uring" | "io_uring" => Some(EngineKind::Uring),
+            _ => None,
+        }
+    }
+
+    /// The engine's name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Auto => "auto",
+            EngineKind::Poll => "poll",
+            EngineKind::Uring => "uring",
+        }
+    }
+}
+
+/// Everything a server can be told. Each limit has a safe default.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on; a host name is resolved (first address wins). Default `127.0.0.1`.
+    pub host: String,
+    /// Port; `0` picks a free one (see [`Server::local_addr`]). Default `8545`.
+    pub port: u16,
+    /// Worker threads, each with its own listener; `0` means one per core.
+    pub threads: usize,
+    /// Engine choice.
+    pub engine: EngineKind,
+    /// Request size and batch limits.
+    pub limits: Limits,
+    /// Most connections open at once, over all threads; more are closed on accept.
+    pub max_connections: usize,
+    /// Longest time to receive a request head, from its first byte (slow-header defence).
+    pub header_timeout: Duration,
+    /// Longest time a connection may sit without progress (idle keep-alive, stalled body,
+    /// unread replies).
+    pub idle_timeout: Duration,
+    /// On shutdown, how long in-flight requests may take before connections are cut.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: "127.0.0.1".into(),
+            port: 8545,
+            threads: 0,
+            engine: EngineKind::Auto,
+            limits: Limits::default(),
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// State shared by every worker of one server.
+pub(crate) struct Shared {
+    pub(crate) router: Router,
+    pub(crate) config: Config,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) connections: AtomicUsize,
+    /// One per worker, set once the workers exist, to interrupt their waits.
+    pub(crate) wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
+}
+
+/// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
+#[must_use]
+pub struct ServerBuilder {
+    config: Config,
+    router: Router,
+}
+
+impl ServerBuilder {
+    /// Replace the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Address to listen on (`127.0.0.1`, `::1`, `0.0.0.0`, a host name).
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.config.host = host.into();
+        self
+    }
+
+    /// Port; `0` picks a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.config.port = port;
+        self
+    }
+
+    /// Worker threads; `0` means one per core.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.config.threads = threads;
+        self
+    }
+
+    /// Engine choice.
+    pub fn engine(mut self, engine: EngineKind) -> Self {
+        self.config.engine = engine;
+        self
+    }
+
+    /// Largest request body in bytes.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.config.limits.max_body_bytes = bytes;
+        self
+    }
+
+    /// Largest HTTP request head in bytes.
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.config.limits.max_head_bytes = bytes;
+        self
+    }
+
+    /// Most requests in one batch.
+    pub fn max_batch(mut self, requests: usize) -> Self {
+        self.config.limits.max_batch = requests;
+        self
+    }
+
+    /// Most connections open at once.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.config.max_connections = connections;
+        self
+    }
+
+    /// Longest time to receive a request head.
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.config.header_timeout = timeout;
+        self
+    }
+
+    /// Longest time without progress on a connection.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// Grace period for in-flight requests on shutdown.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Register a procedure whose returned value is serialized as the result.
+    ///
+    /// ```
+    /// # use ucall_core::Server;
+    /// let builder = Server::builder().procedure("sum", |call| {
+    ///     Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?)
+    /// });
+    /// ```
+    pub fn procedure<F, R>(self, name: &str, procedure: F) -> Self
+    where
+        F: Fn(&Call<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+        R: Serialize,
+    {
+        self.handler(name, move |call: &Call<'_>, reply: &mut Reply<'_>| {
+            reply.json(&procedure(call)?)
+        })
+    }
+
+    /// Register a procedure that writes its result itself through [`Reply`].
+    pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
+        self.router.insert(name, Arc::new(handler));
+        self
+    }
+
+    /// Resolve the address, open one listener per thread and return the bound server.
+    ///
+    /// # Errors
+    /// When the configuration is invalid, the address cannot be bound, or the engine
+    /// requested cannot run here.
+    pub fn bind(self) -> Result<Server, Error> {
+        let mut config = self.config;
+        if let Ok(name) = std::env::var("UCALL_ENGINE") {
+            config.engine = EngineKind::parse(&name)
+                .ok_or_else(|| Error::config(format!("UCALL_ENGINE={name:?}: expected auto, poll or uring")))?;
+        }
+        if config.threads == 0 {
+            config.threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        }
+        if config.limits.max_batch == 0 || config.limits.max_body_bytes == 0 || config.limits.max_head_bytes < 64 {
+            return Err(Error::config(
+                "limits must be positive (and max_head_bytes at least 64)",
+            ));
+        }
+        let addr = resolve(&config.host, config.port)?;
+        engine::raise_fd_limit(config.max_connections);
+        let engine = engine::select(config.engine)?;
+        let shared = Arc::new(Shared {
+            router: self.router,
+            config,
+            stopping: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            wakers: std::sync::OnceLock::new(),
+        });
+        let (workers, local_addr) = engine::bind_workers(engine, &shared, addr)?;
+        Ok(Server {
+            shared,
+            workers,
+            local_addr,
+            engine,
+        })
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::bind(format!("cannot resolve {host:?}"), e))?
+        .next()
+        .ok_or_else(|| Error::config(format!("{host:?} resolves to no address")))
+}
+
+/// A bound server, ready to [`run`](Server::run) or [`spawn`](Server::spawn).
+pub struct Server {
+    shared: Arc<Shared>,
+    workers: Vec<Worker>,
+    local_addr: SocketAddr,
+    engine: EngineKind,
+}
+
+impl Server {
+    /// Start configuring a server.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            config: Config::default(),
+            router: Router::new(),
+        }
+    }
+
+    /// The address the server listens on (with the real port when `0` was asked).
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The engine in use (never `Auto`).
+    #[must_use]
+    pub fn engine(&self) -> EngineKind {
+        self.engine
+    }
+
+    /// A handle that stops the server from any thread, also while [`Server::run`] blocks.
+    #[must_use]
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The configuration in force (thread count resolved).
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Serve on background threads; the handle stops them.
+    ///
+    /// # Errors
+    /// When a worker thread cannot be spawned.
+    pub fn spawn(self) -> Result<ServerHandle, Error> {
+        let mut threads = Vec::with_capacity(self.workers.len());
+        for (index, worker) in self.workers.into_iter().enumerate() {
+            let thread = std::thread::Builder::new()
+                .name(format!("ucall-worker-{index}"))
+                .spawn(move || worker.run())
+                .map_err(|e| Error::io("cannot spawn a worker thread", e))?;
+            threads.push(thread);
+        }
+        Ok(ServerHandle {
+            shared: self.shared,
+            threads,
+            local_addr: self.local_addr,
+        })
+    }
+
+    /// Serve until [`ServerHandle::stop`] is called from another handle or SIGINT/SIGTERM
+    /// arrives, then shut down gracefully: stop accepting, finish in-flight calls, flush,
+    /// close.
+    ///
+    /// # Errors
+    /// When the signal handlers or worker threads cannot be set up.
+    pub fn run(self) -> Result<(), Error> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::io("cannot install signal handlers", e))?;
+        let signal_handle = signals.handle();
+        let handle = self.spawn()?;
+        let stopper = handle.stopper();
+        let watcher = std::thread::spawn(move || {
+            if signals.forever().next().is_some() {
+                stopper.stop();
+            }
+        });
+        handle.join();
+        signal_handle.close();
+        let _ = watcher.join();
+        Ok(())
+    }
+}
+
+/// A running server. Dropping it stops the server and waits for its threads.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    local_addr: SocketAddr,
+}
+
+/// A cheap, cloneable way to ask a server to stop, usable from any thread.
+#[derive(Clone)]
+pub struct Stopper {
+    shared: Arc<Shared>,
+}
+
+impl Stopper {
+    /// Ask the server to shut down gracefully; returns at once.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        engine::wake_all(&self.shared);
+    }
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The port the server listens on.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    /// Connections open now.
+    #[must_use]
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// A handle that can stop the server from another thread.
+    #[must_use]
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Ask the server to shut down gracefully; returns at once.
+    pub fn stop(&self) {
+        self.stopper().stop();
+    }
+
+    /// Wait until every worker has finished.
+    pub fn join(mut self) {
+        self.join_threads();
+    }
+
+    fn join_threads(&mut self) {
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop();
+            self.join_threads();
+        }
+    }
+}

@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: Apache-2.0
+//! One connection's protocol state, sans-I/O: bytes in, reply bytes out.
+//!
+//! The first non-whitespace byte picks the protocol for the connection's lifetime: `{` or
+//! `[` is a raw TCP stream of JSON texts, anything else is HTTP/1.1.
+
+use serde::de::IgnoredAny;
+
+use crate::buffer::OutBuf;
+use crate::http1::chunked::{ChunkError, ChunkedDecoder};
+use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
+use crate::jsonrpc::{self, ErrorCode, Outcome, RpcError};
+use crate::router::{Call, Router};
+use crate::stream::{Frame, Framer};
+
+/// Protocol limits (a subset of the server configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body (HTTP) or JSON text (raw TCP), in bytes.
+    pub max_body_bytes: usize,
+    /// Largest HTTP request head (and chunked trailer section), in bytes.
+    pub max_head_bytes: usize,
+    /// Most requests in one batch.
+    pub max_batch: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 64 << 20,
+            max_head_bytes: 16 << 10,
+            max_batch: 1024,
+        }
+    }
+}
+
+/// Buffers reused across requests and connections of one worker.
+#[derive(Default)]
+pub struct Scratch {
+    jsonrpc: jsonrpc::Scratch,
+    name: Vec<u8>,
+    params: Vec<u8>,
+    decoded: Vec<u8>,
+}
+
+/// What a session needs from its worker.
+pub struct Context<'a> {
+    /// The procedures.
+    pub router: &'a Router,
+    /// The limits in force.
+    pub limits: &'a Limits,
+    /// The current HTTP date (29 bytes, refreshed once a second by the worker).
+    pub date: &'a [u8],
+    /// Reused buffers.
+    pub scratch: &'a mut Scratch,
+}
+
+/// What one [`Session::feed`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Input bytes used up; the caller drops them.
+    pub consumed: usize,
+    /// Close the connection once the output is flushed.
+    pub close: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Unknown,
+    Http,
+    Stream,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Progressed,
+    NeedMore,
+    Close,
+}
+
+/// One connection's protocol state.
+#[derive(Debug)]
+pub struct Session {
+    protocol: Protocol,
+    closing: bool,
+    /// HTTP: `Some` while the body of this head is awaited.
+    pending_head: Option<RequestHead>,
+    target: String,
+    chunked: ChunkedDecoder,
+    body: Vec<u8>,
+    framer: Framer,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// A new connection's state.
+    #[must_use]
+    pub fn new() -> Self {
+        Session {
+            protocol: Protocol::Unknown,
+            closing: false,
+            pending_head: None,
+            target: String::new(),
+            chunked: ChunkedDecoder::default(),
+            body: Vec::new(),
+            framer: Framer::default(),
+        }
+    }
+
+    /// Consume complete requests from `input`, appending their replies to `out`.
+    ///
+    /// Stops early once `out` holds more than `out_budget` bytes (the caller resumes after
+    /// flushing), so a client that sends without reading cannot grow the output unbounded.
+    pub fn feed(&mut self, input: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>, out_budget: usize) -> Progress {
+        let mut consumed = 0;
+        while !self.closing && consumed < input.len() && out.pending() <= out_budget {
+            let rest = &input[consumed..];
+            let (used, step) = match self.protocol {
+                Protocol::Unknown => {
+                    match rest.iter().position(|c| !c.is_ascii_whitespace()) {
+                        Some(i) if matches!(rest[i], b'{' | b'[') => self.protocol = Protocol::Stream,
+                        Some(_) => self.protocol = Protocol::Http,
+                        None => {}
+                    }
+                    (
+                        0,
+                        if self.protocol == Protocol::Unknown {
+                            Step::NeedMore
+                        } else {
+                            Step::Progressed
+                        },
+                    )
+                }
+                Protocol::Http => self.step_http(rest, out, ctx),
+                Protocol::Stream => self.step_stream(rest, out, ctx),
+            };
+            consumed += used;
+            match step {
+                Step::Progressed => {}
+                Step::NeedMore => break,
+                Step::Close => self.closing = true,
+            }
+        }
+        Progress {
+            consumed,
+            close: self.closing,
+        }
+    }
+
+    /// Whether no request is partly received (given that no input is buffered).
+    #[must_use]
+    pub fn is_between_requests(&self) -> bool {
+        self.pending_head.is_none() && !self.framer.in_text()
+    }
+
+    /// Whether an HTTP request head is being received (the header time-out applies).
+    #[must_use]
+    pub fn is_reading_head(&self) -> bool {
+        self.protocol != Protocol::Stream && self.pending_head.is_none()
+    }
+
+    /// Called when a client took too long: queue the reply it gets, if any, before closing.
+    pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
+        if self.protocol == Protocol::Http && !self.closing {
+            let reject = Reject {
+                status: Status::RequestTimeout,
+                reason: "request not received in time",
+            };
+            respond_rejection(out, date, reject);
+        }
+        self.closing = true;
+    }
+
+    fn step_stream(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
+        match self.framer.next(rest, ctx.limits.max_body_bytes) {
+            Frame::Complete(range) => {
+                self.framer.reset();
+                let data = out.data();
+                let start = data.len();
+                let text = &rest[range.clone()];
+                let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, &mut ctx.scratch.jsonrpc, data);
+                if outcome != Outcome::Silent {
+                    data.push(b'\n');
+                }
+                let end = data.len();
+                out.commit(start..end);
+                (
+                    range.end,
+                    if outcome == Outcome::ParseError {
+                        Step::Close
+                    } else {
+                        Step::Progressed
+                    },
+                )
+            }
+            Frame::Incomplete { skip } => (skip, Step::NeedMore),
+            Frame::Invalid => {
+                let data = out.data();
+                let start = data.len();
+                jsonrpc::write_error(
+                    data,
+                    None,
+                    ErrorCode::ParseError.code(),
+                    "Parse error: expected a JSON object or array",
+                    None,
+                );
+                data.push(b'\n');
+                let end = data.len();
+                out.commit(start..end);
+                (0, Step::Close)
+            }
+            Frame::TooLarge => {
+                let data = out.data();
+                let start = data.len();
+                let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
+                jsonrpc::write_error(data, None, ErrorCode::InvalidRequest.code(), &message, None);
+                data.push(b'\n');
+                let end = data.len();
+                out.commit(start..end);
+                (0, Step::Close)
+            }
+        }
+    }
+
+    fn step_http(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
+        let Some(head) = self.pending_head else {
+            return match http1::parse_head(
+                rest,
+                ctx.limits.max_head_bytes,
+                ctx.limits.max_body_bytes,
+                &mut self.target,
+            ) {
+                HeadStatus::Partial => (0, Step::NeedMore),
+                HeadStatus::Rejected(reject) => {
+                    respond_rejection(out, ctx.date, reject);
+                    (0, Step::Close)
+                }
+                HeadStatus::Complete(head, used) => {
+                    let body_bytes = rest.len() - used;
+                    match head.framing {
+                        Framing::None => return (used, self.answer_http(&head, &[], out, ctx)),
+                        Framing::Length(length) if head.expect_continue && body_bytes < length => {
+                            out.push(http1::CONTINUE)
+                        }
+                        Framing::Chunked if head.expect_continue && body_bytes == 0 => out.push(http1::CONTINUE),
+                        _ => {}
+                    }
+                    self.pending_head = Some(head);
+                    (used, Step::Progressed)
+                }
+            };
+        };
+        match head.framing {
+            Framing::Length(length) if rest.len() >= length => {
+                self.pending_head = None;
+                (length, self.answer_http(&head, &rest[..length], out, ctx))
+            }
+            Framing::Chunked => {
+                let limits = ctx.limits;
+                match self
+                    .chunked
+                    .decode(rest, &mut self.body, limits.max_body_bytes, limits.max_head_bytes)
+                {
+                    Ok((used, true)) => {
+                        self.pending_head = None;
+                        self.chunked.reset();
+                        let body = std::mem::take(&mut self.body);
+                        let step = self.answer_http(&head, &body, out, ctx);
+                        self.body = body;
+                        self.body.clear();
+                        (used, step)
+                    }
+                    Ok((used, false)) => (used, Step::NeedMore),
+                    Err(error) => {
+                        let reject = match error {
+                            ChunkError::Malformed => Reject {
+                                status: Status::BadRequest,
+                                reason: "malformed chunked body",
+                            },
+                            ChunkError::TooLarge => Reject {
+                                status: Status::PayloadTooLarge,
+                                reason: "request body too large",
+                            },
+                            ChunkError::TrailersTooLarge => Reject {
+                                status: Status::HeadersTooLarge,
+                                reason: "trailers too large",
+                            },
+                        };
+                        respond_rejection(out, ctx.date, reject);
+                        (0, Step::Close)
+                    }
+                }
+            }
+            Framing::Length(_) | Framing::None => (0, Step::NeedMore),
+        }
+    }
+
+    fn answer_http(&mut self, head: &RequestHead, body: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        let persistence = match (head.keep_alive, head.minor_version) {
+            (false, _) => Persistence::Close,
+            (true, 0) => Persistence::KeepAliveLegacy,
+            (true, _) => Persistence::KeepAlive,
+        };
+        let scratch = &mut *ctx.scratch;
+        let target = self.target.as_str();
+        let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
+        if is_jsonrpc {
+            http1::respond(out, persistence, ctx.date, |data| {
+                match jsonrpc::process(body, ctx.router, ctx.limits.max_batch, &mut scratch.jsonrpc, data) {
+                    Outcome::Silent => Status::NoContent,
+                    Outcome::Replied | Outcome::ParseError => Status::Ok,
+                }
+            });
+        } else {
+            http1::respond(out, persistence, ctx.date, |data| {
+                rest_call(head.method, target, body, ctx.router, scratch, data)
+            });
+        }
+        if head.keep_alive {
+            Step::Progressed
+        } else {
+            Step::Close
+        }
+    }
+}
+
+fn is_root(target: &str) -> bool {
+    matches!(target.split('?').next(), Some("/" | ""))
+}
+
+/// A POST to a named path carries JSON-RPC when the body is an array or an object with a
+/// `"jsonrpc"` member; otherwise it is a REST-style call with the body as named params.
+fn looks_like_jsonrpc(body: &[u8]) -> bool {
+    if jsonrpc::message::is_batch(body) {
+        return true;
+    }
+    let Ok(text) = std::str::from_utf8(body) else {
+        return false;
+    };
+    text.trim_start().starts_with('{')
+        && serde_json::from_str::<IgnoredAny>(text).is_ok()
+        && jsonrpc::scan::Members::new(text).any(|(key, _)| key == "\"jsonrpc\"")
+}
+
+/// Run a REST-style call, writing the bare result (or an error object) as the body.
+fn rest_call(
+    method: Method,
+    target: &str,
+    body: &[u8],
+    router: &Router,
+    scratch: &mut Scratch,
+    data: &mut Vec<u8>,
+) -> Status {
+    let Some(query) = rest::split_target(target, &mut scratch.name) else {
+        return rest_error(
+            data,
+            &RpcError::new(
+                ErrorCode::InvalidRequest.code(),
+                "Invalid Request: the path is not valid UTF-8",
+            ),
+        );
+    };
+    let name = std::str::from_utf8(&scratch.name).unwrap_or_default();
+    let Some(handler) = router.get(name) else {
+        return rest_error(data, &RpcError::method_not_found(name));
+    };
+    let params = match method {
+        Method::Get => {
+            if !rest::query_to_params(query, &mut scratch.decoded, &mut scratch.params) {
+                let error = RpcError::invalid_params("Invalid params: the query is not valid UTF-8");
+                return rest_error(data, &error);
+            }
+            Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
+        }
+        Method::Post if body.iter().all(u8::is_ascii_whitespace) => None,
+        Method::Post => match std::str::from_utf8(body) {
+            Ok(text) if serde_json::from_str::<IgnoredAny>(text).is_ok() && text.trim_start().starts_with('{') => {
+                Some(text.trim())
+            }
+            Ok(text) if serde_json::from_str::<IgnoredAny>(text).is_ok() => {
+                let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
+                return rest_error(data, &error);
+            }
+            _ => {
+                let error = RpcError::new(ErrorCode::ParseError.code(), "Parse error: the body is not valid JSON");
+                return rest_error(data, &error);
+            }
+        },
+    };
+    let call = Call::new(name, params, Some("null"));
+    match jsonrpc::invoke(handler, &call, data) {
+        Ok(()) => Status::Ok,
+        Err(error) => rest_error(data, &error),
+    }
+}
+
+fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
+    jsonrpc::write_error_object(data, error.code(), error.message(), error.data());
+    match ErrorCode::from_code(error.code()) {
+        Some(ErrorCode::MethodNotFound) => Status::NotFound,
+        Some(ErrorCode::InvalidParams | ErrorCode::InvalidRequest | ErrorCode::ParseError) => Status::BadRequest,
+        _ => Status::InternalServerError,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
+    http1::respond(out, Persistence::Close, date, |data| {
+        let code = match reject.status {
+            Status::MethodNotAllowed => ErrorCode::MethodNotFound,
+            _ => ErrorCode::InvalidRequest,
+        };
+        let message = format!("{}: {}", reject.status.code(), reject.reason);
+        jsonrpc::write_error_object(data, code.code(), &message, None);
+        reject.status
+    });
+}

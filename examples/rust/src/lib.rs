@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Shared command-line handling for the example servers.
+
+use std::time::Duration;
+
+use ucall_core::{Config, EngineKind};
+
+/// Read `--host --port --threads --engine` and the limit flags into a [`Config`].
+///
+/// # Panics
+/// On an unknown flag or a malformed value, with a message saying which.
+#[must_use]
+pub fn config_from_args() -> Config {
+    let mut config = Config {
+        threads: 1,
+        ..Config::default()
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!(
+                "options: --host H --port P --threads N --engine auto|poll|uring --max-body-bytes N \
+                 --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N"
+            );
+            std::process::exit(0);
+        }
+        let value = args.next().unwrap_or_else(|| fail(&format!("{flag} needs a value")));
+        let number = || {
+            value
+                .parse::<usize>()
+                .unwrap_or_else(|_| fail(&format!("{flag}: {value:?} is not a number")))
+        };
+        match flag.as_str() {
+            "--host" => config.host.clone_from(&value),
+            "--port" => config.port = u16::try_from(number()).unwrap_or_else(|_| fail("--port: out of range")),
+            "--threads" => config.threads = number(),
+            "--engine" => {
+                config.engine = EngineKind::parse(&value).unwrap_or_else(|| fail("--engine: auto, poll or uring"))
+            }
+            "--max-body-bytes" => config.limits.max_body_bytes = number(),
+            "--max-header-bytes" => config.limits.max_head_bytes = number(),
+            "--max-batch" => config.limits.max_batch = number(),
+            "--max-connections" => config.max_connections = number(),
+            "--header-timeout-ms" => config.header_timeout = Duration::from_millis(number() as u64),
+            "--idle-timeout-ms" => config.idle_timeout = Duration::from_millis(number() as u64),
+            _ => fail(&format!("unknown option {flag} (try --help)")),
+        }
+    }
+    config
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(2);
+}
+
+/// Print the line test harnesses and benchmarks wait for, then serve until SIGINT/SIGTERM.
+///
+/// # Errors
+/// When the server cannot run.
+pub fn announce_and_run(server: ucall_core::Server) -> Result<(), ucall_core::Error> {
+    use std::io::Write;
+    let addr = server.local_addr();
+    let host = if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    println!(
+        "listening on {host}:{} (engine {}, {} threads)",
+        addr.port(),
+        server.engine().name(),
+        server.config().threads
+    );
+    let _ = std::io::stdout().flush();
+    server.run()
+}
