@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Shared command-line handling for the example servers.
 
+pub mod spec;
+
 use std::time::Duration;
 
 use ucall_core::{Config, EngineKind};

@@ -1,60 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The server the shared test vectors (`tests/vectors/`) run against: the procedures of
-//! the JSON-RPC 2.0 specification's examples, plus a few to exercise errors.
+//! The server the shared test vectors (`tests/vectors/`) run against.
 
-use serde_json::value::RawValue;
-use ucall_core::{Call, RpcError, Server};
+use ucall_core::Server;
 
 fn main() {
-    let config = ucall_examples::config_from_args();
-    let server = Server::builder()
-        .config(config)
-        .procedure("subtract", |call| {
-            call.params().expect_only(&["minuend", "subtrahend"])?;
-            Ok(number(call.get::<f64>(0, "minuend")? - call.get::<f64>(1, "subtrahend")?))
-        })
-        .procedure("sum", sum)
-        .procedure("update", |_| Ok(()))
-        .procedure("notify_hello", |_| Ok(()))
-        .procedure("notify_sum", |_| Ok(()))
-        .procedure("get_data", |_| Ok(("hello", 5)))
-        .procedure("echo", |call| Ok(call.get::<&RawValue>(0, "data")?.to_owned()))
-        .procedure("fail", |_| -> Result<(), RpcError> {
-            Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))
-        })
-        .procedure("panic", |_| -> Result<(), RpcError> { panic!("asked to panic") })
-        .bind();
-    if let Err(e) = server.and_then(ucall_examples::announce_and_run) {
+    let builder = ucall_examples::spec::register(Server::builder().config(ucall_examples::config_from_args()));
+    if let Err(e) = builder.bind().and_then(ucall_examples::announce_and_run) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
-}
-
-/// Integral results print as integers (`19`, not `19.0`).
-fn number(value: f64) -> serde_json::Value {
-    if value.fract() == 0.0 && value.abs() < 9.0e15 {
-        serde_json::Value::from(value as i64)
-    } else {
-        serde_json::Value::from(value)
-    }
-}
-
-/// The sum of every parameter, by position or by name: integers stay exact integers.
-fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
-    let params = call.params();
-    let values: Vec<&str> = match params.raw() {
-        Some(raw) if params.is_named() => ucall_core::jsonrpc::scan::Members::new(raw).map(|(_, v)| v).collect(),
-        Some(raw) => ucall_core::jsonrpc::scan::Elements::new(raw).collect(),
-        None => Vec::new(),
-    };
-    let integers: Option<Vec<i64>> = values.iter().map(|v| v.parse::<i64>().ok()).collect();
-    if let Some(total) = integers.and_then(|ints| ints.into_iter().try_fold(0i64, i64::checked_add)) {
-        return Ok(total.into());
-    }
-    let mut total = 0.0;
-    for (i, raw) in values.iter().enumerate() {
-        total += serde_json::from_str::<f64>(raw)
-            .map_err(|_| RpcError::invalid_params(format!("Invalid params: parameter {i} is not a number")))?;
-    }
-    Ok(total.into())
 }

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The procedures the shared test vectors (`tests/vectors/`) expect: those of the JSON-RPC
+//! 2.0 specification's examples, plus a few that exercise errors.
+//!
+//! Used by the `spec_server` binary and, through `#[path]`, by ucall-core's integration
+//! tests, so that every suite runs the vectors against one definition.
+
+use serde_json::value::RawValue;
+use ucall_core::{Call, RpcError, ServerBuilder};
+
+/// Register the vector procedures on `builder`.
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    builder
+        .procedure("subtract", |call| {
+            call.params().expect_only(&["minuend", "subtrahend"])?;
+            Ok(number(call.get::<f64>(0, "minuend")? - call.get::<f64>(1, "subtrahend")?))
+        })
+        .procedure("sum", sum)
+        .procedure("update", |_| Ok(()))
+        .procedure("notify_hello", |_| Ok(()))
+        .procedure("notify_sum", |_| Ok(()))
+        .procedure("get_data", |_| Ok(("hello", 5)))
+        .procedure("echo", |call| Ok(call.get::<&RawValue>(0, "data")?.to_owned()))
+        .procedure("fail", |_| -> Result<(), RpcError> {
+            Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))
+        })
+        .procedure("panic", |_| -> Result<(), RpcError> { panic!("asked to panic") })
+}
+
+/// Integral results print as integers (`19`, not `19.0`).
+fn number(value: f64) -> serde_json::Value {
+    if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        serde_json::Value::from(value as i64)
+    } else {
+        serde_json::Value::from(value)
+    }
+}
+
+/// The sum of every parameter, by position or by name: integers stay exact integers.
+fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
+    let params = call.params();
+    let values: Vec<&str> = match params.raw() {
+        Some(raw) if params.is_named() => ucall_core::jsonrpc::scan::Members::new(raw).map(|(_, v)| v).collect(),
+        Some(raw) => ucall_core::jsonrpc::scan::Elements::new(raw).collect(),
+        None => Vec::new(),
+    };
+    let integers: Option<Vec<i64>> = values.iter().map(|v| v.parse::<i64>().ok()).collect();
+    if let Some(total) = integers.and_then(|ints| ints.into_iter().try_fold(0i64, i64::checked_add)) {
+        return Ok(total.into());
+    }
+    let mut total = 0.0;
+    for (i, raw) in values.iter().enumerate() {
+        total += serde_json::from_str::<f64>(raw)
+            .map_err(|_| RpcError::invalid_params(format!("Invalid params: parameter {i} is not a number")))?;
+    }
+    Ok(total.into())
+}
