@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Starts the test server (tests/vectors/README.md, "The test server") for the suite.
+
+Environment:
+  UCALL_SPEC_SERVER  path of the server binary (default target/debug/spec_server,
+                     relative to the repository root)
+  UCALL_ENGINES      comma-separated engines to run every test against (default poll)
+  UCALL_THREADS      --threads for the servers (default 2)
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "poll").split(",") if e.strip()]
+THREADS = int(os.environ.get("UCALL_THREADS", "2"))
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+def server_binary() -> Path:
+    path = Path(os.environ.get("UCALL_SPEC_SERVER", "target/debug/spec_server"))
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+class ServerProcess:
+    """One running test server. `address` is its (host, port)."""
+
+    def __init__(self, engine: str, args: tuple[str, ...] = (), threads: int = THREADS):
+        self.engine = engine
+        self.args = tuple(str(a) for a in args)
+        self.command = [
+            str(server_binary()), "--host", "127.0.0.1", "--port", "0",
+            "--threads", str(threads), "--engine", engine, *self.args,
+        ]
+        self.proc: subprocess.Popen | None = None
+        self.address: tuple[str, int] | None = None
+        self.stdout_lines: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        self._stderr = tempfile.TemporaryFile()
+        self._reader: threading.Thread | None = None
+        self._stderr_text: str | None = None
+
+    def start(self) -> "ServerProcess":
+        binary = server_binary()
+        if not binary.is_file():
+            raise RuntimeError(
+                f"test server {binary} not found: build it (cargo build) or set UCALL_SPEC_SERVER"
+            )
+        self.proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
+            cwd=REPO_ROOT,
+        )
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            while self.address is None:
+                try:
+                    line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+                except queue.Empty:
+                    raise RuntimeError(
+                        f"no 'listening on HOST:PORT' line within {START_TIMEOUT} s\n{self.diagnostics()}"
+                    ) from None
+                if line is None:
+                    raise RuntimeError(f"server exited before listening\n{self.diagnostics()}")
+                match = LISTENING.fullmatch(line.strip())
+                if match:
+                    self.address = (match.group(1).strip("[]"), int(match.group(2)))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            self.stdout_lines.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_text(self) -> str:
+        if self._stderr_text is None:
+            self._stderr.seek(0)
+            return self._stderr.read().decode("utf-8", "replace")
+        return self._stderr_text
+
+    def diagnostics(self) -> str:
+        err = self.stderr_text()
+        code = None if self.proc is None else self.proc.poll()
+        return (
+            f"command: {' '.join(self.command)}\nexit status: {code}\n"
+            f"stdout (last lines): {self.stdout_lines[-20:]}\nstderr (end): {err[-4000:]}"
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+        if self._reader is not None:
+            self._reader.join(STOP_TIMEOUT)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self._stderr_text is None:
+            self._stderr_text = self.stderr_text()
+            self._stderr.close()
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request) -> str:
+    """The I/O engine under test; every test runs once per engine of UCALL_ENGINES."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def server_process(engine):
+    """The shared test server, without limit flags."""
+    server = ServerProcess(engine).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server(server_process) -> tuple[str, int]:
+    """(host, port) of the shared test server."""
+    return server_process.address
+
+
+@pytest.fixture(autouse=True)
+def _shared_server_stays_up(request):
+    """Fail a test during which the shared server exited (crash, abort, SIGPIPE...)."""
+    if "server_process" not in request.fixturenames:
+        yield
+        return
+    proc: ServerProcess = request.getfixturevalue("server_process")
+    if not proc.alive():
+        pytest.fail(f"the shared test server is no longer running\n{proc.diagnostics()}")
+    yield
+    if not proc.alive():
+        pytest.fail(f"the shared test server exited during this test\n{proc.diagnostics()}")
+
+
+@pytest.fixture
+def spawn_server(engine):
+    """Factory: spawn_server("--max-body-bytes", "1024") starts a dedicated server.
+
+    Every server started this way is stopped after the test; one that exited on its own
+    before that fails the test.
+    """
+    started: list[ServerProcess] = []
+
+    def spawn(*args, threads: int = THREADS) -> ServerProcess:
+        server = ServerProcess(engine, args, threads)
+        started.append(server)
+        return server.start()
+
+    yield spawn
+    crashed = [s for s in started if s.proc is not None and s.address is not None and not s.alive()]
+    reports = [s.diagnostics() for s in crashed]
+    for s in started:
+        s.stop()
+    if reports:
+        pytest.fail("a dedicated test server exited during the test\n" + "\n\n".join(reports))
