@@ -43,6 +43,8 @@ CLIENT_CPU = 1
 LOADAVG_LIMIT = 2.5
 # Also disturbed: other processes used more than this share of one CPU during the run.
 OTHER_CPU_LIMIT = 25.0
+# A load generator this busy may be what limits the figure, not the server.
+CLIENT_BOUND_CPU = 90.0
 DEFAULT_BODY = '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
 SUM_REPLY = '"result":3'
 
@@ -509,6 +511,9 @@ def markdown(meta: dict, summary: dict, servers: list[Server], workloads: list[W
             if e and e["disturbed_runs"]:
                 cell += " *"
                 notes.add("disturbed")
+            if e and wl.metric == "rps" and (e.get("client_cpu_percent") or 0) >= CLIENT_BOUND_CPU:
+                cell += " †"
+                notes.add("client-bound")
             row.append(cell)
         for o in others:
             for r in refs:
@@ -525,6 +530,11 @@ def markdown(meta: dict, summary: dict, servers: list[Server], workloads: list[W
         lines.append(
             f"`*` disturbed: at least one run started with a 1-minute load average above {LOADAVG_LIMIT}, or other "
             f"processes used more than {OTHER_CPU_LIMIT:g} % of a CPU while it ran."
+        )
+    if "client-bound" in notes:
+        lines.append(
+            f"`†` the load generator used at least {CLIENT_BOUND_CPU:g} % of its CPU: the figure may be bounded by "
+            "the client rather than the server, and ratios against it understate the difference."
         )
     if "errors" in notes:
         lines.append("`(N errors)`: failed or unexpected replies summed over the runs; such a figure is not valid.")
