@@ -149,7 +149,7 @@ impl Framer {
     /// Forgets any partially parsed reply (call when the connection is replaced).
     pub fn reset(&mut self) {
         match self {
-            Framer::Http(f) => *f = HttpFramer::default(),
+            Framer::Http(f) => f.reset(),
             Framer::Line(f) => *f = LineFramer::default(),
         }
     }
@@ -219,22 +219,40 @@ struct Pending {
 #[derive(Debug, Clone, Default)]
 pub struct HttpFramer {
     pending: Option<Pending>,
+    /// The bytes of the last final response head parsed (when it was short
+    /// and not preceded by interim responses) and what they said. A server
+    /// under load sends the same head again and again, and identical bytes
+    /// parse identically, so a byte comparison replaces the parse.
+    last_head: Vec<u8>,
+    last_info: Option<Pending>,
 }
+
+/// Heads longer than this are not remembered.
+const MAX_CACHED_HEAD: usize = 512;
 
 impl HttpFramer {
     /// See [`Framer::parse`].
     pub fn parse(&mut self, buf: &[u8], eof: bool) -> Result<Option<Reply>, FramingError> {
         let pending = match self.pending {
             Some(p) => p,
-            None => match parse_head(buf)? {
+            None => match self.same_head_as_last(buf) {
                 Some(p) => p,
-                None => {
-                    return if eof && !buf.is_empty() {
-                        Err(FramingError::Truncated)
-                    } else {
-                        Ok(None)
-                    };
-                }
+                None => match parse_head(buf)? {
+                    Some((p, 0)) if p.body_start <= MAX_CACHED_HEAD => {
+                        self.last_head.clear();
+                        self.last_head.extend_from_slice(&buf[..p.body_start]);
+                        self.last_info = Some(p);
+                        p
+                    }
+                    Some((p, _)) => p,
+                    None => {
+                        return if eof && !buf.is_empty() {
+                            Err(FramingError::Truncated)
+                        } else {
+                            Ok(None)
+                        };
+                    }
+                },
             },
         };
         let reply = match pending.kind {
@@ -277,9 +295,25 @@ impl HttpFramer {
     }
 }
 
+impl HttpFramer {
+    /// Forgets a partially parsed response but keeps the remembered head,
+    /// which stays valid on a new connection.
+    pub fn reset(&mut self) {
+        self.pending = None;
+    }
+
+    /// What the last head said, if `buf` starts with the very same bytes.
+    fn same_head_as_last(&self, buf: &[u8]) -> Option<Pending> {
+        let info = self.last_info?;
+        let head = self.last_head.as_slice();
+        (buf.len() >= head.len() && &buf[..head.len()] == head).then_some(info)
+    }
+}
+
 /// Parses the head of the first final (non-1xx) response in `buf`, skipping
-/// interim responses. `Ok(None)` means the head is not complete yet.
-fn parse_head(buf: &[u8]) -> Result<Option<Pending>, FramingError> {
+/// interim responses; also returns where that final head starts. `Ok(None)`
+/// means the head is not complete yet.
+fn parse_head(buf: &[u8]) -> Result<Option<(Pending, usize)>, FramingError> {
     let mut start = 0;
     loop {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -346,12 +380,15 @@ fn parse_head(buf: &[u8]) -> Result<Option<Pending>, FramingError> {
             close = true;
             BodyKind::UntilClose
         };
-        return Ok(Some(Pending {
-            body_start,
-            status,
-            close,
-            kind,
-        }));
+        return Ok(Some((
+            Pending {
+                body_start,
+                status,
+                close,
+                kind,
+            },
+            start,
+        )));
     }
 }
 
@@ -605,6 +642,35 @@ mod tests {
         let mut huge = b"HTTP/1.1 200 OK\r\nX: ".to_vec();
         huge.resize(MAX_HEAD_LEN + 10, b'a');
         assert_eq!(http().parse(&huge, false), Err(FramingError::HeadTooLarge));
+    }
+
+    #[test]
+    fn remembered_head_is_only_reused_for_identical_bytes() {
+        let other_len: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 36\r\n\r\n\
+            {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":42}";
+        let other_status: &[u8] = b"HTTP/1.1 500 OK\r\nContent-Type: application/json\r\nContent-Length: 35\r\n\r\n\
+            {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":3}";
+        let chunked: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n";
+        let mut stream = Vec::new();
+        for part in [OK, OK, other_len, OK, other_status, other_status, chunked, OK, chunked] {
+            stream.extend_from_slice(part);
+        }
+        for step in [1, 3, 50, stream.len()] {
+            let mut f = http();
+            let got = feed(&mut f, &stream, step);
+            let statuses: Vec<u16> = got.iter().map(|g| g.0).collect();
+            assert_eq!(statuses, [200, 200, 200, 200, 500, 500, 200, 200, 200], "step {step}");
+            assert_eq!(got[2].2, br#"{"jsonrpc":"2.0","id":1,"result":42}"#);
+            assert_eq!(got[3].2, br#"{"jsonrpc":"2.0","id":1,"result":3}"#);
+            assert_eq!(got[6].2, b"ab");
+            assert_eq!(got[8].2, b"ab");
+        }
+        // A reset (new connection) keeps the remembered head but drops a partial reply.
+        let mut f = http();
+        assert!(f.parse(OK, false).unwrap().is_some());
+        assert_eq!(f.parse(&OK[..OK.len() - 1], false).unwrap(), None);
+        f.reset();
+        assert_eq!(f.parse(other_len, false).unwrap().unwrap().len, other_len.len());
     }
 
     #[test]
