@@ -26,7 +26,8 @@ ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "poll").split(",")
 THREADS = int(os.environ.get("UCALL_THREADS", "2"))
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
+# "listening on HOST:PORT", optionally followed by a space and free text.
+LISTENING = re.compile(r"listening on (\S+):(\d+)(?: .*)?")
 
 
 def server_binary() -> Path:
