@@ -176,6 +176,27 @@ impl Session {
         self.closing = true;
     }
 
+    /// The peer will send nothing more (TCP half-close), and the input fed so far has been
+    /// consumed as far as it can be. A raw TCP text cut short can never be completed: it
+    /// is answered `-32700` (id `null`). The session closes either way.
+    pub fn end_of_input(&mut self, out: &mut OutBuf) {
+        if self.protocol == Protocol::Stream && !self.closing && self.framer.in_text() {
+            let data = out.data();
+            let start = data.len();
+            jsonrpc::write_error(
+                data,
+                None,
+                ErrorCode::ParseError.code(),
+                "Parse error: the input ended inside a JSON text",
+                None,
+            );
+            data.push(b'\n');
+            let end = data.len();
+            out.commit(start..end);
+        }
+        self.closing = true;
+    }
+
     fn step_stream(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
         match self.framer.next(rest, ctx.limits.max_body_bytes) {
             Frame::Complete(range) => {

@@ -13,13 +13,18 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder
         .procedure("subtract", |call| {
             call.params().expect_only(&["minuend", "subtrahend"])?;
-            Ok(number(call.get::<f64>(0, "minuend")? - call.get::<f64>(1, "subtrahend")?))
+            Ok(number(
+                call.get::<f64>(0, "minuend")? - call.get::<f64>(1, "subtrahend")?,
+            ))
         })
         .procedure("sum", sum)
         .procedure("update", |_| Ok(()))
         .procedure("notify_hello", |_| Ok(()))
         .procedure("notify_sum", |_| Ok(()))
-        .procedure("get_data", |_| Ok(("hello", 5)))
+        .procedure("get_data", |call| {
+            call.params().expect_only(&[])?;
+            Ok(("hello", 5))
+        })
         .procedure("echo", |call| Ok(call.get::<&RawValue>(0, "data")?.to_owned()))
         .procedure("fail", |_| -> Result<(), RpcError> {
             Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))

@@ -46,6 +46,9 @@ struct Conn {
     out: OutBuf,
     /// Edge-triggered: the socket may hold unread bytes.
     readable: bool,
+    /// `input` may hold whole requests, left unprocessed while the output was full: they
+    /// go first, before anything more is read.
+    backlog: bool,
     /// The peer shut its sending side.
     peer_closed: bool,
     /// Close once the output is flushed.
@@ -197,6 +200,7 @@ impl PollWorker {
                 input: Vec::new(),
                 out: OutBuf::new(),
                 readable: true,
+                backlog: false,
                 peer_closed: false,
                 closing: false,
                 last_progress: now,
@@ -226,7 +230,14 @@ impl PollWorker {
             if conn.closing {
                 break;
             }
-            if conn.out.pending() > OUTPUT_HIGH_WATER || !conn.readable {
+            if conn.out.pending() > OUTPUT_HIGH_WATER {
+                break;
+            }
+            if conn.backlog {
+                feed_input(conn, &mut ctx);
+                continue;
+            }
+            if !conn.readable {
                 break;
             }
             if reads == READS_PER_TURN {
@@ -242,8 +253,9 @@ impl PollWorker {
                 }
             }
         }
-        if !failed && conn.peer_closed && !conn.closing {
+        if !failed && conn.peer_closed && !conn.closing && !conn.backlog {
             // Half-closed by the client: what it sent is answered, the rest is never coming.
+            conn.session.end_of_input(&mut conn.out);
             conn.closing = true;
             if conn.out.is_empty() || flush(conn).is_err() {
                 failed = true;
@@ -256,7 +268,7 @@ impl PollWorker {
         }
         let now = Instant::now();
         conn.out.shrink(OUTPUT_KEEP);
-        if conn.session.is_reading_head() && !conn.input.is_empty() {
+        if conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog {
             conn.head_started.get_or_insert(now);
         } else {
             conn.head_started = None;
@@ -288,7 +300,11 @@ impl PollWorker {
         }
         for key in expired {
             if let Some(conn) = self.conns.get_mut(key) {
-                conn.session.time_out(&mut conn.out, self.date.get());
+                // A 408 answers a request partly received; an idle connection is closed
+                // silently, or a client could read the 408 as the reply to its next request.
+                if !conn.input.is_empty() || !conn.session.is_between_requests() {
+                    conn.session.time_out(&mut conn.out, self.date.get());
+                }
                 conn.closing = true;
                 let _ = flush(conn);
             }
@@ -309,7 +325,8 @@ impl PollWorker {
         let idle: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.input.is_empty() && c.out.is_empty() && c.session.is_between_requests())
+            // Not `readable`: bytes may wait in the socket (a connection accepted just now).
+            .filter(|(_, c)| !c.readable && c.input.is_empty() && c.out.is_empty() && c.session.is_between_requests())
             .map(|(key, _)| key)
             .collect();
         for key in idle {
@@ -371,16 +388,25 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
                 .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
             conn.input.extend_from_slice(&read_buf[progress.consumed..read]);
             conn.closing |= progress.close;
+            conn.backlog = !conn.input.is_empty() && conn.out.pending() > OUTPUT_HIGH_WATER;
         }
     } else {
-        let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
-        conn.input.drain(..progress.consumed);
-        conn.closing |= progress.close;
-        if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
-            conn.input = Vec::new();
-        }
+        feed_input(conn, ctx);
     }
     Ok(())
+}
+
+/// Hand the buffered input to the session. What it leaves while the output is over the
+/// high-water mark is a backlog, processed before the socket is read again, so that a
+/// client that reads its replies slowly cannot make the server buffer all it sends.
+fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
+    let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
+    conn.input.drain(..progress.consumed);
+    conn.closing |= progress.close;
+    conn.backlog = !conn.input.is_empty() && conn.out.pending() > OUTPUT_HIGH_WATER;
+    if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
+        conn.input = Vec::new();
+    }
 }
 
 /// Write what is queued; `Ok` also when the socket is full (the rest goes on the next

@@ -149,11 +149,13 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         _ => return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served")),
     };
     let minor_version = request.version.unwrap_or(1);
-    let path = request.path.unwrap_or("/");
-    if !path.starts_with('/') {
+    let Some(path) = origin_form(request.path.unwrap_or("/")) else {
         return HeadStatus::Rejected(reject(Status::BadRequest, "request-target must be a path"));
-    }
+    };
     target.clear();
+    if !path.starts_with('/') {
+        target.push('/');
+    }
     target.push_str(path);
 
     let mut head = RequestHead {
@@ -210,6 +212,20 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         (None, true) => Framing::Chunked,
     };
     HeadStatus::Complete(head, used)
+}
+
+/// The path and query of a request-target in origin-form (`/sum?a=1`) or absolute-form
+/// (`http://host/sum?a=1`), which a server must accept too (RFC 9112 §3.2.2); an empty
+/// path comes back as `""` or `"?query"`. `None` for any other form.
+fn origin_form(target: &str) -> Option<&str> {
+    if target.starts_with('/') {
+        return Some(target);
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    Some(rest.find(['/', '?']).map_or("", |start| &rest[start..]))
 }
 
 /// `Content-Length = 1*DIGIT` (RFC 9110 §8.6); `None` for anything else or an overflow.
@@ -345,6 +361,8 @@ mod tests {
             head("GET /sum?a=1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().0.framing,
             Framing::None
         );
+        assert_eq!(head("GET http://h:1/sum?a=1 HTTP/1.1\r\n\r\n").unwrap().1, "/sum?a=1");
+        assert_eq!(head("GET HTTPS://h?a=1 HTTP/1.1\r\n\r\n").unwrap().1, "/?a=1");
     }
 
     #[test]
