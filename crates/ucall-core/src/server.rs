@@ -204,6 +204,13 @@ impl ServerBuilder {
         self
     }
 
+    /// The procedures registered so far, to drive a [`crate::session::Session`] in memory
+    /// with the same table a server would use.
+    #[must_use]
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
     /// Resolve the address, open one listener per thread and return the bound server.
     ///
     /// # Errors

@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: Apache-2.0
+//! HTTP/1.1 over loopback, byte for byte: persistence and pipelining (RFC 9112 §9),
+//! message framing (§6, §7), `Expect: 100-continue` (RFC 9110 §10.1.1), the statuses the
+//! server answers with, REST-style calls, large bodies and IPv6.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::{assert_result, call, get, json, notification, post, show, Conn, Response};
+
+fn subtract(minuend: i64, subtrahend: i64, id: i64) -> Vec<u8> {
+    post(
+        "/",
+        call("subtract", &format!("[{minuend},{subtrahend}]"), &id.to_string()).as_bytes(),
+    )
+}
+
+fn assert_subtract(response: &Response, minuend: i64, subtrahend: i64, id: i64) {
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_result(&response.body, &(minuend - subtrahend).to_string(), &id.to_string());
+}
+
+/// A rejected request: `status`, a JSON error object as body, `Connection: close`, then
+/// the server closes.
+fn assert_rejected(conn: &mut Conn, status: u16) {
+    let response = conn.read_response();
+    assert_eq!(response.status, status, "{response:?} {}", show(&response.body));
+    assert!(
+        response.says_close(),
+        "a {status} that closes should say so: {response:?}"
+    );
+    // The body explains, as a JSON-RPC error object.
+    let error = response.json();
+    let code = error.get("code").and_then(common::Json::as_i64);
+    assert!(code.is_some(), "no integer code in {error}");
+    let problems = common::error_object_differences(&error, code.unwrap_or_default());
+    assert!(problems.is_empty(), "{problems:?}");
+    conn.expect_closed(common::IO_TIMEOUT);
+}
+
+// ---------------------------------------------------------------------------------------
+// Persistence (RFC 9112 §9.3)
+
+#[test]
+fn connections_persist_by_default() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        for i in 0..5 {
+            let response = conn.roundtrip(&subtract(100, i, i));
+            assert_subtract(&response, 100, i, i);
+            assert_eq!(response.minor_version, 1);
+            assert!(!response.says_close(), "{response:?}");
+        }
+        assert!(
+            conn.nothing_within(Duration::from_millis(100)),
+            "the connection closed or sent extra bytes"
+        );
+    });
+}
+
+#[test]
+fn connection_close_closes_after_the_reply() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        // §9.6: the server answers the request carrying "close" and then closes; a request
+        // pipelined after it is not answered.
+        let body = call("subtract", "[7,2]", "1");
+        let mut request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(&subtract(9, 1, 2));
+        let mut conn = Conn::to(&server);
+        conn.send(&request);
+        let response = conn.read_response();
+        assert_subtract(&response, 7, 2, 1);
+        assert!(response.says_close(), "{response:?}");
+        conn.expect_closed(common::IO_TIMEOUT);
+
+        // Any case, among other options.
+        let mut conn = Conn::to(&server);
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nconnection: Keep-Alive, CLOSE\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert_subtract(&conn.roundtrip(request.as_bytes()), 7, 2, 1);
+        conn.expect_closed(common::IO_TIMEOUT);
+    });
+}
+
+#[test]
+fn http_1_0_closes_unless_keep_alive_is_asked() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let body = call("subtract", "[5,1]", "10");
+        let mut conn = Conn::to(&server);
+        let request = format!("POST / HTTP/1.0\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let response = conn.roundtrip(request.as_bytes());
+        assert_subtract(&response, 5, 1, 10);
+        conn.expect_closed(common::IO_TIMEOUT);
+
+        // A 1.0 client asking for keep-alive is told the connection persists (RFC 9112
+        // Appendix C.2.2), and it does.
+        let mut conn = Conn::to(&server);
+        let request = format!(
+            "POST / HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        for _ in 0..3 {
+            let response = conn.roundtrip(request.as_bytes());
+            assert_subtract(&response, 5, 1, 10);
+            let connection = response.header("connection").unwrap_or("");
+            assert!(connection.eq_ignore_ascii_case("keep-alive"), "{response:?}");
+        }
+        assert!(conn.nothing_within(Duration::from_millis(100)));
+        let response = conn.roundtrip(b"GET /sum?a=1&b=2 HTTP/1.0\r\n\r\n");
+        assert_eq!((response.status, response.body.as_slice()), (200, &b"3"[..]));
+        conn.expect_closed(common::IO_TIMEOUT);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Pipelining and message framing
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let mut requests = subtract(10, 1, 1);
+        requests.extend_from_slice(&get("/echo?data=second"));
+        requests.extend_from_slice(&post("/", notification("notify_hello", "[1]").as_bytes()));
+        requests.extend_from_slice(&subtract(30, 3, 3));
+        conn.send(&requests);
+        assert_subtract(&conn.read_response(), 10, 1, 1);
+        let second = conn.read_response();
+        assert_eq!((second.status, second.body.as_slice()), (200, &br#""second""#[..]));
+        let third = conn.read_response();
+        assert_eq!((third.status, third.body.as_slice()), (204, &b""[..]), "{third:?}");
+        assert_subtract(&conn.read_response(), 30, 3, 3);
+
+        // Many more than fit in one read of the server.
+        let requests: Vec<u8> = (0..500).flat_map(|i| subtract(1000, i, i)).collect();
+        conn.send(&requests);
+        for i in 0..500 {
+            assert_subtract(&conn.read_response(), 1000, i, i);
+        }
+        assert!(conn.nothing_within(Duration::from_millis(50)));
+    });
+}
+
+#[test]
+fn request_split_into_single_bytes() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let body = call("echo", r#"["é€😀"]"#, r#""split""#);
+        let request = post("/", body.as_bytes());
+        conn.send_in_pieces(&request, 1, Duration::from_micros(300));
+        let response = conn.read_response();
+        assert_eq!(response.status, 200);
+        assert_result(&response.body, r#""é€😀""#, r#""split""#);
+        // Then a chunked one, byte by byte too, on the same connection.
+        let chunked = format!(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        );
+        conn.send_in_pieces(chunked.as_bytes(), 1, Duration::from_micros(300));
+        let response = conn.read_response();
+        assert_result(&response.body, r#""é€😀""#, r#""split""#);
+    });
+}
+
+#[test]
+fn chunked_body_with_extensions_and_trailers() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let body = call("subtract", r#"{"minuend":42,"subtrahend":23}"#, r#""chunks""#);
+        let (a, rest) = body.split_at(7);
+        let (b, c) = rest.split_at(20);
+        // Sizes in either case of hex, with extensions (RFC 9112 §7.1.1) and a trailer
+        // section (§7.1.2) the server must read past.
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {:x};name=value\r\n{a}\r\n{:X} ; quoted=\"a;b\" ; bare\r\n{b}\r\n{:x}\r\n{c}\r\n\
+             000;last=1\r\nX-Checksum: abc\r\nX-Other: 1\r\n\r\n",
+            a.len(),
+            b.len(),
+            c.len()
+        );
+        let mut conn = Conn::to(&server);
+        conn.send(request.as_bytes());
+        let response = conn.read_response();
+        assert_eq!(response.status, 200, "{response:?}");
+        assert_result(&response.body, "19", r#""chunks""#);
+        // The trailers were consumed: the next request on the connection is understood.
+        assert_subtract(&conn.roundtrip(&subtract(3, 2, 2)), 3, 2, 2);
+        // A REST call with a chunked body.
+        let params = r#"{"minuend":5,"subtrahend":3}"#;
+        let request = format!(
+            "POST /subtract HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n{:x}\r\n{params}\r\n0\r\n\r\n",
+            params.len()
+        );
+        let response = conn.roundtrip(request.as_bytes());
+        assert_eq!((response.status, response.body.as_slice()), (200, &b"2"[..]));
+    });
+}
+
+#[test]
+fn malformed_chunked_body_is_400() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        for body in ["zz\r\nabc\r\n0\r\n\r\n", "3\r\nabcd\r\n0\r\n\r\n", "-1\r\n"] {
+            let mut conn = Conn::to(&server);
+            conn.send(format!("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{body}").as_bytes());
+            assert_rejected(&mut conn, 400);
+        }
+    });
+}
+
+#[test]
+fn expect_100_continue() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let body = call("subtract", "[8,5]", "100");
+        let mut conn = Conn::to(&server);
+        conn.send(
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        // RFC 9110 §10.1.1: the interim 100 comes before the client sends the content.
+        let interim = conn.read_response();
+        assert_eq!((interim.status, interim.minor_version), (100, 1), "{interim:?}");
+        conn.send(body.as_bytes());
+        assert_subtract(&conn.read_response(), 8, 5, 100);
+
+        // Chunked, on the same connection.
+        conn.send(b"POST / HTTP/1.1\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let interim = conn.read_response();
+        assert_eq!(interim.status, 100, "{interim:?}");
+        conn.send(format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len()).as_bytes());
+        assert_subtract(&conn.read_response(), 8, 5, 100);
+        assert!(conn.nothing_within(Duration::from_millis(50)));
+    });
+}
+
+#[test]
+fn header_names_and_tokens_in_any_case() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let body = call("subtract", "[4,1]", "7");
+        let mut conn = Conn::to(&server);
+        let request = format!(
+            "POST / HTTP/1.1\r\nhOsT: x\r\ncOnTeNt-TyPe: application/json\r\ncontent-LENGTH: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
+        let request = format!(
+            "POST / HTTP/1.1\r\nTRANSFER-ENCODING: CHUNKED\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        );
+        assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
+        let request = format!(
+            "POST / HTTP/1.1\r\nCONNECTION: Close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
+        conn.expect_closed(common::IO_TIMEOUT);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Statuses
+
+#[test]
+fn bad_content_length_is_400_and_closes() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let body = call("subtract", "[1,1]", "1");
+        let n = body.len();
+        // RFC 9112 §6.3: an invalid Content-Length, or one with Transfer-Encoding, is an
+        // unrecoverable framing error: 400, then close.
+        for fields in [
+            "Content-Length: abc".to_string(),
+            "Content-Length: -1".to_string(),
+            "Content-Length: +5".to_string(),
+            "Content-Length: 0x10".to_string(),
+            "Content-Length: 99999999999999999999999999".to_string(),
+            "Content-Length: 18446744073709551616".to_string(),
+            format!("Content-Length: {n}, {}", n + 1),
+            format!("Content-Length: {n}\r\nContent-Length: {}", n + 1),
+            format!("Content-Length: {n}\r\nTransfer-Encoding: chunked"),
+            format!("Transfer-Encoding: chunked\r\nContent-Length: {n}"),
+        ] {
+            let mut conn = Conn::to(&server);
+            conn.send(format!("POST / HTTP/1.1\r\nHost: x\r\n{fields}\r\n\r\n{body}").as_bytes());
+            let response = conn.read_response();
+            assert_eq!(response.status, 400, "for {fields:?}: {response:?}");
+            assert!(response.says_close(), "{response:?}");
+            assert!(
+                common::error_object_differences(&response.json(), -32600).is_empty(),
+                "{}",
+                show(&response.body)
+            );
+            conn.expect_closed(common::IO_TIMEOUT);
+        }
+    });
+}
+
+#[test]
+fn other_methods_are_405_with_allow() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        for method in ["PUT", "DELETE", "PATCH"] {
+            let mut conn = Conn::to(&server);
+            conn.send(format!("{method} / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}").as_bytes());
+            let response = conn.read_response();
+            assert_eq!(response.status, 405, "{method}: {response:?}");
+            // RFC 9110 §15.5.6: a 405 carries Allow.
+            let allow = response
+                .header("allow")
+                .unwrap_or_else(|| panic!("405 without Allow: {response:?}"));
+            let allowed: Vec<String> = allow.split(',').map(|m| m.trim().to_string()).collect();
+            assert!(
+                allowed.iter().any(|m| m == "GET") && allowed.iter().any(|m| m == "POST"),
+                "{allow}"
+            );
+            assert!(!allowed.iter().any(|m| m == method), "{allow}");
+            conn.expect_closed(common::IO_TIMEOUT);
+        }
+    });
+}
+
+#[test]
+fn body_over_the_limit_is_413_without_reading_it() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_body_bytes(1000));
+        // The head alone announces too much: 413 at once, the body never sent.
+        for expect in ["", "Expect: 100-continue\r\n"] {
+            let mut conn = Conn::to(&server);
+            conn.send(format!("POST / HTTP/1.1\r\nHost: x\r\n{expect}Content-Length: 1001\r\n\r\n").as_bytes());
+            let response = conn.read_response();
+            assert_eq!(response.status, 413, "{response:?}");
+            assert!(response.says_close(), "{response:?}");
+            conn.expect_closed(common::IO_TIMEOUT);
+        }
+        // Chunked: refused once the decoded size passes the limit.
+        let mut conn = Conn::to(&server);
+        let chunk = "a".repeat(600);
+        conn.send(
+            format!("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n")
+                .as_bytes(),
+        );
+        assert_rejected(&mut conn, 413);
+        // At the limit exactly, it is served.
+        let data = "x".repeat(1000 - call("echo", r#"[""]"#, "1").len());
+        let body = call("echo", &format!(r#"["{data}"]"#), "1");
+        assert_eq!(body.len(), 1000);
+        let mut conn = Conn::to(&server);
+        let response = conn.roundtrip(&post("/", body.as_bytes()));
+        assert_eq!(response.status, 200);
+        assert_result(&response.body, &format!(r#""{data}""#), "1");
+    });
+}
+
+#[test]
+fn head_over_the_limit_is_431() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_head_bytes(1024));
+        // A complete head that is too large.
+        let mut conn = Conn::to(&server);
+        let filler = "v".repeat(1100);
+        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
+        assert_rejected(&mut conn, 431);
+        // A head that never ends: answered once it passes the limit, not when it ends.
+        let mut conn = Conn::to(&server);
+        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nX-Filler: {filler}").as_bytes());
+        assert_rejected(&mut conn, 431);
+        // Just under the limit is served.
+        let mut conn = Conn::to(&server);
+        let head = "GET /sum?a=1&b=2 HTTP/1.1\r\nX-Filler: \r\n\r\n";
+        let filler = "v".repeat(1024 - head.len());
+        let response = conn.roundtrip(format!("GET /sum?a=1&b=2 HTTP/1.1\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
+        assert_eq!((response.status, response.body.as_slice()), (200, &b"3"[..]));
+    });
+}
+
+#[test]
+fn malformed_heads_are_400() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        for head in [
+            "POST / HTTP/1.1\r\nBad Header\r\n\r\n",
+            "POST / HTTP/1.1\r\nX : y\r\n\r\n",
+            "GET / HTTP/2.0\r\n\r\n",
+            "GET /\r\n\r\n",
+        ] {
+            let mut conn = Conn::to(&server);
+            conn.send(head.as_bytes());
+            let response = conn.read_response();
+            assert!(matches!(response.status, 400 | 505), "for {head:?}: {response:?}");
+            conn.expect_closed(common::IO_TIMEOUT);
+        }
+    });
+}
+
+#[test]
+fn absolute_form_targets_are_accepted() {
+    // RFC 9112 §3.2.2: "a server MUST accept the absolute-form in requests".
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let body = call("subtract", "[9,4]", "1");
+        let request = format!(
+            "POST http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        assert_subtract(&conn.roundtrip(request.as_bytes()), 9, 4, 1);
+        let response = conn.roundtrip(b"GET HTTP://Example.COM:8545/sum?a=1&b=2 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        assert_eq!(
+            (response.status, response.body.as_slice()),
+            (200, &b"3"[..]),
+            "{response:?}"
+        );
+        let response = conn.roundtrip(b"GET http://example.com?a=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        assert_eq!(response.status, 404, "{response:?}");
+    });
+}
+
+#[test]
+fn replies_carry_type_length_and_date() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let close = |request: Vec<u8>| {
+            let text = String::from_utf8(request).unwrap();
+            text.replacen("\r\n", "\r\nConnection: close\r\n", 1).into_bytes()
+        };
+        for request in [subtract(2, 1, 1), get("/sum?a=1&b=2"), get("/nope"), get("/panic")] {
+            let before = SystemTime::now() - Duration::from_secs(2);
+            // Everything up to the close, so that the body is delimited by the bytes sent,
+            // not by the Content-Length under test.
+            let mut conn = Conn::to(&server);
+            conn.send(&close(request));
+            let raw = conn
+                .read_until_closed(common::IO_TIMEOUT)
+                .expect("closed after the reply");
+            let after = SystemTime::now() + Duration::from_secs(2);
+            let head_end = raw
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .unwrap_or_else(|| panic!("no head: {}", show(&raw)))
+                + 4;
+            let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
+            let field = |name: &str| -> Option<String> {
+                head.split("\r\n").skip(1).find_map(|line| {
+                    let (k, v) = line.split_once(':')?;
+                    k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                })
+            };
+            assert_eq!(field("content-type").as_deref(), Some("application/json"), "{head}");
+            let length: usize = field("content-length").expect("Content-Length").parse().unwrap();
+            assert_eq!(
+                length,
+                raw.len() - head_end,
+                "Content-Length against the body sent: {}",
+                show(&raw)
+            );
+            // RFC 9110 §6.6.1: an origin server with a clock sends Date, an IMF-fixdate.
+            let date = field("date").expect("Date");
+            assert_eq!(date.len(), 29, "{date:?}");
+            assert!(date.ends_with(" GMT"), "{date:?}");
+            let when = httpdate::parse_http_date(&date).unwrap_or_else(|e| panic!("Date {date:?}: {e}"));
+            assert!(before <= when && when <= after, "Date {date:?} is not now");
+        }
+    });
+}
+
+#[test]
+fn notifications_answer_204_without_body() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let batch = format!("[{},{}]", notification("update", "[1]"), notification("nope", "[]"));
+        for body in [
+            notification("notify_sum", "[1,2]"),
+            notification("unknown", "{}"),
+            batch,
+        ] {
+            conn.send(&post("/", body.as_bytes()));
+            let response = conn.read_response();
+            assert_eq!(response.status, 204, "{response:?}");
+            // RFC 9110 §8.6: no Content-Length in a 204; the next bytes start the next response.
+            assert!(response.header("content-length").is_none(), "{response:?}");
+            assert!(response.header("transfer-encoding").is_none(), "{response:?}");
+            assert!(response.header("date").is_some(), "{response:?}");
+        }
+        assert_subtract(&conn.roundtrip(&subtract(6, 6, 6)), 6, 6, 6);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// REST-style calls
+
+fn rest_error(response: &Response, status: u16, code: i64) {
+    assert_eq!(response.status, status, "{response:?} {}", show(&response.body));
+    let problems = common::error_object_differences(&response.json(), code);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(response.header("content-type"), Some("application/json"));
+}
+
+#[test]
+fn rest_calls() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let ok = |response: Response, body: &str| {
+            assert_eq!(response.status, 200, "{response:?} {}", show(&response.body));
+            let mut problems = Vec::new();
+            common::json::differences(&json(body), &response.json(), "$", &mut problems);
+            assert!(problems.is_empty(), "{problems:?}");
+        };
+        ok(conn.roundtrip(&get("/sum?a=1&b=2")), "3");
+        ok(conn.roundtrip(&get("/sum?a=1.5&b=2")), "3.5");
+        ok(conn.roundtrip(&get("/sum")), "0");
+        ok(conn.roundtrip(&get("/echo?data=hello")), r#""hello""#);
+        ok(conn.roundtrip(&get("/echo?data=%22hi%20there%22")), r#""hi there""#);
+        ok(conn.roundtrip(&get("/echo?data=%E2%82%AC+x")), r#""€ x""#);
+        ok(
+            conn.roundtrip(&get("/echo?data=%5B1%2C%7B%22a%22%3Anull%7D%5D")),
+            r#"[1,{"a":null}]"#,
+        );
+        ok(conn.roundtrip(&get("/get_data")), r#"["hello",5]"#);
+        ok(conn.roundtrip(&get("/update")), "null");
+        ok(
+            conn.roundtrip(&post("/subtract", br#"{"minuend":5,"subtrahend":3}"#)),
+            "2",
+        );
+        ok(conn.roundtrip(&post("/get_data", b"")), r#"["hello",5]"#);
+        // A JSON-RPC request posted to a named path is still JSON-RPC.
+        let response = conn.roundtrip(&post("/rpc", call("subtract", "[5,3]", "4").as_bytes()));
+        assert_result(&response.body, "2", "4");
+
+        rest_error(&conn.roundtrip(&get("/nope?a=1")), 404, -32601);
+        rest_error(&conn.roundtrip(&post("/nope", b"{}")), 404, -32601);
+        rest_error(&conn.roundtrip(&get("/subtract?minuend=x&subtrahend=1")), 400, -32602);
+        rest_error(&conn.roundtrip(&get("/subtract?minuend=1")), 400, -32602);
+        rest_error(
+            &conn.roundtrip(&post("/subtract", br#"{"minuend":true,"subtrahend":1}"#)),
+            400,
+            -32602,
+        );
+        rest_error(&conn.roundtrip(&post("/subtract", b"5")), 400, -32602);
+        rest_error(&conn.roundtrip(&post("/subtract", b"{\"minuend\":")), 400, -32700);
+        let failed = conn.roundtrip(&get("/fail"));
+        assert!((400..600).contains(&failed.status), "{failed:?}");
+        let error = failed.json();
+        assert!(common::error_object_differences(&error, -32001).is_empty(), "{error}");
+        assert_eq!(
+            error.get("data").map(ToString::to_string).as_deref(),
+            Some(r#"{"why":"asked to fail"}"#)
+        );
+        // Every error above left the connection usable.
+        ok(conn.roundtrip(&get("/sum?a=1&b=2")), "3");
+    });
+}
+
+#[test]
+fn a_panicking_procedure_is_500_and_the_server_lives_on() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        for _ in 0..3 {
+            rest_error(&conn.roundtrip(&get("/panic")), 500, -32603);
+            let response = conn.roundtrip(&get("/sum?a=1&b=2"));
+            assert_eq!((response.status, response.body.as_slice()), (200, &b"3"[..]));
+        }
+        let mut other = Conn::to(&server);
+        rest_error(&other.roundtrip(&get("/panic")), 500, -32603);
+        assert_subtract(&other.roundtrip(&subtract(2, 1, 1)), 2, 1, 1);
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Size and address family
+
+#[test]
+fn a_large_body_is_echoed_intact() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        // 1.6 MB of text with multi-byte characters and escapes.
+        let unit = "abcdefghij-é€😀-\\\"\\n-0123456789";
+        let mut data = String::new();
+        while data.len() < 1_600_000 {
+            data.push_str(unit);
+        }
+        let body = call("echo", &format!("[\"{data}\"]"), r#""big""#);
+        assert!(body.len() > 1_600_000);
+        let mut conn = Conn::to(&server);
+        let response = conn.roundtrip(&post("/", body.as_bytes()));
+        assert_eq!(response.status, 200);
+        // The procedure returns its argument's text as sent: escapes and all.
+        let expected = format!(r#"{{"jsonrpc":"2.0","id":"big","result":"{data}"}}"#);
+        assert_result(&response.body, &format!("\"{data}\""), r#""big""#);
+        assert_eq!(response.body.len(), expected.len(), "reply size");
+        // And once more chunked, in pieces, on the same connection.
+        let mut request = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for piece in body.as_bytes().chunks(100_000) {
+            request.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            request.extend_from_slice(piece);
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(b"0\r\n\r\n");
+        let response = conn.roundtrip(&request);
+        assert_result(&response.body, &format!("\"{data}\""), r#""big""#);
+    });
+}
+
+#[test]
+fn ipv6_loopback() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).host("::1"));
+        assert!(server.local_addr().is_ipv6(), "{}", server.local_addr());
+        let mut conn = Conn::to(&server);
+        assert_subtract(&conn.roundtrip(&subtract(3, 2, 1)), 3, 2, 1);
+        let response = conn.roundtrip(b"GET /sum?a=1&b=2 HTTP/1.1\r\nHost: [::1]\r\n\r\n");
+        assert_eq!((response.status, response.body.as_slice()), (200, &b"3"[..]));
+        let mut tcp = Conn::to(&server);
+        tcp.send(format!("{}\n", call("subtract", "[3,1]", "2")).as_bytes());
+        assert_result(&tcp.read_line(), "2", "2");
+    });
+}

@@ -1,0 +1,601 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Every JSON-RPC vector of `tests/vectors/jsonrpc` (format and comparison rule in
+//! `tests/vectors/README.md`) run three ways: in memory through `Session::feed`, over
+//! HTTP and over raw TCP. Each test reports every failing vector, not just the first.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::json::{self, Json};
+use common::{call, post, show, Conn};
+use ucall_core::buffer::OutBuf;
+use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::{Limits, Router};
+
+/// One vector file.
+struct Vector {
+    name: String,
+    request: Vec<u8>,
+    /// `None`: no reply at all must be sent.
+    reply: Option<Json>,
+    reply_text_contains: Vec<String>,
+    error_message_contains: Option<String>,
+    error_exact: bool,
+}
+
+impl Vector {
+    /// Whether the expected reply is a `-32700` error: the text cannot be delimited.
+    fn is_parse_error(&self) -> bool {
+        self.reply
+            .as_ref()
+            .and_then(|reply| reply.get("error"))
+            .and_then(|error| error.get("code"))
+            .and_then(Json::as_i64)
+            == Some(-32700)
+    }
+}
+
+fn vector_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/jsonrpc")
+}
+
+/// Every vector, sorted by name; fails listing every malformed file.
+fn load_vectors() -> Vec<Vector> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(vector_dir())
+        .unwrap_or_else(|e| panic!("read {}: {e}", vector_dir().display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut problems = Vec::new();
+    let mut vectors = Vec::new();
+    for path in paths {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
+        match load_vector(&name, &std::fs::read(&path).expect("read a vector file")) {
+            Ok(vector) => vectors.push(vector),
+            Err(problem) => problems.push(format!("{name}: {problem}")),
+        }
+    }
+    assert!(problems.is_empty(), "malformed vector files:\n{}", problems.join("\n"));
+    assert!(!vectors.is_empty(), "no vector in {}", vector_dir().display());
+    vectors
+}
+
+fn load_vector(name: &str, bytes: &[u8]) -> Result<Vector, String> {
+    let file = json::parse(bytes)?;
+    let Json::Object(members) = &file else {
+        return Err("not a JSON object".into());
+    };
+    const KNOWN: [&str; 8] = [
+        "description",
+        "source",
+        "request",
+        "request_base64",
+        "reply",
+        "reply_text_contains",
+        "error_message_contains",
+        "error_exact",
+    ];
+    if let Some((unknown, _)) = members.iter().find(|(k, _)| !KNOWN.contains(&k.as_str())) {
+        return Err(format!("unknown member {unknown:?}"));
+    }
+    for required in ["description", "source"] {
+        if file.get(required).and_then(Json::as_str).is_none() {
+            return Err(format!("{required:?} must be a string"));
+        }
+    }
+    let request = match (file.get("request"), file.get("request_base64")) {
+        (Some(Json::Str(text)), None) => text.as_bytes().to_vec(),
+        (None, Some(Json::Str(encoded))) => base64_decode(encoded)?,
+        _ => return Err("exactly one of request (a string) and request_base64 (a string) is required".into()),
+    };
+    let reply = match file.get("reply") {
+        None => return Err("\"reply\" is required".into()),
+        Some(Json::Null) => None,
+        Some(reply) => Some(reply.clone()),
+    };
+    let reply_text_contains = match file.get("reply_text_contains") {
+        None => Vec::new(),
+        Some(Json::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(str::to_string)
+                    .ok_or("reply_text_contains: strings only")
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("reply_text_contains must be an array".into()),
+    };
+    let error_message_contains = match file.get("error_message_contains") {
+        None => None,
+        Some(Json::Str(text)) => Some(text.clone()),
+        Some(_) => return Err("error_message_contains must be a string".into()),
+    };
+    let error_exact = match file.get("error_exact") {
+        None => false,
+        Some(Json::Bool(exact)) => *exact,
+        Some(_) => return Err("error_exact must be a boolean".into()),
+    };
+    Ok(Vector {
+        name: name.to_string(),
+        request,
+        reply,
+        reply_text_contains,
+        error_message_contains,
+        error_exact,
+    })
+}
+
+/// Standard base64 (RFC 4648 §4) with padding.
+fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return Err("base64 length is not a multiple of 4".into());
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (index, group) in bytes.chunks(4).enumerate() {
+        let last = index == bytes.len() / 4 - 1;
+        let padding = group.iter().rev().take_while(|&&c| c == b'=').count();
+        if padding > 2 || (padding > 0 && !last) {
+            return Err("misplaced base64 padding".into());
+        }
+        let mut bits = 0u32;
+        for &c in &group[..4 - padding] {
+            let value = ALPHABET
+                .iter()
+                .position(|&a| a == c)
+                .ok_or_else(|| format!("{:?} is not base64", c as char))?;
+            bits = bits << 6 | value as u32;
+        }
+        bits <<= 6 * padding as u32;
+        out.extend_from_slice(&bits.to_be_bytes()[1..4 - padding]);
+    }
+    Ok(out)
+}
+
+/// The comparison rule of `tests/vectors/README.md`: where `reply_text` differs.
+fn reply_differences(vector: &Vector, reply_text: &[u8]) -> Vec<String> {
+    let Some(expected) = &vector.reply else {
+        return vec![format!("expected no reply, got {}", show(reply_text))];
+    };
+    let actual = match json::parse(reply_text) {
+        Ok(actual) => actual,
+        Err(e) => return vec![format!("the reply is not strict JSON ({e}): {}", show(reply_text))],
+    };
+    let mut out = Vec::new();
+    match (expected, &actual) {
+        (Json::Array(expected), Json::Array(actual)) if expected.len() == actual.len() => {
+            for (i, (e, a)) in expected.iter().zip(actual).enumerate() {
+                response_differences(e, a, vector, &format!("$[{i}]"), &mut out);
+            }
+        }
+        (Json::Array(expected), _) => out.push(format!(
+            "$: expected a batch reply of {} responses, got {actual}",
+            expected.len()
+        )),
+        (expected, actual) => response_differences(expected, actual, vector, "$", &mut out),
+    }
+    let text = String::from_utf8_lossy(reply_text);
+    for substring in &vector.reply_text_contains {
+        if !text.contains(substring.as_str()) {
+            out.push(format!("the reply text does not contain {substring:?}"));
+        }
+    }
+    if !out.is_empty() {
+        out.push(format!("reply text: {}", show(reply_text)));
+    }
+    out
+}
+
+fn response_differences(expected: &Json, actual: &Json, vector: &Vector, path: &str, out: &mut Vec<String>) {
+    let Some(expected_error) = expected.get("error") else {
+        json::differences(expected, actual, path, out);
+        return;
+    };
+    let Json::Object(members) = actual else {
+        out.push(format!("{path}: expected an error Response object, got {actual}"));
+        return;
+    };
+    let mut names: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort_unstable();
+    if names != ["error", "id", "jsonrpc"] {
+        out.push(format!("{path}: members must be jsonrpc, error, id; got {names:?}"));
+    }
+    for key in ["jsonrpc", "id"] {
+        if let (Some(e), Some(a)) = (expected.get(key), actual.get(key)) {
+            json::differences(e, a, &format!("{path}.{key}"), out);
+        }
+    }
+    let error = match actual.get("error") {
+        Some(error @ Json::Object(_)) => error,
+        other => {
+            out.push(format!("{path}.error: expected an object, got {other:?}"));
+            return;
+        }
+    };
+    if vector.error_exact {
+        json::differences(expected_error, error, &format!("{path}.error"), out);
+        return;
+    }
+    match (expected_error.get("code"), error.get("code")) {
+        (Some(e), Some(a)) => json::differences(e, a, &format!("{path}.error.code"), out),
+        _ => out.push(format!("{path}.error.code: missing in {error}")),
+    }
+    match error.get("message").and_then(Json::as_str) {
+        None => out.push(format!("{path}.error.message: expected a string in {error}")),
+        Some(message) => {
+            if let Some(needle) = &vector.error_message_contains {
+                if !message.contains(needle.as_str()) {
+                    out.push(format!("{path}.error.message: {message:?} does not contain {needle:?}"));
+                }
+            }
+        }
+    }
+    if let Json::Object(members) = error {
+        for (name, _) in members {
+            if !matches!(name.as_str(), "code" | "message" | "data") {
+                out.push(format!("{path}.error: unexpected member {name:?}"));
+            }
+        }
+    }
+}
+
+/// Run `check` on every vector and fail once, listing every vector that failed.
+fn check_all(how: &str, vectors: &[Vector], mut check: impl FnMut(&Vector) -> Vec<String>) {
+    let mut failed = Vec::new();
+    for vector in vectors {
+        let problems = check(vector);
+        if !problems.is_empty() {
+            failed.push(format!("--- {}\n  {}", vector.name, problems.join("\n  ")));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} vectors fail {how}:\n{}",
+        failed.len(),
+        vectors.len(),
+        failed.join("\n")
+    );
+}
+
+/// Sent after a vector on the same connection: its reply must come next.
+fn follow_up() -> String {
+    call("echo", r#"["follow-up"]"#, r#""follow-up""#)
+}
+
+const FOLLOW_UP_RESULT: &str = r#"{"jsonrpc":"2.0","result":"follow-up","id":"follow-up"}"#;
+
+fn follow_up_differences(reply: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    match json::parse(reply) {
+        Ok(actual) => json::differences(&json::json(FOLLOW_UP_RESULT), &actual, "follow-up", &mut out),
+        Err(e) => out.push(format!("follow-up reply is not JSON ({e}): {}", show(reply))),
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn vector_files_are_well_formed() {
+    let vectors = load_vectors();
+    let spec: Vec<&str> = vectors
+        .iter()
+        .map(|v| v.name.as_str())
+        .filter(|n| n.starts_with("spec_"))
+        .collect();
+    assert_eq!(spec.len(), 15, "JSON-RPC 2.0 §7 has 15 examples: {spec:?}");
+    for (i, name) in spec.iter().enumerate() {
+        assert!(
+            name.starts_with(&format!("spec_{:02}_", i + 1)),
+            "{name} out of sequence"
+        );
+    }
+    let bad: Vec<&str> = vectors
+        .iter()
+        .map(|v| v.name.as_str())
+        .filter(|n| {
+            !(n.starts_with("spec_") || n.starts_with("valid_") || n.starts_with("invalid_"))
+                || !n
+                    .bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        })
+        .collect();
+    assert!(bad.is_empty(), "badly named vectors: {bad:?}");
+    // The comparison rule itself: the expected reply must pass against its own text.
+    check_all("against their own reply", &vectors, |vector| match &vector.reply {
+        Some(reply) if vector.reply_text_contains.is_empty() && vector.error_message_contains.is_none() => {
+            reply_differences(vector, reply.to_string().as_bytes())
+        }
+        _ => Vec::new(),
+    });
+}
+
+#[test]
+fn json_reader_is_strict_and_keeps_number_kinds() {
+    for bad in [
+        "{\"a\":1,\"a\":2}",
+        "[1,]",
+        "NaN",
+        "01",
+        "1.",
+        "\"\u{1}\"",
+        "\"\\ud800\"",
+        "{} {}",
+        "'a'",
+        "[1",
+    ] {
+        assert!(json::parse(bad.as_bytes()).is_err(), "{bad} was accepted");
+    }
+    let mut out = Vec::new();
+    json::differences(&json::json("19"), &json::json("19.0"), "$", &mut out);
+    json::differences(&json::json("true"), &json::json("1"), "$", &mut out);
+    json::differences(&json::json("[1,2]"), &json::json("[2,1]"), "$", &mut out);
+    json::differences(
+        &json::json("123456789012345678901234567890"),
+        &json::json("123456789012345678901234567891"),
+        "$",
+        &mut out,
+    );
+    json::differences(
+        &json::json(r#"{"a":1}"#),
+        &json::json(r#"{"a":1,"b":2}"#),
+        "$",
+        &mut out,
+    );
+    assert_eq!(out.len(), 6, "{out:#?}");
+    out.clear();
+    json::differences(
+        &json::json(r#"{"a":[1,{"b":"\u00e9\ud83d\ude00"}],"c":-0}"#),
+        &json::json(r#"{"c":0,"a":[1,{"b":"é😀"}]}"#),
+        "$",
+        &mut out,
+    );
+    json::differences(&json::json("1e2"), &json::json("100.0"), "$", &mut out);
+    assert_eq!(out, Vec::<String>::new());
+    assert_eq!(base64_decode("eyJhIjoxfQ==").unwrap(), br#"{"a":1}"#);
+    assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
+    assert!(base64_decode("YW=I").is_err());
+}
+
+/// Feed `input` to `session` as an engine would; returns the output and whether the
+/// session asked to close.
+fn feed(
+    session: &mut Session,
+    input: &[u8],
+    router: &Router,
+    limits: &Limits,
+    scratch: &mut Scratch,
+) -> (Vec<u8>, bool) {
+    let mut out = OutBuf::new();
+    let mut ctx = Context {
+        router,
+        limits,
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+        scratch,
+    };
+    let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
+    (out.to_vec(), progress.close)
+}
+
+#[test]
+fn vectors_in_memory() {
+    let vectors = load_vectors();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+
+    check_all("in memory over HTTP framing", &vectors, |vector| {
+        let mut problems = Vec::new();
+        let mut session = Session::new();
+        let mut input = post("/", &vector.request);
+        input.extend_from_slice(&post("/", follow_up().as_bytes()));
+        let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
+        if closed {
+            problems.push("the session closes after the reply".into());
+        }
+        let mut rest = &out[..];
+        let mut responses = Vec::new();
+        while !rest.is_empty() {
+            match common::parse_response(rest) {
+                Ok(Some((response, used))) => {
+                    responses.push(response);
+                    rest = &rest[used..];
+                }
+                Ok(None) => {
+                    problems.push(format!("a response is cut short: {}", show(rest)));
+                    break;
+                }
+                Err(e) => {
+                    problems.push(e);
+                    break;
+                }
+            }
+        }
+        let [first, second] = &responses[..] else {
+            problems.push(format!("expected 2 responses, got {}: {}", responses.len(), show(&out)));
+            return problems;
+        };
+        problems.extend(http_reply_differences(vector, first));
+        problems.extend(follow_up_differences(&second.body));
+        problems
+    });
+
+    check_all("in memory over raw TCP framing", &vectors, |vector| {
+        let mut problems = Vec::new();
+        let mut session = Session::new();
+        if vector.is_parse_error() {
+            // A text that is not JSON: the stream cannot go on after it.
+            let mut input = vector.request.clone();
+            input.push(b'\n');
+            let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
+            let (out, closed) = if closed {
+                (out, closed)
+            } else {
+                // Cut short: only the end of input tells.
+                let mut end = OutBuf::new();
+                session.end_of_input(&mut end);
+                let mut all = out;
+                all.extend_from_slice(&end.to_vec());
+                (all, true)
+            };
+            if !closed {
+                problems.push("the session does not close after a -32700".into());
+            }
+            match out.strip_suffix(b"\n") {
+                Some(line) if !line.contains(&b'\n') => problems.extend(reply_differences(vector, line)),
+                _ => problems.push(format!("expected one reply line, got {}", show(&out))),
+            }
+            return problems;
+        }
+        let mut input = vector.request.clone();
+        input.push(b'\n');
+        input.extend_from_slice(follow_up().as_bytes());
+        let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
+        if closed {
+            problems.push("the session closes after the reply".into());
+        }
+        let Some(body) = out.strip_suffix(b"\n") else {
+            problems.push(format!("the output does not end with a newline: {}", show(&out)));
+            return problems;
+        };
+        let lines: Vec<&[u8]> = body.split(|&c| c == b'\n').collect();
+        match (&vector.reply, &lines[..]) {
+            (None, [follow]) => problems.extend(follow_up_differences(follow)),
+            (Some(_), [reply, follow]) => {
+                problems.extend(reply_differences(vector, reply));
+                problems.extend(follow_up_differences(follow));
+            }
+            _ => problems.push(format!("unexpected lines: {}", show(&out))),
+        }
+        problems
+    });
+}
+
+/// Where an HTTP response to `POST /` differs from what the vector asks.
+fn http_reply_differences(vector: &Vector, response: &common::Response) -> Vec<String> {
+    let mut problems = Vec::new();
+    if vector.reply.is_none() {
+        if response.status != 204 || !response.body.is_empty() {
+            problems.push(format!(
+                "expected 204 with no body, got {} {}",
+                response.status,
+                show(&response.body)
+            ));
+        }
+        return problems;
+    }
+    if response.status != 200 {
+        problems.push(format!(
+            "expected status 200, got {} {}",
+            response.status,
+            show(&response.body)
+        ));
+    }
+    let media_type = response
+        .header("content-type")
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    if media_type.as_deref() != Some("application/json") {
+        problems.push(format!("Content-Type: expected application/json, got {media_type:?}"));
+    }
+    problems.extend(reply_differences(vector, &response.body));
+    problems
+}
+
+#[test]
+fn vectors_over_http() {
+    common::for_each_engine(|engine| {
+        let vectors = load_vectors();
+        let server = common::serve(engine);
+        check_all("over HTTP", &vectors, |vector| {
+            let mut conn = Conn::to(&server);
+            conn.send(&post("/", &vector.request));
+            let mut problems = match conn.try_read_response() {
+                Ok(response) => http_reply_differences(vector, &response),
+                Err(e) => return vec![e],
+            };
+            // The connection stays open after every one of these replies.
+            conn.send(&post("/", follow_up().as_bytes()));
+            match conn.try_read_response() {
+                Ok(response) => problems.extend(follow_up_differences(&response.body)),
+                Err(e) => problems.push(format!("follow-up on the same connection: {e}")),
+            }
+            problems
+        });
+    });
+}
+
+#[test]
+fn vectors_over_tcp() {
+    common::for_each_engine(|engine| {
+        let vectors = load_vectors();
+        let server = common::serve(engine);
+        check_all("over raw TCP", &vectors, |vector| {
+            let mut conn = Conn::to(&server);
+            if vector.is_parse_error() {
+                // The server cannot tell where a broken text ends: end the input, then it
+                // answers -32700 and closes.
+                conn.send(&vector.request);
+                conn.shutdown_write();
+                let mut problems = match conn.try_read_line() {
+                    Ok(line) => reply_differences(vector, &line),
+                    Err(e) => return vec![e],
+                };
+                match conn.read_until_closed(common::IO_TIMEOUT) {
+                    Ok(extra) if extra.is_empty() => {}
+                    Ok(extra) => problems.push(format!("more after the -32700: {}", show(&extra))),
+                    Err(_) => problems.push("not closed after the -32700".into()),
+                }
+                return problems;
+            }
+            let mut text = vector.request.clone();
+            text.push(b'\n');
+            conn.send(&text);
+            let mut problems = Vec::new();
+            if vector.reply.is_some() {
+                match conn.try_read_line() {
+                    Ok(line) => problems.extend(reply_differences(vector, &line)),
+                    Err(e) => return vec![e],
+                }
+            }
+            // Nothing else was sent for the vector: the next line answers the next request.
+            conn.send(format!("{}\n", follow_up()).as_bytes());
+            match conn.try_read_line() {
+                Ok(line) => problems.extend(follow_up_differences(&line)),
+                Err(e) => problems.push(format!("follow-up: {e}")),
+            }
+            problems
+        });
+    });
+}
+
+#[test]
+fn vectors_pipelined_on_one_tcp_connection() {
+    // Every vector that leaves the stream usable, back to back in one write: the replies
+    // come one line each, in request order, notifications leaving no line.
+    common::for_each_engine(|engine| {
+        let vectors = load_vectors();
+        let usable: Vec<&Vector> = vectors.iter().filter(|v| !v.is_parse_error()).collect();
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let mut stream = Vec::new();
+        for vector in &usable {
+            stream.extend_from_slice(&vector.request);
+        }
+        stream.extend_from_slice(follow_up().as_bytes());
+        conn.send(&stream);
+        let mut failed = Vec::new();
+        for vector in usable.iter().filter(|v| v.reply.is_some()) {
+            let line = conn.read_line();
+            let problems = reply_differences(vector, &line);
+            if !problems.is_empty() {
+                failed.push(format!("--- {}\n  {}", vector.name, problems.join("\n  ")));
+            }
+        }
+        failed.extend(follow_up_differences(&conn.read_line()));
+        assert!(failed.is_empty(), "pipelined vectors fail:\n{}", failed.join("\n"));
+    });
+}
