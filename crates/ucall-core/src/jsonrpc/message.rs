@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::scan::cold_decode_string;
@@ -52,34 +52,63 @@ pub fn is_batch(text: &[u8]) -> bool {
 /// Parse one request (or any other JSON value, which is then `Invalid`).
 ///
 /// # Errors
-/// [`ParseError`] when `text` is not one valid JSON text in UTF-8.
-pub fn parse_request(text: &[u8]) -> Result<Envelope<'_>, ParseError> {
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let envelope = de.deserialize_any(EnvelopeVisitor).map_err(|_| ParseError)?;
+/// [`ParseError`] when `text` is not one valid JSON text.
+pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = de.deserialize_any(EnvelopeVisitor).map_err(|_| ParseError)?;
     de.end().map_err(|_| ParseError)?;
-    Ok(envelope)
+    Ok(members.map_or_else(not_an_object, Members::validate))
 }
 
-/// Parse a batch into the byte ranges of its elements, appended to `spans`.
+/// Parse a whole batch in one pass, appending one [`Element`] per entry to `elements`.
+///
+/// Nothing is executed before the whole batch is known to be valid JSON (§6: invalid JSON
+/// gets a single `-32700`), and elements are kept as offsets so that the buffer holding
+/// them is reused from batch to batch.
 ///
 /// # Errors
-/// [`ParseError`] when `text` is not one valid JSON array in UTF-8.
-pub fn parse_batch(text: &[u8], spans: &mut Vec<Range<usize>>) -> Result<(), ParseError> {
-    let mut de = serde_json::Deserializer::from_slice(text);
-    de.deserialize_seq(SpanCollector {
+/// [`ParseError`] when `text` is not one valid JSON array.
+pub fn parse_batch(text: &str, elements: &mut Vec<Element>) -> Result<(), ParseError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let collector = ElementCollector {
         base: text.as_ptr() as usize,
-        spans,
-    })
-    .map_err(|_| ParseError)?;
+        elements,
+    };
+    de.deserialize_seq(collector).map_err(|_| ParseError)?;
     de.end().map_err(|_| ParseError)
 }
 
-struct SpanCollector<'s> {
-    base: usize,
-    spans: &'s mut Vec<Range<usize>>,
+/// One batch entry, as offsets into the batch text.
+#[derive(Debug, Clone)]
+pub struct Element {
+    /// `jsonrpc`, `method`, `params`, `id`; `None` when the entry is not an object.
+    members: Option<[Option<Range<usize>>; 4]>,
 }
 
-impl<'de> Visitor<'de> for SpanCollector<'_> {
+impl Element {
+    /// The entry as a request (or why it is not one), borrowing from the batch `text`.
+    #[must_use]
+    pub fn envelope<'a>(&self, text: &'a str) -> Envelope<'a> {
+        let Some([jsonrpc, method, params, id]) = &self.members else {
+            return not_an_object();
+        };
+        let slice = |range: &Option<Range<usize>>| range.clone().and_then(|r| text.get(r));
+        Members {
+            jsonrpc: slice(jsonrpc),
+            method: slice(method),
+            params: slice(params),
+            id: slice(id),
+        }
+        .validate()
+    }
+}
+
+struct ElementCollector<'s> {
+    base: usize,
+    elements: &'s mut Vec<Element>,
+}
+
+impl<'de> Visitor<'de> for ElementCollector<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -87,11 +116,27 @@ impl<'de> Visitor<'de> for SpanCollector<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(raw) = seq.next_element::<&'de RawValue>()? {
-            let start = raw.get().as_ptr() as usize - self.base;
-            self.spans.push(start..start + raw.get().len());
+        // Each entry is read as a request object directly (not kept as a raw value first),
+        // which also keeps serde_json from allocating a nesting stack per batch.
+        while let Some(members) = seq.next_element_seed(EnvelopeVisitor)? {
+            let span = |raw: Option<&str>| {
+                raw.map(|raw| {
+                    let start = raw.as_ptr() as usize - self.base;
+                    start..start + raw.len()
+                })
+            };
+            let members = members.map(|m| [span(m.jsonrpc), span(m.method), span(m.params), span(m.id)]);
+            self.elements.push(Element { members });
         }
         Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for EnvelopeVisitor {
+    type Value = Option<Members<'de>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
@@ -128,16 +173,25 @@ impl<'de> de::Deserialize<'de> for Field {
 
 struct EnvelopeVisitor;
 
+/// The members of a request object that matter, as raw JSON text.
+struct Members<'a> {
+    jsonrpc: Option<&'a str>,
+    method: Option<&'a str>,
+    params: Option<&'a str>,
+    id: Option<&'a str>,
+}
+
 const NOT_AN_OBJECT: &str = "a request must be a JSON object";
 
 impl<'de> Visitor<'de> for EnvelopeVisitor {
-    type Value = Envelope<'de>;
+    /// `None` for valid JSON that is not an object.
+    type Value = Option<Members<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON-RPC request object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope<'de>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut jsonrpc, mut method, mut params, mut id) = (None, None, None, None);
         while let Some(field) = map.next_key::<Field>()? {
             let value: &'de RawValue = map.next_value()?;
@@ -149,31 +203,36 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 Field::Other => {}
             }
         }
-        Ok(validate(jsonrpc, method, params, id))
+        Ok(Some(Members {
+            jsonrpc,
+            method,
+            params,
+            id,
+        }))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Envelope<'de>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(not_an_object())
+        Ok(None)
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Envelope<'de>, E> {
-        Ok(not_an_object())
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
     }
 }
 
@@ -184,40 +243,43 @@ fn not_an_object<'a>() -> Envelope<'a> {
     }
 }
 
-/// §4: "jsonrpc" MUST be exactly "2.0"; "method" a String; "params" a Structured value
-/// when present; "id" a String, Number or Null when present (absent: a notification).
-fn validate<'a>(
-    jsonrpc: Option<&'a str>,
-    method: Option<&'a str>,
-    params: Option<&'a str>,
-    id: Option<&'a str>,
-) -> Envelope<'a> {
-    let id_is_valid = id.is_none_or(|raw| matches!(raw.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n'));
-    if !id_is_valid {
-        return Envelope::Invalid {
-            id: None,
-            reason: "\"id\" must be a string, a number or null",
+impl<'a> Members<'a> {
+    /// §4: "jsonrpc" MUST be exactly "2.0"; "method" a String; "params" a Structured value
+    /// when present; "id" a String, Number or Null when present (absent: a notification).
+    fn validate(self) -> Envelope<'a> {
+        let Members {
+            jsonrpc,
+            method,
+            params,
+            id,
+        } = self;
+        let id_is_valid = id.is_none_or(|raw| matches!(raw.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n'));
+        if !id_is_valid {
+            return Envelope::Invalid {
+                id: None,
+                reason: "\"id\" must be a string, a number or null",
+            };
+        }
+        let invalid = |reason| Envelope::Invalid { id, reason };
+        match jsonrpc {
+            Some("\"2.0\"") => {}
+            Some(raw) if raw.starts_with('"') && cold_decode_string(raw).as_deref() == Some("2.0") => {}
+            Some(_) => return invalid("\"jsonrpc\" must be exactly \"2.0\""),
+            None => return invalid("missing \"jsonrpc\": \"2.0\""),
+        }
+        let method = match method {
+            Some(raw) if raw.starts_with('"') => decode_string(raw),
+            Some(_) => return invalid("\"method\" must be a string"),
+            None => return invalid("missing \"method\""),
         };
+        let Some(method) = method else {
+            return invalid("\"method\" must be a string");
+        };
+        if params.is_some_and(|raw| !raw.starts_with(['[', '{'])) {
+            return invalid("\"params\" must be an array or an object");
+        }
+        Envelope::Request(Request { method, params, id })
     }
-    let invalid = |reason| Envelope::Invalid { id, reason };
-    match jsonrpc {
-        Some("\"2.0\"") => {}
-        Some(raw) if raw.starts_with('"') && cold_decode_string(raw).as_deref() == Some("2.0") => {}
-        Some(_) => return invalid("\"jsonrpc\" must be exactly \"2.0\""),
-        None => return invalid("missing \"jsonrpc\": \"2.0\""),
-    }
-    let method = match method {
-        Some(raw) if raw.starts_with('"') => decode_string(raw),
-        Some(_) => return invalid("\"method\" must be a string"),
-        None => return invalid("missing \"method\""),
-    };
-    let Some(method) = method else {
-        return invalid("\"method\" must be a string");
-    };
-    if params.is_some_and(|raw| !raw.starts_with(['[', '{'])) {
-        return invalid("\"params\" must be an array or an object");
-    }
-    Envelope::Request(Request { method, params, id })
 }
 
 /// A raw JSON string's value: borrowed unless it holds escapes.
@@ -235,14 +297,14 @@ mod tests {
     use super::*;
 
     fn request(text: &str) -> Request<'_> {
-        match parse_request(text.as_bytes()) {
+        match parse_request(text) {
             Ok(Envelope::Request(r)) => r,
             other => panic!("expected a request from {text}, got {other:?}"),
         }
     }
 
     fn invalid(text: &str) -> Option<&str> {
-        match parse_request(text.as_bytes()) {
+        match parse_request(text) {
             Ok(Envelope::Invalid { id, .. }) => id,
             other => panic!("expected an invalid request from {text}, got {other:?}"),
         }
@@ -285,30 +347,33 @@ mod tests {
     #[test]
     fn rejects_non_json() {
         for text in [
-            &b"{"[..],
-            b"",
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"foobar,\"params\":\"bar\",\"baz]",
-            b"{} x",
-            b"\"\xff\"",
-            b"nul",
+            "{",
+            "",
+            r#"{"jsonrpc":"2.0","method":"foobar,"params":"bar","baz]"#,
+            "{} x",
+            "nul",
+            "[1,",
         ] {
-            assert_eq!(
-                parse_request(text).err(),
-                Some(ParseError),
-                "{:?}",
-                String::from_utf8_lossy(text)
-            );
+            assert_eq!(parse_request(text).err(), Some(ParseError), "{text}");
         }
     }
 
     #[test]
-    fn batches_keep_element_spans() {
-        let text = br#" [ {"a":1} , 2,"x" ] "#;
-        let mut spans = Vec::new();
-        parse_batch(text, &mut spans).expect("valid batch");
-        let parts: Vec<_> = spans.iter().map(|s| &text[s.clone()]).collect();
-        assert_eq!(parts, vec![&br#"{"a":1}"#[..], b"2", b"\"x\""]);
-        assert!(parse_batch(b"[1,", &mut spans).is_err());
+    fn batches_keep_elements_as_offsets() {
+        let text = r#" [ {"jsonrpc":"2.0","method":"a\u0062","params":[{"x":[1]}],"id":7} , 2,{"id":true} ] "#;
+        let mut elements = Vec::new();
+        parse_batch(text, &mut elements).expect("valid batch");
+        assert_eq!(elements.len(), 3);
+        let Envelope::Request(first) = elements[0].envelope(text) else {
+            panic!("first is a request")
+        };
+        assert_eq!(
+            (first.method.as_ref(), first.params, first.id),
+            ("ab", Some(r#"[{"x":[1]}]"#), Some("7"))
+        );
+        assert!(matches!(elements[1].envelope(text), Envelope::Invalid { id: None, .. }));
+        assert!(matches!(elements[2].envelope(text), Envelope::Invalid { id: None, .. }));
+        assert!(parse_batch("[1,", &mut elements).is_err());
         assert!(is_batch(b" \n[") && !is_batch(b"{"));
     }
 }

@@ -8,12 +8,11 @@ mod error;
 pub mod message;
 pub mod scan;
 
-use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use codes::ErrorCode;
 pub use error::RpcError;
-use message::{Envelope, ParseError, Request};
+use message::{Element, Envelope, ParseError, Request};
 
 use crate::router::{Call, Handler, Reply, Router};
 
@@ -31,12 +30,18 @@ pub enum Outcome {
 /// Per-worker state reused from message to message, so that steady state allocates nothing.
 #[derive(Default)]
 pub struct Scratch {
-    spans: Vec<Range<usize>>,
+    elements: Vec<Element>,
 }
 
 /// Process one JSON text (a request or a batch), appending the reply to `out`.
 pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-    if !message::is_batch(text) {
+    // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
+    // works on `str` and every slice it hands out is text already.
+    let Ok(text) = std::str::from_utf8(text) else {
+        write_parse_error(out);
+        return Outcome::ParseError;
+    };
+    if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
             Ok(envelope) => {
                 if answer(&envelope, router, out) {
@@ -51,15 +56,15 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
             }
         };
     }
-    scratch.spans.clear();
-    if message::parse_batch(text, &mut scratch.spans).is_err() {
+    scratch.elements.clear();
+    if message::parse_batch(text, &mut scratch.elements).is_err() {
         write_parse_error(out);
         return Outcome::ParseError;
     }
     // §6: "If the batch rpc call itself fails to be recognized as an valid JSON or as an
     // Array with at least one value, the response from the Server MUST be a single
     // Response object."
-    if scratch.spans.is_empty() {
+    if scratch.elements.is_empty() {
         write_error(
             out,
             None,
@@ -69,10 +74,10 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
         );
         return Outcome::Replied;
     }
-    if scratch.spans.len() > max_batch {
+    if scratch.elements.len() > max_batch {
         let message = format!(
             "Invalid Request: batch of {} exceeds the limit of {max_batch}",
-            scratch.spans.len()
+            scratch.elements.len()
         );
         write_error(out, None, ErrorCode::InvalidRequest.code(), &message, None);
         return Outcome::Replied;
@@ -80,16 +85,12 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
     let opening = out.len();
     out.push(b'[');
     let mut replies = 0usize;
-    for span in &scratch.spans {
+    for element in &scratch.elements {
         let comma_at = out.len();
         if replies > 0 {
             out.push(b',');
         }
-        let envelope = message::parse_request(&text[span.clone()]).unwrap_or(Envelope::Invalid {
-            id: None,
-            reason: "batch element is not valid JSON",
-        });
-        if answer(&envelope, router, out) {
+        if answer(&element.envelope(text), router, out) {
             replies += 1;
         } else {
             out.truncate(comma_at);
