@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The hot path allocates nothing per request in steady state: after a warm-up that sizes
+//! the reused buffers, a stream of requests through a session makes zero heap allocations.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use ucall_core::buffer::OutBuf;
+use ucall_core::session::{Context, Limits, Scratch, Session};
+use ucall_core::{Call, Reply, Router, RpcError};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: every method forwards to the system allocator unchanged; counting touches only a
+// thread-local integer (const-initialised, so it never allocates itself).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: the caller upholds GlobalAlloc's contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn router() -> Router {
+    let mut router = Router::new();
+    let sum = |call: &Call<'_>, reply: &mut Reply<'_>| -> Result<(), RpcError> {
+        reply.json(&(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+    };
+    router.insert("sum", Arc::new(sum));
+    router
+}
+
+/// Feed `input` `rounds` times, draining the output as an engine would after a write.
+/// Returns the allocations made after the first (warm-up) round and the last output.
+fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
+    let router = router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let mut session = Session::new();
+    let mut out = OutBuf::new();
+    let date = *b"Sun, 06 Nov 1994 08:49:37 GMT";
+    let mut before = 0;
+    for round in 0..rounds {
+        if round == 1 {
+            before = allocations();
+        }
+        let mut ctx = Context {
+            router: &router,
+            limits: &limits,
+            date: &date,
+            scratch: &mut scratch,
+        };
+        let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
+        assert_eq!(progress.consumed, input.len());
+        assert!(!progress.close);
+        if round + 1 == rounds {
+            // Count before collecting the output: collecting allocates, serving did not.
+            return (allocations() - before, out.to_vec());
+        }
+        let pending = out.pending();
+        out.advance(pending);
+    }
+    unreachable!("rounds must be at least 1")
+}
+
+#[test]
+fn http_requests_allocate_nothing_in_steady_state() {
+    let body = r#"{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":42}"#;
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let pipelined = request.repeat(16);
+    let (allocated, out) = steady_state_allocations(pipelined.as_bytes(), 1000);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text.matches(r#"{"jsonrpc":"2.0","id":42,"result":3}"#).count(),
+        16,
+        "{text}"
+    );
+    assert_eq!(allocated, 0, "allocations over 999 rounds of 16 requests");
+}
+
+#[test]
+fn tcp_requests_and_batches_allocate_nothing_in_steady_state() {
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"x"}"#,
+        "\n",
+        r#"[{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1},{"jsonrpc":"2.0","method":"sum","params":[3,4]}]"#,
+        "\n"
+    );
+    let (allocated, out) = steady_state_allocations(input.as_bytes(), 1000);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":3}\n[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":3}]\n"
+    );
+    assert_eq!(allocated, 0, "allocations over 999 rounds");
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    let before = allocations();
+    let v: Vec<u8> = Vec::with_capacity(std::hint::black_box(10));
+    drop(v);
+    assert_eq!(allocations() - before, 1);
+}
