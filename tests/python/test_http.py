@@ -381,12 +381,25 @@ def test_rest_get(server, target, expected):
 
 @pytest.mark.parametrize(
     "body,expected",
-    [(b'{"minuend":5,"subtrahend":3}', 2), (b"[5,3]", 2), (b'{"subtrahend":3,"minuend":5.5}', 2.5)],
+    [(b'{"minuend":5,"subtrahend":3}', 2), (b'{"subtrahend":3,"minuend":5.5}', 2.5)],
 )
 def test_rest_post(server, body, expected):
     response = rest(server, "POST", "/subtract", body)
     assert response.status == 200, response
     assert differences(expected, response.json()) == []
+
+
+def test_post_array_to_a_procedure_path_is_a_jsonrpc_batch(server):
+    """POST on any path carries JSON-RPC: only an object without "jsonrpc" is REST params."""
+    response = rest(server, "POST", "/subtract", b"[5,3]")
+    assert response.status == 200, response
+    replies = response.json()
+    assert isinstance(replies, list) and len(replies) == 2, response
+    assert [r["error"]["code"] for r in replies] == [-32600, -32600]
+    call = b'{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":1}'
+    response = rest(server, "POST", "/subtract", call)
+    assert response.status == 200, response
+    assert response.json() == {"jsonrpc": "2.0", "id": 1, "result": 2}
 
 
 def assert_error_object(response, code: int):
