@@ -370,7 +370,15 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
             conn.peer_closed = true;
             0
         }
-        Ok(n) => n,
+        Ok(n) => {
+            // A short read drained the socket: bytes arriving later raise a new edge (mio
+            // registers EPOLLRDHUP too, so a close does as well). Reading again only to get
+            // EAGAIN would cost a system call per request.
+            if n < READ_CHUNK {
+                conn.readable = false;
+            }
+            n
+        }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             conn.readable = false;
             0

@@ -169,35 +169,43 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     for header in request.headers.iter() {
         let name = header.name;
         let value = trim(header.value);
-        if name.eq_ignore_ascii_case("content-length") {
-            // §6.3: an invalid or conflicting Content-Length is unrecoverable.
-            let Some(length) = parse_content_length(value) else {
-                return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Content-Length"));
-            };
-            if content_length.is_some_and(|earlier| earlier != length) {
-                return HeadStatus::Rejected(reject(Status::BadRequest, "conflicting Content-Length"));
-            }
-            content_length = Some(length);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            // §6.1: chunked must be the final coding; we decode no other.
-            let mut codings = tokens(value);
-            match (codings.next_back(), codings.next()) {
-                (Some(last), None) if last.eq_ignore_ascii_case(b"chunked") && !chunked => chunked = true,
-                (Some(last), Some(_)) if last.eq_ignore_ascii_case(b"chunked") => {
-                    return HeadStatus::Rejected(reject(Status::NotImplemented, "unsupported transfer coding"))
+        // Dispatch on length first: most fields (Host, User-Agent, Accept, ...) are then
+        // skipped without a case-insensitive comparison.
+        match name.len() {
+            14 if name.eq_ignore_ascii_case("content-length") => {
+                // §6.3: an invalid or conflicting Content-Length is unrecoverable.
+                let Some(length) = parse_content_length(value) else {
+                    return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Content-Length"));
+                };
+                if content_length.is_some_and(|earlier| earlier != length) {
+                    return HeadStatus::Rejected(reject(Status::BadRequest, "conflicting Content-Length"));
                 }
-                _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Transfer-Encoding")),
+                content_length = Some(length);
             }
-        } else if name.eq_ignore_ascii_case("connection") {
-            for option in tokens(value) {
-                if option.eq_ignore_ascii_case(b"close") {
-                    head.keep_alive = false;
-                } else if option.eq_ignore_ascii_case(b"keep-alive") && minor_version == 0 {
-                    head.keep_alive = true;
+            17 if name.eq_ignore_ascii_case("transfer-encoding") => {
+                // §6.1: chunked must be the final coding; we decode no other.
+                let mut codings = tokens(value);
+                match (codings.next_back(), codings.next()) {
+                    (Some(last), None) if last.eq_ignore_ascii_case(b"chunked") && !chunked => chunked = true,
+                    (Some(last), Some(_)) if last.eq_ignore_ascii_case(b"chunked") => {
+                        return HeadStatus::Rejected(reject(Status::NotImplemented, "unsupported transfer coding"))
+                    }
+                    _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Transfer-Encoding")),
                 }
             }
-        } else if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") {
-            head.expect_continue = minor_version >= 1;
+            10 if name.eq_ignore_ascii_case("connection") => {
+                for option in tokens(value) {
+                    if option.eq_ignore_ascii_case(b"close") {
+                        head.keep_alive = false;
+                    } else if option.eq_ignore_ascii_case(b"keep-alive") && minor_version == 0 {
+                        head.keep_alive = true;
+                    }
+                }
+            }
+            6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
+                head.expect_continue = minor_version >= 1;
+            }
+            _ => {}
         }
     }
     head.framing = match (content_length, chunked) {
