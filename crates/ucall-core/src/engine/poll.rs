@@ -46,6 +46,9 @@ struct Conn {
     out: OutBuf,
     /// Edge-triggered: the socket may hold unread bytes.
     readable: bool,
+    /// An event reported the peer's close or an error: read until the end, since no
+    /// further edge will announce it.
+    hang_up: bool,
     /// `input` may hold whole requests, left unprocessed while the output was full: they
     /// go first, before anything more is read.
     backlog: bool,
@@ -126,7 +129,10 @@ impl PollWorker {
                     Token(token) => {
                         let key = token - FIRST_CONNECTION;
                         if let Some(conn) = self.conns.get_mut(key) {
-                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            if event.is_read_closed() || event.is_error() {
+                                conn.hang_up = true;
+                            }
+                            if event.is_readable() || conn.hang_up {
                                 conn.readable = true;
                             }
                             self.serve(key);
@@ -200,6 +206,7 @@ impl PollWorker {
                 input: Vec::new(),
                 out: OutBuf::new(),
                 readable: true,
+                hang_up: false,
                 backlog: false,
                 peer_closed: false,
                 closing: false,
@@ -372,9 +379,10 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
         }
         Ok(n) => {
             // A short read drained the socket: bytes arriving later raise a new edge (mio
-            // registers EPOLLRDHUP too, so a close does as well). Reading again only to get
-            // EAGAIN would cost a system call per request.
-            if n < READ_CHUNK {
+            // registers EPOLLRDHUP too, so a later close does as well). Reading again only
+            // to get EAGAIN would cost a system call per request. A close or reset already
+            // reported must still be read to the end.
+            if n < READ_CHUNK && !conn.hang_up {
                 conn.readable = false;
             }
             n
