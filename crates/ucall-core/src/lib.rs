@@ -32,6 +32,7 @@ mod server;
 pub mod session;
 pub mod stream;
 
+pub use engine::Worker;
 pub use error::Error;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use router::{Call, Handler, Params, Reply, Router};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::engine::{self, Worker};
+
 use crate::error::Error;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
@@ -300,6 +301,13 @@ impl Server {
     #[must_use]
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// Hand the workers to the caller, who drives each from a thread of its own with
+    /// [`Worker::turn`] or [`Worker::run`]; the [`Stopper`] ends them all.
+    #[must_use]
+    pub fn into_workers(self) -> (Stopper, Vec<Worker>) {
+        (Stopper { shared: self.shared }, self.workers)
     }
 
     /// Serve on background threads; the handle stops them.

@@ -13,14 +13,26 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::server::{EngineKind, Shared};
 
-/// One worker thread's engine state, created at bind time and moved into its thread.
-pub(crate) struct Worker {
+/// One worker: a listener, its connections and its buffers, served by one thread.
+///
+/// [`crate::Server::spawn`] and [`crate::Server::run`] drive workers on threads of their
+/// own; [`crate::Server::into_workers`] hands them to callers that bring their own threads
+/// (the C API's `ucall_take_calls(server, thread_index)`).
+pub struct Worker {
     inner: poll::PollWorker,
 }
 
 impl Worker {
-    pub(crate) fn run(self) {
+    /// Serve until the server is stopped and this worker has drained.
+    pub fn run(self) {
         self.inner.run();
+    }
+
+    /// Wait for events (at most `wait`, when given), serve what is ready and return.
+    /// Returns `false` once the server has stopped and this worker has closed every
+    /// connection; later calls return `false` at once.
+    pub fn turn(&mut self, wait: Option<std::time::Duration>) -> bool {
+        self.inner.turn(wait)
     }
 }
 

@@ -73,6 +73,8 @@ pub(crate) struct PollWorker {
     again: Vec<usize>,
     next_scan: Option<Instant>,
     drain_deadline: Option<Instant>,
+    events: Events,
+    finished: bool,
 }
 
 pub(crate) fn register_wakers(shared: &Shared, workers: &[&PollWorker]) {
@@ -107,53 +109,73 @@ impl PollWorker {
             again: Vec::new(),
             next_scan: None,
             drain_deadline: None,
+            events: Events::with_capacity(1024),
+            finished: false,
         })
     }
 
     pub(crate) fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
-        loop {
-            let timeout = self.poll_timeout();
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                eprintln!("ucall: poll failed, worker stops: {e}");
-                break;
+        while self.turn(None) {}
+    }
+
+    /// Wait for events (at most `wait_cap`, when given), serve them, and return whether
+    /// the worker goes on: `false` once it has stopped and closed every connection.
+    pub(crate) fn turn(&mut self, wait_cap: Option<Duration>) -> bool {
+        if self.finished {
+            return false;
+        }
+        let timeout = match (self.poll_timeout(), wait_cap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Err(e) = self.poll.poll(&mut self.events, timeout) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                return true;
             }
-            self.date.refresh(SystemTime::now());
-            for event in &events {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    WAKER => {}
-                    Token(token) => {
-                        let key = token - FIRST_CONNECTION;
-                        if let Some(conn) = self.conns.get_mut(key) {
-                            if event.is_read_closed() || event.is_error() {
-                                conn.hang_up = true;
-                            }
-                            if event.is_readable() || conn.hang_up {
-                                conn.readable = true;
-                            }
-                            self.serve(key);
+            eprintln!("ucall: poll failed, worker stops: {e}");
+            self.finish();
+            return false;
+        }
+        self.date.refresh(SystemTime::now());
+        // Serving needs `&mut self`; the events buffer is set aside meanwhile (an empty
+        // `Events` does not allocate).
+        let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
+        for event in &events {
+            match event.token() {
+                LISTENER => self.accept(),
+                WAKER => {}
+                Token(token) => {
+                    let key = token - FIRST_CONNECTION;
+                    if let Some(conn) = self.conns.get_mut(key) {
+                        conn.hang_up |= event.is_read_closed() || event.is_error();
+                        if event.is_readable() || conn.hang_up {
+                            conn.readable = true;
                         }
+                        self.serve(key);
                     }
                 }
             }
-            for key in std::mem::take(&mut self.again) {
-                self.serve(key);
-            }
-            if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
-                break;
-            }
-            let now = Instant::now();
-            if self.next_scan.is_some_and(|at| now >= at) {
-                self.expire(now);
-            }
         }
+        self.events = events;
+        for key in std::mem::take(&mut self.again) {
+            self.serve(key);
+        }
+        if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
+            self.finish();
+            return false;
+        }
+        let now = Instant::now();
+        if self.next_scan.is_some_and(|at| now >= at) {
+            self.expire(now);
+        }
+        true
+    }
+
+    fn finish(&mut self) {
         for key in self.conns.iter().map(|(key, _)| key).collect::<Vec<_>>() {
             self.close(key);
         }
+        self.finished = true;
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
