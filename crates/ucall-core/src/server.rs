@@ -93,7 +93,6 @@ impl Default for Config {
 
 /// State shared by every worker of one server.
 pub(crate) struct Shared {
-    pub(crate) router: Router,
     pub(crate) config: Config,
     pub(crate) stopping: AtomicBool,
     pub(crate) connections: AtomicUsize,
@@ -235,7 +234,6 @@ impl ServerBuilder {
         engine::raise_fd_limit(config.max_connections);
         let engine = engine::select(config.engine)?;
         let shared = Arc::new(Shared {
-            router: self.router,
             config,
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
@@ -244,6 +242,7 @@ impl ServerBuilder {
         let (workers, local_addr) = engine::bind_workers(engine, &shared, addr)?;
         Ok(Server {
             shared,
+            router: self.router,
             workers,
             local_addr,
             engine,
@@ -263,6 +262,8 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
 /// A bound server, ready to [`run`](Server::run) or [`spawn`](Server::spawn).
 pub struct Server {
     shared: Arc<Shared>,
+    /// Frozen and handed to the workers when serving starts.
+    router: Router,
     workers: Vec<Worker>,
     local_addr: SocketAddr,
     engine: EngineKind,
@@ -303,10 +304,27 @@ impl Server {
         &self.shared.config
     }
 
+    /// The procedures, still open to additions: the socket is bound, but nothing is served
+    /// until [`Server::run`], [`Server::spawn`] or [`Server::into_workers`] freezes the
+    /// table. Front ends whose users register procedures after binding (the C API's
+    /// `ucall_add_procedure` after `ucall_init`) add them here.
+    pub fn router_mut(&mut self) -> &mut Router {
+        &mut self.router
+    }
+
+    /// Freeze the procedures and give every worker the table.
+    fn hand_out_router(&mut self) {
+        let router = Arc::new(std::mem::take(&mut self.router));
+        for worker in &mut self.workers {
+            worker.set_router(Arc::clone(&router));
+        }
+    }
+
     /// Hand the workers to the caller, who drives each from a thread of its own with
     /// [`Worker::turn`] or [`Worker::run`]; the [`Stopper`] ends them all.
     #[must_use]
-    pub fn into_workers(self) -> (Stopper, Vec<Worker>) {
+    pub fn into_workers(mut self) -> (Stopper, Vec<Worker>) {
+        self.hand_out_router();
         (Stopper { shared: self.shared }, self.workers)
     }
 
@@ -314,7 +332,8 @@ impl Server {
     ///
     /// # Errors
     /// When a worker thread cannot be spawned.
-    pub fn spawn(self) -> Result<ServerHandle, Error> {
+    pub fn spawn(mut self) -> Result<ServerHandle, Error> {
+        self.hand_out_router();
         let mut threads = Vec::with_capacity(self.workers.len());
         for (index, worker) in self.workers.into_iter().enumerate() {
             let thread = std::thread::Builder::new()

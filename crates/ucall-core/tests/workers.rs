@@ -35,10 +35,17 @@ fn caller_threads_drive_workers_turn_by_turn_until_stopped() {
     for i in 0..20 {
         let mut stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        writeln!(stream, r#"{{"jsonrpc":"2.0","method":"sum","params":[{i},1],"id":{i}}}"#).unwrap();
+        writeln!(
+            stream,
+            r#"{{"jsonrpc":"2.0","method":"sum","params":[{i},1],"id":{i}}}"#
+        )
+        .unwrap();
         let mut line = String::new();
         BufReader::new(&stream).read_line(&mut line).expect("reply");
-        assert_eq!(line, format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":{}}}\n", i + 1));
+        assert_eq!(
+            line,
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":{}}}\n", i + 1)
+        );
     }
 
     let started = Instant::now();
@@ -48,4 +55,25 @@ fn caller_threads_drive_workers_turn_by_turn_until_stopped() {
     }
     assert!(started.elapsed() < Duration::from_secs(2), "workers stop promptly");
     assert!(TcpStream::connect(addr).is_err(), "nothing listens after the stop");
+}
+
+#[test]
+fn procedures_added_after_bind_are_served() {
+    let mut server = Server::builder().port(0).threads(1).bind().expect("bind");
+    let addr = server.local_addr();
+    server.router_mut().insert(
+        "late",
+        std::sync::Arc::new(|_: &ucall_core::Call<'_>, reply: &mut ucall_core::Reply<'_>| {
+            reply.raw("\"added after bind\"")
+        }),
+    );
+    let handle = server.spawn().expect("spawn");
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(stream, r#"{{"jsonrpc":"2.0","method":"late","id":1}}"#).unwrap();
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).expect("reply");
+    assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"added after bind\"}\n");
+    handle.stop();
+    handle.join();
 }

@@ -34,6 +34,11 @@ impl Worker {
     pub fn turn(&mut self, wait: Option<std::time::Duration>) -> bool {
         self.inner.turn(wait)
     }
+
+    /// Hand over the procedures this worker serves.
+    pub(crate) fn set_router(&mut self, router: Arc<crate::router::Router>) {
+        self.inner.router = router;
+    }
 }
 
 /// The engine that will run for `requested`, or why it cannot.

@@ -18,6 +18,7 @@ use slab::Slab;
 use crate::buffer::OutBuf;
 use crate::date::DateCache;
 use crate::error::Error;
+use crate::router::Router;
 use crate::server::Shared;
 use crate::session::{Context, Scratch, Session};
 
@@ -62,6 +63,8 @@ struct Conn {
 
 pub(crate) struct PollWorker {
     shared: Arc<Shared>,
+    /// The procedures, handed over when serving starts (see [`crate::Server::router_mut`]).
+    pub(crate) router: Arc<Router>,
     poll: Poll,
     waker: Arc<Waker>,
     listener: Option<TcpListener>,
@@ -99,6 +102,7 @@ impl PollWorker {
             .map_err(|e| Error::io("cannot register the listener", e))?;
         Ok(PollWorker {
             shared,
+            router: Arc::default(),
             poll,
             waker,
             listener: Some(listener),
@@ -244,7 +248,7 @@ impl PollWorker {
         let shared = &*self.shared;
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut ctx = Context {
-            router: &shared.router,
+            router: &self.router,
             limits: &shared.config.limits,
             date: self.date.get(),
             scratch: &mut self.scratch,
