@@ -72,6 +72,8 @@ struct Complex<'a> {
 
 /// serde_json with borrowed raw values: what ucall-core does today.
 fn with_serde_json(text: &[u8], args: Args) -> u64 {
+    // As the server does: one UTF-8 check, then the parser works on text.
+    let text = std::str::from_utf8(text).unwrap();
     let Ok(Envelope::Request(request)) = parse_request(text) else { panic!("not a request") };
     let call = Call::new(&request.method, request.params, request.id);
     let id_len = request.id.map_or(0, str::len) as u64;

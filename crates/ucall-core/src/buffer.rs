@@ -4,17 +4,30 @@
 //!
 //! Ranges let a reply's HTTP head be written *after* its body (once the body's length is
 //! known) into room reserved before the body, without moving the body.
+//!
+//! A range may also be a *hole*: the place of a reply that a procedure completes later
+//! (see [`crate::Deferred`]). Nothing after a hole is sent until it is filled, so replies
+//! leave in request order whatever order they complete in.
 
 use std::io::IoSlice;
 use std::ops::Range;
+
+#[derive(Debug, Clone)]
+struct Segment {
+    range: Range<usize>,
+    /// `Some(id)` while this is an unfilled hole.
+    hole: Option<u64>,
+}
 
 /// Bytes waiting to be sent on one connection.
 #[derive(Default, Debug)]
 pub struct OutBuf {
     data: Vec<u8>,
-    segments: Vec<Range<usize>>,
+    segments: Vec<Segment>,
     /// Index of the first segment not yet fully sent.
     first: usize,
+    /// Segments before this index are never extended by a later commit.
+    barrier: usize,
 }
 
 impl OutBuf {
@@ -34,10 +47,12 @@ impl OutBuf {
         if range.is_empty() {
             return;
         }
-        let has_unsent = self.segments.len() > self.first;
+        let can_extend = self.segments.len() > self.first.max(self.barrier);
         match self.segments.last_mut() {
-            Some(last) if has_unsent && last.end == range.start => last.end = range.end,
-            _ => self.segments.push(range),
+            Some(last) if can_extend && last.hole.is_none() && last.range.end == range.start => {
+                last.range.end = range.end;
+            }
+            _ => self.segments.push(Segment { range, hole: None }),
         }
     }
 
@@ -48,23 +63,56 @@ impl OutBuf {
         self.commit(start..self.data.len());
     }
 
-    /// Bytes queued and not yet sent.
-    #[must_use]
-    pub fn pending(&self) -> usize {
-        self.segments[self.first..].iter().map(ExactSizeIterator::len).sum()
+    /// Queue a hole named `id`: the bytes queued after it wait until [`OutBuf::fill`].
+    pub fn push_hole(&mut self, id: u64) {
+        let at = self.data.len();
+        self.segments.push(Segment {
+            range: at..at,
+            hole: Some(id),
+        });
     }
 
-    /// Whether nothing is queued.
+    /// Fill hole `id` with what `write` queues (through `commit`/`push`). Returns `false`
+    /// (and queues nothing) when there is no such hole.
+    pub fn fill(&mut self, id: u64, write: impl FnOnce(&mut OutBuf)) -> bool {
+        let Some(index) = self.segments.iter().position(|s| s.hole == Some(id)) else {
+            return false;
+        };
+        let before = self.segments.len();
+        let barrier = std::mem::replace(&mut self.barrier, before);
+        write(self);
+        self.barrier = barrier;
+        let written: Vec<Segment> = self.segments.drain(before..).collect();
+        self.segments.splice(index..=index, written);
+        true
+    }
+
+    /// Bytes queued and not yet sent (holes count nothing).
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.segments[self.first..].iter().map(|s| s.range.len()).sum()
+    }
+
+    /// Whether nothing is queued, not even a hole.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.first == self.segments.len()
     }
 
-    /// Fill `slices` with the queued bytes, in order; returns how many were filled.
+    /// Whether bytes can be sent now (some are queued before the first hole).
+    #[must_use]
+    pub fn has_sendable(&self) -> bool {
+        self.segments.get(self.first).is_some_and(|s| s.hole.is_none())
+    }
+
+    /// Fill `slices` with the queued bytes up to the first hole; returns how many were filled.
     pub fn io_slices<'s>(&'s self, slices: &mut [IoSlice<'s>]) -> usize {
         let mut n = 0;
-        for (slot, range) in slices.iter_mut().zip(&self.segments[self.first..]) {
-            *slot = IoSlice::new(&self.data[range.clone()]);
+        for (slot, segment) in slices.iter_mut().zip(&self.segments[self.first..]) {
+            if segment.hole.is_some() {
+                break;
+            }
+            *slot = IoSlice::new(&self.data[segment.range.clone()]);
             n += 1;
         }
         n
@@ -74,10 +122,13 @@ impl OutBuf {
     pub fn advance(&mut self, mut sent: usize) {
         while sent > 0 && self.first < self.segments.len() {
             let segment = &mut self.segments[self.first];
-            let take = sent.min(segment.len());
-            segment.start += take;
+            if segment.hole.is_some() {
+                break;
+            }
+            let take = sent.min(segment.range.len());
+            segment.range.start += take;
             sent -= take;
-            if segment.start == segment.end {
+            if segment.range.is_empty() && segment.hole.is_none() {
                 self.first += 1;
             }
         }
@@ -91,6 +142,7 @@ impl OutBuf {
         self.data.clear();
         self.segments.clear();
         self.first = 0;
+        self.barrier = 0;
     }
 
     /// Release memory held beyond `keep` bytes (after a large reply), once all is sent.
@@ -101,12 +153,13 @@ impl OutBuf {
         }
     }
 
-    /// Everything queued, concatenated (for tests and diagnostics).
+    /// Everything queued up to the first hole, concatenated (for tests and diagnostics).
     #[must_use]
     pub fn to_vec(&self) -> Vec<u8> {
         self.segments[self.first..]
             .iter()
-            .flat_map(|r| self.data[r.clone()].iter().copied())
+            .take_while(|s| s.hole.is_none())
+            .flat_map(|s| self.data[s.range.clone()].iter().copied())
             .collect()
     }
 }
@@ -131,5 +184,24 @@ mod tests {
         out.advance(3);
         assert!(out.is_empty());
         assert!(out.data().is_empty());
+    }
+
+    #[test]
+    fn holes_hold_back_what_follows_until_filled() {
+        let mut out = OutBuf::new();
+        out.push(b"1;");
+        out.push_hole(7);
+        out.push(b"3;");
+        out.push_hole(8);
+        assert_eq!(out.to_vec(), b"1;");
+        out.advance(2);
+        assert!(!out.has_sendable() && !out.is_empty());
+        assert!(out.fill(8, |o| o.push(b"4;")));
+        assert_eq!(out.to_vec(), b"");
+        assert!(out.fill(7, |o| o.push(b"2;")));
+        assert!(!out.fill(7, |o| o.push(b"again")));
+        assert_eq!(out.to_vec(), b"2;3;4;");
+        out.advance(6);
+        assert!(out.is_empty());
     }
 }

@@ -23,6 +23,7 @@
 
 pub mod buffer;
 mod date;
+pub mod defer;
 pub mod engine;
 mod error;
 pub mod http1;
@@ -32,6 +33,7 @@ mod server;
 pub mod session;
 pub mod stream;
 
+pub use defer::Deferred;
 pub use engine::Worker;
 pub use error::Error;
 pub use jsonrpc::{ErrorCode, RpcError};

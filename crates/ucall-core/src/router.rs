@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::defer::{Deferred, Target};
 use crate::jsonrpc::scan::{key_equals, Elements, Members};
 use crate::jsonrpc::RpcError;
 
@@ -249,15 +250,47 @@ fn wrong_type(error: &serde_json::Error, name: &str) -> RpcError {
 }
 
 /// Where a handler writes its result: straight into the connection's output buffer.
+///
+/// A handler that cannot answer at once calls [`Reply::defer`] and completes the
+/// returned [`Deferred`] later, from any thread.
 pub struct Reply<'o> {
     out: &'o mut Vec<u8>,
     start: usize,
+    deferral: Option<(Target<'o>, &'o mut u64)>,
+    deferred: Option<u64>,
 }
 
 impl<'o> Reply<'o> {
-    pub(crate) fn new(out: &'o mut Vec<u8>) -> Self {
+    pub(crate) fn new(out: &'o mut Vec<u8>, deferral: Option<(Target<'o>, &'o mut u64)>) -> Self {
         let start = out.len();
-        Reply { out, start }
+        Reply {
+            out,
+            start,
+            deferral,
+            deferred: None,
+        }
+    }
+
+    /// Answer later: the returned handle completes the call from any thread, and replies
+    /// on the connection still leave in request order. Anything written to this `Reply`
+    /// is discarded.
+    ///
+    /// # Errors
+    /// `-32603` where deferring is not available (a session driven without an engine).
+    pub fn defer(&mut self) -> Result<Deferred, RpcError> {
+        let Some((target, next_slot)) = self.deferral.as_mut() else {
+            return Err(RpcError::internal("Internal error: this server cannot defer replies"));
+        };
+        let slot = **next_slot;
+        **next_slot += 1;
+        self.deferred = Some(slot);
+        self.out.truncate(self.start);
+        Ok(Deferred::new(*target, slot))
+    }
+
+    /// The slot of the deferred reply, if [`Reply::defer`] was called.
+    pub(crate) fn deferred(&self) -> Option<u64> {
+        self.deferred
     }
 
     /// Whether a result has been written.
@@ -342,7 +375,7 @@ mod tests {
     #[test]
     fn reply_rewrites_and_validates() {
         let mut out = b"prefix".to_vec();
-        let mut reply = Reply::new(&mut out);
+        let mut reply = Reply::new(&mut out, None);
         assert!(!reply.is_written());
         reply.json(&[1, 2]).unwrap();
         reply.json(&0.1_f64).unwrap();

@@ -7,9 +7,10 @@
 use serde::de::IgnoredAny;
 
 use crate::buffer::OutBuf;
+use crate::defer::{Outcome as Completed, Target};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
-use crate::jsonrpc::{self, ErrorCode, Outcome, RpcError};
+use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
 use crate::router::{Call, Router};
 use crate::stream::{Frame, Framer};
 
@@ -53,6 +54,37 @@ pub struct Context<'a> {
     pub date: &'a [u8],
     /// Reused buffers.
     pub scratch: &'a mut Scratch,
+    /// Where this connection's deferred replies report; `None` where deferring is unavailable.
+    pub defer: Option<Target<'a>>,
+}
+
+/// Most messages of one connection whose replies may be awaited at once; beyond it the
+/// session reads no further requests until some complete.
+const MAX_PENDING_MESSAGES: usize = 1024;
+
+/// A message whose reply waits for deferred calls: its text so far with the places where
+/// the deferred replies go, and the hole it fills in the output.
+#[derive(Debug)]
+struct PendingMessage {
+    hole: u64,
+    kind: MessageKind,
+    text: Vec<u8>,
+    slots: Vec<PendingSlot>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum MessageKind {
+    Stream,
+    Http(Persistence),
+}
+
+#[derive(Debug)]
+struct PendingSlot {
+    at: usize,
+    slot: u64,
+    /// The request's raw id; `None` for a REST call (the bare result is the body).
+    id: Option<Box<str>>,
+    outcome: Option<Completed>,
 }
 
 /// What one [`Session::feed`] did.
@@ -89,6 +121,9 @@ pub struct Session {
     chunked: ChunkedDecoder,
     body: Vec<u8>,
     framer: Framer,
+    next_slot: u64,
+    next_hole: u64,
+    pending: Vec<PendingMessage>,
 }
 
 impl Default for Session {
@@ -109,6 +144,9 @@ impl Session {
             chunked: ChunkedDecoder::default(),
             body: Vec::new(),
             framer: Framer::default(),
+            next_slot: 0,
+            next_hole: 0,
+            pending: Vec::new(),
         }
     }
 
@@ -118,7 +156,7 @@ impl Session {
     /// flushing), so a client that sends without reading cannot grow the output unbounded.
     pub fn feed(&mut self, input: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>, out_budget: usize) -> Progress {
         let mut consumed = 0;
-        while !self.closing && consumed < input.len() && out.pending() <= out_budget {
+        while !self.closing && consumed < input.len() && out.pending() <= out_budget && !self.is_saturated() {
             let rest = &input[consumed..];
             let (used, step) = match self.protocol {
                 Protocol::Unknown => {
@@ -164,6 +202,77 @@ impl Session {
         self.protocol != Protocol::Stream && self.pending_head.is_none()
     }
 
+    /// Whether replies are awaited from deferred calls.
+    #[must_use]
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether so many replies are awaited that no further request is read for now.
+    #[must_use]
+    pub fn is_saturated(&self) -> bool {
+        self.pending.len() >= MAX_PENDING_MESSAGES
+    }
+
+    /// A deferred call finished: put its reply in place, and once its message is whole,
+    /// queue the message's reply. Returns `false` for a slot this session does not await
+    /// (a notification, or a call whose handler failed after deferring).
+    pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
+        let found = self.pending.iter_mut().enumerate().find_map(|(index, message)| {
+            message
+                .slots
+                .iter_mut()
+                .find(|s| s.slot == slot && s.outcome.is_none())
+                .map(|s| (index, s))
+        });
+        let Some((index, pending_slot)) = found else {
+            return false;
+        };
+        pending_slot.outcome = Some(outcome);
+        if self.pending[index].slots.iter().all(|s| s.outcome.is_some()) {
+            let message = self.pending.swap_remove(index);
+            render(message, out, date);
+        }
+        true
+    }
+
+    /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in
+    /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
+    fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
+        let text = out.data().split_off(start);
+        self.hold_text(out, text, start, kind, deferred);
+    }
+
+    /// Like [`Session::hold`] for a message whose `text` was taken out already; `base` is
+    /// the offset it had, which the offsets in `deferred` count from.
+    fn hold_text(
+        &mut self,
+        out: &mut OutBuf,
+        text: Vec<u8>,
+        base: usize,
+        kind: MessageKind,
+        deferred: &mut Vec<DeferredAt>,
+    ) {
+        let slots = deferred
+            .drain(..)
+            .map(|d| PendingSlot {
+                at: d.offset - base,
+                slot: d.slot,
+                id: d.id,
+                outcome: None,
+            })
+            .collect();
+        let hole = self.next_hole;
+        self.next_hole += 1;
+        out.push_hole(hole);
+        self.pending.push(PendingMessage {
+            hole,
+            kind,
+            text,
+            slots,
+        });
+    }
+
     /// Called when a client took too long: queue the reply it gets, if any, before closing.
     pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
         if self.protocol == Protocol::Http && !self.closing {
@@ -204,12 +313,21 @@ impl Session {
                 let data = out.data();
                 let start = data.len();
                 let text = &rest[range.clone()];
-                let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, &mut ctx.scratch.jsonrpc, data);
+                let mut deferrals = Deferrals {
+                    target: ctx.defer,
+                    next_slot: &mut self.next_slot,
+                };
+                let scratch = &mut ctx.scratch.jsonrpc;
+                let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
                 if outcome != Outcome::Silent {
                     data.push(b'\n');
                 }
-                let end = data.len();
-                out.commit(start..end);
+                if scratch.deferred.is_empty() {
+                    let end = data.len();
+                    out.commit(start..end);
+                } else {
+                    self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
+                }
                 (
                     range.end,
                     if outcome == Outcome::ParseError {
@@ -330,17 +448,44 @@ impl Session {
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
-        if is_jsonrpc {
-            http1::respond(out, persistence, ctx.date, |data| {
-                match jsonrpc::process(body, ctx.router, ctx.limits.max_batch, &mut scratch.jsonrpc, data) {
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut self.next_slot,
+        };
+        // A reply that waits for deferred calls is taken out whole, with where it began.
+        let mut held: Option<(Vec<u8>, usize)> = None;
+        http1::respond(out, persistence, ctx.date, |data| {
+            let start = data.len();
+            let status = if is_jsonrpc {
+                match jsonrpc::process(
+                    body,
+                    ctx.router,
+                    ctx.limits.max_batch,
+                    &mut scratch.jsonrpc,
+                    &mut deferrals,
+                    data,
+                ) {
                     Outcome::Silent => Status::NoContent,
                     Outcome::Replied | Outcome::ParseError => Status::Ok,
                 }
-            });
-        } else {
-            http1::respond(out, persistence, ctx.date, |data| {
-                rest_call(head.method, target, body, ctx.router, scratch, data)
-            });
+            } else {
+                rest_call(head.method, target, body, ctx.router, scratch, &mut deferrals, data)
+            };
+            if scratch.jsonrpc.deferred.is_empty() {
+                Some(status)
+            } else {
+                held = Some((data.split_off(start), start));
+                None
+            }
+        });
+        if let Some((text, base)) = held {
+            self.hold_text(
+                out,
+                text,
+                base,
+                MessageKind::Http(persistence),
+                &mut ctx.scratch.jsonrpc.deferred,
+            );
         }
         if head.keep_alive {
             Step::Progressed
@@ -375,8 +520,10 @@ fn rest_call(
     body: &[u8],
     router: &Router,
     scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
     data: &mut Vec<u8>,
 ) -> Status {
+    scratch.jsonrpc.deferred.clear();
     let Some(query) = rest::split_target(target, &mut scratch.name) else {
         return rest_error(
             data,
@@ -414,8 +561,16 @@ fn rest_call(
         },
     };
     let call = Call::new(name, params, Some("null"));
-    match jsonrpc::invoke(handler, &call, data) {
-        Ok(()) => Status::Ok,
+    match jsonrpc::invoke(handler, &call, deferrals, data) {
+        Ok(Invoked::Done) => Status::Ok,
+        Ok(Invoked::Deferred(slot)) => {
+            scratch.jsonrpc.deferred.push(DeferredAt {
+                offset: data.len(),
+                slot,
+                id: None,
+            });
+            Status::Ok
+        }
         Err(error) => rest_error(data, &error),
     }
 }
@@ -439,6 +594,34 @@ fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
         };
         let message = format!("{}: {}", reject.status.code(), reject.reason);
         jsonrpc::write_error_object(data, code.code(), &message, None);
-        reject.status
+        Some(reject.status)
+    });
+}
+
+/// Write a held message's reply, now that every deferred call in it has finished.
+fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
+    let mut body = Vec::with_capacity(message.text.len() + 64);
+    let mut status = Status::Ok;
+    let mut copied = 0;
+    for slot in message.slots {
+        body.extend_from_slice(&message.text[copied..slot.at]);
+        copied = slot.at;
+        let outcome = slot
+            .outcome
+            .expect("invariant: rendered only once every slot is filled");
+        match (slot.id, outcome) {
+            (Some(id), Ok(result)) => jsonrpc::write_result(&mut body, &id, &result),
+            (Some(id), Err(error)) => jsonrpc::write_rpc_error(&mut body, Some(&id), &error),
+            (None, Ok(result)) => body.extend_from_slice(&result),
+            (None, Err(error)) => status = rest_error(&mut body, &error),
+        }
+    }
+    body.extend_from_slice(&message.text[copied..]);
+    out.fill(message.hole, |out| match message.kind {
+        MessageKind::Stream => out.push(&body),
+        MessageKind::Http(persistence) => http1::respond(out, persistence, date, |data| {
+            data.extend_from_slice(&body);
+            Some(status)
+        }),
     });
 }

@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use ucall_core::buffer::OutBuf;
+use ucall_core::defer::{Sink, Target};
 use ucall_core::session::{Context, Limits, Scratch, Session};
 use ucall_core::{Call, Reply, Router, RpcError};
 
@@ -57,6 +58,8 @@ fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
     let router = router();
     let limits = Limits::default();
     let mut scratch = Scratch::default();
+    // As in the engine: deferring is available, though these procedures answer at once.
+    let sink = Sink::new(|| {});
     let mut session = Session::new();
     let mut out = OutBuf::new();
     let date = *b"Sun, 06 Nov 1994 08:49:37 GMT";
@@ -70,6 +73,11 @@ fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
             limits: &limits,
             date: &date,
             scratch: &mut scratch,
+            defer: Some(Target {
+                sink: &sink,
+                conn: 0,
+                generation: 0,
+            }),
         };
         let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());

@@ -375,6 +375,7 @@ fn feed(
         limits,
         date: b"Sun, 06 Nov 1994 08:49:37 GMT",
         scratch,
+        defer: None,
     };
     let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
     (out.to_vec(), progress.close)

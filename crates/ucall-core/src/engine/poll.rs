@@ -17,6 +17,7 @@ use slab::Slab;
 
 use crate::buffer::OutBuf;
 use crate::date::DateCache;
+use crate::defer::{Completion, Sink, Target};
 use crate::error::Error;
 use crate::router::Router;
 use crate::server::Shared;
@@ -59,6 +60,9 @@ struct Conn {
     closing: bool,
     last_progress: Instant,
     head_started: Option<Instant>,
+    /// Tells this connection from an earlier one in the same slab slot, so that a late
+    /// deferred reply never reaches the wrong client.
+    generation: u64,
 }
 
 pub(crate) struct PollWorker {
@@ -78,6 +82,10 @@ pub(crate) struct PollWorker {
     drain_deadline: Option<Instant>,
     events: Events,
     finished: bool,
+    /// Deferred replies arrive here from any thread; the waker announces them.
+    sink: Arc<Sink>,
+    completions: Vec<Completion>,
+    next_generation: u64,
 }
 
 pub(crate) fn register_wakers(shared: &Shared, workers: &[&PollWorker]) {
@@ -96,6 +104,12 @@ impl PollWorker {
     pub(crate) fn new(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<Self, Error> {
         let poll = Poll::new().map_err(|e| Error::io("cannot create a poller", e))?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("cannot create a waker", e))?);
+        let sink = {
+            let waker = Arc::clone(&waker);
+            Sink::new(move || {
+                let _ = waker.wake();
+            })
+        };
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
@@ -115,6 +129,9 @@ impl PollWorker {
             drain_deadline: None,
             events: Events::with_capacity(1024),
             finished: false,
+            sink,
+            completions: Vec::new(),
+            next_generation: 0,
         })
     }
 
@@ -147,7 +164,7 @@ impl PollWorker {
         for event in &events {
             match event.token() {
                 LISTENER => self.accept(),
-                WAKER => {}
+                WAKER => self.deliver_completions(),
                 Token(token) => {
                     let key = token - FIRST_CONNECTION;
                     if let Some(conn) = self.conns.get_mut(key) {
@@ -226,7 +243,9 @@ impl PollWorker {
                 continue;
             }
             let now = Instant::now();
+            self.next_generation += 1;
             entry.insert(Conn {
+                generation: self.next_generation,
                 stream,
                 session: Session::new(),
                 input: Vec::new(),
@@ -252,18 +271,23 @@ impl PollWorker {
             limits: &shared.config.limits,
             date: self.date.get(),
             scratch: &mut self.scratch,
+            defer: Some(Target {
+                sink: &self.sink,
+                conn: key,
+                generation: conn.generation,
+            }),
         };
         let mut reads = 0;
         let mut failed = false;
         loop {
-            if !conn.out.is_empty() && flush(conn).is_err() {
+            if conn.out.has_sendable() && flush(conn).is_err() {
                 failed = true;
                 break;
             }
             if conn.closing {
                 break;
             }
-            if conn.out.pending() > OUTPUT_HIGH_WATER {
+            if conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated() {
                 break;
             }
             if conn.backlog {
@@ -310,6 +334,35 @@ impl PollWorker {
         self.schedule_scan(deadline);
     }
 
+    /// Put the deferred replies that arrived in place and send what they unblock.
+    fn deliver_completions(&mut self) {
+        let mut completions = std::mem::take(&mut self.completions);
+        self.sink.drain(&mut completions);
+        let mut touched = Vec::new();
+        for completion in completions.drain(..) {
+            let Some(conn) = self.conns.get_mut(completion.conn) else {
+                continue;
+            };
+            if conn.generation != completion.generation {
+                continue;
+            }
+            if conn
+                .session
+                .complete(completion.slot, completion.outcome, &mut conn.out, self.date.get())
+                && !touched.contains(&completion.conn)
+            {
+                touched.push(completion.conn);
+            }
+        }
+        self.completions = completions;
+        for key in touched {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.backlog |= !conn.input.is_empty();
+            }
+            self.serve(key);
+        }
+    }
+
     fn schedule_scan(&mut self, at: Instant) {
         let at = at.max(Instant::now() + SCAN_GRANULARITY);
         if self.next_scan.is_none_or(|next| at < next) {
@@ -324,6 +377,10 @@ impl PollWorker {
         let mut expired = Vec::new();
         let mut earliest: Option<Instant> = None;
         for (key, conn) in &self.conns {
+            if conn.session.has_pending() {
+                // Waiting on the server, not on the client: no client time-out applies.
+                continue;
+            }
             let deadline = deadline(conn, config);
             if deadline <= now {
                 expired.push(key);
@@ -430,7 +487,8 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
                 .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
             conn.input.extend_from_slice(&read_buf[progress.consumed..read]);
             conn.closing |= progress.close;
-            conn.backlog = !conn.input.is_empty() && conn.out.pending() > OUTPUT_HIGH_WATER;
+            conn.backlog =
+                !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
         }
     } else {
         feed_input(conn, ctx);
@@ -445,7 +503,7 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
     conn.input.drain(..progress.consumed);
     conn.closing |= progress.close;
-    conn.backlog = !conn.input.is_empty() && conn.out.pending() > OUTPUT_HIGH_WATER;
+    conn.backlog = !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
     if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
         conn.input = Vec::new();
     }
@@ -454,7 +512,7 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
 /// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
 /// writable event).
 fn flush(conn: &mut Conn) -> io::Result<()> {
-    while !conn.out.is_empty() {
+    while conn.out.has_sendable() {
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let count = conn.out.io_slices(&mut slices);
         match conn.stream.write_vectored(&slices[..count]) {

@@ -281,19 +281,23 @@ pub enum Persistence {
 /// Append a response whose body `write_body` writes straight into the output buffer.
 ///
 /// `write_body` returns the status, so that it can depend on the body (`204` when the body
-/// is empty because only notifications came). `date` is the current IMF-fixdate
+/// is empty because only notifications came), or `None` to send nothing after all (the
+/// reply was deferred; whatever it wrote is dropped). `date` is the current IMF-fixdate
 /// (RFC 9110 §5.6.7). A `204` gets no body and no body headers.
 pub fn respond(
     out: &mut OutBuf,
     persistence: Persistence,
     date: &[u8],
-    write_body: impl FnOnce(&mut Vec<u8>) -> Status,
+    write_body: impl FnOnce(&mut Vec<u8>) -> Option<Status>,
 ) {
     let data = out.data();
     let reserved = data.len();
     data.resize(reserved + HEAD_ROOM, 0);
     let body_start = data.len();
-    let status = write_body(data);
+    let Some(status) = write_body(data) else {
+        data.truncate(reserved);
+        return;
+    };
     if status == Status::NoContent {
         data.truncate(body_start);
     }
@@ -420,7 +424,7 @@ mod tests {
         out.push(b"previous|");
         respond(&mut out, Persistence::Close, b"Sun, 06 Nov 1994 08:49:37 GMT", |b| {
             b.extend_from_slice(b"[1]");
-            Status::Ok
+            Some(Status::Ok)
         });
         let text = String::from_utf8(out.to_vec()).unwrap();
         assert_eq!(

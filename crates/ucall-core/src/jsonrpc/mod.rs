@@ -14,6 +14,7 @@ pub use codes::ErrorCode;
 pub use error::RpcError;
 use message::{Element, Envelope, ParseError, Request};
 
+use crate::defer::Target;
 use crate::router::{Call, Handler, Reply, Router};
 
 /// What processing one message produced.
@@ -31,10 +32,51 @@ pub enum Outcome {
 #[derive(Default)]
 pub struct Scratch {
     elements: Vec<Element>,
+    /// Replies of the last message that will come later, in order of their place.
+    pub(crate) deferred: Vec<DeferredAt>,
+}
+
+/// A deferred reply's place in the message's output.
+#[derive(Debug)]
+pub(crate) struct DeferredAt {
+    /// Offset in the output where the reply goes.
+    pub(crate) offset: usize,
+    /// The [`crate::Deferred`] slot that will bring it.
+    pub(crate) slot: u64,
+    /// The request's raw id (`None`: REST, where the bare result goes).
+    pub(crate) id: Option<Box<str>>,
+}
+
+/// Where handlers of one connection may defer replies to (see [`crate::Deferred`]).
+pub struct Deferrals<'a> {
+    /// The connection's identity and its worker's sink; `None` when deferring is unavailable.
+    pub target: Option<Target<'a>>,
+    /// The connection's counter of deferred replies.
+    pub next_slot: &'a mut u64,
+}
+
+/// What running a handler produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invoked {
+    /// The result was appended.
+    Done,
+    /// The handler deferred; the result will come with this slot.
+    Deferred(u64),
 }
 
 /// Process one JSON text (a request or a batch), appending the reply to `out`.
-pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+///
+/// Replies that handlers defer are not written: their places are listed in
+/// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
+pub fn process(
+    text: &[u8],
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    scratch.deferred.clear();
     // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
     // works on `str` and every slice it hands out is text already.
     let Ok(text) = std::str::from_utf8(text) else {
@@ -44,7 +86,7 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
     if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
             Ok(envelope) => {
-                if answer(&envelope, router, out) {
+                if answer(&envelope, router, deferrals, &mut scratch.deferred, out) {
                     Outcome::Replied
                 } else {
                     Outcome::Silent
@@ -90,7 +132,7 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
         if replies > 0 {
             out.push(b',');
         }
-        if answer(&element.envelope(text), router, out) {
+        if answer(&element.envelope(text), router, deferrals, &mut scratch.deferred, out) {
             replies += 1;
         } else {
             out.truncate(comma_at);
@@ -107,18 +149,30 @@ pub fn process(text: &[u8], router: &Router, max_batch: usize, scratch: &mut Scr
 }
 
 /// Answer one element; returns whether a reply was appended.
-fn answer(envelope: &Envelope<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
+fn answer(
+    envelope: &Envelope<'_>,
+    router: &Router,
+    deferrals: &mut Deferrals<'_>,
+    deferred: &mut Vec<DeferredAt>,
+    out: &mut Vec<u8>,
+) -> bool {
     match envelope {
         Envelope::Invalid { id, reason } => {
             let message = format!("Invalid Request: {reason}");
             write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
             true
         }
-        Envelope::Request(request) => call(request, router, out),
+        Envelope::Request(request) => call(request, router, deferrals, deferred, out),
     }
 }
 
-fn call(request: &Request<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
+fn call(
+    request: &Request<'_>,
+    router: &Router,
+    deferrals: &mut Deferrals<'_>,
+    deferred: &mut Vec<DeferredAt>,
+    out: &mut Vec<u8>,
+) -> bool {
     let start = out.len();
     let id = request.id;
     let outcome = match router.get(&request.method) {
@@ -127,7 +181,7 @@ fn call(request: &Request<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
             out.extend_from_slice(b",\"result\":");
             let call = Call::new(&request.method, request.params, id);
-            invoke(handler, &call, out)
+            invoke(handler, &call, deferrals, out)
         }
         None => Err(RpcError::method_not_found(&request.method)),
     };
@@ -137,7 +191,15 @@ fn call(request: &Request<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
         return false;
     }
     match outcome {
-        Ok(()) => out.push(b'}'),
+        Ok(Invoked::Done) => out.push(b'}'),
+        Ok(Invoked::Deferred(slot)) => {
+            out.truncate(start);
+            deferred.push(DeferredAt {
+                offset: start,
+                slot,
+                id: id.map(Box::from),
+            });
+        }
         Err(error) => {
             out.truncate(start);
             write_rpc_error(out, id, &error);
@@ -152,17 +214,27 @@ fn call(request: &Request<'_>, router: &Router, out: &mut Vec<u8>) -> bool {
 ///
 /// # Errors
 /// The handler's error, or `-32603` when it panicked.
-pub fn invoke(handler: &dyn Handler, call: &Call<'_>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+pub fn invoke(
+    handler: &dyn Handler,
+    call: &Call<'_>,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Invoked, RpcError> {
     let start = out.len();
-    let mut reply = Reply::new(out);
+    let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
+    let deferred = reply.deferred();
     match result {
         Ok(()) => {
+            if let Some(slot) = deferred {
+                out.truncate(start);
+                return Ok(Invoked::Deferred(slot));
+            }
             if out.len() == start {
                 out.extend_from_slice(b"null");
             }
-            Ok(())
+            Ok(Invoked::Done)
         }
         Err(error) => {
             out.truncate(start);
@@ -192,6 +264,15 @@ fn write_parse_error(out: &mut Vec<u8>) {
         "Parse error: the message is not valid JSON",
         None,
     );
+}
+
+/// Append `{"jsonrpc":"2.0","id":ID,"result":RESULT}`; both are raw JSON.
+pub(crate) fn write_result(out: &mut Vec<u8>, id: &str, result: &[u8]) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result);
+    out.push(b'}');
 }
 
 /// Append the error object `error` as the reply to `id`.

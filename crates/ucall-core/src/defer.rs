@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Deferred replies: a procedure may answer later, from any thread.
+//!
+//! A handler calls [`crate::Reply::defer`] and gets a [`Deferred`]; it can hand that to a
+//! thread pool, an event loop or another service, and complete it when the result is
+//! known. The reply's place in the connection's output is held meanwhile, so replies
+//! still leave in request order. Completions travel to the connection's worker through its
+//! [`Sink`], which wakes the worker.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+
+use crate::jsonrpc::RpcError;
+
+/// What a deferred call produced: the result's JSON text, or an error.
+pub type Outcome = Result<Vec<u8>, RpcError>;
+
+/// A finished deferred call on its way back to its connection.
+#[derive(Debug)]
+pub struct Completion {
+    /// The connection's slot in its worker.
+    pub conn: usize,
+    /// The connection's generation, so that a reused slot is not answered by mistake.
+    pub generation: u64,
+    /// Which deferred call of that connection.
+    pub slot: u64,
+    /// The result.
+    pub outcome: Outcome,
+}
+
+/// One worker's queue of completions, and how to wake the worker.
+pub struct Sink {
+    queue: Mutex<Vec<Completion>>,
+    wake: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Sink {
+    /// A sink that calls `wake` after each completion is queued.
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Sink {
+            queue: Mutex::new(Vec::new()),
+            wake: Box::new(wake),
+        })
+    }
+
+    /// Move every queued completion into `into`.
+    pub fn drain(&self, into: &mut Vec<Completion>) {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        into.append(&mut queue);
+    }
+
+    fn push(&self, completion: Completion) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(completion);
+        (self.wake)();
+    }
+}
+
+/// Where deferred calls of one connection report: its worker's sink and its identity.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// The worker's sink.
+    pub sink: &'a Arc<Sink>,
+    /// The connection's slot.
+    pub conn: usize,
+    /// The connection's generation.
+    pub generation: u64,
+}
+
+/// A reply promised by a procedure, to be completed once, from any thread.
+///
+/// Dropping it without completing answers `-32603`, so that no caller waits forever.
+#[must_use = "a deferred reply must be completed; dropping it answers -32603"]
+pub struct Deferred {
+    sink: Arc<Sink>,
+    conn: usize,
+    generation: u64,
+    slot: u64,
+    done: bool,
+}
+
+impl Deferred {
+    pub(crate) fn new(target: Target<'_>, slot: u64) -> Self {
+        Deferred {
+            sink: Arc::clone(target.sink),
+            conn: target.conn,
+            generation: target.generation,
+            slot,
+            done: false,
+        }
+    }
+
+    /// Answer with `value`, serialized to JSON (`-32603` if it cannot be).
+    pub fn json<T: Serialize + ?Sized>(self, value: &T) {
+        let outcome = serde_json::to_vec(value)
+            .map_err(|e| RpcError::internal(format!("Internal error: result cannot be serialized: {e}")));
+        self.finish(outcome);
+    }
+
+    /// Answer with `json`, which is checked to be one valid JSON text (`-32603` if not).
+    pub fn raw(self, json: &str) {
+        let outcome = match serde_json::from_str::<serde::de::IgnoredAny>(json) {
+            Ok(_) => Ok(json.trim().as_bytes().to_vec()),
+            Err(_) => Err(RpcError::internal(
+                "Internal error: the procedure replied with invalid JSON",
+            )),
+        };
+        self.finish(outcome);
+    }
+
+    /// Answer with an error.
+    pub fn error(self, error: RpcError) {
+        self.finish(Err(error));
+    }
+
+    /// Answer with a result or an error.
+    pub fn complete(self, outcome: Outcome) {
+        self.finish(outcome);
+    }
+
+    fn finish(mut self, outcome: Outcome) {
+        self.done = true;
+        self.sink.push(Completion {
+            conn: self.conn,
+            generation: self.generation,
+            slot: self.slot,
+            outcome,
+        });
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if !self.done {
+            let outcome = Err(RpcError::internal("Internal error: the procedure dropped its reply"));
+            self.sink.push(Completion {
+                conn: self.conn,
+                generation: self.generation,
+                slot: self.slot,
+                outcome,
+            });
+        }
+    }
+}

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Deferred replies: procedures that answer later, from other threads, while replies on
+//! each connection still leave in request order.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ucall_core::buffer::OutBuf;
+use ucall_core::defer::{Completion, Sink, Target};
+use ucall_core::session::{Context, Limits, Scratch, Session};
+use ucall_core::{Call, Deferred, Reply, Router, RpcError, Server};
+
+type Parked = Arc<Mutex<Vec<(String, Deferred)>>>;
+
+/// A router whose `later` procedure parks its reply (tagged with its `tag` param) and whose
+/// `now` procedure answers at once.
+fn router(parked: &Parked) -> Router {
+    let mut router = Router::new();
+    let parked = Arc::clone(parked);
+    let later = move |call: &Call<'_>, reply: &mut Reply<'_>| -> Result<(), RpcError> {
+        let tag: String = call.get(0, "tag")?;
+        parked.lock().unwrap().push((tag, reply.defer()?));
+        Ok(())
+    };
+    router.insert("later", Arc::new(later));
+    let now = |call: &Call<'_>, reply: &mut Reply<'_>| reply.json(&call.get::<String>(0, "tag")?);
+    router.insert("now", Arc::new(now));
+    router
+}
+
+struct Harness {
+    router: Router,
+    parked: Parked,
+    sink: Arc<Sink>,
+    scratch: Scratch,
+    session: Session,
+    out: OutBuf,
+}
+
+const DATE: &[u8; 29] = b"Sun, 06 Nov 1994 08:49:37 GMT";
+
+impl Harness {
+    fn new() -> Self {
+        let parked = Parked::default();
+        Harness {
+            router: router(&parked),
+            parked,
+            sink: Sink::new(|| {}),
+            scratch: Scratch::default(),
+            session: Session::new(),
+            out: OutBuf::new(),
+        }
+    }
+
+    fn feed(&mut self, input: &str) {
+        let limits = Limits::default();
+        let mut ctx = Context {
+            router: &self.router,
+            limits: &limits,
+            date: DATE,
+            scratch: &mut self.scratch,
+            defer: Some(Target {
+                sink: &self.sink,
+                conn: 0,
+                generation: 1,
+            }),
+        };
+        let progress = self.session.feed(input.as_bytes(), &mut self.out, &mut ctx, usize::MAX);
+        assert_eq!(progress.consumed, input.len());
+    }
+
+    /// Complete the parked call tagged `tag` with `outcome`, then deliver it as a worker would.
+    fn complete(&mut self, tag: &str, outcome: Result<&str, RpcError>) {
+        let deferred = {
+            let mut parked = self.parked.lock().unwrap();
+            let index = parked.iter().position(|(t, _)| t == tag).expect("parked call");
+            parked.remove(index).1
+        };
+        match outcome {
+            Ok(json) => deferred.raw(json),
+            Err(error) => deferred.error(error),
+        }
+        self.deliver();
+    }
+
+    fn deliver(&mut self) {
+        let mut completions: Vec<Completion> = Vec::new();
+        self.sink.drain(&mut completions);
+        for c in completions {
+            assert_eq!((c.conn, c.generation), (0, 1));
+            self.session.complete(c.slot, c.outcome, &mut self.out, DATE);
+        }
+    }
+
+    fn sent(&mut self) -> String {
+        let text = String::from_utf8(self.out.to_vec()).unwrap();
+        let n = self.out.pending();
+        let sendable = text.len();
+        self.out.advance(sendable.min(n));
+        text
+    }
+}
+
+fn request(method: &str, tag: &str, id: u32) -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":["{tag}"],"id":{id}}}"#)
+}
+
+#[test]
+fn tcp_replies_leave_in_request_order_whatever_order_they_complete_in() {
+    let mut h = Harness::new();
+    h.feed(&format!(
+        "{}\n{}\n{}\n",
+        request("later", "a", 1),
+        request("now", "b", 2),
+        request("later", "c", 3)
+    ));
+    assert_eq!(h.sent(), "", "nothing passes the first awaited reply");
+    assert!(h.session.has_pending());
+    h.complete("c", Ok("\"C\""));
+    assert_eq!(h.sent(), "");
+    h.complete("a", Ok("[1, 2]"));
+    assert_eq!(
+        h.sent(),
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":[1, 2]}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":\"b\"}\n\
+         {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":\"C\"}\n"
+    );
+    assert!(!h.session.has_pending());
+    assert!(h.out.is_empty());
+}
+
+#[test]
+fn batches_wait_for_every_deferred_entry_and_keep_their_order() {
+    let mut h = Harness::new();
+    let batch = format!(
+        "[{},{},{},{}]",
+        request("later", "a", 1),
+        request("now", "b", 2),
+        r#"{"jsonrpc":"2.0","method":"later","params":["n"]}"#,
+        request("later", "c", 3)
+    );
+    h.feed(&batch);
+    assert_eq!(h.sent(), "");
+    h.complete("n", Ok("0")); // a notification: never sent
+    h.complete("c", Err(RpcError::new(-32001, "late failure")));
+    assert_eq!(h.sent(), "");
+    h.complete("a", Ok("true"));
+    assert_eq!(
+        h.sent(),
+        "[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":true},{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":\"b\"},\
+         {\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-32001,\"message\":\"late failure\"}}]\n"
+    );
+}
+
+#[test]
+fn http_and_rest_replies_get_their_head_once_complete() {
+    let mut h = Harness::new();
+    let body = request("later", "a", 7);
+    h.feed(&format!(
+        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    h.feed("GET /later?tag=r HTTP/1.1\r\n\r\nGET /now?tag=q HTTP/1.1\r\n\r\n");
+    assert_eq!(h.sent(), "");
+    h.complete("r", Err(RpcError::invalid_params("no such tag")));
+    h.complete("a", Ok("\"done\""));
+    let text = h.sent();
+    let replies: Vec<&str> = text.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(replies.len(), 3, "{text}");
+    assert!(
+        replies[0].starts_with("200 OK") && replies[0].ends_with("{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"done\"}")
+    );
+    assert!(replies[0].contains("Content-Length: 40\r\n"), "{}", replies[0]);
+    assert!(
+        replies[1].starts_with("400 Bad Request") && replies[1].contains("no such tag"),
+        "{}",
+        replies[1]
+    );
+    assert!(replies[2].starts_with("200 OK") && replies[2].ends_with("\"q\""));
+}
+
+#[test]
+fn a_dropped_reply_answers_internal_error_and_unknown_slots_are_ignored() {
+    let mut h = Harness::new();
+    h.feed(&format!("{}\n", request("later", "a", 1)));
+    let (_, deferred) = h.parked.lock().unwrap().pop().unwrap();
+    drop(deferred);
+    h.deliver();
+    let text = h.sent();
+    assert!(text.contains("\"id\":1,\"error\":{\"code\":-32603"), "{text}");
+    assert!(!h.session.complete(99, Ok(b"1".to_vec()), &mut h.out, DATE));
+}
+
+#[test]
+fn without_an_engine_deferring_is_refused_cleanly() {
+    let mut h = Harness::new();
+    let limits = Limits::default();
+    let mut ctx = Context {
+        router: &h.router,
+        limits: &limits,
+        date: DATE,
+        scratch: &mut h.scratch,
+        defer: None,
+    };
+    let input = format!("{}\n", request("later", "a", 1));
+    h.session.feed(input.as_bytes(), &mut h.out, &mut ctx, usize::MAX);
+    let text = String::from_utf8(h.out.to_vec()).unwrap();
+    assert!(
+        text.contains("\"code\":-32603") && text.contains("cannot defer"),
+        "{text}"
+    );
+}
+
+/// A procedure that sleeps on another thread must not hold up anyone: with a single
+/// worker thread, 8 concurrent slow calls take about one sleep, and a quick call made
+/// meanwhile is answered at once.
+#[test]
+fn slow_procedures_on_other_threads_do_not_stall_the_worker() {
+    const SLEEP: Duration = Duration::from_millis(300);
+    let server = Server::builder()
+        .port(0)
+        .threads(1)
+        .handler("slow", |_: &Call<'_>, reply: &mut Reply<'_>| {
+            let deferred = reply.defer()?;
+            std::thread::spawn(move || {
+                std::thread::sleep(SLEEP);
+                deferred.json("slept");
+            });
+            Ok(())
+        })
+        .procedure("quick", |_| Ok("quick"))
+        .bind()
+        .expect("bind")
+        .spawn()
+        .expect("spawn");
+    let addr = server.local_addr();
+    let started = Instant::now();
+    let slow: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let body = format!(r#"{{"jsonrpc":"2.0","method":"slow","id":{i}}}"#);
+                write!(
+                    stream,
+                    "POST / HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+                let mut reply = String::new();
+                stream.read_to_string(&mut reply).unwrap();
+                assert!(
+                    reply.ends_with(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"slept\"}}")),
+                    "{reply}"
+                );
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let quick_started = Instant::now();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(stream, r#"{{"jsonrpc":"2.0","method":"quick","id":1}}"#).unwrap();
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).unwrap();
+    let quick = quick_started.elapsed();
+    assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"quick\"}\n");
+    for thread in slow {
+        thread.join().expect("slow caller");
+    }
+    let total = started.elapsed();
+    assert!(quick < Duration::from_millis(150), "quick call took {quick:?}");
+    assert!(
+        total < SLEEP * 3,
+        "8 slow calls took {total:?}, not about one sleep of {SLEEP:?}"
+    );
+}
