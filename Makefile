@@ -33,7 +33,7 @@ test-rust:  ## Rust unit, in-memory and loopback tests
 
 .PHONY: test-python
 test-python:  ## Python suite against the live spec server, on each engine
-	cargo build -p ucall-examples --bin spec_server
+	cargo build -p ucall-examples --bin spec_server --bin sum_server
 	$(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: lint
