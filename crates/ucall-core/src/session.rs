@@ -320,6 +320,7 @@ impl Session {
                 let scratch = &mut ctx.scratch.jsonrpc;
                 let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
                 if outcome != Outcome::Silent {
+                    one_line(&mut data[start..]);
                     data.push(b'\n');
                 }
                 if scratch.deferred.is_empty() {
@@ -598,6 +599,15 @@ fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
     });
 }
 
+/// Keep a raw TCP reply on one line. Procedures may pass raw JSON through (an echoed
+/// argument keeps the caller's formatting); in valid JSON a CR or LF byte can only be
+/// insignificant whitespace (strings hold them escaped), so a space replaces it.
+fn one_line(reply: &mut [u8]) {
+    for byte in reply.iter_mut().filter(|b| matches!(b, b'\n' | b'\r')) {
+        *byte = b' ';
+    }
+}
+
 /// Write a held message's reply, now that every deferred call in it has finished.
 fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
     let mut body = Vec::with_capacity(message.text.len() + 64);
@@ -618,7 +628,12 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
     }
     body.extend_from_slice(&message.text[copied..]);
     out.fill(message.hole, |out| match message.kind {
-        MessageKind::Stream => out.push(&body),
+        MessageKind::Stream => {
+            // The held text ends with the reply's own newline; the rest must be one line.
+            let end = body.len().saturating_sub(1);
+            one_line(&mut body[..end]);
+            out.push(&body);
+        }
         MessageKind::Http(persistence) => http1::respond(out, persistence, date, |data| {
             data.extend_from_slice(&body);
             Some(status)

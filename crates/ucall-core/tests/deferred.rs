@@ -120,7 +120,7 @@ fn tcp_replies_leave_in_request_order_whatever_order_they_complete_in() {
     assert!(h.session.has_pending());
     h.complete("c", Ok("\"C\""));
     assert_eq!(h.sent(), "");
-    h.complete("a", Ok("[1, 2]"));
+    h.complete("a", Ok("[1,\n2]")); // raw JSON with a newline: the reply must stay one line
     assert_eq!(
         h.sent(),
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":[1, 2]}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":\"b\"}\n\
