@@ -31,10 +31,13 @@ if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, pytest_timeout" >/dev/null 2>&1; then
+# Reinstall whenever requirements-dev.txt changes (its hash is kept in the venv).
+wanted=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+if [ "$(cat .venv/.requirements-dev.sha256 2>/dev/null)" != "$wanted" ]; then
     say "installing Python test tools into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -r requirements-dev.txt
+    echo "$wanted" > .venv/.requirements-dev.sha256
 fi
 
 if [ "${1:-}" = "bench" ]; then

@@ -32,6 +32,7 @@ pub mod router;
 mod server;
 pub mod session;
 pub mod stream;
+pub mod ws;
 
 pub use defer::Deferred;
 pub use engine::Worker;

@@ -13,6 +13,7 @@ use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject,
 use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
 use crate::router::{Call, Router};
 use crate::stream::{Frame, Framer};
+use crate::ws;
 
 /// Protocol limits (a subset of the server configuration).
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +77,7 @@ struct PendingMessage {
 enum MessageKind {
     Stream,
     Http(Persistence),
+    WebSocket,
 }
 
 #[derive(Debug)]
@@ -101,6 +103,8 @@ enum Protocol {
     Unknown,
     Http,
     Stream,
+    /// After an HTTP upgrade (RFC 6455).
+    WebSocket,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +128,9 @@ pub struct Session {
     next_slot: u64,
     next_hole: u64,
     pending: Vec<PendingMessage>,
+    /// WebSocket: the message being reassembled (unmasked) and its opcode.
+    ws_message: Vec<u8>,
+    ws_opcode: Option<ws::Opcode>,
 }
 
 impl Default for Session {
@@ -147,6 +154,8 @@ impl Session {
             next_slot: 0,
             next_hole: 0,
             pending: Vec::new(),
+            ws_message: Vec::new(),
+            ws_opcode: None,
         }
     }
 
@@ -176,6 +185,7 @@ impl Session {
                 }
                 Protocol::Http => self.step_http(rest, out, ctx),
                 Protocol::Stream => self.step_stream(rest, out, ctx),
+                Protocol::WebSocket => self.step_websocket(rest, out, ctx),
             };
             consumed += used;
             match step {
@@ -193,13 +203,13 @@ impl Session {
     /// Whether no request is partly received (given that no input is buffered).
     #[must_use]
     pub fn is_between_requests(&self) -> bool {
-        self.pending_head.is_none() && !self.framer.in_text()
+        self.pending_head.is_none() && !self.framer.in_text() && self.ws_opcode.is_none()
     }
 
     /// Whether an HTTP request head is being received (the header time-out applies).
     #[must_use]
     pub fn is_reading_head(&self) -> bool {
-        self.protocol != Protocol::Stream && self.pending_head.is_none()
+        matches!(self.protocol, Protocol::Unknown | Protocol::Http) && self.pending_head.is_none()
     }
 
     /// Whether replies are awaited from deferred calls.
@@ -380,6 +390,15 @@ impl Session {
                     respond_rejection(out, ctx.date, reject);
                     (0, Step::Close)
                 }
+                HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
+                    let key = head.websocket_key.unwrap_or_default();
+                    out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
+                    out.push(b"Sec-WebSocket-Accept: ");
+                    out.push(ws::accept_key(&key).as_bytes());
+                    out.push(b"\r\n\r\n");
+                    self.protocol = Protocol::WebSocket;
+                    (used, Step::Progressed)
+                }
                 HeadStatus::Complete(head, used) => {
                     let body_bytes = rest.len() - used;
                     match head.framing {
@@ -438,6 +457,125 @@ impl Session {
             }
             Framing::Length(_) | Framing::None => (0, Step::NeedMore),
         }
+    }
+
+    /// One WebSocket frame (RFC 6455 §5): control frames answered at once, data frames
+    /// reassembled into messages, each message one JSON-RPC request or batch.
+    fn step_websocket(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
+        let header = match ws::read_header(rest, ctx.limits.max_body_bytes) {
+            ws::Header::Partial => return (0, Step::NeedMore),
+            ws::Header::Fail(code) => return (0, self.ws_fail(out, code)),
+            ws::Header::Frame(header) => header,
+        };
+        let total = header.header_len + header.payload_len;
+        if rest.len() < total {
+            return (0, Step::NeedMore);
+        }
+        let payload = &rest[header.header_len..total];
+        let step = match header.opcode {
+            ws::Opcode::Ping | ws::Opcode::Close => {
+                let mut control = Vec::with_capacity(payload.len());
+                ws::unmask_into(payload, header.mask, &mut control);
+                let data = out.data();
+                let start = data.len();
+                if header.opcode == ws::Opcode::Ping {
+                    // §5.5.3: a Pong with the Ping's application data.
+                    ws::frame(ws::Opcode::Pong, &control, data);
+                    let end = data.len();
+                    out.commit(start..end);
+                    Step::Progressed
+                } else {
+                    // §5.5.1: answer a Close with a Close, then close the connection.
+                    let code = ws::close_reply(&control);
+                    ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
+                    let end = data.len();
+                    out.commit(start..end);
+                    Step::Close
+                }
+            }
+            ws::Opcode::Pong => Step::Progressed,
+            ws::Opcode::Text | ws::Opcode::Binary if self.ws_opcode.is_some() => {
+                return (0, self.ws_fail(out, ws::close::PROTOCOL_ERROR));
+            }
+            ws::Opcode::Continuation if self.ws_opcode.is_none() => {
+                return (0, self.ws_fail(out, ws::close::PROTOCOL_ERROR));
+            }
+            data_opcode => {
+                if data_opcode != ws::Opcode::Continuation {
+                    self.ws_opcode = Some(data_opcode);
+                }
+                if self.ws_message.len() + payload.len() > ctx.limits.max_body_bytes {
+                    return (0, self.ws_fail(out, ws::close::MESSAGE_TOO_BIG));
+                }
+                ws::unmask_into(payload, header.mask, &mut self.ws_message);
+                if header.fin {
+                    let opcode = self.ws_opcode.take();
+                    if opcode == Some(ws::Opcode::Text) && std::str::from_utf8(&self.ws_message).is_err() {
+                        return (0, self.ws_fail(out, ws::close::INVALID_PAYLOAD));
+                    }
+                    self.answer_websocket(out, ctx);
+                }
+                Step::Progressed
+            }
+        };
+        (total, step)
+    }
+
+    /// Reply to the reassembled message as one text frame (nothing for notifications).
+    fn answer_websocket(&mut self, out: &mut OutBuf, ctx: &mut Context<'_>) {
+        let message = std::mem::take(&mut self.ws_message);
+        let data = out.data();
+        let reserved = data.len();
+        data.resize(reserved + ws::MAX_HEADER, 0);
+        let start = data.len();
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut self.next_slot,
+        };
+        let scratch = &mut ctx.scratch.jsonrpc;
+        let outcome = jsonrpc::process(
+            &message,
+            ctx.router,
+            ctx.limits.max_batch,
+            scratch,
+            &mut deferrals,
+            data,
+        );
+        self.ws_message = message;
+        self.ws_message.clear();
+        if !ctx.scratch.jsonrpc.deferred.is_empty() {
+            let text = out.data().split_off(start);
+            out.data().truncate(reserved);
+            self.hold_text(
+                out,
+                text,
+                start,
+                MessageKind::WebSocket,
+                &mut ctx.scratch.jsonrpc.deferred,
+            );
+            return;
+        }
+        let data = out.data();
+        if outcome == Outcome::Silent {
+            data.truncate(reserved);
+            return;
+        }
+        let mut room = [0u8; ws::MAX_HEADER];
+        let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start);
+        data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
+        let end = data.len();
+        out.commit(start - used..end);
+    }
+
+    /// Fail the WebSocket connection (§7.1.7): a Close frame with `code`, then close.
+    #[cold]
+    fn ws_fail(&mut self, out: &mut OutBuf, code: u16) -> Step {
+        let data = out.data();
+        let start = data.len();
+        ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
+        let end = data.len();
+        out.commit(start..end);
+        Step::Close
     }
 
     fn answer_http(&mut self, head: &RequestHead, body: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
@@ -633,6 +771,11 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             let end = body.len().saturating_sub(1);
             one_line(&mut body[..end]);
             out.push(&body);
+        }
+        MessageKind::WebSocket => {
+            let mut framed = Vec::with_capacity(body.len() + ws::MAX_HEADER);
+            ws::frame(ws::Opcode::Text, &body, &mut framed);
+            out.push(&framed);
         }
         MessageKind::Http(persistence) => http1::respond(out, persistence, date, |data| {
             data.extend_from_slice(&body);

@@ -42,6 +42,8 @@ pub struct RequestHead {
     pub framing: Framing,
     /// `Expect: 100-continue` (RFC 9110 §10.1.1).
     pub expect_continue: bool,
+    /// A valid WebSocket opening handshake (RFC 6455 §4.2.1): the client's key.
+    pub websocket_key: Option<[u8; 24]>,
 }
 
 /// Response status codes the server sends.
@@ -59,6 +61,7 @@ pub enum Status {
     InternalServerError,
     NotImplemented,
     ServiceUnavailable,
+    UpgradeRequired,
 }
 
 impl Status {
@@ -77,6 +80,7 @@ impl Status {
             Status::InternalServerError => 500,
             Status::NotImplemented => 501,
             Status::ServiceUnavailable => 503,
+            Status::UpgradeRequired => 426,
         }
     }
 
@@ -93,6 +97,8 @@ impl Status {
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
             Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
+            // RFC 6455 §4.4: name the versions the server speaks.
+            Status::UpgradeRequired => b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n",
         }
     }
 }
@@ -166,6 +172,8 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     };
     let mut content_length: Option<usize> = None;
     let mut chunked = false;
+    let (mut upgrade_websocket, mut connection_upgrade) = (false, false);
+    let (mut websocket_key, mut websocket_version): (Option<&[u8]>, Option<&[u8]>) = (None, None);
     for header in request.headers.iter() {
         let name = header.name;
         let value = trim(header.value);
@@ -193,8 +201,16 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                     _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Transfer-Encoding")),
                 }
             }
+            17 if name.eq_ignore_ascii_case("sec-websocket-key") => websocket_key = Some(value),
+            21 if name.eq_ignore_ascii_case("sec-websocket-version") => websocket_version = Some(value),
+            7 if name.eq_ignore_ascii_case("upgrade") => {
+                upgrade_websocket |= tokens(value).any(|t| t.eq_ignore_ascii_case(b"websocket"));
+            }
             10 if name.eq_ignore_ascii_case("connection") => {
                 for option in tokens(value) {
+                    if option.eq_ignore_ascii_case(b"upgrade") {
+                        connection_upgrade = true;
+                    }
                     if option.eq_ignore_ascii_case(b"close") {
                         head.keep_alive = false;
                     } else if option.eq_ignore_ascii_case(b"keep-alive") && minor_version == 0 {
@@ -206,6 +222,21 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 head.expect_continue = minor_version >= 1;
             }
             _ => {}
+        }
+    }
+    // RFC 6455 §4.2.1: a GET over HTTP/1.1 with `Upgrade: websocket`, `Connection:
+    // Upgrade`, a 16-byte base64 key and version 13.
+    if upgrade_websocket && connection_upgrade && method == Method::Get && minor_version >= 1 {
+        if websocket_version != Some(b"13".as_slice()) {
+            return HeadStatus::Rejected(reject(Status::UpgradeRequired, "WebSocket version 13 is required"));
+        }
+        match websocket_key {
+            Some(key) if crate::ws::is_valid_key(key) => {
+                let mut owned = [0u8; 24];
+                owned.copy_from_slice(key);
+                head.websocket_key = Some(owned);
+            }
+            _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Sec-WebSocket-Key")),
         }
     }
     head.framing = match (content_length, chunked) {
@@ -416,6 +447,22 @@ mod tests {
             parse_head(b"POST / HTTP/1.1\r\nX: a", 8192, 10, &mut target),
             HeadStatus::Partial
         ));
+    }
+
+    #[test]
+    fn recognises_websocket_handshakes() {
+        let ok = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\
+                  Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        assert_eq!(
+            head(ok).unwrap().0.websocket_key.as_ref().map(|k| &k[..]),
+            Some(&b"dGhlIHNhbXBsZSBub25jZQ=="[..])
+        );
+        assert_eq!(status(&ok.replace("Version: 13", "Version: 8")), 426);
+        assert_eq!(status(&ok.replace("dGhlIHNhbXBsZSBub25jZQ==", "short")), 400);
+        assert_eq!(
+            head(&ok.replace("Upgrade: websocket\r\n", "")).unwrap().0.websocket_key,
+            None
+        );
     }
 
     #[test]

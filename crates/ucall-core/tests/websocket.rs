@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+//! WebSocket (RFC 6455) through a session, in memory: the opening handshake, messages
+//! carrying JSON-RPC, fragmentation, control frames, and the failures §5 and §7 require.
+
+#[path = "../../../examples/rust/src/spec.rs"]
+mod spec;
+
+use ucall_core::buffer::OutBuf;
+use ucall_core::session::{Context, Limits, Progress, Scratch, Session};
+use ucall_core::Server;
+
+const HANDSHAKE: &str = "GET /rpc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+/// A client frame: masked, as §5.3 requires of clients.
+fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&MASK);
+    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    out
+}
+
+/// Server frames in `bytes`: (opcode, payload). Server frames are never masked.
+fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while !bytes.is_empty() {
+        assert_eq!(bytes[0] & 0x80, 0x80, "server frames are final");
+        assert_eq!(bytes[1] & 0x80, 0, "server frames are not masked");
+        let (len, at) = match bytes[1] & 0x7F {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize, 10),
+            n => (n as usize, 2),
+        };
+        frames.push((bytes[0] & 0x0F, bytes[at..at + len].to_vec()));
+        bytes = &bytes[at + len..];
+    }
+    frames
+}
+
+struct Peer {
+    builder: ucall_core::ServerBuilder,
+    scratch: Scratch,
+    session: Session,
+    out: OutBuf,
+    limits: Limits,
+}
+
+impl Peer {
+    fn upgraded() -> Self {
+        let mut peer = Peer {
+            builder: spec::register(Server::builder()),
+            scratch: Scratch::default(),
+            session: Session::new(),
+            out: OutBuf::new(),
+            limits: Limits {
+                max_body_bytes: 1 << 20,
+                ..Limits::default()
+            },
+        };
+        peer.feed(HANDSHAKE.as_bytes());
+        let text = String::from_utf8(peer.take()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{text}");
+        // RFC 6455 §1.3's example key and accept value.
+        assert!(
+            text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("\r\n\r\n"));
+        peer
+    }
+
+    fn feed(&mut self, bytes: &[u8]) -> Progress {
+        let mut ctx = Context {
+            router: self.builder.router(),
+            limits: &self.limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut self.scratch,
+            defer: None,
+        };
+        self.session.feed(bytes, &mut self.out, &mut ctx, usize::MAX)
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        let bytes = self.out.to_vec();
+        self.out.advance(bytes.len());
+        bytes
+    }
+}
+
+const SUBTRACT: &[u8] = br#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#;
+const REPLY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"result":19}"#;
+
+#[test]
+fn each_message_is_a_call_and_each_reply_a_text_message() {
+    let mut peer = Peer::upgraded();
+    for opcode in [0x1, 0x2] {
+        let message = frame(true, opcode, SUBTRACT);
+        let progress = peer.feed(&message);
+        assert_eq!((progress.consumed, progress.close), (message.len(), false));
+        assert_eq!(server_frames(&peer.take()), [(0x1, REPLY.to_vec())]);
+    }
+    let batch = br#"[{"jsonrpc":"2.0","method":"get_data","id":"a"},{"jsonrpc":"2.0","method":"update","params":[1]}]"#;
+    peer.feed(&frame(true, 0x1, batch));
+    assert_eq!(
+        server_frames(&peer.take()),
+        [(0x1, br#"[{"jsonrpc":"2.0","id":"a","result":["hello",5]}]"#.to_vec())]
+    );
+    peer.feed(&frame(
+        true,
+        0x1,
+        br#"{"jsonrpc":"2.0","method":"update","params":[1]}"#,
+    ));
+    assert!(peer.take().is_empty(), "notifications get no message");
+    peer.feed(&frame(true, 0x1, b"{not json"));
+    let frames = server_frames(&peer.take());
+    assert!(
+        String::from_utf8_lossy(&frames[0].1).contains("-32700"),
+        "a parse error keeps the connection"
+    );
+}
+
+#[test]
+fn fragments_reassemble_with_control_frames_between_them() {
+    let mut peer = Peer::upgraded();
+    let mut stream = frame(false, 0x1, &SUBTRACT[..10]);
+    stream.extend(frame(true, 0x9, b"ping!"));
+    stream.extend(frame(false, 0x0, &SUBTRACT[10..30]));
+    stream.extend(frame(true, 0xA, b"unsolicited pong"));
+    stream.extend(frame(true, 0x0, &SUBTRACT[30..]));
+    // Any split of the byte stream gives the same replies.
+    for step in [1, 3, 7, stream.len()] {
+        let mut buffered = Vec::new();
+        for piece in stream.chunks(step) {
+            buffered.extend_from_slice(piece);
+            let mut ctx = Context {
+                router: peer.builder.router(),
+                limits: &peer.limits,
+                date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+                scratch: &mut peer.scratch,
+                defer: None,
+            };
+            let progress = peer.session.feed(&buffered, &mut peer.out, &mut ctx, usize::MAX);
+            buffered.drain(..progress.consumed);
+        }
+        assert!(buffered.is_empty());
+        assert_eq!(
+            server_frames(&peer.take()),
+            [(0xA, b"ping!".to_vec()), (0x1, REPLY.to_vec())],
+            "step {step}"
+        );
+    }
+}
+
+#[test]
+fn the_close_handshake_echoes_the_code_then_closes() {
+    let mut peer = Peer::upgraded();
+    let progress = peer.feed(&frame(true, 0x8, &[0x03, 0xE8, b'b', b'y', b'e']));
+    assert!(progress.close);
+    assert_eq!(server_frames(&peer.take()), [(0x8, vec![0x03, 0xE8])]);
+}
+
+fn fails_with(bytes: &[u8], code: u16) {
+    let mut peer = Peer::upgraded();
+    let mut ctx = Context {
+        router: peer.builder.router(),
+        limits: &peer.limits,
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+        scratch: &mut peer.scratch,
+        defer: None,
+    };
+    let progress = peer.session.feed(bytes, &mut peer.out, &mut ctx, usize::MAX);
+    assert!(progress.close, "the connection closes");
+    let frames = server_frames(&peer.take());
+    assert_eq!(frames.last(), Some(&(0x8, code.to_be_bytes().to_vec())), "close code");
+}
+
+#[test]
+fn protocol_violations_close_with_the_codes_rfc_6455_names() {
+    let mut unmasked = frame(true, 0x1, SUBTRACT);
+    unmasked[1] &= 0x7F;
+    unmasked.drain(2..6);
+    fails_with(&unmasked, 1002);
+    fails_with(&frame(true, 0x3, b"x"), 1002); // reserved opcode
+    fails_with(&frame(true, 0x41, b"x"), 1002); // RSV3 without an extension
+    fails_with(&frame(true, 0x0, b"x"), 1002); // continuation with nothing to continue
+    let mut twice = frame(false, 0x1, b"[");
+    twice.extend(frame(true, 0x1, b"]"));
+    fails_with(&twice, 1002); // a new message inside a fragmented one
+    fails_with(&frame(true, 0x1, &[b'"', 0xC3, 0x28, b'"']), 1007); // text that is not UTF-8
+    fails_with(&frame(true, 0x8, &[0x03]), 1002); // a 1-byte close payload
+    fails_with(&frame(true, 0x1, &vec![b' '; (1 << 20) + 1]), 1009); // over max_body_bytes
+    let mut growing = frame(false, 0x1, &vec![b' '; 700_000]);
+    growing.extend(frame(true, 0x0, &vec![b' '; 700_000]));
+    fails_with(&growing, 1009); // fragments adding up past the limit
+}
+
+#[test]
+fn handshakes_that_rfc_6455_refuses() {
+    let mut peer = Peer {
+        builder: spec::register(Server::builder()),
+        scratch: Scratch::default(),
+        session: Session::new(),
+        out: OutBuf::new(),
+        limits: Limits::default(),
+    };
+    assert!(
+        peer.feed(HANDSHAKE.replace("Version: 13", "Version: 7").as_bytes())
+            .close
+    );
+    let text = String::from_utf8(peer.take()).unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 426 ") && text.contains("Sec-WebSocket-Version: 13\r\n"),
+        "{text}"
+    );
+}

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""WebSocket (RFC 6455) interop with the `websockets` library, on the HTTP port.
+
+Each text or binary message carries one JSON-RPC request or batch; each reply is one
+text message, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosedError
+
+from wire import HttpConn
+
+
+def url(server) -> str:
+    host, port = server
+    return f"ws://{host}:{port}/"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_calls_batches_and_notifications_over_one_websocket(server):
+    async def session():
+        async with connect(url(server)) as ws:
+            await ws.send('{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}')
+            assert json.loads(await ws.recv()) == {"jsonrpc": "2.0", "id": 1, "result": 19}
+            await ws.send(b'{"jsonrpc":"2.0","method":"subtract","params":{"minuend":5,"subtrahend":3},"id":"b"}')
+            reply = await ws.recv()
+            assert isinstance(reply, str), "replies are text messages"
+            assert json.loads(reply) == {"jsonrpc": "2.0", "id": "b", "result": 2}
+            await ws.send('{"jsonrpc":"2.0","method":"update","params":[1]}')  # notification: no reply
+            await ws.send('[{"jsonrpc":"2.0","method":"get_data","id":9},{"jsonrpc":"2.0","method":"nope","id":10}]')
+            replies = json.loads(await ws.recv())
+            assert replies[0] == {"jsonrpc": "2.0", "id": 9, "result": ["hello", 5]}
+            assert replies[1]["error"]["code"] == -32601
+            await ws.send("{oops")
+            assert json.loads(await ws.recv())["error"]["code"] == -32700
+            await ws.ping(b"are you there")  # answered by a pong, or the library times out
+            # 50 requests in flight: replies in request order.
+            for i in range(50):
+                await ws.send(json.dumps({"jsonrpc": "2.0", "method": "sum", "params": [i, 1], "id": i}))
+            for i in range(50):
+                assert json.loads(await ws.recv()) == {"jsonrpc": "2.0", "id": i, "result": i + 1}
+        assert ws.close_code == 1000, "the close handshake completes cleanly"
+
+    run(session())
+
+
+def test_a_large_message_in_fragments(server):
+    blob = "x" * 1_600_000
+
+    async def session():
+        async with connect(url(server), max_size=None) as ws:
+            request = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [blob], "id": 7})
+            chunks = [request[i : i + 100_000] for i in range(0, len(request), 100_000)]
+            await ws.send(chunks)  # an iterable is sent as one fragmented message
+            reply = json.loads(await ws.recv())
+            assert reply["result"] == blob
+
+    run(session())
+
+
+def test_an_oversized_message_closes_with_1009(spawn_server):
+    server = spawn_server("--max-body-bytes", "1000")
+
+    async def session():
+        async with connect(url(server.address)) as ws:
+            await ws.send("[" + " " * 2000 + "]")
+            with pytest.raises(ConnectionClosedError):
+                await ws.recv()
+        assert ws.close_code == 1009
+
+    run(session())
+
+
+def test_plain_http_keeps_working_next_to_websockets(server):
+    with HttpConn(server) as http:
+        reply = http.call(b'{"jsonrpc":"2.0","method":"subtract","params":[1,1],"id":1}')
+        assert reply["result"] == 0
