@@ -6,5 +6,6 @@
 //! holds its parts: [`framing`] finds reply boundaries, [`load`] drives the
 //! connections and measures.
 
+pub mod chain;
 pub mod framing;
 pub mod load;

@@ -169,7 +169,7 @@ impl ErrorCounts {
         self.status + self.expect + self.io + self.connect + self.protocol
     }
 
-    fn add(&mut self, other: &ErrorCounts) {
+    pub(crate) fn add(&mut self, other: &ErrorCounts) {
         self.status += other.status;
         self.expect += other.expect;
         self.io += other.io;
@@ -274,7 +274,7 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 }
 
 /// CPU time (user + system) used so far by this process.
-fn process_cpu_time() -> Option<Duration> {
+pub(crate) fn process_cpu_time() -> Option<Duration> {
     // SAFETY: rusage is plain data and getrusage fills it in; all-zero bytes
     // are a valid value for it.
     let (rc, usage) = unsafe {
@@ -287,6 +287,21 @@ fn process_cpu_time() -> Option<Duration> {
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Some(tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
+/// Mean, percentiles and maximum of a histogram of nanoseconds, in microseconds.
+pub(crate) fn latency_of(hist: &Histogram<u64>) -> Latency {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    if hist.is_empty() {
+        return Latency::default();
+    }
+    Latency {
+        mean: hist.mean() / 1000.0,
+        p50: us(hist.value_at_quantile(0.50)),
+        p99: us(hist.value_at_quantile(0.99)),
+        p999: us(hist.value_at_quantile(0.999)),
+        max: us(hist.max()),
+    }
 }
 
 /// Runs the load described by `config` and reports what was measured.
@@ -358,19 +373,7 @@ pub fn run(config: &Config) -> io::Result<Report> {
         total.elapsed
     }
     .as_secs_f64();
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let hist = &total.hist;
-    let latency = if hist.is_empty() {
-        Latency::default()
-    } else {
-        Latency {
-            mean: hist.mean() / 1000.0,
-            p50: us(hist.value_at_quantile(0.50)),
-            p99: us(hist.value_at_quantile(0.99)),
-            p999: us(hist.value_at_quantile(0.999)),
-            max: us(hist.max()),
-        }
-    };
+    let latency = latency_of(&total.hist);
     let cpu_percent = match (cpu_before, cpu_after) {
         (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * (b.saturating_sub(a)).as_secs_f64() / wall.as_secs_f64()),
         _ => None,

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use ucall_bench::chain::{self, ChainConfig, ChainStats, Dialect};
 use ucall_bench::load::{self, Config, Protocol, Report, DEFAULT_BODY};
 
 /// Wire protocol.
@@ -17,6 +18,23 @@ enum Proto {
     Http,
     /// Newline-delimited JSON over raw TCP.
     Tcp,
+}
+
+/// A run made of dependent calls instead of one repeated request.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Scenario {
+    /// rpc.hpp's Sequential: gen_rand_ints(5, 30, 1000), one fibonacci(n) per number,
+    /// then average_container of the results; each call waits for the one before.
+    Sequential,
+}
+
+/// How a scenario puts each call on the wire.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DialectArg {
+    /// POST / with a JSON-RPC 2.0 request.
+    Jsonrpc,
+    /// POST /METHOD with the params object as the body; the body of the reply is the result.
+    Rest,
 }
 
 /// Closed-loop load generator: every connection keeps --pipeline requests in
@@ -66,6 +84,15 @@ struct Args {
     /// Count a reply as an error if its payload lacks this substring.
     #[arg(long)]
     expect: Option<String>,
+    /// Send the body N times in one JSON array (a JSON-RPC batch); figures also count calls.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Run dependent call chains instead of repeating one request (HTTP only).
+    #[arg(long, value_enum)]
+    scenario: Option<Scenario>,
+    /// How --scenario sends each call.
+    #[arg(long, value_enum, default_value = "jsonrpc")]
+    dialect: DialectArg,
 }
 
 fn seconds(name: &str, value: f64) -> Result<Duration, String> {
@@ -99,6 +126,21 @@ fn config(args: &Args) -> Result<Config, String> {
         }
         None => args.body_json.clone().into_bytes(),
     };
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    if args.batch > 1 {
+        let mut batch = Vec::with_capacity((config.body.len() + 1) * args.batch + 1);
+        batch.push(b'[');
+        for i in 0..args.batch {
+            if i > 0 {
+                batch.push(b',');
+            }
+            batch.extend_from_slice(&config.body);
+        }
+        batch.push(b']');
+        config.body = batch;
+    }
     config.path = args.path.clone();
     config.threads = args.threads;
     config.cpu = args.cpu;
@@ -106,7 +148,7 @@ fn config(args: &Args) -> Result<Config, String> {
     Ok(config)
 }
 
-fn json_report(config: &Config, r: &Report) -> serde_json::Value {
+fn json_report(config: &Config, batch: usize, r: &Report) -> serde_json::Value {
     serde_json::json!({
         "addr": config.addr.to_string(),
         "proto": config.proto.name(),
@@ -118,6 +160,8 @@ fn json_report(config: &Config, r: &Report) -> serde_json::Value {
         "warmup_s": config.warmup.as_secs_f64(),
         "requests": r.requests,
         "requests_per_s": r.requests_per_sec,
+        "calls_per_request": batch,
+        "calls_per_s": r.requests_per_sec * batch as f64,
         "bytes_per_s": r.bytes_per_sec,
         "errors": r.errors.total(),
         "errors_by_kind": {
@@ -139,7 +183,7 @@ fn json_report(config: &Config, r: &Report) -> serde_json::Value {
     })
 }
 
-fn text_report(config: &Config, r: &Report) -> String {
+fn text_report(config: &Config, batch: usize, r: &Report) -> String {
     let mut s =
         format!(
         "ucall-load: {} {}, {} connection(s), pipeline {}{}, {} thread(s), {:.1} s measured after {:.1} s warm-up\n",
@@ -154,6 +198,12 @@ fn text_report(config: &Config, r: &Report) -> String {
     );
     s += &format!("  requests      {}\n", r.requests);
     s += &format!("  requests/s    {:.1}\n", r.requests_per_sec);
+    if batch > 1 {
+        s += &format!(
+            "  calls/s       {:.1} ({batch} per request)\n",
+            r.requests_per_sec * batch as f64
+        );
+    }
     s += &format!("  received      {:.2} MB/s\n", r.bytes_per_sec / 1e6);
     let e = &r.errors;
     s += &format!(
@@ -194,12 +244,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if let Some(Scenario::Sequential) = args.scenario {
+        return run_chain(&args, &config);
+    }
     match load::run(&config) {
         Ok(report) => {
             if args.json {
-                println!("{}", json_report(&config, &report));
+                println!("{}", json_report(&config, args.batch, &report));
             } else {
-                print!("{}", text_report(&config, &report));
+                print!("{}", text_report(&config, args.batch, &report));
             }
             ExitCode::SUCCESS
         }
@@ -208,4 +261,55 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_chain(args: &Args, config: &Config) -> ExitCode {
+    if config.proto != Protocol::Http || config.pipeline != 1 || config.new_connection || args.batch != 1 {
+        eprintln!("ucall-load: --scenario runs over HTTP, without --pipeline, --new-connection or --batch");
+        return ExitCode::from(2);
+    }
+    let mut chain = ChainConfig::sequential(config.addr);
+    chain.connections = config.connections;
+    chain.duration = config.duration;
+    chain.warmup = config.warmup;
+    chain.cpu = config.cpu;
+    chain.dialect = match args.dialect {
+        DialectArg::Jsonrpc => Dialect::JsonRpc,
+        DialectArg::Rest => Dialect::Rest,
+    };
+    match chain::run(&chain) {
+        Ok((report, stats)) => {
+            if args.json {
+                let mut v = json_report(config, 1, &report);
+                v["scenario"] = "sequential".into();
+                v["chains"] = chain_json(&stats);
+                println!("{v}");
+            } else {
+                print!("{}", text_report(config, 1, &report));
+                let l = &stats.latency;
+                println!(
+                    "  chains        {} ({:.2}/s), chain latency (ms) mean {:.1}  p50 {:.1}  max {:.1}",
+                    stats.chains,
+                    stats.chains_per_sec,
+                    l.mean / 1e3,
+                    l.p50 / 1e3,
+                    l.max / 1e3
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ucall-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn chain_json(stats: &ChainStats) -> serde_json::Value {
+    let l = &stats.latency;
+    serde_json::json!({
+        "completed": stats.chains,
+        "per_s": stats.chains_per_sec,
+        "latency_us": {"mean": l.mean, "p50": l.p50, "p99": l.p99, "max": l.max},
+    })
 }
