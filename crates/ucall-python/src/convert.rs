@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+//! JSON text ↔ Python objects, without an intermediate tree.
+//!
+//! Request params arrive as JSON text the core has already validated; [`to_python`] walks
+//! it with the core's scanner and builds Python objects directly. Integers of any size
+//! stay exact. [`write_json`] serializes a handler's result straight into the reply
+//! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
+//! Python `encode` hook that turns them into plain JSON values first.
+
+use base64::Engine as _;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use ucall_core::jsonrpc::scan::{Elements, Members};
+
+/// Deepest nesting accepted in either direction (a guard against stack exhaustion and
+/// self-referencing results).
+pub const MAX_DEPTH: usize = 256;
+
+/// Build the Python value of one validated JSON text.
+///
+/// # Errors
+/// `ValueError` on text that is not JSON or nests deeper than [`MAX_DEPTH`].
+pub fn to_python<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyAny>> {
+    value(py, raw.trim(), 0)
+}
+
+fn value<'py>(py: Python<'py>, raw: &str, depth: usize) -> PyResult<Bound<'py, PyAny>> {
+    if depth > MAX_DEPTH {
+        return Err(PyValueError::new_err("nested too deeply"));
+    }
+    match raw.as_bytes().first() {
+        Some(b'"') => Ok(string(py, raw)?.into_any()),
+        Some(b'{') => {
+            let dict = PyDict::new(py);
+            for (key, item) in Members::new(raw) {
+                dict.set_item(string(py, key)?, value(py, item, depth + 1)?)?;
+            }
+            Ok(dict.into_any())
+        }
+        Some(b'[') => {
+            let list = PyList::empty(py);
+            for item in Elements::new(raw) {
+                list.append(value(py, item, depth + 1)?)?;
+            }
+            Ok(list.into_any())
+        }
+        Some(b't') if raw == "true" => Ok(PyBool::new(py, true).to_owned().into_any()),
+        Some(b'f') if raw == "false" => Ok(PyBool::new(py, false).to_owned().into_any()),
+        Some(b'n') if raw == "null" => Ok(py.None().into_bound(py)),
+        Some(b'-' | b'0'..=b'9') => number(py, raw),
+        _ => Err(invalid()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn invalid() -> PyErr {
+    PyValueError::new_err("invalid JSON")
+}
+
+fn number<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyAny>> {
+    if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        let float: f64 = raw.parse().map_err(|_| invalid())?;
+        return Ok(PyFloat::new(py, float).into_any());
+    }
+    match raw.parse::<i64>() {
+        Ok(int) => Ok(int.into_pyobject(py)?.into_any()),
+        // Beyond 64 bits: Python's own parser keeps every digit.
+        Err(_) => big_int(py, raw),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn big_int<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyAny>> {
+    if !raw.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    py.get_type::<PyInt>().call1((raw,))
+}
+
+/// The Python string of a raw JSON string (with its quotes).
+pub fn string<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyString>> {
+    let inner = raw
+        .get(1..raw.len().saturating_sub(1))
+        .filter(|_| raw.len() >= 2)
+        .ok_or_else(invalid)?;
+    if !inner.contains('\\') {
+        return Ok(PyString::new(py, inner));
+    }
+    let decoded: String = serde_json::from_str(raw).map_err(|_| invalid())?;
+    Ok(PyString::new(py, &decoded))
+}
+
+/// Why a value cannot be written as JSON.
+pub struct Unserializable(pub String);
+
+/// Serialize `obj` as one compact JSON text appended to `out`.
+///
+/// `encode` is called with an object of any other type and returns a plain JSON value
+/// (or raises `TypeError`). On error `out` may hold a partial text: the caller truncates.
+///
+/// # Errors
+/// When `obj` holds a value that has no JSON form (NaN, a set, a cycle...).
+pub fn write_json(
+    obj: &Bound<'_, PyAny>,
+    encode: Option<&Bound<'_, PyAny>>,
+    out: &mut Vec<u8>,
+) -> Result<(), Unserializable> {
+    write_value(obj, encode, out, 0)
+}
+
+fn write_value(
+    obj: &Bound<'_, PyAny>,
+    encode: Option<&Bound<'_, PyAny>>,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), Unserializable> {
+    if depth > MAX_DEPTH {
+        return Err(Unserializable("nested too deeply (or a cycle)".into()));
+    }
+    if obj.is_none() {
+        out.extend_from_slice(b"null");
+    } else if let Ok(b) = obj.cast_exact::<PyBool>() {
+        out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+    } else if let Ok(int) = obj.cast_exact::<PyInt>() {
+        write_int(int, out)?;
+    } else if let Ok(s) = obj.cast_exact::<PyString>() {
+        write_str(s, out)?;
+    } else if let Ok(f) = obj.cast_exact::<PyFloat>() {
+        write_float(f.value(), out)?;
+    } else if let Ok(list) = obj.cast_exact::<PyList>() {
+        out.push(b'[');
+        for (i, item) in list.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_value(&item, encode, out, depth + 1)?;
+        }
+        out.push(b']');
+    } else if let Ok(dict) = obj.cast_exact::<PyDict>() {
+        write_dict(dict, encode, out, depth)?;
+    } else if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
+        out.push(b'[');
+        for (i, item) in tuple.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_value(&item, encode, out, depth + 1)?;
+        }
+        out.push(b']');
+    } else if let Ok(bytes) = obj.cast::<PyBytes>() {
+        write_base64(bytes.as_bytes(), out);
+    } else if let Ok(array) = obj.cast::<PyByteArray>() {
+        write_base64(&array.to_vec(), out);
+    } else {
+        write_other(obj, encode, out, depth)?;
+    }
+    Ok(())
+}
+
+fn write_int(int: &Bound<'_, PyInt>, out: &mut Vec<u8>) -> Result<(), Unserializable> {
+    if let Ok(small) = int.extract::<i64>() {
+        out.extend_from_slice(itoa::Buffer::new().format(small).as_bytes());
+        return Ok(());
+    }
+    big_int_text(int.as_any(), out)
+}
+
+#[cold]
+#[inline(never)]
+fn big_int_text(int: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), Unserializable> {
+    // Python's own decimal text: exact at any size. `int.__repr__` ignores subclasses' `__str__`.
+    let text = int
+        .py()
+        .get_type::<PyInt>()
+        .getattr("__repr__")
+        .and_then(|repr| repr.call1((int,)))
+        .map_err(|e| Unserializable(e.to_string()))?;
+    let text: String = text.extract().map_err(|e: PyErr| Unserializable(e.to_string()))?;
+    out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+fn write_float(value: f64, out: &mut Vec<u8>) -> Result<(), Unserializable> {
+    if !value.is_finite() {
+        return Err(Unserializable(format!("{value} has no JSON form")));
+    }
+    out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
+    Ok(())
+}
+
+fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unserializable> {
+    let text = s.to_cow().map_err(|e| Unserializable(e.to_string()))?;
+    serde_json::to_writer(&mut *out, text.as_ref()).map_err(|e| Unserializable(e.to_string()))
+}
+
+fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    out.push(b'"');
+    let start = out.len();
+    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
+    out.push(b'"');
+}
+
+fn write_dict(
+    dict: &Bound<'_, PyDict>,
+    encode: Option<&Bound<'_, PyAny>>,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), Unserializable> {
+    out.push(b'{');
+    for (i, (key, item)) in dict.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if let Ok(s) = key.cast::<PyString>() {
+            write_str(s, out)?;
+        } else if key.cast::<PyInt>().is_ok() && key.cast::<PyBool>().is_err() {
+            // As Python's json module does: integer keys become their decimal text.
+            out.push(b'"');
+            write_int(key.cast::<PyInt>().map_err(|e| Unserializable(e.to_string()))?, out)?;
+            out.push(b'"');
+        } else {
+            let kind = key.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string());
+            return Err(Unserializable(format!(
+                "a dict key of type {kind} (keys must be str or int)"
+            )));
+        }
+        out.push(b':');
+        write_value(&item, encode, out, depth + 1)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn write_other(
+    obj: &Bound<'_, PyAny>,
+    encode: Option<&Bound<'_, PyAny>>,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), Unserializable> {
+    // Subclasses of the basic types (IntEnum, str subclasses, OrderedDict...) first.
+    if let Ok(b) = obj.cast::<PyBool>() {
+        out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+        return Ok(());
+    }
+    if let Ok(int) = obj.cast::<PyInt>() {
+        return write_int(int, out);
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return write_str(s, out);
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return write_float(f.value(), out);
+    }
+    if let Ok(dict) = obj.cast::<PyDict>() {
+        return write_dict(dict, encode, out, depth);
+    }
+    if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
+        out.push(b'[');
+        let iter = obj.try_iter().map_err(|e| Unserializable(e.to_string()))?;
+        for (i, item) in iter.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let item = item.map_err(|e| Unserializable(e.to_string()))?;
+            write_value(&item, encode, out, depth + 1)?;
+        }
+        out.push(b']');
+        return Ok(());
+    }
+    let kind = obj.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string());
+    let Some(encode) = encode else {
+        return Err(Unserializable(format!("an object of type {kind}")));
+    };
+    let plain = encode
+        .call1((obj,))
+        .map_err(|e| Unserializable(e.value(obj.py()).to_string()))?;
+    if plain.is(obj) {
+        return Err(Unserializable(format!("an object of type {kind}")));
+    }
+    write_value(&plain, Some(encode), out, depth + 1)
+}

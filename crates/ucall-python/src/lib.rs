@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ucall._ucall`: the private extension module behind the `ucall` Python package.
+//!
+//! Thin glue over `ucall-core`: a server whose procedures are Python callables
+//! ([`server::NativeServer`]), the JSON reader and writer they use ([`convert`]), and
+//! Python's parameter binding rules ([`params`]). The public API is pure Python in
+//! `python/ucall/`.
+
+mod convert;
+mod params;
+mod runtime;
+mod server;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use ucall_core::jsonrpc::codes::{ErrorCode, SERVER_ERROR_MAX, SERVER_ERROR_MIN};
+
+/// The crate version in PEP 440 form (`0.1.0-alpha.1` → `0.1.0a1`).
+fn python_version() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    version
+        .replace("-alpha.", "a")
+        .replace("-beta.", "b")
+        .replace("-rc.", "rc")
+}
+
+/// `ParseError` → `PARSE_ERROR`.
+fn upper_snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+#[pymodule]
+fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", python_version())?;
+    let codes = PyDict::new(py);
+    for code in ErrorCode::ALL {
+        codes.set_item(upper_snake(&format!("{code:?}")), code.code())?;
+    }
+    m.add("ERROR_CODES", codes)?;
+    m.add("SERVER_ERROR_MIN", SERVER_ERROR_MIN)?;
+    m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
+    m.add_class::<server::NativeServer>()?;
+    m.add_class::<server::DeferredReply>()?;
+    m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
+    m.add_function(wrap_pyfunction!(server::loads, m)?)?;
+    Ok(())
+}

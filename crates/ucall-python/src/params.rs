@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Binding a call's params to a Python function's parameters, with Python's rules.
+//!
+//! The pure-Python layer reads the signature and type hints once, at registration, and
+//! hands over a [`Plan`]: each parameter's name, kind, default and check. Common checks
+//! (`int`, `float`, `bool`, `str`, none) run here on the raw JSON text; any other type
+//! hint is a Python converter called with the decoded value.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyString, PyTuple};
+
+use ucall_core::jsonrpc::scan::{key_equals, Elements, Members};
+use ucall_core::RpcError;
+
+use crate::convert;
+
+/// A parameter's kind, numbered as `inspect.Parameter.kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Before `/`.
+    PositionalOnly,
+    /// The usual kind.
+    PositionalOrKeyword,
+    /// `*args`.
+    VarPositional,
+    /// After `*` or `*args`.
+    KeywordOnly,
+    /// `**kwargs`.
+    VarKeyword,
+}
+
+impl Kind {
+    fn from_index(kind: u8) -> PyResult<Self> {
+        Ok(match kind {
+            0 => Kind::PositionalOnly,
+            1 => Kind::PositionalOrKeyword,
+            2 => Kind::VarPositional,
+            3 => Kind::KeywordOnly,
+            4 => Kind::VarKeyword,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err("unknown parameter kind")),
+        })
+    }
+}
+
+/// How a parameter's value is checked and converted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Any JSON value, as decoded.
+    Any,
+    /// An integer (an integral float is accepted; booleans are not).
+    Int,
+    /// A number (integers become floats; booleans are not numbers).
+    Float,
+    /// `true` or `false`.
+    Bool,
+    /// A string.
+    Str,
+    /// The Python converter decides.
+    Custom,
+}
+
+impl Check {
+    fn from_index(check: u8) -> PyResult<Self> {
+        Ok(match check {
+            0 => Check::Any,
+            1 => Check::Int,
+            2 => Check::Float,
+            3 => Check::Bool,
+            4 => Check::Str,
+            5 => Check::Custom,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err("unknown parameter check")),
+        })
+    }
+}
+
+/// One parameter of the function.
+pub struct Param {
+    name: String,
+    py_name: Py<PyString>,
+    kind: Kind,
+    check: Check,
+    converter: Option<Py<PyAny>>,
+    default: Option<Py<PyAny>>,
+}
+
+/// Everything needed to bind params to one function.
+pub struct Plan {
+    /// Named parameters in signature order (positional ones first), without `*args`/`**kwargs`.
+    params: Vec<Param>,
+    /// How many of `params` may be given by position.
+    positional: usize,
+    var_positional: Option<Param>,
+    var_keyword: Option<Param>,
+    ignore_extra: bool,
+}
+
+/// A parameter as described from Python: `(name, kind, check, converter, has_default, default)`.
+pub type ParamSpec = (String, u8, u8, Option<Py<PyAny>>, bool, Option<Py<PyAny>>);
+
+impl Plan {
+    /// Build a plan from the Python description.
+    ///
+    /// # Errors
+    /// `ValueError` on an unknown kind or check, or a `Custom` check without converter.
+    pub fn new(py: Python<'_>, specs: Vec<ParamSpec>, ignore_extra: bool) -> PyResult<Self> {
+        let mut plan = Plan {
+            params: Vec::new(),
+            positional: 0,
+            var_positional: None,
+            var_keyword: None,
+            ignore_extra,
+        };
+        for (name, kind, check, converter, has_default, default) in specs {
+            let check = Check::from_index(check)?;
+            if check == Check::Custom && converter.is_none() {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "a custom check needs a converter",
+                ));
+            }
+            let param = Param {
+                py_name: PyString::intern(py, &name).unbind(),
+                name,
+                kind: Kind::from_index(kind)?,
+                check,
+                converter,
+                default: if has_default {
+                    default.or_else(|| Some(py.None()))
+                } else {
+                    None
+                },
+            };
+            match param.kind {
+                Kind::VarPositional => plan.var_positional = Some(param),
+                Kind::VarKeyword => plan.var_keyword = Some(param),
+                Kind::PositionalOnly | Kind::PositionalOrKeyword => {
+                    plan.positional += 1;
+                    plan.params.push(param);
+                }
+                Kind::KeywordOnly => plan.params.push(param),
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Bind the raw `params` of a call: positional arguments and keyword arguments.
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter that is missing, unexpected or of the wrong type.
+    pub fn bind<'py>(
+        &self,
+        py: Python<'py>,
+        params: Option<&str>,
+    ) -> Result<(Bound<'py, PyTuple>, Option<Bound<'py, PyDict>>), RpcError> {
+        let mut slots: Vec<Option<Bound<'py, PyAny>>> = Vec::with_capacity(self.params.len());
+        slots.resize_with(self.params.len(), || None);
+        let mut extra_positional = Vec::new();
+        let mut extra_keywords: Option<Bound<'py, PyDict>> = None;
+        match params {
+            Some(raw) if raw.starts_with('[') => {
+                for (index, item) in Elements::new(raw).enumerate() {
+                    if index < self.positional {
+                        slots[index] = Some(convert_param(py, &self.params[index], item, None)?);
+                    } else if let Some(var) = &self.var_positional {
+                        extra_positional.push(convert_param(py, var, item, Some(index))?);
+                    } else if !self.ignore_extra {
+                        return Err(too_many(self.positional, Elements::new(raw).count()));
+                    } else {
+                        break;
+                    }
+                }
+            }
+            Some(raw) if raw.starts_with('{') => {
+                for (key, item) in Members::new(raw) {
+                    let found = self
+                        .params
+                        .iter()
+                        .position(|p| p.kind != Kind::PositionalOnly && key_equals(key, &p.name));
+                    if let Some(index) = found {
+                        slots[index] = Some(convert_param(py, &self.params[index], item, None)?);
+                    } else if let Some(var) = &self.var_keyword {
+                        let name = convert::string(py, key).map_err(|_| RpcError::invalid_params("Invalid params"))?;
+                        let value = convert_param(py, var, item, None)?;
+                        let dict = extra_keywords.get_or_insert_with(|| PyDict::new(py));
+                        dict.set_item(name, value).map_err(|e| internal(py, &e))?;
+                    } else if !self.ignore_extra {
+                        return Err(unexpected(py, key, self));
+                    }
+                }
+            }
+            _ => {}
+        }
+        let mut args = Vec::with_capacity(self.positional + extra_positional.len());
+        let mut keywords = extra_keywords;
+        for (param, slot) in self.params.iter().zip(slots) {
+            let value = match (slot, &param.default) {
+                (Some(value), _) => value,
+                (None, Some(default)) => default.bind(py).clone(),
+                (None, None) => return Err(missing(&param.name)),
+            };
+            if param.kind == Kind::KeywordOnly {
+                let dict = keywords.get_or_insert_with(|| PyDict::new(py));
+                dict.set_item(param.py_name.bind(py), value)
+                    .map_err(|e| internal(py, &e))?;
+            } else {
+                args.push(value);
+            }
+        }
+        args.extend(extra_positional);
+        let args = PyTuple::new(py, args).map_err(|e| internal(py, &e))?;
+        Ok((args, keywords))
+    }
+}
+
+fn convert_param<'py>(
+    py: Python<'py>,
+    param: &Param,
+    raw: &str,
+    index: Option<usize>,
+) -> Result<Bound<'py, PyAny>, RpcError> {
+    let raw = raw.trim();
+    let first = raw.as_bytes().first().copied().unwrap_or(b' ');
+    let is_number = first == b'-' || first.is_ascii_digit();
+    let fail = |what: &str| wrong_type(param, index, what, raw);
+    match param.check {
+        Check::Any => convert::to_python(py, raw).map_err(|_| fail("a JSON value")),
+        Check::Int if is_number => int(py, raw).ok_or_else(|| fail("an integer")),
+        Check::Float if is_number => raw
+            .parse::<f64>()
+            .map(|f| PyFloat::new(py, f).into_any())
+            .map_err(|_| fail("a number")),
+        Check::Bool if raw == "true" || raw == "false" => convert::to_python(py, raw).map_err(|_| fail("a boolean")),
+        Check::Str if first == b'"' => convert::string(py, raw)
+            .map(Bound::into_any)
+            .map_err(|_| fail("a string")),
+        Check::Int => Err(fail("an integer")),
+        Check::Float => Err(fail("a number")),
+        Check::Bool => Err(fail("a boolean")),
+        Check::Str => Err(fail("a string")),
+        Check::Custom => {
+            let value = convert::to_python(py, raw).map_err(|_| fail("a JSON value"))?;
+            let converter = param.converter.as_ref().map(|c| c.bind(py));
+            let Some(converter) = converter else { return Ok(value) };
+            converter
+                .call1((value,))
+                .map_err(|e| converter_failed(py, param, index, &e))
+        }
+    }
+}
+
+/// An integer from JSON number text: exact at any size; an integral float is accepted.
+fn int<'py>(py: Python<'py>, raw: &str) -> Option<Bound<'py, PyAny>> {
+    if !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        if let Ok(small) = raw.parse::<i64>() {
+            return small.into_pyobject(py).ok().map(Bound::into_any);
+        }
+        return convert::to_python(py, raw).ok();
+    }
+    let float: f64 = raw.parse().ok()?;
+    if !float.is_finite() || float.fract() != 0.0 {
+        return None;
+    }
+    let float = PyFloat::new(py, float);
+    py.get_type::<PyInt>().call1((float,)).ok()
+}
+
+fn label(param: &Param, index: Option<usize>) -> String {
+    match index {
+        Some(i) => format!("{}[{i}]", param.name),
+        None => param.name.clone(),
+    }
+}
+
+/// What kind of JSON value `raw` is, for messages.
+fn json_kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
+        Some(b'"') => "a string",
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        Some(_) if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => "a non-integral number",
+        Some(_) => "an integer",
+        None => "nothing",
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_type(param: &Param, index: Option<usize>, expected: &str, raw: &str) -> RpcError {
+    let mut got = json_kind(raw);
+    if expected == "an integer" && got == "a non-integral number" {
+        if let Ok(f) = raw.parse::<f64>() {
+            if f.is_finite() && f.fract() == 0.0 {
+                got = "a number too large";
+            }
+        }
+    }
+    RpcError::invalid_params(format!(
+        "Invalid params: parameter '{}': expected {expected}, got {got}",
+        label(param, index)
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn converter_failed(py: Python<'_>, param: &Param, index: Option<usize>, error: &PyErr) -> RpcError {
+    let text = error.value(py).to_string();
+    RpcError::invalid_params(format!("Invalid params: parameter '{}': {text}", label(param, index)))
+}
+
+#[cold]
+#[inline(never)]
+fn missing(name: &str) -> RpcError {
+    RpcError::invalid_params(format!("Invalid params: missing parameter '{name}'"))
+}
+
+#[cold]
+#[inline(never)]
+fn too_many(expected: usize, got: usize) -> RpcError {
+    RpcError::invalid_params(format!(
+        "Invalid params: expected at most {expected} positional parameters, got {got}"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn unexpected(py: Python<'_>, key: &str, plan: &Plan) -> RpcError {
+    let name = convert::string(py, key).map_or_else(|_| key.to_owned(), |s| s.to_string());
+    if plan
+        .params
+        .iter()
+        .any(|p| p.kind == Kind::PositionalOnly && p.name == name)
+    {
+        return RpcError::invalid_params(format!(
+            "Invalid params: parameter '{name}' is positional-only: pass params as an array"
+        ));
+    }
+    RpcError::invalid_params(format!("Invalid params: unexpected parameter '{name}'"))
+}
+
+#[cold]
+#[inline(never)]
+fn internal(py: Python<'_>, error: &PyErr) -> RpcError {
+    RpcError::internal(format!("Internal error: {}", error.value(py)))
+}

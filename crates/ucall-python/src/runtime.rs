@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Who runs the Python handlers, and on which thread.
+//!
+//! Each core worker is a *lane* driven by one thread at a time, its *turner*. A turn of the
+//! event loop runs with the GIL released; every call it parses is deferred and queued on the
+//! lane. After the turn the turner takes the GIL once and runs the queued calls (a group),
+//! each completing its deferred reply; the core keeps replies in request order.
+//!
+//! A handler that blocks (sleep, I/O, a lock) must not stall the lane: a monitor thread
+//! watches the turner, and when one call has run for longer than [`BLOCKED_AFTER`], it
+//! starts a new turner for the lane. The new turner takes over the event loop and the rest
+//! of the queue; the old thread finishes its call and exits. Quick handlers never pay for
+//! a thread switch. An idle server's monitor sleeps until a group starts. Engines whose
+//! workers must stay on one thread (io_uring rings set up for a single issuer) get no
+//! hand-off: there a blocking handler delays its lane.
+//!
+//! `async def` handlers are started in the group like any other; the coroutines they
+//! return are handed to the server's asyncio loop in one batch, and each completes its
+//! deferred reply when it finishes.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use ucall_core::{Deferred, Stopper, Worker};
+
+use crate::server::{DeferredReply, Procedure};
+
+/// A call running longer than this on a turner counts as blocked: the lane gets a new turner.
+pub const BLOCKED_AFTER: Duration = Duration::from_millis(2);
+/// How often the monitor looks while calls are running.
+const MONITOR_TICK: Duration = Duration::from_millis(1);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A call waiting for the GIL: its procedure, its params text and its promised reply.
+pub struct Job {
+    pub procedure: Arc<Procedure>,
+    pub params: Option<Box<str>>,
+    pub reply: Deferred,
+}
+
+thread_local! {
+    /// Calls deferred during the current turn on this thread.
+    static COLLECTED: RefCell<Option<Vec<Job>>> = const { RefCell::new(None) };
+}
+
+/// Queue `job` for the group after the current turn. Returns it back when this thread is
+/// not a turner (the caller then runs it inline).
+pub fn collect(job: Job) -> Result<(), Job> {
+    COLLECTED.with(|collected| match collected.borrow_mut().as_mut() {
+        Some(jobs) => {
+            jobs.push(job);
+            Ok(())
+        }
+        None => Err(job),
+    })
+}
+
+struct Lane {
+    worker: Mutex<Option<Worker>>,
+    jobs: Mutex<VecDeque<Job>>,
+    /// Bumped each time a new turner takes the lane over.
+    epoch: AtomicU64,
+    /// The turner's current call: (its epoch, when the call started).
+    busy: Mutex<Option<(u64, Instant)>>,
+    /// Threads serving this lane now (the turner and blocked ones).
+    threads: AtomicUsize,
+}
+
+/// The running server's threads.
+pub struct Runtime {
+    lanes: Vec<Lane>,
+    stopper: Stopper,
+    stopping: AtomicBool,
+    monitor: OnceLock<Thread>,
+    monitor_parked: AtomicBool,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    finished: Mutex<usize>,
+    finished_changed: Condvar,
+    cycles: AtomicU64,
+    /// Most threads per lane; 1 when workers must stay on their thread.
+    max_threads: usize,
+    /// `submit(list of (coroutine, reply))` on the asyncio loop, for `async def` handlers.
+    submit: Option<Py<PyAny>>,
+}
+
+impl Runtime {
+    /// Start a turner per worker and the monitor.
+    ///
+    /// # Errors
+    /// When a thread cannot be spawned (what was started is stopped again).
+    pub fn start(
+        stopper: Stopper,
+        workers: Vec<Worker>,
+        max_threads: usize,
+        submit: Option<Py<PyAny>>,
+    ) -> std::io::Result<Arc<Runtime>> {
+        let runtime = Arc::new(Runtime {
+            lanes: workers
+                .into_iter()
+                .map(|worker| Lane {
+                    worker: Mutex::new(Some(worker)),
+                    jobs: Mutex::new(VecDeque::new()),
+                    epoch: AtomicU64::new(0),
+                    busy: Mutex::new(None),
+                    threads: AtomicUsize::new(0),
+                })
+                .collect(),
+            stopper,
+            stopping: AtomicBool::new(false),
+            monitor: OnceLock::new(),
+            monitor_parked: AtomicBool::new(false),
+            handles: Mutex::new(Vec::new()),
+            finished: Mutex::new(0),
+            finished_changed: Condvar::new(),
+            cycles: AtomicU64::new(0),
+            max_threads: max_threads.max(1),
+            submit,
+        });
+        let monitor = {
+            let runtime = Arc::clone(&runtime);
+            std::thread::Builder::new()
+                .name("ucall-monitor".into())
+                .spawn(move || runtime.monitor())
+        };
+        let started = monitor.and_then(|monitor| {
+            let _ = runtime.monitor.set(monitor.thread().clone());
+            lock(&runtime.handles).push(monitor);
+            (0..runtime.lanes.len()).try_for_each(|index| runtime.spawn_turner(index, 0))
+        });
+        if let Err(e) = started {
+            runtime.stop_and_join();
+            return Err(e);
+        }
+        Ok(runtime)
+    }
+
+    fn spawn_turner(self: &Arc<Self>, index: usize, epoch: u64) -> std::io::Result<()> {
+        let runtime = Arc::clone(self);
+        self.lanes[index].threads.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("ucall-worker-{index}"))
+            .spawn(move || runtime.drive(index, epoch));
+        match spawned {
+            Ok(handle) => {
+                lock(&self.handles).push(handle);
+                Ok(())
+            }
+            Err(e) => {
+                self.lanes[index].threads.fetch_sub(1, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// A turner's life: turn, run the group, again; until the lane finishes or another
+    /// thread takes it over.
+    fn drive(self: Arc<Self>, index: usize, epoch: u64) {
+        let lane = &self.lanes[index];
+        // One Python thread state for the thread's life; the GIL is released while turning.
+        Python::attach(|py| {
+            py.detach(|| loop {
+                let alive = {
+                    let mut worker = lock(&lane.worker);
+                    if lane.epoch.load(Ordering::SeqCst) != epoch {
+                        break;
+                    }
+                    let Some(running) = worker.as_mut() else { break };
+                    let wait = if lock(&lane.jobs).is_empty() {
+                        None
+                    } else {
+                        Some(Duration::ZERO)
+                    };
+                    COLLECTED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+                    let alive = running.turn(wait);
+                    let jobs = COLLECTED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+                    self.cycles.fetch_add(1, Ordering::Relaxed);
+                    if !jobs.is_empty() {
+                        lock(&lane.jobs).extend(jobs);
+                    }
+                    if !alive {
+                        *worker = None;
+                    }
+                    alive
+                };
+                self.run_group(lane, epoch);
+                if !alive {
+                    *lock(&self.finished) += 1;
+                    self.finished_changed.notify_all();
+                    break;
+                }
+            });
+        });
+        lane.threads.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Run the lane's queued calls with the GIL taken once. Stops early when another
+    /// thread has taken the lane over meanwhile (this one was blocked).
+    fn run_group(&self, lane: &Lane, epoch: u64) {
+        if lock(&lane.jobs).is_empty() {
+            return;
+        }
+        Python::attach(|py| {
+            let mut started: Option<Bound<'_, PyList>> = None;
+            loop {
+                let Some(job) = lock(&lane.jobs).pop_front() else { break };
+                *lock(&lane.busy) = Some((epoch, Instant::now()));
+                if self.monitor_parked.swap(false, Ordering::SeqCst) {
+                    if let Some(monitor) = self.monitor.get() {
+                        monitor.unpark();
+                    }
+                }
+                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                    let list = started.get_or_insert_with(|| PyList::empty(py));
+                    let _ = list.append(coroutine);
+                }
+                if lane.epoch.load(Ordering::SeqCst) != epoch {
+                    break;
+                }
+            }
+            let mut busy = lock(&lane.busy);
+            if busy.is_some_and(|(e, _)| e == epoch) {
+                *busy = None;
+            }
+            drop(busy);
+            if let Some(list) = started {
+                self.submit_coroutines(py, &list);
+            }
+        });
+    }
+
+    fn submit_coroutines(&self, py: Python<'_>, list: &Bound<'_, PyList>) {
+        let Some(submit) = &self.submit else { return };
+        if let Err(e) = submit.bind(py).call1((list,)) {
+            // The loop is gone (the server is stopping): every reply answers -32603.
+            for item in list.iter() {
+                if let Ok(reply) = item
+                    .get_item(1)
+                    .and_then(|r| r.cast_into::<DeferredReply>().map_err(Into::into))
+                {
+                    reply.get().fail(py, &e);
+                }
+            }
+        }
+    }
+
+    /// Watch the turners while calls run; sleep while none does.
+    fn monitor(self: Arc<Self>) {
+        while !self.stopping.load(Ordering::SeqCst) {
+            let mut any_busy = false;
+            for (index, lane) in self.lanes.iter().enumerate() {
+                let busy = *lock(&lane.busy);
+                let Some((epoch, since)) = busy else { continue };
+                any_busy = true;
+                if since.elapsed() < BLOCKED_AFTER
+                    || lane.epoch.load(Ordering::SeqCst) != epoch
+                    || lane.threads.load(Ordering::SeqCst) >= self.max_threads
+                    || lock(&lane.worker).is_none()
+                {
+                    continue;
+                }
+                // Hand the lane to a new turner; the blocked thread exits after its call.
+                let next = epoch + 1;
+                lane.epoch.store(next, Ordering::SeqCst);
+                if self.spawn_turner(index, next).is_err() {
+                    lane.epoch.store(epoch, Ordering::SeqCst);
+                }
+            }
+            if any_busy {
+                std::thread::sleep(MONITOR_TICK);
+                continue;
+            }
+            self.monitor_parked.store(true, Ordering::SeqCst);
+            let busy_now = self.lanes.iter().any(|lane| lock(&lane.busy).is_some());
+            if busy_now || self.stopping.load(Ordering::SeqCst) {
+                self.monitor_parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            std::thread::park();
+            self.monitor_parked.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Event-loop turns taken so far.
+    pub fn cycles(&self) -> u64 {
+        self.cycles.load(Ordering::Relaxed)
+    }
+
+    /// Wait until every lane has finished, at most `timeout`. Returns whether they have.
+    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        let expected = self.lanes.len();
+        let guard = lock(&self.finished);
+        let guard = match timeout {
+            Some(timeout) => {
+                self.finished_changed
+                    .wait_timeout_while(guard, timeout, |n| *n < expected)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+            None => self
+                .finished_changed
+                .wait_while(guard, |n| *n < expected)
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+        *guard >= expected
+    }
+
+    /// Stop gracefully and wait for every thread (a blocked handler is waited for).
+    pub fn stop_and_join(&self) {
+        self.stopper.stop();
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(monitor) = self.monitor.get() {
+            monitor.unpark();
+        }
+        loop {
+            let handles: Vec<JoinHandle<()>> = lock(&self.handles).drain(..).collect();
+            if handles.is_empty() {
+                break;
+            }
+            for handle in handles {
+                let _ = handle.join();
+            }
+        }
+    }
+}

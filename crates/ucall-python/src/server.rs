@@ -1,0 +1,454 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `NativeServer`: the core server driven from Python.
+//!
+//! Every call is deferred and run by the lane's turner after its turn (see
+//! [`crate::runtime`]): params are bound, the function called and the result serialized
+//! with the GIL held; everything else runs without it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple, PyType};
+
+use ucall_core::{Call, Config, Deferred, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder};
+
+use crate::convert::{self, write_json};
+use crate::params::{ParamSpec, Plan};
+use crate::runtime::{self, Runtime};
+
+/// Python objects every procedure of one server needs.
+pub struct Hooks {
+    /// `encode(obj) -> plain JSON value`, for result types the writer does not know.
+    encode: Py<PyAny>,
+    /// `ucall.RPCError`: raising it sends that error.
+    rpc_error: Py<PyType>,
+    /// `describe(exc, traceback) -> str`: the text of a failed handler's traceback (debug mode).
+    describe: Option<Py<PyAny>>,
+    /// `submit([(coroutine, reply), ...])`: start coroutines on the server's asyncio loop.
+    submit: Option<Py<PyAny>>,
+}
+
+/// One Python function behind a method name.
+pub struct Procedure {
+    func: Py<PyAny>,
+    plan: Plan,
+    hooks: Arc<Hooks>,
+    is_async: bool,
+}
+
+/// The router's entry for a procedure: defers the call to the lane's next group.
+struct Entry(Arc<Procedure>);
+
+impl Handler for Entry {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        let params = call.params().raw();
+        let Ok(deferred) = reply.defer() else {
+            // Driven without an engine (in-memory sessions): answer inline.
+            return Python::attach(|py| self.0.invoke(py, params, reply.buffer()));
+        };
+        let job = runtime::Job {
+            procedure: Arc::clone(&self.0),
+            params: params.map(Box::from),
+            reply: deferred,
+        };
+        if let Err(job) = runtime::collect(job) {
+            Python::attach(|py| {
+                if let Some(started) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                    if let Some(submit) = &self.0.hooks.submit {
+                        let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Procedure {
+    /// Bind and call; the function's return value.
+    fn call<'py>(&self, py: Python<'py>, params: Option<&str>) -> Result<Bound<'py, PyAny>, RpcError> {
+        let (args, kwargs) = self.plan.bind(py, params)?;
+        self.func
+            .bind(py)
+            .call(args, kwargs.as_ref())
+            .map_err(|e| self.hooks.error(py, &e))
+    }
+
+    /// Bind, call, serialize the result into `out`.
+    fn invoke(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        let result = self.call(py, params)?;
+        self.hooks.serialize(&result, out)
+    }
+
+    /// Run one deferred call and complete its reply. For an `async def` procedure, returns
+    /// `(coroutine, reply)` to be started on the asyncio loop instead.
+    pub fn run<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
+        match self.call(py, params) {
+            Err(error) => reply.error(error),
+            Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
+                let reply = DeferredReply {
+                    deferred: Mutex::new(Some(reply)),
+                    hooks: Arc::clone(&self.hooks),
+                };
+                return Bound::new(py, reply)
+                    .and_then(|reply| PyTuple::new(py, [result, reply.into_any()]))
+                    .map(Bound::into_any)
+                    .ok();
+            }
+            Ok(result) => {
+                let mut out = Vec::with_capacity(32);
+                reply.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
+            }
+        }
+        None
+    }
+}
+
+fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
+    obj.hasattr("__await__").unwrap_or(false)
+}
+
+/// The reply of an `async def` call, completed when its task finishes.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct DeferredReply {
+    deferred: Mutex<Option<Deferred>>,
+    hooks: Arc<Hooks>,
+}
+
+#[pymethods]
+impl DeferredReply {
+    /// Complete the reply from a finished `asyncio.Task` (a done-callback).
+    fn settle(&self, py: Python<'_>, task: &Bound<'_, PyAny>) {
+        let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return;
+        };
+        if task
+            .call_method0("cancelled")
+            .and_then(|c| c.is_truthy())
+            .unwrap_or(false)
+        {
+            deferred.error(RpcError::internal("Internal error: the call was cancelled"));
+            return;
+        }
+        match task.call_method0("exception") {
+            Ok(exception) if !exception.is_none() => {
+                deferred.error(self.hooks.error(py, &PyErr::from_value(exception)));
+            }
+            Ok(_) => match task.call_method0("result") {
+                Ok(result) => {
+                    let mut out = Vec::with_capacity(32);
+                    deferred.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
+                }
+                Err(e) => deferred.error(self.hooks.error(py, &e)),
+            },
+            Err(e) => deferred.error(self.hooks.error(py, &e)),
+        }
+    }
+}
+
+impl DeferredReply {
+    /// Answer with the error `error` (the coroutine could not be started).
+    pub fn fail(&self, py: Python<'_>, error: &PyErr) {
+        if let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            deferred.error(self.hooks.error(py, error));
+        }
+    }
+}
+
+impl Hooks {
+    /// Serialize a handler's result into `out`.
+    fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        let start = out.len();
+        write_json(result, Some(self.encode.bind(result.py())), out).map_err(|e| {
+            out.truncate(start);
+            RpcError::internal(format!("Internal error: result cannot be serialized: {}", e.0))
+        })
+    }
+
+    /// The JSON-RPC error for an exception raised by a handler.
+    #[cold]
+    #[inline(never)]
+    fn error(&self, py: Python<'_>, error: &PyErr) -> RpcError {
+        let value = error.value(py);
+        if value.is_instance(self.rpc_error.bind(py).as_any()).unwrap_or(false) {
+            let code = value
+                .getattr("code")
+                .and_then(|c| c.extract::<i32>())
+                .unwrap_or(ucall_core::ErrorCode::InternalError.code());
+            let message = value
+                .getattr("message")
+                .map_or_else(|_| value.to_string(), |m| m.to_string());
+            let mut rpc = RpcError::new(code, message);
+            if let Ok(data) = value.getattr("data") {
+                if !data.is_none() {
+                    let mut json = Vec::new();
+                    if write_json(&data, Some(self.encode.bind(py)), &mut json).is_ok() {
+                        if let Some(with) = String::from_utf8(json).ok().and_then(|j| rpc.clone().with_raw_data(&j)) {
+                            rpc = with;
+                        }
+                    }
+                }
+            }
+            return rpc;
+        }
+        let kind = value
+            .get_type()
+            .name()
+            .map_or_else(|_| "Exception".into(), |n| n.to_string());
+        let text = value.to_string();
+        let message = if text.is_empty() {
+            format!("Internal error: {kind}")
+        } else {
+            format!("Internal error: {kind}: {text}")
+        };
+        let rpc = RpcError::internal(message);
+        match &self.describe {
+            Some(describe) => match describe
+                .bind(py)
+                .call1((value, error.traceback(py)))
+                .and_then(|t| t.extract::<String>())
+            {
+                Ok(trace) => rpc.with_data(&trace),
+                Err(_) => rpc,
+            },
+            None => rpc,
+        }
+    }
+}
+
+enum State {
+    Configuring(ServerBuilder),
+    Running {
+        runtime: Arc<Runtime>,
+        port: u16,
+        engine: EngineKind,
+    },
+    Stopped,
+}
+
+/// A UCall server whose procedures are Python functions.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct NativeServer {
+    state: Mutex<State>,
+    hooks: Arc<Hooks>,
+    max_threads: usize,
+}
+
+fn engine(name: &str) -> PyResult<EngineKind> {
+    EngineKind::parse(name)
+        .ok_or_else(|| PyValueError::new_err(format!("engine {name:?}: expected auto, poll or uring")))
+}
+
+fn secs(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be a positive number of seconds")))
+}
+
+#[pymethods]
+impl NativeServer {
+    /// Configure a server; nothing is bound until `start`.
+    #[new]
+    #[pyo3(signature = (
+        host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
+        max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
+        header_timeout=None, idle_timeout=None, shutdown_timeout=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        host: String,
+        port: u16,
+        threads: usize,
+        engine_name: &str,
+        encode: Py<PyAny>,
+        rpc_error: Py<PyType>,
+        describe: Option<Py<PyAny>>,
+        submit: Option<Py<PyAny>>,
+        max_threads: usize,
+        max_body_bytes: Option<usize>,
+        max_head_bytes: Option<usize>,
+        max_batch: Option<usize>,
+        max_connections: Option<usize>,
+        header_timeout: Option<f64>,
+        idle_timeout: Option<f64>,
+        shutdown_timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut config = Config {
+            host,
+            port,
+            threads,
+            engine: engine(engine_name)?,
+            ..Config::default()
+        };
+        if let Some(v) = max_body_bytes {
+            config.limits.max_body_bytes = v;
+        }
+        if let Some(v) = max_head_bytes {
+            config.limits.max_head_bytes = v;
+        }
+        if let Some(v) = max_batch {
+            config.limits.max_batch = v;
+        }
+        if let Some(v) = max_connections {
+            config.max_connections = v;
+        }
+        if let Some(v) = header_timeout {
+            config.header_timeout = secs(v, "header_timeout")?;
+        }
+        if let Some(v) = idle_timeout {
+            config.idle_timeout = secs(v, "idle_timeout")?;
+        }
+        if let Some(v) = shutdown_timeout {
+            config.shutdown_timeout = secs(v, "shutdown_timeout")?;
+        }
+        Ok(NativeServer {
+            state: Mutex::new(State::Configuring(Server::builder().config(config))),
+            hooks: Arc::new(Hooks {
+                encode,
+                rpc_error,
+                describe,
+                submit,
+            }),
+            max_threads,
+        })
+    }
+
+    /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        func: Py<PyAny>,
+        params: Vec<ParamSpec>,
+        ignore_extra: bool,
+        is_async: bool,
+    ) -> PyResult<()> {
+        let plan = Plan::new(py, params, ignore_extra)?;
+        let procedure = Entry(Arc::new(Procedure {
+            func,
+            plan,
+            hooks: Arc::clone(&self.hooks),
+            is_async,
+        }));
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
+            return Err(PyRuntimeError::new_err(
+                "procedures must be registered before the server starts",
+            ));
+        };
+        *state = State::Configuring(builder.handler(name, procedure));
+        Ok(())
+    }
+
+    /// Bind and serve on background threads; returns the port.
+    fn start(&self, py: Python<'_>) -> PyResult<u16> {
+        // The lock is never held while the GIL is released: a thread holding the GIL may
+        // be waiting for it.
+        let builder = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            match std::mem::replace(&mut *state, State::Stopped) {
+                State::Configuring(builder) => builder,
+                other => {
+                    *state = other;
+                    return Err(PyRuntimeError::new_err("the server was already started"));
+                }
+            }
+        };
+        let server = builder.bind().map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let port = server.local_addr().port();
+        let engine = server.engine();
+        let (stopper, workers) = server.into_workers();
+        let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
+        // An io_uring worker is tied to the thread that first drives it.
+        let max_threads = if engine == EngineKind::Uring {
+            1
+        } else {
+            self.max_threads
+        };
+        let runtime = py
+            .detach(|| Runtime::start(stopper, workers, max_threads, submit))
+            .map_err(|e| PyOSError::new_err(format!("cannot start the server's threads: {e}")))?;
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::Running { runtime, port, engine };
+        Ok(port)
+    }
+
+    /// Wait until every worker has finished (`True`) or `timeout` seconds have passed
+    /// (`False`), with the GIL released.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let Some(runtime) = self.runtime() else { return Ok(true) };
+        let timeout = timeout.map(|t| secs(t.max(0.0), "timeout")).transpose()?;
+        Ok(py.detach(|| runtime.wait(timeout)))
+    }
+
+    /// Stop gracefully: in-flight calls finish, then the workers end. Waits for them.
+    fn stop(&self, py: Python<'_>) {
+        let state = std::mem::replace(
+            &mut *self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            State::Stopped,
+        );
+        if let State::Running { runtime, .. } = state {
+            py.detach(|| runtime.stop_and_join());
+        }
+    }
+
+    /// Whether the server is serving.
+    #[getter]
+    fn running(&self) -> bool {
+        self.runtime().is_some()
+    }
+
+    /// The bound port (`None` before `start`).
+    #[getter]
+    fn port(&self) -> Option<u16> {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { port, .. } => Some(*port),
+            _ => None,
+        }
+    }
+
+    /// The engine in use (`None` before `start`).
+    #[getter]
+    fn engine(&self) -> Option<&'static str> {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { engine, .. } => Some(engine.name()),
+            _ => None,
+        }
+    }
+
+    /// Event-loop turns taken so far, over all workers.
+    #[getter]
+    fn cycles(&self) -> u64 {
+        self.runtime().map_or(0, |r| r.cycles())
+    }
+}
+
+impl NativeServer {
+    fn runtime(&self) -> Option<Arc<Runtime>> {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { runtime, .. } => Some(Arc::clone(runtime)),
+            _ => None,
+        }
+    }
+}
+
+/// Serialize `obj` as JSON text with the writer procedures use (for tests and the client).
+#[pyfunction]
+#[pyo3(signature = (obj, encode=None))]
+pub fn dumps(py: Python<'_>, obj: &Bound<'_, PyAny>, encode: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    let _ = py;
+    let mut out = Vec::new();
+    write_json(obj, encode, &mut out).map_err(|e| PyValueError::new_err(format!("cannot serialize {}", e.0)))?;
+    String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Parse JSON text with the reader procedures use (big integers stay exact).
+#[pyfunction]
+pub fn loads<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+        return Err(PyValueError::new_err("invalid JSON"));
+    }
+    convert::to_python(py, text)
+}

@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How rich values travel as JSON, shared by the server and the clients.
+
+* ``bytes``/``bytearray``: a standard base64 string;
+* ``numpy.ndarray``: base64 of the ``.npy`` format, always loaded with pickling disabled;
+* ``PIL.Image.Image``: base64 of a PNG file (any format Pillow reads is accepted);
+* dataclasses: an object of their fields; numpy scalars: the plain number.
+
+numpy and Pillow are imported only when such a value is met.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import decimal
+import enum
+import io
+import sys
+import uuid
+from typing import Any
+
+
+def b64encode(data: bytes | bytearray | memoryview) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    """Strict standard base64 (``binascii.Error``, a ``ValueError``, on anything else)."""
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def is_ndarray(obj: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, np.ndarray)
+
+
+def is_numpy_scalar(obj: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, np.generic)
+
+
+def is_image(obj: Any) -> bool:
+    image = sys.modules.get("PIL.Image")
+    return image is not None and isinstance(obj, image.Image)
+
+
+def pack_ndarray(array: Any) -> str:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return b64encode(buffer.getbuffer())
+
+
+def unpack_ndarray(data: bytes) -> Any:
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def pack_image(image: Any) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return b64encode(buffer.getbuffer())
+
+
+def unpack_image(data: bytes) -> Any:
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def encode(obj: Any) -> Any:
+    """A plain JSON value for ``obj``, whose type the native writer does not know.
+
+    Raises ``TypeError`` for an object that has no JSON form.
+    """
+    if is_ndarray(obj):
+        if obj.dtype.hasobject:
+            raise TypeError("a numpy array of Python objects (no .npy form without pickle)")
+        return pack_ndarray(obj)
+    if is_numpy_scalar(obj):
+        return obj.item()
+    if is_image(obj):
+        return pack_image(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    if isinstance(obj, memoryview):
+        return b64encode(obj)
+    if isinstance(obj, (datetime.datetime, datetime.date, datetime.time)):
+        return obj.isoformat()
+    if isinstance(obj, (uuid.UUID, decimal.Decimal)):
+        return str(obj)
+    raise TypeError(f"an object of type {type(obj).__qualname__}")
+
+
+def pack(value: Any) -> Any:
+    """A JSON-ready argument for the client: rich values packed as the server unpacks them."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b64encode(value)
+    if is_ndarray(value):
+        return pack_ndarray(value)
+    if is_image(value):
+        return pack_image(value)
+    if isinstance(value, dict):
+        return {k: pack(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [pack(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return pack(encode(value))
+
+
+__all__ = [
+    "b64decode",
+    "b64encode",
+    "encode",
+    "pack",
+    "pack_image",
+    "pack_ndarray",
+    "unpack_image",
+    "unpack_ndarray",
+]

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""UCall's published server classes (``ucall.posix``, ``ucall.uring``, ``ucall.rich_*``)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ucall._server import Server
+
+
+class PublishedServer(Server):
+    """``Server`` with UCall's published constructor. Extra params are ignored, as before.
+
+    ``queue_depth`` and ``max_callbacks`` are accepted for compatibility; the core sizes
+    its queues itself and has no limit on procedures.
+    """
+
+    _engine = "auto"
+
+    def __init__(
+        self,
+        hostname: str = "127.0.0.1",
+        port: int = 8545,
+        queue_depth: int = 4096,
+        max_callbacks: int = 128,
+        max_threads: int = 64,
+        count_threads: int = 1,
+        quiet: bool = False,
+        ssl_pk: str | None = None,
+        ssl_certs: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        if ssl_pk is not None or ssl_certs:
+            raise NotImplementedError("TLS is not available in this build of ucall")
+        options.setdefault("engine", self._engine)
+        options.setdefault("ignore_extra_params", True)
+        super().__init__(
+            port=port,
+            host=hostname,
+            threads=max(1, count_threads),
+            max_threads=max(1, max_threads),
+            **options,
+        )
+        self.queue_depth = queue_depth
+        self.max_callbacks = max_callbacks
+        self.quiet = quiet
+
+
+class PosixServer(PublishedServer):
+    _engine = "poll"
+
+
+class UringServer(PublishedServer):
+    # io_uring when this build and kernel have it, else the portable engine.
+    _engine = "auto"

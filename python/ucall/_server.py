@@ -1,0 +1,306 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The decorator server: plain Python functions as JSON-RPC procedures."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import signal
+import threading
+import time
+import traceback
+import types
+import weakref
+from typing import Any, Callable, TypeVar, overload
+
+from ucall import _codec, _signature, _ucall
+from ucall.exceptions import RPCError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["Server"]
+
+_running: weakref.WeakSet[Server] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_running):
+        server.stop()
+
+
+def _describe(error: BaseException, trace: types.TracebackType | None) -> str:
+    return "".join(traceback.format_exception(type(error), error, trace or error.__traceback__))
+
+
+class _Procedure:
+    __slots__ = ("func", "ignore_extra_params", "name")
+
+    def __init__(self, name: str, func: Callable[..., Any], ignore_extra_params: bool | None) -> None:
+        self.name = name
+        self.func = func
+        self.ignore_extra_params = ignore_extra_params
+
+
+class _EventLoop:
+    """An asyncio loop on a thread of its own, for ``async def`` handlers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="ucall-asyncio", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, items: list[tuple[Any, Any]]) -> None:
+        """Start ``(coroutine, reply)`` pairs on the loop; called by the worker threads."""
+        self.loop.call_soon_threadsafe(self._start, items)
+
+    def _start(self, items: list[tuple[Any, Any]]) -> None:
+        for coroutine, reply in items:
+            self.loop.create_task(coroutine).add_done_callback(reply.settle)
+
+    def close(self) -> None:
+        async def cancel_the_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), self.loop).result(timeout=5)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()
+
+
+class Server:
+    """A JSON-RPC 2.0 server over HTTP/1.1 and raw TCP on one port.
+
+    >>> server = Server(port=0)
+    >>> @server
+    ... def sum(a: int, b: int) -> int:
+    ...     return a + b
+    >>> with server:                    # or server.run() to serve until Ctrl-C / SIGTERM
+    ...     port = server.port
+
+    Parameters:
+        port: TCP port; ``0`` picks a free one (see ``port`` once started).
+        host: address to listen on; ``"0.0.0.0"`` or ``"::"`` to serve other machines.
+        threads: worker threads moving bytes (parsing and I/O run without the GIL).
+        max_threads: most threads per worker while handlers block (a call running for
+            more than a moment hands the worker's event loop to a fresh thread).
+        engine: ``"auto"``, ``"poll"`` or ``"uring"`` (``UCALL_ENGINE`` overrides it).
+        ignore_extra_params: drop params the function does not take instead of
+            answering ``-32602``.
+        debug: add the traceback of a failed handler to its error's ``data``.
+        max_body_bytes, max_head_bytes, max_batch, max_connections: limits
+            (safe defaults from the core).
+        header_timeout, idle_timeout, shutdown_timeout: seconds.
+    """
+
+    def __init__(
+        self,
+        port: int = 8545,
+        host: str = "127.0.0.1",
+        *,
+        threads: int = 1,
+        max_threads: int = 64,
+        engine: str = "auto",
+        ignore_extra_params: bool = False,
+        debug: bool = False,
+        max_body_bytes: int | None = None,
+        max_head_bytes: int | None = None,
+        max_batch: int | None = None,
+        max_connections: int | None = None,
+        header_timeout: float | None = None,
+        idle_timeout: float | None = None,
+        shutdown_timeout: float | None = None,
+    ) -> None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        self.host = host
+        self.threads = threads
+        self.max_threads = max_threads
+        self.engine_name = engine
+        self.ignore_extra_params = ignore_extra_params
+        self.debug = debug
+        self._requested_port = port
+        self._limits = {
+            "max_body_bytes": max_body_bytes,
+            "max_head_bytes": max_head_bytes,
+            "max_batch": max_batch,
+            "max_connections": max_connections,
+            "header_timeout": header_timeout,
+            "idle_timeout": idle_timeout,
+            "shutdown_timeout": shutdown_timeout,
+        }
+        self._procedures: dict[str, _Procedure] = {}
+        self._native: _ucall.NativeServer | None = None
+        self._loop: _EventLoop | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ registration
+
+    @overload
+    def __call__(self, func: F, /) -> F: ...
+
+    @overload
+    def __call__(self, func: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+
+    def __call__(self, func: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+        """``@server`` registers a function under its own name and returns it unchanged."""
+        if func is None:
+            return lambda f: self.route(f, name=name)
+        return self.route(func, name=name)
+
+    def method(self, name: str, *, ignore_extra_params: bool | None = None) -> Callable[[F], F]:
+        """``@server.method("ns.name")`` registers a function under another name."""
+
+        def register(func: F) -> F:
+            return self.route(func, name=name, ignore_extra_params=ignore_extra_params)
+
+        return register
+
+    def route(self, func: F, name: str | None = None, *, ignore_extra_params: bool | None = None) -> F:
+        """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged."""
+        if not callable(func):
+            raise TypeError(f"a procedure must be callable, got {func!r}")
+        name = name if name is not None else getattr(func, "__name__", None)
+        if not name:
+            raise ValueError("the procedure needs a name: use @server.method('name')")
+        _signature.plan(func)  # fail now, at the decorator, on hints that cannot be honoured
+        with self._lock:
+            if self._native is not None:
+                raise RuntimeError("register procedures before the server starts")
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params)
+        return func
+
+    @property
+    def procedures(self) -> dict[str, Callable[..., Any]]:
+        """Registered functions by method name."""
+        return {name: p.func for name, p in self._procedures.items()}
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> Server:
+        """Bind and serve on background threads; returns at once. ``stop()`` ends it."""
+        with self._lock:
+            if self._native is not None:
+                raise RuntimeError("the server is already running")
+            needs_loop = any(_is_async(p.func) for p in self._procedures.values())
+            loop = _EventLoop() if needs_loop else None
+            native = _ucall.NativeServer(
+                self.host,
+                self._requested_port,
+                self.threads,
+                self.engine_name,
+                _codec.encode,
+                RPCError,
+                _describe if self.debug else None,
+                loop.submit if loop is not None else None,
+                max_threads=self.max_threads,
+                **self._limits,
+            )
+            try:
+                for procedure in self._procedures.values():
+                    func = procedure.func
+                    ignore = procedure.ignore_extra_params
+                    native.add(
+                        procedure.name,
+                        func,
+                        _signature.plan(func),
+                        self.ignore_extra_params if ignore is None else ignore,
+                        _is_async(func),
+                    )
+                native.start()
+            except BaseException:
+                if loop is not None:
+                    loop.close()
+                raise
+            self._native = native
+            self._loop = loop
+            _running.add(self)
+        return self
+
+    def stop(self) -> None:
+        """Stop gracefully (in-flight calls finish) and wait for the workers. Idempotent."""
+        with self._lock:
+            native, self._native = self._native, None
+            loop, self._loop = self._loop, None
+        if native is not None:
+            native.stop()
+        if loop is not None:
+            loop.close()
+        _running.discard(self)
+
+    def run(self, max_cycles: int = -1, max_seconds: float = -1) -> None:
+        """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles`` event-loop
+        turns, when positive), then stop gracefully. Starts the server if needed."""
+        if self._native is None:
+            self.start()
+        native = self._native
+        assert native is not None
+        deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
+        terminated = threading.Event()
+        restore = None
+        if threading.current_thread() is threading.main_thread():
+            restore = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+        try:
+            while not terminated.is_set():
+                timeout = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
+                if native.wait(timeout):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                if max_cycles is not None and max_cycles > 0 and native.cycles >= max_cycles:
+                    break
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+            if restore is not None:
+                signal.signal(signal.SIGTERM, restore)
+
+    def __enter__(self) -> Server:
+        if self._native is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        native = self._native
+        return native is not None and native.running
+
+    @property
+    def port(self) -> int:
+        """The bound port once started (the one asked for before)."""
+        native = self._native
+        port = native.port if native is not None else None
+        return port if port is not None else self._requested_port
+
+    @property
+    def engine(self) -> str | None:
+        """The engine in use once started (``"poll"``, ``"uring"``)."""
+        native = self._native
+        return native.engine if native is not None else None
+
+    @property
+    def url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"http://{host}:{self.port}"
+
+    def __repr__(self) -> str:
+        state = f"running on {self.url}" if self.running else "stopped"
+        return f"<ucall.Server {state}, {len(self._procedures)} procedures>"
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))

@@ -1,0 +1,397 @@
+# SPDX-License-Identifier: Apache-2.0
+"""From a function's signature and type hints to the plan the native binder follows.
+
+Each parameter becomes ``(name, kind, check, converter, has_default, default)``: ``kind``
+is ``inspect.Parameter.kind``; ``check`` is one of the codes below. ``int``, ``float``,
+``bool``, ``str`` and un-annotated parameters are checked natively on the raw JSON; any
+other hint gets a converter built here once, called with the decoded JSON value, which
+returns the Python value or raises ``ConversionError``.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import enum
+import inspect
+import sys
+import types
+import typing
+from typing import Any, Callable, Union
+
+from ucall import _codec
+
+ANY, INT, FLOAT, BOOL, STR, CUSTOM = range(6)
+
+Converter = Callable[[Any], Any]
+ParamSpec = tuple[str, int, int, Union[Converter, None], bool, Any]
+
+
+class ConversionError(ValueError):
+    """A value does not fit a type hint; the text says where and why."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def within(self, step: str) -> ConversionError:
+        return ConversionError(self.message, step + self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path.lstrip('.')}: {self.message}" if self.path else self.message
+
+
+def describe(value: Any) -> str:
+    """What kind of JSON value ``value`` is, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__qualname__}"
+
+
+def _fail(expected: str, value: Any) -> ConversionError:
+    return ConversionError(f"expected {expected}, got {describe(value)}")
+
+
+def plan(func: Callable[..., Any]) -> list[ParamSpec]:
+    """The binding plan of ``func``. Raises ``TypeError`` for hints it cannot honour."""
+    signature = inspect.signature(func)
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception as error:  # an unresolved forward reference, usually
+        raise TypeError(f"cannot read the type hints of {func.__qualname__}: {error}") from error
+    specs: list[ParamSpec] = []
+    for parameter in signature.parameters.values():
+        hint = hints.get(parameter.name, inspect.Parameter.empty)
+        check, converter = compile_hint(hint)
+        has_default = parameter.default is not inspect.Parameter.empty
+        specs.append(
+            (
+                parameter.name,
+                int(parameter.kind),
+                check,
+                converter,
+                has_default,
+                parameter.default if has_default else None,
+            )
+        )
+    return specs
+
+
+def compile_hint(hint: Any) -> tuple[int, Converter | None]:
+    """The native check for ``hint``, or ``CUSTOM`` with a converter."""
+    hint = _strip_annotated(hint)
+    if hint is inspect.Parameter.empty or hint is Any or hint is object:
+        return ANY, None
+    native = {int: INT, float: FLOAT, bool: BOOL, str: STR}.get(hint) if isinstance(hint, type) else None
+    if native is not None:
+        return native, None
+    return CUSTOM, converter(hint)
+
+
+def _strip_annotated(hint: Any) -> Any:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise _fail("an integer", value)
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise _fail("a number", value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _fail("a boolean", value)
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise _fail("a string", value)
+
+
+def _to_none(value: Any) -> None:
+    if value is None:
+        return None
+    raise _fail("null", value)
+
+
+def _to_bytes(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise _fail("a base64 string", value)
+    try:
+        return _codec.b64decode(value)
+    except ValueError:
+        raise ConversionError("expected a base64 string, got a string that is not base64") from None
+
+
+def _is_numpy_array_type(hint: Any) -> bool:
+    return getattr(hint, "__module__", None) == "numpy" and getattr(hint, "__name__", None) == "ndarray"
+
+
+def _is_image_type(hint: Any) -> bool:
+    module = getattr(hint, "__module__", "") or ""
+    return module.startswith("PIL.") and getattr(hint, "__name__", None) == "Image"
+
+
+def _to_ndarray(value: Any) -> Any:
+    if isinstance(value, list):
+        import numpy as np
+
+        return np.asarray(value)
+    data = _to_bytes(value)
+    try:
+        return _codec.unpack_ndarray(data)
+    except Exception as error:
+        raise ConversionError(f"expected base64 of a .npy array: {error}") from None
+
+
+def _to_image(value: Any) -> Any:
+    data = _to_bytes(value)
+    try:
+        return _codec.unpack_image(data)
+    except Exception as error:
+        raise ConversionError(f"expected base64 of an image file: {error}") from None
+
+
+def _is_typeddict(hint: Any) -> bool:
+    is_typeddict = getattr(typing, "is_typeddict", None)
+    if is_typeddict is not None:
+        return bool(is_typeddict(hint))
+    return isinstance(hint, type) and issubclass(hint, dict) and hasattr(hint, "__total__")
+
+
+_SEQUENCES = {list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable}
+_MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
+_UNION_TYPES: tuple[Any, ...] = (Union, types.UnionType) if sys.version_info >= (3, 10) else (Union,)
+
+
+def converter(hint: Any) -> Converter:
+    """A function turning a decoded JSON value into a value of type ``hint``."""
+    hint = _strip_annotated(hint)
+    if hint is inspect.Parameter.empty or hint is Any or hint is object:
+        return _identity
+    if hint is None or hint is type(None):
+        return _to_none
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in _UNION_TYPES:
+        return _union([converter(a) for a in args], args)
+    if origin is typing.Literal:
+        return _literal(args)
+    simple = {int: _to_int, float: _to_float, bool: _to_bool, str: _to_str, bytes: _to_bytes}
+    if hint in simple:
+        return simple[hint]
+    if hint is bytearray:
+        return lambda value: bytearray(_to_bytes(value))
+    if _is_numpy_array_type(hint) or _is_numpy_array_type(origin):
+        return _to_ndarray
+    if _is_image_type(hint):
+        return _to_image
+    if hint in _SEQUENCES or origin in _SEQUENCES:
+        return _sequence(list, converter(args[0]) if args else _identity)
+    if hint in (set, frozenset) or origin in (set, frozenset, collections.abc.Set):
+        kind = frozenset if frozenset in (hint, origin) else set
+        return _sequence(kind, converter(args[0]) if args else _identity)
+    if hint is tuple or origin is tuple:
+        return _tuple(args)
+    if hint in _MAPPINGS or origin in _MAPPINGS:
+        return _mapping(args)
+    if _is_typeddict(hint):
+        return _typeddict(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _dataclass(hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum(hint)
+    if isinstance(hint, type):
+        return _instance(hint)
+    raise TypeError(f"unsupported type hint {hint!r}")
+
+
+def _union(options: list[Converter], hints: tuple[Any, ...]) -> Converter:
+    names = " or ".join(_name(h) for h in hints)
+
+    def convert(value: Any) -> Any:
+        errors = []
+        for option in options:
+            try:
+                return option(value)
+            except ConversionError as error:
+                errors.append(error)
+        deepest = max(errors, key=lambda e: len(e.path))
+        if deepest.path:
+            raise deepest
+        raise _fail(names, value)
+
+    return convert
+
+
+def _name(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    return {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}.get(
+        hint, getattr(hint, "__name__", repr(hint))
+    )
+
+
+def _literal(allowed: tuple[Any, ...]) -> Converter:
+    def convert(value: Any) -> Any:
+        for option in allowed:
+            if value == option and type(value) is type(option):
+                return option
+        raise ConversionError(f"expected one of {list(allowed)!r}, got {value!r}")
+
+    return convert
+
+
+def _sequence(kind: type, item: Converter) -> Converter:
+    def convert(value: Any) -> Any:
+        if not isinstance(value, list):
+            raise _fail("an array", value)
+        out = []
+        for index, element in enumerate(value):
+            try:
+                out.append(item(element))
+            except ConversionError as error:
+                raise error.within(f"[{index}]") from None
+        return out if kind is list else kind(out)
+
+    return convert
+
+
+def _tuple(args: tuple[Any, ...]) -> Converter:
+    if not args or (len(args) == 2 and args[1] is Ellipsis):
+        items = _sequence(list, converter(args[0]) if args else _identity)
+        return lambda value: tuple(items(value))
+    if args == ((),):
+        args = ()
+    converters = [converter(a) for a in args]
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, list):
+            raise _fail("an array", value)
+        if len(value) != len(converters):
+            raise ConversionError(f"expected an array of {len(converters)} items, got {len(value)}")
+        out = []
+        for index, (item, element) in enumerate(zip(converters, value)):
+            try:
+                out.append(item(element))
+            except ConversionError as error:
+                raise error.within(f"[{index}]") from None
+        return tuple(out)
+
+    return convert
+
+
+def _mapping(args: tuple[Any, ...]) -> Converter:
+    key_hint = _strip_annotated(args[0]) if args else str
+    value_of = converter(args[1]) if len(args) > 1 else _identity
+    if key_hint in (str, Any, object):
+        key_of: Converter = _identity
+    elif key_hint is int:
+
+        def key_of(key: str) -> int:
+            try:
+                return int(key)
+            except ValueError:
+                raise ConversionError(f"expected integer keys, got {key!r}") from None
+
+    else:
+        raise TypeError(f"unsupported dict key type {key_hint!r}: JSON keys are strings")
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _fail("an object", value)
+        out = {}
+        for key, element in value.items():
+            try:
+                out[key_of(key)] = value_of(element)
+            except ConversionError as error:
+                raise error.within(f".{key}") from None
+        return out
+
+    return convert
+
+
+def _fields(hints: dict[str, Any], required: set[str], build: Callable[[dict[str, Any]], Any]) -> Converter:
+    converters = {name: converter(hint) for name, hint in hints.items()}
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _fail("an object", value)
+        out = {}
+        for key, element in value.items():
+            item = converters.get(key)
+            if item is None:
+                raise ConversionError(f"unexpected field {key!r}")
+            try:
+                out[key] = item(element)
+            except ConversionError as error:
+                raise error.within(f".{key}") from None
+        for name in required:
+            if name not in out:
+                raise ConversionError(f"missing field {name!r}")
+        return build(out)
+
+    return convert
+
+
+def _dataclass(cls: type) -> Converter:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    required = {
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    return _fields({f.name: hints.get(f.name, Any) for f in fields}, required, lambda kw: cls(**kw))
+
+
+def _typeddict(cls: type) -> Converter:
+    hints = typing.get_type_hints(cls)
+    required = set(getattr(cls, "__required_keys__", hints if getattr(cls, "__total__", True) else ()))
+    return _fields(hints, required, dict)
+
+
+def _enum(cls: type[enum.Enum]) -> Converter:
+    def convert(value: Any) -> Any:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ConversionError(f"expected one of {[m.value for m in cls]!r}, got {value!r}") from None
+
+    return convert
+
+
+def _instance(cls: type) -> Converter:
+    def convert(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        raise _fail(f"a {cls.__qualname__}", value)
+
+    return convert

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every exception UCall raises, in one tree::
+
+    UCallError
+    ├── RPCError            a JSON-RPC error object: raise it in a handler to send it;
+    │                       clients raise it when the reply is an error
+    └── TransportError      the call could not be completed (also an OSError)
+        ├── ConnectError    no connection could be made
+        ├── ProtocolError   the server's bytes are not a valid reply
+        └── TimeoutError    no reply in time (also the built-in TimeoutError)
+
+The numeric codes come from the core's one table (``ErrorCode``); they are never
+restated here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+from typing import Any
+
+from ucall import _ucall
+
+__all__ = [
+    "ConnectError",
+    "ErrorCode",
+    "ProtocolError",
+    "RPCError",
+    "TimeoutError",
+    "TransportError",
+    "UCallError",
+]
+
+#: The pre-defined JSON-RPC 2.0 error codes (specification §5.1), e.g. ``ErrorCode.INVALID_PARAMS``.
+ErrorCode = enum.IntEnum("ErrorCode", dict(_ucall.ERROR_CODES), module=__name__)  # type: ignore[misc]
+ErrorCode.__doc__ = "The pre-defined JSON-RPC 2.0 error codes (specification §5.1)."
+
+
+class UCallError(Exception):
+    """Base class of every UCall exception."""
+
+
+class RPCError(UCallError):
+    """A JSON-RPC error object: ``code``, ``message`` and optional ``data``.
+
+    Raised in a handler, it is sent as that call's error. Clients raise it for an error
+    reply. Server-defined codes belong in ``-32099..-32000``.
+    """
+
+    def __init__(self, code: int, message: str = "", data: Any = None) -> None:
+        super().__init__(code, message, data)
+        self.code = int(code)
+        self.message = str(message)
+        self.data = data
+
+    def __str__(self) -> str:
+        text = f"{self.message} ({self.code})"
+        return text if self.data is None else f"{text}: {self.data!r}"
+
+    def __repr__(self) -> str:
+        return f"RPCError(code={self.code}, message={self.message!r}, data={self.data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RPCError):
+            return NotImplemented
+        return (self.code, self.message, self.data) == (other.code, other.message, other.data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class TransportError(UCallError, OSError):
+    """The call could not be completed: connection refused or lost, bad reply, time-out."""
+
+
+class ConnectError(TransportError):
+    """No connection could be made to the server."""
+
+
+class ProtocolError(TransportError):
+    """The server sent bytes that are not a valid HTTP or JSON-RPC reply."""
+
+
+class TimeoutError(TransportError, builtins.TimeoutError):  # noqa: A001
+    """No reply within the client's time-out."""

@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures for the `ucall` package's suite: real servers on loopback, on each engine.
+
+Environment:
+  UCALL_ENGINES  comma-separated engines every server test runs on (default: poll)
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from ucall import Server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "poll").split(",") if e.strip()]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_server(engine: str) -> Iterator[Callable[..., Server]]:
+    """Factory: `make_server(**options)` is a `Server(port=0, engine=...)` stopped after the test."""
+    made: list[Server] = []
+
+    def make(**options: Any) -> Server:
+        options.setdefault("port", 0)
+        options.setdefault("engine", engine)
+        server = Server(**options)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+class Wire:
+    """A plain HTTP/1.1 keep-alive connection, independent of `ucall.client`."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.connection = http.client.HTTPConnection(host, port, timeout=10)
+        self.ids = 0
+
+    def post(self, body: bytes | str, path: str = "/") -> tuple[int, bytes]:
+        data = body.encode() if isinstance(body, str) else body
+        self.connection.request("POST", path, data, {"Content-Type": "application/json"})
+        reply = self.connection.getresponse()
+        return reply.status, reply.read()
+
+    def call(self, method: str, params: Any = None) -> dict[str, Any]:
+        self.ids += 1
+        request: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self.ids}
+        if params is not None:
+            request["params"] = params
+        status, body = self.post(json.dumps(request))
+        assert status == 200, (status, body)
+        reply = json.loads(body)
+        assert reply["id"] == self.ids
+        return reply  # type: ignore[no-any-return]
+
+    def result(self, method: str, params: Any = None) -> Any:
+        reply = self.call(method, params)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    def error(self, method: str, params: Any = None) -> dict[str, Any]:
+        reply = self.call(method, params)
+        assert "error" in reply, reply
+        return reply["error"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@pytest.fixture
+def wire() -> Iterator[Callable[[Server], Wire]]:
+    """Factory: `wire(server)` is a keep-alive HTTP connection to a started server."""
+    opened: list[Wire] = []
+
+    def connect(server: Server) -> Wire:
+        if not server.running:
+            server.start()
+        w = Wire(server.port)
+        opened.append(w)
+        return w
+
+    yield connect
+    for w in opened:
+        w.close()
+
+
+def tcp_exchange(port: int, payload: bytes, replies: int, timeout: float = 10) -> list[dict[str, Any]]:
+    """Send `payload` over raw TCP and read `replies` newline-framed replies."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(payload)
+        reader = sock.makefile("rb")
+        return [json.loads(reader.readline()) for _ in range(replies)]
+
+
+def once(port: int, method: str, params: Any = None) -> Any:
+    """One call on a fresh connection, closed afterwards; the result (asserts no error)."""
+    w = Wire(port)
+    try:
+        return w.result(method, params)
+    finally:
+        w.close()
+
+
+def once_error(port: int, method: str, params: Any = None) -> dict[str, Any]:
+    w = Wire(port)
+    try:
+        return w.error(method, params)
+    finally:
+        w.close()

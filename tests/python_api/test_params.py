@@ -1,0 +1,286 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Type hints drive validation and conversion of params; errors name the parameter."""
+
+
+import base64
+import dataclasses
+import enum
+import io
+import sys
+from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
+
+import pytest
+
+INVALID_PARAMS = -32602
+
+
+def test_decorators_return_the_function_unchanged(make_server, wire):
+    server = make_server()
+
+    def plain(a: int) -> int:
+        return a * 2
+
+    assert server(plain) is plain
+    assert server.method("ns.twice")(plain) is plain
+    assert plain(4) == 8
+    assert set(server.procedures) == {"plain", "ns.twice"}
+    w = wire(server)
+    assert w.result("plain", [21]) == 42
+    assert w.result("ns.twice", {"a": 5}) == 10
+    assert w.error("nope")["code"] == -32601
+
+
+def test_default_host_is_loopback(make_server):
+    server = make_server()
+    assert server.host == "127.0.0.1"
+    with server:
+        assert server.port > 0
+        assert server.url == f"http://127.0.0.1:{server.port}"
+
+
+@pytest.mark.parametrize(
+    ("hint", "value", "expected"),
+    [
+        (int, 3, 3),
+        (int, 3.0, 3),
+        (int, 2**80, 2**80),
+        (int, -(2**70), -(2**70)),
+        (float, 2, 2.0),
+        (float, 2.5, 2.5),
+        (bool, True, True),
+        (str, "héllo \"q\"", "héllo \"q\""),
+        (Optional[int], None, None),
+        (Optional[int], 4, 4),
+        (Union[int, str], "x", "x"),
+        (List[int], [1, 2.0], [1, 2]),
+        (Dict[str, float], {"a": 1}, {"a": 1.0}),
+        (Tuple[int, str], [1, "a"], [1, "a"]),
+        (Tuple[int, ...], [1, 2, 3], [1, 2, 3]),
+        (Literal["a", "b"], "b", "b"),
+        (Any, {"x": [1, None]}, {"x": [1, None]}),
+    ],
+)
+def test_accepted_values(make_server, wire, hint, value, expected):
+    server = make_server()
+
+    def echo(x):  # type: ignore[no-untyped-def]
+        return x
+
+    echo.__annotations__ = {"x": hint}
+    server(echo)
+    assert wire(server).result("echo", [value]) == expected
+
+
+@pytest.mark.parametrize(
+    ("hint", "value", "fragment"),
+    [
+        (int, True, "expected an integer, got a boolean"),
+        (int, 1.5, "expected an integer, got a non-integral number"),
+        (int, "1", "expected an integer, got a string"),
+        (float, False, "expected a number, got a boolean"),
+        (float, None, "expected a number, got null"),
+        (bool, 1, "expected a boolean, got an integer"),
+        (str, 5, "expected a string, got an integer"),
+        (List[int], [1, "x"], "[1]: expected an integer, got a string"),
+        (Dict[str, int], {"k": 1.5}, "k: expected an integer"),
+        (Tuple[int, int], [1], "expected an array of 2 items, got 1"),
+        (Literal["a"], "z", "expected one of ['a']"),
+        (bytes, "not base64!", "base64"),
+        (Optional[int], "x", "expected an integer or null, got a string"),
+    ],
+)
+def test_wrong_types_name_the_parameter(make_server, wire, hint, value, fragment):
+    server = make_server()
+
+    def take(x):  # type: ignore[no-untyped-def]
+        return None
+
+    take.__annotations__ = {"x": hint}
+    server(take)
+    error = wire(server).error("take", {"x": value})
+    assert error["code"] == INVALID_PARAMS
+    assert "'x'" in error["message"]
+    assert fragment in error["message"]
+
+
+def test_bytes_travel_as_base64(make_server, wire):
+    server = make_server()
+
+    @server
+    def reverse(data: bytes, extra: bytearray = bytearray(b"!")) -> bytes:
+        assert isinstance(data, bytes) and isinstance(extra, bytearray)
+        return data[::-1] + bytes(extra)
+
+    payload = bytes(range(256))
+    text = base64.b64encode(payload).decode()
+    result = wire(server).result("reverse", {"data": text})
+    assert base64.b64decode(result) == payload[::-1] + b"!"
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float = 0.0
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+def test_dataclasses_typeddicts_and_enums(make_server, wire):
+    server = make_server()
+
+    @server
+    def shift(p: Point, by: float) -> Point:
+        assert isinstance(p, Point)
+        return Point(p.x + by, p.y + by)
+
+    @server
+    def describe(movie: Movie, color: Color = Color.RED) -> str:
+        assert isinstance(color, Color)
+        return f"{movie['title']} ({movie['year']}) in {color.value}"
+
+    w = wire(server)
+    assert w.result("shift", {"p": {"x": 1}, "by": 1}) == {"x": 2.0, "y": 1.0}
+    assert w.result("describe", [{"title": "M", "year": 1931}, "blue"]) == "M (1931) in blue"
+    error = w.error("shift", {"p": {"x": 1, "z": 2}, "by": 1})
+    assert "'p'" in error["message"] and "unexpected field 'z'" in error["message"]
+    error = w.error("shift", {"p": {"y": 1}, "by": 1})
+    assert "missing field 'x'" in error["message"]
+    error = w.error("describe", [{"title": "M"}])
+    assert error["code"] == INVALID_PARAMS and "missing field 'year'" in error["message"]
+    error = w.error("describe", [{"title": "M", "year": 1}, "green"])
+    assert "'color'" in error["message"] and "green" in error["message"]
+
+
+def test_python_binding_rules(make_server, wire):
+    server = make_server()
+
+    @server
+    def shape(a: int, /, b: int = 2, *rest: int, c: int = 3, **more: Any) -> list:
+        return [a, b, list(rest), c, more]
+
+    @server
+    def kwonly(*, flag: bool) -> bool:
+        return flag
+
+    w = wire(server)
+    assert w.result("shape", [1]) == [1, 2, [], 3, {}]
+    assert w.result("shape", [1, 5, 6, 7]) == [1, 5, [6, 7], 3, {}]
+    error = w.error("shape", [1, 5, "x"])
+    assert error["code"] == INVALID_PARAMS and "'rest[2]'" in error["message"]
+    assert w.result("kwonly", {"flag": True}) is True
+    error = w.error("kwonly", [True])
+    assert error["code"] == INVALID_PARAMS
+    assert "at most 0 positional" in error["message"]
+    # a positional-only parameter cannot be named: with **more it lands there, and `a` is missing
+    error = w.error("shape", {"a": 1})
+    assert "missing parameter 'a'" in error["message"]
+    assert w.result("shape", [1, 2]) == [1, 2, [], 3, {}]
+
+
+def test_missing_and_extra_params(make_server, wire):
+    server = make_server()
+
+    @server
+    def pair(a: int, b: int) -> int:
+        return a - b
+
+    w = wire(server)
+    assert "missing parameter 'b'" in w.error("pair", {"a": 1})["message"]
+    assert "missing parameter 'a'" in w.error("pair")["message"]
+    assert "unexpected parameter 'c'" in w.error("pair", {"a": 1, "b": 2, "c": 3})["message"]
+    assert "at most 2 positional" in w.error("pair", [1, 2, 3])["message"]
+    for error in (w.error("pair", {"a": 1}), w.error("pair", [1, 2, 3])):
+        assert error["code"] == INVALID_PARAMS
+
+
+def test_ignoring_extra_params(make_server, wire):
+    server = make_server(ignore_extra_params=True)
+
+    @server
+    def pair(a: int, b: int) -> int:
+        return a - b
+
+    @server.method("strict", ignore_extra_params=False)
+    def strict(a: int) -> int:
+        return a
+
+    w = wire(server)
+    assert w.result("pair", {"a": 5, "b": 2, "c": 3}) == 3
+    assert w.result("pair", [5, 2, 9]) == 3
+    assert w.error("strict", {"a": 1, "z": 0})["code"] == INVALID_PARAMS
+
+
+def test_unannotated_parameters_take_any_json(make_server, wire):
+    server = make_server()
+
+    @server
+    def echo(data, other=None):  # type: ignore[no-untyped-def]
+        return [data, other]
+
+    w = wire(server)
+    value = {"a": [1, 2.5, "x", None, True, {"b": -(2**65)}], "é": "\u2603"}
+    assert w.result("echo", [value]) == [value, None]
+
+
+def test_numpy_arrays(make_server, wire):
+    np = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def scale(array: np.ndarray, by: float) -> np.ndarray:
+        return array * by
+
+    @server
+    def total(array: np.ndarray) -> Any:
+        return array.sum()  # a numpy scalar
+
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    packed = base64.b64encode(buffer.getvalue()).decode()
+    w = wire(server)
+    result = np.load(io.BytesIO(base64.b64decode(w.result("scale", [packed, 2]))), allow_pickle=False)
+    assert result.dtype == np.float32 and result.shape == (3, 4)
+    assert (result == array * 2).all()
+    assert w.result("total", [[1, 2, 3]]) == 6
+    # A pickled object array is refused: .npy is loaded with pickling disabled.
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    error = w.error("scale", [base64.b64encode(buffer.getvalue()).decode(), 1])
+    assert error["code"] == INVALID_PARAMS and "'array'" in error["message"]
+
+
+def test_pil_images(make_server, wire):
+    image_module = pytest.importorskip("PIL.Image")
+    server = make_server()
+
+    @server
+    def flip(image: image_module.Image) -> image_module.Image:
+        return image.transpose(image_module.FLIP_LEFT_RIGHT)
+
+    picture = image_module.new("RGB", (4, 2), (10, 20, 30))
+    picture.putpixel((0, 0), (255, 0, 0))
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    result = wire(server).result("flip", [base64.b64encode(buffer.getvalue()).decode()])
+    flipped = image_module.open(io.BytesIO(base64.b64decode(result)))
+    assert flipped.size == (4, 2)
+    assert flipped.getpixel((3, 0)) == (255, 0, 0)
+
+
+def test_unsupported_hints_fail_at_registration(make_server):
+    server = make_server()
+
+    def bad(x: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
+        return None
+
+    with pytest.raises(TypeError, match="type hints"):
+        server(bad)

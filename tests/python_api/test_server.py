@@ -1,0 +1,303 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Results, errors, lifecycle, threads and the GIL, blocking and async handlers."""
+
+import asyncio
+import base64
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import REPO_ROOT, Wire, once, once_error, tcp_exchange
+
+import ucall
+from ucall import ErrorCode, RPCError, Server
+
+
+def test_exported_members():
+    assert ucall.__all__ == sorted(ucall.__all__)
+    for name in ucall.__all__:
+        assert hasattr(ucall, name), name
+    assert ErrorCode.INVALID_PARAMS == -32602 and ErrorCode.INTERNAL_ERROR == -32603
+    assert isinstance(ucall.__version__, str)
+
+
+@dataclasses.dataclass
+class Pair:
+    left: Any
+    right: Any
+
+
+def test_results(make_server, wire):
+    server = make_server()
+    results = {
+        "tuple": lambda: (1, "a", None),
+        "bytes": lambda: b"\x00\xff",
+        "big": lambda: [2**64, -(2**100)],
+        "floats": lambda: [0.1, 1e300, -0.0, 1.0],
+        "dataclass": lambda: Pair([1, 2], {"x": Pair(1, 2)}),
+        "set": lambda: {3},
+        "nested": lambda: {"a": [{"b": (True, False)}]},
+        "int_keys": lambda: {1: "one"},
+    }
+    for name, func in results.items():
+        server.route(func, name=name)
+    w = wire(server)
+    assert w.result("tuple") == [1, "a", None]
+    assert base64.b64decode(w.result("bytes")) == b"\x00\xff"
+    status, body = w.post(json.dumps({"jsonrpc": "2.0", "method": "big", "id": 1}))
+    assert b"18446744073709551616" in body and b"-1267650600228229401496703205376" in body
+    assert w.result("floats") == [0.1, 1e300, -0.0, 1.0]
+    assert w.result("dataclass") == {"left": [1, 2], "right": {"x": {"left": 1, "right": 2}}}
+    assert w.result("set") == [3]
+    assert w.result("nested") == {"a": [{"b": [True, False]}]}
+    assert w.result("int_keys") == {"1": "one"}
+
+
+def test_numpy_and_image_results(make_server, wire):
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    server = make_server()
+    server.route(lambda: np.int64(7), name="scalar")
+    server.route(lambda: [np.float32(0.5), np.bool_(True)], name="scalars")
+    server.route(lambda: image.new("L", (3, 3), 9), name="picture")
+    w = wire(server)
+    assert w.result("scalar") == 7
+    assert w.result("scalars") == [0.5, True]
+    import io
+
+    picture = image.open(io.BytesIO(base64.b64decode(w.result("picture"))))
+    assert picture.size == (3, 3) and picture.getpixel((1, 1)) == 9
+
+
+def test_unserializable_results(make_server, wire):
+    server = make_server()
+    server.route(lambda: float("nan"), name="nan")
+    server.route(lambda: object(), name="thing")
+    server.route(lambda: {(1, 2): 3}, name="tuple_key")
+    cycle: list = []
+    cycle.append(cycle)
+    server.route(lambda: cycle, name="cycle")
+    w = wire(server)
+    for name, fragment in [("nan", "NaN"), ("thing", "object"), ("tuple_key", "tuple"), ("cycle", "nested")]:
+        error = w.error(name)
+        assert error["code"] == ErrorCode.INTERNAL_ERROR
+        assert "cannot be serialized" in error["message"] and fragment in error["message"], error
+
+
+def test_errors(make_server, wire):
+    server = make_server()
+
+    @server
+    def fail() -> None:
+        raise RPCError(-32001, "boom", {"why": "asked to fail", "n": (1, 2)})
+
+    @server
+    def plain_fail() -> None:
+        raise RPCError(-32050, "no data")
+
+    @server
+    def crash() -> None:
+        raise ValueError("bad value")
+
+    w = wire(server)
+    assert w.error("fail") == {"code": -32001, "message": "boom", "data": {"why": "asked to fail", "n": [1, 2]}}
+    assert w.error("plain_fail") == {"code": -32050, "message": "no data"}
+    error = w.error("crash")
+    assert error["code"] == -32603
+    assert "ValueError: bad value" in error["message"]
+    assert "data" not in error  # no traceback unless debug
+
+
+def test_debug_mode_sends_the_traceback(make_server, wire):
+    server = make_server(debug=True)
+
+    @server
+    def crash() -> None:
+        raise KeyError("k")
+
+    error = wire(server).error("crash")
+    assert "Traceback" in error["data"] and "KeyError" in error["data"]
+
+
+def test_lifecycle(make_server, engine):
+    server = make_server()
+    server.route(lambda: 1, name="one")
+    assert not server.running and server.engine is None
+    with server:
+        assert server.running and server.engine in ("poll", "uring")
+        assert once(server.port, "one") == 1
+        with pytest.raises(RuntimeError):
+            server.route(lambda: 2, name="two")
+        with pytest.raises(RuntimeError):
+            server.start()
+    assert not server.running
+    server.stop()  # idempotent
+    server.start()  # and it can start again
+    assert once(server.port, "one") == 1
+    server.stop()
+
+
+def test_run_returns_after_max_seconds(make_server):
+    server = make_server()
+    started = time.monotonic()
+    server.run(max_seconds=0.3)
+    assert 0.25 < time.monotonic() - started < 3
+    assert not server.running
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_run_stops_cleanly_on_signals(engine, sig):
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "examples/python/sum_server.py"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line + proc.stderr.read()
+        port = int(line.rsplit(":", 1)[1])
+        assert once(port, "sum", [1, 2]) == 3
+        proc.send_signal(sig)
+        assert proc.wait(10) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_other_threads_run_and_an_idle_server_sleeps(make_server, wire):
+    server = make_server()
+    server.route(lambda: "ok", name="ping")
+    w = wire(server)
+    assert w.result("ping") == "ok"
+    counted = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal counted
+        while not stop.is_set():
+            counted += 1
+
+    thread = threading.Thread(target=count)
+    thread.start()
+    time.sleep(0.2)
+    stop.set()
+    thread.join()
+    assert counted > 10_000  # the server held no GIL meanwhile
+    cpu = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - cpu < 0.05  # idle: no busy loop anywhere
+
+
+def test_blocking_handlers_do_not_stall_others(make_server, wire):
+    server = make_server()
+
+    @server
+    def slow(x: int) -> int:
+        time.sleep(0.4)
+        return x
+
+    @server
+    def quick() -> str:
+        return "quick"
+
+    server.start()
+    with ThreadPoolExecutor(8) as pool:
+        started = time.monotonic()
+        futures = [pool.submit(lambda i=i: once(server.port, "slow", [i])) for i in range(8)]
+        time.sleep(0.1)
+        asked = time.monotonic()
+        assert once(server.port, "quick") == "quick"
+        quick_latency = time.monotonic() - asked
+        assert [f.result() for f in futures] == list(range(8))
+        elapsed = time.monotonic() - started
+    assert quick_latency < 0.1, quick_latency
+    assert elapsed < 0.75, elapsed
+
+
+def test_async_handlers(make_server):
+    server = make_server()
+
+    @server
+    async def nap(x: int) -> int:
+        await asyncio.sleep(0.1)
+        return x
+
+    @server
+    async def broken() -> None:
+        await asyncio.sleep(0)
+        raise RPCError(-32002, "async failure")
+
+    server.start()
+    with ThreadPoolExecutor(100) as pool:
+        sockets = [Wire(server.port) for _ in range(100)]
+        for s in sockets:
+            s.connection.connect()
+        started = time.monotonic()
+        results = list(pool.map(lambda pair: pair[1].result("nap", [pair[0]]), enumerate(sockets)))
+        elapsed = time.monotonic() - started
+        for s in sockets:
+            s.close()
+    assert results == list(range(100))
+    assert elapsed < 0.6, elapsed
+    assert once_error(server.port, "broken") == {"code": -32002, "message": "async failure"}
+
+
+def test_replies_leave_in_request_order(make_server):
+    server = make_server()
+
+    @server
+    async def later(x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x
+
+    @server
+    def now(x: int) -> int:
+        return x
+
+    @server
+    def blocked(x: int) -> int:
+        time.sleep(0.05)
+        return x
+
+    server.start()
+    methods = ["later", "now", "blocked", "now", "later", "now"]
+    payload = "".join(
+        json.dumps({"jsonrpc": "2.0", "method": m, "params": [i], "id": i}) + "\n" for i, m in enumerate(methods)
+    )
+    replies = tcp_exchange(server.port, payload.encode(), len(methods))
+    assert [r["result"] for r in replies] == list(range(len(methods)))
+    batch = [{"jsonrpc": "2.0", "method": m, "params": [i], "id": i} for i, m in enumerate(methods)]
+    w = Wire(server.port)
+    status, body = w.post(json.dumps(batch))
+    w.close()
+    assert [r["result"] for r in json.loads(body)] == list(range(len(methods)))
+
+
+def test_threads_and_limits_options(make_server, wire):
+    server = make_server(threads=2, max_body_bytes=1024, max_batch=2)
+    server.route(lambda data=None: "ok", name="ping")
+    w = wire(server)
+    assert w.result("ping") == "ok"
+    status, _ = w.post(json.dumps({"jsonrpc": "2.0", "method": "ping", "params": ["x" * 2000], "id": 1}))
+    assert status == 413
+    w2 = Wire(server.port)
+    batch = [{"jsonrpc": "2.0", "method": "ping", "id": i} for i in range(3)]
+    status, body = w2.post(json.dumps(batch))
+    w2.close()
+    assert json.loads(body)["error"]["code"] == ErrorCode.INVALID_REQUEST
+    with pytest.raises(ValueError):
+        Server(threads=0)
