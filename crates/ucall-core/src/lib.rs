@@ -32,6 +32,7 @@ pub mod router;
 mod server;
 pub mod session;
 pub mod stream;
+mod tls;
 pub mod ws;
 
 pub use defer::Deferred;
@@ -41,3 +42,4 @@ pub use jsonrpc::{ErrorCode, RpcError};
 pub use router::{Call, Handler, Params, Reply, Router};
 pub use server::{Config, EngineKind, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
+pub use tls::TlsConfig;

@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
 use crate::session::Limits;
+use crate::tls::TlsConfig;
 
 /// Which engine moves the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +74,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// On shutdown, how long in-flight requests may take before connections are cut.
     pub shutdown_timeout: Duration,
+    /// TLS: certificate material, and whether it takes the port or a port of its own.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for Config {
@@ -87,6 +90,7 @@ impl Default for Config {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -96,8 +100,18 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) stopping: AtomicBool,
     pub(crate) connections: AtomicUsize,
+    /// TLS, when configured: the rustls configuration and where TLS listens.
+    pub(crate) tls: Option<TlsShared>,
     /// One per worker, set once the workers exist, to interrupt their waits.
     pub(crate) wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
+}
+
+/// TLS state shared by the workers.
+pub(crate) struct TlsShared {
+    pub(crate) config: Arc<rustls::ServerConfig>,
+    /// `Some`: TLS has a port of its own (the workers open its listeners, and the first
+    /// records the address it bound).
+    pub(crate) separate: Option<std::sync::Mutex<SocketAddr>>,
 }
 
 /// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
@@ -180,6 +194,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Serve TLS with this certificate material (see [`TlsConfig`] for a port of its own).
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
     /// Register a procedure whose returned value is serialized as the result.
     ///
     /// ```
@@ -231,12 +251,34 @@ impl ServerBuilder {
             ));
         }
         let addr = resolve(&config.host, config.port)?;
+        // TLS runs on the poll engine for now.
+        if config.tls.is_some() {
+            match config.engine {
+                EngineKind::Uring => {
+                    return Err(Error::engine(
+                        "TLS is not available on the uring engine yet; use engine = auto or poll",
+                    ))
+                }
+                EngineKind::Auto => config.engine = EngineKind::Poll,
+                EngineKind::Poll => {}
+            }
+        }
+        let tls = match &config.tls {
+            None => None,
+            Some(tls) => Some(TlsShared {
+                config: crate::tls::server_config(tls)?,
+                separate: tls
+                    .port
+                    .map(|port| std::sync::Mutex::new(SocketAddr::new(addr.ip(), port))),
+            }),
+        };
         engine::raise_fd_limit(config.max_connections);
         let engine = engine::select(config.engine)?;
         let shared = Arc::new(Shared {
             config,
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
+            tls,
             wakers: std::sync::OnceLock::new(),
         });
         let (workers, local_addr) = engine::bind_workers(engine, &shared, addr)?;
@@ -282,6 +324,12 @@ impl Server {
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address TLS listens on: the server's own, or its separate TLS port.
+    #[must_use]
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        tls_addr(&self.shared, self.local_addr)
     }
 
     /// The engine in use (never `Auto`).
@@ -408,6 +456,12 @@ impl ServerHandle {
         self.local_addr.port()
     }
 
+    /// The address TLS listens on, if TLS is configured.
+    #[must_use]
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        tls_addr(&self.shared, self.local_addr)
+    }
+
     /// Connections open now.
     #[must_use]
     pub fn connections(&self) -> usize {
@@ -446,4 +500,12 @@ impl Drop for ServerHandle {
             self.join_threads();
         }
     }
+}
+
+fn tls_addr(shared: &Shared, local_addr: SocketAddr) -> Option<SocketAddr> {
+    let tls = shared.tls.as_ref()?;
+    Some(match &tls.separate {
+        Some(bound) => *bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        None => local_addr,
+    })
 }

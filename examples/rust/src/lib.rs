@@ -22,7 +22,8 @@ pub fn config_from_args() -> Config {
         if flag == "--help" || flag == "-h" {
             println!(
                 "options: --host H --port P --threads N --engine auto|poll|uring --max-body-bytes N \
-                 --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N"
+                 --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N \
+                 --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM]"
             );
             std::process::exit(0);
         }
@@ -45,10 +46,22 @@ pub fn config_from_args() -> Config {
             "--max-connections" => config.max_connections = number(),
             "--header-timeout-ms" => config.header_timeout = Duration::from_millis(number() as u64),
             "--idle-timeout-ms" => config.idle_timeout = Duration::from_millis(number() as u64),
+            "--tls-cert" => tls(&mut config).cert_chain = value.into(),
+            "--tls-key" => tls(&mut config).private_key = value.into(),
+            "--tls-client-ca" => tls(&mut config).client_ca = Some(value.into()),
+            "--tls-port" => {
+                tls(&mut config).port =
+                    Some(u16::try_from(number()).unwrap_or_else(|_| fail("--tls-port: out of range")));
+            }
             _ => fail(&format!("unknown option {flag} (try --help)")),
         }
     }
     config
+}
+
+/// The TLS part of `config`, created empty on first use (paths are checked at bind).
+fn tls(config: &mut Config) -> &mut ucall_core::TlsConfig {
+    config.tls.get_or_insert_with(|| ucall_core::TlsConfig::new("", ""))
 }
 
 fn fail(message: &str) -> ! {
@@ -74,6 +87,14 @@ pub fn announce_and_run(server: ucall_core::Server) -> Result<(), ucall_core::Er
         server.engine().name(),
         server.config().threads
     );
+    if let Some(tls) = server.tls_addr() {
+        let host = if tls.is_ipv6() {
+            format!("[{}]", tls.ip())
+        } else {
+            tls.ip().to_string()
+        };
+        println!("tls on {host}:{}", tls.port());
+    }
     let _ = std::io::stdout().flush();
     server.run()
 }

@@ -22,10 +22,13 @@ use crate::error::Error;
 use crate::router::Router;
 use crate::server::Shared;
 use crate::session::{Context, Scratch, Session};
+use crate::tls::{Received, TlsSession};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
-const FIRST_CONNECTION: usize = 2;
+/// The listener of a separate TLS port.
+const TLS_LISTENER: Token = Token(2);
+const FIRST_CONNECTION: usize = 3;
 
 /// Size of the per-worker read buffer, and of each read.
 const READ_CHUNK: usize = 64 << 10;
@@ -63,6 +66,8 @@ struct Conn {
     /// Tells this connection from an earlier one in the same slab slot, so that a late
     /// deferred reply never reaches the wrong client.
     generation: u64,
+    /// TLS state, on a TLS port: ciphertext in `stream`, plaintext in `input` and `out`.
+    tls: Option<Box<TlsSession>>,
 }
 
 pub(crate) struct PollWorker {
@@ -72,6 +77,8 @@ pub(crate) struct PollWorker {
     poll: Poll,
     waker: Arc<Waker>,
     listener: Option<TcpListener>,
+    /// A separate TLS port's listener.
+    tls_listener: Option<TcpListener>,
     conns: Slab<Conn>,
     read_buf: Vec<u8>,
     scratch: Scratch,
@@ -114,12 +121,29 @@ impl PollWorker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| Error::io("cannot register the listener", e))?;
+        let tls_listener = match shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) {
+            None => None,
+            Some(bound) => {
+                let mut bound = bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let std_listener = super::listen(*bound)?;
+                // The first worker to bind port 0 tells the others which port it got.
+                *bound = std_listener
+                    .local_addr()
+                    .map_err(|e| Error::io("cannot read the bound TLS address", e))?;
+                let mut tls_listener = TcpListener::from_std(std_listener);
+                poll.registry()
+                    .register(&mut tls_listener, TLS_LISTENER, Interest::READABLE)
+                    .map_err(|e| Error::io("cannot register the TLS listener", e))?;
+                Some(tls_listener)
+            }
+        };
         Ok(PollWorker {
             shared,
             router: Arc::default(),
             poll,
             waker,
             listener: Some(listener),
+            tls_listener,
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
             scratch: Scratch::default(),
@@ -163,7 +187,8 @@ impl PollWorker {
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         for event in &events {
             match event.token() {
-                LISTENER => self.accept(),
+                LISTENER => self.accept(false),
+                TLS_LISTENER => self.accept(true),
                 WAKER => self.deliver_completions(),
                 Token(token) => {
                     let key = token - FIRST_CONNECTION;
@@ -211,9 +236,17 @@ impl PollWorker {
         wake_at.map(|at| at.saturating_duration_since(now))
     }
 
-    fn accept(&mut self) {
+    /// Accept what waits on the plain listener, or with `tls_port` the separate TLS one.
+    fn accept(&mut self, tls_port: bool) {
+        let shared = Arc::clone(&self.shared);
+        let tls_config = shared.tls.as_ref().filter(|tls| tls_port || tls.separate.is_none());
         loop {
-            let Some(listener) = self.listener.as_ref() else { return };
+            let listener = if tls_port {
+                self.tls_listener.as_ref()
+            } else {
+                self.listener.as_ref()
+            };
+            let Some(listener) = listener else { return };
             let (mut stream, _) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -231,6 +264,13 @@ impl PollWorker {
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            let tls = match tls_config.map(|tls| TlsSession::new(&tls.config)).transpose() {
+                Ok(tls) => tls.map(Box::new),
+                Err(_) => {
+                    self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                    continue;
+                }
+            };
             let entry = self.conns.vacant_entry();
             let token = Token(entry.key() + FIRST_CONNECTION);
             if self
@@ -256,7 +296,9 @@ impl PollWorker {
                 peer_closed: false,
                 closing: false,
                 last_progress: now,
-                head_started: None,
+                // The handshake must finish within the header time-out.
+                head_started: tls.is_some().then_some(now),
+                tls,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -280,7 +322,7 @@ impl PollWorker {
         let mut reads = 0;
         let mut failed = false;
         loop {
-            if conn.out.has_sendable() && flush(conn).is_err() {
+            if has_output(conn) && flush(conn).is_err() {
                 failed = true;
                 break;
             }
@@ -314,18 +356,19 @@ impl PollWorker {
             // Half-closed by the client: what it sent is answered, the rest is never coming.
             conn.session.end_of_input(&mut conn.out);
             conn.closing = true;
-            if conn.out.is_empty() || flush(conn).is_err() {
+            if !has_output(conn) || flush(conn).is_err() {
                 failed = true;
             }
         }
-        let done = failed || (conn.closing && conn.out.is_empty());
+        let done = failed || (conn.closing && conn.out.is_empty() && !has_output(conn));
         if done {
             self.close(key);
             return;
         }
         let now = Instant::now();
         conn.out.shrink(OUTPUT_KEEP);
-        if conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog {
+        let handshaking = conn.tls.as_ref().is_some_and(|tls| tls.is_handshaking());
+        if handshaking || (conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog) {
             conn.head_started.get_or_insert(now);
         } else {
             conn.head_started = None;
@@ -408,6 +451,9 @@ impl PollWorker {
     /// Graceful shutdown: stop accepting, close idle connections, let the others finish.
     /// Returns whether the worker is done.
     fn drain(&mut self) -> bool {
+        if let Some(mut listener) = self.tls_listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
             self.drain_deadline = Some(Instant::now() + self.shared.config.shutdown_timeout);
@@ -427,6 +473,11 @@ impl PollWorker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            if let Some(tls) = conn.tls.as_mut() {
+                // Best effort: a clean end the client can tell from a truncation.
+                tls.close();
+                let _ = tls.write_to(&mut conn.stream);
+            }
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let _ = conn.stream.shutdown(Shutdown::Both);
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
@@ -445,6 +496,9 @@ fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
 /// Read once and hand the bytes to the session. Reads go to the worker's buffer; only an
 /// unfinished request's tail is kept in the connection.
 fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) -> io::Result<()> {
+    if conn.tls.is_some() {
+        return read_tls_and_feed(conn, read_buf, ctx);
+    }
     let result = if conn.input.is_empty() {
         conn.stream.read(read_buf)
     } else {
@@ -509,9 +563,66 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     }
 }
 
+/// TLS: read ciphertext into the worker's buffer, decrypt it into the connection's input,
+/// and hand that to the session.
+fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) -> io::Result<()> {
+    let read = match conn.stream.read(read_buf) {
+        Ok(0) => {
+            conn.readable = false;
+            conn.peer_closed = true;
+            return Ok(());
+        }
+        Ok(n) => {
+            if n < READ_CHUNK && !conn.hang_up {
+                conn.readable = false;
+            }
+            n
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            conn.readable = false;
+            return Ok(());
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    conn.last_progress = Instant::now();
+    let tls = conn.tls.as_mut().expect("invariant: called for TLS connections");
+    match tls.receive(&read_buf[..read], &mut conn.input) {
+        Ok(Received::Open) => {}
+        Ok(Received::Closed) => conn.peer_closed = true,
+        Err(_) => {
+            // Handshake failure, bad record, plaintext on a TLS port: send the alert rustls
+            // queued, then close. Nobody else is affected.
+            let _ = tls.write_to(&mut conn.stream);
+            return Err(io::ErrorKind::InvalidData.into());
+        }
+    }
+    if !conn.input.is_empty() {
+        feed_input(conn, ctx);
+    }
+    Ok(())
+}
+
+/// Whether anything waits to be written: plaintext before the first hole, or ciphertext.
+fn has_output(conn: &Conn) -> bool {
+    conn.out.has_sendable() || conn.tls.as_ref().is_some_and(|tls| tls.wants_write())
+}
+
 /// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
 /// writable event).
 fn flush(conn: &mut Conn) -> io::Result<()> {
+    if let Some(tls) = conn.tls.as_mut() {
+        // Encrypt only as the socket takes it: rustls bounds what it buffers, so the
+        // output high-water mark keeps holding back a client that does not read.
+        loop {
+            tls.write_to(&mut conn.stream)?;
+            if tls.wants_write() || !conn.out.has_sendable() {
+                conn.last_progress = Instant::now();
+                return Ok(());
+            }
+            tls.seal(&mut conn.out);
+        }
+    }
     while conn.out.has_sendable() {
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let count = conn.out.io_slices(&mut slices);

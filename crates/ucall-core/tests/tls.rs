@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+//! TLS over loopback with throwaway certificates made at test time (never committed):
+//! HTTP, raw TCP and large bodies over TLS 1.2 and 1.3, ALPN, resumption, client
+//! certificates, a separate TLS port, and clients that misbehave (plaintext on the TLS
+//! port, stalled handshakes) without disturbing anyone else.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use ucall_core::{EngineKind, Server, ServerHandle, TlsConfig};
+
+struct Material {
+    dir: PathBuf,
+    ca: CertificateDer<'static>,
+    client_chain: Vec<CertificateDer<'static>>,
+    client_key: PrivateKeyDer<'static>,
+}
+
+impl Material {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Material {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM
+/// files in a fresh directory.
+fn material(tag: &str) -> Material {
+    let dir = std::env::temp_dir().join(format!("ucall-tls-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client_cert = CertificateParams::new(vec!["client".to_string()])
+        .unwrap()
+        .signed_by(&client_key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("server.pem"), server_cert.pem() + &ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), server_key.serialize_pem()).unwrap();
+    Material {
+        dir,
+        ca: ca_cert.der().clone(),
+        client_chain: vec![client_cert.der().clone()],
+        client_key: PrivateKeyDer::try_from(client_key.serialize_der()).unwrap(),
+    }
+}
+
+fn tls_config(m: &Material) -> TlsConfig {
+    TlsConfig::new(m.path("server.pem"), m.path("server.key"))
+}
+
+fn serve(tls: TlsConfig, header_timeout: Duration) -> ServerHandle {
+    Server::builder()
+        .port(0)
+        .threads(2)
+        .engine(EngineKind::Poll)
+        .header_timeout(header_timeout)
+        .tls(tls)
+        .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+        .procedure("echo", |call| Ok(call.get::<String>(0, "data")?))
+        .bind()
+        .expect("bind")
+        .spawn()
+        .expect("spawn")
+}
+
+fn client(m: &Material, versions: &[&'static rustls::SupportedProtocolVersion], with_cert: bool) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(m.ca.clone()).unwrap();
+    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = if with_cert {
+        builder
+            .with_client_auth_cert(m.client_chain.clone(), m.client_key.clone_key())
+            .unwrap()
+    } else {
+        builder.with_no_client_auth()
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+fn connect(addr: SocketAddr, config: &Arc<ClientConfig>) -> Tls {
+    let sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let conn = ClientConnection::new(Arc::clone(config), ServerName::try_from("localhost").unwrap()).unwrap();
+    StreamOwned::new(conn, sock)
+}
+
+/// POST a JSON-RPC body and read the reply body (by Content-Length).
+fn post(stream: &mut Tls, body: &str) -> std::io::Result<String> {
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()?;
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if let Some(value) = line.strip_prefix("Content-Length: ") {
+            length = value.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut reply = vec![0; length];
+    reader.read_exact(&mut reply)?;
+    Ok(String::from_utf8(reply).unwrap())
+}
+
+const SUM: &str = r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#;
+const SUM_REPLY: &str = r#"{"jsonrpc":"2.0","id":1,"result":3}"#;
+
+#[test]
+fn http_and_raw_tcp_over_tls_1_3_and_1_2() {
+    let m = material("basic");
+    let server = serve(tls_config(&m), Duration::from_secs(10));
+    let addr = server.tls_addr().expect("TLS address");
+    assert_eq!(
+        addr,
+        server.local_addr(),
+        "without a port of its own, TLS takes the server's port"
+    );
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+        let config = client(&m, versions, false);
+        let mut stream = connect(addr, &config);
+        assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
+        assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY, "keep-alive over TLS");
+        assert_eq!(stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+        assert_eq!(stream.conn.protocol_version(), Some(versions[0].version));
+    }
+    let mut tcp = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
+    writeln!(tcp, "{SUM}").unwrap();
+    let mut line = String::new();
+    BufReader::new(&mut tcp).read_line(&mut line).unwrap();
+    assert_eq!(line, format!("{SUM_REPLY}\n"));
+}
+
+#[test]
+fn a_1_6_megabyte_echo_over_tls() {
+    let m = material("large");
+    let server = serve(tls_config(&m), Duration::from_secs(10));
+    let mut stream = connect(
+        server.tls_addr().unwrap(),
+        &client(&m, &[&rustls::version::TLS13], false),
+    );
+    let blob = "z".repeat(1_600_000);
+    let reply = post(
+        &mut stream,
+        &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{blob}"],"id":2}}"#),
+    )
+    .unwrap();
+    assert_eq!(reply, format!(r#"{{"jsonrpc":"2.0","id":2,"result":"{blob}"}}"#));
+}
+
+#[test]
+fn sessions_resume() {
+    let m = material("resume");
+    let server = serve(tls_config(&m), Duration::from_secs(10));
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+        let config = client(&m, versions, false);
+        let mut first = connect(server.tls_addr().unwrap(), &config);
+        post(&mut first, SUM).unwrap();
+        assert_eq!(first.conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
+        let mut second = connect(server.tls_addr().unwrap(), &config);
+        post(&mut second, SUM).unwrap();
+        assert_eq!(
+            second.conn.handshake_kind(),
+            Some(rustls::HandshakeKind::Resumed),
+            "{versions:?}"
+        );
+    }
+}
+
+#[test]
+fn client_certificates_are_required_when_a_ca_is_given() {
+    let m = material("mtls");
+    let mut tls = tls_config(&m);
+    tls.client_ca = Some(m.path("ca.pem"));
+    let server = serve(tls, Duration::from_secs(10));
+    let addr = server.tls_addr().unwrap();
+    let mut with = connect(addr, &client(&m, &[&rustls::version::TLS13], true));
+    assert_eq!(post(&mut with, SUM).unwrap(), SUM_REPLY);
+    let mut without = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
+    assert!(
+        post(&mut without, SUM).is_err(),
+        "a client without a certificate is refused"
+    );
+}
+
+#[test]
+fn plain_and_tls_on_two_ports_of_one_server() {
+    let m = material("ports");
+    let mut tls = tls_config(&m);
+    tls.port = Some(0);
+    let server = serve(tls, Duration::from_secs(10));
+    let (plain, secure) = (server.local_addr(), server.tls_addr().unwrap());
+    assert_ne!(plain.port(), secure.port());
+    let mut stream = connect(secure, &client(&m, &[&rustls::version::TLS13], false));
+    assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
+    let mut raw = TcpStream::connect(plain).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(raw, "{SUM}").unwrap();
+    let mut line = String::new();
+    BufReader::new(&raw).read_line(&mut line).unwrap();
+    assert_eq!(line, format!("{SUM_REPLY}\n"), "the plain port stays plaintext");
+    let mut wrong = connect(plain, &client(&m, &[&rustls::version::TLS13], false));
+    assert!(post(&mut wrong, SUM).is_err(), "TLS on the plain port fails");
+}
+
+#[test]
+fn plaintext_and_stalled_handshakes_disturb_no_one() {
+    let m = material("hostile");
+    let server = serve(tls_config(&m), Duration::from_millis(400));
+    let addr = server.tls_addr().unwrap();
+    let config = client(&m, &[&rustls::version::TLS13], false);
+    let mut good = connect(addr, &config);
+    assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+
+    let mut plaintext = TcpStream::connect(addr).unwrap();
+    plaintext.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        plaintext,
+        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{SUM}",
+        SUM.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = plaintext.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("result"),
+        "plaintext is never served on the TLS port"
+    );
+
+    let started = Instant::now();
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01]).unwrap(); // the start of a ClientHello, then nothing
+    assert_eq!(
+        post(&mut good, SUM).unwrap(),
+        SUM_REPLY,
+        "served while another handshake stalls"
+    );
+    let mut rest = Vec::new();
+    let _ = stalled.read_to_end(&mut rest);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "cut after {waited:?}"
+    );
+    assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+}
+
+#[test]
+fn bad_certificate_material_fails_at_start_naming_the_file() {
+    let m = material("bad");
+    let missing = TlsConfig::new(m.path("nope.pem"), m.path("server.key"));
+    let error = Server::builder().port(0).tls(missing).bind().err().expect("bind fails");
+    assert!(error.is_config() && error.to_string().contains("nope.pem"), "{error}");
+    std::fs::write(m.path("garbage.key"), "not a key").unwrap();
+    let garbage = TlsConfig::new(m.path("server.pem"), m.path("garbage.key"));
+    let error = Server::builder().port(0).tls(garbage).bind().err().expect("bind fails");
+    assert!(error.to_string().contains("garbage.key"), "{error}");
+    let mismatched = TlsConfig::new(m.path("ca.pem"), m.path("server.key"));
+    let error = Server::builder()
+        .port(0)
+        .tls(mismatched)
+        .bind()
+        .err()
+        .expect("bind fails");
+    assert!(
+        error.to_string().contains("ca.pem") && error.to_string().contains("server.key"),
+        "{error}"
+    );
+}
