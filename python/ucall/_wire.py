@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Bytes on the wire for the clients, without I/O: requests out, replies framed in.
+
+``ReplyReader`` is fed whatever the socket gave and hands out complete replies: HTTP/1.1
+responses framed by ``Content-Length``, chunked encoding or the end of the connection, or
+raw-TCP JSON texts framed by their own syntax. The sync and asyncio clients share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from ucall.exceptions import ProtocolError
+
+MAX_HEAD = 64 << 10
+
+
+@dataclasses.dataclass
+class Reply:
+    status: int | None  # the HTTP status, None over raw TCP
+    body: bytes
+    close: bool = False  # the server will close the connection after this reply
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON, UTF-8; NaN and infinities are refused (JSON has no form for them)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def http_request(body: bytes, host: str, port: int, path: str = "/") -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: ucall-python\r\n"
+        f"Accept: application/json\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def json_text_end(buffer: bytes | bytearray, start: int) -> int:
+    """Index just past the JSON text starting at ``start``, or -1 when it is incomplete."""
+    n = len(buffer)
+    first = buffer[start]
+    if first not in b"{[\"":
+        # A scalar: it ends at whitespace (a text that is only a number needs one after it).
+        i = start
+        while i < n and buffer[i] not in b" \t\r\n":
+            i += 1
+        return i if i < n else -1
+    depth = 0
+    i = start
+    in_string = False
+    while i < n:
+        c = buffer[i]
+        if in_string:
+            if c == 0x5C:  # backslash
+                i += 2
+                continue
+            if c == 0x22:
+                in_string = False
+                if depth == 0:
+                    return i + 1
+        elif c == 0x22:
+            in_string = True
+        elif c in b"{[":
+            depth += 1
+        elif c in b"}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+class ReplyReader:
+    """Frames replies out of a byte stream (sans-I/O)."""
+
+    def __init__(self, http: bool) -> None:
+        self.http = http
+        self.buffer = bytearray()
+        self.ended = False
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._chunks: bytearray | None = None
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            self.ended = True
+        self.buffer += data
+
+    def next(self) -> Reply | None:
+        """The next complete reply, or None until more bytes (or the end) arrive."""
+        return self._next_http() if self.http else self._next_json()
+
+    def _next_json(self) -> Reply | None:
+        start = 0
+        while start < len(self.buffer) and self.buffer[start] in b" \t\r\n":
+            start += 1
+        if start == len(self.buffer):
+            del self.buffer[:start]
+            return None
+        end = json_text_end(self.buffer, start)
+        if end < 0:
+            if self.ended:
+                if self.buffer[start] not in b"{[\"":
+                    end = len(self.buffer)
+                else:
+                    raise ProtocolError("the connection closed in the middle of a reply")
+            else:
+                return None
+        body = bytes(self.buffer[start:end])
+        del self.buffer[:end]
+        return Reply(None, body)
+
+    def _next_http(self) -> Reply | None:
+        while True:
+            if self._head is None:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(self.buffer) > MAX_HEAD:
+                        raise ProtocolError("the reply head is too large")
+                    if self.ended and self.buffer:
+                        raise ProtocolError("the connection closed in the middle of a reply head")
+                    return None
+                self._head = self._parse_head(bytes(self.buffer[:end]))
+                del self.buffer[: end + 4]
+                status, headers = self._head
+                if 100 <= status < 200:  # 100 Continue and friends: the real reply follows
+                    self._head = None
+                    continue
+            status, headers = self._head
+            close = "close" in headers.get("connection", "").lower()
+            if status in (204, 304):
+                self._head = None
+                return Reply(status, b"", close)
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                body = self._chunked()
+                if body is None:
+                    return None
+            elif "content-length" in headers:
+                try:
+                    length = int(headers["content-length"])
+                except ValueError:
+                    raise ProtocolError("a malformed Content-Length") from None
+                if len(self.buffer) < length:
+                    if self.ended:
+                        raise ProtocolError("the connection closed in the middle of a reply body")
+                    return None
+                body = bytes(self.buffer[:length])
+                del self.buffer[:length]
+            else:  # the body runs to the end of the connection
+                if not self.ended:
+                    return None
+                body = bytes(self.buffer)
+                self.buffer.clear()
+                close = True
+            self._head = None
+            return Reply(status, body, close)
+
+    @staticmethod
+    def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise ProtocolError(f"not an HTTP reply: {lines[0][:80]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return int(parts[1]), headers
+
+    def _chunked(self) -> bytes | None:
+        """Decode as much of a chunked body as is buffered; the body once complete."""
+        if self._chunks is None:
+            self._chunks = bytearray()
+        while True:
+            line_end = self.buffer.find(b"\r\n")
+            if line_end < 0:
+                break
+            size_text = bytes(self.buffer[:line_end]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise ProtocolError("a malformed chunk size") from None
+            if size == 0:
+                trailer_end = self.buffer.find(b"\r\n\r\n", line_end)
+                if trailer_end < 0:
+                    break
+                del self.buffer[: trailer_end + 4]
+                body, self._chunks = bytes(self._chunks), None
+                return body
+            if len(self.buffer) < line_end + 2 + size + 2:
+                break
+            self._chunks += self.buffer[line_end + 2 : line_end + 2 + size]
+            del self.buffer[: line_end + 2 + size + 2]
+        if self.ended:
+            raise ProtocolError("the connection closed in the middle of a chunked body")
+        return None

@@ -1,0 +1,590 @@
+# SPDX-License-Identifier: Apache-2.0
+"""JSON-RPC clients: ``Client`` (blocking sockets) and ``AsyncClient`` (asyncio).
+
+    from ucall.client import Client
+
+    client = Client(port=8545)
+    client.sum(a=1, b=2).json        # 3  (by name)
+    client.sum(1, 2).json            # 3  (by position)
+    with client.batch() as batch:    # one round trip
+        first, second = batch.sum(1, 2), batch.sum(3, 4)
+    first.json, second.json          # 3, 7
+
+One connection per client, kept alive and re-opened when the server closed it. A client
+is not thread-safe: use one per thread (or ``AsyncClient`` with many calls in flight).
+Rich arguments (bytes, numpy arrays, PIL images) are packed the way the server unpacks
+them; ``Response.bytes``, ``.numpy`` and ``.image`` unpack rich results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import ssl
+from collections import deque
+from typing import Any, Callable, Iterable
+
+from ucall import _codec
+from ucall._wire import Reply, ReplyReader, dumps, http_request
+from ucall.exceptions import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
+
+__all__ = ["AsyncClient", "Batch", "Client", "ClientTLS", "Response"]
+
+Progress = Callable[[int, int], None]
+
+
+class Response:
+    """One JSON-RPC reply. ``data`` is the whole reply object."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    @property
+    def ok(self) -> bool:
+        return isinstance(self.data, dict) and "error" not in self.data
+
+    @property
+    def id(self) -> Any:
+        return self.data.get("id") if isinstance(self.data, dict) else None
+
+    @property
+    def error(self) -> RPCError | None:
+        """The error as an exception object (not raised), or None."""
+        if not isinstance(self.data, dict):
+            return RPCError(-32603, f"not a JSON-RPC reply: {self.data!r}")
+        error = self.data.get("error")
+        if error is None:
+            return None
+        if not isinstance(error, dict):
+            return RPCError(-32603, f"a malformed error: {error!r}")
+        return RPCError(error.get("code", -32603), error.get("message", ""), error.get("data"))
+
+    def raise_for_status(self) -> None:
+        """Raise ``ucall.RPCError`` when the reply is an error."""
+        error = self.error
+        if error is not None:
+            raise error
+
+    @property
+    def json(self) -> Any:
+        """The result; raises ``ucall.RPCError`` for an error reply."""
+        self.raise_for_status()
+        return self.data.get("result")
+
+    @property
+    def bytes(self) -> bytes:
+        """The result decoded from base64."""
+        return _codec.b64decode(self.json)
+
+    @property
+    def numpy(self) -> Any:
+        """The result as a numpy array (``.npy`` in base64, loaded with pickling disabled)."""
+        return _codec.unpack_ndarray(self.bytes)
+
+    @property
+    def image(self) -> Any:
+        """The result as a ``PIL.Image.Image``."""
+        return _codec.unpack_image(self.bytes)
+
+    def __repr__(self) -> str:
+        return f"Response({self.data!r})"
+
+
+def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if args and kwargs:
+        raise TypeError("pass params either by position or by name, not both")
+    if kwargs:
+        return {k: _codec.pack(v) for k, v in kwargs.items()}
+    if args:
+        return [_codec.pack(v) for v in args]
+    return None
+
+
+def _request(method: str, params: Any, request_id: int | None) -> dict[str, Any]:
+    request: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        request["params"] = params
+    if request_id is not None:
+        request["id"] = request_id
+    return request
+
+
+def _complete(request: dict[str, Any], next_id: Callable[[], int]) -> dict[str, Any]:
+    """An explicit request with ``jsonrpc`` and ``id`` filled in and rich params packed."""
+    request = dict(request)
+    request.setdefault("jsonrpc", "2.0")
+    if "id" not in request:
+        request["id"] = next_id()
+    if request.get("params") is not None:
+        request["params"] = _codec.pack(request["params"])
+    return request
+
+
+def _decode(reply: Reply) -> Any:
+    if reply.status is not None and reply.status == 204:
+        return None
+    try:
+        return json.loads(reply.body)
+    except ValueError:
+        text = reply.body[:200].decode("utf-8", "replace")
+        status = f"HTTP {reply.status}: " if reply.status is not None else ""
+        raise ProtocolError(f"{status}the reply is not JSON: {text!r}") from None
+
+
+class _Endpoint:
+    """What both clients share: the address, framing and ids."""
+
+    def __init__(self, uri: str, port: int, use_http: bool, timeout: float | None, path: str) -> None:
+        self.uri = uri
+        self.port = port
+        self.use_http = use_http
+        self.timeout = timeout
+        self.path = path
+        self._ids = itertools.count(1)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def frame(self, body: bytes) -> bytes:
+        return http_request(body, self.uri, self.port, self.path) if self.use_http else body + b"\n"
+
+    def expects_reply(self, request: Any) -> bool:
+        """Over HTTP every request gets a reply (204 for notifications); over TCP only calls do."""
+        if self.use_http:
+            return True
+        if isinstance(request, list):
+            return any(isinstance(r, dict) and "id" in r for r in request) or not request
+        return not (isinstance(request, dict) and "id" not in request and "method" in request)
+
+
+class Client(_Endpoint):
+    """A blocking JSON-RPC client over HTTP/1.1 (default) or raw TCP (``use_http=False``)."""
+
+    def __init__(
+        self,
+        uri: str = "127.0.0.1",
+        port: int = 8545,
+        use_http: bool = True,
+        *,
+        timeout: float | None = 30.0,
+        path: str = "/",
+    ) -> None:
+        super().__init__(uri, port, use_http, timeout, path)
+        self.sock: socket.socket | None = None
+        self._reader = ReplyReader(use_http)
+
+    # ------------------------------------------------------------ calling
+
+    def __getattr__(self, name: str) -> Callable[..., Response]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Response:
+            return self.call(name, *args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
+        """Call ``method`` with positional or named params; the ``Response``."""
+        request = _request(method, _params(args, kwargs), self.next_id())
+        return self._exchange(request)  # type: ignore[return-value]
+
+    def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
+        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
+        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id())
+        return self._exchange(request, progress)  # type: ignore[return-value]
+
+    def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Send a notification: no id, no reply."""
+        self._exchange(_request(method, _params(args, kwargs), None))
+
+    def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
+        """Send an explicit request object, or a list of them as a batch. ``jsonrpc`` and
+        ``id`` are filled in when absent (use ``notify`` for notifications); rich params are
+        packed. Returns a ``Response`` (a list of them for a batch)."""
+        if isinstance(request, list):
+            return self._exchange([self._complete(r) for r in request])
+        return self._exchange(self._complete(request))
+
+    def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _complete(request, self.next_id)
+
+    def batch(self) -> Batch:
+        """Collect calls, then send them in one round trip (``send()`` or leaving a ``with``)."""
+        return Batch(self)
+
+    def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
+        """Send every ``(method, params)`` back to back, then read the replies in order."""
+        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        payload = b"".join(self.frame(dumps(r)) for r in requests)
+        replies = self._roundtrip(payload, len(requests))
+        return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
+
+    # ------------------------------------------------------------ transport
+
+    def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
+        payload = self.frame(dumps(request))
+        expected = 1 if self.expects_reply(request) else 0
+        replies = self._roundtrip(payload, expected, progress)
+        if not replies:
+            return None
+        data = _decode(replies[0])
+        if isinstance(request, list):
+            return _match_batch(request, data)
+        if "id" not in request:
+            return None
+        return self._check(Response(data), request)
+
+    @staticmethod
+    def _check(response: Response, request: dict[str, Any]) -> Response:
+        data = response.data
+        if isinstance(data, dict) and "error" in data and data.get("id") is None:
+            return response  # errors about the request itself carry no id
+        if not isinstance(data, dict) or data.get("id") != request.get("id"):
+            raise ProtocolError(f"a reply to another request: {data!r}")
+        return response
+
+    def _roundtrip(self, payload: bytes, replies: int, progress: Progress | None = None) -> list[Reply]:
+        for attempt in (0, 1):
+            fresh = self.sock is None
+            sock = self._connect()
+            try:
+                self._send(sock, payload, progress)
+                return [self._receive(sock) for _ in range(replies)]
+            except socket.timeout:
+                self.close()
+                raise TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s") from None
+            except (ConnectionError, _Closed) as error:
+                self.close()
+                # A kept-alive connection the server had closed: once more on a new one.
+                if fresh or attempt == 1 or not isinstance(error, (_Closed, ConnectionResetError, BrokenPipeError)):
+                    raise TransportError(f"connection to {self.uri}:{self.port} lost: {error}") from None
+            except OSError as error:
+                self.close()
+                raise TransportError(f"{self.uri}:{self.port}: {error}") from None
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> socket.socket:
+        if self.sock is None:
+            try:
+                sock = socket.create_connection((self.uri, self.port), timeout=self.timeout)
+            except socket.timeout:
+                raise TimeoutError(f"cannot connect to {self.uri}:{self.port} within {self.timeout} s") from None
+            except OSError as error:
+                raise ConnectError(f"cannot connect to {self.uri}:{self.port}: {error}") from None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = self._wrap(sock)
+            self._reader = ReplyReader(self.use_http)
+        return self.sock
+
+    def _wrap(self, sock: socket.socket) -> socket.socket:
+        return sock
+
+    @staticmethod
+    def _send(sock: socket.socket, payload: bytes, progress: Progress | None) -> None:
+        if progress is None:
+            sock.sendall(payload)
+            return
+        view = memoryview(payload)
+        step = 1 << 20
+        for offset in range(0, len(view), step):
+            sock.sendall(view[offset : offset + step])
+            progress(min(offset + step, len(view)), len(view))
+
+    def _receive(self, sock: socket.socket) -> Reply:
+        while True:
+            reply = self._reader.next()
+            if reply is not None:
+                if reply.close:
+                    self.close()
+                return reply
+            if self._reader.ended:
+                raise _Closed("the server closed the connection")
+            data = sock.recv(1 << 16)
+            if not data and not self._reader.buffer:
+                raise _Closed("the server closed the connection")
+            self._reader.feed(data)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        sock = self.__dict__.get("sock")
+        if sock is not None:
+            sock.close()
+
+
+class _Closed(Exception):
+    pass
+
+
+def _match_batch(requests: list[dict[str, Any]], data: Any) -> list[Response]:
+    """Responses for the calls of a batch, in request order (notifications get none)."""
+    if data is None:
+        return []
+    if isinstance(data, dict):  # the batch itself was refused
+        return [Response(data)]
+    by_id = {json.dumps(r.get("id")): Response(r) for r in data if isinstance(r, dict)}
+    out = []
+    for request in requests:
+        if "id" in request:
+            key = json.dumps(request["id"])
+            missing = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "no reply in the batch"}}
+            out.append(by_id.get(key) or Response(missing))
+    return out
+
+
+class _Pending:
+    """A batched call's future response."""
+
+    def __init__(self) -> None:
+        self.response: Response | None = None
+
+    def _get(self) -> Response:
+        if self.response is None:
+            raise RuntimeError("the batch has not been sent yet")
+        return self.response
+
+    @property
+    def json(self) -> Any:
+        return self._get().json
+
+    @property
+    def data(self) -> Any:
+        return self._get().data
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get(), name)
+
+
+class Batch:
+    """Calls collected for one round trip. Attribute access makes calls, like on a client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.requests: list[dict[str, Any]] = []
+        self.pending: list[_Pending] = []
+
+    def __getattr__(self, name: str) -> Callable[..., _Pending]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> _Pending:
+        self.requests.append(_request(method, _params(args, kwargs), self.client.next_id()))
+        pending = _Pending()
+        self.pending.append(pending)
+        return pending
+
+    def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
+        self.requests.append(_request(method, _params(args, kwargs), None))
+
+    def send(self) -> list[Response]:
+        if not self.requests:
+            return []
+        responses = self.client._exchange(self.requests) or []
+        for pending, response in zip(self.pending, responses):
+            pending.response = response
+        self.requests, self.pending = [], []
+        return responses  # type: ignore[no-any-return]
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.send()
+
+
+class ClientTLS(Client):
+    """``Client`` over TLS (HTTPS)."""
+
+    def __init__(
+        self,
+        uri: str = "127.0.0.1",
+        port: int = 8545,
+        ssl_context: ssl.SSLContext | None = None,
+        allow_self_signed: bool = False,
+        enable_session_resumption: bool = True,
+        *,
+        timeout: float | None = 30.0,
+    ) -> None:
+        super().__init__(uri, port, use_http=True, timeout=timeout)
+        if ssl_context is None:
+            ssl_context = ssl.create_default_context()
+            if allow_self_signed:
+                ssl_context.check_hostname = False
+                ssl_context.verify_mode = ssl.CERT_NONE
+        self.ssl_context = ssl_context
+        self.session_resumption = enable_session_resumption
+        self._session: ssl.SSLSession | None = None
+
+    def _wrap(self, sock: socket.socket) -> socket.socket:
+        wrapped = self.ssl_context.wrap_socket(sock, server_hostname=self.uri, session=self._session)
+        if self.session_resumption:
+            self._session = wrapped.session
+        return wrapped
+
+
+class AsyncClient(_Endpoint):
+    """An asyncio JSON-RPC client; many calls may be in flight on its one connection.
+
+        async with AsyncClient(port=8545) as client:
+            results = await asyncio.gather(*(client.sum(i, 1) for i in range(100)))
+    """
+
+    def __init__(
+        self,
+        uri: str = "127.0.0.1",
+        port: int = 8545,
+        use_http: bool = True,
+        *,
+        timeout: float | None = 30.0,
+        path: str = "/",
+    ) -> None:
+        super().__init__(uri, port, use_http, timeout, path)
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiting: deque[asyncio.Future[Reply]] = deque()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(*args: Any, **kwargs: Any) -> Response:
+            return await self.call(name, *args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
+        request = _request(method, _params(args, kwargs), self.next_id())
+        return await self._exchange(request)  # type: ignore[no-any-return]
+
+    async def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
+        await self._exchange(_request(method, _params(args, kwargs), None))
+
+    async def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
+        if isinstance(request, list):
+            return await self._exchange([_complete(r, self.next_id) for r in request])
+        return await self._exchange(_complete(request, self.next_id))
+
+    async def batch(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
+        """Send ``(method, params)`` calls as one batch; their responses in order."""
+        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        return await self._exchange(requests)  # type: ignore[no-any-return]
+
+    async def _exchange(self, request: Any) -> Any:
+        writer = await self._connect()
+        future: asyncio.Future[Reply] | None = None
+        if self.expects_reply(request):
+            future = asyncio.get_running_loop().create_future()
+            self._waiting.append(future)
+        writer.write(self.frame(dumps(request)))
+        if future is None:
+            await writer.drain()
+            return None
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(future), self.timeout)
+        except asyncio.TimeoutError:
+            await self._fail(TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s"))
+            raise TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s") from None
+        data = _decode(reply)
+        if isinstance(request, list):
+            return _match_batch(request, data)
+        if "id" not in request:
+            return None
+        return Client._check(Response(data), request)
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._writer is None or self._writer.is_closing():
+                try:
+                    reader, writer = await asyncio.wait_for(asyncio.open_connection(self.uri, self.port), self.timeout)
+                except asyncio.TimeoutError:
+                    raise TimeoutError(f"cannot connect to {self.uri}:{self.port} within {self.timeout} s") from None
+                except OSError as error:
+                    raise ConnectError(f"cannot connect to {self.uri}:{self.port}: {error}") from None
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._writer = writer
+                self._reader_task = asyncio.get_running_loop().create_task(self._read(reader, writer))
+            return self._writer
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        framer = ReplyReader(self.use_http)
+        try:
+            while True:
+                reply = framer.next()
+                if reply is None:
+                    if framer.ended:
+                        raise TransportError("the server closed the connection")
+                    framer.feed(await reader.read(1 << 16))
+                    continue
+                if not self._waiting:
+                    raise ProtocolError("a reply nobody asked for")
+                future = self._waiting.popleft()
+                if not future.done():
+                    future.set_result(reply)
+                if reply.close:
+                    raise TransportError("the server closed the connection")
+        except (OSError, ProtocolError, TransportError) as error:
+            failure = error if isinstance(error, TransportError) else TransportError(str(error))
+            if self._writer is writer:
+                self._writer = None
+            writer.close()
+            while self._waiting:
+                future = self._waiting.popleft()
+                if not future.done():
+                    future.set_exception(failure)
+
+    async def _fail(self, error: Exception) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        while self._waiting:
+            future = self._waiting.popleft()
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: no "never retrieved" warning
+
+    async def close(self) -> None:
+        writer, self._writer = self._writer, None
+        task, self._reader_task = self._reader_task, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

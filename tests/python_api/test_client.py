@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ucall.client: Client and AsyncClient against real servers, over HTTP and raw TCP."""
+
+import asyncio
+import io
+import socket
+import threading
+import time
+
+import pytest
+
+from ucall import ConnectError, ProtocolError, RPCError, TimeoutError
+from ucall._wire import ReplyReader
+from ucall.client import AsyncClient, Client, Response
+
+
+@pytest.fixture
+def server(make_server):
+    server = make_server()
+
+    @server
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def echo(data):  # type: ignore[no-untyped-def]
+        return data
+
+    @server
+    def fail() -> None:
+        raise RPCError(-32001, "boom", {"why": "asked"})
+
+    @server
+    def size(data: bytes) -> int:
+        return len(data)
+
+    @server
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @server
+    async def anap(x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x
+
+    return server.start()
+
+
+@pytest.mark.parametrize("use_http", [True, False])
+def test_calls(server, use_http):
+    with Client(port=server.port, use_http=use_http) as client:
+        assert client.sum(a=1, b=2).json == 3
+        assert client.sum(1, 2).json == 3
+        response = client({"method": "sum", "params": [5, 6]})
+        assert isinstance(response, Response) and response.json == 11
+        assert client.echo(2**80).json == 2**80
+        error = client.fail()
+        with pytest.raises(RPCError) as caught:
+            error.json
+        assert caught.value.code == -32001 and caught.value.data == {"why": "asked"}
+        with pytest.raises(RPCError):
+            error.raise_for_status()
+        assert client.nope().error.code == -32601
+        assert client.notify("echo", 1) is None
+        assert client.sum(1, 1).json == 2  # the connection is still in step
+        ids = {client.sum(1, 1).id for _ in range(5)}
+        assert len(ids) == 5
+        with pytest.raises(TypeError):
+            client.sum(1, b=2)
+
+
+@pytest.mark.parametrize("use_http", [True, False])
+def test_batches_and_pipelining(server, use_http):
+    with Client(port=server.port, use_http=use_http) as client:
+        with client.batch() as batch:
+            first = batch.sum(1, 2)
+            batch.notify("echo", "ignored")
+            second = batch.echo("x")
+            third = batch.fail()
+        assert first.json == 3 and second.json == "x"
+        with pytest.raises(RPCError):
+            third.json
+        responses = client.pipeline([("sum", [i, i]) for i in range(20)])
+        assert [r.json for r in responses] == [2 * i for i in range(20)]
+        batch = client.batch()
+        batch.notify("echo", 1)
+        assert batch.send() == []
+
+
+def test_rich_arguments_and_results(server):
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    with Client(port=server.port) as client:
+        assert client.size(b"\x00" * 1000).json == 1000
+        assert client.echo(b"abc").bytes == b"abc"
+        array = np.arange(6, dtype=np.int16).reshape(2, 3)
+        returned = client.echo(array).numpy
+        assert returned.dtype == np.int16 and (returned == array).all()
+        picture = image.new("RGB", (2, 2), (1, 2, 3))
+        assert client.echo(picture).image.getpixel((1, 1)) == (1, 2, 3)
+
+
+def test_reconnects_after_the_server_closed(make_server):
+    server = make_server(idle_timeout=0.2)
+    server.route(lambda: "ok", name="ping")
+    server.start()
+    with Client(port=server.port) as client:
+        assert client.ping().json == "ok"
+        time.sleep(0.5)  # the server closes the idle connection
+        assert client.ping().json == "ok"
+
+
+def test_errors_without_a_server():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ConnectError):
+        Client(port=port).sum(1, 2)
+
+
+def test_time_out(server):
+    with Client(port=server.port, timeout=0.1) as client:
+        with pytest.raises(TimeoutError):
+            client.nap(1.0)
+        client.timeout = 5
+        assert client.sum(1, 2).json == 3
+
+
+def test_protocol_errors_are_reported():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnope!")
+        conn.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        with pytest.raises(ProtocolError):
+            Client(port=listener.getsockname()[1]).sum(1, 2)
+    finally:
+        thread.join()
+        listener.close()
+
+
+def test_reply_reader_frames_every_way():
+    reader = ReplyReader(http=True)
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=1\r\n\":1}\r\n0\r\n\r\n"
+    plain = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"
+    for byte in chunked + plain + b"HTTP/1.1 204 No Content\r\n\r\n":
+        reader.feed(bytes([byte]))
+    assert [r.body for r in iter(reader.next, None)] == [b'{"a":1}', b"[]", b""]
+    reader = ReplyReader(http=True)
+    reader.feed(b"HTTP/1.0 200 OK\r\n\r\n{\"x\":1}")
+    assert reader.next() is None
+    reader.feed(b"")
+    assert reader.next().body == b'{"x":1}'
+    reader = ReplyReader(http=False)
+    reader.feed(b'{"s":"}\\"]"}\n[1,[2]] "str" 42\n')
+    assert [r.body for r in iter(reader.next, None)] == [b'{"s":"}\\"]"}', b"[1,[2]]", b'"str"', b"42"]
+    reader.feed(b'{"a":')
+    assert reader.next() is None
+    reader.feed(b"")
+    with pytest.raises(ProtocolError):
+        reader.next()
+
+
+@pytest.mark.parametrize("use_http", [True, False])
+def test_async_client(server, use_http):
+    async def main() -> None:
+        async with AsyncClient(port=server.port, use_http=use_http) as client:
+            assert (await client.sum(1, 2)).json == 3
+            started = time.monotonic()
+            results = await asyncio.gather(*(client.anap(i) for i in range(50)))
+            assert [r.json for r in results] == list(range(50))
+            assert time.monotonic() - started < 2
+            assert await client.notify("echo", 1) is None
+            responses = await client.batch([("sum", [1, 2]), ("echo", ["y"])])
+            assert [r.json for r in responses] == [3, "y"]
+            assert (await client({"method": "sum", "params": {"a": 2, "b": 2}})).json == 4
+            with pytest.raises(RPCError):
+                (await client.fail()).json
+
+    asyncio.run(main())
