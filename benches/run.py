@@ -64,13 +64,18 @@ class Server:
     name: str
     description: str
     endpoints: dict[str, Endpoint]  # protocol ("http" or "tcp") -> endpoint
-    build: tuple[str, ...] = ()  # cargo packages ("cargo:NAME") or C sources ("c:FILE")
+    # cargo packages ("cargo:NAME"), C sources ("c:FILE"), or C sources on libucall ("capi:FILE")
+    build: tuple[str, ...] = ()
     reference: bool = False  # ratio columns divide by this server's figures
     default: bool = True  # run when --servers is not given
 
 
 SUM_SERVER_POLL = (
     "target/release/sum_server",
+    *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
+)
+SUM_C_POLL = (
+    "target/bench/sum",
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
 
@@ -95,6 +100,15 @@ SERVERS: list[Server] = [
             "tcp": Endpoint(SUM_SERVER_POLL),
         },
         build=("cargo:ucall-examples",),
+    ),
+    Server(
+        name="ucall-c-poll",
+        description="UCall C API, examples/c/sum.c on the release libucall.a, 1 thread, poll engine",
+        endpoints={
+            "http": Endpoint(SUM_C_POLL),
+            "tcp": Endpoint(SUM_C_POLL),
+        },
+        build=("capi:examples/c/sum.c",),
     ),
 ]
 
@@ -205,6 +219,7 @@ def run_checked(cmd: list[str], **kw) -> None:
 def build(servers: list[Server]) -> None:
     packages = ["ucall-bench"]
     sources = []
+    capi_sources = []
     for s in servers:
         for step in s.build:
             kind, _, what = step.partition(":")
@@ -212,6 +227,10 @@ def build(servers: list[Server]) -> None:
                 packages.append(what)
             elif kind == "c" and what not in sources:
                 sources.append(what)
+            elif kind == "capi" and what not in capi_sources:
+                capi_sources.append(what)
+                if "ucall-capi" not in packages:
+                    packages.append("ucall-capi")
     env = dict(os.environ, CARGO_TARGET_DIR=str(TARGET))
     cmd = ["cargo", "build", "--release"]
     for p in packages:
@@ -222,6 +241,11 @@ def build(servers: list[Server]) -> None:
     for src in sources:
         out = BENCH_DIR / Path(src).stem
         run_checked([cc, "-O2", "-Wall", "-Wextra", "-Werror", src, "-o", str(out)])
+    for src in capi_sources:
+        out = BENCH_DIR / Path(src).stem
+        lib = TARGET / "release" / "libucall.a"
+        flags = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "include")]
+        run_checked([cc, *flags, src, str(lib), "-lpthread", "-ldl", "-lm", "-lrt", "-o", str(out)])
     for s in servers:
         for ep in s.endpoints.values():
             exe = ROOT / ep.argv[0]

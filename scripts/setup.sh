@@ -40,6 +40,15 @@ if [ "$(cat .venv/.requirements-dev.sha256 2>/dev/null)" != "$wanted" ]; then
     echo "$wanted" > .venv/.requirements-dev.sha256
 fi
 
+# The C API: its tests (C++ compile of the header, valgrind, pkg-config, CMake) and the
+# pinned cbindgen that generates include/ucall/ucall.h (`make header`, checked by `make test`).
+apt_install g++ cmake pkg-config valgrind
+CBINDGEN_VERSION=0.29.2
+if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
+    say "installing cbindgen $CBINDGEN_VERSION with cargo"
+    cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --quiet
+fi
+
 if [ "${1:-}" = "bench" ]; then
     apt_install wrk util-linux
 fi

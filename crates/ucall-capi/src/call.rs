@@ -1,0 +1,855 @@
+// SPDX-License-Identifier: Apache-2.0
+//! One call as a C callback sees it: `ucall_param_*` read it, `ucall_call_reply_*`
+//! answer it.
+//!
+//! A `ucall_call_t` points to a [`CallContext`] on the serving thread's stack, holding the
+//! core's borrowed [`Call`] and [`Reply`]; it is valid only until the callback returns.
+//!
+//! Defined outcomes (docs/c-api.md, "Replies"):
+//! - the first `ucall_call_reply_*()` decides the reply; later ones are ignored;
+//! - content that is not one valid JSON text (or not UTF-8, or NULL) answers `-32603`
+//!   ("replied with invalid JSON"), never corrupt output;
+//! - a callback that returns without replying answers `-32603` ("sent no reply");
+//!   for a notification nothing is sent either way.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void};
+
+use ucall_core::jsonrpc::scan::{cold_decode_string, key_equals, Elements, Members};
+use ucall_core::{Call, ErrorCode, Handler, Reply, RpcError};
+
+use crate::ffi::{self, Handle, Tag};
+use crate::server::{ucall_callback_tag_t, ucall_str_t};
+
+/// The call a callback is answering: valid only until the callback returns, and only on
+/// the thread that called the callback.
+///
+/// Methods: `ucall_param_named_*`, `ucall_param_positional_*`, `ucall_param_count`,
+/// `ucall_param_name`, `ucall_call_reply_*`.
+#[allow(non_camel_case_types)]
+pub type ucall_call_t = *mut c_void;
+
+/// How the callback has answered so far.
+enum Answer {
+    Pending,
+    Replied,
+    Failed(RpcError),
+}
+
+/// What a `ucall_call_t` points to, during one callback.
+#[repr(C)]
+pub struct CallContext<'c, 'a, 'o> {
+    tag: Tag,
+    call: &'c Call<'a>,
+    reply: &'c mut Reply<'o>,
+    answer: Answer,
+    /// Decoded copies of strings with escapes, alive until the callback returns.
+    strings: Vec<Box<str>>,
+}
+
+// SAFETY: `CallContext` is `#[repr(C)]` and starts with its `Tag`.
+unsafe impl Handle for CallContext<'_, '_, '_> {
+    const TAG: Tag = Tag::CALL;
+}
+
+/// The empty string every zero-length output points to, so that a (pointer, 0) pair read
+/// as "NUL-terminated" (the API's meaning of length 0) still reads an empty string.
+const EMPTY: &std::ffi::CStr = c"";
+
+/// The call behind `call`, during its callback.
+///
+/// # Safety
+/// `call` must be NULL or the `ucall_call_t` passed to the running callback, used on the
+/// callback's thread.
+unsafe fn context<'x>(call: ucall_call_t) -> Option<&'x mut CallContext<'x, 'x, 'x>> {
+    // SAFETY: the caller's contract: the context lives on this thread's stack, below the
+    // running callback, and no other reference to it is in use while a ucall_ function runs.
+    unsafe { ffi::handle_mut::<CallContext<'x, 'x, 'x>>(call) }
+}
+
+impl<'a> CallContext<'_, 'a, '_> {
+    /// Raw JSON text of the named parameter; a name starting with `/` is a JSON Pointer
+    /// (RFC 6901) into the params, so `/point/x` and `/0` reach nested values.
+    fn named(&self, name: &[u8]) -> Option<&'a str> {
+        let name = std::str::from_utf8(name).ok()?;
+        match name.strip_prefix('/') {
+            Some(pointer) => pointer_get(self.call.params().raw()?, pointer),
+            None => self.call.params().named_raw(name),
+        }
+    }
+
+    fn positional(&self, position: usize) -> Option<&'a str> {
+        self.call.params().positional_raw(position)
+    }
+
+    /// The content of the JSON string `raw`: borrowed when it has no escapes, else decoded
+    /// into storage that lives until the callback returns.
+    fn string(&mut self, raw: &'a str) -> Option<(*const c_char, usize)> {
+        let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+        if inner.is_empty() {
+            return Some((EMPTY.as_ptr(), 0));
+        }
+        if !inner.contains('\\') {
+            return Some((inner.as_ptr().cast(), inner.len()));
+        }
+        let decoded: Box<str> = cold_decode_string(raw)?.into_boxed_str();
+        let out = if decoded.is_empty() {
+            (EMPTY.as_ptr(), 0)
+        } else {
+            (decoded.as_ptr().cast(), decoded.len())
+        };
+        // The heap block does not move when the box moves into the vector.
+        self.strings.push(decoded);
+        Some(out)
+    }
+
+    /// Record the answer unless one was given already (the first one wins).
+    fn answer(&mut self, answer: impl FnOnce(&mut Reply<'_>) -> Answer) {
+        if matches!(self.answer, Answer::Pending) {
+            self.answer = answer(self.reply);
+        }
+    }
+}
+
+/// Follow the JSON Pointer `pointer` (without its leading `/`) from the raw JSON `raw`.
+fn pointer_get<'a>(raw: &'a str, pointer: &str) -> Option<&'a str> {
+    let mut current = raw.trim();
+    for token in pointer.split('/') {
+        let token = if token.contains('~') {
+            std::borrow::Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+        } else {
+            std::borrow::Cow::Borrowed(token)
+        };
+        current = match current.as_bytes().first()? {
+            b'{' => Members::new(current).find(|(key, _)| key_equals(key, &token))?.1,
+            b'[' => {
+                // RFC 6901 §4: an array index is 0 or digits without a leading zero.
+                let valid = token == "0" || (!token.starts_with('0') && token.bytes().all(|b| b.is_ascii_digit()));
+                if !valid || token.is_empty() {
+                    return None;
+                }
+                Elements::new(current).nth(token.parse().ok()?)?
+            }
+            _ => return None,
+        }
+        .trim();
+    }
+    Some(current)
+}
+
+// ------------------------------------------------------------------ the procedure
+
+/// A C callback registered as a core [`Handler`].
+pub(crate) struct CProcedure {
+    callback: unsafe extern "C" fn(ucall_call_t, ucall_callback_tag_t),
+    tag: ucall_callback_tag_t,
+}
+
+impl CProcedure {
+    pub(crate) fn new(
+        callback: unsafe extern "C" fn(ucall_call_t, ucall_callback_tag_t),
+        tag: ucall_callback_tag_t,
+    ) -> Self {
+        CProcedure { callback, tag }
+    }
+}
+
+// SAFETY: the tag is the caller's opaque pointer, never dereferenced here; the API
+// documents (ucall_add_procedure) that callbacks run on every serving thread at once, so
+// making what it points to thread-safe is the caller's part.
+unsafe impl Send for CProcedure {}
+// SAFETY: as for `Send`: `&CProcedure` only gives out the same two pointers.
+unsafe impl Sync for CProcedure {}
+
+thread_local! {
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as running a C callback while alive.
+pub(crate) struct InCallback(bool);
+
+impl InCallback {
+    fn enter() -> Self {
+        InCallback(IN_CALLBACK.with(|inside| inside.replace(true)))
+    }
+
+    /// Whether this thread is inside a callback now.
+    pub(crate) fn active() -> bool {
+        IN_CALLBACK.with(Cell::get)
+    }
+}
+
+impl Drop for InCallback {
+    fn drop(&mut self) {
+        IN_CALLBACK.with(|inside| inside.set(self.0));
+    }
+}
+
+impl Handler for CProcedure {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        let mut context = CallContext {
+            tag: Tag::CALL,
+            call,
+            reply,
+            answer: Answer::Pending,
+            strings: Vec::new(),
+        };
+        {
+            let _inside = InCallback::enter();
+            let handle: ucall_call_t = std::ptr::from_mut(&mut context).cast();
+            // SAFETY: a non-NULL function pointer registered through ucall_add_procedure,
+            // called with its own tag and a handle to `context`, which outlives the call;
+            // the C side must not keep the handle (documented on ucall_call_t).
+            unsafe { (self.callback)(handle, self.tag) };
+        }
+        // SAFETY: `context.tag` is a valid, aligned field we own. The volatile write keeps
+        // the store, so a handle kept by the callback past its return is refused.
+        unsafe { std::ptr::write_volatile(&raw mut context.tag, Tag::DEAD) };
+        match std::mem::replace(&mut context.answer, Answer::Pending) {
+            Answer::Replied => Ok(()),
+            Answer::Failed(error) => Err(error),
+            Answer::Pending if call.is_notification() => Ok(()),
+            Answer::Pending => Err(no_reply(call.method())),
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn no_reply(method: &str) -> RpcError {
+    RpcError::internal(format!("Internal error: procedure '{method}' returned without a reply"))
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_json(method: &str) -> RpcError {
+    RpcError::internal(format!(
+        "Internal error: procedure '{method}' replied with invalid JSON"
+    ))
+}
+
+// ------------------------------------------------------------------ parameters
+
+/// Look a parameter up and convert it; shared by every getter.
+///
+/// # Safety
+/// `call` as for [`context`].
+unsafe fn with_param<'x, T>(
+    call: ucall_call_t,
+    find: impl FnOnce(&CallContext<'x, 'x, 'x>) -> Option<&'x str>,
+    convert: impl FnOnce(&mut CallContext<'x, 'x, 'x>, &'x str) -> Option<T>,
+) -> Option<T> {
+    // SAFETY: the caller's contract.
+    let context = unsafe { context(call) }?;
+    let raw = find(context)?;
+    convert(context, raw)
+}
+
+/// The name argument of the named getters.
+///
+/// # Safety
+/// As for [`ffi::text_arg`].
+unsafe fn name_arg<'x>(name: ucall_str_t, name_length: usize) -> Option<&'x [u8]> {
+    // SAFETY: the caller's contract.
+    unsafe { ffi::text_arg(name, name_length) }
+}
+
+fn is_number(raw: &str) -> bool {
+    matches!(raw.as_bytes().first(), Some(b'-' | b'0'..=b'9'))
+}
+
+fn to_bool(raw: &str) -> Option<bool> {
+    match raw {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn to_i64(raw: &str) -> Option<i64> {
+    if is_number(raw) {
+        raw.parse().ok()
+    } else {
+        None
+    }
+}
+
+fn to_f64(raw: &str) -> Option<f64> {
+    if is_number(raw) {
+        raw.parse::<f64>().ok().filter(|v| v.is_finite())
+    } else {
+        None
+    }
+}
+
+/// A named scalar getter: look up, convert, write the out-parameter.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable bytes
+/// (NUL-terminated when 0); `output` NULL or writable.
+unsafe fn named_scalar<T>(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut T,
+    convert: fn(&str) -> Option<T>,
+) -> bool {
+    // SAFETY: the caller's contract.
+    let Some(name) = (unsafe { name_arg(name, name_length) }) else {
+        return false;
+    };
+    // SAFETY: the caller's contract.
+    match unsafe { with_param(call, |c| c.named(name), |_, raw| convert(raw)) } {
+        // SAFETY: the caller's contract.
+        Some(value) => unsafe { ffi::write_out(output, value) },
+        None => false,
+    }
+}
+
+/// A positional scalar getter: look up, convert, write the out-parameter.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output` NULL or writable.
+unsafe fn positional_scalar<T>(
+    call: ucall_call_t,
+    position: usize,
+    output: *mut T,
+    convert: fn(&str) -> Option<T>,
+) -> bool {
+    // SAFETY: the caller's contract.
+    match unsafe { with_param(call, |c| c.positional(position), |_, raw| convert(raw)) } {
+        // SAFETY: the caller's contract.
+        Some(value) => unsafe { ffi::write_out(output, value) },
+        None => false,
+    }
+}
+
+/// Read a boolean parameter (`true` or `false`; numbers are not booleans).
+///
+/// `name` is a member name of the params object (`name_length` 0: NUL-terminated); a
+/// name starting with `/` is a JSON Pointer (RFC 6901) into the params, reaching nested
+/// members and array elements. Returns `false` and leaves `output` untouched when the
+/// parameter is absent, of another type, or params are an array.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable bytes
+/// (NUL-terminated when 0); `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_bool(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut bool,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_bool",
+        // SAFETY: the caller's contract.
+        unsafe { named_scalar(call, name, name_length, output, to_bool) }
+    }
+}
+
+/// Read a boolean parameter (`true` or `false`; numbers are not booleans).
+///
+/// `position` counts from 0 in the params array. Returns `false` and leaves `output`
+/// untouched when there is no such parameter, it has another type, or params are an
+/// object.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_bool(call: ucall_call_t, position: usize, output: *mut bool) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_bool",
+        // SAFETY: the caller's contract.
+        unsafe { positional_scalar(call, position, output, to_bool) }
+    }
+}
+
+/// Read an integer parameter: a JSON number without fraction or exponent that fits
+/// 64 bits (`1.0` and `1e3` are not integers here; read them with the `f64` getter).
+///
+/// `name` is a member name of the params object (`name_length` 0: NUL-terminated); a
+/// name starting with `/` is a JSON Pointer (RFC 6901) into the params, reaching nested
+/// members and array elements. Returns `false` and leaves `output` untouched when the
+/// parameter is absent, of another type, or params are an array.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable bytes
+/// (NUL-terminated when 0); `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_i64(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut i64,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_i64",
+        // SAFETY: the caller's contract.
+        unsafe { named_scalar(call, name, name_length, output, to_i64) }
+    }
+}
+
+/// Read an integer parameter: a JSON number without fraction or exponent that fits
+/// 64 bits (`1.0` and `1e3` are not integers here; read them with the `f64` getter).
+///
+/// `position` counts from 0 in the params array. Returns `false` and leaves `output`
+/// untouched when there is no such parameter, it has another type, or params are an
+/// object.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_i64(call: ucall_call_t, position: usize, output: *mut i64) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_i64",
+        // SAFETY: the caller's contract.
+        unsafe { positional_scalar(call, position, output, to_i64) }
+    }
+}
+
+/// Read a number parameter as a double (integers included; booleans are not numbers).
+///
+/// `name` is a member name of the params object (`name_length` 0: NUL-terminated); a
+/// name starting with `/` is a JSON Pointer (RFC 6901) into the params, reaching nested
+/// members and array elements. Returns `false` and leaves `output` untouched when the
+/// parameter is absent, of another type, or params are an array.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable bytes
+/// (NUL-terminated when 0); `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_f64(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut f64,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_f64",
+        // SAFETY: the caller's contract.
+        unsafe { named_scalar(call, name, name_length, output, to_f64) }
+    }
+}
+
+/// Read a number parameter as a double (integers included; booleans are not numbers).
+///
+/// `position` counts from 0 in the params array. Returns `false` and leaves `output`
+/// untouched when there is no such parameter, it has another type, or params are an
+/// object.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_f64(call: ucall_call_t, position: usize, output: *mut f64) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_f64",
+        // SAFETY: the caller's contract.
+        unsafe { positional_scalar(call, position, output, to_f64) }
+    }
+}
+
+/// Write a string-like result to the two out-parameters (both required).
+///
+/// # Safety
+/// `output` and `output_length` NULL or writable.
+unsafe fn write_text(output: *mut ucall_str_t, output_length: *mut usize, text: (*const c_char, usize)) -> bool {
+    if output.is_null() || output_length.is_null() {
+        return false;
+    }
+    // SAFETY: both checked non-NULL; writable by the caller's contract.
+    unsafe { ffi::write_out(output, text.0) && ffi::write_out(output_length, text.1) }
+}
+
+/// Read a string parameter: `*output` points to its UTF-8 content, unescaped, and
+/// `*output_length` is its length in bytes. The text is NOT NUL-terminated (except when
+/// empty); it stays valid until the callback returns.
+///
+/// `name` as for `ucall_param_named_i64`. Returns `false` (outputs untouched) when the
+/// parameter is absent or not a string, or an output pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_str(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_str",
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
+        // SAFETY: the caller's contract.
+        match unsafe { with_param(call, |c| c.named(name), |c, raw| c.string(raw)) } {
+            // SAFETY: the caller's contract.
+            Some(text) => unsafe { write_text(output, output_length, text) },
+            None => false,
+        }
+    }
+}
+
+/// Read the string parameter at `position`; as `ucall_param_named_str`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_str(
+    call: ucall_call_t,
+    position: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_str",
+        // SAFETY: the caller's contract.
+        match unsafe { with_param(call, |c| c.positional(position), |c, raw| c.string(raw)) } {
+            // SAFETY: the caller's contract.
+            Some(text) => unsafe { write_text(output, output_length, text) },
+            None => false,
+        }
+    }
+}
+
+/// Read any parameter as its raw JSON text, exactly as the client sent it (an object,
+/// array, string with its quotes, number, `true`, `false` or `null`). The text is not
+/// NUL-terminated and stays valid until the callback returns. Pass it to
+/// `ucall_call_reply_content` to answer with it unchanged.
+///
+/// `name` as for `ucall_param_named_i64`. Returns `false` (outputs untouched) when the
+/// parameter is absent or an output pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_json(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_json",
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
+        // SAFETY: the caller's contract.
+        match unsafe { with_param(call, |c| c.named(name), |_, raw| Some((raw.as_ptr().cast(), raw.len()))) } {
+            // SAFETY: the caller's contract.
+            Some(text) => unsafe { write_text(output, output_length, text) },
+            None => false,
+        }
+    }
+}
+
+/// Read the parameter at `position` as raw JSON text; as `ucall_param_named_json`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_json(
+    call: ucall_call_t,
+    position: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_json",
+        // SAFETY: the caller's contract.
+        match unsafe { with_param(call, |c| c.positional(position), |_, raw| Some((raw.as_ptr().cast(), raw.len()))) } {
+            // SAFETY: the caller's contract.
+            Some(text) => unsafe { write_text(output, output_length, text) },
+            None => false,
+        }
+    }
+}
+
+/// Decode the base64 of the JSON string `raw` into the caller's buffer.
+///
+/// # Safety
+/// `buffer` NULL or `capacity` writable bytes; `output_length` NULL or writable.
+unsafe fn write_bytes<'a>(
+    context: &mut CallContext<'_, 'a, '_>,
+    raw: &'a str,
+    buffer: *mut u8,
+    capacity: usize,
+    output_length: *mut usize,
+) -> Option<bool> {
+    let (text, length) = context.string(raw)?;
+    // SAFETY: `string` returned a pointer to `length` bytes alive until the callback ends.
+    let text = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), length) };
+    if output_length.is_null() || crate::base64::decoded_len(text)? > capacity {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let out = unsafe { ffi::buffer_arg(buffer, capacity) }?;
+    let written = crate::base64::decode(text, out)?;
+    // SAFETY: checked non-NULL above; writable by the caller's contract.
+    Some(unsafe { ffi::write_out(output_length, written) })
+}
+
+/// Read a bytes parameter: a JSON string of base64 (RFC 4648 §4, padding optional),
+/// decoded into `buffer`; `*output_length` receives the number of bytes written.
+///
+/// `buffer_capacity` bytes are available at `buffer`;
+/// `UCALL_BASE64_DECODED_CAPACITY(n)` bounds what `n` characters of base64 (the length
+/// `ucall_param_named_str` reports) decode to. Returns `false` (`*output_length`
+/// untouched) when the parameter is absent, not a base64 string, longer than the buffer,
+/// or an output pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `buffer` NULL or `buffer_capacity` writable bytes;
+/// `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_bytes(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    buffer: *mut u8,
+    buffer_capacity: usize,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_bytes",
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
+        // SAFETY: the caller's contract (for `call`, `buffer`, `output_length`).
+        unsafe {
+            with_param(call, |c| c.named(name), |c, raw| write_bytes(c, raw, buffer, buffer_capacity, output_length))
+        }
+        .unwrap_or(false)
+    }
+}
+
+/// Read the bytes parameter at `position`; as `ucall_param_named_bytes`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `buffer` NULL or `buffer_capacity`
+/// writable bytes; `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_bytes(
+    call: ucall_call_t,
+    position: usize,
+    buffer: *mut u8,
+    buffer_capacity: usize,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_bytes",
+        // SAFETY: the caller's contract (for `call`, `buffer`, `output_length`).
+        unsafe {
+            with_param(call, |c| c.positional(position), |c, raw| {
+                write_bytes(c, raw, buffer, buffer_capacity, output_length)
+            })
+        }
+        .unwrap_or(false)
+    }
+}
+
+/// Number of parameters sent: elements of a params array or members of a params object;
+/// 0 when params are absent (or `call` is NULL).
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_count(call: ucall_call_t) -> usize {
+    ffi_panic_boundary! {"ucall_param_count",
+        // SAFETY: the caller's contract.
+        unsafe { context(call) }.map_or(0, |c| c.call.params().len())
+    }
+}
+
+/// Name of the member at `position` (in the order sent) when params are an object:
+/// `*output` points to it, unescaped and not NUL-terminated (except when empty), valid
+/// until the callback returns. With `ucall_param_count` it lets a callback walk every
+/// named parameter. Returns `false` (outputs untouched) for array params, a position
+/// past the end, or a NULL output pointer.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_name(
+    call: ucall_call_t,
+    position: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_name",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        let params = context.call.params();
+        let Some(key) = params.raw().filter(|_| params.is_named()).and_then(|raw| Members::new(raw).nth(position))
+        else {
+            return false;
+        };
+        match context.string(key.0) {
+            // SAFETY: the caller's contract.
+            Some(text) => unsafe { write_text(output, output_length, text) },
+            None => false,
+        }
+    }
+}
+
+// ------------------------------------------------------------------ replies
+
+/// Answer with `json`, which must be one valid JSON text (`json_length` bytes, or
+/// NUL-terminated when 0): it becomes the call's `result` as is.
+///
+/// Only the first `ucall_call_reply_*()` of a call counts; later ones are ignored.
+/// Content that is NULL, not UTF-8 or not valid JSON answers `-32603` instead ("replied
+/// with invalid JSON"): the output stays well-formed whatever the callback passes.
+///
+/// # Safety
+/// `call` must be the running callback's call; `json` NULL or `json_length` readable bytes
+/// (NUL-terminated when 0).
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_content(call: ucall_call_t, json: ucall_str_t, json_length: usize) {
+    ffi_panic_boundary! {"ucall_call_reply_content",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        let method = context.call.method();
+        // SAFETY: the caller's contract.
+        let text = unsafe { ffi::text_arg(json, json_length) }.and_then(|bytes| std::str::from_utf8(bytes).ok());
+        context.answer(|reply| match text.map(|text| reply.raw(text)) {
+            Some(Ok(())) => Answer::Replied,
+            _ => Answer::Failed(invalid_json(method)),
+        });
+    }
+}
+
+/// The message to send with `code`: the caller's, else the table's, else a generic one.
+///
+/// # Safety
+/// As for [`ffi::text_arg`].
+unsafe fn message_or_default(code: c_int, message: ucall_str_t, length: usize) -> String {
+    // SAFETY: the caller's contract.
+    match unsafe { ffi::text_arg(message, length) } {
+        Some(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        None => ErrorCode::from_code(code)
+            .map_or("Server error", ErrorCode::message)
+            .to_owned(),
+    }
+}
+
+/// Answer with the JSON-RPC error `code` and `message` (`message_length` bytes, or
+/// NUL-terminated when 0; NULL: the specification's message for the code). The message
+/// may be any text; bytes that are not UTF-8 are replaced. Only the first
+/// `ucall_call_reply_*()` of a call counts.
+///
+/// Codes from -32768 to -32000 are reserved by JSON-RPC 2.0; use -32099..-32000 for
+/// server-defined errors, or any code outside the reserved range.
+///
+/// # Safety
+/// `call` must be the running callback's call; `message` NULL or `message_length`
+/// readable bytes (NUL-terminated when 0).
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error(
+    call: ucall_call_t,
+    error_code: c_int,
+    error_message: ucall_str_t,
+    error_message_length: usize,
+) {
+    ffi_panic_boundary! {"ucall_call_reply_error",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        // SAFETY: the caller's contract.
+        let message = unsafe { message_or_default(error_code, error_message, error_message_length) };
+        context.answer(|_| Answer::Failed(RpcError::new(error_code, message)));
+    }
+}
+
+/// Answer with an error that carries `data`: one valid JSON text (`data_length` bytes, or
+/// NUL-terminated when 0) sent as the error object's `data` member. `code` and `message`
+/// as for `ucall_call_reply_error`. Data that is NULL, not UTF-8 or not valid JSON
+/// answers `-32603` instead. Only the first `ucall_call_reply_*()` of a call counts.
+///
+/// # Safety
+/// `call` must be the running callback's call; `message` and `data` NULL or their length
+/// in readable bytes (NUL-terminated when 0).
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error_data(
+    call: ucall_call_t,
+    error_code: c_int,
+    error_message: ucall_str_t,
+    error_message_length: usize,
+    data: ucall_str_t,
+    data_length: usize,
+) {
+    ffi_panic_boundary! {"ucall_call_reply_error_data",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        let method = context.call.method();
+        // SAFETY: the caller's contract.
+        let message = unsafe { message_or_default(error_code, error_message, error_message_length) };
+        // SAFETY: the caller's contract.
+        let data = unsafe { ffi::text_arg(data, data_length) }.and_then(|bytes| std::str::from_utf8(bytes).ok());
+        let error = data.and_then(|data| RpcError::new(error_code, message).with_raw_data(data.trim()));
+        context.answer(|_| Answer::Failed(error.unwrap_or_else(|| invalid_json(method))));
+    }
+}
+
+/// Answer `-32602` "Invalid params".
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error_invalid_params(call: ucall_call_t) {
+    ffi_panic_boundary! {"ucall_call_reply_error_invalid_params",
+        // SAFETY: the caller's contract.
+        if let Some(context) = unsafe { context(call) } {
+            context.answer(|_| Answer::Failed(ErrorCode::InvalidParams.into()));
+        }
+    }
+}
+
+/// Answer `-32603` "Internal error: out of memory".
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error_out_of_memory(call: ucall_call_t) {
+    ffi_panic_boundary! {"ucall_call_reply_error_out_of_memory",
+        // SAFETY: the caller's contract.
+        if let Some(context) = unsafe { context(call) } {
+            context.answer(|_| Answer::Failed(RpcError::internal("Internal error: out of memory")));
+        }
+    }
+}
+
+/// Answer `-32603` "Internal error": the procedure failed for an unspecified reason.
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error_unknown(call: ucall_call_t) {
+    ffi_panic_boundary! {"ucall_call_reply_error_unknown",
+        // SAFETY: the caller's contract.
+        if let Some(context) = unsafe { context(call) } {
+            context.answer(|_| Answer::Failed(ErrorCode::InternalError.into()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_pointer_reaches_nested_values() {
+        let raw = r#"{"a": {"b/c": [10, {"~d": "x"}]}, "": 1}"#;
+        assert_eq!(pointer_get(raw, "a/b~1c/0"), Some("10"));
+        assert_eq!(pointer_get(raw, "a/b~1c/1/~0d"), Some("\"x\""));
+        assert_eq!(pointer_get(raw, ""), Some("1"));
+        assert_eq!(pointer_get(raw, "a/b~1c/01"), None);
+        assert_eq!(pointer_get(raw, "a/b~1c/2"), None);
+        assert_eq!(pointer_get(raw, "a/missing"), None);
+        assert_eq!(pointer_get("[1, [2, 3]]", "1/1"), Some("3"));
+    }
+
+    #[test]
+    fn conversions_are_strict() {
+        assert_eq!(to_i64("-42"), Some(-42));
+        assert_eq!(to_i64("1.0"), None);
+        assert_eq!(to_i64("1e3"), None);
+        assert_eq!(to_i64("9223372036854775808"), None);
+        assert_eq!(to_f64("1e3"), Some(1000.0));
+        assert_eq!(to_f64("1e400"), None);
+        assert_eq!(to_f64("true"), None);
+        assert_eq!(to_f64("\"1\""), None);
+        assert_eq!(to_bool("true"), Some(true));
+        assert_eq!(to_bool("1"), None);
+    }
+}

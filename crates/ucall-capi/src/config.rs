@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `ucall_config_t`: the published configuration struct, plus fields appended at its end.
+
+use std::ffi::{c_char, CStr};
+use std::time::Duration;
+
+use ucall_core::{Config, EngineKind};
+
+use crate::ffi::c_str_arg;
+
+/// Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
+/// `ucall_init()` writes the values in force back into the struct, on success and on
+/// failure alike (as far as it got).
+///
+/// Start from a zeroed struct (`ucall_config_t config = {0};` in C, `ucall_config_t
+/// config{};` in C++) so that fields a program does not know about keep their defaults.
+///
+/// The first fields, up to `ssl_certificates_count`, are UCall's published layout,
+/// unchanged; the fields after them are additions (docs/c-api.md, "Configuration").
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct ucall_config_t {
+    /// Address to listen on: an IP address or a host name (the first address it resolves
+    /// to). Default `"127.0.0.1"`: loopback only; pass `"0.0.0.0"` or `"::"` to listen on
+    /// every interface. The string is read during `ucall_init()` only.
+    pub hostname: *const c_char,
+    /// TCP port. Default 8545. See `ephemeral_port` to let the system pick a free one.
+    pub port: u16,
+    /// Submission queue depth of the io_uring engine. Default 4096. The poll engine does
+    /// not use it; it is accepted and written back for programs that set it.
+    pub queue_depth: u16,
+    /// Most procedures `ucall_add_procedure()` accepts. Default 128.
+    pub max_callbacks: u16,
+    /// Serving threads: each of `0 .. max_threads - 1` must be driven by exactly one
+    /// thread calling `ucall_take_calls(server, i)`, since the kernel spreads connections
+    /// over all of them. Default 1.
+    pub max_threads: u16,
+    /// Where the server writes its log lines (start, serving, stop, misuse). 0 or a
+    /// negative value: no logs (written back as -1). The descriptor stays the caller's:
+    /// it is never closed.
+    pub logs_file_descriptor: i32,
+    /// `"human"` (default) for lines of text or `"json"` for one JSON object per line.
+    pub logs_format: *const c_char,
+    /// Most requests in one JSON-RPC batch. Default 1024.
+    pub max_batch_size: u16,
+    /// Most connections open at once, over all threads; more are closed on accept.
+    /// Default 10000.
+    pub max_concurrent_connections: u32,
+    /// Longest time in microseconds a connection may sit without progress (idle
+    /// keep-alive, stalled body, unread replies) before it is closed. Default 60 s.
+    pub max_lifetime_micro_seconds: u32,
+    /// Requests served per connection before it is closed. Not enforced by this version:
+    /// any value is accepted and `UINT32_MAX` (no limit) is written back.
+    pub max_lifetime_exchanges: u32,
+    /// Serve TLS. Not supported by this version yet: `true` makes `ucall_init()` fail
+    /// with a message saying so (`ucall_last_error()`), rather than serve plain text.
+    pub use_ssl: bool,
+    /// PEM private key for TLS (read only when `use_ssl` is true).
+    pub ssl_private_key_path: *const c_char,
+    /// PEM certificate chain files for TLS (read only when `use_ssl` is true).
+    pub ssl_certificates_paths: *mut *const c_char,
+    /// Number of entries in `ssl_certificates_paths`.
+    pub ssl_certificates_count: usize,
+
+    // ----- additions, after the published layout -----
+    /// Engine: `"auto"` (default: the best that runs here), `"poll"` (epoll/kqueue) or
+    /// `"uring"` (io_uring). The environment variable `UCALL_ENGINE` overrides it. Written
+    /// back as the engine in force, a static string.
+    pub engine: *const c_char,
+    /// When true, `port` is ignored and the system picks a free port, which is written
+    /// back into `port` (tests, and servers that announce their port).
+    pub ephemeral_port: bool,
+    /// Largest request body (HTTP) or JSON text (raw TCP) in bytes. Default 64 MiB.
+    pub max_body_bytes: usize,
+    /// Largest HTTP request head in bytes (at least 64). Default 16 KiB.
+    pub max_header_bytes: usize,
+    /// Longest time in microseconds to receive a request head, from its first byte.
+    /// Default 10 s.
+    pub header_timeout_micro_seconds: u32,
+    /// On stop, how long in microseconds in-flight requests may take before connections
+    /// are cut. Default 5 s.
+    pub shutdown_timeout_micro_seconds: u32,
+}
+
+const DEFAULT_PORT: u16 = 8545;
+const DEFAULT_QUEUE_DEPTH: u16 = 4096;
+const DEFAULT_MAX_CALLBACKS: u16 = 128;
+const DEFAULT_THREADS: u16 = 1;
+
+/// Static strings written back into the config.
+pub(crate) const HOST_DEFAULT: &CStr = c"127.0.0.1";
+pub(crate) const FORMAT_HUMAN: &CStr = c"human";
+pub(crate) const FORMAT_JSON: &CStr = c"json";
+const ENGINE_POLL: &CStr = c"poll";
+const ENGINE_URING: &CStr = c"uring";
+const ENGINE_AUTO: &CStr = c"auto";
+
+/// How the server logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Lines of text.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The configuration read from a `ucall_config_t`, with defaults applied.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) core: Config,
+    pub(crate) max_callbacks: usize,
+    pub(crate) logs: Option<(i32, LogFormat)>,
+}
+
+fn micros(value: u32, default: Duration) -> Duration {
+    if value == 0 {
+        default
+    } else {
+        Duration::from_micros(u64::from(value))
+    }
+}
+
+fn text_field<'a>(field: &str, ptr: *const c_char) -> Result<Option<&'a str>, String> {
+    // SAFETY: `ucall_init`'s contract: string fields are NULL or NUL-terminated strings
+    // that stay unchanged during the call.
+    match unsafe { c_str_arg(ptr) } {
+        None => Ok(None),
+        Some(text) => text
+            .to_str()
+            .map(Some)
+            .map_err(|_| format!("config.{field} is not valid UTF-8")),
+    }
+}
+
+impl ucall_config_t {
+    /// Read the fields, applying defaults, and write the defaults back.
+    pub(crate) fn settings(&mut self) -> Result<Settings, String> {
+        let mut core = Config::default();
+        if self.use_ssl {
+            return Err("config.use_ssl: TLS is not supported by this version of libucall yet; \
+                        serve plain text (use_ssl = false) behind a TLS-terminating proxy"
+                .into());
+        }
+        match text_field("hostname", self.hostname)? {
+            Some(host) => host.clone_into(&mut core.host),
+            None => {
+                core.host = HOST_DEFAULT.to_str().unwrap_or_default().into();
+                self.hostname = HOST_DEFAULT.as_ptr();
+            }
+        }
+        if self.ephemeral_port {
+            core.port = 0;
+        } else {
+            if self.port == 0 {
+                self.port = DEFAULT_PORT;
+            }
+            core.port = self.port;
+        }
+        if self.queue_depth == 0 {
+            self.queue_depth = DEFAULT_QUEUE_DEPTH;
+        }
+        if self.max_callbacks == 0 {
+            self.max_callbacks = DEFAULT_MAX_CALLBACKS;
+        }
+        if self.max_threads == 0 {
+            self.max_threads = DEFAULT_THREADS;
+        }
+        core.threads = usize::from(self.max_threads);
+        let format = match text_field("logs_format", self.logs_format)? {
+            None | Some("human") => {
+                self.logs_format = FORMAT_HUMAN.as_ptr();
+                LogFormat::Human
+            }
+            Some("json") => {
+                self.logs_format = FORMAT_JSON.as_ptr();
+                LogFormat::Json
+            }
+            Some(other) => {
+                return Err(format!(
+                    "config.logs_format: {other:?} is neither \"human\" nor \"json\""
+                ))
+            }
+        };
+        let logs = if self.logs_file_descriptor > 0 {
+            Some((self.logs_file_descriptor, format))
+        } else {
+            self.logs_file_descriptor = -1;
+            None
+        };
+        if self.max_batch_size == 0 {
+            self.max_batch_size = u16::try_from(core.limits.max_batch).unwrap_or(u16::MAX);
+        }
+        core.limits.max_batch = usize::from(self.max_batch_size);
+        if self.max_concurrent_connections == 0 {
+            self.max_concurrent_connections = u32::try_from(core.max_connections).unwrap_or(u32::MAX);
+        }
+        core.max_connections = self.max_concurrent_connections as usize;
+        core.idle_timeout = micros(self.max_lifetime_micro_seconds, core.idle_timeout);
+        self.max_lifetime_micro_seconds = saturating_micros(core.idle_timeout);
+        self.max_lifetime_exchanges = u32::MAX;
+        core.engine = match text_field("engine", self.engine)? {
+            None => EngineKind::Auto,
+            Some(name) => {
+                EngineKind::parse(name).ok_or_else(|| format!("config.engine: {name:?} is not auto, poll or uring"))?
+            }
+        };
+        if self.max_body_bytes == 0 {
+            self.max_body_bytes = core.limits.max_body_bytes;
+        }
+        core.limits.max_body_bytes = self.max_body_bytes;
+        if self.max_header_bytes == 0 {
+            self.max_header_bytes = core.limits.max_head_bytes;
+        }
+        core.limits.max_head_bytes = self.max_header_bytes;
+        core.header_timeout = micros(self.header_timeout_micro_seconds, core.header_timeout);
+        self.header_timeout_micro_seconds = saturating_micros(core.header_timeout);
+        core.shutdown_timeout = micros(self.shutdown_timeout_micro_seconds, core.shutdown_timeout);
+        self.shutdown_timeout_micro_seconds = saturating_micros(core.shutdown_timeout);
+        Ok(Settings {
+            core,
+            max_callbacks: usize::from(self.max_callbacks),
+            logs,
+        })
+    }
+
+    /// Write back what binding settled: the engine and the port in force.
+    pub(crate) fn write_back_bound(&mut self, engine: EngineKind, port: u16) {
+        self.engine = match engine {
+            EngineKind::Poll => ENGINE_POLL.as_ptr(),
+            EngineKind::Uring => ENGINE_URING.as_ptr(),
+            EngineKind::Auto => ENGINE_AUTO.as_ptr(),
+        };
+        self.port = port;
+    }
+}
+
+fn saturating_micros(duration: Duration) -> u32 {
+    u32::try_from(duration.as_micros()).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zeroed() -> ucall_config_t {
+        ucall_config_t {
+            hostname: std::ptr::null(),
+            port: 0,
+            queue_depth: 0,
+            max_callbacks: 0,
+            max_threads: 0,
+            logs_file_descriptor: 0,
+            logs_format: std::ptr::null(),
+            max_batch_size: 0,
+            max_concurrent_connections: 0,
+            max_lifetime_micro_seconds: 0,
+            max_lifetime_exchanges: 0,
+            use_ssl: false,
+            ssl_private_key_path: std::ptr::null(),
+            ssl_certificates_paths: std::ptr::null_mut(),
+            ssl_certificates_count: 0,
+            engine: std::ptr::null(),
+            ephemeral_port: false,
+            max_body_bytes: 0,
+            max_header_bytes: 0,
+            header_timeout_micro_seconds: 0,
+            shutdown_timeout_micro_seconds: 0,
+        }
+    }
+
+    #[test]
+    fn zero_means_default_and_defaults_are_written_back() {
+        let mut config = zeroed();
+        let settings = config.settings().unwrap();
+        assert_eq!(settings.core.port, 8545);
+        assert_eq!(config.port, 8545);
+        assert_eq!(config.max_threads, 1);
+        assert_eq!(settings.core.threads, 1);
+        assert_eq!(config.max_callbacks, 128);
+        assert_eq!(config.max_batch_size, 1024);
+        assert_eq!(config.max_concurrent_connections, 10_000);
+        assert_eq!(config.max_lifetime_micro_seconds, 60_000_000);
+        assert_eq!(config.max_lifetime_exchanges, u32::MAX);
+        assert_eq!(config.logs_file_descriptor, -1);
+        assert_eq!(config.header_timeout_micro_seconds, 10_000_000);
+        assert_eq!(config.max_body_bytes, 64 << 20);
+        // SAFETY: written back as pointers to static NUL-terminated strings.
+        unsafe {
+            assert_eq!(CStr::from_ptr(config.hostname), c"127.0.0.1");
+            assert_eq!(CStr::from_ptr(config.logs_format), c"human");
+        }
+        assert!(settings.logs.is_none());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_honour() {
+        let mut config = zeroed();
+        config.use_ssl = true;
+        assert!(config.settings().unwrap_err().contains("TLS is not supported"));
+        let mut config = zeroed();
+        config.logs_format = c"xml".as_ptr();
+        assert!(config.settings().unwrap_err().contains("logs_format"));
+        let mut config = zeroed();
+        config.engine = c"fastest".as_ptr();
+        assert!(config.settings().unwrap_err().contains("engine"));
+    }
+}

@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The server handle: `ucall_init`, `ucall_add_procedure`, `ucall_take_call(s)`,
+//! `ucall_stop`, `ucall_free`.
+//!
+//! Binding happens in `ucall_init` (so a port in use fails there, with the reason in
+//! `ucall_last_error()`); procedures are added to the bound server's open table until the
+//! first `ucall_take_call(s)`, which freezes it and splits the server into one worker per
+//! thread index ([`ucall_core::Server::into_workers`]). Thread `i` then drives worker `i`.
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::time::Duration;
+
+use ucall_core::{Server, Stopper, Worker};
+
+use crate::call::{CProcedure, InCallback};
+use crate::config::ucall_config_t;
+use crate::error;
+use crate::ffi::{self, Handle, Tag};
+use crate::log::Logger;
+
+/// A server, made by `ucall_init()` and released by `ucall_free()`.
+///
+/// Methods: `ucall_add_procedure`, `ucall_take_call`, `ucall_take_calls`, `ucall_stop`,
+/// `ucall_free`.
+#[allow(non_camel_case_types)]
+pub type ucall_server_t = *mut c_void;
+
+/// The caller's payload given to `ucall_add_procedure()` and passed back to the callback.
+#[allow(non_camel_case_types)]
+pub type ucall_callback_tag_t = *mut c_void;
+
+/// A string argument: `char const *`, with a length parameter beside it where the API
+/// has one (length 0 meaning NUL-terminated).
+#[allow(non_camel_case_types)]
+pub type ucall_str_t = *const c_char;
+
+/// A procedure: called with the call (valid only until the callback returns) and the tag
+/// it was registered with. It answers with one `ucall_call_reply_*()` call.
+///
+/// It runs on the thread that serves the connection, possibly on several threads at once
+/// for different calls; it must not unwind (throw a C++ exception) into the library.
+#[allow(non_camel_case_types)]
+pub type ucall_callback_t = Option<unsafe extern "C" fn(call: crate::call::ucall_call_t, tag: ucall_callback_tag_t)>;
+
+/// How long one `ucall_take_call()` waits for something to happen.
+const TAKE_CALL_WAIT: Duration = Duration::from_millis(10);
+
+/// Before serving starts: the bound server, still open to procedures.
+struct Setup {
+    server: Option<Server>,
+    procedures: usize,
+}
+
+/// What a `ucall_server_t` points to.
+#[repr(C)]
+pub struct CServer {
+    tag: Tag,
+    stopper: Stopper,
+    setup: Mutex<Setup>,
+    /// Set when serving starts; worker `i` is driven by `ucall_take_call(s)(server, i)`.
+    workers: OnceLock<Box<[Mutex<Worker>]>>,
+    max_callbacks: usize,
+    log: Logger,
+}
+
+// SAFETY: `CServer` is `#[repr(C)]` and starts with its `Tag`.
+unsafe impl Handle for CServer {
+    const TAG: Tag = Tag::SERVER;
+}
+
+impl CServer {
+    fn setup(&self) -> MutexGuard<'_, Setup> {
+        // A panic while holding this lock is caught at the boundary; the data stays usable.
+        self.setup.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The workers, freezing the procedures on the first call.
+    fn workers(&self) -> &[Mutex<Worker>] {
+        self.workers.get_or_init(|| {
+            let Some(server) = self.setup().server.take() else {
+                return Box::default();
+            };
+            let (_, workers) = server.into_workers();
+            self.log.event("serving", &[("threads", &workers.len().to_string())]);
+            workers.into_iter().map(Mutex::new).collect()
+        })
+    }
+}
+
+/// The server behind `handle`, or why not (recorded as the last error).
+///
+/// # Safety
+/// `handle` must be NULL or a value `ucall_init()` returned that `ucall_free()` has not
+/// released (the C API's contract, restated on each exported function).
+unsafe fn server<'a>(handle: ucall_server_t, function: &str) -> Option<&'a CServer> {
+    // SAFETY: the caller's contract; only shared references are made from a server.
+    match unsafe { ffi::handle_ref::<CServer>(handle) } {
+        Some(server) => Some(server),
+        None => {
+            error::set(format!("{function}: the server handle is NULL or not a server"));
+            None
+        }
+    }
+}
+
+/// Start a server: read `config` (applying defaults and writing the values in force
+/// back), bind the address and write the new server to `*server`.
+///
+/// On failure `*server` is NULL and `ucall_last_error()` says why (address in use,
+/// invalid field, TLS requested, ...); the text is also logged when logs are on.
+/// `ucall_init()` clears the last error on success.
+///
+/// Procedures are added next with `ucall_add_procedure()`, then each thread index is
+/// served with `ucall_take_calls()`. Release the server with `ucall_free()`.
+///
+/// # Safety
+/// `config` must be NULL or point to a valid `ucall_config_t` whose string fields are NULL
+/// or NUL-terminated (`ssl_certificates_paths` holding `ssl_certificates_count` of them);
+/// `server` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_init(config: *mut ucall_config_t, server: *mut ucall_server_t) {
+    ffi_panic_boundary! {"ucall_init",
+        if server.is_null() {
+            error::set("ucall_init: the server out-parameter is NULL");
+            return;
+        }
+        // SAFETY: checked non-NULL; writable by the caller's contract.
+        unsafe { server.write(std::ptr::null_mut()) };
+        // SAFETY: NULL or a valid config, by the caller's contract.
+        let Some(config) = (unsafe { config.as_mut() }) else {
+            error::set("ucall_init: the config is NULL; pass a zeroed ucall_config_t for the defaults");
+            return;
+        };
+        match init(config) {
+            Ok(made) => {
+                error::clear();
+                // SAFETY: checked non-NULL and writable above.
+                unsafe { server.write(Box::into_raw(made).cast::<c_void>()) };
+            }
+            Err(message) => error::set(format!("ucall_init: {message}")),
+        }
+    }
+}
+
+fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
+    let settings = config.settings()?;
+    let log = Logger::new(settings.logs);
+    let bound = Server::builder().config(settings.core).bind().map_err(|e| {
+        let message = e.to_string();
+        log.event("init failed", &[("error", &message)]);
+        message
+    })?;
+    let addr = bound.local_addr();
+    config.write_back_bound(bound.engine(), addr.port());
+    log.event(
+        "listening",
+        &[
+            ("address", &addr.to_string()),
+            ("engine", bound.engine().name()),
+            ("threads", &bound.config().threads.to_string()),
+        ],
+    );
+    Ok(Box::new(CServer {
+        tag: Tag::SERVER,
+        stopper: bound.stopper(),
+        setup: Mutex::new(Setup {
+            server: Some(bound),
+            procedures: 0,
+        }),
+        workers: OnceLock::new(),
+        max_callbacks: settings.max_callbacks,
+        log,
+    }))
+}
+
+/// Register `callback` under `name` (NUL-terminated, UTF-8), matched against the
+/// "method" of each request and the path of REST calls (`GET /name?...`). `tag` is handed
+/// back to every call of `callback`.
+///
+/// Procedures are added after `ucall_init()` and before the first `ucall_take_call(s)()`.
+/// A later call, a NULL or non-UTF-8 name, a NULL callback, or more than `max_callbacks`
+/// procedures are refused: nothing is registered, and `ucall_last_error()` says why.
+/// Registering a name again replaces the earlier procedure.
+///
+/// # Safety
+/// `server` must be a live server; `name` NULL or NUL-terminated. `tag` is not read by
+/// the library; whatever it points to must stay valid while the server serves and be safe
+/// to use from every serving thread at once.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_add_procedure(
+    server: ucall_server_t,
+    name: ucall_str_t,
+    callback: ucall_callback_t,
+    tag: ucall_callback_tag_t,
+) {
+    ffi_panic_boundary! {"ucall_add_procedure",
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_add_procedure") }) else { return };
+        let refuse = |why: String| {
+            srv.log.event("procedure refused", &[("reason", &why)]);
+            error::set(format!("ucall_add_procedure: {why}"));
+        };
+        // SAFETY: NULL or NUL-terminated, by the caller's contract.
+        let Some(name) = (unsafe { ffi::c_str_arg(name) }) else {
+            return refuse("the name is NULL".into());
+        };
+        let Ok(name) = name.to_str() else {
+            return refuse(format!("the name {name:?} is not valid UTF-8"));
+        };
+        let Some(callback) = callback else {
+            return refuse(format!("the callback for {name:?} is NULL"));
+        };
+        let mut setup = srv.setup();
+        let setup = &mut *setup;
+        let Some(bound) = setup.server.as_mut() else {
+            return refuse(format!(
+                "{name:?} added after serving started; add procedures before the first ucall_take_call(s)"
+            ));
+        };
+        let replacing = bound.router_mut().get(name).is_some();
+        if !replacing && setup.procedures >= srv.max_callbacks {
+            return refuse(format!(
+                "{name:?} would exceed max_callbacks ({}); raise config.max_callbacks",
+                srv.max_callbacks
+            ));
+        }
+        bound.router_mut().insert(name, Arc::new(CProcedure::new(callback, tag)));
+        setup.procedures += usize::from(!replacing);
+    }
+}
+
+/// The worker for `thread_idx`, or why not (recorded as the last error).
+fn worker_for<'a>(srv: &'a CServer, thread_idx: u16, function: &str) -> Option<&'a Mutex<Worker>> {
+    let workers = srv.workers();
+    let found = workers.get(usize::from(thread_idx));
+    if found.is_none() {
+        error::set(format!(
+            "{function}: thread_idx {thread_idx} is out of range: the server has {} threads (config.max_threads)",
+            workers.len()
+        ));
+    }
+    found
+}
+
+/// Lock `worker` without waiting: another thread already driving the same index (or a
+/// callback re-entering) is refused instead of blocked.
+fn try_drive<'a>(worker: &'a Mutex<Worker>, function: &str, thread_idx: u16) -> Option<MutexGuard<'a, Worker>> {
+    match worker.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => {
+            error::set(format!(
+                "{function}: thread_idx {thread_idx} is already being served by another call"
+            ));
+            None
+        }
+    }
+}
+
+/// Serve the connections of `thread_idx` for one round: wait up to 10 ms for something to
+/// happen, answer what is ready, return. Meant for programs with a loop of their own.
+///
+/// The first `ucall_take_call(s)()` freezes the procedures. A `thread_idx` outside
+/// `0 .. max_threads - 1`, or already being served by another call, returns at once
+/// (see `ucall_last_error()`).
+///
+/// # Safety
+/// `server` must be a live server, not freed while this call runs.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_take_call(server: ucall_server_t, thread_idx: u16) {
+    ffi_panic_boundary! {"ucall_take_call",
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_take_call") }) else { return };
+        let Some(worker) = worker_for(srv, thread_idx, "ucall_take_call") else { return };
+        if let Some(mut worker) = try_drive(worker, "ucall_take_call", thread_idx) {
+            worker.turn(Some(TAKE_CALL_WAIT));
+        }
+    }
+}
+
+/// Serve the connections of `thread_idx` until the server is stopped (`ucall_stop()`,
+/// from any thread or a signal handler) and this thread's connections have drained.
+///
+/// Run one thread per index `0 .. max_threads - 1`, each calling
+/// `ucall_take_calls(server, i)`: the kernel spreads new connections over all of them.
+/// The first `ucall_take_call(s)()` freezes the procedures. An index out of range, or
+/// already being served, returns at once (see `ucall_last_error()`).
+///
+/// # Safety
+/// `server` must be a live server; `ucall_free()` waits for this call to return.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_take_calls(server: ucall_server_t, thread_idx: u16) {
+    ffi_panic_boundary! {"ucall_take_calls",
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_take_calls") }) else { return };
+        let Some(worker) = worker_for(srv, thread_idx, "ucall_take_calls") else { return };
+        if let Some(mut worker) = try_drive(worker, "ucall_take_calls", thread_idx) {
+            while worker.turn(None) {}
+        }
+        // Nothing of `srv` is touched after the guard is released: `ucall_free()` may be
+        // waiting for exactly that.
+    }
+}
+
+/// Ask the server to stop: it stops accepting, finishes the calls in flight (up to
+/// `shutdown_timeout_micro_seconds`), closes its connections, and every
+/// `ucall_take_calls()` returns. Returns at once.
+///
+/// Safe to call from any thread and from a signal handler (it only stores a flag and
+/// writes to an eventfd or pipe); calling it again does nothing more.
+///
+/// # Safety
+/// `server` must be NULL or a live server.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_stop(server: ucall_server_t) {
+    ffi_panic_boundary! {"ucall_stop",
+        // No error text here: recording one may allocate, which a signal handler must not.
+        // SAFETY: the caller's contract.
+        if let Some(srv) = unsafe { ffi::handle_ref::<CServer>(server) } {
+            srv.stopper.stop();
+        }
+    }
+}
+
+/// Stop the server if it runs, wait until every `ucall_take_call(s)()` on it has
+/// returned, close its sockets and release it. NULL does nothing.
+///
+/// Called from inside a callback it cannot wait for its own thread: it stops the server
+/// and returns without releasing it (see `ucall_last_error()`); call it again once
+/// `ucall_take_calls()` has returned.
+///
+/// # Safety
+/// `server` must be NULL or a live server; no call on it may start once this one has, and
+/// the handle is invalid after it returns.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_free(server: ucall_server_t) {
+    ffi_panic_boundary! {"ucall_free",
+        if server.is_null() {
+            return;
+        }
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_free") }) else { return };
+        srv.stopper.stop();
+        if InCallback::active() {
+            error::set("ucall_free: called from inside a callback; the server is stopping, free it after \
+                        ucall_take_calls() returns");
+            return;
+        }
+        if let Some(workers) = srv.workers.get() {
+            for worker in workers.iter() {
+                // Waits for the thread serving this index, if any, to leave.
+                drop(worker.lock().unwrap_or_else(PoisonError::into_inner));
+            }
+        }
+        srv.log.event("freed", &[]);
+        let raw = server.cast::<CServer>();
+        // SAFETY: `raw` came from `Box::into_raw` in `ucall_init` (the tag says it is a
+        // live server) and, by the caller's contract, nothing else uses it any more; the
+        // tag is cleared first so that a stale handle is refused rather than reused.
+        unsafe {
+            (*raw).tag = Tag::DEAD;
+            drop(Box::from_raw(raw));
+        }
+    }
+}

@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The C API's defined outcomes, checked against a live server on 127.0.0.1: init
+ * failures and their text, replies given twice / never / as invalid JSON, JSON, bytes
+ * and JSON Pointer parameters, NULL and mixed-up handles, misuse of the serving calls,
+ * stop and free. A client in the main thread talks raw TCP (one JSON text per line).
+ *
+ * Prints "N passed, N failed" and exits non-zero on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <ucall/ucall.h>
+
+static int passed = 0, failed = 0;
+
+#define CHECK(condition, ...)                                                                                          \
+    do {                                                                                                               \
+        if (condition)                                                                                                 \
+            ++passed;                                                                                                  \
+        else {                                                                                                         \
+            ++failed;                                                                                                  \
+            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #condition);                                     \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+static ucall_server_t the_server = NULL;
+
+/* ------------------------------------------------------------------ procedures */
+
+static void reply_twice(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_content(call, "1", 1);
+    ucall_call_reply_content(call, "2", 1);
+    ucall_call_reply_error(call, -32000, "too late", 0);
+}
+
+static void error_then_content(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_error(call, -32000, "first", 0);
+    ucall_call_reply_content(call, "\"second\"", 0);
+}
+
+static void no_reply(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)call;
+    (void)tag;
+}
+
+static void bad_json(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_content(call, "{\"oops\":", 0);
+}
+
+static void null_json(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_content(call, NULL, 0);
+}
+
+static void bad_error_data(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_error_data(call, -32001, "boom", 0, "{not json", 0);
+}
+
+static void default_message(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_error(call, -32602, NULL, 0);
+}
+
+/* Replies with the tag's text, to show the tag is passed back. */
+static void tagged(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_call_reply_content(call, (char const*)tag, 0);
+}
+
+/* [decoded length, first byte, last byte] of the base64 param "b" (or position 0). */
+static void bytes(ucall_call_t call, ucall_callback_tag_t tag) {
+    unsigned char buffer[64];
+    unsigned char tiny[1];
+    size_t length = 12345, tiny_length = 777;
+    char text[64];
+    (void)tag;
+    if (!ucall_param_named_bytes(call, "b", 0, buffer, sizeof buffer, &length) &&
+        !ucall_param_positional_bytes(call, 0, buffer, sizeof buffer, &length)) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    /* Too small a buffer is refused and the length left untouched. */
+    if (length > 1 && (ucall_param_named_bytes(call, "b", 0, tiny, sizeof tiny, &tiny_length) || tiny_length != 777)) {
+        ucall_call_reply_error_unknown(call);
+        return;
+    }
+    snprintf(text, sizeof text, "[%zu,%d,%d]", length, length ? buffer[0] : -1, length ? buffer[length - 1] : -1);
+    ucall_call_reply_content(call, text, 0);
+}
+
+/* The string param "s", unescaped, echoed back with its length: ["...", n]. */
+static void string_length(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t text;
+    size_t length;
+    char reply[256];
+    (void)tag;
+    if (!ucall_param_named_str(call, "s", 0, &text, &length)) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    snprintf(reply, sizeof reply, "%zu", length);
+    ucall_call_reply_content(call, reply, 0);
+}
+
+/* JSON Pointer lookups: /point/x and /list/1, summed. */
+static void pointer(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t x = 0, y = 0;
+    char reply[64];
+    (void)tag;
+    if (!ucall_param_named_i64(call, "/point/x", 0, &x) || !ucall_param_named_i64(call, "/list/1", 0, &y)) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    snprintf(reply, sizeof reply, "%lld", (long long)(x + y));
+    ucall_call_reply_content(call, reply, 0);
+}
+
+/* Misuse from inside a callback: wrong handles, NULL outputs, ucall_free. */
+static void misuse(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t value = 42;
+    ucall_str_t text = NULL;
+    size_t length = 0;
+    bool ok = true;
+    (void)tag;
+    ok &= !ucall_param_named_i64(the_server, "a", 0, &value) && value == 42; /* a server is not a call */
+    ok &= !ucall_param_named_i64(NULL, "a", 0, &value) && value == 42;
+    ok &= !ucall_param_named_i64(call, NULL, 0, &value) && value == 42;
+    ok &= !ucall_param_named_i64(call, "a", 0, NULL);
+    ok &= !ucall_param_named_str(call, "s", 0, &text, NULL) && text == NULL;
+    ok &= !ucall_param_named_i64(call, "s", 0, &value) && value == 42; /* a string is not an integer */
+    ok &= ucall_param_count(NULL) == 0 && ucall_param_count(call) == 2;
+    ok &= ucall_param_name(call, 1, &text, &length) && length == 1 && text[0] == 'a';
+    ok &= !ucall_param_name(call, 2, &text, &length);
+    ucall_call_reply_content(NULL, "1", 0);
+    ucall_call_reply_content(the_server, "1", 0);
+    ucall_call_reply_error_unknown(NULL);
+    ucall_take_calls(call, 0); /* a call is not a server: refused */
+    ucall_take_call(the_server, 0); /* this thread already serves index 0: refused, no deadlock */
+    ucall_free(call);               /* refused: not a server */
+    ucall_call_reply_content(call, ok ? "true" : "false", 0);
+}
+
+/* ------------------------------------------------------------------ client */
+
+static int connect_to(uint16_t port) {
+    struct sockaddr_in address;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval timeout = {5, 0};
+    memset(&address, 0, sizeof address);
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr*)&address, sizeof address) != 0) {
+        perror("connect");
+        exit(1);
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    return fd;
+}
+
+static void write_all(int fd, char const* text) {
+    size_t left = strlen(text);
+    while (left) {
+        ssize_t sent = write(fd, text, left);
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent <= 0) {
+            perror("write");
+            exit(1);
+        }
+        text += sent;
+        left -= (size_t)sent;
+    }
+}
+
+/* Send one request line and read one reply line (without its newline). */
+static char const* exchange(int fd, char const* request) {
+    static char reply[4096];
+    size_t used = 0;
+    write_all(fd, request);
+    write_all(fd, "\n");
+    while (used + 1 < sizeof reply) {
+        ssize_t got = read(fd, reply + used, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        if (reply[used] == '\n')
+            break;
+        used += (size_t)got;
+    }
+    reply[used] = 0;
+    return reply;
+}
+
+static void* serve(void* argument) {
+    (void)argument;
+    ucall_take_calls(the_server, 0);
+    return NULL;
+}
+
+static bool last_error_contains(char const* needle) {
+    char text[512];
+    ucall_last_error(text, sizeof text);
+    return strstr(text, needle) != NULL;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_init_failures(void) {
+    ucall_config_t config;
+    ucall_server_t server = (ucall_server_t)&config; /* must be reset to NULL */
+    char small[8];
+    size_t full;
+
+    ucall_init(NULL, &server);
+    CHECK(server == NULL, "a NULL config gives no server");
+    CHECK(last_error_contains("config is NULL"), "the reason names the NULL config");
+    ucall_init(NULL, NULL); /* no crash */
+
+    memset(&config, 0, sizeof config);
+    config.use_ssl = true;
+    server = (ucall_server_t)&config;
+    ucall_init(&config, &server);
+    CHECK(server == NULL, "TLS is refused");
+    CHECK(last_error_contains("TLS is not supported"), "the reason says TLS is unsupported");
+
+    memset(&config, 0, sizeof config);
+    config.logs_format = "xml";
+    ucall_init(&config, &server);
+    CHECK(server == NULL && last_error_contains("logs_format"), "an unknown logs_format is refused");
+
+    memset(&config, 0, sizeof config);
+    config.engine = "fastest";
+    ucall_init(&config, &server);
+    CHECK(server == NULL && last_error_contains("engine"), "an unknown engine is refused");
+
+    memset(&config, 0, sizeof config);
+    config.hostname = "192.0.2.1"; /* TEST-NET-1: no local interface has it, so bind fails */
+    config.ephemeral_port = true;
+    ucall_init(&config, &server);
+    CHECK(server == NULL && last_error_contains("bind"), "an address that cannot be bound fails init");
+
+    full = ucall_last_error(small, sizeof small);
+    CHECK(full > sizeof small && strlen(small) == sizeof small - 1, "the text is cut, NUL-terminated, length told");
+    CHECK(ucall_last_error(NULL, 0) == full, "NULL with capacity 0 gives the length");
+}
+
+static void test_version(void) {
+    CHECK(strcmp(ucall_version(), UCALL_VERSION) == 0, "header %s, library %s", UCALL_VERSION, ucall_version());
+}
+
+static void test_serving(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    int fd;
+    char const* reply;
+    static char const tag_text[] = "\"tag passed back\"";
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.max_callbacks = 13;
+    config.logs_file_descriptor = 2;
+    config.logs_format = "json";
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init on an ephemeral port");
+    if (!the_server)
+        return;
+    CHECK(ucall_last_error(NULL, 0) == 0, "a successful init clears the last error");
+    CHECK(config.port != 0 && config.max_threads == 1 && strcmp(config.hostname, "127.0.0.1") == 0 &&
+              (strcmp(config.engine, "poll") == 0 || strcmp(config.engine, "uring") == 0) && config.max_batch_size == 1024 &&
+              config.max_lifetime_exchanges == UINT32_MAX && config.queue_depth == 4096,
+          "the values in force are written back (port %u, engine %s)", (unsigned)config.port, config.engine);
+
+    ucall_add_procedure(the_server, "reply_twice", reply_twice, NULL);
+    ucall_add_procedure(the_server, "error_then_content", error_then_content, NULL);
+    ucall_add_procedure(the_server, "no_reply", no_reply, NULL);
+    ucall_add_procedure(the_server, "bad_json", bad_json, NULL);
+    ucall_add_procedure(the_server, "null_json", null_json, NULL);
+    ucall_add_procedure(the_server, "bad_error_data", bad_error_data, NULL);
+    ucall_add_procedure(the_server, "default_message", default_message, NULL);
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    ucall_add_procedure(the_server, "bytes", bytes, NULL);
+    ucall_add_procedure(the_server, "string_length", string_length, NULL);
+    ucall_add_procedure(the_server, "pointer", pointer, NULL);
+    ucall_add_procedure(the_server, "misuse", misuse, NULL);
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text); /* replaces: no new slot */
+    ucall_add_procedure(the_server, "thirteenth", no_reply, NULL);
+    ucall_add_procedure(the_server, "fourteenth", no_reply, NULL);
+    CHECK(last_error_contains("max_callbacks"), "a procedure beyond max_callbacks is refused");
+    ucall_add_procedure(the_server, NULL, no_reply, NULL);
+    CHECK(last_error_contains("name is NULL"), "a NULL name is refused");
+    ucall_add_procedure(the_server, "x", NULL, NULL);
+    CHECK(last_error_contains("callback"), "a NULL callback is refused");
+    ucall_add_procedure(NULL, "x", no_reply, NULL);
+    CHECK(last_error_contains("not a server"), "a NULL server is refused");
+
+    ucall_take_calls(the_server, 1);
+    CHECK(last_error_contains("out of range"), "a thread index out of range returns at once");
+    ucall_add_procedure(the_server, "late", no_reply, NULL);
+    CHECK(last_error_contains("after serving started"), "procedures cannot be added once serving started");
+
+    pthread_create(&thread, NULL, serve, NULL);
+    fd = connect_to(config.port);
+
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"reply_twice\",\"id\":1}");
+    CHECK(strcmp(reply, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1}") == 0, "the first reply wins: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"error_then_content\",\"id\":2}");
+    CHECK(strstr(reply, "\"code\":-32000") && strstr(reply, "first"), "a first error wins: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"no_reply\",\"id\":3}");
+    CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "without a reply"), "no reply is -32603: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bad_json\",\"id\":4}");
+    CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "invalid JSON"), "invalid JSON is -32603: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"null_json\",\"id\":5}");
+    CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "invalid JSON"), "NULL content is -32603: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bad_error_data\",\"id\":6}");
+    CHECK(strstr(reply, "\"code\":-32603"), "invalid error data is -32603: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"default_message\",\"id\":7}");
+    CHECK(strstr(reply, "{\"code\":-32602,\"message\":\"Invalid params\"}"), "NULL message: the table's: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":8}");
+    CHECK(strstr(reply, "\"result\":\"tag passed back\""), "the tag is passed back: %s", reply);
+
+    /* A notification that never replies sends nothing: the next reply is the next call's. */
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"no_reply\"}\n"
+                         "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":9}");
+    CHECK(strstr(reply, "\"id\":9"), "a notification gets no reply: %s", reply);
+
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bytes\",\"params\":{\"b\":\"AP8A/w==\"},\"id\":10}");
+    CHECK(strstr(reply, "\"result\":[4,0,255]"), "bytes are base64-decoded: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bytes\",\"params\":[\"AP8A\\/w\"],\"id\":11}");
+    CHECK(strstr(reply, "\"result\":[4,0,255]"), "escaped, unpadded base64 too: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bytes\",\"params\":[\"\"],\"id\":12}");
+    CHECK(strstr(reply, "\"result\":[0,-1,-1]"), "empty bytes: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bytes\",\"params\":[\"not base64!\"],\"id\":13}");
+    CHECK(strstr(reply, "\"code\":-32602"), "invalid base64 is refused: %s", reply);
+
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"string_length\",\"params\":{\"s\":\"a\\\"b\\u00e9\\n\"},\"id\":14}");
+    CHECK(strstr(reply, "\"result\":6"), "strings are unescaped (a\"b + 2-byte e-acute + newline): %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"pointer\",\"params\":{\"point\":{\"x\":40},\"list\":[0,2]},\"id\":15}");
+    CHECK(strstr(reply, "\"result\":42"), "JSON Pointer names reach nested values: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"misuse\",\"params\":{\"s\":\"x\",\"a\":1},\"id\":16}");
+    CHECK(strstr(reply, "\"result\":true"), "misuse inside a callback is refused safely: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":17}");
+    CHECK(strstr(reply, "\"id\":17"), "the server still serves after the misuse: %s", reply);
+
+    close(fd);
+    ucall_stop(the_server);
+    ucall_stop(the_server); /* again: nothing more */
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    the_server = NULL;
+    ucall_stop(NULL);
+    ucall_free(NULL);
+    CHECK(1, "stop and free");
+}
+
+/* ucall_free while a thread still serves: it stops the server and waits for the thread. */
+static void test_free_waits_for_serving_threads(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init");
+    if (!the_server)
+        return;
+    ucall_add_procedure(the_server, "error_then_content", error_then_content, NULL);
+    pthread_create(&thread, NULL, serve, NULL);
+    {
+        /* A reply proves the thread is inside ucall_take_calls; the connection stays open. */
+        int fd = connect_to(config.port);
+        char const* reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"error_then_content\",\"id\":1}");
+        CHECK(strstr(reply, "first") != NULL, "served: %s", reply);
+        ucall_free(the_server);
+        close(fd);
+    }
+    pthread_join(thread, NULL);
+    the_server = NULL;
+    CHECK(1, "free while serving");
+}
+
+int main(void) {
+    test_version();
+    test_init_failures();
+    test_serving();
+    test_free_waits_for_serving_threads();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

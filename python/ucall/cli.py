@@ -1,0 +1,292 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ``ucall`` command: call a procedure, or serve a module's server.
+
+    ucall sum a=1 b:int=2                      # by name; types guessed or given
+    ucall sum --positional 1 2:int             # by position
+    ucall echo data:='{"x": [1, 2]}'           # raw JSON
+    ucall upload -f data=big.bin -i picture=cat.png --format json
+    ucall serve app:server --port 8545         # run a Server object, as uvicorn does
+
+Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
+transport error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+from typing import Any
+
+import click
+
+from ucall._ucall import __version__
+from ucall.client import Client, Response
+from ucall.exceptions import RPCError, UCallError
+
+UPLOAD_PROGRESS_BYTES = 4 << 20
+TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "image")
+
+
+def _guess(text: str) -> Any:
+    """A value typed on a command line: int, float, bool, or the text itself."""
+    if re.fullmatch(r"[-+]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", text):
+        return float(text)
+    if text in ("true", "True"):
+        return True
+    if text in ("false", "False"):
+        return False
+    return text
+
+
+def _cast(text: str, kind: str | None) -> Any:
+    if kind is None:
+        return _guess(text)
+    kind = kind.lower()
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "str":
+            return text
+        if kind == "bool":
+            if text.lower() in ("true", "1", "yes"):
+                return True
+            if text.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(f"{text!r} is not a boolean")
+        if kind == "json":
+            return json.loads(text)
+        if kind in ("bytes", "binary", "file"):
+            with open(text, "rb") as f:
+                return f.read()
+        if kind == "image":
+            from PIL import Image
+
+            image = Image.open(text)
+            image.load()
+            return image
+    except (OSError, ValueError) as error:
+        raise click.BadParameter(f"{text!r} as {kind}: {error}") from None
+    raise click.BadParameter(f"unknown type {kind!r} (one of {', '.join(TYPES)})")
+
+
+def _named(argument: str) -> tuple[str, Any]:
+    """``key=value``, ``key:type=value`` or ``key:=json``."""
+    key, sep, value = argument.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{argument!r}: expected KEY=VALUE, KEY:TYPE=VALUE or KEY:=JSON")
+    if key.endswith(":"):
+        return key[:-1], _cast(value, "json")
+    name, _, kind = key.partition(":")
+    return name, _cast(value, kind or None)
+
+
+def _positional(argument: str) -> Any:
+    """``value`` or ``value:type`` (``:=`` prefix for raw JSON)."""
+    if argument.startswith(":="):
+        return _cast(argument[2:], "json")
+    match = re.fullmatch(r"(.*):(\w+)", argument, flags=re.S)
+    if match and match.group(2).lower() in TYPES:
+        return _cast(match.group(1), match.group(2))
+    return _guess(argument)
+
+
+def _highlight(text: str) -> str:
+    """Colours for JSON on a terminal: keys, strings, numbers, literals."""
+    token = re.compile(r'("(?:\\.|[^"\\])*")(\s*:)?|(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|\b(true|false|null)\b')
+
+    def paint(match: re.Match[str]) -> str:
+        string, colon, number, literal = match.groups()
+        if string is not None:
+            return click.style(string, fg="blue", bold=True) + colon if colon else click.style(string, fg="green")
+        if number is not None:
+            return click.style(number, fg="cyan")
+        return click.style(literal, fg="magenta")
+
+    return token.sub(paint, text)
+
+
+def _print_json(value: Any) -> None:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    click.echo(_highlight(text) if sys.stdout.isatty() else text, color=sys.stdout.isatty())
+
+
+class _Commands(click.Group):
+    """``ucall METHOD ...`` calls a method; ``serve`` and ``call`` are the subcommands."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return "call", self.commands["call"], args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("ucall", "METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]... [OPTIONS]\n       ucall serve MODULE:SERVER [OPTIONS]")
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ucall")
+def main() -> None:
+    """Call UCall (JSON-RPC 2.0) servers, or serve Python functions."""
+
+
+@main.command("call", context_settings={"ignore_unknown_options": True})
+@click.argument("method")
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+@click.option("-f", "--file", "files", multiple=True, metavar="KEY=PATH", help="Send a file's bytes (base64).")
+@click.option("-i", "--image", "images", multiple=True, metavar="KEY=PATH", help="Send an image (PIL).")
+@click.option("--positional", is_flag=True, help="Pass the values by position: VALUE or VALUE:TYPE.")
+@click.option("--uri", default="127.0.0.1", show_default=True, envvar="UCALL_URI", help="Server host.")
+@click.option("-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", help="Server port.")
+@click.option("--tcp", is_flag=True, help="Raw TCP instead of HTTP.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the reply.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["raw", "json", "bytes", "numpy", "image"]),
+    default="raw",
+    show_default=True,
+    help="raw: the whole reply; json: the result; bytes/numpy/image: the result decoded.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write bytes or an image result to a file.")
+def call(
+    method: str,
+    arguments: tuple[str, ...],
+    files: tuple[str, ...],
+    images: tuple[str, ...],
+    positional: bool,
+    uri: str,
+    port: int,
+    tcp: bool,
+    timeout: float,
+    output_format: str,
+    output: str | None,
+) -> None:
+    """Call METHOD with KEY=VALUE, KEY:TYPE=VALUE or KEY:=JSON params (TYPE: int, float,
+    str, bool, json, bytes, image)."""
+    params: Any
+    if positional:
+        params = [_positional(a) for a in arguments]
+        if files or images:
+            params += [_cast(p.partition("=")[2], "bytes") for p in files]
+            params += [_cast(p.partition("=")[2], "image") for p in images]
+    else:
+        named = dict(_named(a) for a in arguments)
+        for spec in files:
+            key, _, path = spec.partition("=")
+            named[key] = _cast(path, "bytes")
+        for spec in images:
+            key, _, path = spec.partition("=")
+            named[key] = _cast(path, "image")
+        params = named or None
+    client = Client(uri=uri, port=port, use_http=not tcp, timeout=timeout)
+    try:
+        response = _send(client, method, params)
+        _show(response, output_format, output)
+    except RPCError as error:
+        detail = f"\n{json.dumps(error.data, indent=2)}" if error.data is not None else ""
+        click.secho(f"error {error.code}: {error.message}{detail}", fg="red", err=True)
+        sys.exit(1)
+    except (UCallError, OSError, ValueError) as error:
+        click.secho(f"ucall: {error}", fg="red", err=True)
+        sys.exit(2)
+    finally:
+        client.close()
+
+
+def _send(client: Client, method: str, params: Any) -> Response:
+    size = sum(len(v) for v in _leaves(params) if isinstance(v, (bytes, bytearray)))
+    if size < UPLOAD_PROGRESS_BYTES or not sys.stderr.isatty():
+        return client.call_with_progress(method, params)
+    with click.progressbar(length=1, label="uploading", file=sys.stderr, show_percent=True) as bar:
+
+        def progress(sent: int, total: int) -> None:
+            bar.length = total
+            bar.update(sent - bar.pos)
+
+        return client.call_with_progress(method, params, progress)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _show(response: Response, output_format: str, output: str | None) -> None:
+    if output_format == "raw":
+        _print_json(response.data)
+        response.raise_for_status()
+        return
+    if output_format == "json":
+        _print_json(response.json)
+        return
+    if output_format == "bytes":
+        data = response.bytes
+        if output:
+            with open(output, "wb") as f:
+                f.write(data)
+        else:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        return
+    if output_format == "numpy":
+        array = response.numpy
+        if output:
+            import numpy as np
+
+            np.save(output, array, allow_pickle=False)
+        else:
+            click.echo(repr(array))
+        return
+    image = response.image
+    if output:
+        image.save(output)
+    else:
+        click.echo(f"{image.format or 'image'} {image.mode} {image.size[0]}x{image.size[1]}")
+
+
+@main.command("serve")
+@click.argument("target", metavar="MODULE:SERVER")
+@click.option("--host", default=None, envvar="UCALL_HOST", help="Address to listen on (default: the server's).")
+@click.option("--port", type=int, default=None, envvar="UCALL_PORT", help="Port (default: the server's).")
+@click.option("--threads", type=int, default=None, help="Worker threads (default: the server's).")
+def serve(target: str, host: str | None, port: int | None, threads: int | None) -> None:
+    """Import MODULE and run its Server object SERVER (default name: server)."""
+    from ucall._server import Server
+
+    module_name, _, attribute = target.partition(":")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise click.BadParameter(f"cannot import {module_name!r}: {error}", param_hint="MODULE") from None
+    server = getattr(module, attribute or "server", None)
+    if not isinstance(server, Server):
+        raise click.BadParameter(f"{target!r} is not a ucall Server", param_hint="MODULE:SERVER")
+    if host is not None:
+        server.host = host
+    if port is not None:
+        server._requested_port = port
+    if threads is not None:
+        server.threads = threads
+    try:
+        server.start()
+    except OSError as error:
+        click.secho(f"ucall: {error}", fg="red", err=True)
+        sys.exit(2)
+    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
+    click.echo(f"listening on {shown_host}:{server.port} ({len(server.procedures)} procedures)")
+    sys.stdout.flush()
+    server.run()
+
+
+if __name__ == "__main__":
+    main()

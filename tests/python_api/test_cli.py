@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The `ucall` command: the published call form, additions, and `ucall serve`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO_ROOT, once
+
+from ucall.cli import main
+
+
+@pytest.fixture
+def port(make_server):
+    server = make_server()
+
+    @server
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def echo(data):  # type: ignore[no-untyped-def]
+        return data
+
+    @server
+    def kinds(**params):  # type: ignore[no-untyped-def]
+        return {k: type(v).__name__ for k, v in params.items()}
+
+    @server
+    def size(data: bytes) -> int:
+        return len(data)
+
+    return server.start().port
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_named_and_typed_params(port):
+    code, out, _ = run("sum", "a=1", "b=2", "-p", port)
+    assert code == 0 and json.loads(out) == {"jsonrpc": "2.0", "id": 1, "result": 3}
+    code, out, _ = run("kinds", "a=1", "b=1.5", "c=true", "d=text", "e:str=256", "f:float=2", "g:=[1,{}]", "-p", port)
+    assert json.loads(out)["result"] == {
+        "a": "int", "b": "float", "c": "bool", "d": "str", "e": "str", "f": "float", "g": "list"
+    }
+    code, out, _ = run("echo", "data:=" + json.dumps({"x": [1, None]}), "--format", "json", "-p", port)
+    assert code == 0 and json.loads(out) == {"x": [1, None]}
+
+
+def test_positional_params_and_tcp(port):
+    code, out, _ = run("sum", "--positional", "40", "2:int", "--format", "json", "-p", port, "--tcp")
+    assert code == 0 and out.strip() == "42"
+
+
+def test_errors_exit_non_zero_with_a_message(port):
+    code, out, err = run("sum", "a=x", "b=1", "-p", port)
+    assert code == 1 and "-32602" in err and "'a'" in err
+    code, _, err = run("nope", "-p", port, "--format", "json")
+    assert code == 1 and "Method not found" in err
+    code, _, err = run("sum", "a=1", "--uri", "127.0.0.1", "-p", "1", "--timeout", "2")
+    assert code == 2 and "cannot connect" in err
+    code, _, err = run("sum", "oops", "-p", port)
+    assert code == 2 and "KEY=VALUE" in err
+
+
+def test_files_images_and_rich_formats(port, tmp_path):
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(3000))
+    code, out, _ = run("size", "-f", f"data={blob}", "--format", "json", "-p", port)
+    assert code == 0 and out.strip() == "3000"
+    out_file = tmp_path / "copy.bin"
+    code, _, _ = run("echo", "-f", f"data={blob}", "--format", "bytes", "-o", out_file, "-p", port)
+    assert code == 0 and out_file.read_bytes() == blob.read_bytes()
+    picture = tmp_path / "p.png"
+    image.new("RGB", (5, 4), (9, 8, 7)).save(picture)
+    code, out, _ = run("echo", "-i", f"data={picture}", "--format", "image", "-p", port)
+    assert code == 0 and "5x4" in out
+    array_file = tmp_path / "a.npy"
+    np.save(array_file, np.arange(4))
+    code, out, _ = run("echo", f"data:bytes={array_file}", "--format", "numpy", "-p", port)
+    assert code == 0 and "array([0, 1, 2, 3])" in out
+
+
+def test_python_dash_m(port):
+    result = subprocess.run(
+        [sys.executable, "-m", "ucall", "sum", "a=2", "b=3", "--format", "json", "-p", str(port)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "5"
+    assert "\x1b[" not in result.stdout  # plain output in pipes
+
+
+def test_serve_a_module(tmp_path, engine):
+    (tmp_path / "app.py").write_text(textwrap.dedent("""
+        from ucall import Server
+        server = Server()
+
+        @server
+        def hello(name: str) -> str:
+            return f"hello {name}"
+    """))
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONPATH=str(REPO_ROOT / "python"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ucall", "serve", "app:server", "--host", "127.0.0.1", "--port", "0", "--threads", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
+        port = int(line.split(":")[1].split()[0])
+        assert once(port, "hello", ["you"]) == "hello you"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    result = subprocess.run(
+        [sys.executable, "-m", "ucall", "serve", "app:nothing"], cwd=tmp_path, capture_output=True, text=True, env=env,
+        timeout=30,
+    )
+    assert result.returncode == 2 and "not a ucall Server" in result.stderr
