@@ -249,12 +249,12 @@ fn plaintext_and_stalled_handshakes_disturb_no_one() {
 
     let mut plaintext = TcpStream::connect(addr).unwrap();
     plaintext.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
+    // The server may refuse after the first bytes, so the rest of the write can fail.
+    let _ = write!(
         plaintext,
         "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{SUM}",
         SUM.len()
-    )
-    .unwrap();
+    );
     let mut answer = Vec::new();
     let _ = plaintext.read_to_end(&mut answer);
     assert!(
