@@ -42,8 +42,9 @@ test-python:  ## Python suite against the live spec server, on each engine
 	$(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: test-python-api
-test-python-api: python  ## The Python package's suite (tests/python_api) against real servers
+test-python-api: python  ## The Python package's suite (tests/python_api), then the shared vectors against a Python server
 	$(PY) -m pytest tests/python_api -q
+	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: lint
 lint:  ## rustfmt check and clippy with warnings as errors
@@ -67,55 +68,6 @@ bench-quick:  ## Short benchmark pass (about 2 minutes)
 .PHONY: clean
 clean:  ## Remove build outputs
 	cargo clean
-
-# ------------------------------------------------------------------ C API (crates/ucall-capi)
-CBINDGEN := cbindgen --quiet --config crates/ucall-capi/cbindgen.toml crates/ucall-capi
-C_FLAGS := -std=c99 -Wall -Wextra -Werror -g -Iinclude
-C_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-C_LIBS := -lpthread -ldl -lm -lrt
-C_OUT := target/c
-PREFIX ?= /usr/local
-
-test: test-c
-
-.PHONY: header
-header: setup  ## Regenerate include/ucall/ucall.h with the pinned cbindgen
-	$(CBINDGEN) --output include/ucall/ucall.h
-
-.PHONY: header-check
-header-check:  ## Fail when include/ucall/ucall.h differs from what cbindgen generates
-	@tmp=$$(mktemp) && $(CBINDGEN) --output $$tmp && \
-	if diff -u include/ucall/ucall.h $$tmp; then rm -f $$tmp; \
-	else rm -f $$tmp; echo "include/ucall/ucall.h is stale: run make header" >&2; exit 1; fi
-
-.PHONY: examples-c
-examples-c:  ## Build the C and C++ examples against the release libucall (target/c/examples/)
-	cargo build --release -p ucall-capi
-	@mkdir -p $(C_OUT)/examples
-	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.c target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.cpp target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum_cpp
-
-.PHONY: test-c
-test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind, the vectors on the C spec server, install
-	g++ -std=c++17 -Wall -Wextra -Werror -fsyntax-only -x c++ include/ucall/ucall.h
-	gcc $(C_FLAGS) -pedantic -fsyntax-only -x c include/ucall/ucall.h
-	cargo build -p ucall-capi
-	@mkdir -p $(C_OUT)/asan && rm -f $(C_OUT)/asan/*
-	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/api_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/api_test
-	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/spec_server.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/spec_server
-	gcc $(C_FLAGS) crates/ucall-capi/tests/c/api_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/api_test_plain
-	ASAN_OPTIONS=abort_on_error=1 $(C_OUT)/api_test 2>$(C_OUT)/api_test.log || { cat $(C_OUT)/api_test.log; exit 1; }
-	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(C_OUT)/api_test_plain 2>$(C_OUT)/valgrind.log \
-		|| { cat $(C_OUT)/valgrind.log; exit 1; }
-	ASAN_OPTIONS=abort_on_error=1:log_path=$(CURDIR)/$(C_OUT)/asan/log UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		UCALL_SPEC_SERVER=$(C_OUT)/spec_server $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
-	@if ls $(C_OUT)/asan/log* >/dev/null 2>&1; then cat $(C_OUT)/asan/log*; echo "sanitizer reports above" >&2; exit 1; fi
-	crates/ucall-capi/tests/install_test.sh
-
-.PHONY: install
-install:  ## Install libucall, ucall.h, ucall.pc and the CMake package under PREFIX (default /usr/local)
-	cargo build --release -p ucall-capi
-	crates/ucall-capi/packaging/install.sh "$(PREFIX)"
 
 # ------------------------------------------------------------------ C API (crates/ucall-capi)
 CBINDGEN := cbindgen --quiet --config crates/ucall-capi/cbindgen.toml crates/ucall-capi
