@@ -25,7 +25,7 @@ if ! command -v cargo >/dev/null 2>&1; then
     # shellcheck disable=SC1091
     . "$HOME/.cargo/env"
 fi
-apt_install curl gcc make python3-venv
+apt_install curl gcc make python3-venv openssl
 
 if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
