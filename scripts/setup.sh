@@ -49,6 +49,13 @@ if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
     cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --quiet
 fi
 
+# Node clients for the WebSocket interop tests (versions pinned by the lock file).
+if [ ! -d tests/node/node_modules ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "installing Node test clients"
+    (cd tests/node && npm ci --no-audit --no-fund --silent)
+fi
+
 if [ "${1:-}" = "bench" ]; then
     apt_install wrk util-linux
 fi

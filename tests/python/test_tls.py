@@ -143,3 +143,12 @@ def test_websocket_over_tls(tls_server, certs):
             assert json.loads(await ws.recv()) == {"jsonrpc": "2.0", "id": 1, "result": 19}
 
     asyncio.run(asyncio.wait_for(session(), 20))
+
+
+def test_node_ws_package_over_wss(tls_server, certs):
+    from test_websocket import node_client
+
+    host, port = tls_server.address
+    seen = node_client(f"wss://localhost:{port}/", str(certs / "cert.pem"))
+    assert seen["code"] == 1000 and len(seen["replies"]) == 3, seen
+    assert seen["replies"][0]["reply"] == {"jsonrpc": "2.0", "id": 1, "result": 19}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
@@ -84,3 +86,24 @@ def test_plain_http_keeps_working_next_to_websockets(server):
     with HttpConn(server) as http:
         reply = http.call(b'{"jsonrpc":"2.0","method":"subtract","params":[1,1],"id":1}')
         assert reply["result"] == 0
+
+
+NODE_CLIENT = Path(__file__).resolve().parents[1] / "node" / "ws_client.mjs"
+
+
+def node_client(address_url: str, *extra: str) -> dict:
+    result = subprocess.run(
+        ["node", str(NODE_CLIENT), address_url, *extra], capture_output=True, text=True, timeout=20
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def test_node_ws_package_interop(server):
+    seen = node_client(url(server))
+    assert seen["code"] == 1000 and seen["pongs"] == 1, seen
+    assert [r["text"] for r in seen["replies"]] == [True, True, True], "replies are text messages"
+    assert seen["replies"][0]["reply"] == {"jsonrpc": "2.0", "id": 1, "result": 19}
+    assert seen["replies"][1]["reply"] == {"jsonrpc": "2.0", "id": 2, "result": ["hello", 5]}
+    batch = seen["replies"][2]["reply"]
+    assert batch[0] == {"jsonrpc": "2.0", "id": 3, "result": 2} and batch[1]["error"]["code"] == -32601
