@@ -56,12 +56,12 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench:  ## Full benchmark table (about 20 minutes): UCall beside the C reference and peers
+bench: python  ## Full benchmark table (about 20 minutes): UCall beside the C reference and peers
 	@scripts/setup.sh bench
 	$(PY) benches/run.py
 
 .PHONY: bench-quick
-bench-quick:  ## Short benchmark pass (about 2 minutes)
+bench-quick: python  ## Short benchmark pass (about 2 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 

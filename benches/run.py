@@ -79,6 +79,13 @@ SUM_C_POLL = (
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
 
+# Needs the package built into .venv (make python; make bench does it).
+SUM_PYTHON_POLL = (
+    ".venv/bin/python",
+    "examples/python/sum_server.py",
+    *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
+)
+
 SERVERS: list[Server] = [
     Server(
         name="c-reference",
@@ -109,6 +116,14 @@ SERVERS: list[Server] = [
             "tcp": Endpoint(SUM_C_POLL),
         },
         build=("capi:examples/c/sum.c",),
+    ),
+    Server(
+        name="ucall-python",
+        description="UCall Python API, examples/python/sum_server.py (a: int, b: int), 1 thread, poll engine",
+        endpoints={
+            "http": Endpoint(SUM_PYTHON_POLL),
+            "tcp": Endpoint(SUM_PYTHON_POLL),
+        },
     ),
 ]
 

@@ -12,9 +12,11 @@ from ucall import Server
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--port", type=int, default=8545)
 parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--engine", default="auto")
 args = parser.parse_args()
 
-server = Server(port=args.port, host=args.host)
+server = Server(port=args.port, host=args.host, threads=args.threads, engine=args.engine)
 
 
 @server

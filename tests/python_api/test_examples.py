@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every example in examples/python runs and prints what it promises."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples" / "python"
+EXPECTED = {
+    "demo.py": ['"result":3', '"result":"HI!HI!"', "-32602", "-32001", "42", "demo (Python): ok"],
+    "client.py": ["by name: 3", "batch: 2 4", "error: -32602", "raw TCP: 42", "async: [0, 2, 4"],
+    "rich_types.py": ["area: 7.0", "checksum: 6", "normalize: [[0.25, -1.0], [0.5, 0.125]]", "thumbnail: (16, 12)"],
+    "blocking_and_async.py": ["ping while 16 calls wait: pong", "8 blocking calls done, 8 async calls fetched"],
+}
+
+
+def test_every_example_is_covered():
+    # sum_server.py runs until signalled: test_server.py starts and stops it.
+    assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED) | {"sum_server.py"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example(name, engine):
+    env = dict(os.environ, UCALL_ENGINE=engine)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=60, env=env, cwd=REPO_ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    for fragment in EXPECTED[name]:
+        assert fragment in result.stdout, (fragment, result.stdout)
