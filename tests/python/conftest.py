@@ -4,7 +4,8 @@
 Environment:
   UCALL_SPEC_SERVER  path of the server binary (default target/debug/spec_server,
                      relative to the repository root)
-  UCALL_ENGINES      comma-separated engines to run every test against (default poll)
+  UCALL_ENGINES      comma-separated engines to run every test against (default poll,
+                     plus uring where the test server can run it here)
   UCALL_THREADS      --threads for the servers (default 2)
 """
 
@@ -13,7 +14,9 @@ from __future__ import annotations
 import os
 import queue
 import re
+import select
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,7 +25,6 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "poll").split(",") if e.strip()]
 THREADS = int(os.environ.get("UCALL_THREADS", "2"))
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
@@ -33,6 +35,41 @@ LISTENING = re.compile(r"listening on (\S+):(\d+)(?: .*)?")
 def server_binary() -> Path:
     path = Path(os.environ.get("UCALL_SPEC_SERVER", "target/debug/spec_server"))
     return path if path.is_absolute() else REPO_ROOT / path
+
+
+def uring_problem() -> str | None:
+    """Why the test server cannot run the uring engine here, or None when it can."""
+    binary = server_binary()
+    if not binary.is_file():
+        return f"{binary} not found"
+    proc = subprocess.Popen(
+        [str(binary), "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "uring"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
+        line = proc.stdout.readline().decode("utf-8", "replace") if ready else ""
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=STOP_TIMEOUT)
+    if LISTENING.fullmatch(line.strip()):
+        return None
+    return err.decode("utf-8", "replace").strip() or "the server did not start"
+
+
+def default_engines() -> list[str]:
+    problem = uring_problem()
+    if problem is None:
+        return ["poll", "uring"]
+    print(f"tests/python: testing the poll engine only; uring cannot run here: {problem}", file=sys.stderr)
+    return ["poll"]
+
+
+ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "").split(",") if e.strip()] or default_engines()
+
+
+def pytest_report_header() -> str:
+    return f"ucall engines under test: {', '.join(ENGINES)}"
 
 
 class ServerProcess:

@@ -6,6 +6,11 @@
 //! configuration and a few counters.
 
 mod poll;
+#[cfg(target_os = "linux")]
+mod uring;
+
+#[cfg(target_os = "linux")]
+pub(crate) use uring::EventFd;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,47 +22,112 @@ use crate::server::{EngineKind, Shared};
 ///
 /// [`crate::Server::spawn`] and [`crate::Server::run`] drive workers on threads of their
 /// own; [`crate::Server::into_workers`] hands them to callers that bring their own threads
-/// (the C API's `ucall_take_calls(server, thread_index)`).
+/// (the C API's `ucall_take_calls(server, thread_index)`). A worker of the `uring` engine
+/// must be driven from one thread only: the first to call [`Worker::turn`] becomes the
+/// ring's single issuer.
 pub struct Worker {
-    inner: poll::PollWorker,
+    inner: Inner,
+}
+
+/// Boxed: a worker is moved to its thread once and then only used there.
+enum Inner {
+    Poll(Box<poll::PollWorker>),
+    #[cfg(target_os = "linux")]
+    Uring(Box<uring::UringWorker>),
 }
 
 impl Worker {
     /// Serve until the server is stopped and this worker has drained.
     pub fn run(self) {
-        self.inner.run();
+        match self.inner {
+            Inner::Poll(worker) => worker.run(),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.run(),
+        }
     }
 
     /// Wait for events (at most `wait`, when given), serve what is ready and return.
     /// Returns `false` once the server has stopped and this worker has closed every
     /// connection; later calls return `false` at once.
     pub fn turn(&mut self, wait: Option<std::time::Duration>) -> bool {
-        self.inner.turn(wait)
+        match &mut self.inner {
+            Inner::Poll(worker) => worker.turn(wait),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.turn(wait),
+        }
     }
 
     /// Hand over the procedures this worker serves.
     pub(crate) fn set_router(&mut self, router: Arc<crate::router::Router>) {
-        self.inner.router = router;
+        match &mut self.inner {
+            Inner::Poll(worker) => worker.router = router,
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.router = router,
+        }
     }
 }
 
+/// The engine chosen for a server, and why.
+pub(crate) struct Selected {
+    pub(crate) kind: EngineKind,
+    /// What the start-up log says about the choice.
+    pub(crate) detail: String,
+    #[cfg(target_os = "linux")]
+    features: Option<uring::Features>,
+}
+
+/// Which engine runs when `requested` is asked for here: `auto` is `uring` where
+/// io_uring works (Linux 5.19+, not forbidden by seccomp or the `io_uring_disabled`
+/// sysctl) and `poll` elsewhere.
+///
+/// # Errors
+/// When `uring` is asked for and cannot run here; the message says why.
+pub fn resolve(requested: EngineKind) -> Result<EngineKind, Error> {
+    select(requested).map(|selected| selected.kind)
+}
+
 /// The engine that will run for `requested`, or why it cannot.
-pub(crate) fn select(requested: EngineKind) -> Result<EngineKind, Error> {
-    match requested {
-        EngineKind::Auto | EngineKind::Poll => Ok(EngineKind::Poll),
-        EngineKind::Uring => Err(Error::engine(
-            "the uring engine is not available in this build; use engine = auto or poll (UCALL_ENGINE=poll)",
-        )),
+pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
+    let poll = |detail: String| Selected {
+        kind: EngineKind::Poll,
+        detail,
+        #[cfg(target_os = "linux")]
+        features: None,
+    };
+    #[cfg(target_os = "linux")]
+    {
+        match (requested, requested == EngineKind::Poll) {
+            (_, true) => Ok(poll("epoll, as configured".into())),
+            (_, false) => match uring::probe() {
+                Ok(features) => Ok(Selected {
+                    kind: EngineKind::Uring,
+                    detail: format!("io_uring: {}", features.describe()),
+                    features: Some(features),
+                }),
+                Err(why) if requested == EngineKind::Auto => Ok(poll(format!("io_uring unavailable: {why}"))),
+                Err(why) => Err(Error::engine(format!(
+                    "the uring engine cannot run here: {why}; use engine = auto or poll (UCALL_ENGINE=poll)"
+                ))),
+            },
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        match requested {
+            EngineKind::Auto | EngineKind::Poll => Ok(poll("kqueue".into())),
+            EngineKind::Uring => Err(Error::engine(
+                "the uring engine needs Linux; use engine = auto or poll (UCALL_ENGINE=poll)",
+            )),
+        }
     }
 }
 
 /// Open one listener per worker on `addr` and prepare the workers.
 pub(crate) fn bind_workers(
-    engine: EngineKind,
+    engine: &Selected,
     shared: &Arc<Shared>,
     addr: SocketAddr,
 ) -> Result<(Vec<Worker>, SocketAddr), Error> {
-    debug_assert_eq!(engine, EngineKind::Poll);
     let mut workers = Vec::with_capacity(shared.config.threads);
     let mut bound = addr;
     for index in 0..shared.config.threads {
@@ -67,17 +137,51 @@ pub(crate) fn bind_workers(
                 .local_addr()
                 .map_err(|e| Error::io("cannot read the bound address", e))?;
         }
-        workers.push(Worker {
-            inner: poll::PollWorker::new(Arc::clone(shared), listener)?,
-        });
+        let inner = match engine.kind {
+            #[cfg(target_os = "linux")]
+            EngineKind::Uring => {
+                let features = engine
+                    .features
+                    .as_ref()
+                    .expect("invariant: uring is selected with its features");
+                Inner::Uring(Box::new(uring::UringWorker::new(
+                    Arc::clone(shared),
+                    listener,
+                    features,
+                )?))
+            }
+            _ => Inner::Poll(Box::new(poll::PollWorker::new(Arc::clone(shared), listener)?)),
+        };
+        workers.push(Worker { inner });
     }
-    poll::register_wakers(shared, &workers.iter().map(|w| &w.inner).collect::<Vec<_>>());
+    let polls: Vec<&poll::PollWorker> = workers
+        .iter()
+        .filter_map(|w| match &w.inner {
+            Inner::Poll(worker) => Some(&**worker),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(_) => None,
+        })
+        .collect();
+    poll::register_wakers(shared, &polls);
+    #[cfg(target_os = "linux")]
+    {
+        let rings: Vec<&uring::UringWorker> = workers
+            .iter()
+            .filter_map(|w| match &w.inner {
+                Inner::Uring(worker) => Some(&**worker),
+                Inner::Poll(_) => None,
+            })
+            .collect();
+        uring::register_wakers(shared, &rings);
+    }
     Ok((workers, bound))
 }
 
 /// Wake every worker so it notices a stop request.
 pub(crate) fn wake_all(shared: &Shared) {
     poll::wake_all(shared);
+    #[cfg(target_os = "linux")]
+    uring::wake_all(shared);
 }
 
 /// A non-blocking listening socket with `SO_REUSEPORT`, so that each worker has its own.
@@ -96,6 +200,9 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, Error> {
     if addr.is_ipv6() {
         socket.set_only_v6(true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
     }
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux; the uring engine,
+    // whose sockets are registered files, relies on it.
+    socket.set_nodelay(true).map_err(|e| fail("set TCP_NODELAY on", e))?;
     socket.set_nonblocking(true).map_err(|e| fail("make non-blocking", e))?;
     socket.bind(&addr.into()).map_err(|e| fail("bind", e))?;
     socket.listen(4096).map_err(|e| fail("listen on", e))?;

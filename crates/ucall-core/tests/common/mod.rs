@@ -3,7 +3,7 @@
 //! raw-socket conversations that never hang, and the comparison rule of the vectors.
 //!
 //! Engines: every test runs once per engine named in `UCALL_TEST_ENGINES` (comma
-//! separated, default `poll`), so that a new engine only has to be added to that list.
+//! separated; default `poll,uring` where io_uring works here, else `poll`, saying so).
 #![allow(dead_code)] // each test binary uses a different part
 
 #[path = "../../../../examples/rust/src/spec.rs"]
@@ -25,9 +25,17 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest run of one test body on one engine.
 pub const TEST_LIMIT: Duration = Duration::from_secs(40);
 
-/// The engines to test, from `UCALL_TEST_ENGINES` (default `poll`).
+/// The engines to test, from `UCALL_TEST_ENGINES` (default: `poll`, and `uring` where
+/// io_uring works here).
 pub fn engines() -> Vec<EngineKind> {
-    let list = std::env::var("UCALL_TEST_ENGINES").unwrap_or_else(|_| "poll".into());
+    let list =
+        std::env::var("UCALL_TEST_ENGINES").unwrap_or_else(|_| match ucall_core::engine::resolve(EngineKind::Uring) {
+            Ok(_) => "poll,uring".into(),
+            Err(why) => {
+                eprintln!("testing the poll engine only: {why}");
+                "poll".into()
+            }
+        });
     let engines: Vec<EngineKind> = list
         .split(',')
         .map(str::trim)
