@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The private extension module behind ``ucall`` (Rust, PyO3). Use the public API instead."""
+
+from typing import Any, Callable, Optional, Sequence, final
+
+__all__ = ["DeferredReply", "ERROR_CODES", "NativeServer", "SERVER_ERROR_MAX", "SERVER_ERROR_MIN", "__version__", "dumps", "loads"]
+
+__version__: str
+#: The pre-defined JSON-RPC error codes by name (``"INVALID_PARAMS": -32602``...), from the core's table.
+ERROR_CODES: dict[str, int]
+#: The range left to server-defined errors.
+SERVER_ERROR_MIN: int
+SERVER_ERROR_MAX: int
+
+#: ``(name, kind, check, converter, has_default, default)``; see ``ucall._signature``.
+_ParamSpec = tuple[str, int, int, Optional[Callable[[Any], Any]], bool, Any]
+
+@final
+class NativeServer:
+    """The core server with Python procedures. Nothing is bound until ``start``."""
+
+    def __new__(
+        cls,
+        host: str,
+        port: int,
+        threads: int,
+        engine_name: str,
+        encode: Callable[[Any], Any],
+        rpc_error: type[BaseException],
+        describe: Optional[Callable[[BaseException, Any], str]] = None,
+        submit: Optional[Callable[[list[tuple[Any, "DeferredReply"]]], None]] = None,
+        *,
+        max_threads: int = 64,
+        max_body_bytes: Optional[int] = None,
+        max_head_bytes: Optional[int] = None,
+        max_batch: Optional[int] = None,
+        max_connections: Optional[int] = None,
+        header_timeout: Optional[float] = None,
+        idle_timeout: Optional[float] = None,
+        shutdown_timeout: Optional[float] = None,
+    ) -> "NativeServer": ...
+    def add(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        params: Sequence[_ParamSpec],
+        ignore_extra: bool,
+        is_async: bool = False,
+    ) -> None:
+        """Register ``func`` under ``name``; only before ``start``."""
+    def start(self) -> int:
+        """Bind and serve on background threads; the bound port. Raises ``OSError``."""
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait (GIL released) until the workers finished; False after ``timeout`` seconds."""
+    def stop(self) -> None:
+        """Stop gracefully and wait for every thread. Idempotent."""
+    @property
+    def running(self) -> bool: ...
+    @property
+    def port(self) -> Optional[int]: ...
+    @property
+    def engine(self) -> Optional[str]: ...
+    @property
+    def cycles(self) -> int:
+        """Event-loop turns taken so far, over all workers."""
+
+@final
+class DeferredReply:
+    """The reply of an ``async def`` call; completed by its task's done-callback."""
+
+    def settle(self, task: Any) -> None: ...
+
+def dumps(obj: Any, encode: Optional[Callable[[Any], Any]] = None) -> str:
+    """Serialize as the server does (``ValueError`` when there is no JSON form)."""
+
+def loads(text: str) -> Any:
+    """Parse JSON as the server does (integers of any size stay exact)."""
