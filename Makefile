@@ -108,6 +108,7 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 	ASAN_OPTIONS=abort_on_error=1 $(C_OUT)/api_test 2>$(C_OUT)/api_test.log || { cat $(C_OUT)/api_test.log; exit 1; }
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(C_OUT)/api_test_plain 2>$(C_OUT)/valgrind.log \
 		|| { cat $(C_OUT)/valgrind.log; exit 1; }
+	cargo build -p ucall-examples --bin sum_server  # tests/python runs the Rust example too
 	ASAN_OPTIONS=abort_on_error=1:log_path=$(CURDIR)/$(C_OUT)/asan/log UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		UCALL_SPEC_SERVER=$(C_OUT)/spec_server $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 	@if ls $(C_OUT)/asan/log* >/dev/null 2>&1; then cat $(C_OUT)/asan/log*; echo "sanitizer reports above" >&2; exit 1; fi
