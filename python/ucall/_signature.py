@@ -3,7 +3,7 @@
 
 Each parameter becomes ``(name, kind, check, converter, has_default, default)``: ``kind``
 is ``inspect.Parameter.kind``; ``check`` is one of the codes below. ``int``, ``float``,
-``bool``, ``str`` and un-annotated parameters are checked natively on the raw JSON; any
+``bool``, ``str``, ``bytes``, ``bytearray`` and un-annotated parameters are checked natively on the raw JSON; any
 other hint gets a converter built here once, called with the decoded JSON value, which
 returns the Python value or raises ``ConversionError``.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable, Union
 
 from ucall import _codec
 
-ANY, INT, FLOAT, BOOL, STR, CUSTOM = range(6)
+ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY = range(8)
 
 Converter = Callable[[Any], Any]
 ParamSpec = tuple[str, int, int, Union[Converter, None], bool, Any]
@@ -95,7 +95,8 @@ def compile_hint(hint: Any) -> tuple[int, Converter | None]:
     hint = _strip_annotated(hint)
     if hint is inspect.Parameter.empty or hint is Any or hint is object:
         return ANY, None
-    native = {int: INT, float: FLOAT, bool: BOOL, str: STR}.get(hint) if isinstance(hint, type) else None
+    natives = {int: INT, float: FLOAT, bool: BOOL, str: STR, bytes: BYTES, bytearray: BYTEARRAY}
+    native = natives.get(hint) if isinstance(hint, type) else None
     if native is not None:
         return native, None
     return CUSTOM, converter(hint)

@@ -7,7 +7,7 @@
 //! hint is a Python converter called with the decoded value.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 use ucall_core::jsonrpc::scan::{key_equals, Elements, Members};
 use ucall_core::RpcError;
@@ -57,6 +57,10 @@ pub enum Check {
     Str,
     /// The Python converter decides.
     Custom,
+    /// A base64 string, decoded to `bytes`.
+    Bytes,
+    /// A base64 string, decoded to `bytearray`.
+    ByteArray,
 }
 
 impl Check {
@@ -68,6 +72,8 @@ impl Check {
             3 => Check::Bool,
             4 => Check::Str,
             5 => Check::Custom,
+            6 => Check::Bytes,
+            7 => Check::ByteArray,
             _ => return Err(pyo3::exceptions::PyValueError::new_err("unknown parameter check")),
         })
     }
@@ -232,6 +238,15 @@ fn convert_param<'py>(
         Check::Str if first == b'"' => convert::string(py, raw)
             .map(Bound::into_any)
             .map_err(|_| fail("a string")),
+        Check::Bytes | Check::ByteArray if first == b'"' => {
+            let bytes = base64_param(raw).ok_or_else(|| fail("a base64 string"))?;
+            Ok(if param.check == Check::Bytes {
+                PyBytes::new(py, &bytes).into_any()
+            } else {
+                PyByteArray::new(py, &bytes).into_any()
+            })
+        }
+        Check::Bytes | Check::ByteArray => Err(fail("a base64 string")),
         Check::Int => Err(fail("an integer")),
         Check::Float => Err(fail("a number")),
         Check::Bool => Err(fail("a boolean")),
@@ -245,6 +260,18 @@ fn convert_param<'py>(
                 .map_err(|e| converter_failed(py, param, index, &e))
         }
     }
+}
+
+/// The bytes of a base64 JSON string (standard alphabet, padded; JSON escapes allowed).
+fn base64_param(raw: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
+    let engine = &base64::engine::general_purpose::STANDARD;
+    if inner.contains('\\') {
+        let decoded: String = serde_json::from_str(raw).ok()?;
+        return engine.decode(decoded.as_bytes()).ok();
+    }
+    engine.decode(inner.as_bytes()).ok()
 }
 
 /// An integer from JSON number text: exact at any size; an integral float is accepted.
