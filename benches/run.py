@@ -14,12 +14,15 @@ Python 3.11 standard library only; matplotlib, when installed, adds a chart.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
+import hashlib
 import ipaddress
 import json
 import os
 import platform
 import queue
+import random
 import re
 import resource
 import shutil
@@ -37,9 +40,24 @@ TARGET = ROOT / "target"
 BENCH_DIR = TARGET / "bench"
 RESULTS = ROOT / "benches" / "results"
 LOAD_BIN = TARGET / "release" / "ucall-load"
+GRPC_LOAD_BIN = TARGET / "release" / "ucall-load-grpc"
+BODIES = BENCH_DIR / "bodies"
+PEERS_DIR = ROOT / "benches" / "peers"
+# Written by benches/setup_peers.sh with the generated gRPC code.
+PEERS_STATUS = BENCH_DIR / "peers" / "status.json"
+PEERS_PY = "benches/.venv-peers/bin/python"
+UCALL054_PY = "benches/.venv-ucall054/bin/python"
+UCALL054_NO_LISTS = "unsupported: ucall 0.5.4 answers -32602 to list and object params"
+
+sys.path.insert(0, str(PEERS_DIR))
+import procs  # noqa: E402  (benches/peers/procs.py: the expected results)
 
 SERVER_CPU = 0
 CLIENT_CPU = 1
+# Chosen so that `make bench` ends within 20 minutes and `make bench-quick` within 2 on a
+# two-core machine, with every server of the table.
+FULL_DURATION, FULL_WARMUP = 2.0, 0.5
+QUICK_DURATION, QUICK_WARMUP = 0.5, 0.25
 LOADAVG_LIMIT = 2.5
 # Also disturbed: other processes used more than this share of one CPU during the run.
 OTHER_CPU_LIMIT = 25.0
@@ -56,7 +74,16 @@ class Endpoint:
     """How to start a server for one protocol."""
 
     argv: tuple[str, ...]  # relative paths are taken from the repository root
-    expect: str | None = SUM_REPLY  # a reply lacking this counts as an error
+    # A reply lacking this counts as an error; None derives it from the workload's expected result.
+    expect: str | None = None
+    # How calls are put on the wire: "jsonrpc" (JSON-RPC 2.0 POSTed to /, or one per line over
+    # raw TCP), "rest" (POST /METHOD with the params object as the body, the bare result back),
+    # or "grpc" (benches/peers/bench.proto over HTTP/2, measured by ucall-load-grpc).
+    dialect: str = "jsonrpc"
+
+
+# Every procedure of examples/rust/src/bin/bench_server.rs and benches/peers/procs.py.
+ALL_METHODS = frozenset({"sum", "echo", "fibonacci", "hash_complex", "std_dev", "average_container", "gen_rand_ints"})
 
 
 @dataclass(frozen=True)
@@ -68,10 +95,21 @@ class Server:
     build: tuple[str, ...] = ()
     reference: bool = False  # ratio columns divide by this server's figures
     default: bool = True  # run when --servers is not given
+    peer: bool = False  # a server users would pick instead of UCall; neither peer nor reference is UCall
+    methods: frozenset[str] = frozenset({"sum"})  # procedures it has; workloads calling others skip it
+    # Its entry in target/bench/peers/status.json (benches/setup_peers.sh); not "ok" means not run.
+    needs: str | None = None
+    # (procedure, reason): workloads calling it show the reason instead of a figure.
+    unsupported: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "reference" if self.reference else "peer" if self.peer else "ucall"
 
 
+# bench_server answers sum and echo as sum_server does, plus the rpc.hpp procedures.
 SUM_SERVER_POLL = (
-    "target/release/sum_server",
+    "target/release/bench_server",
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
 SUM_C_POLL = (
@@ -100,13 +138,14 @@ SERVERS: list[Server] = [
     ),
     Server(
         name="ucall-rust-poll",
-        description="UCall Rust API, examples/rust sum_server, 1 thread, poll engine",
+        description="UCall Rust API, examples/rust bench_server, 1 thread, poll engine",
         # One port serves both: a connection whose first byte is `{` or `[` is raw TCP.
         endpoints={
             "http": Endpoint(SUM_SERVER_POLL),
             "tcp": Endpoint(SUM_SERVER_POLL),
         },
         build=("cargo:ucall-examples",),
+        methods=ALL_METHODS,
     ),
     Server(
         name="ucall-c-poll",
@@ -125,7 +164,79 @@ SERVERS: list[Server] = [
             "tcp": Endpoint(SUM_PYTHON_POLL),
         },
     ),
+    # ---- peers: installed by benches/setup_peers.sh into benches/.venv-peers and .venv-ucall054
+    Server(
+        name="fastapi-rest",
+        description="FastAPI on uvicorn (uvloop, httptools), 1 process, async REST endpoints (POST /sum with {a, b})",
+        endpoints={"http": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py"), dialect="rest")},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="fastapi",
+    ),
+    Server(
+        name="granian",
+        description="granian RSGI, 1 worker, 1 runtime thread, JSON-RPC dispatcher of benches/peers/procs.py",
+        endpoints={"http": Endpoint((PEERS_PY, "benches/peers/granian_app.py"))},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="granian",
+    ),
+    Server(
+        name="socketify",
+        description="socketify (uWebSockets), 1 process, JSON-RPC dispatcher of benches/peers/procs.py",
+        endpoints={"http": Endpoint((PEERS_PY, "benches/peers/socketify_app.py"))},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="socketify",
+    ),
+    Server(
+        name="grpcio-sync",
+        description="grpcio, sync server with a thread pool of 4, benches/peers/bench.proto",
+        endpoints={"http": Endpoint((PEERS_PY, "benches/peers/grpc_app.py", "sync", "target/bench/peers"), dialect="grpc")},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="grpcio",
+    ),
+    Server(
+        name="grpcio-asyncio",
+        description="grpcio, grpc.aio server, benches/peers/bench.proto",
+        endpoints={
+            "http": Endpoint((PEERS_PY, "benches/peers/grpc_app.py", "asyncio", "target/bench/peers"), dialect="grpc")
+        },
+        peer=True,
+        methods=ALL_METHODS,
+        needs="grpcio",
+    ),
+    Server(
+        name="ucall054-posix",
+        description="ucall 0.5.4 from PyPI (prior art), posix engine, 1 thread",
+        endpoints={"http": Endpoint((UCALL054_PY, "benches/peers/ucall054_app.py", "posix"))},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="ucall054",
+        unsupported=tuple((m, UCALL054_NO_LISTS) for m in ("hash_complex", "std_dev", "average_container")),
+    ),
+    Server(
+        name="ucall054-uring",
+        description="ucall 0.5.4 from PyPI (prior art), io_uring engine, 1 thread",
+        endpoints={"http": Endpoint((UCALL054_PY, "benches/peers/ucall054_app.py", "uring"))},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="ucall054",
+        unsupported=tuple((m, UCALL054_NO_LISTS) for m in ("hash_complex", "std_dev", "average_container")),
+    ),
 ]
+
+
+
+# The arguments of each call, shared by every dialect (benches/peers/procs.py computes the
+# expected results). The echo payloads are bytes: base64 in JSON, raw in gRPC.
+ECHO_16B = bytes(range(65, 81))
+ECHO_BATCH = random.Random(7).randbytes(32 * 224 * 224)  # a 32x224x224 uint8 batch, 1.6 MB
+SUM_PARAMS = {"a": 1, "b": 2}
+COMPLEX = {"id": 42, "name": "benchmark-name", "flag1": True, "flag2": False, "vals": list(range(3, 15))}
+DOUBLES = [1.5, -2.25, 3.0, 4.75, 5.5, -6.0, 7.125, 8.0, 9.5, 10.25]
+UINTS = [(i * 7919) % 100003 for i in range(1000)]
 
 
 @dataclass(frozen=True)
@@ -133,16 +244,39 @@ class Workload:
     name: str
     title: str
     proto: str
-    metric: str  # "rps" (requests/s, higher is better) or "p50" (median latency in µs, lower is better)
-    load_args: tuple[str, ...] = ()  # for ucall-load
+    # "rps" (requests/s), "cps" (calls/s: requests/s times the batch size), both higher is
+    # better; or "p50" (median latency in µs, lower is better)
+    metric: str
+    load_args: tuple[str, ...] = ()  # for ucall-load (and ucall-load-grpc)
     tool: str = "ucall-load"  # or "wrk"
     connections: int = 1  # for wrk
-    body: str = DEFAULT_BODY
+    method: str = "sum"
+    params: dict | None = None  # None: SUM_PARAMS
+    echo: bytes | None = None  # echo's payload, sent as {"data": base64}
+    batch: int = 1  # calls per JSON-RPC batch
+    scenario: str | None = None  # a dependent chain run by ucall-load --scenario
+    group: str = "sum"  # the table it appears in
+    quick: bool = False  # also measured by --quick
+    kinds: tuple[str, ...] = ("reference", "ucall", "peer")  # Server.kind it runs on
+    dialects: tuple[str, ...] = ("jsonrpc", "rest", "grpc")
+
+    @property
+    def methods(self) -> set[str]:
+        return {"gen_rand_ints", "fibonacci", "average_container"} if self.scenario else {self.method}
+
+    def call_params(self) -> dict:
+        if self.echo is not None:
+            return {"data": base64.b64encode(self.echo).decode()}
+        return self.params if self.params is not None else SUM_PARAMS
+
+
+def rpchpp(name: str, title: str, method: str, params: dict, quick: bool = False) -> Workload:
+    return Workload(name, title, "http", "p50", ("--connections", "1"), method=method, params=params, group="rpc.hpp", quick=quick)
 
 
 WORKLOADS: list[Workload] = [
-    Workload("sum-1conn", "sum, 1 connection", "http", "p50", ("--connections", "1")),
-    Workload("sum-32conn", "sum, 32 connections", "http", "rps", ("--connections", "32")),
+    Workload("sum-1conn", "sum, 1 connection", "http", "p50", ("--connections", "1"), quick=True),
+    Workload("sum-32conn", "sum, 32 connections", "http", "rps", ("--connections", "32"), quick=True),
     Workload(
         "sum-32conn-pipe16",
         "sum, 32 connections, 16 pipelined",
@@ -156,23 +290,124 @@ WORKLOADS: list[Workload] = [
         "http",
         "rps",
         ("--connections", "32", "--new-connection"),
+        kinds=("reference", "ucall", "peer"),
+        dialects=("jsonrpc", "rest"),
     ),
-    Workload("wrk-sum-32conn", "sum, 32 connections, measured by wrk", "http", "rps", tool="wrk", connections=32),
-    Workload("tcp-sum-1conn", "sum over raw TCP, 1 connection", "tcp", "p50", ("--connections", "1")),
-    Workload("tcp-sum-32conn", "sum over raw TCP, 32 connections", "tcp", "rps", ("--connections", "32")),
+    Workload(
+        "sum-batch32",
+        "sum, JSON-RPC batches of 32, 32 connections",
+        "http",
+        "cps",
+        ("--connections", "32"),
+        batch=32,
+        kinds=("ucall", "peer"),
+        dialects=("jsonrpc",),
+    ),
+    Workload(
+        "wrk-sum-32conn",
+        "sum, 32 connections, measured by wrk",
+        "http",
+        "rps",
+        tool="wrk",
+        connections=32,
+        kinds=("reference", "ucall"),
+        dialects=("jsonrpc",),
+    ),
+    Workload(
+        "echo-16B",
+        "echo 16 bytes, 32 connections",
+        "http",
+        "rps",
+        ("--connections", "32"),
+        method="echo",
+        echo=ECHO_16B,
+        group="echo",
+    ),
+    Workload(
+        "echo-1.6MB",
+        "echo 1.6 MB (32x224x224 uint8), 1 connection",
+        "http",
+        "p50",
+        ("--connections", "1"),
+        method="echo",
+        echo=ECHO_BATCH,
+        group="echo",
+        quick=True,
+    ),
+    rpchpp("fibonacci", "Fibonacci(20), naive recursion, 1 connection", "fibonacci", {"n": 20}, quick=True),
+    rpchpp("hash-complex", "HashComplex(struct of 5 fields), 1 connection", "hash_complex", {"obj": COMPLEX}),
+    rpchpp("std-dev", "StdDev(10 doubles), 1 connection", "std_dev", {"values": DOUBLES}),
+    rpchpp("average-container", "AverageContainer(1,000 uint64), 1 connection", "average_container", {"values": UINTS}),
+    Workload(
+        "sequential",
+        "Sequential: GenRandInts(5, 30, 1000), a Fibonacci per number, AverageContainer; calls/s",
+        "http",
+        "rps",
+        ("--connections", "1"),
+        scenario="sequential",
+        group="rpc.hpp",
+        dialects=("jsonrpc", "rest", "grpc"),
+    ),
+    Workload("tcp-sum-1conn", "sum over raw TCP, 1 connection", "tcp", "p50", ("--connections", "1"), group="tcp"),
+    Workload(
+        "tcp-sum-32conn", "sum over raw TCP, 32 connections", "tcp", "rps", ("--connections", "32"), group="tcp", quick=True
+    ),
     Workload(
         "tcp-sum-32conn-pipe16",
         "sum over raw TCP, 32 connections, 16 pipelined",
         "tcp",
         "rps",
         ("--connections", "32", "--pipeline", "16"),
+        group="tcp",
     ),
 ]
 
-METRICS = {
-    "rps": ("requests_per_s", "req/s, higher is better"),
-    "p50": ("latency_p50_us", "p50 latency µs, lower is better"),
+GROUPS = {
+    "sum": "sum(a, b) over HTTP",
+    "echo": "echo",
+    "rpc.hpp": "The rpc.hpp set",
+    "tcp": "sum(a, b) over raw TCP",
 }
+
+METRICS = {
+    "rps": ("requests_per_s", "req/s"),
+    "cps": ("calls_per_s", "calls/s"),
+    "p50": ("latency_p50_us", "p50 µs"),
+}
+
+
+def expected_result(wl: Workload):
+    """The result every server must compute, from benches/peers/procs.py."""
+    if wl.scenario:
+        return None
+    fn = procs.PROCEDURES[wl.method]
+    return fn(**wl.call_params())
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    body: bytes
+    expect: str | None
+
+
+def request_for(wl: Workload, ep: Endpoint) -> Request:
+    """What to send, and the reply substring to expect, for a workload in a dialect."""
+    params = wl.call_params()
+    result = expected_result(wl)
+    compact = {"separators": (",", ":")}
+    # Long results (the echoed 1.6 MB) are checked by their tail, which must come back intact.
+    text = json.dumps(result, **compact) if result is not None else None
+    if isinstance(result, float):
+        text = text[:8]  # the same arithmetic in every server; a prefix spares last-digit quibbles
+    elif text is not None and len(text) > 64:
+        text = text[-64:]
+    if ep.dialect == "rest":
+        return Request(f"/{wl.method}", json.dumps(params, **compact).encode(), ep.expect or text)
+    body = json.dumps({"jsonrpc": "2.0", "method": wl.method, "params": params, "id": 1}, **compact).encode()
+    if text is not None and not text.startswith(("[", "{")) and len(text) < 64:
+        text = f'"result":{text}'
+    return Request("/", body, ep.expect or text)
 
 
 @dataclass
@@ -268,6 +503,20 @@ def build(servers: list[Server]) -> None:
                 raise BenchError(f"{s.name}: {exe} was not built")
     if not LOAD_BIN.exists():
         raise BenchError(f"{LOAD_BIN} was not built")
+
+
+def build_grpc(servers: list[Server]) -> None:
+    """The gRPC load generator, for servers with a gRPC endpoint; their rows say so if it fails."""
+    if not any(ep.dialect == "grpc" for s in servers for ep in s.endpoints.values()):
+        return
+    env = dict(os.environ, CARGO_TARGET_DIR=str(TARGET))
+    try:
+        run_checked(
+            ["cargo", "build", "--release", "-p", "ucall-bench", "--features", "grpc", "--bin", "ucall-load-grpc"],
+            env=env,
+        )
+    except BenchError as e:
+        say(f"the gRPC load generator did not build: {e}")
 
 
 def proc_cpu_seconds(pgid: int) -> float | None:
@@ -377,21 +626,21 @@ class ServerProcess:
         self.log.close()
 
 
-def run_ucall_load(addr: str, wl: Workload, expect: str | None, s: Settings) -> dict:
-    cmd = ["taskset", "-c", str(CLIENT_CPU), str(LOAD_BIN), "--addr", addr, "--proto", wl.proto]
-    cmd += [*wl.load_args, "--duration", str(s.duration), "--warmup", str(s.warmup), "--body-json", wl.body]
-    if expect:
-        cmd += ["--expect", expect]
-    cmd.append("--json")
-    res = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=s.duration + s.warmup + 60, stdin=subprocess.DEVNULL
-    )
-    if res.returncode != 0:
-        raise BenchError(f"ucall-load failed ({res.returncode}): {res.stderr.strip()}")
-    out = json.loads(res.stdout)
-    return {
+def body_file(wl: Workload, req: Request) -> Path:
+    """Request bodies go through files: the 1.6 MB one is too long for a command line."""
+    BODIES.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(req.body).hexdigest()[:16]
+    path = BODIES / f"{wl.name}-{digest}.json"
+    if not path.exists():
+        path.write_bytes(req.body)
+    return path
+
+
+def load_result(out: dict) -> dict:
+    result = {
         "requests": out["requests"],
         "requests_per_s": out["requests_per_s"],
+        "calls_per_s": out.get("calls_per_s", out["requests_per_s"]),
         "bytes_per_s": out["bytes_per_s"],
         "errors": out["errors"],
         "errors_by_kind": out["errors_by_kind"],
@@ -401,8 +650,94 @@ def run_ucall_load(addr: str, wl: Workload, expect: str | None, s: Settings) -> 
         "latency_p999_us": out["latency_us"]["p999"],
         "latency_max_us": out["latency_us"]["max"],
         "client_cpu_percent": out["client_cpu_percent"],
-        "connects": out["connects"],
+        "connects": out.get("connects"),
     }
+    if "chains" in out:
+        result["chains"] = out["chains"]
+    return result
+
+
+def run_load_tool(cmd: list[str], s: Settings) -> dict:
+    res = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=s.duration + s.warmup + 60, stdin=subprocess.DEVNULL
+    )
+    if res.returncode != 0:
+        raise BenchError(f"{Path(cmd[3]).name} failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+    return load_result(json.loads(res.stdout))
+
+
+def run_ucall_load(addr: str, wl: Workload, ep: Endpoint, s: Settings) -> dict:
+    cmd = ["taskset", "-c", str(CLIENT_CPU), str(LOAD_BIN), "--addr", addr, "--proto", wl.proto]
+    cmd += [*wl.load_args, "--duration", str(s.duration), "--warmup", str(s.warmup)]
+    if wl.scenario:
+        cmd += ["--scenario", wl.scenario, "--dialect", ep.dialect]
+    else:
+        req = request_for(wl, ep)
+        cmd += ["--body", str(body_file(wl, req))]
+        if wl.proto == "http":
+            cmd += ["--path", req.path]
+        if wl.batch > 1:
+            cmd += ["--batch", str(wl.batch)]
+        if req.expect:
+            cmd += ["--expect", req.expect]
+    cmd.append("--json")
+    return run_load_tool(cmd, s)
+
+
+def run_grpc_load(addr: str, wl: Workload, s: Settings) -> dict:
+    cmd = ["taskset", "-c", str(CLIENT_CPU), str(GRPC_LOAD_BIN), "--addr", addr]
+    cmd += [*wl.load_args, "--duration", str(s.duration), "--warmup", str(s.warmup)]
+    if wl.scenario:
+        cmd += ["--scenario", wl.scenario]
+    else:
+        params = json.dumps(wl.call_params(), separators=(",", ":")).encode()
+        cmd += ["--method", wl.method, "--params", str(body_file(wl, Request("", params, None)))]
+        result = expected_result(wl)
+        if result is not None and wl.echo is None:
+            cmd += ["--expect-json", json.dumps(result)]
+    cmd.append("--json")
+    return run_load_tool(cmd, s)
+
+
+def peer_status() -> dict[str, str]:
+    try:
+        return json.loads(PEERS_STATUS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def setup_peers(servers: list[Server]) -> None:
+    """Installs the peers the chosen servers need (benches/setup_peers.sh; quick when done)."""
+    if any(s.needs for s in servers):
+        run_checked(["bash", "benches/setup_peers.sh"])
+
+
+def not_runnable(srv: Server, status: dict[str, str]) -> str | None:
+    """Why a server cannot run here, or None."""
+    if srv.needs:
+        state = status.get(srv.needs, "failed: not installed (benches/setup_peers.sh did not run)")
+        if state != "ok":
+            return state
+    for ep in srv.endpoints.values():
+        if ep.dialect == "grpc" and not GRPC_LOAD_BIN.exists():
+            return "failed: ucall-load-grpc was not built"
+    return None
+
+
+def skip_reason(srv: Server, proto: str, wl: Workload) -> str | None:
+    """Why a workload does not run on a server: None if it runs; "" if it does not apply."""
+    ep = srv.endpoints.get(proto)
+    if ep is None or srv.kind not in wl.kinds or ep.dialect not in wl.dialects:
+        return ""
+    if ep.dialect == "grpc" and (wl.tool != "ucall-load" or "--new-connection" in wl.load_args):
+        return ""
+    unsupported = dict(srv.unsupported)
+    for m in sorted(wl.methods):
+        if m in unsupported:
+            return unsupported[m]
+    if not wl.methods <= srv.methods:
+        return ""
+    return None
 
 
 WRK_UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
@@ -415,12 +750,13 @@ def wrk_latency(text: str, pct: str) -> float | None:
 
 def run_wrk(addr: str, wl: Workload, s: Settings) -> dict:
     script = BENCH_DIR / f"{wl.name}.lua"
-    if "]==]" in wl.body:
+    if "]==]" in request_for(wl, Endpoint(())).body.decode():
         raise BenchError("the request body cannot be quoted for wrk's Lua script")
+    body = request_for(wl, Endpoint(())).body.decode()
     script.write_text(
         "-- Generated by benches/run.py: POST the JSON-RPC request body.\n"
         'wrk.method = "POST"\n'
-        f"wrk.body = [==[{wl.body}]==]\n"
+        f"wrk.body = [==[{body}]==]\n"
         'wrk.headers["Content-Type"] = "application/json"\n'
     )
     url = f"http://{addr}{'/'}"
@@ -483,6 +819,7 @@ def summarize(runs: list[dict]) -> dict:
     summary: dict[str, dict[str, dict]] = {}
     keys = [
         "requests_per_s",
+        "calls_per_s",
         "bytes_per_s",
         "latency_mean_us",
         "latency_p50_us",
@@ -500,6 +837,9 @@ def summarize(runs: list[dict]) -> dict:
         entry["disturbed_runs"] = sum(1 for r in rs if r["disturbed"])
         entry["requests_per_s_runs"] = [r["result"]["requests_per_s"] for r in rs]
         entry["latency_p50_us_runs"] = [r["result"].get("latency_p50_us") for r in rs]
+        chains = [r["result"]["chains"]["completed"] for r in rs if "chains" in r["result"]]
+        if chains:
+            entry["chains_completed_runs"] = chains
         summary.setdefault(server, {})[workload] = entry
     return summary
 
@@ -507,21 +847,53 @@ def summarize(runs: list[dict]) -> dict:
 def fmt_value(metric: str, v: float | None) -> str:
     if v is None:
         return "—"
-    if metric == "rps":
+    if metric in ("rps", "cps"):
         return f"{v:,.0f}"
-    return f"{v:.1f}"
+    return f"{v:,.1f}"
 
 
 def fmt_opt(v: float | None, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
-def markdown(meta: dict, summary: dict, servers: list[Server], workloads: list[Workload]) -> str:
-    refs = [s for s in servers if s.reference]
-    others = [s for s in servers if not s.reference]
-    lines = [
-        "# UCall benchmark results",
-        "",
+def speedup(metric: str, ours: float | None, other: float | None) -> float | None:
+    """How many times faster `ours` is: > 1 is faster, whatever the metric."""
+    if not ours or not other:
+        return None
+    return ours / other if metric in ("rps", "cps") else other / ours
+
+
+def cell(wl: Workload, srv: Server, summary: dict, failures: dict, notes: set) -> str:
+    """One figure of the table, with its marks, or why there is none."""
+    e = summary.get(srv.name, {}).get(wl.name)
+    if e is None:
+        why = failures.get((srv.name, wl.name))
+        if why:
+            notes.add("failed")
+            return why if len(why) <= 60 else why[:57] + "…"
+        return "n/a"
+    key, _ = METRICS[wl.metric]
+    text = fmt_value(wl.metric, e.get(key))
+    if e["errors"]:
+        text += f" ({e['errors']} errors)"
+        notes.add("errors")
+    if e["disturbed_runs"]:
+        text += " *"
+        notes.add("disturbed")
+    if wl.metric != "p50" and (e.get("client_cpu_percent") or 0) >= CLIENT_BOUND_CPU:
+        text += " †"
+        notes.add("client-bound")
+    return text
+
+
+def markdown(
+    meta: dict, summary: dict, servers: list[Server], workloads: list[Workload], failures: dict, brief: bool = False
+) -> str:
+    """The results as Markdown; `brief` leaves out the details (for README.md)."""
+    lines = []
+    if not brief:
+        lines += ["# UCall benchmark results", ""]
+    lines += [
         f"{meta['started']} · {'quick' if meta['quick'] else 'full'} run · "
         f"{meta['duration_s']:g} s per figure after {meta['warmup_s']:g} s warm-up · "
         f"median of {meta['reps']} run(s), interleaved across servers",
@@ -530,72 +902,74 @@ def markdown(meta: dict, summary: dict, servers: list[Server], workloads: list[W
         f"server on CPU {SERVER_CPU}, load generator on CPU {CLIENT_CPU} · commit {meta['commit']}",
         "",
     ]
-    header = ["workload", "metric"] + [s.name for s in servers]
-    header += [f"{o.name} / {r.name}" for o in others for r in refs]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|")
-    notes = set()
-    for wl in workloads:
-        key, label = METRICS[wl.metric]
-        row = [wl.title, label]
-        values = {}
-        for s in servers:
-            e = summary.get(s.name, {}).get(wl.name)
-            v = e.get(key) if e else None
-            values[s.name] = v
-            cell = fmt_value(wl.metric, v)
-            if e and e["errors"]:
-                cell += f" ({e['errors']} errors)"
-                notes.add("errors")
-            if e and e["disturbed_runs"]:
-                cell += " *"
-                notes.add("disturbed")
-            if e and wl.metric == "rps" and (e.get("client_cpu_percent") or 0) >= CLIENT_BOUND_CPU:
-                cell += " †"
-                notes.add("client-bound")
-            row.append(cell)
-        for o in others:
-            for r in refs:
-                a, b = values.get(o.name), values.get(r.name)
-                row.append(f"{a / b:.2f}" if a is not None and b else "—")
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
-    if refs and others:
+    notes: set[str] = set()
+    for group, heading in GROUPS.items():
+        wls = [w for w in workloads if w.group == group]
+        rows = [s for s in servers if any(skip_reason(s, w.proto, w) != "" for w in wls)]
+        if not wls or not rows:
+            continue
+        lines += [f"### {heading}", ""]
+        header = ["server"] + [f"{w.name} ({METRICS[w.metric][1]})" for w in wls]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|---|" + "---:|" * len(wls))
+        for s in rows:
+            cells = [f"`{s.name}`"]
+            for w in wls:
+                reason = skip_reason(s, w.proto, w)
+                cells.append("n/a" if reason == "" else reason if reason else cell(w, s, summary, failures, notes))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += legend(notes)
+
+    ours = [s for s in servers if s.kind == "ucall"]
+    others = [s for s in servers if s.kind != "ucall"]
+    if ours and others:
+        lines += ["", "### Ratios", ""]
         lines.append(
-            "Ratio columns divide the UCall figure by the reference's: for req/s, 1.00 is parity and lower is "
-            "slower; for latency, 1.00 is parity and higher is slower."
+            "How many times faster each UCall server is than each other server, per workload (its "
+            "req/s divided by theirs; for latency, their p50 divided by its): above 1 UCall is faster."
         )
-    if "disturbed" in notes:
-        lines.append(
-            f"`*` disturbed: at least one run started with a 1-minute load average above {LOADAVG_LIMIT}, or other "
-            f"processes used more than {OTHER_CPU_LIMIT:g} % of a CPU while it ran."
-        )
-    if "client-bound" in notes:
-        lines.append(
-            f"`†` the load generator used at least {CLIENT_BOUND_CPU:g} % of its CPU: the figure may be bounded by "
-            "the client rather than the server, and ratios against it understate the difference."
-        )
-    if "errors" in notes:
-        lines.append("`(N errors)`: failed or unexpected replies summed over the runs; such a figure is not valid.")
+        lines.append("")
+        for o in ours:
+            wls = [w for w in workloads if skip_reason(o, w.proto, w) is None]
+            pairs = [
+                (x, [speedup(w.metric, val(summary, o, w), val(summary, x, w)) for w in wls]) for x in others
+            ]
+            pairs = [(x, r) for x, r in pairs if any(v is not None for v in r)]
+            if not wls or not pairs:
+                continue
+            lines.append(f"`{o.name}` / … | " + " | ".join(w.name for w in wls) + " |")
+            lines.append("|---|" + "---:|" * len(wls))
+            for x, ratios in pairs:
+                lines.append(f"| `{x.name}` | " + " | ".join("—" if v is None else f"{v:.2f}" for v in ratios) + " |")
+            lines.append("")
+    if brief:
+        return "\n".join(lines) + "\n"
+
     lines += ["", "## Details (medians)", ""]
     lines.append(
-        "| workload | server | req/s | p50 µs | p99 µs | p99.9 µs | errors | client CPU % | server CPU % "
+        "| workload | server | req/s | MB/s | p50 µs | p99 µs | p99.9 µs | errors | client CPU % | server CPU % "
         "| other CPU % | steal % | runs (disturbed) |"
     )
-    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for wl in workloads:
         for s in servers:
             e = summary.get(s.name, {}).get(wl.name)
             if not e:
                 continue
+            mbps = e["bytes_per_s"] / 1e6 if e.get("bytes_per_s") is not None else None
             lines.append(
-                f"| {wl.name} | {s.name} | {fmt_opt(e['requests_per_s'], ',.0f')} | "
+                f"| {wl.name} | {s.name} | {fmt_opt(e['requests_per_s'], ',.0f')} | {fmt_opt(mbps, ',.1f')} | "
                 f"{fmt_opt(e['latency_p50_us'], '.1f')} | {fmt_opt(e['latency_p99_us'], '.1f')} | "
                 f"{fmt_opt(e['latency_p999_us'], '.1f')} | {e['errors']} | "
                 f"{fmt_opt(e['client_cpu_percent'], '.0f')} | {fmt_opt(e['server_cpu_percent'], '.0f')} | "
                 f"{fmt_opt(e['other_cpu_percent'], '.0f')} | {fmt_opt(e['steal_percent'], '.0f')} | "
                 f"{e['runs']} ({e['disturbed_runs']}) |"
             )
+    if failures:
+        lines += ["", "## Failures", ""]
+        for (server, workload), why in sorted(failures.items()):
+            lines.append(f"- `{server}`{' / ' + workload if workload else ''}: {why}")
     lines += ["", "## Servers", ""]
     for s in servers:
         lines.append(f"- `{s.name}`: {s.description}")
@@ -603,6 +977,32 @@ def markdown(meta: dict, summary: dict, servers: list[Server], workloads: list[W
     for wl in workloads:
         lines.append(f"- `{wl.name}` ({wl.proto}): {wl.title}")
     return "\n".join(lines) + "\n"
+
+
+def val(summary: dict, srv: Server, wl: Workload) -> float | None:
+    e = summary.get(srv.name, {}).get(wl.name)
+    if not e or e["errors"]:
+        return None
+    return e.get(METRICS[wl.metric][0])
+
+
+def legend(notes: set[str]) -> list[str]:
+    out = ["req/s and calls/s: higher is better; p50 µs: lower is better. n/a: the workload does not apply."]
+    if "disturbed" in notes:
+        out.append(
+            f"`*` disturbed: at least one run started with a 1-minute load average above {LOADAVG_LIMIT}, or other "
+            f"processes used more than {OTHER_CPU_LIMIT:g} % of a CPU while it ran."
+        )
+    if "client-bound" in notes:
+        out.append(
+            f"`†` the load generator used at least {CLIENT_BOUND_CPU:g} % of its CPU: the figure may be bounded by "
+            "the client rather than the server, and ratios against it understate the difference."
+        )
+    if "errors" in notes:
+        out.append("`(N errors)`: failed or unexpected replies summed over the runs; such a figure is not valid.")
+    if "failed" in notes:
+        out.append("`failed: …`: the server could not be installed, did not start, or died; see the log.")
+    return out
 
 
 def chart(path: Path, summary: dict, servers: list[Server], workloads: list[Workload]) -> None:
@@ -614,20 +1014,28 @@ def chart(path: Path, summary: dict, servers: list[Server], workloads: list[Work
     except ImportError:
         say("matplotlib is not installed: skipping the chart")
         return
-    rps = [w for w in workloads if w.metric == "rps"]
-    if not rps:
+    panels = [w for w in workloads if any(val(summary, s, w) for s in servers)]
+    if not panels:
         return
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rps)), 4))
-    width = 0.8 / max(1, len(servers))
-    for i, s in enumerate(servers):
-        ys = [(summary.get(s.name, {}).get(w.name) or {}).get("requests_per_s") or 0 for w in rps]
-        ax.bar([x + i * width for x in range(len(rps))], ys, width, label=s.name)
-    ax.set_xticks([x + width * (len(servers) - 1) / 2 for x in range(len(rps))])
-    ax.set_xticklabels([w.name for w in rps], rotation=20, ha="right")
-    ax.set_ylabel("requests/s (median)")
-    ax.legend()
+    cols = 3
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 0.35 * len(servers) * rows + 1.2 * rows), squeeze=False)
+    colors = {"reference": "#888888", "ucall": "#1f77b4", "peer": "#ff7f0e"}
+    for ax, w in zip(axes.flat, panels):
+        shown = [(s, val(summary, s, w)) for s in servers]
+        shown = [(s, v) for s, v in shown if v]
+        ys = range(len(shown))
+        ax.barh(list(ys), [v for _, v in shown], color=[colors[s.kind] for s, _ in shown])
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([s.name for s, _ in shown], fontsize=8)
+        ax.invert_yaxis()
+        better = "higher" if w.metric != "p50" else "lower"
+        ax.set_title(f"{w.name}: {METRICS[w.metric][1]} ({better} is better)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=100)
     say(f"chart: {path.relative_to(ROOT)}")
 
 
@@ -674,22 +1082,26 @@ def on_sigterm(signum, frame):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="about 2 s per figure, 1 repetition")
+    ap.add_argument("--quick", action="store_true", help="the workloads marked quick, shorter, 1 repetition")
     ap.add_argument("--servers", help="comma-separated, from: " + ", ".join(s.name for s in SERVERS))
     ap.add_argument("--workloads", help="comma-separated, from: " + ", ".join(w.name for w in WORKLOADS))
     ap.add_argument("--reps", type=int, help="repetitions of each figure (default 3, or 1 with --quick)")
-    ap.add_argument("--duration", type=float, help="seconds measured per figure (default 10, or 2 with --quick)")
-    ap.add_argument("--warmup", type=float, help="seconds of warm-up per figure (default 1, or 0.5 with --quick)")
+    ap.add_argument(
+        "--duration", type=float, help=f"seconds measured per figure (default {FULL_DURATION}, or {QUICK_DURATION} with --quick)"
+    )
+    ap.add_argument(
+        "--warmup", type=float, help=f"seconds of warm-up per figure (default {FULL_WARMUP}, or {QUICK_WARMUP} with --quick)"
+    )
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
     args = ap.parse_args()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         servers = pick(args.servers, SERVERS, "server", lambda s: s.default)
-        workloads = pick(args.workloads, WORKLOADS, "workload", lambda w: True)
+        workloads = pick(args.workloads, WORKLOADS, "workload", lambda w: w.quick or not args.quick)
         settings = Settings(
-            duration=args.duration or (2.0 if args.quick else 10.0),
-            warmup=args.warmup if args.warmup is not None else (0.5 if args.quick else 1.0),
+            duration=args.duration or (QUICK_DURATION if args.quick else FULL_DURATION),
+            warmup=args.warmup if args.warmup is not None else (QUICK_WARMUP if args.quick else FULL_WARMUP),
             reps=args.reps or (1 if args.quick else 3),
             quick=args.quick,
         )
@@ -705,6 +1117,8 @@ def main() -> int:
             workloads = [w for w in workloads if w.tool != "wrk"]
         if not args.no_build:
             build(servers)
+            build_grpc(servers)
+            setup_peers(servers)
         return bench(servers, workloads, settings)
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
@@ -718,32 +1132,57 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
     started = dt.datetime.now()
     stamp = started.strftime("%Y%m%d-%H%M%S")
     log_dir = BENCH_DIR / "logs" / stamp
+    status = peer_status()
+    # (server, workload or "") -> why it has no figure: not installed, did not start, died.
+    failures: dict[tuple[str, str], str] = {}
+    runnable = []
+    for srv in servers:
+        why = not_runnable(srv, status)
+        if why:
+            say(f"{srv.name}: {why}")
+            for proto in srv.endpoints:
+                for wl in workloads:
+                    if wl.proto == proto and skip_reason(srv, proto, wl) is None:
+                        failures[(srv.name, wl.name)] = why
+        else:
+            runnable.append(srv)
     # For each server, the workloads of each protocol it speaks.
     plan = {
-        srv.name: [(proto, wls) for proto in srv.endpoints if (wls := [w for w in workloads if w.proto == proto])]
-        for srv in servers
+        srv.name: [
+            (proto, wls)
+            for proto in srv.endpoints
+            if (wls := [w for w in workloads if w.proto == proto and skip_reason(srv, proto, w) is None])
+        ]
+        for srv in runnable
     }
     figures = sum(len(wls) for entries in plan.values() for _, wls in entries)
     per_figure = s.warmup + s.duration
     say(
-        f"{len(servers)} server(s), {figures} figure(s) per round, {s.reps} round(s): "
+        f"{len(runnable)} server(s), {figures} figure(s) per round, {s.reps} round(s): "
         f"about {figures * s.reps * per_figure / 60:.1f} min of load"
     )
     runs: list[dict] = []
     for rep in range(s.reps):
         # Rotate the server order each round so none always goes first.
-        order = servers[rep % len(servers) :] + servers[: rep % len(servers)]
+        order = runnable[rep % len(runnable) :] + runnable[: rep % len(runnable)] if runnable else []
         for srv in order:
             for proto, wls in plan[srv.name]:
                 proc = None
+                current = None
                 try:
                     proc = ServerProcess(srv, proto, log_dir)
                     say(f"round {rep + 1}/{s.reps}: {srv.name} ({proto}) on {proc.addr}")
                     for wl in wls:
+                        current = wl
                         runs.append(run_one(proc, srv, proto, wl, rep, s))
                 except BenchError as e:
                     say(f"error: {srv.name} ({proto}): {e}")
                     runs.append({"server": srv.name, "proto": proto, "rep": rep, "error": str(e)})
+                    short = "failed: " + str(e).strip().splitlines()[0][:200]
+                    # The workload that failed, and those that never ran because of it.
+                    rest = wls[wls.index(current) :] if current else wls
+                    for wl in rest:
+                        failures.setdefault((srv.name, wl.name), short)
                 finally:
                     if proc is not None:
                         proc.stop()
@@ -761,21 +1200,31 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
         "other_cpu_limit_percent": OTHER_CPU_LIMIT,
         "host": host_info(),
         "commit": git_commit(),
-        "servers": [{"name": x.name, "description": x.description, "reference": x.reference} for x in servers],
+        "servers": [{"name": x.name, "description": x.description, "kind": x.kind} for x in servers],
         "workloads": [
             {"name": w.name, "title": w.title, "proto": w.proto, "metric": w.metric, "tool": w.tool} for w in workloads
         ],
+        "peer_status": status,
+        "failures": {f"{k[0]}/{k[1]}": v for k, v in failures.items()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_json = RESULTS / f"{stamp}.json"
     out_json.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2) + "\n")
-    table = markdown(meta, summary, servers, workloads)
+    table = markdown(meta, summary, servers, workloads, failures)
     (RESULTS / "latest.md").write_text(table)
-    chart(RESULTS / f"{stamp}.png", summary, servers, workloads)
+    (RESULTS / "latest-brief.md").write_text(markdown(meta, summary, servers, workloads, failures, brief=True))
+    png = RESULTS / f"{stamp}.png"
+    chart(png, summary, servers, workloads)
+    if png.exists():
+        shutil.copyfile(png, RESULTS / "latest.png")
     print()
     print(table)
     say(f"wrote {out_json.relative_to(ROOT)} and {(RESULTS / 'latest.md').relative_to(ROOT)}")
-    failed = [r for r in runs if "error" in r]
+    wall = (dt.datetime.now() - started).total_seconds()
+    say(f"measured in {wall / 60:.1f} min")
+    # A peer that fails is a row of the table; a UCall or reference server that fails is an error.
+    kinds = {x.name: x.kind for x in servers}
+    failed = [r for r in runs if "error" in r and kinds.get(r["server"]) != "peer"]
     return 1 if failed else 0
 
 
@@ -785,10 +1234,16 @@ def run_one(proc: ServerProcess, srv: Server, proto: str, wl: Workload, rep: int
     if wl.tool == "wrk":
         result = run_wrk(proc.addr, wl, s)
     else:
-        result = run_ucall_load(proc.addr, wl, srv.endpoints[proto].expect, s)
+        ep = srv.endpoints[proto]
+        if ep.dialect == "grpc":
+            result = run_grpc_load(proc.addr, wl, s)
+        else:
+            result = run_ucall_load(proc.addr, wl, ep, s)
     t1, (busy1, steal1), server1, client1 = time.monotonic(), cpu_stat(), proc.cpu_seconds(), children_cpu()
     if proc.proc.poll() is not None:
         raise BenchError(f"{proc.name} exited ({proc.proc.returncode}) during {wl.name}")
+    if not result["requests"]:
+        raise BenchError(f"{proc.name} sent no reply in {wl.name} ({s.warmup + s.duration:g} s): it hangs")
     # These cover the whole load run, warm-up included.
     wall = t1 - t0
     server = server1 - server0 if server0 is not None and server1 is not None else None

@@ -18,14 +18,30 @@ import procs  # noqa: E402
 from serve import announce_when_ready, free_port  # noqa: E402
 
 
-async def rpc(res, req):
-    body = await res.get_data()
-    out = procs.handle_jsonrpc(body.getvalue())
-    if out:
-        res.write_header("Content-Type", "application/json")
-        res.end(out)
-    else:
-        res.write_status(204).end_without_body()
+# Responses whose body is still arriving. socketify keeps only a weak handle to each: an
+# object collected before its last chunk crashes the process (seen with res.get_data()
+# under 32 connections), so hold them here until they are answered.
+PENDING: set = set()
+
+
+def rpc(res, req):
+    chunks: list[bytes] = []
+    PENDING.add(res)
+
+    def on_data(res, chunk, is_end):
+        if chunk is not None:
+            chunks.append(chunk)
+        if is_end:
+            PENDING.discard(res)
+            out = procs.handle_jsonrpc(b"".join(chunks))
+            if out:
+                res.write_header("Content-Type", "application/json")
+                res.end(out)
+            else:
+                res.write_status(204).end_without_body()
+
+    res.on_aborted(lambda res: PENDING.discard(res))
+    res.on_data(on_data)
 
 
 if __name__ == "__main__":
