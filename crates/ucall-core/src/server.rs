@@ -125,14 +125,15 @@ pub(crate) struct TlsShared {
 /// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
 #[must_use]
 pub struct ServerBuilder {
-    config: Config,
+    /// Boxed: the builder moves through every chained call.
+    config: Box<Config>,
     router: Router,
 }
 
 impl ServerBuilder {
     /// Replace the whole configuration.
     pub fn config(mut self, config: Config) -> Self {
-        self.config = config;
+        *self.config = config;
         self
     }
 
@@ -251,7 +252,7 @@ impl ServerBuilder {
     /// When the configuration is invalid, the address cannot be bound, or the engine
     /// requested cannot run here.
     pub fn bind(self) -> Result<Server, Error> {
-        let mut config = self.config;
+        let mut config = *self.config;
         if let Ok(name) = std::env::var("UCALL_ENGINE") {
             config.engine = EngineKind::parse(&name)
                 .ok_or_else(|| Error::config(format!("UCALL_ENGINE={name:?}: expected auto, poll or uring")))?;
@@ -333,7 +334,7 @@ impl Server {
     /// Start configuring a server.
     pub fn builder() -> ServerBuilder {
         ServerBuilder {
-            config: Config::default(),
+            config: Box::default(),
             router: Router::new(),
         }
     }

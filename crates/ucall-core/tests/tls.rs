@@ -77,7 +77,7 @@ fn serve(tls: TlsConfig, header_timeout: Duration) -> ServerHandle {
         .header_timeout(header_timeout)
         .tls(tls)
         .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
-        .procedure("echo", |call| Ok(call.get::<String>(0, "data")?))
+        .procedure("echo", |call| call.get::<String>(0, "data"))
         .bind()
         .expect("bind")
         .spawn()
