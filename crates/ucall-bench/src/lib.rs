@@ -8,4 +8,6 @@
 
 pub mod chain;
 pub mod framing;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod load;
