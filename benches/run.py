@@ -112,6 +112,7 @@ SUM_SERVER_POLL = (
     "target/release/bench_server",
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
+SUM_SERVER_URING = (*SUM_SERVER_POLL[:-1], "uring")
 SUM_C_POLL = (
     "target/bench/sum",
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
@@ -146,6 +147,15 @@ SERVERS: list[Server] = [
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
+    ),
+    Server(
+        name="ucall-rust-uring",
+        description="UCall Rust API, examples/rust sum_server, 1 thread, uring engine (io_uring)",
+        endpoints={
+            "http": Endpoint(SUM_SERVER_URING),
+            "tcp": Endpoint(SUM_SERVER_URING),
+        },
+        build=("cargo:ucall-examples",),
     ),
     Server(
         name="ucall-c-poll",
