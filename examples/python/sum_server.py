@@ -25,6 +25,5 @@ def sum(a: int, b: int) -> int:
 
 
 if __name__ == "__main__":
-    server.start()
-    print(f"listening on {args.host}:{server.port}", flush=True)
-    server.run()  # until Ctrl-C or SIGTERM
+    # Until Ctrl-C or SIGTERM; `ready` runs once serving, with the signal handlers in place.
+    server.run(ready=lambda s: print(f"listening on {args.host}:{s.port}", flush=True))

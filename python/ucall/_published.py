@@ -30,8 +30,11 @@ class PublishedServer(Server):
         ssl_certs: Sequence[str] | None = None,
         **options: Any,
     ) -> None:
-        if ssl_pk is not None or ssl_certs:
-            raise NotImplementedError("TLS is not available in this build of ucall")
+        if (ssl_pk is None) != (not ssl_certs):
+            raise ValueError("TLS needs both ssl_pk (the key) and ssl_certs (the certificate chain)")
+        if ssl_pk is not None and ssl_certs:
+            options["tls_key"] = ssl_pk
+            options["tls_cert"] = _chain_file(list(ssl_certs))
         options.setdefault("engine", self._engine)
         options.setdefault("ignore_extra_params", True)
         super().__init__(
@@ -44,6 +47,23 @@ class PublishedServer(Server):
         self.queue_depth = queue_depth
         self.max_callbacks = max_callbacks
         self.quiet = quiet
+
+
+def _chain_file(certs: list[str]) -> str:
+    """One PEM file holding ``certs`` in order (leaf first), as the core reads a chain."""
+    if len(certs) == 1:
+        return str(certs[0])
+    import atexit
+    import os
+    import tempfile
+
+    handle, path = tempfile.mkstemp(prefix="ucall-chain-", suffix=".pem")
+    with os.fdopen(handle, "wb") as chain:
+        for cert in certs:
+            with open(cert, "rb") as part:
+                chain.write(part.read().rstrip(b"\n") + b"\n")
+    atexit.register(os.unlink, path)
+    return path
 
 
 class PosixServer(PublishedServer):

@@ -101,6 +101,10 @@ class Server:
         max_body_bytes, max_head_bytes, max_batch, max_connections: limits
             (safe defaults from the core).
         header_timeout, idle_timeout, shutdown_timeout: seconds.
+        tls_cert, tls_key: PEM files (chain, key): the port speaks TLS (HTTPS, TLS over
+            raw TCP); with ``tls_port`` the port stays plaintext and TLS listens there too
+            (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
+            client certificates from these CAs.
     """
 
     def __init__(
@@ -120,6 +124,10 @@ class Server:
         header_timeout: float | None = None,
         idle_timeout: float | None = None,
         shutdown_timeout: float | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_client_ca: str | None = None,
+        tls_port: int | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
@@ -138,6 +146,10 @@ class Server:
             "header_timeout": header_timeout,
             "idle_timeout": idle_timeout,
             "shutdown_timeout": shutdown_timeout,
+            "tls_cert": None if tls_cert is None else str(tls_cert),
+            "tls_key": None if tls_key is None else str(tls_key),
+            "tls_client_ca": None if tls_client_ca is None else str(tls_client_ca),
+            "tls_port": tls_port,
         }
         self._procedures: dict[str, _Procedure] = {}
         self._native: _ucall.NativeServer | None = None
@@ -238,19 +250,31 @@ class Server:
             loop.close()
         _running.discard(self)
 
-    def run(self, max_cycles: int = -1, max_seconds: float = -1) -> None:
+    def run(
+        self,
+        max_cycles: int = -1,
+        max_seconds: float = -1,
+        *,
+        ready: Callable[[Server], None] | None = None,
+    ) -> None:
         """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles`` event-loop
-        turns, when positive), then stop gracefully. Starts the server if needed."""
-        if self._native is None:
-            self.start()
-        native = self._native
-        assert native is not None
+        turns, when positive), then stop gracefully. Starts the server if needed.
+
+        ``ready(server)`` is called once serving, with the signal handlers in place: the
+        moment to announce the port.
+        """
         deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
         terminated = threading.Event()
         restore = None
         if threading.current_thread() is threading.main_thread():
             restore = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
         try:
+            if self._native is None:
+                self.start()
+            native = self._native
+            assert native is not None
+            if ready is not None:
+                ready(self)
             while not terminated.is_set():
                 timeout = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
                 if native.wait(timeout):
@@ -285,6 +309,12 @@ class Server:
         native = self._native
         port = native.port if native is not None else None
         return port if port is not None else self._requested_port
+
+    @property
+    def tls_port(self) -> int | None:
+        """The separate TLS listener's port once started, when ``tls_port`` was given."""
+        native = self._native
+        return native.tls_port if native is not None else None
 
     @property
     def engine(self) -> str | None:

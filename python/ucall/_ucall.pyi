@@ -38,6 +38,10 @@ class NativeServer:
         header_timeout: Optional[float] = None,
         idle_timeout: Optional[float] = None,
         shutdown_timeout: Optional[float] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_client_ca: Optional[str] = None,
+        tls_port: Optional[int] = None,
     ) -> "NativeServer": ...
     def add(
         self,
@@ -58,6 +62,8 @@ class NativeServer:
     def running(self) -> bool: ...
     @property
     def port(self) -> Optional[int]: ...
+    @property
+    def tls_port(self) -> Optional[int]: ...
     @property
     def engine(self) -> Optional[str]: ...
     @property

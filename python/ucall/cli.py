@@ -277,15 +277,17 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
         server._requested_port = port
     if threads is not None:
         server.threads = threads
+    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
+
+    def ready(s: Server) -> None:
+        click.echo(f"listening on {shown_host}:{s.port} ({len(s.procedures)} procedures)")
+        sys.stdout.flush()
+
     try:
-        server.start()
+        server.run(ready=ready)
     except OSError as error:
         click.secho(f"ucall: {error}", fg="red", err=True)
         sys.exit(2)
-    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
-    click.echo(f"listening on {shown_host}:{server.port} ({len(server.procedures)} procedures)")
-    sys.stdout.flush()
-    server.run()
 
 
 if __name__ == "__main__":

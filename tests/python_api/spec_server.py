@@ -32,6 +32,10 @@ def build(args: argparse.Namespace) -> Server:
         max_connections=args.max_connections,
         header_timeout=None if args.header_timeout_ms is None else args.header_timeout_ms / 1000,
         idle_timeout=None if args.idle_timeout_ms is None else args.idle_timeout_ms / 1000,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        tls_port=args.tls_port,
     )
 
     @server
@@ -85,16 +89,24 @@ def main() -> None:
         parser.add_argument(f"--{flag}", type=int, default=None)
     parser.add_argument("--header-timeout-ms", type=int, default=None)
     parser.add_argument("--idle-timeout-ms", type=int, default=None)
+    parser.add_argument("--tls-cert", default=None)
+    parser.add_argument("--tls-key", default=None)
+    parser.add_argument("--tls-client-ca", default=None)
+    parser.add_argument("--tls-port", type=int, default=None)
     args = parser.parse_args()
     server = build(args)
+    host = args.host if ":" not in args.host else f"[{args.host}]"
+
+    def ready(s: Server) -> None:
+        print(f"listening on {host}:{s.port} (engine {s.engine}, {args.threads} threads)", flush=True)
+        if s.tls_port is not None:
+            print(f"tls on {host}:{s.tls_port}", flush=True)
+
     try:
-        server.start()
+        server.run(ready=ready)
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
-    host = args.host if ":" not in args.host else f"[{args.host}]"
-    print(f"listening on {host}:{server.port} (engine {server.engine}, {args.threads} threads)", flush=True)
-    server.run()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """UCall's published Python surface keeps working unchanged."""
 
+import ssl
+import subprocess
 import threading
 
 import pytest
@@ -10,6 +12,7 @@ import ucall.posix
 import ucall.rich_posix
 import ucall.rich_uring
 import ucall.uring
+from ucall.client import ClientTLS
 
 
 @pytest.mark.parametrize("module", [ucall.posix, ucall.uring, ucall.rich_posix, ucall.rich_uring])
@@ -52,6 +55,39 @@ def test_run_with_max_cycles_returns(engine, monkeypatch):
     assert not server.running
 
 
-def test_tls_arguments_are_refused_clearly():
-    with pytest.raises(NotImplementedError, match="TLS"):
-        ucall.posix.Server(port=0, ssl_pk="key.pem", ssl_certs=["cert.pem"])
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("certs")
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-keyout", str(directory / "key.pem"), "-out", str(directory / "cert.pem"), "-days", "1", "-nodes",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True, capture_output=True, timeout=60,
+    )
+    return directory
+
+
+def test_published_tls_arguments(certs):
+    server = ucall.posix.Server(port=0, ssl_pk=str(certs / "key.pem"), ssl_certs=[str(certs / "cert.pem")])
+    server.route(lambda a, b: a + b, name="sum")
+    with server:
+        context = ssl.create_default_context(cafile=str(certs / "cert.pem"))
+        with ClientTLS(uri="127.0.0.1", port=server.port, ssl_context=context) as client:
+            assert client.sum(a=1, b=2).json == 3
+            assert client.sum(3, 4).json == 7  # the same TLS connection, kept alive
+        with ClientTLS(uri="127.0.0.1", port=server.port, allow_self_signed=True) as client:
+            assert client.sum(1, 1).json == 2
+    with pytest.raises(ValueError, match="TLS needs both"):
+        ucall.posix.Server(port=0, ssl_pk=str(certs / "key.pem"))
+
+
+def test_tls_beside_plaintext(make_server, certs):
+    server = make_server(tls_cert=certs / "cert.pem", tls_key=certs / "key.pem", tls_port=0)
+    server.route(lambda: "hi", name="hello")
+    with server:
+        assert server.tls_port and server.tls_port != server.port
+        assert once(server.port, "hello") == "hi"
+        with ClientTLS(uri="127.0.0.1", port=server.tls_port, allow_self_signed=True) as client:
+            assert client.hello().json == "hi"

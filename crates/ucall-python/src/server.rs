@@ -12,7 +12,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use ucall_core::{Call, Config, Deferred, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder};
+use ucall_core::{Call, Config, Deferred, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder, TlsConfig};
 
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
@@ -223,6 +223,7 @@ enum State {
     Running {
         runtime: Arc<Runtime>,
         port: u16,
+        tls_port: Option<u16>,
         engine: EngineKind,
     },
     Stopped,
@@ -254,6 +255,7 @@ impl NativeServer {
         host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
+        tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -273,6 +275,10 @@ impl NativeServer {
         header_timeout: Option<f64>,
         idle_timeout: Option<f64>,
         shutdown_timeout: Option<f64>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        tls_client_ca: Option<std::path::PathBuf>,
+        tls_port: Option<u16>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -301,6 +307,20 @@ impl NativeServer {
         }
         if let Some(v) = shutdown_timeout {
             config.shutdown_timeout = secs(v, "shutdown_timeout")?;
+        }
+        match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => {
+                let mut tls = TlsConfig::new(cert, key);
+                tls.client_ca = tls_client_ca;
+                tls.port = tls_port;
+                config.tls = Some(tls);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(PyValueError::new_err(
+                    "TLS needs both a certificate chain and a private key",
+                ))
+            }
         }
         Ok(NativeServer {
             state: Mutex::new(State::Configuring(Server::builder().config(config))),
@@ -358,6 +378,7 @@ impl NativeServer {
         };
         let server = builder.bind().map_err(|e| PyOSError::new_err(e.to_string()))?;
         let port = server.local_addr().port();
+        let tls_port = server.tls_addr().map(|addr| addr.port());
         let engine = server.engine();
         let (stopper, workers) = server.into_workers();
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
@@ -370,7 +391,12 @@ impl NativeServer {
         let runtime = py
             .detach(|| Runtime::start(stopper, workers, max_threads, submit))
             .map_err(|e| PyOSError::new_err(format!("cannot start the server's threads: {e}")))?;
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::Running { runtime, port, engine };
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::Running {
+            runtime,
+            port,
+            tls_port,
+            engine,
+        };
         Ok(port)
     }
 
@@ -405,6 +431,15 @@ impl NativeServer {
     fn port(&self) -> Option<u16> {
         match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
             State::Running { port, .. } => Some(*port),
+            _ => None,
+        }
+    }
+
+    /// The port of the separate TLS listener, when one was asked for (`tls_port`).
+    #[getter]
+    fn tls_port(&self) -> Option<u16> {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { tls_port, .. } => *tls_port,
             _ => None,
         }
     }
