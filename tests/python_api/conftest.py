@@ -2,7 +2,8 @@
 """Fixtures for the `ucall` package's suite: real servers on loopback, on each engine.
 
 Environment:
-  UCALL_ENGINES  comma-separated engines every server test runs on (default: poll)
+  UCALL_ENGINES  comma-separated engines every server test runs on (default: poll, plus
+                 uring where a server can run it here)
 """
 
 from __future__ import annotations
@@ -20,7 +21,21 @@ import pytest
 from ucall import Server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "poll").split(",") if e.strip()]
+
+
+def default_engines() -> list[str]:
+    probe = Server(port=0, engine="uring")
+    try:
+        probe.start()
+    except OSError as error:
+        print(f"tests/python_api: testing the poll engine only; uring cannot run here: {error}", file=sys.stderr)
+        return ["poll"]
+    finally:
+        probe.stop()
+    return ["poll", "uring"]
+
+
+ENGINES = [e.strip() for e in os.environ.get("UCALL_ENGINES", "").split(",") if e.strip()] or default_engines()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
