@@ -202,11 +202,7 @@ def test_other_threads_run_and_an_idle_server_sleeps(make_server, wire):
     assert time.process_time() - cpu < 0.05  # idle: no busy loop anywhere
 
 
-def test_blocking_handlers_do_not_stall_others(make_server, engine, request):
-    if engine == "uring":
-        # An io_uring worker set up for a single issuer cannot move to another thread, so
-        # the hand-off that keeps a lane going is off there.
-        request.applymarker(pytest.mark.xfail(reason="no hand-off on the uring engine yet", strict=True))
+def test_blocking_handlers_do_not_stall_others(make_server, wire):
     server = make_server()
 
     @server

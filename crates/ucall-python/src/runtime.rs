@@ -10,9 +10,13 @@
 //! watches the turner, and when one call has run for longer than [`BLOCKED_AFTER`], it
 //! starts a new turner for the lane. The new turner takes over the event loop and the rest
 //! of the queue; the old thread finishes its call and exits. Quick handlers never pay for
-//! a thread switch. An idle server's monitor sleeps until a group starts. Engines whose
-//! workers must stay on one thread (io_uring rings set up for a single issuer) get no
-//! hand-off: there a blocking handler delays its lane.
+//! a thread switch. An idle server's monitor sleeps until a group starts.
+//!
+//! Engines whose workers must stay on one thread (io_uring rings set up for a single
+//! issuer) are *pinned*: the turner only turns, and hands each group to the lane's
+//! executor threads, which run it with the GIL. When an executor's call blocks, the
+//! monitor starts another executor; executors left idle for [`EXECUTOR_IDLE`] exit
+//! (one always stays).
 //!
 //! `async def` handlers are started in the group like any other; the coroutines they
 //! return are handed to the server's asyncio loop in one batch, and each completes its
@@ -36,6 +40,10 @@ use crate::server::{DeferredReply, Procedure};
 pub const BLOCKED_AFTER: Duration = Duration::from_millis(2);
 /// How often the monitor looks while calls are running.
 const MONITOR_TICK: Duration = Duration::from_millis(1);
+/// A pinned lane's spare executor exits after this long without work.
+const EXECUTOR_IDLE: Duration = Duration::from_secs(2);
+/// Executor tags start here, apart from turner epochs.
+const FIRST_EXECUTOR_TAG: u64 = 1 << 48;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -72,8 +80,14 @@ struct Lane {
     epoch: AtomicU64,
     /// The turner's current call: (its epoch, when the call started).
     busy: Mutex<Option<(u64, Instant)>>,
-    /// Threads serving this lane now (the turner and blocked ones).
+    /// Threads serving this lane now (the turner and blocked ones, or the executors).
     threads: AtomicUsize,
+    /// Pinned lanes: wakes an executor when a group is queued.
+    work: Condvar,
+    /// Pinned lanes: the executor already helped (its tag), so it is helped only once.
+    helped: AtomicU64,
+    /// Pinned lanes: the worker has finished; executors exit once the queue is empty.
+    done: AtomicBool,
 }
 
 /// The running server's threads.
@@ -87,8 +101,11 @@ pub struct Runtime {
     finished: Mutex<usize>,
     finished_changed: Condvar,
     cycles: AtomicU64,
-    /// Most threads per lane; 1 when workers must stay on their thread.
+    /// Most threads per lane running Python.
     max_threads: usize,
+    /// Workers must stay on their first thread: groups go to executor threads.
+    pinned: bool,
+    next_tag: AtomicU64,
     /// `submit(list of (coroutine, reply))` on the asyncio loop, for `async def` handlers.
     submit: Option<Py<PyAny>>,
 }
@@ -102,6 +119,7 @@ impl Runtime {
         stopper: Stopper,
         workers: Vec<Worker>,
         max_threads: usize,
+        pinned: bool,
         submit: Option<Py<PyAny>>,
     ) -> std::io::Result<Arc<Runtime>> {
         let runtime = Arc::new(Runtime {
@@ -113,6 +131,9 @@ impl Runtime {
                     epoch: AtomicU64::new(0),
                     busy: Mutex::new(None),
                     threads: AtomicUsize::new(0),
+                    work: Condvar::new(),
+                    helped: AtomicU64::new(u64::MAX),
+                    done: AtomicBool::new(false),
                 })
                 .collect(),
             stopper,
@@ -124,6 +145,8 @@ impl Runtime {
             finished_changed: Condvar::new(),
             cycles: AtomicU64::new(0),
             max_threads: max_threads.max(1),
+            pinned,
+            next_tag: AtomicU64::new(FIRST_EXECUTOR_TAG),
             submit,
         });
         let monitor = {
@@ -135,7 +158,13 @@ impl Runtime {
         let started = monitor.and_then(|monitor| {
             let _ = runtime.monitor.set(monitor.thread().clone());
             lock(&runtime.handles).push(monitor);
-            (0..runtime.lanes.len()).try_for_each(|index| runtime.spawn_turner(index, 0))
+            (0..runtime.lanes.len()).try_for_each(|index| {
+                runtime.spawn_turner(index, 0)?;
+                if pinned {
+                    runtime.spawn_executor(index)?;
+                }
+                Ok(())
+            })
         });
         if let Err(e) = started {
             runtime.stop_and_join();
@@ -146,10 +175,33 @@ impl Runtime {
 
     fn spawn_turner(self: &Arc<Self>, index: usize, epoch: u64) -> std::io::Result<()> {
         let runtime = Arc::clone(self);
-        self.lanes[index].threads.fetch_add(1, Ordering::SeqCst);
+        if !self.pinned {
+            self.lanes[index].threads.fetch_add(1, Ordering::SeqCst);
+        }
         let spawned = std::thread::Builder::new()
             .name(format!("ucall-worker-{index}"))
             .spawn(move || runtime.drive(index, epoch));
+        match spawned {
+            Ok(handle) => {
+                lock(&self.handles).push(handle);
+                Ok(())
+            }
+            Err(e) => {
+                if !self.pinned {
+                    self.lanes[index].threads.fetch_sub(1, Ordering::SeqCst);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn spawn_executor(self: &Arc<Self>, index: usize) -> std::io::Result<()> {
+        let runtime = Arc::clone(self);
+        let tag = self.next_tag.fetch_add(1, Ordering::SeqCst);
+        self.lanes[index].threads.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("ucall-python-{index}"))
+            .spawn(move || runtime.execute(index, tag));
         match spawned {
             Ok(handle) => {
                 lock(&self.handles).push(handle);
@@ -160,6 +212,35 @@ impl Runtime {
                 Err(e)
             }
         }
+    }
+
+    /// A pinned lane's executor: run the groups its turner queues.
+    fn execute(self: Arc<Self>, index: usize, tag: u64) {
+        let lane = &self.lanes[index];
+        Python::attach(|py| {
+            py.detach(|| loop {
+                {
+                    let mut jobs = lock(&lane.jobs);
+                    while jobs.is_empty() {
+                        if lane.done.load(Ordering::SeqCst) {
+                            lane.threads.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                        let (guard, waited) = lane
+                            .work
+                            .wait_timeout(jobs, EXECUTOR_IDLE)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        jobs = guard;
+                        if waited.timed_out() && jobs.is_empty() && lane.threads.load(Ordering::SeqCst) > 1 {
+                            // A spare left from a blocked call: the lane keeps one executor.
+                            lane.threads.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+                self.run_group(lane, tag, false);
+            });
+        });
     }
 
     /// A turner's life: turn, run the group, again; until the lane finishes or another
@@ -192,20 +273,33 @@ impl Runtime {
                     }
                     alive
                 };
-                self.run_group(lane, epoch);
+                if self.pinned {
+                    if !lock(&lane.jobs).is_empty() {
+                        lane.work.notify_one();
+                    }
+                } else {
+                    self.run_group(lane, epoch, true);
+                }
                 if !alive {
+                    if self.pinned {
+                        lane.done.store(true, Ordering::SeqCst);
+                        lane.work.notify_all();
+                    }
                     *lock(&self.finished) += 1;
                     self.finished_changed.notify_all();
                     break;
                 }
             });
         });
-        lane.threads.fetch_sub(1, Ordering::SeqCst);
+        if !self.pinned {
+            lane.threads.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
-    /// Run the lane's queued calls with the GIL taken once. Stops early when another
-    /// thread has taken the lane over meanwhile (this one was blocked).
-    fn run_group(&self, lane: &Lane, epoch: u64) {
+    /// Run the lane's queued calls with the GIL taken once. A turner (`turner`) stops
+    /// early when another thread has taken the lane over meanwhile (it was blocked).
+    /// `tag` identifies the thread to the monitor: a turner's epoch or an executor's tag.
+    fn run_group(&self, lane: &Lane, tag: u64, turner: bool) {
         if lock(&lane.jobs).is_empty() {
             return;
         }
@@ -213,7 +307,7 @@ impl Runtime {
             let mut started: Option<Bound<'_, PyList>> = None;
             loop {
                 let Some(job) = lock(&lane.jobs).pop_front() else { break };
-                *lock(&lane.busy) = Some((epoch, Instant::now()));
+                *lock(&lane.busy) = Some((tag, Instant::now()));
                 if self.monitor_parked.swap(false, Ordering::SeqCst) {
                     if let Some(monitor) = self.monitor.get() {
                         monitor.unpark();
@@ -223,12 +317,12 @@ impl Runtime {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
-                if lane.epoch.load(Ordering::SeqCst) != epoch {
+                if turner && lane.epoch.load(Ordering::SeqCst) != tag {
                     break;
                 }
             }
             let mut busy = lock(&lane.busy);
-            if busy.is_some_and(|(e, _)| e == epoch) {
+            if busy.is_some_and(|(t, _)| t == tag) {
                 *busy = None;
             }
             drop(busy);
@@ -261,6 +355,18 @@ impl Runtime {
                 let busy = *lock(&lane.busy);
                 let Some((epoch, since)) = busy else { continue };
                 any_busy = true;
+                if self.pinned {
+                    // Another executor, once per blocked one.
+                    if since.elapsed() >= BLOCKED_AFTER
+                        && lane.helped.load(Ordering::SeqCst) != epoch
+                        && lane.threads.load(Ordering::SeqCst) < self.max_threads
+                        && !lane.done.load(Ordering::SeqCst)
+                    {
+                        lane.helped.store(epoch, Ordering::SeqCst);
+                        let _ = self.spawn_executor(index);
+                    }
+                    continue;
+                }
                 if since.elapsed() < BLOCKED_AFTER
                     || lane.epoch.load(Ordering::SeqCst) != epoch
                     || lane.threads.load(Ordering::SeqCst) >= self.max_threads

@@ -383,13 +383,9 @@ impl NativeServer {
         let (stopper, workers) = server.into_workers();
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
         // An io_uring worker is tied to the thread that first drives it.
-        let max_threads = if engine == EngineKind::Uring {
-            1
-        } else {
-            self.max_threads
-        };
+        let pinned = engine == EngineKind::Uring;
         let runtime = py
-            .detach(|| Runtime::start(stopper, workers, max_threads, submit))
+            .detach(|| Runtime::start(stopper, workers, self.max_threads, pinned, submit))
             .map_err(|e| PyOSError::new_err(format!("cannot start the server's threads: {e}")))?;
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::Running {
             runtime,
