@@ -59,6 +59,7 @@ format:  ## Format the Rust code
 bench: python  ## Full benchmark table (about 20 minutes): UCall beside the C reference and peers
 	@scripts/setup.sh bench
 	$(PY) benches/run.py
+	$(PY) benches/update_readme.py
 
 .PHONY: bench-quick
 bench-quick: python  ## Short benchmark pass (about 2 minutes)

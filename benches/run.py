@@ -219,7 +219,8 @@ SERVERS: list[Server] = [
     ),
     Server(
         name="ucall054-posix",
-        description="ucall 0.5.4 from PyPI (prior art), posix engine, 1 thread",
+        description="ucall 0.5.4 from PyPI (prior art), posix engine, 1 thread; it closes the connection after "
+        "each reply without saying so, which loses the request sent meanwhile (counted as errors)",
         endpoints={"http": Endpoint((UCALL054_PY, "benches/peers/ucall054_app.py", "posix"))},
         peer=True,
         methods=ALL_METHODS,
@@ -948,7 +949,7 @@ def markdown(
             pairs = [(x, r) for x, r in pairs if any(v is not None for v in r)]
             if not wls or not pairs:
                 continue
-            lines.append(f"`{o.name}` / … | " + " | ".join(w.name for w in wls) + " |")
+            lines.append(f"| `{o.name}` / … | " + " | ".join(w.name for w in wls) + " |")
             lines.append("|---|" + "---:|" * len(wls))
             for x, ratios in pairs:
                 lines.append(f"| `{x.name}` | " + " | ".join("—" if v is None else f"{v:.2f}" for v in ratios) + " |")
@@ -1015,6 +1016,19 @@ def legend(notes: set[str]) -> list[str]:
     return out
 
 
+# The results the chart is drawn from, when another interpreter draws it.
+CHART_INPUT = RESULTS / "latest.json"
+
+
+def chart_from(results: Path, path: Path) -> None:
+    """Draws the chart of a results file (run by the interpreter that has matplotlib)."""
+    data = json.loads(results.read_text())
+    names = [x["name"] for x in data["meta"]["servers"]]
+    servers = [x for x in SERVERS if x.name in names]
+    workloads = [w for w in WORKLOADS if w.name in {x["name"] for x in data["meta"]["workloads"]}]
+    chart(path, data["summary"], servers, workloads)
+
+
 def chart(path: Path, summary: dict, servers: list[Server], workloads: list[Workload]) -> None:
     try:
         import matplotlib
@@ -1022,6 +1036,19 @@ def chart(path: Path, summary: dict, servers: list[Server], workloads: list[Work
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        # The peers' venv has matplotlib (benches/setup_peers.sh): draw there.
+        if (ROOT / PEERS_PY).exists() and CHART_INPUT.exists():
+            res = subprocess.run(
+                [str(ROOT / PEERS_PY), __file__, "--chart-from", str(CHART_INPUT), "--chart-to", str(path)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
+            if res.returncode == 0:
+                say(f"chart: {path.relative_to(ROOT)}")
+            else:
+                say(f"the chart failed: {res.stderr.strip()[-300:]}")
+            return
         say("matplotlib is not installed: skipping the chart")
         return
     panels = [w for w in workloads if any(val(summary, s, w) for s in servers)]
@@ -1103,7 +1130,12 @@ def main() -> int:
         "--warmup", type=float, help=f"seconds of warm-up per figure (default {FULL_WARMUP}, or {QUICK_WARMUP} with --quick)"
     )
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument("--chart-from", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--chart-to", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.chart_from:
+        chart_from(args.chart_from, args.chart_to)
+        return 0
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -1188,7 +1220,7 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
                 except BenchError as e:
                     say(f"error: {srv.name} ({proto}): {e}")
                     runs.append({"server": srv.name, "proto": proto, "rep": rep, "error": str(e)})
-                    short = "failed: " + str(e).strip().splitlines()[0][:200]
+                    short = short_failure(str(e))
                     # The workload that failed, and those that never ran because of it.
                     rest = wls[wls.index(current) :] if current else wls
                     for wl in rest:
@@ -1220,6 +1252,7 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_json = RESULTS / f"{stamp}.json"
     out_json.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2) + "\n")
+    shutil.copyfile(out_json, CHART_INPUT)
     table = markdown(meta, summary, servers, workloads, failures)
     (RESULTS / "latest.md").write_text(table)
     (RESULTS / "latest-brief.md").write_text(markdown(meta, summary, servers, workloads, failures, brief=True))
@@ -1236,6 +1269,19 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
     kinds = {x.name: x.kind for x in servers}
     failed = [r for r in runs if "error" in r and kinds.get(r["server"]) != "peer"]
     return 1 if failed else 0
+
+
+def short_failure(error: str) -> str:
+    """A table cell's worth of a BenchError."""
+    if "sent no reply" in error:
+        return "failed: no reply (hangs)"
+    m = re.search(r"exited \((-?\d+)\)", error)
+    if m:
+        code = int(m.group(1))
+        return f"failed: crashed (signal {-code})" if code < 0 else f"failed: exited ({code})"
+    if "no 'listening on' line" in error:
+        return "failed: did not start"
+    return "failed: " + error.strip().splitlines()[0][:80]
 
 
 def run_one(proc: ServerProcess, srv: Server, proto: str, wl: Workload, rep: int, s: Settings) -> dict:
