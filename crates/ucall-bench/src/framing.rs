@@ -133,6 +133,8 @@ pub enum Framer {
     Http(HttpFramer),
     /// Newline-delimited replies over raw TCP.
     Line(LineFramer),
+    /// A WebSocket handshake, then one reply per data message.
+    Ws(WsFramer),
 }
 
 impl Framer {
@@ -143,6 +145,7 @@ impl Framer {
         match self {
             Framer::Http(f) => f.parse(buf, eof),
             Framer::Line(f) => f.parse(buf, eof),
+            Framer::Ws(f) => f.parse(buf, eof),
         }
     }
 
@@ -151,6 +154,7 @@ impl Framer {
         match self {
             Framer::Http(f) => f.reset(),
             Framer::Line(f) => *f = LineFramer::default(),
+            Framer::Ws(f) => *f = WsFramer::default(),
         }
     }
 }
@@ -190,6 +194,127 @@ impl LineFramer {
             }
         }
     }
+}
+
+/// The status a [`WsFramer`] reports for the server's handshake response; the caller
+/// starts sending messages when it sees it, and does not count it as a reply.
+pub const WS_SWITCHED: u16 = 101;
+
+/// Frames what a WebSocket server sends (RFC 6455): first the `101` response to the
+/// opening handshake, reported with status [`WS_SWITCHED`] (any other status is a failed
+/// upgrade, reported as such with `close` set); then one reply per complete data message
+/// (text or binary, possibly fragmented). Ping and pong frames are skipped; a close frame
+/// ends the stream.
+#[derive(Debug, Clone, Default)]
+pub struct WsFramer {
+    open: bool,
+}
+
+impl WsFramer {
+    /// See [`Framer::parse`].
+    pub fn parse(&mut self, buf: &[u8], eof: bool) -> Result<Option<Reply>, FramingError> {
+        if !self.open {
+            let Some((pending, _)) = parse_head(buf)? else {
+                return if eof && !buf.is_empty() {
+                    Err(FramingError::Truncated)
+                } else {
+                    Ok(None)
+                };
+            };
+            let switched = pending.status == WS_SWITCHED;
+            self.open = switched;
+            let head_len = pending.body_start;
+            return Ok(Some(Reply {
+                len: head_len,
+                status: pending.status,
+                close: !switched,
+                body: Body::Contiguous(head_len..head_len),
+            }));
+        }
+        let mut pos = 0;
+        let mut chunks = Vec::new();
+        loop {
+            let Some(&[b0, b1]) = buf
+                .get(pos..pos + 2)
+                .map(|b| <&[u8; 2]>::try_from(b).expect("two bytes"))
+            else {
+                return incomplete(eof, buf);
+            };
+            if b1 & 0x80 != 0 {
+                return Err(FramingError::BadHead("a server frame is masked".into()));
+            }
+            let (len, header) = match b1 & 0x7f {
+                126 => match buf.get(pos + 2..pos + 4) {
+                    Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
+                    None => return incomplete(eof, buf),
+                },
+                127 => match buf.get(pos + 2..pos + 10) {
+                    Some(b) => (u64::from_be_bytes(b.try_into().expect("eight bytes")), 10),
+                    None => return incomplete(eof, buf),
+                },
+                n => (u64::from(n), 2),
+            };
+            let start = pos + header;
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|l| start.checked_add(l))
+                .ok_or_else(|| FramingError::BadHead("frame too large".into()))?;
+            if buf.len() < end {
+                return incomplete(eof, buf);
+            }
+            pos = end;
+            match b0 & 0x0f {
+                0x0..=0x2 => {
+                    chunks.push(start..end);
+                    if b0 & 0x80 != 0 {
+                        let body = if chunks.len() == 1 {
+                            Body::Contiguous(chunks.pop().expect("one chunk"))
+                        } else {
+                            Body::Chunks(chunks)
+                        };
+                        return Ok(Some(Reply {
+                            len: pos,
+                            status: 0,
+                            close: false,
+                            body,
+                        }));
+                    }
+                }
+                0x9 | 0xA => {}
+                0x8 => return Err(FramingError::Truncated),
+                op => return Err(FramingError::BadHead(format!("unknown WebSocket opcode {op:#x}"))),
+            }
+        }
+    }
+}
+
+fn incomplete(eof: bool, buf: &[u8]) -> Result<Option<Reply>, FramingError> {
+    if eof && !buf.is_empty() {
+        Err(FramingError::Truncated)
+    } else {
+        Ok(None)
+    }
+}
+
+/// One client WebSocket frame: a final text frame carrying `payload`, masked with `mask`
+/// as RFC 6455 requires of clients.
+pub fn ws_client_frame(payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(payload.len() + 14);
+    frame.push(0x81);
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n <= usize::from(u16::MAX) => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
 }
 
 /// How the body of a response whose head has been parsed is delimited.
@@ -700,5 +825,47 @@ mod tests {
         assert!(!contains(b"ab", b"abc"));
         assert!(!contains(b"aaaa", b"ab"));
         assert!(contains(b"xxab", b"ab"));
+    }
+
+    #[test]
+    fn frames_websocket_handshake_and_messages() {
+        let mut f = WsFramer::default();
+        let head = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        assert_eq!(f.parse(&head[..20], false).unwrap(), None);
+        let r = f.parse(head, false).unwrap().unwrap();
+        assert_eq!((r.len, r.status, r.close), (head.len(), WS_SWITCHED, false));
+
+        // A ping, then a text message in two fragments, then a 300-byte binary message.
+        let mut buf = vec![0x89, 0x00, 0x01, 0x03, b'a', b'b', b'c', 0x80, 0x02, b'd', b'e'];
+        let big = vec![7u8; 300];
+        buf.extend_from_slice(&[0x82, 126, 1, 44]);
+        buf.extend_from_slice(&big);
+        assert_eq!(f.parse(&buf[..9], false).unwrap(), None);
+        let r = f.parse(&buf, false).unwrap().unwrap();
+        assert_eq!(r.len, 11);
+        assert_eq!(r.body_bytes(&buf), b"abcde");
+        let rest = &buf[r.len..];
+        let r = f.parse(rest, false).unwrap().unwrap();
+        assert_eq!((r.len, r.body_bytes(rest)), (rest.len(), big));
+        assert_eq!(f.parse(&[0x88, 0x00], false), Err(FramingError::Truncated));
+        assert!(
+            f.parse(&[0x81, 0x81, 0, 0, 0, 0, 0], false).is_err(),
+            "masked server frame"
+        );
+
+        let mut f = WsFramer::default();
+        let r = f
+            .parse(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert!(r.close && r.status == 404);
+    }
+
+    #[test]
+    fn masks_client_frames() {
+        let frame = ws_client_frame(b"hi", [1, 2, 3, 4]);
+        assert_eq!(frame, [0x81, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2]);
+        let long = ws_client_frame(&[0; 70_000], [0; 4]);
+        assert_eq!(&long[..10], &[0x81, 0x80 | 127, 0, 0, 0, 0, 0, 1, 0x11, 0x70]);
     }
 }

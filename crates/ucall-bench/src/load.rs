@@ -16,10 +16,14 @@ use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::framing::{Framer, FramingError, HttpFramer, LineFramer};
+use crate::framing::{ws_client_frame, Framer, FramingError, HttpFramer, LineFramer, WsFramer, WS_SWITCHED};
 
 /// The default request body: a JSON-RPC 2.0 call of `sum`.
 pub const DEFAULT_BODY: &str = r#"{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}"#;
+
+/// The masking key of every client frame (RFC 6455 asks clients to mask; servers unmask
+/// whatever the key).
+const WS_MASK: [u8; 4] = [0x5a, 0x17, 0xc3, 0x8e];
 
 /// Initial size of a connection's receive buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -35,6 +39,8 @@ pub enum Protocol {
     Http,
     /// The body followed by `\n`; replies are newline-delimited.
     Tcp,
+    /// A WebSocket opened with `GET` on the path; each request a masked text frame.
+    Ws,
 }
 
 impl Protocol {
@@ -43,6 +49,7 @@ impl Protocol {
         match self {
             Protocol::Http => "http",
             Protocol::Tcp => "tcp",
+            Protocol::Ws => "ws",
         }
     }
 }
@@ -118,7 +125,18 @@ impl Config {
                 bytes.push(b'\n');
                 bytes
             }
+            Protocol::Ws => ws_client_frame(&self.body, WS_MASK),
         }
+    }
+
+    /// The opening handshake of a WebSocket connection.
+    pub fn ws_handshake(&self) -> Vec<u8> {
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            self.path, self.addr
+        )
+        .into_bytes()
     }
 
     fn check(&self) -> io::Result<()> {
@@ -128,6 +146,9 @@ impl Config {
         }
         if self.pipeline == 0 {
             return invalid("--pipeline must be at least 1");
+        }
+        if self.new_connection && self.proto == Protocol::Ws {
+            return invalid("--new-connection is not available over WebSocket");
         }
         if self.new_connection && self.pipeline != 1 {
             return invalid("--new-connection sends one request per connection: use --pipeline 1");
@@ -433,6 +454,7 @@ impl<'a> Worker<'a> {
         let framer = match config.proto {
             Protocol::Http => Framer::Http(HttpFramer::default()),
             Protocol::Tcp => Framer::Line(LineFramer::default()),
+            Protocol::Ws => Framer::Ws(WsFramer::default()),
         };
         let conns = (0..count)
             .map(|_| Conn {
@@ -534,6 +556,11 @@ impl<'a> Worker<'a> {
         conn.stream = Some(stream);
         conn.connecting = true;
         self.stats.connects += 1;
+        if self.config.proto == Protocol::Ws {
+            // Requests follow the server's 101 (see on_event).
+            conn.wbuf.extend_from_slice(&self.config.ws_handshake());
+            return Ok(());
+        }
         for _ in 0..self.config.pipeline {
             conn.wbuf.extend_from_slice(&self.request);
             conn.inflight.push_back(now);
@@ -633,6 +660,19 @@ impl<'a> Worker<'a> {
                             return Outcome::Failed;
                         }
                     };
+                    if config.proto == Protocol::Ws && reply.status != 0 {
+                        // The handshake's answer: open, or a failed upgrade.
+                        conn.rstart += reply.len;
+                        if reply.status != WS_SWITCHED {
+                            stats.errors.connect += 1;
+                            return Outcome::Failed;
+                        }
+                        for _ in 0..config.pipeline {
+                            conn.wbuf.extend_from_slice(request);
+                            conn.inflight.push_back(now);
+                        }
+                        continue;
+                    }
                     let Some(sent) = conn.inflight.pop_front() else {
                         // A reply nobody asked for.
                         stats.errors.protocol += 1;
@@ -743,6 +783,42 @@ mod tests {
         while !stop.load(Ordering::Relaxed) {
             served += 1;
             match proto {
+                Protocol::Ws => {
+                    // The handshake, then one reply frame per request frame.
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let _ = out.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n");
+                    loop {
+                        let mut head = [0u8; 2];
+                        if reader.read_exact(&mut head).is_err() {
+                            return;
+                        }
+                        let len = match head[1] & 0x7f {
+                            126 => {
+                                let mut b = [0u8; 2];
+                                reader.read_exact(&mut b).unwrap();
+                                usize::from(u16::from_be_bytes(b))
+                            }
+                            n => usize::from(n),
+                        };
+                        let mut rest = vec![0u8; 4 + len];
+                        if reader.read_exact(&mut rest).is_err() {
+                            return;
+                        }
+                        let mut frame = vec![0x81, REPLY.len() as u8];
+                        frame.extend_from_slice(REPLY);
+                        if out.write_all(&frame).is_err() {
+                            return;
+                        }
+                    }
+                }
                 Protocol::Tcp => {
                     line.clear();
                     if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -885,6 +961,19 @@ mod tests {
         assert_eq!(r.errors.total(), 0, "{r:?}");
         let per_reply = r.bytes_per_sec / r.requests_per_sec;
         assert!((per_reply - (REPLY.len() + 1) as f64).abs() < 1.0, "{per_reply}");
+        stop.store(true, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn loads_websocket_server() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = serve(Protocol::Ws, 0, stop.clone());
+        let mut c = quick(addr, Protocol::Ws);
+        c.connections = 2;
+        c.pipeline = 3;
+        let r = run(&c).unwrap();
+        assert!(r.requests > 0);
+        assert_eq!(r.errors.total(), 0, "{r:?}");
         stop.store(true, Ordering::Relaxed);
     }
 

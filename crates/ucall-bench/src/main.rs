@@ -18,6 +18,8 @@ enum Proto {
     Http,
     /// Newline-delimited JSON over raw TCP.
     Tcp,
+    /// JSON-RPC in WebSocket text frames, opened with GET on --path.
+    Ws,
 }
 
 /// A run made of dependent calls instead of one repeated request.
@@ -110,6 +112,7 @@ fn config(args: &Args) -> Result<Config, String> {
     config.proto = match args.proto {
         Proto::Http => Protocol::Http,
         Proto::Tcp => Protocol::Tcp,
+        Proto::Ws => Protocol::Ws,
     };
     config.connections = args.connections;
     config.pipeline = args.pipeline;
