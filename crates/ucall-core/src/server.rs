@@ -299,7 +299,7 @@ impl ServerBuilder {
             uring_wakers: std::sync::OnceLock::new(),
         });
         let (workers, local_addr) = engine::bind_workers(&engine, &shared, addr)?;
-        eprintln!("ucall: engine {} ({})", engine.kind.name(), engine.detail);
+        eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
         let engine = engine.kind;
         Ok(Server {
             shared,

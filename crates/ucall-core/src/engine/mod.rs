@@ -70,10 +70,22 @@ impl Worker {
 /// The engine chosen for a server, and why.
 pub(crate) struct Selected {
     pub(crate) kind: EngineKind,
-    /// What the start-up log says about the choice.
-    pub(crate) detail: String,
+    /// Why `poll` was taken.
+    detail: String,
     #[cfg(target_os = "linux")]
     features: Option<uring::Features>,
+}
+
+impl Selected {
+    /// The start-up log's account: the engine, and what it uses or why it was taken.
+    pub(crate) fn describe(&self, sqpoll: bool) -> String {
+        #[cfg(target_os = "linux")]
+        if let Some(features) = &self.features {
+            return format!("{} (io_uring: {})", self.kind.name(), features.describe(sqpoll));
+        }
+        let _ = sqpoll;
+        format!("{} ({})", self.kind.name(), self.detail)
+    }
 }
 
 /// Which engine runs when `requested` is asked for here: `auto` is `uring` where
@@ -101,7 +113,7 @@ pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
             (_, false) => match uring::probe() {
                 Ok(features) => Ok(Selected {
                     kind: EngineKind::Uring,
-                    detail: format!("io_uring: {}", features.describe()),
+                    detail: String::new(),
                     features: Some(features),
                 }),
                 Err(why) if requested == EngineKind::Auto => Ok(poll(format!("io_uring unavailable: {why}"))),

@@ -145,8 +145,12 @@ pub(crate) struct Features {
 
 impl Features {
     /// A one-line account, for the start-up log.
-    pub(crate) fn describe(&self) -> String {
-        let mut parts = vec![FLAG_SETS[self.flag_set].name];
+    pub(crate) fn describe(&self, sqpoll: bool) -> String {
+        let mut parts = vec![if sqpoll {
+            "SQPOLL"
+        } else {
+            FLAG_SETS[self.flag_set].name
+        }];
         if self.multishot_recv {
             parts.push("multishot recv");
         }
