@@ -723,6 +723,9 @@ impl UringWorker {
             (a, b) => a.or(b),
         };
         if let Err(e) = self.enter(timeout) {
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                eprintln!("ucall: an io_uring worker was turned from a second thread; it serves from one thread only");
+            }
             eprintln!("ucall: io_uring_enter failed, worker stops: {e}");
             self.finish();
             return false;

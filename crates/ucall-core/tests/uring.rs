@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The uring engine's optional `SQPOLL` mode: a kernel thread polls the submission queue.
-//! Runs where the uring engine works and says so where it does not.
+//! What only the uring engine has: the optional `SQPOLL` mode, and workers bound to the
+//! thread that first turns them. Runs where the uring engine works and says so where it
+//! does not.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -45,5 +46,35 @@ fn sqpoll_serves_http_and_raw_tcp_and_stops() {
             "stop took {:?}",
             started.elapsed()
         );
+    });
+}
+
+#[test]
+fn a_worker_turned_from_a_second_thread_stops_instead_of_misbehaving() {
+    if let Err(why) = ucall_core::engine::resolve(EngineKind::Uring) {
+        eprintln!("single-issuer rings not tested: {why}");
+        return;
+    }
+    common::bounded("second thread", Duration::from_secs(30), || {
+        let server = common::builder(EngineKind::Uring).threads(1).bind().expect("bind");
+        assert_eq!(server.engine(), EngineKind::Uring);
+        let (stopper, mut workers) = server.into_workers();
+        let mut worker = workers.pop().expect("one worker");
+        // The first thread to turn the worker becomes its ring's only issuer.
+        let mut worker = std::thread::spawn(move || {
+            assert!(worker.turn(Some(Duration::from_millis(10))));
+            worker
+        })
+        .join()
+        .expect("first thread");
+        // Another thread may not submit to that ring: the worker stops, and says why.
+        let turned = std::thread::spawn(move || {
+            let goes_on = worker.turn(Some(Duration::from_millis(10)));
+            (goes_on, worker.turn(None))
+        })
+        .join()
+        .expect("second thread");
+        assert_eq!(turned, (false, false), "a worker turned from a second thread must stop");
+        stopper.stop();
     });
 }
