@@ -80,6 +80,7 @@ class Endpoint:
     # raw TCP), "rest" (POST /METHOD with the params object as the body, the bare result back),
     # or "grpc" (benches/peers/bench.proto over HTTP/2, measured by ucall-load-grpc).
     dialect: str = "jsonrpc"
+    path: str | None = None  # the HTTP target (the WebSocket's, for "ws"); None: the workload's
 
 
 # Every procedure of examples/rust/src/bin/bench_server.rs and benches/peers/procs.py.
@@ -144,6 +145,7 @@ SERVERS: list[Server] = [
         endpoints={
             "http": Endpoint(SUM_SERVER_POLL),
             "tcp": Endpoint(SUM_SERVER_POLL),
+            "ws": Endpoint(SUM_SERVER_POLL),
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
@@ -154,6 +156,7 @@ SERVERS: list[Server] = [
         endpoints={
             "http": Endpoint(SUM_SERVER_URING),
             "tcp": Endpoint(SUM_SERVER_URING),
+            "ws": Endpoint(SUM_SERVER_URING),
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
@@ -180,6 +183,14 @@ SERVERS: list[Server] = [
         name="fastapi-rest",
         description="FastAPI on uvicorn (uvloop, httptools), 1 process, async REST endpoints (POST /sum with {a, b})",
         endpoints={"http": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py"), dialect="rest")},
+        peer=True,
+        methods=ALL_METHODS,
+        needs="fastapi",
+    ),
+    Server(
+        name="fastapi-ws",
+        description="FastAPI on uvicorn (uvloop, websockets), 1 process, JSON-RPC in WebSocket text frames at /ws",
+        endpoints={"ws": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py"), path="/ws")},
         peer=True,
         methods=ALL_METHODS,
         needs="fastapi",
@@ -364,6 +375,16 @@ WORKLOADS: list[Workload] = [
     Workload(
         "tcp-sum-32conn", "sum over raw TCP, 32 connections", "tcp", "rps", ("--connections", "32"), group="tcp", quick=True
     ),
+    Workload("ws-sum-1conn", "sum over WebSocket, 1 connection", "ws", "p50", ("--connections", "1"), group="ws"),
+    Workload(
+        "ws-sum-32conn",
+        "sum over WebSocket, 32 connections",
+        "ws",
+        "rps",
+        ("--connections", "32"),
+        group="ws",
+        quick=True,
+    ),
     Workload(
         "tcp-sum-32conn-pipe16",
         "sum over raw TCP, 32 connections, 16 pipelined",
@@ -379,6 +400,7 @@ GROUPS = {
     "echo": "echo",
     "rpc.hpp": "The rpc.hpp set",
     "tcp": "sum(a, b) over raw TCP",
+    "ws": "sum(a, b) over WebSocket",
 }
 
 METRICS = {
@@ -686,8 +708,8 @@ def run_ucall_load(addr: str, wl: Workload, ep: Endpoint, s: Settings) -> dict:
     else:
         req = request_for(wl, ep)
         cmd += ["--body", str(body_file(wl, req))]
-        if wl.proto == "http":
-            cmd += ["--path", req.path]
+        if wl.proto in ("http", "ws"):
+            cmd += ["--path", ep.path or req.path]
         if wl.batch > 1:
             cmd += ["--batch", str(wl.batch)]
         if req.expect:
