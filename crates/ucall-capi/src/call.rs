@@ -703,11 +703,62 @@ pub unsafe extern "C" fn ucall_call_reply_content(call: ucall_call_t, json: ucal
         let method = context.call.method();
         // SAFETY: the caller's contract.
         let text = unsafe { ffi::text_arg(json, json_length) }.and_then(|bytes| std::str::from_utf8(bytes).ok());
-        context.answer(|reply| match text.map(|text| reply.raw(text)) {
-            Some(Ok(())) => Answer::Replied,
+        context.answer(|reply| match text {
+            // Most replies are a number, a literal or a plain string: checked in one pass.
+            Some(text) if is_plain_scalar(text.as_bytes()) => {
+                reply.raw_trusted(text);
+                Answer::Replied
+            }
+            Some(text) if reply.raw(text).is_ok() => Answer::Replied,
             _ => Answer::Failed(invalid_json(method)),
         });
     }
+}
+
+/// Whether `text` is, exactly and without surrounding whitespace, one JSON number (RFC 8259
+/// §6), `true`, `false`, `null`, or a string without escapes or control characters: the
+/// replies that need no full parse to be known valid. Anything else is parsed in full.
+fn is_plain_scalar(text: &[u8]) -> bool {
+    match text {
+        b"true" | b"false" | b"null" => true,
+        [b'"', inner @ .., b'"'] => inner.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\'),
+        _ => is_number_text(text),
+    }
+}
+
+/// RFC 8259 §6: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+fn is_number_text(text: &[u8]) -> bool {
+    fn digits(text: &[u8], at: &mut usize) -> usize {
+        let start = *at;
+        while text.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        *at - start
+    }
+    let mut at = usize::from(text.first() == Some(&b'-'));
+    match text.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => {
+            digits(text, &mut at);
+        }
+        _ => return false,
+    }
+    if text.get(at) == Some(&b'.') {
+        at += 1;
+        if digits(text, &mut at) == 0 {
+            return false;
+        }
+    }
+    if matches!(text.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(text.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        if digits(text, &mut at) == 0 {
+            return false;
+        }
+    }
+    at == text.len()
 }
 
 /// The message to send with `code`: the caller's, else the table's, else a generic one.
@@ -837,6 +888,46 @@ mod tests {
         assert_eq!(pointer_get(raw, "a/b~1c/2"), None);
         assert_eq!(pointer_get(raw, "a/missing"), None);
         assert_eq!(pointer_get("[1, [2, 3]]", "1/1"), Some("3"));
+    }
+
+    #[test]
+    fn plain_scalars_are_recognised_exactly() {
+        for ok in [
+            "0",
+            "-0",
+            "3",
+            "-42",
+            "1.5",
+            "1e3",
+            "-2.5E-7",
+            "true",
+            "false",
+            "null",
+            "\"\"",
+            "\"héllo\"",
+        ] {
+            assert!(is_plain_scalar(ok.as_bytes()), "{ok}");
+        }
+        for other in [
+            "",
+            "-",
+            "01",
+            "1.",
+            ".5",
+            "1e",
+            "+1",
+            " 1",
+            "1 ",
+            "nul",
+            "\"a\\\"b\"",
+            "\"\n\"",
+            "\"",
+            "[1]",
+            "NaN",
+        ] {
+            assert!(!is_plain_scalar(other.as_bytes()), "{other:?}");
+        }
+        assert!(!is_plain_scalar(b"\"tab\there\""));
     }
 
     #[test]
