@@ -13,10 +13,12 @@
 //! a thread switch. An idle server's monitor sleeps until a group starts.
 //!
 //! Engines whose workers must stay on one thread (io_uring rings set up for a single
-//! issuer) are *pinned*: the turner only turns, and hands each group to the lane's
-//! executor threads, which run it with the GIL. When an executor's call blocks, the
-//! monitor starts another executor; executors left idle for [`EXECUTOR_IDLE`] exit
-//! (one always stays).
+//! issuer) are *pinned*: the turner hands each group to the lane's executor threads, which
+//! run it with the GIL. When an executor's call blocks, the monitor starts another
+//! executor; executors left idle for [`EXECUTOR_IDLE`] exit (one always stays). A
+//! procedure whose calls have all been quick for a while is trusted: the turner runs its
+//! calls itself, saving two thread switches per group; one slow call withdraws the trust
+//! for good (see `Procedure::trusted`).
 //!
 //! `async def` handlers are started in the group like any other; the coroutines they
 //! return are handed to the server's asyncio loop in one batch, and each completes its
@@ -263,8 +265,17 @@ impl Runtime {
                     };
                     COLLECTED.with(|c| *c.borrow_mut() = Some(Vec::new()));
                     let alive = running.turn(wait);
-                    let jobs = COLLECTED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+                    let mut jobs = COLLECTED.with(|c| c.borrow_mut().take()).unwrap_or_default();
                     self.cycles.fetch_add(1, Ordering::Relaxed);
+                    if self.pinned {
+                        // Procedures proven quick run here, at once; the rest go to executors.
+                        let (quick, others): (Vec<Job>, Vec<Job>) =
+                            jobs.into_iter().partition(|job| job.procedure.trusted());
+                        jobs = others;
+                        if !quick.is_empty() {
+                            self.run_inline(quick);
+                        }
+                    }
                     if !jobs.is_empty() {
                         lock(&lane.jobs).extend(jobs);
                     }
@@ -326,6 +337,22 @@ impl Runtime {
                 *busy = None;
             }
             drop(busy);
+            if let Some(list) = started {
+                self.submit_coroutines(py, &list);
+            }
+        });
+    }
+
+    /// A pinned turner runs calls of procedures proven quick itself, with the GIL taken once.
+    fn run_inline(&self, jobs: Vec<Job>) {
+        Python::attach(|py| {
+            let mut started: Option<Bound<'_, PyList>> = None;
+            for job in jobs {
+                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                    let list = started.get_or_insert_with(|| PyList::empty(py));
+                    let _ = list.append(coroutine);
+                }
+            }
             if let Some(list) = started {
                 self.submit_coroutines(py, &list);
             }

@@ -5,8 +5,9 @@
 //! [`crate::runtime`]): params are bound, the function called and the result serialized
 //! with the GIL held; everything else runs without it.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -36,7 +37,16 @@ pub struct Procedure {
     plan: Plan,
     hooks: Arc<Hooks>,
     is_async: bool,
+    /// Calls in a row that were quick (saturating); see [`Procedure::trusted`].
+    quick_streak: AtomicU32,
+    /// A call was slow: never trusted again.
+    slow: AtomicBool,
 }
+
+/// A call at least this long is slow.
+const SLOW_CALL: Duration = Duration::from_millis(1);
+/// Quick calls in a row before a procedure is trusted to run on a pinned turner.
+const TRUST_AFTER: u32 = 1000;
 
 /// The router's entry for a procedure: defers the call to the lane's next group.
 struct Entry(Arc<Procedure>);
@@ -82,9 +92,27 @@ impl Procedure {
         self.hooks.serialize(&result, out)
     }
 
+    /// Whether this procedure's calls have all been quick for a while, so that a pinned
+    /// worker's thread may run them itself.
+    pub fn trusted(&self) -> bool {
+        self.quick_streak.load(Ordering::Relaxed) >= TRUST_AFTER && !self.slow.load(Ordering::Relaxed)
+    }
+
     /// Run one deferred call and complete its reply. For an `async def` procedure, returns
     /// `(coroutine, reply)` to be started on the asyncio loop instead.
     pub fn run<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
+        let started = Instant::now();
+        let out = self.run_timed(py, params, reply);
+        if started.elapsed() >= SLOW_CALL {
+            self.slow.store(true, Ordering::Relaxed);
+            self.quick_streak.store(0, Ordering::Relaxed);
+        } else if self.quick_streak.load(Ordering::Relaxed) < TRUST_AFTER {
+            self.quick_streak.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    fn run_timed<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
         match self.call(py, params) {
             Err(error) => reply.error(error),
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
@@ -351,6 +379,8 @@ impl NativeServer {
             plan,
             hooks: Arc::clone(&self.hooks),
             is_async,
+            quick_streak: AtomicU32::new(0),
+            slow: AtomicBool::new(false),
         }));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
