@@ -546,7 +546,9 @@ void ucall_add_procedure(ucall_server_t server,
  *
  * The first `ucall_take_call(s)()` freezes the procedures. A `thread_idx` outside
  * `0 .. max_threads - 1`, or already being served by another call, returns at once
- * (see `ucall_last_error()`).
+ * (see `ucall_last_error()`). Serve each index from one and the same thread: the io_uring
+ * engine's rings accept a single submitter, and a worker turned from a second thread
+ * stops (the poll engine does not mind).
  *
  * # Safety
  * `server` must be a live server, not freed while this call runs.
@@ -559,6 +561,7 @@ void ucall_take_call(ucall_server_t server, uint16_t thread_idx);
  *
  * Run one thread per index `0 .. max_threads - 1`, each calling
  * `ucall_take_calls(server, i)`: the kernel spreads new connections over all of them.
+ * Each index must be served from one and the same thread (see `ucall_take_call()`).
  * The first `ucall_take_call(s)()` freezes the procedures. An index out of range, or
  * already being served, returns at once (see `ucall_last_error()`).
  *
