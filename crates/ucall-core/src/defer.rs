@@ -51,11 +51,15 @@ impl Sink {
     }
 
     fn push(&self, completion: Completion) {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(completion);
-        (self.wake)();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        // A non-empty queue was announced by the push that filled it and has not been
+        // drained yet (draining takes everything under this lock): one wake is enough.
+        let wake = queue.is_empty();
+        queue.push(completion);
+        drop(queue);
+        if wake {
+            (self.wake)();
+        }
     }
 }
 
