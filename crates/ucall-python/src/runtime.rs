@@ -42,6 +42,8 @@ use crate::server::{DeferredReply, Procedure};
 pub const BLOCKED_AFTER: Duration = Duration::from_millis(2);
 /// How often the monitor looks while calls are running.
 const MONITOR_TICK: Duration = Duration::from_millis(1);
+/// Idle ticks before the monitor sleeps until the next group (an idle server uses no CPU).
+const MONITOR_LINGER: u32 = 100;
 /// A pinned lane's spare executor exits after this long without work.
 const EXECUTOR_IDLE: Duration = Duration::from_secs(2);
 /// Executor tags start here, apart from turner epochs.
@@ -376,6 +378,7 @@ impl Runtime {
 
     /// Watch the turners while calls run; sleep while none does.
     fn monitor(self: Arc<Self>) {
+        let mut idle_ticks = 0;
         while !self.stopping.load(Ordering::SeqCst) {
             let mut any_busy = false;
             for (index, lane) in self.lanes.iter().enumerate() {
@@ -397,7 +400,8 @@ impl Runtime {
                 if since.elapsed() < BLOCKED_AFTER
                     || lane.epoch.load(Ordering::SeqCst) != epoch
                     || lane.threads.load(Ordering::SeqCst) >= self.max_threads
-                    || lock(&lane.worker).is_none()
+                    // Held: a turner is turning, so nobody is blocked. Never wait for it.
+                    || lane.worker.try_lock().map_or(true, |worker| worker.is_none())
                 {
                     continue;
                 }
@@ -408,10 +412,14 @@ impl Runtime {
                     lane.epoch.store(epoch, Ordering::SeqCst);
                 }
             }
-            if any_busy {
+            if any_busy || idle_ticks < MONITOR_LINGER {
+                // Under steady load groups come and go: keep ticking rather than being
+                // woken (a system call) at the start of every group.
+                idle_ticks = if any_busy { 0 } else { idle_ticks + 1 };
                 std::thread::sleep(MONITOR_TICK);
                 continue;
             }
+            idle_ticks = 0;
             self.monitor_parked.store(true, Ordering::SeqCst);
             let busy_now = self.lanes.iter().any(|lane| lock(&lane.busy).is_some());
             if busy_now || self.stopping.load(Ordering::SeqCst) {
