@@ -131,3 +131,31 @@ def test_serve_a_module(tmp_path, engine):
         timeout=30,
     )
     assert result.returncode == 2 and "not a ucall Server" in result.stderr
+
+
+def test_terminal_output_has_colour_and_an_upload_progress_bar(port, tmp_path):
+    import pty
+
+    blob = tmp_path / "big.bin"
+    blob.write_bytes(os.urandom(6 << 20))
+    main_fd, child_fd = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python"), COLUMNS="80")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ucall", "size", "-f", f"data={blob}", "-p", str(port)],
+        stdin=child_fd, stdout=child_fd, stderr=child_fd, env=env,
+    )
+    os.close(child_fd)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(main_fd)
+    assert proc.wait(30) == 0
+    text = output.decode("utf-8", "replace")
+    assert "uploading" in text
+    assert "\x1b[" in text and str(6 << 20) in text  # coloured JSON with the result
