@@ -138,7 +138,7 @@ class Server:
         self.ignore_extra_params = ignore_extra_params
         self.debug = debug
         self._requested_port = port
-        self._limits = {
+        self._limits: dict[str, Any] = {
             "max_body_bytes": max_body_bytes,
             "max_head_bytes": max_head_bytes,
             "max_batch": max_batch,

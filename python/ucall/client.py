@@ -190,12 +190,14 @@ class Client(_Endpoint):
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
         request = _request(method, _params(args, kwargs), self.next_id())
-        return self._exchange(request)  # type: ignore[return-value]
+        response: Response = self._exchange(request)
+        return response
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
         """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id())
-        return self._exchange(request, progress)  # type: ignore[return-value]
+        response: Response = self._exchange(request, progress)
+        return response
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
@@ -401,7 +403,7 @@ class Batch:
         for pending, response in zip(self.pending, responses):
             pending.response = response
         self.requests, self.pending = [], []
-        return responses  # type: ignore[no-any-return]
+        return list(responses)
 
     def __enter__(self) -> Batch:
         return self

@@ -17,3 +17,10 @@ def test_stub_matches_the_extension_module():
 
 def test_package_ships_its_typing_marker():
     assert (REPO_ROOT / "python" / "ucall" / "py.typed").is_file()
+
+
+def test_package_passes_mypy_strict():
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "python/ucall"], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
