@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import inspect
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -35,12 +36,25 @@ def _describe(error: BaseException, trace: types.TracebackType | None) -> str:
 
 
 class _Procedure:
-    __slots__ = ("func", "ignore_extra_params", "name")
+    __slots__ = ("func", "ignore_extra_params", "localns", "name")
 
-    def __init__(self, name: str, func: Callable[..., Any], ignore_extra_params: bool | None) -> None:
+    def __init__(
+        self, name: str, func: Callable[..., Any], ignore_extra_params: bool | None, localns: dict[str, Any] | None
+    ) -> None:
         self.name = name
         self.func = func
         self.ignore_extra_params = ignore_extra_params
+        self.localns = localns
+
+
+def _caller_locals() -> dict[str, Any] | None:
+    """The local names where the decorator was applied (outside this module)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None or frame.f_locals is frame.f_globals:
+        return None
+    return dict(frame.f_locals)
 
 
 class _EventLoop:
@@ -185,11 +199,12 @@ class Server:
         name = name if name is not None else getattr(func, "__name__", None)
         if not name:
             raise ValueError("the procedure needs a name: use @server.method('name')")
-        _signature.plan(func)  # fail now, at the decorator, on hints that cannot be honoured
+        localns = _caller_locals()
+        _signature.plan(func, localns)  # fail now, at the decorator, on hints that cannot be honoured
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("register procedures before the server starts")
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns)
         return func
 
     @property
@@ -225,7 +240,7 @@ class Server:
                     native.add(
                         procedure.name,
                         func,
-                        _signature.plan(func),
+                        _signature.plan(func, procedure.localns),
                         self.ignore_extra_params if ignore is None else ignore,
                         _is_async(func),
                     )

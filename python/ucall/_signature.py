@@ -65,11 +65,15 @@ def _fail(expected: str, value: Any) -> ConversionError:
     return ConversionError(f"expected {expected}, got {describe(value)}")
 
 
-def plan(func: Callable[..., Any]) -> list[ParamSpec]:
-    """The binding plan of ``func``. Raises ``TypeError`` for hints it cannot honour."""
+def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> list[ParamSpec]:
+    """The binding plan of ``func``. Raises ``TypeError`` for hints it cannot honour.
+
+    ``localns`` resolves string hints naming local names (a function decorated inside
+    another one, under ``from __future__ import annotations``).
+    """
     signature = inspect.signature(func)
     try:
-        hints = typing.get_type_hints(func, include_extras=True)
+        hints = typing.get_type_hints(func, localns=localns, include_extras=True)
     except Exception as error:  # an unresolved forward reference, usually
         raise TypeError(f"cannot read the type hints of {func.__qualname__}: {error}") from error
     specs: list[ParamSpec] = []
