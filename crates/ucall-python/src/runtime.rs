@@ -7,8 +7,8 @@
 //! each completing its deferred reply; the core keeps replies in request order.
 //!
 //! A handler that blocks (sleep, I/O, a lock) must not stall the lane: a monitor thread
-//! watches the turner, and when one call has run for longer than [`BLOCKED_AFTER`], it
-//! starts a new turner for the lane. The new turner takes over the event loop and the rest
+//! watches the turner, and when one call has run for [`BLOCKED_TICKS`] of its 1 ms
+//! ticks, it starts a new turner for the lane. The new turner takes over the event loop and the rest
 //! of the queue; the old thread finishes its call and exits. Quick handlers never pay for
 //! a thread switch. An idle server's monitor sleeps until a group starts.
 //!
@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -38,8 +38,10 @@ use ucall_core::{Deferred, Stopper, Worker};
 
 use crate::server::{DeferredReply, Procedure};
 
-/// A call running longer than this on a turner counts as blocked: the lane gets a new turner.
-pub const BLOCKED_AFTER: Duration = Duration::from_millis(2);
+/// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
+const BLOCKED_TICKS: u32 = 2;
+/// `Lane::busy` when no call runs.
+const IDLE: u64 = u64::MAX;
 /// How often the monitor looks while calls are running.
 const MONITOR_TICK: Duration = Duration::from_millis(1);
 /// Idle ticks before the monitor sleeps until the next group (an idle server uses no CPU).
@@ -82,8 +84,12 @@ struct Lane {
     jobs: Mutex<VecDeque<Job>>,
     /// Bumped each time a new turner takes the lane over.
     epoch: AtomicU64,
-    /// The turner's current call: (its epoch, when the call started).
-    busy: Mutex<Option<(u64, Instant)>>,
+    /// The tag of the thread running a call of this lane's group, or [`IDLE`]. Read by
+    /// the monitor with `calls`: no clock is read on the hot path.
+    busy: AtomicU64,
+    /// Calls started on this lane so far: a value the monitor sees unchanged for
+    /// [`BLOCKED_TICKS`] ticks while `busy` is set means one call has blocked.
+    calls: AtomicU64,
     /// Threads serving this lane now (the turner and blocked ones, or the executors).
     threads: AtomicUsize,
     /// Pinned lanes: wakes an executor when a group is queued.
@@ -133,7 +139,8 @@ impl Runtime {
                     worker: Mutex::new(Some(worker)),
                     jobs: Mutex::new(VecDeque::new()),
                     epoch: AtomicU64::new(0),
-                    busy: Mutex::new(None),
+                    busy: AtomicU64::new(IDLE),
+                    calls: AtomicU64::new(0),
                     threads: AtomicUsize::new(0),
                     work: Condvar::new(),
                     helped: AtomicU64::new(u64::MAX),
@@ -320,13 +327,14 @@ impl Runtime {
             let mut started: Option<Bound<'_, PyList>> = None;
             loop {
                 let Some(job) = lock(&lane.jobs).pop_front() else { break };
-                *lock(&lane.busy) = Some((tag, Instant::now()));
+                lane.busy.store(tag, Ordering::SeqCst);
+                lane.calls.fetch_add(1, Ordering::SeqCst);
                 if self.monitor_parked.swap(false, Ordering::SeqCst) {
                     if let Some(monitor) = self.monitor.get() {
                         monitor.unpark();
                     }
                 }
-                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply, self.pinned) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -334,11 +342,9 @@ impl Runtime {
                     break;
                 }
             }
-            let mut busy = lock(&lane.busy);
-            if busy.is_some_and(|(t, _)| t == tag) {
-                *busy = None;
-            }
-            drop(busy);
+            let _ = lane
+                .busy
+                .compare_exchange(tag, IDLE, Ordering::SeqCst, Ordering::SeqCst);
             if let Some(list) = started {
                 self.submit_coroutines(py, &list);
             }
@@ -350,7 +356,7 @@ impl Runtime {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
             for job in jobs {
-                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply, true) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -379,26 +385,37 @@ impl Runtime {
     /// Watch the turners while calls run; sleep while none does.
     fn monitor(self: Arc<Self>) {
         let mut idle_ticks = 0;
+        // Per lane: the call count last seen, and for how many ticks it has not moved.
+        let mut seen: Vec<(u64, u32)> = vec![(0, 0); self.lanes.len()];
         while !self.stopping.load(Ordering::SeqCst) {
             let mut any_busy = false;
             for (index, lane) in self.lanes.iter().enumerate() {
-                let busy = *lock(&lane.busy);
-                let Some((epoch, since)) = busy else { continue };
+                let tag = lane.busy.load(Ordering::SeqCst);
+                let calls = lane.calls.load(Ordering::SeqCst);
+                let (last, ticks) = &mut seen[index];
+                if tag == IDLE || calls != *last {
+                    *last = calls;
+                    *ticks = 0;
+                    any_busy |= tag != IDLE;
+                    continue;
+                }
                 any_busy = true;
+                *ticks += 1;
+                if *ticks < BLOCKED_TICKS {
+                    continue;
+                }
                 if self.pinned {
                     // Another executor, once per blocked one.
-                    if since.elapsed() >= BLOCKED_AFTER
-                        && lane.helped.load(Ordering::SeqCst) != epoch
+                    if lane.helped.load(Ordering::SeqCst) != tag
                         && lane.threads.load(Ordering::SeqCst) < self.max_threads
                         && !lane.done.load(Ordering::SeqCst)
                     {
-                        lane.helped.store(epoch, Ordering::SeqCst);
+                        lane.helped.store(tag, Ordering::SeqCst);
                         let _ = self.spawn_executor(index);
                     }
                     continue;
                 }
-                if since.elapsed() < BLOCKED_AFTER
-                    || lane.epoch.load(Ordering::SeqCst) != epoch
+                if lane.epoch.load(Ordering::SeqCst) != tag
                     || lane.threads.load(Ordering::SeqCst) >= self.max_threads
                     // Held: a turner is turning, so nobody is blocked. Never wait for it.
                     || lane.worker.try_lock().map_or(true, |worker| worker.is_none())
@@ -406,10 +423,10 @@ impl Runtime {
                     continue;
                 }
                 // Hand the lane to a new turner; the blocked thread exits after its call.
-                let next = epoch + 1;
+                let next = tag + 1;
                 lane.epoch.store(next, Ordering::SeqCst);
                 if self.spawn_turner(index, next).is_err() {
-                    lane.epoch.store(epoch, Ordering::SeqCst);
+                    lane.epoch.store(tag, Ordering::SeqCst);
                 }
             }
             if any_busy || idle_ticks < MONITOR_LINGER {
@@ -421,7 +438,7 @@ impl Runtime {
             }
             idle_ticks = 0;
             self.monitor_parked.store(true, Ordering::SeqCst);
-            let busy_now = self.lanes.iter().any(|lane| lock(&lane.busy).is_some());
+            let busy_now = self.lanes.iter().any(|lane| lane.busy.load(Ordering::SeqCst) != IDLE);
             if busy_now || self.stopping.load(Ordering::SeqCst) {
                 self.monitor_parked.store(false, Ordering::SeqCst);
                 continue;

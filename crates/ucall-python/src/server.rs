@@ -65,7 +65,7 @@ impl Handler for Entry {
         };
         if let Err(job) = runtime::collect(job) {
             Python::attach(|py| {
-                if let Some(started) = job.procedure.run(py, job.params.as_deref(), job.reply) {
+                if let Some(started) = job.procedure.run(py, job.params.as_deref(), job.reply, false) {
                     if let Some(submit) = &self.0.hooks.submit {
                         let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
                     }
@@ -100,7 +100,19 @@ impl Procedure {
 
     /// Run one deferred call and complete its reply. For an `async def` procedure, returns
     /// `(coroutine, reply)` to be started on the asyncio loop instead.
-    pub fn run<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
+    ///
+    /// `timed`: measure the call for [`Procedure::trusted`] (pinned workers only; reading
+    /// the clock costs more than the rest of a quick call's bookkeeping).
+    pub fn run<'py>(
+        &self,
+        py: Python<'py>,
+        params: Option<&str>,
+        reply: Deferred,
+        timed: bool,
+    ) -> Option<Bound<'py, PyAny>> {
+        if !timed {
+            return self.run_timed(py, params, reply);
+        }
         let started = Instant::now();
         let out = self.run_timed(py, params, reply);
         if started.elapsed() >= SLOW_CALL {
