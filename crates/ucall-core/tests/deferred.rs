@@ -276,3 +276,40 @@ fn slow_procedures_on_other_threads_do_not_stall_the_worker() {
         "8 slow calls took {total:?}, not about one sleep of {SLEEP:?}"
     );
 }
+
+/// A client that sends its requests and half-closes at once still gets every reply,
+/// including those that complete after the half-close.
+#[test]
+fn a_half_closed_client_still_gets_replies_completed_later() {
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .handler("slow", |_: &Call<'_>, reply: &mut Reply<'_>| {
+                let deferred = reply.defer()?;
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    deferred.json("late");
+                });
+                Ok(())
+            })
+            .bind()
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"slow\",\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"slow\",\"id\":2}\n")
+            .unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut replies = String::new();
+        stream.read_to_string(&mut replies).unwrap();
+        assert_eq!(
+            replies,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"late\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":\"late\"}\n",
+            "{engine:?}"
+        );
+    }
+}

@@ -356,7 +356,8 @@ impl PollWorker {
             // Half-closed by the client: what it sent is answered, the rest is never coming.
             conn.session.end_of_input(&mut conn.out);
             conn.closing = true;
-            if !has_output(conn) || flush(conn).is_err() {
+            // Replies still awaited (holes) keep the connection open until they are sent.
+            if has_output(conn) && flush(conn).is_err() {
                 failed = true;
             }
         }
