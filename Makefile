@@ -44,9 +44,7 @@ test-python:  ## Python suite against the live spec server, on each engine
 .PHONY: test-python-api
 test-python-api: python  ## The Python package's suite (tests/python_api), then the shared vectors against a Python server
 	$(PY) -m pytest tests/python_api -q
-	# test_tls.py is left out here: the Python front end takes no TLS options yet.
-	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q \
-		--ignore=tests/python/test_tls.py
+	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: lint
 lint:  ## rustfmt check and clippy with warnings as errors
