@@ -56,7 +56,7 @@ SERVER_CPU = 0
 CLIENT_CPU = 1
 # Chosen so that `make bench` ends within 20 minutes and `make bench-quick` within 2 on a
 # two-core machine, with every server of the table.
-FULL_DURATION, FULL_WARMUP = 1.5, 0.5
+FULL_DURATION, FULL_WARMUP = 1.2, 0.4
 QUICK_DURATION, QUICK_WARMUP = 0.5, 0.25
 LOADAVG_LIMIT = 2.5
 # Also disturbed: other processes used more than this share of one CPU during the run.
@@ -82,6 +82,10 @@ class Endpoint:
     dialect: str = "jsonrpc"
     path: str | None = None  # the HTTP target (the WebSocket's, for "ws"); None: the workload's
 
+
+# A self-signed certificate for 127.0.0.1, made by make_certificate() for each run.
+TLS_DIR = BENCH_DIR / "tls"
+TLS_ARGS = ("--tls-cert", "target/bench/tls/cert.pem", "--tls-key", "target/bench/tls/key.pem")
 
 # Every procedure of examples/rust/src/bin/bench_server.rs and benches/peers/procs.py.
 ALL_METHODS = frozenset({"sum", "echo", "fibonacci", "hash_complex", "std_dev", "average_container", "gen_rand_ints"})
@@ -146,6 +150,7 @@ SERVERS: list[Server] = [
             "http": Endpoint(SUM_SERVER_POLL),
             "tcp": Endpoint(SUM_SERVER_POLL),
             "ws": Endpoint(SUM_SERVER_POLL),
+            "https": Endpoint((*SUM_SERVER_POLL, *TLS_ARGS)),
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
@@ -157,6 +162,7 @@ SERVERS: list[Server] = [
             "http": Endpoint(SUM_SERVER_URING),
             "tcp": Endpoint(SUM_SERVER_URING),
             "ws": Endpoint(SUM_SERVER_URING),
+            "https": Endpoint((*SUM_SERVER_URING, *TLS_ARGS)),
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
@@ -199,7 +205,10 @@ SERVERS: list[Server] = [
     Server(
         name="fastapi-rest",
         description="FastAPI on uvicorn (uvloop, httptools), 1 process, async REST endpoints (POST /sum with {a, b})",
-        endpoints={"http": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py"), dialect="rest")},
+        endpoints={
+            "http": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py"), dialect="rest"),
+            "https": Endpoint((PEERS_PY, "benches/peers/fastapi_app.py", *TLS_ARGS), dialect="rest"),
+        },
         peer=True,
         methods=ALL_METHODS,
         needs="fastapi",
@@ -394,6 +403,17 @@ WORKLOADS: list[Workload] = [
     Workload(
         "tcp-sum-32conn", "sum over raw TCP, 32 connections", "tcp", "rps", ("--connections", "32"), group="tcp", quick=True
     ),
+    Workload("tls-sum-1conn", "sum over HTTPS, 1 connection", "https", "p50", ("--connections", "1"), group="tls"),
+    Workload("tls-sum-32conn", "sum over HTTPS, 32 connections", "https", "rps", ("--connections", "32"), group="tls"),
+    Workload(
+        "tls-sum-newconn",
+        "sum over HTTPS, a new connection (and TLS handshake) per request, 32 at once",
+        "https",
+        "rps",
+        ("--connections", "32", "--new-connection"),
+        group="tls",
+        dialects=("jsonrpc", "rest"),
+    ),
     Workload("ws-sum-1conn", "sum over WebSocket, 1 connection", "ws", "p50", ("--connections", "1"), group="ws"),
     Workload(
         "ws-sum-32conn",
@@ -420,6 +440,7 @@ GROUPS = {
     "rpc.hpp": "The rpc.hpp set",
     "tcp": "sum(a, b) over raw TCP",
     "ws": "sum(a, b) over WebSocket",
+    "tls": "sum(a, b) over HTTPS (TLS 1.3, rustls defaults in the client)",
 }
 
 METRICS = {
@@ -720,14 +741,17 @@ def run_load_tool(cmd: list[str], s: Settings) -> dict:
 
 
 def run_ucall_load(addr: str, wl: Workload, ep: Endpoint, s: Settings) -> dict:
-    cmd = ["taskset", "-c", str(CLIENT_CPU), str(LOAD_BIN), "--addr", addr, "--proto", wl.proto]
+    proto, tls = ("http", True) if wl.proto == "https" else (wl.proto, False)
+    cmd = ["taskset", "-c", str(CLIENT_CPU), str(LOAD_BIN), "--addr", addr, "--proto", proto]
+    if tls:
+        cmd.append("--tls")
     cmd += [*wl.load_args, "--duration", str(s.duration), "--warmup", str(s.warmup)]
     if wl.scenario:
         cmd += ["--scenario", wl.scenario, "--dialect", ep.dialect]
     else:
         req = request_for(wl, ep)
         cmd += ["--body", str(body_file(wl, req))]
-        if wl.proto in ("http", "ws"):
+        if wl.proto in ("http", "https", "ws"):
             cmd += ["--path", ep.path or req.path]
         if wl.batch > 1:
             cmd += ["--batch", str(wl.batch)]
@@ -757,6 +781,25 @@ def peer_status() -> dict[str, str]:
         return json.loads(PEERS_STATUS.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def make_certificate(servers: list[Server]) -> None:
+    """A fresh self-signed certificate for the servers' TLS endpoints (openssl)."""
+    if not any("https" in s.endpoints for s in servers):
+        return
+    if not shutil.which("openssl"):
+        say("openssl is missing: the TLS workloads will fail (apt-get install openssl)")
+        return
+    TLS_DIR.mkdir(parents=True, exist_ok=True)
+    run_checked(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-keyout", str(TLS_DIR / "key.pem"), "-out", str(TLS_DIR / "cert.pem"), "-days", "2", "-nodes",
+            "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def setup_peers(servers: list[Server]) -> None:
@@ -1210,6 +1253,7 @@ def main() -> int:
             build(servers)
             build_grpc(servers)
             setup_peers(servers)
+        make_certificate(servers)
         return bench(servers, workloads, settings)
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
@@ -1343,7 +1387,12 @@ def short_failure(error: str) -> str:
     m = re.search(r"exited \((-?\d+)\)", error)
     if m:
         code = int(m.group(1))
-        return f"failed: crashed (signal {-code})" if code < 0 else f"failed: exited ({code})"
+        if code < 0:
+            return f"failed: crashed (signal {-code})"
+        # The server's own last words, when it printed any.
+        said = [line.strip() for line in error.split("before listening:", 1)[-1].splitlines() if line.strip()]
+        why = said[-1].removeprefix("error: ") if "before listening:" in error and said else ""
+        return f"failed: exited ({code})" + (f": {why[:100]}" if why else "")
     if "no 'listening on' line" in error:
         return "failed: did not start"
     return "failed: " + error.strip().splitlines()[0][:80]

@@ -78,6 +78,11 @@ async def ws(socket: WebSocket) -> None:
 
 
 if __name__ == "__main__":
+    # Optional: --tls-cert CERT --tls-key KEY serves HTTPS.
+    args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    tls = {"ssl_certfile": args["--tls-cert"], "ssl_keyfile": args["--tls-key"]} if "--tls-cert" in args else {}
     port = free_port()
-    announce_when_ready(port, "fastapi on uvicorn, uvloop + httptools, 1 process")
-    uvicorn.run(app, host=HOST, port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+    announce_when_ready(port, "fastapi on uvicorn, uvloop + httptools, 1 process" + (", TLS" if tls else ""))
+    uvicorn.run(
+        app, host=HOST, port=port, loop="uvloop", http="httptools", log_level="warning", access_log=False, **tls
+    )

@@ -9,12 +9,16 @@
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
 
 use crate::framing::{ws_client_frame, Framer, FramingError, HttpFramer, LineFramer, WsFramer, WS_SWITCHED};
 
@@ -81,6 +85,8 @@ pub struct Config {
     pub cpu: Option<usize>,
     /// A reply whose payload lacks this is counted as an error.
     pub expect: Option<Vec<u8>>,
+    /// Speak TLS (any server certificate is accepted).
+    pub tls: bool,
 }
 
 impl Config {
@@ -99,6 +105,7 @@ impl Config {
             threads: 1,
             cpu: None,
             expect: None,
+            tls: false,
         }
     }
 
@@ -167,6 +174,95 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Accepts any server certificate. The benchmarks run on loopback against a certificate
+/// made for the run: what they measure is the cost of TLS, not who the server is.
+/// Signatures are still checked, so the handshake does all of its usual work.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS settings of the load generator: rustls defaults (TLS 1.3 and 1.2, session
+/// resumption), any server certificate accepted.
+pub fn tls_client_config() -> io::Result<Arc<ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Reads plaintext from a TLS connection over a non-blocking socket, like `read` on
+/// the socket itself: `Ok(0)` at the end, `WouldBlock` when the socket has nothing more.
+fn tls_read(stream: &mut TcpStream, tls: &mut ClientConnection, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match tls.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) => return Err(e),
+        }
+        match tls.read_tls(stream) {
+            Ok(0) => return Ok(0),
+            Ok(_) => {
+                tls.process_new_packets()
+                    .map_err(|e| io::Error::new(ErrorKind::InvalidData, e))?;
+                // Handshake messages to answer, or data queued until the handshake ended.
+                tls_flush(stream, tls)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends what the TLS connection has ready, until the socket would block.
+fn tls_flush(stream: &mut TcpStream, tls: &mut ClientConnection) -> io::Result<()> {
+    while tls.wants_write() {
+        match tls.write_tls(stream) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Errors counted during the measured interval, by cause.
@@ -414,6 +510,8 @@ pub fn run(config: &Config) -> io::Result<Report> {
 /// One connection's state.
 struct Conn {
     stream: Option<TcpStream>,
+    /// The TLS session over `stream`, with --tls.
+    tls: Option<ClientConnection>,
     /// Connect in progress: wait for writability and check the outcome.
     connecting: bool,
     /// Received bytes; `rbuf[rstart..rend]` is not consumed yet.
@@ -443,6 +541,7 @@ enum Outcome {
 /// One worker thread: some connections and a poll.
 struct Worker<'a> {
     config: &'a Config,
+    tls: Option<Arc<ClientConfig>>,
     request: Vec<u8>,
     poll: Poll,
     conns: Vec<Conn>,
@@ -459,6 +558,7 @@ impl<'a> Worker<'a> {
         let conns = (0..count)
             .map(|_| Conn {
                 stream: None,
+                tls: None,
                 connecting: false,
                 rbuf: vec![0; READ_BUF],
                 rstart: 0,
@@ -472,6 +572,7 @@ impl<'a> Worker<'a> {
             .collect();
         Ok(Worker {
             config,
+            tls: if config.tls { Some(tls_client_config()?) } else { None },
             request,
             poll: Poll::new()?,
             conns,
@@ -554,6 +655,13 @@ impl<'a> Worker<'a> {
             .registry()
             .register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)?;
         conn.stream = Some(stream);
+        if let Some(tls) = &self.tls {
+            let name = ServerName::IpAddress(self.config.addr.ip().into());
+            let mut session = ClientConnection::new(tls.clone(), name).map_err(io::Error::other)?;
+            // Requests written before the handshake ends wait in rustls, whatever their size.
+            session.set_buffer_limit(None);
+            conn.tls = Some(session);
+        }
         conn.connecting = true;
         self.stats.connects += 1;
         if self.config.proto == Protocol::Ws {
@@ -571,6 +679,7 @@ impl<'a> Worker<'a> {
     /// Drops connection `i` (if open), counting requests still in flight as lost.
     fn close(&mut self, i: usize) {
         let conn = &mut self.conns[i];
+        conn.tls = None;
         if let Some(mut stream) = conn.stream.take() {
             let _ = self.poll.registry().deregister(&mut stream);
             let _ = stream.shutdown(Shutdown::Both);
@@ -636,7 +745,11 @@ impl<'a> Worker<'a> {
                     }
                 }
                 let space = conn.rbuf.len() - conn.rend;
-                let n = match stream.read(&mut conn.rbuf[conn.rend..]) {
+                let got = match conn.tls.as_mut() {
+                    Some(tls) => tls_read(stream, tls, &mut conn.rbuf[conn.rend..]),
+                    None => stream.read(&mut conn.rbuf[conn.rend..]),
+                };
+                let n = match got {
                     Ok(0) => {
                         eof = true;
                         0
@@ -700,7 +813,8 @@ impl<'a> Worker<'a> {
                 }
                 // A short read drained the socket; the next arrival raises a new
                 // edge. Only when the peer has closed must we read on to the end.
-                if eof || (n < space && !read_closed) {
+                // (With TLS a short read says nothing about the socket: read on.)
+                if eof || (n < space && !read_closed && conn.tls.is_none()) {
                     break;
                 }
             }
@@ -716,7 +830,14 @@ impl<'a> Worker<'a> {
 
         // Send what is queued.
         while conn.wpos < conn.wbuf.len() {
-            match stream.write(&conn.wbuf[conn.wpos..]) {
+            let sent = match conn.tls.as_mut() {
+                Some(tls) => tls
+                    .writer()
+                    .write(&conn.wbuf[conn.wpos..])
+                    .and_then(|n| tls_flush(stream, tls).map(|()| n)),
+                None => stream.write(&conn.wbuf[conn.wpos..]),
+            };
+            match sent {
                 Ok(0) => return Outcome::Failed,
                 Ok(n) => conn.wpos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -727,6 +848,12 @@ impl<'a> Worker<'a> {
         if conn.wpos == conn.wbuf.len() {
             conn.wbuf.clear();
             conn.wpos = 0;
+        }
+        // TLS records the socket could not take yet: this runs again when it can.
+        if let Some(tls) = conn.tls.as_mut() {
+            if tls_flush(stream, tls).is_err() {
+                return Outcome::Failed;
+            }
         }
         Outcome::Open
     }
@@ -975,6 +1102,83 @@ mod tests {
         assert!(r.requests > 0);
         assert_eq!(r.errors.total(), 0, "{r:?}");
         stop.store(true, Ordering::Relaxed);
+    }
+
+    /// A blocking HTTPS server (rustls, a certificate made for the test) answering every
+    /// request with REPLY, one thread per connection.
+    fn serve_tls() -> SocketAddr {
+        use rustls::pki_types::PrivateKeyDer;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![cert.der().clone()],
+                    PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+                )
+                .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        thread::spawn(move || {
+            for sock in listener.incoming() {
+                let Ok(sock) = sock else { return };
+                let config = config.clone();
+                thread::spawn(move || {
+                    let conn = rustls::ServerConnection::new(config).unwrap();
+                    let mut reader = io::BufReader::new(rustls::StreamOwned::new(conn, sock));
+                    let mut line = String::new();
+                    loop {
+                        let mut length = 0;
+                        loop {
+                            line.clear();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap();
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        let mut reply =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", REPLY.len()).into_bytes();
+                        reply.extend_from_slice(REPLY);
+                        if reader.get_mut().write_all(&reply).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn loads_https_server() {
+        let addr = serve_tls();
+        for (pipeline, new_connection) in [(4, false), (1, true)] {
+            let mut c = quick(addr, Protocol::Http);
+            c.tls = true;
+            c.connections = 2;
+            c.pipeline = pipeline;
+            c.new_connection = new_connection;
+            let r = run(&c).unwrap();
+            assert!(r.requests > 0);
+            assert_eq!(r.errors.total(), 0, "{r:?}");
+        }
     }
 
     #[test]

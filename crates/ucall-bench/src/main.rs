@@ -89,6 +89,10 @@ struct Args {
     /// Send the body N times in one JSON array (a JSON-RPC batch); figures also count calls.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// Speak TLS over each connection (HTTP, raw TCP or WebSocket); any server
+    /// certificate is accepted.
+    #[arg(long)]
+    tls: bool,
     /// Run dependent call chains instead of repeating one request (HTTP only).
     #[arg(long, value_enum)]
     scenario: Option<Scenario>,
@@ -148,6 +152,7 @@ fn config(args: &Args) -> Result<Config, String> {
     config.threads = args.threads;
     config.cpu = args.cpu;
     config.expect = args.expect.as_ref().map(|s| s.clone().into_bytes());
+    config.tls = args.tls;
     Ok(config)
 }
 
@@ -155,6 +160,7 @@ fn json_report(config: &Config, batch: usize, r: &Report) -> serde_json::Value {
     serde_json::json!({
         "addr": config.addr.to_string(),
         "proto": config.proto.name(),
+        "tls": config.tls,
         "connections": config.connections,
         "pipeline": config.pipeline,
         "new_connection": config.new_connection,
@@ -267,8 +273,9 @@ fn main() -> ExitCode {
 }
 
 fn run_chain(args: &Args, config: &Config) -> ExitCode {
-    if config.proto != Protocol::Http || config.pipeline != 1 || config.new_connection || args.batch != 1 {
-        eprintln!("ucall-load: --scenario runs over HTTP, without --pipeline, --new-connection or --batch");
+    if config.proto != Protocol::Http || config.pipeline != 1 || config.new_connection || args.batch != 1 || config.tls
+    {
+        eprintln!("ucall-load: --scenario runs over plain HTTP, without --pipeline, --new-connection or --batch");
         return ExitCode::from(2);
     }
     let mut chain = ChainConfig::sequential(config.addr);
