@@ -71,6 +71,10 @@ const GOODBYE_GRACE: Duration = Duration::from_millis(500);
 /// Replies of at least this many bytes go with `SEND_ZC`: the kernel sends from our pages
 /// instead of copying them. Not on a loopback listener (see [`zero_copy_wanted`]).
 const ZC_THRESHOLD: usize = 256 << 10;
+/// Sends up to this size count as small: they fit the socket buffer and complete at once.
+const SMALL_SEND: usize = 64 << 10;
+/// Longest wait for the completion that should follow small sends (see `enter`).
+const SEND_WAIT_CAP: Duration = Duration::from_millis(10);
 /// Receive buffers per worker, and the size of each (4 MiB per worker in all).
 const RECV_BUFFERS: u16 = 128;
 const RECV_BUFFER_SIZE: u32 = 32 << 10;
@@ -631,6 +635,9 @@ pub(crate) struct UringWorker {
     cqes: Vec<cqueue::Entry>,
     /// Multishot receive works (else one receive per completion, re-armed).
     multishot_recv: bool,
+    /// Small sends queued since the last wait, and whether a large one was.
+    small_sends: usize,
+    large_send: bool,
     send_zc: bool,
     sendmsg_zc: bool,
     scratch: Scratch,
@@ -690,6 +697,8 @@ impl UringWorker {
             touched: Vec::new(),
             cqes: Vec::with_capacity(CQ_ENTRIES as usize),
             multishot_recv: features.multishot_recv,
+            small_sends: 0,
+            large_send: false,
             send_zc: features.send_zc && zero_copy,
             sendmsg_zc: features.sendmsg_zc && zero_copy,
             scratch: Scratch::default(),
@@ -771,8 +780,21 @@ impl UringWorker {
     }
 
     /// Submit what is queued and wait for at least one completion, or `timeout`.
+    ///
+    /// Small sends submitted here complete at once, each with a completion of its own, and
+    /// a wait for one completion would return with only those. So the wait asks for one
+    /// completion more than the small sends, typically the next request, and a request
+    /// costs one `io_uring_enter`. A send that does not complete at once (a full socket)
+    /// could leave that count short: the wait is then capped at [`SEND_WAIT_CAP`].
     fn enter(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.flush_backlog();
+        let sends = std::mem::take(&mut self.small_sends);
+        let (want, timeout) = if sends > 0 && !std::mem::take(&mut self.large_send) {
+            (sends + 1, Some(timeout.map_or(SEND_WAIT_CAP, |t| t.min(SEND_WAIT_CAP))))
+        } else {
+            self.large_send = false;
+            (1, timeout)
+        };
         let result = match timeout {
             None => self.ring.submit_and_wait(1),
             Some(timeout) => {
@@ -780,7 +802,7 @@ impl UringWorker {
                     .sec(timeout.as_secs())
                     .nsec(timeout.subsec_nanos());
                 let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
+                self.ring.submitter().submit_with_args(want, &args)
             }
         };
         match result {
@@ -1267,6 +1289,11 @@ impl UringWorker {
             }
         };
         conn.send_inflight = true;
+        if total <= SMALL_SEND {
+            self.small_sends += 1;
+        } else {
+            self.large_send = true;
+        }
         let entry = entry.user_data(token(Op::Send, key, short_generation(conn.generation)));
         // SAFETY: the send reads the ranges of `conn.sending` listed in `slices` (and, when
         // vectored, `conn.msg`): heap memory that nothing writes, swaps out or frees while
