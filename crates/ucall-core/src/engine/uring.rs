@@ -9,8 +9,9 @@
 //!   to the session; only an unfinished request's tail is copied into the connection.
 //! - **Send**: replies collect in the connection's output while a send is in flight, then
 //!   leave together with one `SEND`/`SENDMSG` (or their zero-copy forms above
-//!   [`ZC_THRESHOLD`]). Submissions of every connection queue in the ring and reach the
-//!   kernel with the next wait: one system call per turn, however many connections.
+//!   [`ZC_THRESHOLD`], except on loopback). Submissions of every connection queue in the
+//!   ring and reach the kernel with the next wait: one system call per turn, however many
+//!   connections (see [`UringWorker::enter`]).
 //! - **Wake**: an eventfd read stays armed, so [`wake_all`] (stop) and deferred replies
 //!   completed on other threads interrupt the wait.
 //! - No busy polling: the thread sleeps in `io_uring_enter` until a completion or the next
