@@ -177,6 +177,7 @@ SERVERS: list[Server] = [
             "tcp": Endpoint(SUM_C_POLL),
         },
         build=("capi:examples/c/sum.c",),
+        methods=frozenset({"sum", "echo"}),
     ),
     Server(
         name="ucall-python",
@@ -194,6 +195,7 @@ SERVERS: list[Server] = [
             "tcp": Endpoint((*SUM_C_POLL[:-1], "uring")),
         },
         build=("capi:examples/c/sum.c",),
+        methods=frozenset({"sum", "echo"}),
     ),
     Server(
         name="ucall-python-uring",
