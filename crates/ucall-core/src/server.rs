@@ -179,6 +179,13 @@ impl ServerBuilder {
         self
     }
 
+    /// Exchanges (requests, batches or WebSocket messages) served on one connection
+    /// before it is closed cleanly; see [`Limits::max_exchanges_per_connection`].
+    pub fn max_exchanges_per_connection(mut self, exchanges: u32) -> Self {
+        self.config.limits.max_exchanges_per_connection = Some(exchanges);
+        self
+    }
+
     /// Most connections open at once.
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.config.max_connections = connections;
@@ -260,7 +267,11 @@ impl ServerBuilder {
         if config.threads == 0 {
             config.threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         }
-        if config.limits.max_batch == 0 || config.limits.max_body_bytes == 0 || config.limits.max_head_bytes < 64 {
+        if config.limits.max_batch == 0
+            || config.limits.max_body_bytes == 0
+            || config.limits.max_head_bytes < 64
+            || config.limits.max_exchanges_per_connection == Some(0)
+        {
             return Err(Error::config(
                 "limits must be positive (and max_head_bytes at least 64)",
             ));

@@ -24,6 +24,12 @@ pub struct Limits {
     pub max_head_bytes: usize,
     /// Most requests in one batch.
     pub max_batch: usize,
+    /// Exchanges served on one connection before it is closed: each HTTP request, raw TCP
+    /// JSON text or WebSocket message (a batch is one) counts once, answered or not. The
+    /// last reply over HTTP says `Connection: close`, a WebSocket gets a Close frame with
+    /// 1000 after it, and the connection closes once its replies are flushed; requests the
+    /// client sent beyond it are not read. `None` (the default): no limit.
+    pub max_exchanges_per_connection: Option<u32>,
 }
 
 impl Default for Limits {
@@ -32,6 +38,7 @@ impl Default for Limits {
             max_body_bytes: 64 << 20,
             max_head_bytes: 16 << 10,
             max_batch: 1024,
+            max_exchanges_per_connection: None,
         }
     }
 }
@@ -131,6 +138,8 @@ pub struct Session {
     /// WebSocket: the message being reassembled (unmasked) and its opcode.
     ws_message: Vec<u8>,
     ws_opcode: Option<ws::Opcode>,
+    /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
+    exchanges: u32,
 }
 
 impl Default for Session {
@@ -156,7 +165,16 @@ impl Session {
             pending: Vec::new(),
             ws_message: Vec::new(),
             ws_opcode: None,
+            exchanges: 0,
         }
+    }
+
+    /// Count one exchange; whether it is the last this connection may have.
+    fn count_exchange(&mut self, limits: &Limits) -> bool {
+        self.exchanges = self.exchanges.saturating_add(1);
+        limits
+            .max_exchanges_per_connection
+            .is_some_and(|max| self.exchanges >= max)
     }
 
     /// Consume complete requests from `input`, appending their replies to `out`.
@@ -339,9 +357,10 @@ impl Session {
                 } else {
                     self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
                 }
+                let last = self.count_exchange(ctx.limits);
                 (
                     range.end,
-                    if outcome == Outcome::ParseError {
+                    if outcome == Outcome::ParseError || last {
                         Step::Close
                     } else {
                         Step::Progressed
@@ -513,7 +532,7 @@ impl Session {
                     if opcode == Some(ws::Opcode::Text) && std::str::from_utf8(&self.ws_message).is_err() {
                         return (0, self.ws_fail(out, ws::close::INVALID_PAYLOAD));
                     }
-                    self.answer_websocket(out, ctx);
+                    return (total, self.answer_websocket(out, ctx));
                 }
                 Step::Progressed
             }
@@ -521,8 +540,22 @@ impl Session {
         (total, step)
     }
 
-    /// Reply to the reassembled message as one text frame (nothing for notifications).
-    fn answer_websocket(&mut self, out: &mut OutBuf, ctx: &mut Context<'_>) {
+    /// Reply to the reassembled message as one text frame (nothing for notifications);
+    /// after the connection's last exchange, a Close frame (1000) follows.
+    fn answer_websocket(&mut self, out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.reply_websocket(out, ctx);
+        if self.count_exchange(ctx.limits) {
+            let data = out.data();
+            let start = data.len();
+            ws::frame(ws::Opcode::Close, &ws::close::NORMAL.to_be_bytes(), data);
+            let end = data.len();
+            out.commit(start..end);
+            return Step::Close;
+        }
+        Step::Progressed
+    }
+
+    fn reply_websocket(&mut self, out: &mut OutBuf, ctx: &mut Context<'_>) {
         let message = std::mem::take(&mut self.ws_message);
         let data = out.data();
         let reserved = data.len();
@@ -579,7 +612,8 @@ impl Session {
     }
 
     fn answer_http(&mut self, head: &RequestHead, body: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
-        let persistence = match (head.keep_alive, head.minor_version) {
+        let keep_alive = head.keep_alive && !self.count_exchange(ctx.limits);
+        let persistence = match (keep_alive, head.minor_version) {
             (false, _) => Persistence::Close,
             (true, 0) => Persistence::KeepAliveLegacy,
             (true, _) => Persistence::KeepAlive,
@@ -626,7 +660,7 @@ impl Session {
                 &mut ctx.scratch.jsonrpc.deferred,
             );
         }
-        if head.keep_alive {
+        if keep_alive {
             Step::Progressed
         } else {
             Step::Close

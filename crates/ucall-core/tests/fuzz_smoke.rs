@@ -163,6 +163,7 @@ fn sessions_survive_mutated_input_in_any_split() {
         max_body_bytes: 4096,
         max_head_bytes: 1024,
         max_batch: 8,
+        ..Limits::default()
     };
     let sink = Sink::new(|| {});
     let mut scratch = Scratch::default();

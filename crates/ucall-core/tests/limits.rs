@@ -218,6 +218,125 @@ fn a_batch_over_the_limit_is_one_error() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Exchanges per connection
+
+#[test]
+fn http_connections_close_after_their_last_exchange() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(3));
+        // One at a time: the third reply says `Connection: close`, then the server closes.
+        let mut http = Conn::to(&server);
+        for i in 0..3 {
+            let response = http.roundtrip(&post("/", subtract(10, i, i).as_bytes()));
+            assert_eq!(response.status, 200, "{response:?}");
+            assert_result(&response.body, &(10 - i).to_string(), &i.to_string());
+            assert_eq!(response.says_close(), i == 2, "exchange {}: {response:?}", i + 1);
+        }
+        http.expect_closed(Duration::from_secs(3));
+
+        // Pipelined in one write; a REST call and a notification (204) count too.
+        let mut pipelined = Conn::to(&server);
+        let mut requests = post("/", subtract(7, 1, 1).as_bytes());
+        requests.extend_from_slice(&common::get("/subtract?minuend=7&subtrahend=2"));
+        requests.extend_from_slice(&post("/", common::notification("notify_hello", "[7]").as_bytes()));
+        pipelined.send(&requests);
+        let first = pipelined.read_response();
+        assert_result(&first.body, "6", "1");
+        let second = pipelined.read_response();
+        assert_eq!((second.status, second.body.as_slice()), (200, &b"5"[..]), "{second:?}");
+        let third = pipelined.read_response();
+        assert_eq!(third.status, 204, "{third:?}");
+        assert!(!first.says_close() && !second.says_close(), "{first:?} {second:?}");
+        assert!(third.says_close(), "the last exchange says close: {third:?}");
+        pipelined.expect_closed(Duration::from_secs(3));
+
+        // Each connection counts its own: a new one is served again.
+        let mut fresh = Conn::to(&server);
+        let response = fresh.roundtrip(&post("/", subtract(3, 1, 9).as_bytes()));
+        assert_result(&response.body, "2", "9");
+        assert!(!response.says_close(), "{response:?}");
+    });
+}
+
+#[test]
+fn raw_tcp_connections_close_after_their_last_exchange() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(3));
+        // A notification (no reply) and a batch (one exchange) count once each.
+        let mut tcp = Conn::to(&server);
+        tcp.send(format!("{}\n", common::notification("notify_hello", "[7]")).as_bytes());
+        tcp_subtract(&mut tcp, 8, 2, 1);
+        tcp.send(format!("{}\n", batch(2, 0)).as_bytes());
+        check_batch(&tcp.read_line(), 2, 0);
+        tcp.expect_closed(Duration::from_secs(3));
+
+        let mut one_write = Conn::to(&server);
+        one_write.send(format!("{}\n{}\n{}\n", subtract(5, 1, 1), subtract(5, 2, 2), subtract(5, 3, 3)).as_bytes());
+        for i in 1..=3 {
+            assert_result(&one_write.read_line(), &(5 - i).to_string(), &i.to_string());
+        }
+        one_write.expect_closed(Duration::from_secs(3));
+    });
+}
+
+/// A masked client text frame with a payload shorter than 126 bytes.
+fn ws_text(payload: &str) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
+    assert!(payload.len() < 126);
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&MASK);
+    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    frame
+}
+
+#[test]
+fn websocket_connections_close_after_their_last_message() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(2));
+        let mut ws = Conn::to(&server);
+        // The upgrade itself is no exchange; the two messages are.
+        let mut bytes = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            .to_vec();
+        bytes.extend_from_slice(&ws_text(&subtract(9, 1, 1)));
+        bytes.extend_from_slice(&ws_text(&subtract(9, 2, 2)));
+        ws.send(&bytes);
+        let upgrade = ws.read_response();
+        assert_eq!(upgrade.status, 101, "{upgrade:?}");
+        let rest = ws
+            .read_until_closed(Duration::from_secs(3))
+            .unwrap_or_else(|got| panic!("still open after two messages: {}", show(&got)));
+        // Server frames: unmasked, final, short here.
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < rest.len() {
+            assert!(rest.len() >= at + 2 && rest[at + 1] < 126, "frames: {}", show(&rest));
+            let end = at + 2 + usize::from(rest[at + 1]);
+            frames.push((rest[at], rest[at + 2..end].to_vec()));
+            at = end;
+        }
+        assert_eq!(frames.len(), 3, "two replies and a Close: {}", show(&rest));
+        assert_eq!(frames[0].0, 0x81);
+        assert_result(&frames[0].1, "8", "1");
+        assert_eq!(frames[1].0, 0x81);
+        assert_result(&frames[1].1, "7", "2");
+        assert_eq!(
+            frames[2],
+            (0x88, 1000u16.to_be_bytes().to_vec()),
+            "a Close frame with 1000"
+        );
+    });
+}
+
+#[test]
+fn zero_exchanges_per_connection_is_refused() {
+    let refused = common::builder(ucall_core::EngineKind::Poll)
+        .max_exchanges_per_connection(0)
+        .bind();
+    assert!(refused.is_err(), "a limit of zero exchanges would serve nothing");
+}
+
+// ---------------------------------------------------------------------------------------
 // Many clients, broken clients
 
 #[test]
