@@ -129,8 +129,11 @@ typedef struct ucall_config_t {
    */
   uint32_t max_lifetime_micro_seconds;
   /**
-   * Requests served per connection before it is closed. Not enforced by this version:
-   * any value is accepted and `UINT32_MAX` (no limit) is written back.
+   * Exchanges served on one connection before it is closed cleanly: each HTTP request,
+   * raw TCP JSON text or WebSocket message counts once (a batch is one, a notification
+   * too). The last HTTP reply says `Connection: close`, a WebSocket gets a Close frame
+   * with 1000 after its last reply, and the connection closes once its replies are
+   * flushed. 0 (default) or `UINT32_MAX`: no limit, written back as `UINT32_MAX`.
    */
   uint32_t max_lifetime_exchanges;
   /**

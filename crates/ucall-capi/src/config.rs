@@ -50,8 +50,11 @@ pub struct ucall_config_t {
     /// Longest time in microseconds a connection may sit without progress (idle
     /// keep-alive, stalled body, unread replies) before it is closed. Default 60 s.
     pub max_lifetime_micro_seconds: u32,
-    /// Requests served per connection before it is closed. Not enforced by this version:
-    /// any value is accepted and `UINT32_MAX` (no limit) is written back.
+    /// Exchanges served on one connection before it is closed cleanly: each HTTP request,
+    /// raw TCP JSON text or WebSocket message counts once (a batch is one, a notification
+    /// too). The last HTTP reply says `Connection: close`, a WebSocket gets a Close frame
+    /// with 1000 after its last reply, and the connection closes once its replies are
+    /// flushed. 0 (default) or `UINT32_MAX`: no limit, written back as `UINT32_MAX`.
     pub max_lifetime_exchanges: u32,
     /// Serve TLS. Not supported by this version yet: `true` makes `ucall_init()` fail
     /// with a message saying so (`ucall_last_error()`), rather than serve plain text.
@@ -198,7 +201,11 @@ impl ucall_config_t {
         core.max_connections = self.max_concurrent_connections as usize;
         core.idle_timeout = micros(self.max_lifetime_micro_seconds, core.idle_timeout);
         self.max_lifetime_micro_seconds = saturating_micros(core.idle_timeout);
-        self.max_lifetime_exchanges = u32::MAX;
+        core.limits.max_exchanges_per_connection = match self.max_lifetime_exchanges {
+            0 | u32::MAX => None,
+            exchanges => Some(exchanges),
+        };
+        self.max_lifetime_exchanges = core.limits.max_exchanges_per_connection.unwrap_or(u32::MAX);
         core.engine = match text_field("engine", self.engine)? {
             None => EngineKind::Auto,
             Some(name) => {
@@ -282,6 +289,7 @@ mod tests {
         assert_eq!(config.max_concurrent_connections, 10_000);
         assert_eq!(config.max_lifetime_micro_seconds, 60_000_000);
         assert_eq!(config.max_lifetime_exchanges, u32::MAX);
+        assert_eq!(settings.core.limits.max_exchanges_per_connection, None);
         assert_eq!(config.logs_file_descriptor, -1);
         assert_eq!(config.header_timeout_micro_seconds, 10_000_000);
         assert_eq!(config.max_body_bytes, 64 << 20);
@@ -291,6 +299,17 @@ mod tests {
             assert_eq!(CStr::from_ptr(config.logs_format), c"human");
         }
         assert!(settings.logs.is_none());
+    }
+
+    #[test]
+    fn max_lifetime_exchanges_maps_onto_the_core_limit() {
+        for (given, in_force, written_back) in [(0, None, u32::MAX), (u32::MAX, None, u32::MAX), (7, Some(7), 7)] {
+            let mut config = zeroed();
+            config.max_lifetime_exchanges = given;
+            let settings = config.settings().unwrap();
+            assert_eq!(settings.core.limits.max_exchanges_per_connection, in_force, "{given}");
+            assert_eq!(config.max_lifetime_exchanges, written_back, "{given}");
+        }
     }
 
     #[test]

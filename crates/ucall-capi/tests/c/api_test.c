@@ -209,6 +209,23 @@ static char const* exchange(int fd, char const* request) {
     return reply;
 }
 
+/* Everything the server sends until it closes, NUL-terminated; -1 when it is still open
+ * after the read time-out (or sends more than fits). */
+static ssize_t read_until_closed(int fd, char* buffer, size_t capacity) {
+    size_t used = 0;
+    for (;;) {
+        ssize_t got = read(fd, buffer + used, capacity - 1 - used);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got == 0 || (got < 0 && errno == ECONNRESET))
+            break;
+        if (got < 0 || (used += (size_t)got) + 1 == capacity)
+            return -1;
+    }
+    buffer[used] = 0;
+    return (ssize_t)used;
+}
+
 static void* serve(void* argument) {
     (void)argument;
     ucall_take_calls(the_server, 0);
@@ -395,11 +412,73 @@ static void test_free_waits_for_serving_threads(void) {
     CHECK(1, "free while serving");
 }
 
+/* max_lifetime_exchanges: the connection closes cleanly after that many exchanges. */
+static void test_exchanges_per_connection(void) {
+    static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}";
+    static char const tag_text[] = "7";
+    static char const tail[] = "\"id\":1,\"result\":7}";
+    ucall_config_t config;
+    pthread_t thread;
+    char request[512], received[4096];
+    char const *reply, *second, *close_header;
+    ssize_t length;
+    int fd;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.max_lifetime_exchanges = 2;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init with max_lifetime_exchanges");
+    if (!the_server)
+        return;
+    CHECK(config.max_lifetime_exchanges == 2, "the limit in force is written back: %u",
+          (unsigned)config.max_lifetime_exchanges);
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    pthread_create(&thread, NULL, serve, NULL);
+
+    /* Raw TCP: two replies, then the server closes without a word more. */
+    fd = connect_to(config.port);
+    reply = exchange(fd, call);
+    CHECK(strstr(reply, "\"result\":7") != NULL, "first exchange: %s", reply);
+    reply = exchange(fd, call);
+    CHECK(strstr(reply, "\"result\":7") != NULL, "second exchange: %s", reply);
+    length = read_until_closed(fd, received, sizeof received);
+    CHECK(length == 0, "raw TCP closes after the second exchange (%zd bytes more: %s)", length,
+          length > 0 ? received : "");
+    close(fd);
+
+    /* HTTP, two requests in one write: the second reply says Connection: close, then EOF. */
+    snprintf(request, sizeof request,
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s"
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(call), call, strlen(call), call);
+    fd = connect_to(config.port);
+    write_all(fd, request);
+    length = read_until_closed(fd, received, sizeof received);
+    CHECK(length > 0, "HTTP: the server closes after two replies");
+    if (length > 0) {
+        second = strstr(received + 1, "HTTP/1.1 200 OK");
+        close_header = strstr(received, "Connection: close\r\n");
+        CHECK(second != NULL && strstr(second + 1, "HTTP/1.1") == NULL, "exactly two replies: %s", received);
+        CHECK(close_header != NULL && second != NULL && close_header > second,
+              "only the last reply says Connection: close: %s", received);
+        CHECK((size_t)length > strlen(tail) && strcmp(received + length - strlen(tail), tail) == 0,
+              "the last reply is whole and nothing follows it: %s", received);
+    }
+    close(fd);
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
 int main(void) {
     test_version();
     test_init_failures();
     test_serving();
     test_free_waits_for_serving_threads();
+    test_exchanges_per_connection();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
