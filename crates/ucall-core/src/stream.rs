@@ -52,18 +52,29 @@ impl Framer {
                 start
             }
         };
-        for (i, &c) in input.iter().enumerate().skip(self.scanned) {
+        let mut i = self.scanned;
+        while i < input.len() {
             if self.in_string {
                 if self.escaped {
                     self.escaped = false;
-                } else if c == b'\\' {
+                    i += 1;
+                    continue;
+                }
+                // Strings are most of a large text (base64 payloads): jump to the next
+                // quote or backslash with SIMD instead of stepping byte by byte.
+                let Some(found) = memchr::memchr2(b'"', b'\\', &input[i..]) else {
+                    break;
+                };
+                i += found;
+                if input[i] == b'\\' {
                     self.escaped = true;
-                } else if c == b'"' {
+                } else {
                     self.in_string = false;
                 }
+                i += 1;
                 continue;
             }
-            match c {
+            match input[i] {
                 b'"' => self.in_string = true,
                 b'{' | b'[' => self.depth += 1,
                 b'}' | b']' => {
@@ -74,6 +85,7 @@ impl Framer {
                 }
                 _ => {}
             }
+            i += 1;
         }
         self.scanned = input.len();
         if input.len() - start > max_len {

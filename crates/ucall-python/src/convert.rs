@@ -7,7 +7,6 @@
 //! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
 //! Python `encode` hook that turns them into plain JSON values first.
 
-use base64::Engine as _;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -199,12 +198,7 @@ fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unseriali
 
 fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
-    let start = out.len();
-    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
-    let written = base64::engine::general_purpose::STANDARD
-        .encode_slice(bytes, &mut out[start..])
-        .unwrap_or(0);
-    out.truncate(start + written);
+    base64_simd::STANDARD.encode_append(bytes, out);
     out.push(b'"');
 }
 

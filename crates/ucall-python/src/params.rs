@@ -239,12 +239,7 @@ fn convert_param<'py>(
             .map(Bound::into_any)
             .map_err(|_| fail("a string")),
         Check::Bytes | Check::ByteArray if first == b'"' => {
-            let bytes = base64_param(raw).ok_or_else(|| fail("a base64 string"))?;
-            Ok(if param.check == Check::Bytes {
-                PyBytes::new(py, &bytes).into_any()
-            } else {
-                PyByteArray::new(py, &bytes).into_any()
-            })
+            base64_param(py, raw, param.check == Check::ByteArray).ok_or_else(|| fail("a base64 string"))
         }
         Check::Bytes | Check::ByteArray => Err(fail("a base64 string")),
         Check::Int => Err(fail("an integer")),
@@ -262,16 +257,31 @@ fn convert_param<'py>(
     }
 }
 
-/// The bytes of a base64 JSON string (standard alphabet, padded; JSON escapes allowed).
-fn base64_param(raw: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
+/// A base64 JSON string (standard alphabet, padded; JSON escapes allowed) decoded into a
+/// new `bytes` (or `bytearray`). SIMD decoding writes straight into the Python object:
+/// a 1.6 MB payload is neither copied nor zeroed on the way.
+fn base64_param<'py>(py: Python<'py>, raw: &str, bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let inner = raw.get(1..raw.len().checked_sub(1)?)?;
-    let engine = &base64::engine::general_purpose::STANDARD;
-    if inner.contains('\\') {
-        let decoded: String = serde_json::from_str(raw).ok()?;
-        return engine.decode(decoded.as_bytes()).ok();
+    let unescaped: String;
+    let text = if inner.contains('\\') {
+        unescaped = serde_json::from_str(raw).ok()?;
+        unescaped.as_bytes()
+    } else {
+        inner.as_bytes()
+    };
+    let engine = &base64_simd::STANDARD;
+    let len = engine.decoded_length(text).ok()?;
+    let decode = |buf: &mut [u8]| {
+        engine
+            .decode(text, base64_simd::Out::from_slice(buf))
+            .map(|_| ())
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("invalid base64"))
+    };
+    if bytearray {
+        PyByteArray::new_with(py, len, decode).ok().map(Bound::into_any)
+    } else {
+        PyBytes::new_with(py, len, decode).ok().map(Bound::into_any)
     }
-    engine.decode(inner.as_bytes()).ok()
 }
 
 /// An integer from JSON number text: exact at any size; an integral float is accepted.
