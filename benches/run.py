@@ -167,7 +167,6 @@ SERVERS: list[Server] = [
         },
         build=("cargo:ucall-examples",),
         methods=ALL_METHODS,
-        unsupported=(("https", "unsupported: no TLS on the uring engine yet"),),
     ),
     Server(
         name="ucall-c-poll",

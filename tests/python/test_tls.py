@@ -38,10 +38,9 @@ def certs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tls_server(certs):
-    # TLS runs on the poll engine (auto picks it for TLS servers).
+def tls_server(certs, engine):
     server = ServerProcess(
-        "auto", ("--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"))
+        engine, ("--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"))
     ).start()
     try:
         yield server

@@ -84,7 +84,6 @@ def test_published_tls_arguments(certs):
 
 
 def test_tls_beside_plaintext(make_server, certs):
-    # TLS runs on the poll engine (auto picks it for TLS servers; uring has no TLS yet).
     server = make_server(tls_cert=certs / "cert.pem", tls_key=certs / "key.pem", tls_port=0, engine="auto")
     server.route(lambda: "hi", name="hello")
     with server:

@@ -277,18 +277,6 @@ impl ServerBuilder {
             ));
         }
         let addr = resolve(&config.host, config.port)?;
-        // TLS runs on the poll engine for now.
-        if config.tls.is_some() {
-            match config.engine {
-                EngineKind::Uring => {
-                    return Err(Error::engine(
-                        "TLS is not available on the uring engine yet; use engine = auto or poll",
-                    ))
-                }
-                EngineKind::Auto => config.engine = EngineKind::Poll,
-                EngineKind::Poll => {}
-            }
-        }
         let tls = match &config.tls {
             None => None,
             Some(tls) => Some(TlsShared {

@@ -15,6 +15,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use ucall_core::{EngineKind, Server, ServerHandle, TlsConfig};
 
+mod common;
+
 struct Material {
     dir: PathBuf,
     ca: CertificateDer<'static>,
@@ -69,11 +71,11 @@ fn tls_config(m: &Material) -> TlsConfig {
     TlsConfig::new(m.path("server.pem"), m.path("server.key"))
 }
 
-fn serve(tls: TlsConfig, header_timeout: Duration) -> ServerHandle {
+fn serve(engine: EngineKind, tls: TlsConfig, header_timeout: Duration) -> ServerHandle {
     Server::builder()
         .port(0)
         .threads(2)
-        .engine(EngineKind::Poll)
+        .engine(engine)
         .header_timeout(header_timeout)
         .tls(tls)
         .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
@@ -143,142 +145,154 @@ const SUM_REPLY: &str = r#"{"jsonrpc":"2.0","id":1,"result":3}"#;
 
 #[test]
 fn http_and_raw_tcp_over_tls_1_3_and_1_2() {
-    let m = material("basic");
-    let server = serve(tls_config(&m), Duration::from_secs(10));
-    let addr = server.tls_addr().expect("TLS address");
-    assert_eq!(
-        addr,
-        server.local_addr(),
-        "without a port of its own, TLS takes the server's port"
-    );
-    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
-        let config = client(&m, versions, false);
-        let mut stream = connect(addr, &config);
-        assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
-        assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY, "keep-alive over TLS");
-        assert_eq!(stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
-        assert_eq!(stream.conn.protocol_version(), Some(versions[0].version));
-    }
-    let mut tcp = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
-    writeln!(tcp, "{SUM}").unwrap();
-    let mut line = String::new();
-    BufReader::new(&mut tcp).read_line(&mut line).unwrap();
-    assert_eq!(line, format!("{SUM_REPLY}\n"));
+    common::for_each_engine(|engine| {
+        let m = material(&format!("basic-{}", engine.name()));
+        let server = serve(engine, tls_config(&m), Duration::from_secs(10));
+        let addr = server.tls_addr().expect("TLS address");
+        assert_eq!(
+            addr,
+            server.local_addr(),
+            "without a port of its own, TLS takes the server's port"
+        );
+        for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+            let config = client(&m, versions, false);
+            let mut stream = connect(addr, &config);
+            assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
+            assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY, "keep-alive over TLS");
+            assert_eq!(stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+            assert_eq!(stream.conn.protocol_version(), Some(versions[0].version));
+        }
+        let mut tcp = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
+        writeln!(tcp, "{SUM}").unwrap();
+        let mut line = String::new();
+        BufReader::new(&mut tcp).read_line(&mut line).unwrap();
+        assert_eq!(line, format!("{SUM_REPLY}\n"));
+    });
 }
 
 #[test]
 fn a_1_6_megabyte_echo_over_tls() {
-    let m = material("large");
-    let server = serve(tls_config(&m), Duration::from_secs(10));
-    let mut stream = connect(
-        server.tls_addr().unwrap(),
-        &client(&m, &[&rustls::version::TLS13], false),
-    );
-    let blob = "z".repeat(1_600_000);
-    let reply = post(
-        &mut stream,
-        &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{blob}"],"id":2}}"#),
-    )
-    .unwrap();
-    assert_eq!(reply, format!(r#"{{"jsonrpc":"2.0","id":2,"result":"{blob}"}}"#));
+    common::for_each_engine(|engine| {
+        let m = material(&format!("large-{}", engine.name()));
+        let server = serve(engine, tls_config(&m), Duration::from_secs(10));
+        let mut stream = connect(
+            server.tls_addr().unwrap(),
+            &client(&m, &[&rustls::version::TLS13], false),
+        );
+        let blob = "z".repeat(1_600_000);
+        let reply = post(
+            &mut stream,
+            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{blob}"],"id":2}}"#),
+        )
+        .unwrap();
+        assert_eq!(reply, format!(r#"{{"jsonrpc":"2.0","id":2,"result":"{blob}"}}"#));
+    });
 }
 
 #[test]
 fn sessions_resume() {
-    let m = material("resume");
-    let server = serve(tls_config(&m), Duration::from_secs(10));
-    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
-        let config = client(&m, versions, false);
-        let mut first = connect(server.tls_addr().unwrap(), &config);
-        post(&mut first, SUM).unwrap();
-        assert_eq!(first.conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
-        let mut second = connect(server.tls_addr().unwrap(), &config);
-        post(&mut second, SUM).unwrap();
-        assert_eq!(
-            second.conn.handshake_kind(),
-            Some(rustls::HandshakeKind::Resumed),
-            "{versions:?}"
-        );
-    }
+    common::for_each_engine(|engine| {
+        let m = material(&format!("resume-{}", engine.name()));
+        let server = serve(engine, tls_config(&m), Duration::from_secs(10));
+        for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+            let config = client(&m, versions, false);
+            let mut first = connect(server.tls_addr().unwrap(), &config);
+            post(&mut first, SUM).unwrap();
+            assert_eq!(first.conn.handshake_kind(), Some(rustls::HandshakeKind::Full));
+            let mut second = connect(server.tls_addr().unwrap(), &config);
+            post(&mut second, SUM).unwrap();
+            assert_eq!(
+                second.conn.handshake_kind(),
+                Some(rustls::HandshakeKind::Resumed),
+                "{versions:?}"
+            );
+        }
+    });
 }
 
 #[test]
 fn client_certificates_are_required_when_a_ca_is_given() {
-    let m = material("mtls");
-    let mut tls = tls_config(&m);
-    tls.client_ca = Some(m.path("ca.pem"));
-    let server = serve(tls, Duration::from_secs(10));
-    let addr = server.tls_addr().unwrap();
-    let mut with = connect(addr, &client(&m, &[&rustls::version::TLS13], true));
-    assert_eq!(post(&mut with, SUM).unwrap(), SUM_REPLY);
-    let mut without = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
-    assert!(
-        post(&mut without, SUM).is_err(),
-        "a client without a certificate is refused"
-    );
+    common::for_each_engine(|engine| {
+        let m = material(&format!("mtls-{}", engine.name()));
+        let mut tls = tls_config(&m);
+        tls.client_ca = Some(m.path("ca.pem"));
+        let server = serve(engine, tls, Duration::from_secs(10));
+        let addr = server.tls_addr().unwrap();
+        let mut with = connect(addr, &client(&m, &[&rustls::version::TLS13], true));
+        assert_eq!(post(&mut with, SUM).unwrap(), SUM_REPLY);
+        let mut without = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
+        assert!(
+            post(&mut without, SUM).is_err(),
+            "a client without a certificate is refused"
+        );
+    });
 }
 
 #[test]
 fn plain_and_tls_on_two_ports_of_one_server() {
-    let m = material("ports");
-    let mut tls = tls_config(&m);
-    tls.port = Some(0);
-    let server = serve(tls, Duration::from_secs(10));
-    let (plain, secure) = (server.local_addr(), server.tls_addr().unwrap());
-    assert_ne!(plain.port(), secure.port());
-    let mut stream = connect(secure, &client(&m, &[&rustls::version::TLS13], false));
-    assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
-    let mut raw = TcpStream::connect(plain).unwrap();
-    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    writeln!(raw, "{SUM}").unwrap();
-    let mut line = String::new();
-    BufReader::new(&raw).read_line(&mut line).unwrap();
-    assert_eq!(line, format!("{SUM_REPLY}\n"), "the plain port stays plaintext");
-    let mut wrong = connect(plain, &client(&m, &[&rustls::version::TLS13], false));
-    assert!(post(&mut wrong, SUM).is_err(), "TLS on the plain port fails");
+    common::for_each_engine(|engine| {
+        let m = material(&format!("ports-{}", engine.name()));
+        let mut tls = tls_config(&m);
+        tls.port = Some(0);
+        let server = serve(engine, tls, Duration::from_secs(10));
+        let (plain, secure) = (server.local_addr(), server.tls_addr().unwrap());
+        assert_ne!(plain.port(), secure.port());
+        let mut stream = connect(secure, &client(&m, &[&rustls::version::TLS13], false));
+        assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
+        let mut raw = TcpStream::connect(plain).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        writeln!(raw, "{SUM}").unwrap();
+        let mut line = String::new();
+        BufReader::new(&raw).read_line(&mut line).unwrap();
+        assert_eq!(line, format!("{SUM_REPLY}\n"), "the plain port stays plaintext");
+        let mut wrong = connect(plain, &client(&m, &[&rustls::version::TLS13], false));
+        assert!(post(&mut wrong, SUM).is_err(), "TLS on the plain port fails");
+    });
 }
 
 #[test]
 fn plaintext_and_stalled_handshakes_disturb_no_one() {
-    let m = material("hostile");
-    let server = serve(tls_config(&m), Duration::from_millis(400));
-    let addr = server.tls_addr().unwrap();
-    let config = client(&m, &[&rustls::version::TLS13], false);
-    let mut good = connect(addr, &config);
-    assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+    common::for_each_engine(|engine| {
+        let m = material(&format!("hostile-{}", engine.name()));
+        let server = serve(engine, tls_config(&m), Duration::from_millis(400));
+        let addr = server.tls_addr().unwrap();
+        let config = client(&m, &[&rustls::version::TLS13], false);
+        let mut good = connect(addr, &config);
+        assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
 
-    let mut plaintext = TcpStream::connect(addr).unwrap();
-    plaintext.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    // The server may refuse after the first bytes, so the rest of the write can fail.
-    let _ = write!(
-        plaintext,
-        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{SUM}",
-        SUM.len()
-    );
-    let mut answer = Vec::new();
-    let _ = plaintext.read_to_end(&mut answer);
-    assert!(
-        !String::from_utf8_lossy(&answer).contains("result"),
-        "plaintext is never served on the TLS port"
-    );
+        let mut plaintext = TcpStream::connect(addr).unwrap();
+        plaintext.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // The server may refuse after the first bytes, so the rest of the write can fail.
+        let _ = write!(
+            plaintext,
+            "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{SUM}",
+            SUM.len()
+        );
+        let mut answer = Vec::new();
+        let _ = plaintext.read_to_end(&mut answer);
+        assert!(
+            !String::from_utf8_lossy(&answer).contains("result"),
+            "plaintext is never served on the TLS port"
+        );
 
-    let started = Instant::now();
-    let mut stalled = TcpStream::connect(addr).unwrap();
-    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    stalled.write_all(&[0x16, 0x03, 0x01]).unwrap(); // the start of a ClientHello, then nothing
-    assert_eq!(
-        post(&mut good, SUM).unwrap(),
-        SUM_REPLY,
-        "served while another handshake stalls"
-    );
-    let mut rest = Vec::new();
-    let _ = stalled.read_to_end(&mut rest);
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
-        "cut after {waited:?}"
-    );
-    assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+        let started = Instant::now();
+        let mut stalled = TcpStream::connect(addr).unwrap();
+        stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stalled.write_all(&[0x16, 0x03, 0x01]).unwrap(); // the start of a ClientHello, then nothing
+        assert_eq!(
+            post(&mut good, SUM).unwrap(),
+            SUM_REPLY,
+            "served while another handshake stalls"
+        );
+        let mut rest = Vec::new();
+        let _ = stalled.read_to_end(&mut rest);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+            "cut after {waited:?}"
+        );
+        assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+    });
 }
 
 #[test]

@@ -196,6 +196,20 @@ pub(crate) fn wake_all(shared: &Shared) {
     uring::wake_all(shared);
 }
 
+/// This worker's listener for the TLS port, when TLS has a port of its own
+/// (`TlsConfig::port`). The first worker to bind port 0 tells the others which port it got.
+fn separate_tls_listener(shared: &Shared) -> Result<Option<std::net::TcpListener>, Error> {
+    let Some(bound) = shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) else {
+        return Ok(None);
+    };
+    let mut bound = bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let listener = listen(*bound)?;
+    *bound = listener
+        .local_addr()
+        .map_err(|e| Error::io("cannot read the bound TLS address", e))?;
+    Ok(Some(listener))
+}
+
 /// A non-blocking listening socket with `SO_REUSEPORT`, so that each worker has its own.
 fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, Error> {
     use socket2::{Domain, Protocol, Socket, Type};

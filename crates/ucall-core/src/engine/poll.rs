@@ -121,15 +121,9 @@ impl PollWorker {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| Error::io("cannot register the listener", e))?;
-        let tls_listener = match shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) {
+        let tls_listener = match super::separate_tls_listener(&shared)? {
             None => None,
-            Some(bound) => {
-                let mut bound = bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let std_listener = super::listen(*bound)?;
-                // The first worker to bind port 0 tells the others which port it got.
-                *bound = std_listener
-                    .local_addr()
-                    .map_err(|e| Error::io("cannot read the bound TLS address", e))?;
+            Some(std_listener) => {
                 let mut tls_listener = TcpListener::from_std(std_listener);
                 poll.registry()
                     .register(&mut tls_listener, TLS_LISTENER, Interest::READABLE)

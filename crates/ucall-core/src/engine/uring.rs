@@ -57,6 +57,7 @@ use crate::error::Error;
 use crate::router::Router;
 use crate::server::Shared;
 use crate::session::{Context, Scratch, Session};
+use crate::tls::{Received, TlsSession};
 
 /// Stop processing a connection's requests while this much output waits to be sent.
 const OUTPUT_HIGH_WATER: usize = 1 << 20;
@@ -574,6 +575,10 @@ struct Conn {
     accepted_turn: u64,
     last_progress: Instant,
     head_started: Option<Instant>,
+    /// TLS state, on a TLS port: ciphertext in, plaintext to the session, and back.
+    tls: Option<Box<TlsSession>>,
+    /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
+    tls_done: bool,
 }
 
 impl Conn {
@@ -615,6 +620,11 @@ pub(crate) struct UringWorker {
     finishing: bool,
     listener: Option<std::net::TcpListener>,
     accept_armed: bool,
+    /// With a TLS port of its own (`TlsConfig::port`), its listener and accept.
+    tls_listener: Option<std::net::TcpListener>,
+    tls_accept_armed: bool,
+    /// Plaintext decrypted from one receive, before the session takes it.
+    tls_plain: Vec<u8>,
     /// Accepting stopped on an error (a full file table...): retry after a close or at
     /// this time.
     accept_retry: Option<Instant>,
@@ -671,6 +681,7 @@ impl UringWorker {
             .map_err(|e| Error::io("cannot register the receive buffer ring", e))?;
         let waker = Arc::new(EventFd::new().map_err(|e| Error::io("cannot create an eventfd", e))?);
         let zero_copy = zero_copy_wanted(&listener);
+        let tls_listener = super::separate_tls_listener(&shared)?;
         let sink = {
             let waker = Arc::clone(&waker);
             Sink::new(move || waker.wake())
@@ -685,6 +696,9 @@ impl UringWorker {
             finishing: false,
             listener: Some(listener),
             accept_armed: false,
+            tls_listener,
+            tls_accept_armed: false,
+            tls_plain: Vec::new(),
             accept_retry: None,
             bufs,
             waker,
@@ -748,7 +762,7 @@ impl UringWorker {
             self.finish();
             return false;
         }
-        if !self.accept_armed && self.listener.is_some() && self.accept_retry.is_none_or(|at| self.now >= at) {
+        if self.accept_retry.is_none_or(|at| self.now >= at) {
             self.arm_accept();
         }
         if self.next_scan.is_some_and(|at| self.now >= at) {
@@ -862,17 +876,43 @@ impl UringWorker {
         }
     }
 
+    /// Arm the multishot accept of each listener that has none armed.
     fn arm_accept(&mut self) {
-        let Some(listener) = &self.listener else { return };
-        let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
-            .allocate_file_index(true)
-            .build()
-            .user_data(token(Op::Accept, 0, 0));
-        self.accept_armed = true;
+        for tls_port in [false, true] {
+            let (listener, armed) = if tls_port {
+                (&self.tls_listener, self.tls_accept_armed)
+            } else {
+                (&self.listener, self.accept_armed)
+            };
+            let Some(listener) = listener else { continue };
+            if armed {
+                continue;
+            }
+            let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
+                .allocate_file_index(true)
+                .build()
+                .user_data(token(Op::Accept, usize::from(tls_port), 0));
+            if tls_port {
+                self.tls_accept_armed = true;
+            } else {
+                self.accept_armed = true;
+            }
+            // SAFETY: accept points to no memory (no address is asked for); the listener's
+            // descriptor is held by the kernel's own reference while the accept is armed.
+            unsafe { self.push(entry) };
+        }
         self.accept_retry = None;
-        // SAFETY: accept points to no memory (no address is asked for); the listener's
-        // descriptor is held by the kernel's own reference while the accept is armed.
-        unsafe { self.push(entry) };
+    }
+
+    /// Stop accepting: drop the listeners, cancelling their accepts.
+    fn stop_accepting(&mut self) {
+        if self.listener.take().is_some() && self.accept_armed {
+            self.cancel(token(Op::Accept, 0, 0));
+        }
+        if self.tls_listener.take().is_some() && self.tls_accept_armed {
+            self.cancel(token(Op::Accept, 1, 0));
+        }
+        self.accept_retry = None;
     }
 
     fn arm_wake(&mut self) {
@@ -951,7 +991,7 @@ impl UringWorker {
             return;
         };
         match op {
-            Op::Accept => self.on_accept(result, flags),
+            Op::Accept => self.on_accept(key == 1, result, flags),
             Op::Wake => {
                 if !self.finishing {
                     self.arm_wake();
@@ -1004,9 +1044,14 @@ impl UringWorker {
         }
     }
 
-    fn on_accept(&mut self, result: i32, flags: u32) {
+    /// A connection accepted on the plain listener, or with `tls_port` the separate TLS one.
+    fn on_accept(&mut self, tls_port: bool, result: i32, flags: u32) {
         if !cqueue::more(flags) {
-            self.accept_armed = false;
+            if tls_port {
+                self.tls_accept_armed = false;
+            } else {
+                self.accept_armed = false;
+            }
         }
         if result < 0 {
             if !cqueue::more(flags) && result != -libc::ECANCELED {
@@ -1025,6 +1070,17 @@ impl UringWorker {
             self.close_file(file, 0, 0);
             return;
         }
+        let tls = match self.shared.tls.as_ref() {
+            Some(tls) if tls_port || tls.separate.is_none() => match TlsSession::new(&tls.config) {
+                Ok(session) => Some(Box::new(session)),
+                Err(_) => {
+                    self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                    self.close_file(file, 0, 0);
+                    return;
+                }
+            },
+            _ => None,
+        };
         self.generation += 1;
         let now = self.now;
         let key = self.conns.insert(Conn {
@@ -1051,7 +1107,10 @@ impl UringWorker {
             touched: false,
             accepted_turn: self.turns,
             last_progress: now,
-            head_started: None,
+            // The handshake must finish within the header time-out.
+            head_started: tls.is_some().then_some(now),
+            tls,
+            tls_done: false,
         });
         self.arm_recv(key);
         let config = &self.shared.config;
@@ -1083,10 +1142,25 @@ impl UringWorker {
             if !conn.dead {
                 match result {
                     n if n > 0 => {
-                        let bytes = self.bufs.bytes(
+                        let mut bytes = self.bufs.bytes(
                             bid.expect("invariant: a receive with bytes names its buffer"),
                             n.unsigned_abs() as usize,
                         );
+                        if let Some(tls) = conn.tls.as_mut() {
+                            self.tls_plain.clear();
+                            match tls.receive(bytes, &mut self.tls_plain) {
+                                Ok(Received::Open) => {}
+                                Ok(Received::Closed) => conn.peer_closed = true,
+                                Err(_) => {
+                                    // Handshake failure, bad record, plaintext on a TLS port:
+                                    // send the alert rustls queued, then close. Nobody else
+                                    // is affected.
+                                    conn.tls_done = true;
+                                    conn.closing = true;
+                                }
+                            }
+                            bytes = &self.tls_plain;
+                        }
                         let mut ctx = Context {
                             router: &self.router,
                             limits: &shared.config.limits,
@@ -1201,6 +1275,13 @@ impl UringWorker {
         self.start_send(key);
         let Some(conn) = self.conns.get_mut(key) else { return };
         if conn.closing && conn.out.is_empty() && conn.sending.is_empty() && !conn.send_inflight {
+            if let Some(tls) = conn.tls.as_mut().filter(|_| !conn.tls_done) {
+                // A clean end the client can tell from a truncation; closed once it is sent.
+                tls.close();
+                conn.tls_done = true;
+                self.start_send(key);
+                return;
+            }
             self.close(key);
             return;
         }
@@ -1223,7 +1304,8 @@ impl UringWorker {
             conn.sending.shrink(OUTPUT_KEEP);
         }
         conn.out.shrink(OUTPUT_KEEP);
-        if conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog {
+        let handshaking = conn.tls.as_ref().is_some_and(|tls| tls.is_handshaking());
+        if handshaking || (conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog) {
             conn.head_started.get_or_insert(self.now);
         } else {
             conn.head_started = None;
@@ -1239,10 +1321,11 @@ impl UringWorker {
             return;
         }
         if conn.sending.is_empty() {
-            if !conn.out.has_sendable() {
+            if let Some(tls) = conn.tls.as_mut() {
+                seal_tls(tls, &mut conn.out, &mut conn.sending);
+            } else if !conn.out.has_sendable() {
                 return;
-            }
-            if conn.session.has_pending() {
+            } else if conn.session.has_pending() {
                 // `out` holds holes for deferred replies, which must stay where the session
                 // fills them: copy what precedes the first hole.
                 let mut slices = [IoSlice::new(&[]); MAX_IOV];
@@ -1384,11 +1467,8 @@ impl UringWorker {
     /// Graceful shutdown: stop accepting, close idle connections, let the others finish.
     /// Returns whether the worker is done.
     fn drain(&mut self) -> bool {
-        if self.listener.take().is_some() {
-            if self.accept_armed {
-                self.cancel(token(Op::Accept, 0, 0));
-            }
-            self.accept_retry = None;
+        if self.listener.is_some() || self.tls_listener.is_some() {
+            self.stop_accepting();
             self.drain_deadline = Some(self.now + self.shared.config.shutdown_timeout);
         }
         let turns = self.turns;
@@ -1423,9 +1503,7 @@ impl UringWorker {
         for key in keys {
             self.close(key);
         }
-        if self.listener.take().is_some() && self.accept_armed {
-            self.cancel(token(Op::Accept, 0, 0));
-        }
+        self.stop_accepting();
         if self.started {
             self.cancel(token(Op::Wake, 0, 0));
             let limit = Instant::now() + FINISH_LIMIT;
@@ -1498,6 +1576,33 @@ fn fd_limit() -> u32 {
         return 1024;
     }
     u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX)
+}
+
+/// TLS: encrypt the replies queued in `out` (up to the first hole) into `sending`, until
+/// the plaintext is all sealed or `sending` holds a large send's worth. rustls takes a
+/// bounded amount of plaintext at a time, so this alternates sealing and draining.
+fn seal_tls(tls: &mut TlsSession, out: &mut OutBuf, sending: &mut OutBuf) {
+    struct Into<'a>(&'a mut OutBuf);
+    impl io::Write for Into<'_> {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.push(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    loop {
+        // Writing into memory cannot fail or block.
+        let _ = tls.write_to(&mut Into(sending));
+        if !out.has_sendable() || sending.pending() >= OUTPUT_HIGH_WATER {
+            return;
+        }
+        tls.seal(out);
+        if !tls.wants_write() {
+            return;
+        }
+    }
 }
 
 /// Hand received bytes to the session; keep what it leaves (an unfinished request, or
