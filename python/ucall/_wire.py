@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from ucall.exceptions import ProtocolError
@@ -37,39 +38,71 @@ def http_request(body: bytes, host: str, port: int, path: str = "/") -> bytes:
     return head.encode("latin-1") + body
 
 
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+_SPACE_AT = re.compile(rb"[ \t\r\n]")
+_STRUCTURE = re.compile(rb'["{}\[\]]')
+_IN_STRING = re.compile(rb'["\\]')
+
+
+class TextEnd:
+    """Where one JSON text ends, found by regular expressions over the structural bytes
+    (a long string is one search) and resumed where the last look stopped, so a reply
+    that arrives in many pieces is scanned once in all."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
+        self.pos = start
+        self.depth = 0
+        self.in_string = False
+
+    def find(self, buffer: bytes | bytearray) -> int:
+        """Index just past the text, or -1 while it is incomplete."""
+        n = len(buffer)
+        if buffer[self.start] not in b'{["':
+            # A scalar: it ends at whitespace (a text that is only a number needs one after it).
+            space = _SPACE_AT.search(buffer, self.pos)
+            self.pos = n
+            return space.start() if space is not None else -1
+        i = self.pos
+        while i < n:
+            if self.in_string:
+                match = _IN_STRING.search(buffer, i)
+                if match is None:
+                    i = n
+                    break
+                i = match.start()
+                if buffer[i] == 0x5C:  # a backslash: skip what it escapes, once that has arrived
+                    if i + 1 >= n:
+                        break
+                    i += 2
+                    continue
+                self.in_string = False
+                i += 1
+                if self.depth == 0:
+                    return i
+            else:
+                match = _STRUCTURE.search(buffer, i)
+                if match is None:
+                    i = n
+                    break
+                i = match.start()
+                c = buffer[i]
+                i += 1
+                if c == 0x22:
+                    self.in_string = True
+                elif c in b"{[":
+                    self.depth += 1
+                else:
+                    self.depth -= 1
+                    if self.depth == 0:
+                        return i
+        self.pos = i
+        return -1
+
+
 def json_text_end(buffer: bytes | bytearray, start: int) -> int:
     """Index just past the JSON text starting at ``start``, or -1 when it is incomplete."""
-    n = len(buffer)
-    first = buffer[start]
-    if first not in b"{[\"":
-        # A scalar: it ends at whitespace (a text that is only a number needs one after it).
-        i = start
-        while i < n and buffer[i] not in b" \t\r\n":
-            i += 1
-        return i if i < n else -1
-    depth = 0
-    i = start
-    in_string = False
-    while i < n:
-        c = buffer[i]
-        if in_string:
-            if c == 0x5C:  # backslash
-                i += 2
-                continue
-            if c == 0x22:
-                in_string = False
-                if depth == 0:
-                    return i + 1
-        elif c == 0x22:
-            in_string = True
-        elif c in b"{[":
-            depth += 1
-        elif c in b"}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -1
+    return TextEnd(start).find(buffer)
 
 
 class ReplyReader:
@@ -81,6 +114,7 @@ class ReplyReader:
         self.ended = False
         self._head: tuple[int, dict[str, str]] | None = None
         self._chunks: bytearray | None = None
+        self._text: TextEnd | None = None  # the raw-TCP reply being scanned
 
     def feed(self, data: bytes) -> None:
         if not data:
@@ -92,23 +126,25 @@ class ReplyReader:
         return self._next_http() if self.http else self._next_json()
 
     def _next_json(self) -> Reply | None:
-        start = 0
-        while start < len(self.buffer) and self.buffer[start] in b" \t\r\n":
-            start += 1
-        if start == len(self.buffer):
-            del self.buffer[:start]
-            return None
-        end = json_text_end(self.buffer, start)
+        if self._text is None:
+            first = _NOT_SPACE.search(self.buffer)
+            if first is None:
+                self.buffer.clear()
+                return None
+            del self.buffer[: first.start()]
+            self._text = TextEnd()
+        end = self._text.find(self.buffer)
         if end < 0:
             if self.ended:
-                if self.buffer[start] not in b"{[\"":
+                if self.buffer[0] not in b'{["':
                     end = len(self.buffer)
                 else:
                     raise ProtocolError("the connection closed in the middle of a reply")
             else:
                 return None
-        body = bytes(self.buffer[start:end])
+        body = bytes(self.buffer[:end])
         del self.buffer[:end]
+        self._text = None
         return Reply(None, body)
 
     def _next_http(self) -> Reply | None:
