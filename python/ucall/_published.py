@@ -42,6 +42,7 @@ class PublishedServer(Server):
             host=hostname,
             threads=max(1, count_threads),
             max_threads=max(1, max_threads),
+            quiet=quiet,
             **options,
         )
         self.queue_depth = queue_depth

@@ -119,6 +119,7 @@ class Server:
             raw TCP); with ``tls_port`` the port stays plaintext and TLS listens there too
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
+        quiet: do not log the start-up line (the engine in force) on stderr.
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class Server:
         tls_key: str | None = None,
         tls_client_ca: str | None = None,
         tls_port: int | None = None,
+        quiet: bool = False,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
@@ -164,6 +166,7 @@ class Server:
             "tls_key": None if tls_key is None else str(tls_key),
             "tls_client_ca": None if tls_client_ca is None else str(tls_client_ca),
             "tls_port": tls_port,
+            "quiet": quiet,
         }
         self._procedures: dict[str, _Procedure] = {}
         self._native: _ucall.NativeServer | None = None

@@ -42,6 +42,7 @@ class NativeServer:
         tls_key: Optional[str] = None,
         tls_client_ca: Optional[str] = None,
         tls_port: Optional[int] = None,
+        quiet: bool = False,
     ) -> "NativeServer": ...
     def add(
         self,

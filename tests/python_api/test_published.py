@@ -91,3 +91,13 @@ def test_tls_beside_plaintext(make_server, certs):
         assert once(server.port, "hello") == "hi"
         with ClientTLS(uri="127.0.0.1", port=server.tls_port, allow_self_signed=True) as client:
             assert client.hello().json == "hi"
+
+
+def test_quiet_silences_the_start_line(engine, capfd):
+    for quiet in (False, True):
+        server = ucall.posix.Server(port=0, quiet=quiet)
+        server.route(lambda: "hi", name="hello")
+        with server:
+            assert once(server.port, "hello") == "hi"
+        logged = capfd.readouterr().err
+        assert ("ucall: engine" in logged) is not quiet, logged

@@ -80,6 +80,9 @@ pub struct Config {
     /// (`IORING_SETUP_SQPOLL`), saving the submit system call at the cost of a busy CPU
     /// while traffic flows (it sleeps after a second without). Off by default.
     pub sqpoll: bool,
+    /// Do not log the start-up line (the engine in force) on stderr. Errors that stop a
+    /// worker are still logged.
+    pub quiet: bool,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(5),
             tls: None,
             sqpoll: false,
+            quiet: false,
         }
     }
 }
@@ -298,7 +302,9 @@ impl ServerBuilder {
             uring_wakers: std::sync::OnceLock::new(),
         });
         let (workers, local_addr) = engine::bind_workers(&engine, &shared, addr)?;
-        eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
+        if !shared.config.quiet {
+            eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
+        }
         let engine = engine.kind;
         Ok(Server {
             shared,

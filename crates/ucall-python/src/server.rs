@@ -295,7 +295,7 @@ impl NativeServer {
         host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
-        tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None,
+        tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -319,12 +319,14 @@ impl NativeServer {
         tls_key: Option<std::path::PathBuf>,
         tls_client_ca: Option<std::path::PathBuf>,
         tls_port: Option<u16>,
+        quiet: bool,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
             port,
             threads,
             engine: engine(engine_name)?,
+            quiet,
             ..Config::default()
         };
         if let Some(v) = max_body_bytes {
