@@ -137,16 +137,22 @@ typedef struct ucall_config_t {
    */
   uint32_t max_lifetime_exchanges;
   /**
-   * Serve TLS. Not supported by this version yet: `true` makes `ucall_init()` fail
-   * with a message saying so (`ucall_last_error()`), rather than serve plain text.
+   * Serve TLS (1.2 and 1.3, ALPN `http/1.1`) on `port`, or on `ssl_port` beside a
+   * plaintext `port`; HTTP, raw TCP and WebSocket all run over it. Needs
+   * `ssl_private_key_path` and at least one file in `ssl_certificates_paths`. A file
+   * that is missing or unusable fails `ucall_init()` naming it (`ucall_last_error()`).
+   * TLS runs on the engines that support it: `"auto"` picks one of them.
    */
   bool use_ssl;
   /**
-   * PEM private key for TLS (read only when `use_ssl` is true).
+   * PEM file with the private key (PKCS#8, PKCS#1 or SEC1) of the first certificate.
+   * Read only when `use_ssl` is true.
    */
   const char *ssl_private_key_path;
   /**
-   * PEM certificate chain files for TLS (read only when `use_ssl` is true).
+   * PEM files whose certificates, in order, make the chain sent to clients: the
+   * server's certificate first, then the intermediates (one file may hold them all).
+   * Read only when `use_ssl` is true, during `ucall_init()`.
    */
   const char **ssl_certificates_paths;
   /**
@@ -182,6 +188,23 @@ typedef struct ucall_config_t {
    * are cut. Default 5 s.
    */
   uint32_t shutdown_timeout_micro_seconds;
+  /**
+   * Mutual TLS: a PEM bundle of the certificate authorities that client certificates
+   * must chain to; every client must then present one. NULL (default): no client
+   * certificate is asked for. Read only when `use_ssl` is true.
+   */
+  const char *ssl_client_ca_path;
+  /**
+   * TLS on a port of its own: `port` stays plaintext and TLS listens on this port too.
+   * 0 (default): TLS on `port` itself. Written back as the TLS port in force when it is
+   * separate (see `ssl_ephemeral_port`), left 0 otherwise. Read only when `use_ssl` is true.
+   */
+  uint16_t ssl_port;
+  /**
+   * When true (with `use_ssl`), TLS gets a port of its own that the system picks,
+   * written back into `ssl_port`.
+   */
+  bool ssl_ephemeral_port;
 } ucall_config_t;
 
 /**

@@ -4,9 +4,10 @@
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use ucall_core::{Config, EngineKind};
+use ucall_core::{Config, EngineKind, TlsConfig};
 
-use crate::ffi::c_str_arg;
+use crate::ffi::{array_arg, c_str_arg};
+use crate::tls::Chain;
 
 /// Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
 /// `ucall_init()` writes the values in force back into the struct, on success and on
@@ -56,12 +57,18 @@ pub struct ucall_config_t {
     /// with 1000 after its last reply, and the connection closes once its replies are
     /// flushed. 0 (default) or `UINT32_MAX`: no limit, written back as `UINT32_MAX`.
     pub max_lifetime_exchanges: u32,
-    /// Serve TLS. Not supported by this version yet: `true` makes `ucall_init()` fail
-    /// with a message saying so (`ucall_last_error()`), rather than serve plain text.
+    /// Serve TLS (1.2 and 1.3, ALPN `http/1.1`) on `port`, or on `ssl_port` beside a
+    /// plaintext `port`; HTTP, raw TCP and WebSocket all run over it. Needs
+    /// `ssl_private_key_path` and at least one file in `ssl_certificates_paths`. A file
+    /// that is missing or unusable fails `ucall_init()` naming it (`ucall_last_error()`).
+    /// TLS runs on the engines that support it: `"auto"` picks one of them.
     pub use_ssl: bool,
-    /// PEM private key for TLS (read only when `use_ssl` is true).
+    /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1) of the first certificate.
+    /// Read only when `use_ssl` is true.
     pub ssl_private_key_path: *const c_char,
-    /// PEM certificate chain files for TLS (read only when `use_ssl` is true).
+    /// PEM files whose certificates, in order, make the chain sent to clients: the
+    /// server's certificate first, then the intermediates (one file may hold them all).
+    /// Read only when `use_ssl` is true, during `ucall_init()`.
     pub ssl_certificates_paths: *mut *const c_char,
     /// Number of entries in `ssl_certificates_paths`.
     pub ssl_certificates_count: usize,
@@ -84,6 +91,17 @@ pub struct ucall_config_t {
     /// On stop, how long in microseconds in-flight requests may take before connections
     /// are cut. Default 5 s.
     pub shutdown_timeout_micro_seconds: u32,
+    /// Mutual TLS: a PEM bundle of the certificate authorities that client certificates
+    /// must chain to; every client must then present one. NULL (default): no client
+    /// certificate is asked for. Read only when `use_ssl` is true.
+    pub ssl_client_ca_path: *const c_char,
+    /// TLS on a port of its own: `port` stays plaintext and TLS listens on this port too.
+    /// 0 (default): TLS on `port` itself. Written back as the TLS port in force when it is
+    /// separate (see `ssl_ephemeral_port`), left 0 otherwise. Read only when `use_ssl` is true.
+    pub ssl_port: u16,
+    /// When true (with `use_ssl`), TLS gets a port of its own that the system picks,
+    /// written back into `ssl_port`.
+    pub ssl_ephemeral_port: bool,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -114,6 +132,8 @@ pub(crate) struct Settings {
     pub(crate) core: Config,
     pub(crate) max_callbacks: usize,
     pub(crate) logs: Option<(i32, LogFormat)>,
+    /// With TLS: the certificate chain `core.tls` names, kept until the server is bound.
+    pub(crate) tls_chain: Option<Chain>,
 }
 
 fn micros(value: u32, default: Duration) -> Duration {
@@ -140,11 +160,6 @@ impl ucall_config_t {
     /// Read the fields, applying defaults, and write the defaults back.
     pub(crate) fn settings(&mut self) -> Result<Settings, String> {
         let mut core = Config::default();
-        if self.use_ssl {
-            return Err("config.use_ssl: TLS is not supported by this version of libucall yet; \
-                        serve plain text (use_ssl = false) behind a TLS-terminating proxy"
-                .into());
-        }
         match text_field("hostname", self.hostname)? {
             Some(host) => host.clone_into(&mut core.host),
             None => {
@@ -224,21 +239,71 @@ impl ucall_config_t {
         self.header_timeout_micro_seconds = saturating_micros(core.header_timeout);
         core.shutdown_timeout = micros(self.shutdown_timeout_micro_seconds, core.shutdown_timeout);
         self.shutdown_timeout_micro_seconds = saturating_micros(core.shutdown_timeout);
+        let tls_chain = if self.use_ssl {
+            let (tls, chain) = self.tls()?;
+            core.tls = Some(tls);
+            Some(chain)
+        } else {
+            None
+        };
         Ok(Settings {
             core,
             max_callbacks: usize::from(self.max_callbacks),
             logs,
+            tls_chain,
         })
     }
 
-    /// Write back what binding settled: the engine and the port in force.
-    pub(crate) fn write_back_bound(&mut self, engine: EngineKind, port: u16) {
+    /// The TLS settings, with the certificate files checked and their chain made.
+    fn tls(&mut self) -> Result<(TlsConfig, Chain), String> {
+        // SAFETY: `ucall_init`'s contract: `ssl_certificates_paths` is NULL or holds
+        // `ssl_certificates_count` pointers, unchanged during the call.
+        let entries = unsafe { array_arg(self.ssl_certificates_paths.cast_const(), self.ssl_certificates_count) };
+        let entries = entries.unwrap_or_default();
+        if entries.is_empty() {
+            return Err(
+                "config.use_ssl: no certificate file: set ssl_certificates_paths and ssl_certificates_count".into(),
+            );
+        }
+        let mut paths = Vec::new();
+        for (index, &entry) in entries.iter().enumerate() {
+            let field = format!("ssl_certificates_paths[{index}]");
+            paths.push(text_field(&field, entry)?.ok_or_else(|| format!("config.{field} is NULL"))?);
+        }
+        let key = text_field("ssl_private_key_path", self.ssl_private_key_path)?.ok_or_else(|| {
+            "config.use_ssl: ssl_private_key_path is NULL; TLS needs the PEM file of the private key".to_owned()
+        })?;
+        let client_ca = text_field("ssl_client_ca_path", self.ssl_client_ca_path)?;
+        let port = if self.ssl_ephemeral_port {
+            Some(0)
+        } else {
+            (self.ssl_port != 0).then_some(self.ssl_port)
+        };
+        if port.is_some_and(|tls| tls == self.port) && !self.ephemeral_port {
+            return Err(format!(
+                "config.ssl_port: {} is also config.port; leave ssl_port 0 to serve TLS on port",
+                self.port
+            ));
+        }
+        let chain = Chain::from_files(&paths)?;
+        let mut tls = TlsConfig::new(chain.path(), key);
+        tls.client_ca = client_ca.map(Into::into);
+        tls.port = port;
+        Ok((tls, chain))
+    }
+
+    /// Write back what binding settled: the engine and the ports in force (`ssl_port`
+    /// only when TLS has a port of its own).
+    pub(crate) fn write_back_bound(&mut self, engine: EngineKind, port: u16, separate_tls_port: Option<u16>) {
         self.engine = match engine {
             EngineKind::Poll => ENGINE_POLL.as_ptr(),
             EngineKind::Uring => ENGINE_URING.as_ptr(),
             EngineKind::Auto => ENGINE_AUTO.as_ptr(),
         };
         self.port = port;
+        if self.use_ssl {
+            self.ssl_port = separate_tls_port.unwrap_or(0);
+        }
     }
 }
 
@@ -273,6 +338,9 @@ mod tests {
             max_header_bytes: 0,
             header_timeout_micro_seconds: 0,
             shutdown_timeout_micro_seconds: 0,
+            ssl_client_ca_path: std::ptr::null(),
+            ssl_port: 0,
+            ssl_ephemeral_port: false,
         }
     }
 
@@ -313,10 +381,41 @@ mod tests {
     }
 
     #[test]
-    fn refuses_what_it_cannot_honour() {
+    fn tls_needs_its_files_and_a_port_of_its_own() {
         let mut config = zeroed();
         config.use_ssl = true;
-        assert!(config.settings().unwrap_err().contains("TLS is not supported"));
+        config.ssl_private_key_path = c"key.pem".as_ptr();
+        assert!(config.settings().unwrap_err().contains("no certificate file"));
+        let mut with_null = [std::ptr::null(), c"cert.pem".as_ptr()];
+        config.ssl_certificates_paths = with_null.as_mut_ptr();
+        config.ssl_certificates_count = 2;
+        assert!(config
+            .settings()
+            .unwrap_err()
+            .contains("ssl_certificates_paths[0] is NULL"));
+        let mut missing = [c"/nonexistent/ucall/leaf.pem".as_ptr(), c"cert.pem".as_ptr()];
+        config.ssl_certificates_paths = missing.as_mut_ptr();
+        let error = config.settings().unwrap_err();
+        assert!(
+            error.contains("ssl_certificates_paths[0] = /nonexistent/ucall/leaf.pem"),
+            "{error}"
+        );
+        config.ssl_private_key_path = std::ptr::null();
+        assert!(config.settings().unwrap_err().contains("ssl_private_key_path is NULL"));
+        config.ssl_private_key_path = c"key.pem".as_ptr();
+        config.port = 9443;
+        config.ssl_port = 9443;
+        assert!(config
+            .settings()
+            .unwrap_err()
+            .contains("ssl_port: 9443 is also config.port"));
+        // Without use_ssl, the TLS fields are not read at all.
+        config.use_ssl = false;
+        assert!(config.settings().unwrap().core.tls.is_none());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_honour() {
         let mut config = zeroed();
         config.logs_format = c"xml".as_ptr();
         assert!(config.settings().unwrap_err().contains("logs_format"));

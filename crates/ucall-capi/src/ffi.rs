@@ -98,6 +98,23 @@ pub(crate) unsafe fn c_str_arg<'a>(ptr: *const c_char) -> Option<&'a CStr> {
     (!ptr.is_null()).then(|| unsafe { CStr::from_ptr(ptr) })
 }
 
+/// An array argument of `count` elements, or `None` for NULL (an empty slice when
+/// `count` is 0).
+///
+/// # Safety
+/// `ptr` must be NULL or point to `count` readable, initialised elements that stay
+/// unchanged for `'a`.
+pub(crate) unsafe fn array_arg<'a, T>(ptr: *const T, count: usize) -> Option<&'a [T]> {
+    if ptr.is_null() {
+        return None;
+    }
+    if count == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: non-NULL and, by the caller's contract, `count` readable elements.
+    Some(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
 /// Write `value` to the out-parameter `out`; `false` (nothing written) when it is NULL.
 ///
 /// # Safety

@@ -4,8 +4,9 @@
 //! `include/ucall/ucall.h` keeps the names, types and signatures of UCall's published C
 //! API, so that C and C++ programs written against it compile and link unchanged, and
 //! adds what it lacked: JSON and bytes parameters, error data, the text of why
-//! `ucall_init` failed, engine choice, limits, `ucall_stop`, version macros.
-//! `docs/c-api.md` states the conventions and every defined outcome.
+//! `ucall_init` failed, engine choice, limits, `ucall_stop`, version macros. The
+//! published TLS fields (`use_ssl`, `ssl_*`) map onto the core's TLS (`tls.rs` checks the
+//! files first). `docs/c-api.md` states the conventions and every defined outcome.
 //!
 //! ```text
 //!  C program ─► ucall_init ─► ucall_core::ServerBuilder::bind (sockets bound here)
@@ -38,6 +39,7 @@ pub mod error;
 pub mod ffi;
 pub mod log;
 pub mod server;
+mod tls;
 
 pub use call::ucall_call_t;
 pub use config::ucall_config_t;

@@ -146,21 +146,35 @@ pub unsafe extern "C" fn ucall_init(config: *mut ucall_config_t, server: *mut uc
 fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     let settings = config.settings()?;
     let log = Logger::new(settings.logs);
+    let separate_tls = settings.core.tls.as_ref().is_some_and(|tls| tls.port.is_some());
+    let chain = settings.tls_chain;
     let bound = Server::builder().config(settings.core).bind().map_err(|e| {
-        let message = e.to_string();
+        let message = match &chain {
+            Some(chain) => chain.explain(e.to_string()),
+            None => e.to_string(),
+        };
         log.event("init failed", &[("error", &message)]);
         message
     })?;
+    // The certificates are read: a chain joined from several files is removed here.
+    drop(chain);
     let addr = bound.local_addr();
-    config.write_back_bound(bound.engine(), addr.port());
-    log.event(
-        "listening",
-        &[
-            ("address", &addr.to_string()),
-            ("engine", bound.engine().name()),
-            ("threads", &bound.config().threads.to_string()),
-        ],
+    let tls_addr = bound.tls_addr();
+    config.write_back_bound(
+        bound.engine(),
+        addr.port(),
+        tls_addr.filter(|_| separate_tls).map(|a| a.port()),
     );
+    let mut fields = vec![
+        ("address", addr.to_string()),
+        ("engine", bound.engine().name().to_owned()),
+        ("threads", bound.config().threads.to_string()),
+    ];
+    if let Some(tls_addr) = tls_addr {
+        fields.push(("tls", tls_addr.to_string()));
+    }
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    log.event("listening", &fields);
     Ok(Box::new(CServer {
         tag: Tag::SERVER,
         stopper: bound.stopper(),

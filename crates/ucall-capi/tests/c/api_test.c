@@ -3,13 +3,16 @@
  * The C API's defined outcomes, checked against a live server on 127.0.0.1: init
  * failures and their text, replies given twice / never / as invalid JSON, JSON, bytes
  * and JSON Pointer parameters, NULL and mixed-up handles, misuse of the serving calls,
- * stop and free. A client in the main thread talks raw TCP (one JSON text per line).
+ * stop and free, exchanges per connection, TLS. A client in the main thread talks raw
+ * TCP (one JSON text per line); the TLS clients are curl and openssl s_client, and the
+ * certificates are made by openssl in a temporary directory, removed at the end.
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -255,8 +258,8 @@ static void test_init_failures(void) {
     config.use_ssl = true;
     server = (ucall_server_t)&config;
     ucall_init(&config, &server);
-    CHECK(server == NULL, "TLS is refused");
-    CHECK(last_error_contains("TLS is not supported"), "the reason says TLS is unsupported");
+    CHECK(server == NULL, "TLS without certificates is refused");
+    CHECK(last_error_contains("no certificate file"), "the reason says the certificates are missing");
 
     memset(&config, 0, sizeof config);
     config.logs_format = "xml";
@@ -473,12 +476,243 @@ static void test_exchanges_per_connection(void) {
     the_server = NULL;
 }
 
+/* ------------------------------------------------------------------ TLS */
+
+static char tls_dir[] = "/tmp/ucall-api-test-XXXXXX";
+
+/* The path of `name` in the test's directory, valid until the program ends. */
+static char const* in_tls_dir(char const* name) {
+    static char paths[64][128];
+    static size_t used = 0;
+    if (used == sizeof paths / sizeof paths[0]) {
+        fprintf(stderr, "in_tls_dir: more than %zu paths\n", used);
+        exit(1);
+    }
+    snprintf(paths[used], sizeof paths[0], "%s/%s", tls_dir, name);
+    return paths[used++];
+}
+
+static void write_text_file(char const* name, char const* text) {
+    FILE* file = fopen(in_tls_dir(name), "w");
+    if (!file || fputs(text, file) < 0 || fclose(file) != 0) {
+        perror(name);
+        exit(1);
+    }
+}
+
+/* The output of `command` (run by /bin/sh), NUL-terminated, and its exit status. */
+static int run_command(char const* command, char* output, size_t capacity) {
+    FILE* pipe = popen(command, "r");
+    size_t used = 0, got;
+    int status;
+    if (!pipe)
+        return -1;
+    while (used + 1 < capacity && (got = fread(output + used, 1, capacity - 1 - used, pipe)) > 0)
+        used += got;
+    output[used] = 0;
+    while (fgetc(pipe) != EOF) {
+    }
+    status = pclose(pipe);
+    return status;
+}
+
+/* A CA, a server certificate for localhost / 127.0.0.1 signed by it, and a client
+ * certificate, made by openssl (throwaway keys, never stored anywhere else). */
+static bool make_tls_material(void) {
+    char command[2048], output[4096];
+    int status;
+    snprintf(command, sizeof command,
+             "(cd %s && ec='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+             "openssl req -x509 $ec -days 1 -subj '/CN=UCall test CA' -keyout ca.key -out ca.pem "
+             "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign && "
+             "openssl req $ec -subj /CN=localhost -keyout server.key -out server.csr && "
+             "echo subjectAltName=DNS:localhost,IP:127.0.0.1 >server.ext && "
+             "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+             "-extfile server.ext -out server.pem && "
+             "openssl req $ec -subj /CN=client -keyout client.key -out client.csr && "
+             "echo extendedKeyUsage=clientAuth >client.ext && "
+             "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+             "-extfile client.ext -out client.pem) 2>&1",
+             tls_dir);
+    status = run_command(command, output, sizeof output);
+    if (status != 0)
+        fprintf(stderr, "openssl failed (status %d): %s\n", status, output);
+    return status == 0;
+}
+
+/* Whether a chain joined by this process is still in the temporary directory. */
+static bool joined_chain_left_behind(void) {
+    char const* directory = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char prefix[64];
+    struct dirent* entry;
+    bool found = false;
+    DIR* listing = opendir(directory);
+    snprintf(prefix, sizeof prefix, "libucall-chain-%ld-", (long)getpid());
+    if (!listing)
+        return false;
+    while ((entry = readdir(listing)) != NULL)
+        found |= strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+    closedir(listing);
+    return found;
+}
+
+/* ucall_init with TLS from `chain` (NULL-terminated), `key` and `client_ca`; whether it
+ * failed with a message holding `needle` (and, when non-NULL, `also`). */
+static bool tls_init_fails_with(char const** chain, char const* key, char const* client_ca, char const* needle,
+                                char const* also) {
+    ucall_config_t config;
+    ucall_server_t server = (ucall_server_t)&config;
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.use_ssl = true;
+    config.ssl_certificates_paths = chain;
+    while (chain[config.ssl_certificates_count])
+        ++config.ssl_certificates_count;
+    config.ssl_private_key_path = key;
+    config.ssl_client_ca_path = client_ca;
+    ucall_init(&config, &server);
+    if (server) {
+        ucall_free(server);
+        return false;
+    }
+    if (last_error_contains(needle) && (!also || last_error_contains(also)))
+        return true;
+    {
+        char text[512];
+        ucall_last_error(text, sizeof text);
+        fprintf(stderr, "  (the message was: %s)\n", text);
+    }
+    return false;
+}
+
+/* A missing or bad file fails ucall_init with a message naming it. */
+static void test_tls_failures(void) {
+    char const* chain[3] = {NULL, NULL, NULL};
+    char const *fake, *missing;
+    /* Syntactically a certificate (the DER of an empty SEQUENCE): it gets as far as the key. */
+    write_text_file("fake.pem", "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n");
+    write_text_file("garbage.pem", "this is no certificate\n");
+    write_text_file("bad-base64.pem", "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n");
+    write_text_file("cut.pem", "-----BEGIN CERTIFICATE-----\nMAA=\n");
+    fake = in_tls_dir("fake.pem");
+
+    chain[0] = missing = in_tls_dir("missing.pem");
+    CHECK(tls_init_fails_with(chain, fake, NULL, missing, "ssl_certificates_paths[0]"), "a missing certificate file");
+    chain[0] = in_tls_dir("garbage.pem");
+    CHECK(tls_init_fails_with(chain, fake, NULL, chain[0], "no PEM certificate"), "a file with no certificate");
+    chain[0] = in_tls_dir("bad-base64.pem");
+    CHECK(tls_init_fails_with(chain, fake, NULL, chain[0], "not base64"), "a certificate that is not base64");
+    chain[0] = in_tls_dir("cut.pem");
+    CHECK(tls_init_fails_with(chain, fake, NULL, chain[0], "END CERTIFICATE"), "a certificate cut short");
+    chain[0] = fake;
+    chain[1] = in_tls_dir("missing-intermediate.pem");
+    CHECK(tls_init_fails_with(chain, fake, NULL, chain[1], "ssl_certificates_paths[1]"), "the second file is named");
+    chain[1] = NULL;
+    missing = in_tls_dir("missing.key");
+    CHECK(tls_init_fails_with(chain, missing, NULL, missing, "private key"), "a missing private key file");
+    CHECK(tls_init_fails_with(chain, NULL, NULL, "ssl_private_key_path is NULL", NULL), "no private key");
+    CHECK(tls_init_fails_with(chain, in_tls_dir("garbage.pem"), NULL, "garbage.pem", "private key"),
+          "a key file with no key");
+    CHECK(!joined_chain_left_behind(), "no joined chain is left behind");
+}
+
+/* TLS on a port of its own beside plaintext, a chain of two files, client certificates. */
+static void test_tls_serving(void) {
+    static char const tag_text[] = "\"over TLS\"";
+    static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}";
+    char const* chain[3] = {NULL, NULL, NULL};
+    char const *server_line, *ca_line;
+    ucall_config_t config;
+    pthread_t thread;
+    char command[1024], output[16384];
+    char const* reply;
+    int fd, status;
+
+    chain[0] = in_tls_dir("server.pem");
+    chain[1] = in_tls_dir("ca.pem");
+    CHECK(tls_init_fails_with(chain, in_tls_dir("ca.key"), NULL, "do not make a usable pair", "server.pem"),
+          "a key that does not belong to the certificate");
+    CHECK(tls_init_fails_with(chain, in_tls_dir("server.key"), in_tls_dir("missing-ca.pem"), "missing-ca.pem",
+                              "client CA"),
+          "a missing client CA bundle");
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.use_ssl = true;
+    config.ssl_certificates_paths = chain;
+    config.ssl_certificates_count = 2;
+    config.ssl_private_key_path = in_tls_dir("server.key");
+    config.ssl_client_ca_path = in_tls_dir("ca.pem");
+    config.ssl_ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    if (!the_server) {
+        char text[512];
+        ucall_last_error(text, sizeof text);
+        CHECK(the_server != NULL, "init with TLS: %s", text);
+        return;
+    }
+    CHECK(config.ssl_port != 0 && config.ssl_port != config.port, "the TLS port in force is written back: %u",
+          (unsigned)config.ssl_port);
+    CHECK(!joined_chain_left_behind(), "the chain joined from two files is removed once bound");
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    pthread_create(&thread, NULL, serve, NULL);
+
+    /* The plain port stays plaintext. */
+    fd = connect_to(config.port);
+    reply = exchange(fd, call);
+    CHECK(strstr(reply, "\"result\":\"over TLS\"") != NULL, "plaintext beside TLS: %s", reply);
+    close(fd);
+
+    snprintf(command, sizeof command,
+             "timeout 30 curl -s --max-time 20 --cacert %s --cert %s --key %s https://localhost:%u/ -d '%s' 2>&1",
+             in_tls_dir("ca.pem"), in_tls_dir("client.pem"), in_tls_dir("client.key"), (unsigned)config.ssl_port,
+             call);
+    status = run_command(command, output, sizeof output);
+    CHECK(status == 0 && strstr(output, "\"result\":\"over TLS\"") != NULL, "HTTPS with a client certificate: %s",
+          output);
+
+    snprintf(command, sizeof command,
+             "timeout 30 curl -s --max-time 20 --cacert %s https://localhost:%u/ -d '%s' 2>&1", in_tls_dir("ca.pem"),
+             (unsigned)config.ssl_port, call);
+    status = run_command(command, output, sizeof output);
+    CHECK(status != 0 && strstr(output, "result") == NULL, "no client certificate, no reply: %s", output);
+
+    /* The chain sent: the server's certificate, then the CA's from the second file. */
+    snprintf(command, sizeof command,
+             "timeout 30 openssl s_client -connect 127.0.0.1:%u -servername localhost -showcerts "
+             "-cert %s -key %s </dev/null 2>/dev/null",
+             (unsigned)config.ssl_port, in_tls_dir("client.pem"), in_tls_dir("client.key"));
+    run_command(command, output, sizeof output);
+    server_line = strstr(output, "s:CN = localhost");
+    ca_line = strstr(output, "s:CN = UCall test CA");
+    CHECK(server_line && ca_line && server_line < ca_line, "the chain is leaf, then CA: %s", output);
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
+static void test_tls(void) {
+    char command[128], output[256];
+    if (!mkdtemp(tls_dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    test_tls_failures();
+    CHECK(make_tls_material(), "openssl makes the test certificates");
+    test_tls_serving();
+    snprintf(command, sizeof command, "rm -rf '%s'", tls_dir);
+    run_command(command, output, sizeof output);
+}
+
 int main(void) {
     test_version();
     test_init_failures();
     test_serving();
     test_free_waits_for_serving_threads();
     test_exchanges_per_connection();
+    test_tls();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

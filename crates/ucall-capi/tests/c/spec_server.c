@@ -7,6 +7,11 @@
  *   spec_server --host 127.0.0.1 --port 0 --threads N --engine auto|poll
  *               [--max-body-bytes N] [--max-header-bytes N] [--max-batch N]
  *               [--max-connections N] [--header-timeout-ms N] [--idle-timeout-ms N]
+ *               [--tls-cert PEM]... [--tls-key PEM] [--tls-port P] [--tls-client-ca PEM]
+ *
+ * TLS as in the Rust spec server: --tls-cert and --tls-key turn it on (use_ssl); each
+ * --tls-cert adds a file to the chain, in order. With --tls-port, TLS listens there and
+ * "tls on HOST:PORT" follows the "listening on" line.
  *
  * C99 + POSIX threads and signals. SIGINT/SIGTERM call ucall_stop(); the server drains,
  * every thread returns from ucall_take_calls(), and main frees the server.
@@ -261,11 +266,13 @@ int main(int argc, char** argv) {
     pthread_t threads[256];
     struct sigaction action;
     char const* host_shown;
+    char const* certificates[8];
     int i;
 
     memset(&config, 0, sizeof config);
     config.hostname = "127.0.0.1";
     config.max_threads = 1;
+    config.ssl_certificates_paths = certificates;
     for (i = 1; i < argc; i += 2) {
         char const* flag = argv[i];
         char const* value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -294,7 +301,22 @@ int main(int argc, char** argv) {
             config.header_timeout_micro_seconds = (uint32_t)parse_number(flag, value, UINT32_MAX / 1000) * 1000u;
         else if (!strcmp(flag, "--idle-timeout-ms"))
             config.max_lifetime_micro_seconds = (uint32_t)parse_number(flag, value, UINT32_MAX / 1000) * 1000u;
-        else {
+        else if (!strcmp(flag, "--tls-cert")) {
+            if (config.ssl_certificates_count == sizeof certificates / sizeof certificates[0]) {
+                fprintf(stderr, "error: --tls-cert: at most %zu files\n", config.ssl_certificates_count);
+                return 2;
+            }
+            certificates[config.ssl_certificates_count++] = value;
+            config.use_ssl = true;
+        } else if (!strcmp(flag, "--tls-key")) {
+            config.ssl_private_key_path = value;
+            config.use_ssl = true;
+        } else if (!strcmp(flag, "--tls-client-ca"))
+            config.ssl_client_ca_path = value;
+        else if (!strcmp(flag, "--tls-port")) {
+            config.ssl_port = (uint16_t)parse_number(flag, value, 65535);
+            config.ssl_ephemeral_port = config.ssl_port == 0;
+        } else {
             fprintf(stderr, "error: unknown option %s\n", flag);
             return 2;
         }
@@ -330,6 +352,8 @@ int main(int argc, char** argv) {
     printf(strchr(host_shown, ':') ? "listening on [%s]:%u (engine %s, %u threads, C API %s)\n"
                                    : "listening on %s:%u (engine %s, %u threads, C API %s)\n",
            host_shown, (unsigned)config.port, config.engine, (unsigned)config.max_threads, ucall_version());
+    if (config.use_ssl && config.ssl_port != 0)
+        printf(strchr(host_shown, ':') ? "tls on [%s]:%u\n" : "tls on %s:%u\n", host_shown, (unsigned)config.ssl_port);
     fflush(stdout);
 
     for (i = 1; i < config.max_threads; ++i)
