@@ -14,6 +14,7 @@ pub(crate) use uring::EventFd;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::error::Error;
 use crate::server::{EngineKind, Shared};
@@ -194,6 +195,55 @@ pub(crate) fn wake_all(shared: &Shared) {
     poll::wake_all(shared);
     #[cfg(target_os = "linux")]
     uring::wake_all(shared);
+}
+
+/// The clocks a connection's time-outs run on, the same in every engine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clocks {
+    /// Bytes last moved either way.
+    pub(crate) last_progress: Instant,
+    /// A request head (or a TLS handshake) began and is not complete yet.
+    pub(crate) head_started: Option<Instant>,
+}
+
+impl Clocks {
+    /// Start the header clock while a head (or a handshake) is under way, stop it after.
+    pub(crate) fn track_head(&mut self, in_head: bool, now: Instant) {
+        if in_head {
+            self.head_started.get_or_insert(now);
+        } else {
+            self.head_started = None;
+        }
+    }
+
+    /// When the connection times out if nothing happens: the header time-out from the
+    /// start of a head, the idle time-out from the last progress, whichever comes first.
+    pub(crate) fn deadline(&self, config: &crate::Config) -> Instant {
+        let idle = self.last_progress + config.idle_timeout;
+        match self.head_started {
+            Some(started) => (started + config.header_timeout).min(idle),
+            None => idle,
+        }
+    }
+}
+
+/// The connections whose deadline has passed at `now`, and the earliest deadline of the
+/// others (when the next scan is due). `None` from `deadline_of`: no time-out applies now.
+pub(crate) fn due<'a, C: 'a>(
+    conns: impl Iterator<Item = (usize, &'a C)>,
+    now: Instant,
+    deadline_of: impl Fn(&C) -> Option<Instant>,
+) -> (Vec<usize>, Option<Instant>) {
+    let mut expired = Vec::new();
+    let mut earliest: Option<Instant> = None;
+    for (key, conn) in conns {
+        match deadline_of(conn) {
+            Some(at) if at <= now => expired.push(key),
+            Some(at) => earliest = Some(earliest.map_or(at, |e| e.min(at))),
+            None => {}
+        }
+    }
+    (expired, earliest)
 }
 
 /// This worker's listener for the TLS port, when TLS has a port of its own

@@ -15,6 +15,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
+use super::Clocks;
 use crate::buffer::OutBuf;
 use crate::date::DateCache;
 use crate::defer::{Completion, Sink, Target};
@@ -61,8 +62,8 @@ struct Conn {
     peer_closed: bool,
     /// Close once the output is flushed.
     closing: bool,
-    last_progress: Instant,
-    head_started: Option<Instant>,
+    /// Time-out clocks (idle, header).
+    clocks: Clocks,
     /// Tells this connection from an earlier one in the same slab slot, so that a late
     /// deferred reply never reaches the wrong client.
     generation: u64,
@@ -289,9 +290,11 @@ impl PollWorker {
                 backlog: false,
                 peer_closed: false,
                 closing: false,
-                last_progress: now,
                 // The handshake must finish within the header time-out.
-                head_started: tls.is_some().then_some(now),
+                clocks: Clocks {
+                    last_progress: now,
+                    head_started: tls.is_some().then_some(now),
+                },
                 tls,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
@@ -363,12 +366,9 @@ impl PollWorker {
         let now = Instant::now();
         conn.out.shrink(OUTPUT_KEEP);
         let handshaking = conn.tls.as_ref().is_some_and(|tls| tls.is_handshaking());
-        if handshaking || (conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog) {
-            conn.head_started.get_or_insert(now);
-        } else {
-            conn.head_started = None;
-        }
-        let deadline = deadline(conn, &self.shared.config);
+        let in_head = conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog;
+        conn.clocks.track_head(handshaking || in_head, now);
+        let deadline = conn.clocks.deadline(&self.shared.config);
         self.schedule_scan(deadline);
     }
 
@@ -412,20 +412,10 @@ impl PollWorker {
     fn expire(&mut self, now: Instant) {
         self.next_scan = None;
         let config = &self.shared.config;
-        let mut expired = Vec::new();
-        let mut earliest: Option<Instant> = None;
-        for (key, conn) in &self.conns {
-            if conn.session.has_pending() {
-                // Waiting on the server, not on the client: no client time-out applies.
-                continue;
-            }
-            let deadline = deadline(conn, config);
-            if deadline <= now {
-                expired.push(key);
-            } else {
-                earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
-            }
-        }
+        // Waiting on the server, not on the client: no client time-out applies.
+        let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
+            (!conn.session.has_pending()).then(|| conn.clocks.deadline(config))
+        });
         for key in expired {
             if let Some(conn) = self.conns.get_mut(key) {
                 // A 408 answers a request partly received; an idle connection is closed
@@ -480,14 +470,6 @@ impl PollWorker {
     }
 }
 
-/// When `conn` times out if nothing happens.
-fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
-    match conn.head_started {
-        Some(started) => (started + config.header_timeout).min(conn.last_progress + config.idle_timeout),
-        None => conn.last_progress + config.idle_timeout,
-    }
-}
-
 /// Read once and hand the bytes to the session. Reads go to the worker's buffer; only an
 /// unfinished request's tail is kept in the connection.
 fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) -> io::Result<()> {
@@ -527,7 +509,7 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
         Err(e) => return Err(e),
     };
     if read > 0 {
-        conn.last_progress = Instant::now();
+        conn.clocks.last_progress = Instant::now();
     }
     if conn.input.is_empty() {
         if read > 0 {
@@ -580,7 +562,7 @@ fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>
         Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
         Err(e) => return Err(e),
     };
-    conn.last_progress = Instant::now();
+    conn.clocks.last_progress = Instant::now();
     let tls = conn.tls.as_mut().expect("invariant: called for TLS connections");
     match tls.receive(&read_buf[..read], &mut conn.input) {
         Ok(Received::Open) => {}
@@ -612,7 +594,7 @@ fn flush(conn: &mut Conn) -> io::Result<()> {
         loop {
             tls.write_to(&mut conn.stream)?;
             if tls.wants_write() || !conn.out.has_sendable() {
-                conn.last_progress = Instant::now();
+                conn.clocks.last_progress = Instant::now();
                 return Ok(());
             }
             tls.seal(&mut conn.out);
@@ -625,7 +607,7 @@ fn flush(conn: &mut Conn) -> io::Result<()> {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 conn.out.advance(n);
-                conn.last_progress = Instant::now();
+                conn.clocks.last_progress = Instant::now();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

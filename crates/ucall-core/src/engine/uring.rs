@@ -50,6 +50,7 @@ use std::time::{Duration, Instant, SystemTime};
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use slab::Slab;
 
+use super::Clocks;
 use crate::buffer::OutBuf;
 use crate::date::DateCache;
 use crate::defer::{Completion, Sink, Target};
@@ -573,8 +574,8 @@ struct Conn {
     /// The worker's turn count when accepted (drain spares connections whose first bytes
     /// may not have been seen yet).
     accepted_turn: u64,
-    last_progress: Instant,
-    head_started: Option<Instant>,
+    /// Time-out clocks (idle, header).
+    clocks: Clocks,
     /// TLS state, on a TLS port: ciphertext in, plaintext to the session, and back.
     tls: Option<Box<TlsSession>>,
     /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
@@ -592,15 +593,9 @@ impl Conn {
     }
 }
 
-/// When `conn` times out if nothing happens.
+/// When `conn` times out if nothing happens: once timed out, when its goodbye must have left.
 fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
-    if let Some(at) = conn.hard_deadline {
-        return at;
-    }
-    match conn.head_started {
-        Some(started) => (started + config.header_timeout).min(conn.last_progress + config.idle_timeout),
-        None => conn.last_progress + config.idle_timeout,
-    }
+    conn.hard_deadline.unwrap_or_else(|| conn.clocks.deadline(config))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1106,9 +1101,11 @@ impl UringWorker {
             hard_deadline: None,
             touched: false,
             accepted_turn: self.turns,
-            last_progress: now,
             // The handshake must finish within the header time-out.
-            head_started: tls.is_some().then_some(now),
+            clocks: Clocks {
+                last_progress: now,
+                head_started: tls.is_some().then_some(now),
+            },
             tls,
             tls_done: false,
         });
@@ -1213,7 +1210,7 @@ impl UringWorker {
             match result {
                 n if n > 0 => {
                     conn.sending.advance(n.unsigned_abs() as usize);
-                    conn.last_progress = now;
+                    conn.clocks.last_progress = now;
                 }
                 e if e == -libc::EOPNOTSUPP && !conn.dead => zc_unsupported = true,
                 _ => conn.failed = true,
@@ -1305,11 +1302,8 @@ impl UringWorker {
         }
         conn.out.shrink(OUTPUT_KEEP);
         let handshaking = conn.tls.as_ref().is_some_and(|tls| tls.is_handshaking());
-        if handshaking || (conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog) {
-            conn.head_started.get_or_insert(self.now);
-        } else {
-            conn.head_started = None;
-        }
+        let in_head = conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog;
+        conn.clocks.track_head(handshaking || in_head, self.now);
         let at = deadline(conn, &shared.config);
         self.schedule_scan(at);
     }
@@ -1428,20 +1422,10 @@ impl UringWorker {
         let now = self.now;
         self.next_scan = None;
         let config = &self.shared.config;
-        let mut expired = Vec::new();
-        let mut earliest: Option<Instant> = None;
-        for (key, conn) in &self.conns {
-            // Waiting on the server, not on the client: no client time-out applies.
-            if conn.dead || conn.session.has_pending() {
-                continue;
-            }
-            let at = deadline(conn, config);
-            if at <= now {
-                expired.push(key);
-            } else {
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-        }
+        // Waiting on the server, not on the client: no client time-out applies.
+        let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
+            (!conn.dead && !conn.session.has_pending()).then(|| deadline(conn, config))
+        });
         for key in expired {
             let Some(conn) = self.conns.get_mut(key) else { continue };
             if conn.hard_deadline.is_some() {
@@ -1608,7 +1592,7 @@ fn seal_tls(tls: &mut TlsSession, out: &mut OutBuf, sending: &mut OutBuf) {
 /// Hand received bytes to the session; keep what it leaves (an unfinished request, or
 /// requests held back while the output is full).
 fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
-    conn.last_progress = now;
+    conn.clocks.last_progress = now;
     if conn.closing || conn.failed {
         return;
     }
