@@ -47,9 +47,11 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: lint
-lint:  ## rustfmt check and clippy with warnings as errors
+lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	@# The package is abi3 for CPython 3.9+: its Python code must not need a newer one.
+	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/ucall examples/python
 
 .PHONY: format
 format:  ## Format the Rust code

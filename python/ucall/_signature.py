@@ -195,7 +195,7 @@ def _is_typeddict(hint: Any) -> bool:
 
 _SEQUENCES = {list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable}
 _MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
-_UNION_TYPES: tuple[Any, ...] = (Union, types.UnionType) if sys.version_info >= (3, 10) else (Union,)
+_UNION_TYPES: tuple[Any, ...] = (Union, types.UnionType) if sys.version_info >= (3, 10) else (Union,)  # novermin
 
 
 def converter(hint: Any) -> Converter:
