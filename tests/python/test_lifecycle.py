@@ -7,6 +7,7 @@ replies, closes idle connections and exits with status 0.
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -50,6 +51,9 @@ def test_signal_finishes_the_request_in_flight_then_exits_cleanly(own_server, si
         response = busy.final_response()
         assert response.status == 200, response
         assert response.json() == {"jsonrpc": "2.0", "id": 1, "result": 19}
+        # RFC 9112 9.6: a server that is closing says so on its last response.
+        assert [v.lower() for v in response.header_values("Connection")] == ["close"], response
+        assert busy.recv_all_until_closed(5.0) == b"", "the connection closes after the last reply"
         assert idle.recv_all_until_closed(5.0) == b"", "an idle connection is closed without a reply"
     assert wait_exit(server.proc, 5.0) == 0, server.diagnostics()
     with pytest.raises(OSError):
@@ -100,3 +104,20 @@ def test_rust_example_sum_server_serves_sum_and_echo_then_stops():
             proc.wait(5)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_websocket_hears_going_away_on_shutdown(own_server):
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    server = own_server
+    host, port = server.address
+    with connect(f"ws://{host}:{port}/", open_timeout=5, close_timeout=5) as ws:
+        ws.send(SUBTRACT.decode())
+        assert json.loads(ws.recv(timeout=5)) == {"jsonrpc": "2.0", "id": 1, "result": 19}
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=5)
+    # RFC 6455 7.4.1: 1001, "going away", as a server goes down.
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001, closed.value
+    assert wait_exit(server.proc, 5.0) == 0, server.diagnostics()

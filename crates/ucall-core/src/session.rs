@@ -64,6 +64,9 @@ pub struct Context<'a> {
     pub scratch: &'a mut Scratch,
     /// Where this connection's deferred replies report; `None` where deferring is unavailable.
     pub defer: Option<Target<'a>>,
+    /// The server is shutting down: each reply is its connection's last (HTTP replies say
+    /// `Connection: close`, WebSocket sends Close 1001, raw TCP closes after the reply).
+    pub draining: bool,
 }
 
 /// Most messages of one connection whose replies may be awaited at once; beyond it the
@@ -169,12 +172,15 @@ impl Session {
         }
     }
 
-    /// Count one exchange; whether it is the last this connection may have.
-    fn count_exchange(&mut self, limits: &Limits) -> bool {
+    /// Count one exchange; whether it is the last this connection may have (the limit is
+    /// reached, or the server is shutting down).
+    fn count_exchange(&mut self, ctx: &Context<'_>) -> bool {
         self.exchanges = self.exchanges.saturating_add(1);
-        limits
-            .max_exchanges_per_connection
-            .is_some_and(|max| self.exchanges >= max)
+        ctx.draining
+            || ctx
+                .limits
+                .max_exchanges_per_connection
+                .is_some_and(|max| self.exchanges >= max)
     }
 
     /// Consume complete requests from `input`, appending their replies to `out`.
@@ -313,6 +319,22 @@ impl Session {
         self.closing = true;
     }
 
+    /// The server is shutting down and this connection is between requests: queue its
+    /// goodbye, if its protocol has one (WebSocket: Close 1001, "going away"). Returns
+    /// whether one was queued; the connection should then close once it is sent.
+    pub fn going_away(&mut self, out: &mut OutBuf) -> bool {
+        if self.protocol != Protocol::WebSocket || self.closing {
+            return false;
+        }
+        let data = out.data();
+        let start = data.len();
+        ws::frame(ws::Opcode::Close, &ws::close::GOING_AWAY.to_be_bytes(), data);
+        let end = data.len();
+        out.commit(start..end);
+        self.closing = true;
+        true
+    }
+
     /// The peer will send nothing more (TCP half-close), and the input fed so far has been
     /// consumed as far as it can be. A raw TCP text cut short can never be completed: it
     /// is answered `-32700` (id `null`). The session closes either way.
@@ -357,7 +379,7 @@ impl Session {
                 } else {
                     self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
                 }
-                let last = self.count_exchange(ctx.limits);
+                let last = self.count_exchange(ctx);
                 (
                     range.end,
                     if outcome == Outcome::ParseError || last {
@@ -541,13 +563,19 @@ impl Session {
     }
 
     /// Reply to the reassembled message as one text frame (nothing for notifications);
-    /// after the connection's last exchange, a Close frame (1000) follows.
+    /// after the connection's last exchange, a Close frame follows (1000, or 1001 when the
+    /// server is shutting down).
     fn answer_websocket(&mut self, out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
         self.reply_websocket(out, ctx);
-        if self.count_exchange(ctx.limits) {
+        if self.count_exchange(ctx) {
+            let code = if ctx.draining {
+                ws::close::GOING_AWAY
+            } else {
+                ws::close::NORMAL
+            };
             let data = out.data();
             let start = data.len();
-            ws::frame(ws::Opcode::Close, &ws::close::NORMAL.to_be_bytes(), data);
+            ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
             let end = data.len();
             out.commit(start..end);
             return Step::Close;
@@ -612,7 +640,7 @@ impl Session {
     }
 
     fn answer_http(&mut self, head: &RequestHead, body: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
-        let keep_alive = head.keep_alive && !self.count_exchange(ctx.limits);
+        let keep_alive = head.keep_alive && !self.count_exchange(ctx);
         let persistence = match (keep_alive, head.minor_version) {
             (false, _) => Persistence::Close,
             (true, 0) => Persistence::KeepAliveLegacy,

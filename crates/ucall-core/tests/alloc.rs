@@ -78,6 +78,7 @@ fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
                 conn: 0,
                 generation: 0,
             }),
+            draining: false,
         };
         let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());

@@ -66,6 +66,7 @@ impl Harness {
                 conn: 0,
                 generation: 1,
             }),
+            draining: false,
         };
         let progress = self.session.feed(input.as_bytes(), &mut self.out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());
@@ -202,6 +203,7 @@ fn without_an_engine_deferring_is_refused_cleanly() {
         date: DATE,
         scratch: &mut h.scratch,
         defer: None,
+        draining: false,
     };
     let input = format!("{}\n", request("later", "a", 1));
     h.session.feed(input.as_bytes(), &mut h.out, &mut ctx, usize::MAX);

@@ -191,6 +191,7 @@ fn sessions_survive_mutated_input_in_any_split() {
                     conn: 0,
                     generation: 0,
                 }),
+                draining: false,
             };
             let progress = session.feed(&buffered, &mut out, &mut ctx, 1 << 20);
             assert!(

@@ -376,6 +376,7 @@ fn feed(
         date: b"Sun, 06 Nov 1994 08:49:37 GMT",
         scratch,
         defer: None,
+        draining: false,
     };
     let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
     (out.to_vec(), progress.close)

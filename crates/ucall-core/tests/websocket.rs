@@ -88,6 +88,7 @@ impl Peer {
             date: b"Sun, 06 Nov 1994 08:49:37 GMT",
             scratch: &mut self.scratch,
             defer: None,
+            draining: false,
         };
         self.session.feed(bytes, &mut self.out, &mut ctx, usize::MAX)
     }
@@ -150,6 +151,7 @@ fn fragments_reassemble_with_control_frames_between_them() {
                 date: b"Sun, 06 Nov 1994 08:49:37 GMT",
                 scratch: &mut peer.scratch,
                 defer: None,
+                draining: false,
             };
             let progress = peer.session.feed(&buffered, &mut peer.out, &mut ctx, usize::MAX);
             buffered.drain(..progress.consumed);
@@ -179,6 +181,7 @@ fn fails_with(bytes: &[u8], code: u16) {
         date: b"Sun, 06 Nov 1994 08:49:37 GMT",
         scratch: &mut peer.scratch,
         defer: None,
+        draining: false,
     };
     let progress = peer.session.feed(bytes, &mut peer.out, &mut ctx, usize::MAX);
     assert!(progress.close, "the connection closes");

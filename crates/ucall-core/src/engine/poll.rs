@@ -315,6 +315,7 @@ impl PollWorker {
                 conn: key,
                 generation: conn.generation,
             }),
+            draining: shared.stopping.load(Ordering::Relaxed),
         };
         let mut reads = 0;
         let mut failed = false;
@@ -451,7 +452,14 @@ impl PollWorker {
             .map(|(key, _)| key)
             .collect();
         for key in idle {
-            self.close(key);
+            // A WebSocket hears why it is closed (1001); other idle connections just close.
+            let Some(conn) = self.conns.get_mut(key) else { continue };
+            if conn.session.going_away(&mut conn.out) {
+                conn.closing = true;
+                self.serve(key);
+            } else {
+                self.close(key);
+            }
         }
         self.conns.is_empty() || self.drain_deadline.is_some_and(|at| Instant::now() >= at)
     }

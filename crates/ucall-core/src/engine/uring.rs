@@ -1168,6 +1168,7 @@ impl UringWorker {
                                 conn: key,
                                 generation: conn.generation,
                             }),
+                            draining: shared.stopping.load(Ordering::Relaxed),
                         };
                         deliver(conn, bytes, &mut ctx, now);
                     }
@@ -1257,6 +1258,7 @@ impl UringWorker {
                     conn: key,
                     generation: conn.generation,
                 }),
+                draining: shared.stopping.load(Ordering::Relaxed),
             };
             feed_input(conn, &mut ctx);
         }
@@ -1472,7 +1474,14 @@ impl UringWorker {
             .map(|(key, _)| key)
             .collect();
         for key in idle {
-            self.close(key);
+            // A WebSocket hears why it is closed (1001); other idle connections just close.
+            let Some(conn) = self.conns.get_mut(key) else { continue };
+            if conn.session.going_away(&mut conn.out) {
+                conn.closing = true;
+                self.serve(key);
+            } else {
+                self.close(key);
+            }
         }
         !self.conns.iter().any(|(_, c)| !c.dead) || self.drain_deadline.is_some_and(|at| self.now >= at)
     }
