@@ -3,7 +3,10 @@
 
 ``ReplyReader`` is fed whatever the socket gave and hands out complete replies: HTTP/1.1
 responses framed by ``Content-Length``, chunked encoding or the end of the connection, or
-raw-TCP JSON texts framed by their own syntax. The sync and asyncio clients share it.
+raw-TCP JSON texts framed by their own syntax. ``WebSocketReader`` does the same for one
+WebSocket connection (RFC 6455) on the ``websockets`` library's sans-I/O protocol: the
+opening handshake, requests out as text messages, replies in as messages. The sync and
+asyncio clients share both, and so share the framing over plain sockets and TLS alike.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import deque
 from typing import Any
 
 from ucall.exceptions import ProtocolError
@@ -30,9 +34,14 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as in a URL or a ``Host`` header (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 def http_request(body: bytes, host: str, port: int, path: str = "/") -> bytes:
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: ucall-python\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host_port(host, port)}\r\nUser-Agent: ucall-python\r\n"
         f"Accept: application/json\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("latin-1") + body
@@ -112,6 +121,7 @@ class ReplyReader:
         self.http = http
         self.buffer = bytearray()
         self.ended = False
+        self.why = ""  # why the stream ended, when the server said
         self._head: tuple[int, dict[str, str]] | None = None
         self._chunks: bytearray | None = None
         self._text: TextEnd | None = None  # the raw-TCP reply being scanned
@@ -124,6 +134,10 @@ class ReplyReader:
     def next(self) -> Reply | None:
         """The next complete reply, or None until more bytes (or the end) arrive."""
         return self._next_http() if self.http else self._next_json()
+
+    def to_send(self) -> bytes:
+        """Bytes the connection owes the server after ``feed`` (none for HTTP or raw TCP)."""
+        return b""
 
     def _next_json(self) -> Reply | None:
         if self._text is None:
@@ -230,4 +244,95 @@ class ReplyReader:
             del self.buffer[: line_end + 2 + size + 2]
         if self.ended:
             raise ProtocolError("the connection closed in the middle of a chunked body")
+        return None
+
+
+WEBSOCKETS_MISSING = "WebSocket URIs need the websockets package (>= 12): pip install 'websockets>=12'"
+
+
+class WebSocketReader:
+    """One WebSocket connection's bytes (sans-I/O), on ``websockets.client.ClientProtocol``.
+
+    ``handshake()`` is the opening request; ``feed`` takes what the socket gave until
+    ``opened`` (a refused upgrade raises ``ProtocolError``); then ``encode(body)`` makes a
+    request's text message and ``next()`` hands out each reply message as a ``Reply``.
+    Whatever the protocol owes the server (a pong, the closing frame) is in ``to_send()``
+    after each ``feed``. Messages have no size limit here, as HTTP bodies have none.
+    """
+
+    def __init__(self, host: str, port: int, path: str, secure: bool) -> None:
+        try:
+            from websockets.client import ClientProtocol
+            from websockets.uri import parse_uri
+        except ImportError:
+            raise ImportError(WEBSOCKETS_MISSING) from None
+        scheme = "wss" if secure else "ws"
+        self.protocol = ClientProtocol(parse_uri(f"{scheme}://{host_port(host, port)}{path}"), max_size=None)
+        self.opened = False
+        self.ended = False
+        self.why = ""
+        self._parts: list[bytes | bytearray | memoryview] = []
+        self._replies: deque[Reply] = deque()
+
+    def handshake(self) -> bytes:
+        """The opening handshake's HTTP request."""
+        request = self.protocol.connect()
+        request.headers["User-Agent"] = "ucall-python"
+        self.protocol.send_request(request)
+        return self.to_send()
+
+    def encode(self, body: bytes) -> bytes:
+        """One request (or batch) as a text message."""
+        self.protocol.send_text(body)
+        return self.to_send()
+
+    def close(self) -> bytes:
+        """The closing frame (normal closure), once; nothing when closing already."""
+        from websockets.protocol import OPEN
+
+        if self.protocol.state is not OPEN:
+            return b""
+        self.protocol.send_close(1000)
+        return self.to_send()
+
+    def to_send(self) -> bytes:
+        # An empty chunk is the protocol asking to half-close: the clients close whole.
+        return b"".join(self.protocol.data_to_send())
+
+    def feed(self, data: bytes) -> None:
+        from websockets.frames import Frame, Opcode
+
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+            self.ended = True
+        for event in self.protocol.events_received():
+            if not isinstance(event, Frame):  # the handshake's HTTP response
+                if self.protocol.handshake_exc is not None:
+                    self.ended = True
+                    raise ProtocolError(f"the server refused the WebSocket upgrade: {self.protocol.handshake_exc}")
+                self.opened = True
+            elif event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                self._parts.append(event.data)
+                if event.fin:
+                    self._replies.append(Reply(None, b"".join(self._parts)))
+                    self._parts = []
+            elif event.opcode is Opcode.CLOSE:
+                self.ended = True
+                code, reason = self.protocol.close_code, self.protocol.close_reason
+                self.why = f" (WebSocket close code {code}{': ' + reason if reason else ''})"
+        error = self.protocol.parser_exc
+        if error is not None and not isinstance(error, EOFError):
+            self.ended = True
+            raise ProtocolError(f"not a valid WebSocket stream: {error}")
+        if self.ended and not self.opened and not self.protocol.handshake_exc:
+            raise ProtocolError("the connection closed during the WebSocket handshake")
+
+    def next(self) -> Reply | None:
+        """The next complete reply message, or None until more bytes arrive."""
+        if self._replies:
+            return self._replies.popleft()
+        if self.ended and self._parts:
+            raise ProtocolError("the connection closed in the middle of a message")
         return None

@@ -10,10 +10,18 @@
         first, second = batch.sum(1, 2), batch.sum(3, 4)
     first.json, second.json          # 3, 7
 
+    Client("https://127.0.0.1:8545", cacert="ca.pem")   # HTTPS, the certificate checked
+    Client("ws://127.0.0.1:8545")                       # WebSocket; wss:// over TLS
+    Client(port=8545, use_http=False, tls=True)         # raw TCP over TLS
+
 One connection per client, kept alive and re-opened when the server closed it. A client
 is not thread-safe: use one per thread (or ``AsyncClient`` with many calls in flight).
 Rich arguments (bytes, numpy arrays, PIL images) are packed the way the server unpacks
 them; ``Response.bytes``, ``.numpy`` and ``.image`` unpack rich results.
+
+TLS verifies the server's certificate and name by default, against the system's CAs or
+``cacert``; ``insecure=True`` skips the check. A failed check raises ``ConnectError``
+whose ``__cause__`` is the ``ssl.SSLCertVerificationError``.
 """
 
 from __future__ import annotations
@@ -21,18 +29,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import socket
 import ssl
+import urllib.parse
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Union
 
 from ucall import _codec
-from ucall._wire import Reply, ReplyReader, dumps, http_request
+from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
 
 __all__ = ["AsyncClient", "Batch", "Client", "ClientTLS", "Response"]
 
 Progress = Callable[[int, int], None]
+Framer = Union[ReplyReader, WebSocketReader]
+StrPath = Union[str, "os.PathLike[str]"]
+
+SCHEMES = {"http": (False, False), "https": (True, False), "ws": (False, True), "wss": (True, True)}  # tls, websocket
 
 
 class Response:
@@ -133,25 +147,117 @@ def _decode(reply: Reply) -> Any:
         raise ProtocolError(f"{status}the reply is not JSON: {text!r}") from None
 
 
-class _Endpoint:
-    """What both clients share: the address, framing and ids."""
+def tls_context(cacert: StrPath | None = None, insecure: bool = False, http: bool = True) -> ssl.SSLContext:
+    """The client side of TLS as the clients make it: the server's certificate and name
+    checked against the system's CAs, or only those in the PEM file ``cacert``;
+    ``insecure=True`` accepts any certificate. ALPN offers ``http/1.1`` for HTTP and
+    WebSocket."""
+    if cacert is not None and insecure:
+        raise ValueError("cacert= and insecure=True contradict each other: pick one")
+    context = ssl.create_default_context(cafile=os.fspath(cacert) if cacert is not None else None)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if http:
+        context.set_alpn_protocols(["http/1.1"])
+    return context
 
-    def __init__(self, uri: str, port: int, use_http: bool, timeout: float | None, path: str) -> None:
+
+class _Endpoint:
+    """What both clients share: the address, the transport, framing and ids."""
+
+    def __init__(
+        self,
+        uri: str,
+        port: int,
+        use_http: bool,
+        timeout: float | None,
+        path: str,
+        tls: bool | None = None,
+        cacert: StrPath | None = None,
+        insecure: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> None:
+        websocket = False
+        tls_options = cacert is not None or insecure or ssl_context is not None
+        if "://" in uri:
+            parts = urllib.parse.urlsplit(uri)
+            scheme = parts.scheme.lower()
+            if scheme not in SCHEMES:
+                raise ValueError(f"{uri!r}: the scheme must be one of {', '.join(SCHEMES)}")
+            if not use_http:
+                raise ValueError(f"{uri!r} names its protocol: use_http=False (raw TCP) does not go with it")
+            if not parts.hostname:
+                raise ValueError(f"{uri!r} names no host")
+            secure, websocket = SCHEMES[scheme]
+            if tls is not None and tls != secure:
+                raise ValueError(f"tls={tls} contradicts {scheme}://")
+            if tls_options and not secure:
+                raise ValueError(f"{scheme}:// is plaintext: TLS options need https:// or wss://")
+            tls = secure
+            uri = parts.hostname
+            port = parts.port if parts.port is not None else port
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        elif tls is False and tls_options:
+            raise ValueError("cacert=, insecure=True and ssl_context= need TLS, and tls=False turns it off")
         self.uri = uri
         self.port = port
-        self.use_http = use_http
+        self.use_http = use_http and not websocket
+        self.websocket = websocket
+        self.tls = bool(tls) or tls_options
         self.timeout = timeout
         self.path = path
+        if ssl_context is not None and (cacert is not None or insecure):
+            raise ValueError("ssl_context= already says what to trust: drop cacert= and insecure=")
+        if self.tls and ssl_context is None:
+            ssl_context = tls_context(cacert, insecure, http=use_http)
+        self.ssl_context = ssl_context if self.tls else None
+        self.server_hostname = server_hostname or uri
         self._ids = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        """Where the client goes, as a URL (``tcp://`` and ``tls://`` for raw TCP)."""
+        if self.websocket:
+            scheme = "wss" if self.tls else "ws"
+        elif self.use_http:
+            scheme = "https" if self.tls else "http"
+        else:
+            scheme = "tls" if self.tls else "tcp"
+        path = self.path if self.use_http or self.websocket else ""
+        return f"{scheme}://{host_port(self.uri, self.port)}{path}"
+
+    @property
+    def _where(self) -> str:
+        return host_port(self.uri, self.port)
 
     def next_id(self) -> int:
         return next(self._ids)
 
     def frame(self, body: bytes) -> bytes:
+        """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection)."""
         return http_request(body, self.uri, self.port, self.path) if self.use_http else body + b"\n"
 
+    def _encode(self, framer: Framer, bodies: Iterable[bytes]) -> bytes:
+        if isinstance(framer, WebSocketReader):
+            return b"".join(framer.encode(body) for body in bodies)
+        return b"".join(self.frame(body) for body in bodies)
+
+    def _framer(self) -> Framer:
+        if self.websocket:
+            return WebSocketReader(self.uri, self.port, self.path, self.tls)
+        return ReplyReader(self.use_http)
+
+    def _tls_failure(self, error: Exception) -> ConnectError:
+        if isinstance(error, ssl.SSLCertVerificationError):
+            why = error.verify_message or error.reason or str(error)
+            return ConnectError(f"cannot verify the TLS certificate of {self._where}: {why}")
+        return ConnectError(f"TLS handshake with {self._where} failed: {error}")
+
     def expects_reply(self, request: Any) -> bool:
-        """Over HTTP every request gets a reply (204 for notifications); over TCP only calls do."""
+        """Over HTTP every request gets a reply (204 for notifications); over TCP and
+        WebSocket only calls do."""
         if self.use_http:
             return True
         if isinstance(request, list):
@@ -160,7 +266,17 @@ class _Endpoint:
 
 
 class Client(_Endpoint):
-    """A blocking JSON-RPC client over HTTP/1.1 (default) or raw TCP (``use_http=False``)."""
+    """A blocking JSON-RPC client over HTTP/1.1 (default), raw TCP (``use_http=False``) or
+    WebSocket (a ``ws://`` or ``wss://`` URI), each in plaintext or over TLS.
+
+    ``uri`` is a host, or a URL (``http``, ``https``, ``ws``, ``wss``) whose port and path,
+    when given, replace ``port`` and ``path``. TLS (``tls=True``, or an ``https``/``wss``
+    URI) checks the server's certificate against the system's CAs, or only against the
+    PEM file ``cacert``; ``insecure=True`` accepts any certificate; ``ssl_context`` is used
+    as given. Passing ``cacert``, ``insecure`` or ``ssl_context`` turns TLS on. The name
+    checked and sent as SNI is the host, or ``server_hostname``. Sessions are resumed on
+    reconnection unless ``session_resumption=False``.
+    """
 
     def __init__(
         self,
@@ -170,10 +286,18 @@ class Client(_Endpoint):
         *,
         timeout: float | None = 30.0,
         path: str = "/",
+        tls: bool | None = None,
+        cacert: StrPath | None = None,
+        insecure: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        session_resumption: bool = True,
     ) -> None:
-        super().__init__(uri, port, use_http, timeout, path)
+        super().__init__(uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname)
         self.sock: socket.socket | None = None
-        self._reader = ReplyReader(use_http)
+        self.session_resumption = session_resumption
+        self.session: ssl.SSLSession | None = None  # the TLS session kept for resumption
+        self._reader: Framer = ReplyReader(self.use_http)
 
     # ------------------------------------------------------------ calling
 
@@ -221,16 +345,14 @@ class Client(_Endpoint):
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back, then read the replies in order."""
         requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
-        payload = b"".join(self.frame(dumps(r)) for r in requests)
-        replies = self._roundtrip(payload, len(requests))
+        replies = self._roundtrip([dumps(r) for r in requests], len(requests))
         return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
 
     # ------------------------------------------------------------ transport
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
-        payload = self.frame(dumps(request))
         expected = 1 if self.expects_reply(request) else 0
-        replies = self._roundtrip(payload, expected, progress)
+        replies = self._roundtrip([dumps(request)], expected, progress)
         if not replies:
             return None
         data = _decode(replies[0])
@@ -249,41 +371,85 @@ class Client(_Endpoint):
             raise ProtocolError(f"a reply to another request: {data!r}")
         return response
 
-    def _roundtrip(self, payload: bytes, replies: int, progress: Progress | None = None) -> list[Reply]:
+    def _roundtrip(self, bodies: list[bytes], replies: int, progress: Progress | None = None) -> list[Reply]:
         for attempt in (0, 1):
+            if self.sock is not None and self._reader.ended:
+                self._drop()  # a WebSocket the server closed between calls
             fresh = self.sock is None
             sock = self._connect()
             try:
-                self._send(sock, payload, progress)
-                return [self._receive(sock) for _ in range(replies)]
+                self._send(sock, self._encode(self._reader, bodies), progress)
+                received = [self._receive(sock) for _ in range(replies)]
+                self._keep_session(sock)
+                return received
             except socket.timeout:
-                self.close()
-                raise TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s") from None
+                self._drop()
+                raise TimeoutError(f"no reply from {self._where} within {self.timeout} s") from None
+            except TransportError:
+                self._drop()
+                raise
             except (ConnectionError, _Closed) as error:
-                self.close()
+                self._drop()
                 # A kept-alive connection the server had closed: once more on a new one.
                 if fresh or attempt == 1 or not isinstance(error, (_Closed, ConnectionResetError, BrokenPipeError)):
-                    raise TransportError(f"connection to {self.uri}:{self.port} lost: {error}") from None
+                    raise TransportError(f"connection to {self._where} lost: {error}") from None
             except OSError as error:
-                self.close()
-                raise TransportError(f"{self.uri}:{self.port}: {error}") from None
+                self._drop()
+                raise TransportError(f"{self._where}: {error}") from None
         raise AssertionError("unreachable")
 
     def _connect(self) -> socket.socket:
-        if self.sock is None:
-            try:
-                sock = socket.create_connection((self.uri, self.port), timeout=self.timeout)
-            except socket.timeout:
-                raise TimeoutError(f"cannot connect to {self.uri}:{self.port} within {self.timeout} s") from None
-            except OSError as error:
-                raise ConnectError(f"cannot connect to {self.uri}:{self.port}: {error}") from None
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sock = self._wrap(sock)
-            self._reader = ReplyReader(self.use_http)
-        return self.sock
+        if self.sock is not None:
+            return self.sock
+        try:
+            raw = socket.create_connection((self.uri, self.port), timeout=self.timeout)
+        except socket.timeout:
+            raise TimeoutError(f"cannot connect to {self._where} within {self.timeout} s") from None
+        except OSError as error:
+            raise ConnectError(f"cannot connect to {self._where}: {error}") from None
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = raw
+        try:
+            sock = self._wrap(raw)
+            reader = self._framer()
+            if isinstance(reader, WebSocketReader):
+                self._open_websocket(sock, reader)
+        except BaseException:
+            sock.close()
+            raw.close()
+            raise
+        self.sock, self._reader = sock, reader
+        return sock
 
     def _wrap(self, sock: socket.socket) -> socket.socket:
-        return sock
+        """The TLS handshake, when the client speaks TLS."""
+        if self.ssl_context is None:
+            return sock
+        session = self.session if self.session_resumption else None
+        try:
+            return self.ssl_context.wrap_socket(sock, server_hostname=self.server_hostname, session=session)
+        except socket.timeout:
+            raise TimeoutError(f"no TLS handshake with {self._where} within {self.timeout} s") from None
+        except OSError as error:
+            raise self._tls_failure(error) from error
+
+    def _open_websocket(self, sock: socket.socket, reader: WebSocketReader) -> None:
+        try:
+            sock.sendall(reader.handshake())
+            while not reader.opened:
+                reader.feed(sock.recv(1 << 16))
+        except socket.timeout:
+            raise TimeoutError(f"no WebSocket handshake from {self._where} within {self.timeout} s") from None
+        except TransportError:
+            raise
+        except OSError as error:
+            raise ConnectError(f"WebSocket handshake with {self._where} failed: {error}") from None
+
+    def _keep_session(self, sock: socket.socket) -> None:
+        if self.session_resumption and isinstance(sock, ssl.SSLSocket):
+            session = sock.session
+            if session is not None:
+                self.session = session
 
     @staticmethod
     def _send(sock: socket.socket, payload: bytes, progress: Progress | None) -> None:
@@ -297,25 +463,39 @@ class Client(_Endpoint):
             progress(min(offset + step, len(view)), len(view))
 
     def _receive(self, sock: socket.socket) -> Reply:
+        reader = self._reader
         while True:
-            reply = self._reader.next()
+            reply = reader.next()
             if reply is not None:
                 if reply.close:
-                    self.close()
+                    self._drop()
                 return reply
-            if self._reader.ended:
-                raise _Closed("the server closed the connection")
-            data = sock.recv(1 << 16)
-            if not data and not self._reader.buffer:
-                raise _Closed("the server closed the connection")
-            self._reader.feed(data)
+            if reader.ended:
+                raise _Closed(f"the server closed the connection{reader.why}")
+            reader.feed(sock.recv(1 << 16))
+            owed = reader.to_send()  # a WebSocket pong or closing frame
+            if owed:
+                sock.sendall(owed)
 
     def close(self) -> None:
-        if self.sock is not None:
+        """Close the connection (a WebSocket with its closing frame); calls re-open it."""
+        sock = self.sock
+        if sock is not None and isinstance(self._reader, WebSocketReader):
             try:
-                self.sock.close()
+                goodbye = self._reader.close()
+                if goodbye:
+                    sock.sendall(goodbye)
+            except OSError:
+                pass
+        self._drop()
+
+    def _drop(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            try:
+                self._keep_session(sock)
             finally:
-                self.sock = None
+                sock.close()
 
     def __enter__(self) -> Client:
         return self
@@ -414,7 +594,13 @@ class Batch:
 
 
 class ClientTLS(Client):
-    """``Client`` over TLS (HTTPS)."""
+    """UCall's published TLS client: ``Client`` over HTTPS, with the earlier signature.
+
+    ``ssl_context`` is used as given; without one, the certificate is checked against the
+    system's CAs, or not at all with ``allow_self_signed=True`` (any certificate is then
+    accepted: ``Client(..., cacert=...)`` trusts one CA instead).
+    ``enable_session_resumption`` resumes the TLS session on reconnection.
+    """
 
     def __init__(
         self,
@@ -425,22 +611,19 @@ class ClientTLS(Client):
         enable_session_resumption: bool = True,
         *,
         timeout: float | None = 30.0,
+        path: str = "/",
     ) -> None:
-        super().__init__(uri, port, use_http=True, timeout=timeout)
-        if ssl_context is None:
-            ssl_context = ssl.create_default_context()
-            if allow_self_signed:
-                ssl_context.check_hostname = False
-                ssl_context.verify_mode = ssl.CERT_NONE
-        self.ssl_context = ssl_context
-        self.session_resumption = enable_session_resumption
-        self._session: ssl.SSLSession | None = None
-
-    def _wrap(self, sock: socket.socket) -> socket.socket:
-        wrapped = self.ssl_context.wrap_socket(sock, server_hostname=self.uri, session=self._session)
-        if self.session_resumption:
-            self._session = wrapped.session
-        return wrapped
+        super().__init__(
+            uri,
+            port,
+            use_http=True,
+            timeout=timeout,
+            path=path,
+            tls=True,
+            ssl_context=ssl_context,
+            insecure=allow_self_signed and ssl_context is None,
+            session_resumption=enable_session_resumption,
+        )
 
 
 class AsyncClient(_Endpoint):
@@ -448,6 +631,9 @@ class AsyncClient(_Endpoint):
 
         async with AsyncClient(port=8545) as client:
             results = await asyncio.gather(*(client.sum(i, 1) for i in range(100)))
+
+    It takes the same addresses and TLS options as ``Client`` (``ws://``, ``wss://``,
+    ``tls=True``, ``cacert``, ...); asyncio gives no way to resume a TLS session.
     """
 
     def __init__(
@@ -458,9 +644,15 @@ class AsyncClient(_Endpoint):
         *,
         timeout: float | None = 30.0,
         path: str = "/",
+        tls: bool | None = None,
+        cacert: StrPath | None = None,
+        insecure: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
-        super().__init__(uri, port, use_http, timeout, path)
+        super().__init__(uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname)
         self._writer: asyncio.StreamWriter | None = None
+        self._framer_in_use: Framer | None = None
         self._waiting: deque[asyncio.Future[Reply]] = deque()
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
@@ -493,20 +685,20 @@ class AsyncClient(_Endpoint):
         return await self._exchange(requests)  # type: ignore[no-any-return]
 
     async def _exchange(self, request: Any) -> Any:
-        writer = await self._connect()
+        writer, framer = await self._connect()
         future: asyncio.Future[Reply] | None = None
         if self.expects_reply(request):
             future = asyncio.get_running_loop().create_future()
             self._waiting.append(future)
-        writer.write(self.frame(dumps(request)))
+        writer.write(self._encode(framer, [dumps(request)]))
         if future is None:
             await writer.drain()
             return None
         try:
             reply = await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except asyncio.TimeoutError:
-            await self._fail(TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s"))
-            raise TimeoutError(f"no reply from {self.uri}:{self.port} within {self.timeout} s") from None
+            await self._fail(TimeoutError(f"no reply from {self._where} within {self.timeout} s"))
+            raise TimeoutError(f"no reply from {self._where} within {self.timeout} s") from None
         data = _decode(reply)
         if isinstance(request, list):
             return _match_batch(request, data)
@@ -514,33 +706,55 @@ class AsyncClient(_Endpoint):
             return None
         return Client._check(Response(data), request)
 
-    async def _connect(self) -> asyncio.StreamWriter:
+    async def _connect(self) -> tuple[asyncio.StreamWriter, Framer]:
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            if self._writer is None or self._writer.is_closing():
+            if self._writer is None or self._writer.is_closing() or self._framer_in_use is None:
                 try:
-                    reader, writer = await asyncio.wait_for(asyncio.open_connection(self.uri, self.port), self.timeout)
+                    reader, writer, framer = await asyncio.wait_for(self._open(), self.timeout)
                 except asyncio.TimeoutError:
-                    raise TimeoutError(f"cannot connect to {self.uri}:{self.port} within {self.timeout} s") from None
-                except OSError as error:
-                    raise ConnectError(f"cannot connect to {self.uri}:{self.port}: {error}") from None
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._writer = writer
-                self._reader_task = asyncio.get_running_loop().create_task(self._read(reader, writer))
-            return self._writer
+                    raise TimeoutError(f"cannot connect to {self._where} within {self.timeout} s") from None
+                self._writer, self._framer_in_use = writer, framer
+                self._reader_task = asyncio.get_running_loop().create_task(self._read(reader, writer, framer))
+            return self._writer, self._framer_in_use
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        framer = ReplyReader(self.use_http)
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Framer]:
+        """A new connection: TCP, the TLS handshake, the WebSocket handshake."""
+        tls = {"ssl": self.ssl_context, "server_hostname": self.server_hostname} if self.ssl_context else {}
+        try:
+            reader, writer = await asyncio.open_connection(self.uri, self.port, **tls)  # type: ignore[arg-type]
+        except ssl.SSLError as error:
+            raise self._tls_failure(error) from error
+        except OSError as error:
+            raise ConnectError(f"cannot connect to {self._where}: {error}") from None
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        framer = self._framer()
+        if isinstance(framer, WebSocketReader):
+            try:
+                writer.write(framer.handshake())
+                while not framer.opened:
+                    framer.feed(await reader.read(1 << 16))
+            except BaseException as error:
+                writer.close()
+                if isinstance(error, OSError) and not isinstance(error, TransportError):
+                    raise ConnectError(f"WebSocket handshake with {self._where} failed: {error}") from None
+                raise
+        return reader, writer, framer
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, framer: Framer) -> None:
         try:
             while True:
                 reply = framer.next()
                 if reply is None:
                     if framer.ended:
-                        raise TransportError("the server closed the connection")
+                        raise TransportError(f"the server closed the connection{framer.why}")
                     framer.feed(await reader.read(1 << 16))
+                    owed = framer.to_send()  # a WebSocket pong or closing frame
+                    if owed:
+                        writer.write(owed)
                     continue
                 if not self._waiting:
                     raise ProtocolError("a reply nobody asked for")
@@ -549,7 +763,7 @@ class AsyncClient(_Endpoint):
                     future.set_result(reply)
                 if reply.close:
                     raise TransportError("the server closed the connection")
-        except (OSError, ProtocolError, TransportError) as error:
+        except OSError as error:
             failure = error if isinstance(error, TransportError) else TransportError(str(error))
             if self._writer is writer:
                 self._writer = None
@@ -570,13 +784,17 @@ class AsyncClient(_Endpoint):
                 future.exception()  # retrieved: no "never retrieved" warning
 
     async def close(self) -> None:
+        """Close the connection (a WebSocket with its closing frame); calls re-open it."""
         writer, self._writer = self._writer, None
         task, self._reader_task = self._reader_task, None
+        framer, self._framer_in_use = self._framer_in_use, None
         if writer is not None:
+            if isinstance(framer, WebSocketReader) and not writer.is_closing():
+                writer.write(framer.close())
             writer.close()
             try:
-                await writer.wait_closed()
-            except OSError:
+                await asyncio.wait_for(writer.wait_closed(), self.timeout)
+            except (OSError, asyncio.TimeoutError):
                 pass
         if task is not None:
             task.cancel()
