@@ -5,6 +5,8 @@
     ucall sum --positional 1 2:int             # by position
     ucall echo data:='{"x": [1, 2]}'           # raw JSON
     ucall upload -f data=big.bin -i picture=cat.png --format json
+    ucall sum a=1 b=2 --tls --cacert ca.pem    # HTTPS, the certificate checked against ca.pem
+    ucall sum a=1 b=2 --uri wss://host:8545/   # WebSocket (ws:// in plaintext)
     ucall serve app:server --port 8545         # run a Server object, as uvicorn does
 
 Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
@@ -17,6 +19,7 @@ import importlib
 import json
 import os
 import re
+import ssl
 import sys
 from typing import Any
 
@@ -24,7 +27,7 @@ import click
 
 from ucall._ucall import __version__
 from ucall.client import Client, Response
-from ucall.exceptions import RPCError, UCallError
+from ucall.exceptions import ConnectError, RPCError, UCallError
 
 UPLOAD_PROGRESS_BYTES = 4 << 20
 TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "image")
@@ -141,9 +144,22 @@ def main() -> None:
 @click.option("-f", "--file", "files", multiple=True, metavar="KEY=PATH", help="Send a file's bytes (base64).")
 @click.option("-i", "--image", "images", multiple=True, metavar="KEY=PATH", help="Send an image (PIL).")
 @click.option("--positional", is_flag=True, help="Pass the values by position: VALUE or VALUE:TYPE.")
-@click.option("--uri", default="127.0.0.1", show_default=True, envvar="UCALL_URI", help="Server host.")
+@click.option(
+    "--uri",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="UCALL_URI",
+    help="Server host, or a URL: http://, https://, ws:// or wss:// (a port or path in it wins over -p).",
+)
 @click.option("-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", help="Server port.")
 @click.option("--tcp", is_flag=True, help="Raw TCP instead of HTTP.")
+@click.option("--tls", is_flag=True, help="Speak TLS (HTTPS; TLS over raw TCP with --tcp).")
+@click.option(
+    "--cacert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Check the server's certificate against the CAs in this PEM file only (implies --tls).",
+)
+@click.option("-k", "--insecure", is_flag=True, help="Accept any server certificate (implies --tls).")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the reply.")
 @click.option(
     "--format",
@@ -163,6 +179,9 @@ def call(
     uri: str,
     port: int,
     tcp: bool,
+    tls: bool,
+    cacert: str | None,
+    insecure: bool,
     timeout: float,
     output_format: str,
     output: str | None,
@@ -184,7 +203,13 @@ def call(
             key, _, path = spec.partition("=")
             named[key] = _cast(path, "image")
         params = named or None
-    client = Client(uri=uri, port=port, use_http=not tcp, timeout=timeout)
+    try:
+        client = Client(
+            uri=uri, port=port, use_http=not tcp, timeout=timeout, tls=True if tls else None, cacert=cacert,
+            insecure=insecure,
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     try:
         response = _send(client, method, params)
         _show(response, output_format, output)
@@ -193,7 +218,10 @@ def call(
         click.secho(f"error {error.code}: {error.message}{detail}", fg="red", err=True)
         sys.exit(1)
     except (UCallError, OSError, ValueError) as error:
-        click.secho(f"ucall: {error}", fg="red", err=True)
+        hint = ""
+        if isinstance(error, ConnectError) and isinstance(error.__cause__, ssl.SSLCertVerificationError):
+            hint = " (--cacert PATH trusts the CA that signed it; --insecure skips the check)"
+        click.secho(f"ucall: {error}{hint}", fg="red", err=True)
         sys.exit(2)
     finally:
         client.close()
