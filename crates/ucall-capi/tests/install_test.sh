@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Install libucall into a temporary prefix, then build examples/c/sum.c against the
 # installed tree with pkg-config (shared and static) and with CMake (find_package(ucall),
-# both targets), and serve one call with each binary. Also runs the examples `make
-# examples-c` built in the tree. Prints "N passed, N failed".
+# both targets), and serve one call with each binary. Checks the SONAME, its links, and
+# that the shared builds record it. Also runs the examples `make examples-c` built in the
+# tree. Prints "N passed, N failed".
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -45,10 +46,29 @@ serve_one_call() {
 }
 
 crates/ucall-capi/packaging/install.sh "$prefix" >/dev/null
-for f in lib/libucall.so lib/libucall.a include/ucall/ucall.h lib/pkgconfig/ucall.pc \
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+IFS=. read -r major minor _ <<<"$version"
+if [ "$major" = 0 ]; then soname="libucall.so.0.$minor"; else soname="libucall.so.$major"; fi
+for f in "lib/libucall.so.$version" lib/libucall.a include/ucall/ucall.h lib/pkgconfig/ucall.pc \
     lib/cmake/ucall/ucallConfig.cmake lib/cmake/ucall/ucallConfigVersion.cmake; do
-    [ -f "$prefix/$f" ] || { echo "FAILED: $f not installed" >&2; exit 1; }
+    if [ ! -f "$prefix/$f" ] || [ -L "$prefix/$f" ]; then echo "FAILED: $f not installed as a file" >&2; exit 1; fi
 done
+
+# The SONAME (readelf -d), and the links: libucall.so -> SONAME -> libucall.so.VERSION.
+check() {
+    if [ "$2" = "$3" ]; then
+        passed=$((passed + 1))
+        echo "ok: $1"
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $1: [$2], expected [$3]" >&2
+    fi
+}
+soname_of() { readelf -d "$1" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'; }
+needed_by() { readelf -d "$1" | sed -n 's/.*Shared library: \[\(libucall[^]]*\)\]/\1/p'; }
+check "SONAME of libucall.so.$version" "$(soname_of "$prefix/lib/libucall.so.$version")" "$soname"
+check "$soname links to the file" "$(readlink "$prefix/lib/$soname")" "libucall.so.$version"
+check "libucall.so links to the SONAME" "$(readlink "$prefix/lib/libucall.so")" "$soname"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cc=${CC:-cc}
@@ -60,6 +80,7 @@ static_libs="$(pkg-config --static --libs ucall | sed 's/-lucall/-Wl,-Bstatic -l
 # shellcheck disable=SC2046,SC2086
 $cc -std=c99 -Wall -Wextra -Werror -O2 examples/c/sum.c $(pkg-config --cflags ucall) $static_libs \
     -o "$work/sum_pkgconfig_static"
+check "pkg-config, shared: records the SONAME" "$(needed_by "$work/sum_pkgconfig_shared")" "$soname"
 LD_LIBRARY_PATH="$prefix/lib" serve_one_call "pkg-config, shared" "$work/sum_pkgconfig_shared"
 serve_one_call "pkg-config, static" "$work/sum_pkgconfig_static"
 if ldd "$work/sum_pkgconfig_static" | grep -q libucall; then
@@ -84,6 +105,7 @@ target_link_libraries(sum_cpp PRIVATE ucall::ucall_static)
 CMAKE
 cmake -S "$work/cmake" -B "$work/cmake/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/cmake/build" -j 2 >/dev/null
+check "CMake, ucall::ucall: records the SONAME" "$(needed_by "$work/cmake/build/sum_shared")" "$soname"
 LD_LIBRARY_PATH="$prefix/lib" serve_one_call "CMake, ucall::ucall" "$work/cmake/build/sum_shared"
 serve_one_call "CMake, ucall::ucall_static" "$work/cmake/build/sum_static"
 serve_one_call "CMake, C++ example" "$work/cmake/build/sum_cpp"
