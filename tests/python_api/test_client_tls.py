@@ -1,0 +1,255 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ucall.client and the `ucall` command over TLS, against a Python Server on loopback.
+
+The certificates are made at test time with the openssl command: a throwaway CA, a
+server certificate it signs (for localhost, 127.0.0.1 and ::1), and a second CA that
+signed nothing. No key is ever committed.
+"""
+
+import asyncio
+import json
+import os
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO_ROOT
+
+from ucall import ConnectError, Server
+from ucall.cli import main
+from ucall.client import AsyncClient, Client, ClientTLS
+
+BIG = os.urandom(1_600_000)
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_certs(directory: Path) -> Path:
+    """``ca.pem``, ``cert.pem``/``key.pem`` signed by it, and an unrelated ``other-ca.pem``."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    for name in ("ca", "other-ca"):
+        openssl(
+            "req", "-x509", *ec, "-keyout", str(directory / f"{name}.key"), "-out", str(directory / f"{name}.pem"),
+            "-days", "1", "-subj", f"/CN=ucall test {name}", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )
+    openssl(
+        "req", *ec, "-keyout", str(directory / "key.pem"), "-out", str(directory / "leaf.csr"), "-subj", "/CN=localhost"
+    )
+    (directory / "leaf.ext").write_text(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    openssl(
+        "x509", "-req", "-in", str(directory / "leaf.csr"), "-CA", str(directory / "ca.pem"),
+        "-CAkey", str(directory / "ca.key"), "-CAcreateserial", "-out", str(directory / "cert.pem"), "-days", "1",
+        "-extfile", str(directory / "leaf.ext"),
+    )
+    return directory
+
+
+def tls_server(certs: Path, **options: object) -> Server:
+    """A started server whose port speaks TLS, with `sum`, `echo`, `anap`."""
+    # TLS runs on the poll engine: "auto" picks it for TLS servers.
+    server = Server(port=0, engine="auto", tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"), **options)
+
+    @server
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def echo(data):  # type: ignore[no-untyped-def]
+        return data
+
+    @server
+    async def anap(x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x
+
+    return server.start()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def server(certs):
+    server = tls_server(certs, tls_port=0)  # the port plaintext, TLS on server.tls_port
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_https_verified_against_the_ca(server, certs):
+    with Client(port=server.tls_port, tls=True, cacert=certs / "ca.pem") as client:
+        assert client.url == f"https://127.0.0.1:{server.tls_port}/"
+        assert client.sum(a=1, b=2).json == 3
+        assert client.sock.selected_alpn_protocol() == "http/1.1"
+        assert client.sock.getpeercert()["subject"] == ((("commonName", "localhost"),),)
+        assert client.notify("echo", 1) is None
+        with client.batch() as batch:
+            first = batch.sum(1, 2)
+            batch.notify("echo", 0)
+            second = batch.echo("x")
+        assert (first.json, second.json) == (3, "x")
+        assert [r.json for r in client.pipeline([("sum", [i, i]) for i in range(10)])] == [2 * i for i in range(10)]
+    # A URL says TLS by its scheme; the name checked (and sent as SNI) is its host.
+    with Client(f"https://localhost:{server.tls_port}", cacert=str(certs / "ca.pem")) as client:
+        assert client.sum(2, 2).json == 4
+    with Client(port=server.tls_port, cacert=certs / "ca.pem", server_hostname="localhost") as client:
+        assert client.sum(3, 3).json == 6
+
+
+def test_verification_is_on_by_default_and_fails_clearly(server, certs):
+    with pytest.raises(ConnectError, match="cannot verify the TLS certificate of 127.0.0.1:") as caught:
+        Client(port=server.tls_port, tls=True).sum(1, 2)
+    assert isinstance(caught.value.__cause__, ssl.SSLCertVerificationError)
+    with pytest.raises(ConnectError, match="cannot verify the TLS certificate"):
+        Client(f"https://127.0.0.1:{server.tls_port}", cacert=certs / "other-ca.pem").sum(1, 2)
+    with pytest.raises(ConnectError, match="(?i)hostname mismatch"):
+        Client(port=server.tls_port, cacert=certs / "ca.pem", server_hostname="example.com").sum(1, 2)
+
+    async def asynchronous() -> None:
+        with pytest.raises(ConnectError, match="cannot verify the TLS certificate"):
+            await AsyncClient(port=server.tls_port, tls=True).sum(1, 2)
+
+    asyncio.run(asynchronous())
+
+
+def test_insecure_accepts_any_certificate(server):
+    with Client(port=server.tls_port, insecure=True) as client:  # insecure= alone turns TLS on
+        assert client.tls and client.sum(1, 2).json == 3
+    with Client(f"https://127.0.0.1:{server.tls_port}", insecure=True, use_http=True) as client:
+        assert client.sum(2, 3).json == 5
+
+
+def test_contradictory_options_are_refused(certs):
+    with pytest.raises(ValueError, match="contradict"):
+        Client(tls=True, cacert=certs / "ca.pem", insecure=True)
+    with pytest.raises(ValueError, match="plaintext"):
+        Client("http://127.0.0.1:8545", cacert=certs / "ca.pem")
+    with pytest.raises(ValueError, match="tls=False"):
+        Client(tls=False, insecure=True)
+    with pytest.raises(ValueError, match="scheme"):
+        Client("ftp://127.0.0.1")
+    with pytest.raises(FileNotFoundError):
+        Client(tls=True, cacert=certs / "missing.pem")
+
+
+def test_tls_against_a_plaintext_port_fails_clearly(server):
+    with pytest.raises(ConnectError, match=f"TLS handshake with 127.0.0.1:{server.port} failed"):
+        Client(port=server.port, insecure=True).sum(1, 2)
+
+
+def test_raw_tcp_over_tls(server, certs):
+    with Client(port=server.tls_port, use_http=False, tls=True, cacert=certs / "ca.pem") as client:
+        assert client.url == f"tls://127.0.0.1:{server.tls_port}"
+        assert client.sum(1, 2).json == 3
+        assert client.notify("echo", 1) is None
+        assert [r.json for r in client.pipeline([("sum", [i, 1]) for i in range(10)])] == list(range(1, 11))
+        assert client.echo(BIG).bytes == BIG
+
+
+def test_session_resumption(server, certs):
+    with Client(port=server.tls_port, cacert=certs / "ca.pem") as client:
+        assert client.sum(1, 2).json == 3
+        assert not client.sock.session_reused
+        client.close()
+        assert client.session is not None
+        assert client.sum(1, 2).json == 3  # a new connection, the session resumed
+        assert client.sock.session_reused
+    with Client(port=server.tls_port, cacert=certs / "ca.pem", session_resumption=False) as client:
+        client.sum(1, 2)
+        client.close()
+        client.sum(1, 2)
+        assert not client.sock.session_reused and client.session is None
+
+
+def test_published_client_tls(server, certs):
+    with ClientTLS(uri="127.0.0.1", port=server.tls_port, allow_self_signed=True) as client:
+        assert client.sum(a=1, b=2).json == 3
+        assert client.sum(3, 4).json == 7
+        client.close()
+        assert client.sum(1, 1).json == 2 and client.sock.session_reused
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    with ClientTLS("127.0.0.1", server.tls_port, context, False, False) as client:
+        assert client.ssl_context is context and client.sum(1, 2).json == 3
+        client.close()
+        assert client.sum(1, 2).json == 3 and not client.sock.session_reused
+    with pytest.raises(ConnectError, match="cannot verify"):
+        ClientTLS(port=server.tls_port).sum(1, 2)
+
+
+def test_large_echo_over_tls(server, certs):
+    with Client(port=server.tls_port, cacert=certs / "ca.pem") as client:
+        assert client.echo(BIG).bytes == BIG
+        assert client.sum(1, 2).json == 3
+
+    async def asynchronous() -> None:
+        async with AsyncClient(port=server.tls_port, cacert=certs / "ca.pem") as client:
+            assert (await client.echo(BIG)).bytes == BIG
+
+    asyncio.run(asynchronous())
+
+
+def test_async_client_over_tls(server, certs):
+    async def asynchronous() -> None:
+        async with AsyncClient(port=server.tls_port, tls=True, cacert=certs / "ca.pem") as client:
+            responses = await asyncio.gather(*(client.anap(i) for i in range(100)))
+            assert [r.json for r in responses] == list(range(100))
+            assert [r.json for r in await client.batch([("sum", [1, 2]), ("echo", ["y"])])] == [3, "y"]
+        async with AsyncClient(port=server.tls_port, use_http=False, insecure=True) as client:
+            responses = await asyncio.gather(*(client.sum(i, 1) for i in range(50)))
+            assert [r.json for r in responses] == list(range(1, 51))
+
+    asyncio.run(asynchronous())
+
+
+def run(*args: object) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_cli_tls(server, certs):
+    port, ca = server.tls_port, certs / "ca.pem"
+    code, out, err = run("sum", "a=1", "b=2", "-p", port, "--tls", "--cacert", ca, "--format", "json")
+    assert (code, out.strip()) == (0, "3"), err
+    code, out, err = run("sum", "a=1", "b=2", "-p", port, "--cacert", ca)  # --cacert implies --tls
+    assert code == 0 and json.loads(out)["result"] == 3, err
+    code, out, err = run("sum", "--positional", "2", "3", "-p", port, "--tls", "--tcp", "--cacert", ca)
+    assert code == 0 and json.loads(out)["result"] == 5, err
+    code, out, err = run("sum", "a=1", "b=2", "--uri", f"https://localhost:{port}", "--cacert", ca, "--format", "json")
+    assert (code, out.strip()) == (0, "3"), err
+    code, out, err = run("sum", "a=1", "b=2", "-p", port, "--tls", "--insecure", "--format", "json")
+    assert (code, out.strip()) == (0, "3"), err
+    code, out, err = run("sum", "a=1", "b=2", "-p", port, "-k", "--format", "json")
+    assert (code, out.strip()) == (0, "3"), err
+
+
+def test_cli_tls_failures(server, certs):
+    code, out, err = run("sum", "a=1", "b=2", "-p", server.tls_port, "--tls", "--cacert", certs / "other-ca.pem")
+    assert code == 2 and out == ""
+    assert "cannot verify the TLS certificate" in err and "--cacert" in err and "--insecure" in err
+    code, _, err = run("sum", "a=1", "-p", server.tls_port, "--cacert", certs / "missing.pem")
+    assert code == 2 and "missing.pem" in err
+    code, _, err = run("sum", "a=1", "-p", server.tls_port, "--cacert", certs / "ca.pem", "--insecure")
+    assert code == 2 and "contradict" in err
+    code, _, err = run("sum", "a=1", "--uri", f"http://127.0.0.1:{server.port}", "--tls")
+    assert code == 2 and "contradicts http://" in err
+    # The real command, as a user runs it: the exit status and message of a failed check.
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python"))
+    result = subprocess.run(
+        [sys.executable, "-m", "ucall", "sum", "a=1", "b=2", "-p", str(server.tls_port), "--tls"],
+        capture_output=True, text=True, timeout=30, env=env,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"ucall: cannot verify the TLS certificate of 127.0.0.1:{server.tls_port}" in result.stderr
