@@ -61,7 +61,7 @@ pub struct ucall_config_t {
     /// plaintext `port`; HTTP, raw TCP and WebSocket all run over it. Needs
     /// `ssl_private_key_path` and at least one file in `ssl_certificates_paths`. A file
     /// that is missing or unusable fails `ucall_init()` naming it (`ucall_last_error()`).
-    /// TLS runs on the engines that support it: `"auto"` picks one of them.
+    /// TLS runs on either engine.
     pub use_ssl: bool,
     /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1) of the first certificate.
     /// Read only when `use_ssl` is true.
