@@ -124,12 +124,28 @@ SUM_C_POLL = (
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
 
-# Needs the package built into .venv (make python; make bench does it).
-SUM_PYTHON_POLL = (
+# Every procedure of bench_server, on the Python API. Needs the package built into .venv
+# (make python; make bench does it).
+PYTHON_POLL = (
     ".venv/bin/python",
-    "examples/python/sum_server.py",
+    "benches/ucall_python_app.py",
     *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
 )
+PYTHON_URING = (*PYTHON_POLL[:-1], "uring")
+SUM_C_URING = (*SUM_C_POLL[:-1], "uring")
+
+
+def c_example_has_tls() -> bool:
+    """Whether examples/c/sum.c takes the TLS options the other servers take."""
+    try:
+        text = (ROOT / "examples" / "c" / "sum.c").read_text()
+    except OSError:
+        return False
+    return all(f'"{flag}"' in text for flag in TLS_ARGS[::2])
+
+
+C_NO_TLS = "unsupported: examples/c/sum.c has no TLS options yet"
+C_UNSUPPORTED = () if c_example_has_tls() else (("https", C_NO_TLS),)
 
 SERVERS: list[Server] = [
     Server(
@@ -170,39 +186,53 @@ SERVERS: list[Server] = [
     ),
     Server(
         name="ucall-c-poll",
-        description="UCall C API, examples/c/sum.c on the release libucall.a, 1 thread, poll engine",
+        description="UCall C API, examples/c/sum.c (sum, echo) on the release libucall.a, 1 thread, poll engine",
         endpoints={
             "http": Endpoint(SUM_C_POLL),
             "tcp": Endpoint(SUM_C_POLL),
+            "ws": Endpoint(SUM_C_POLL),
+            "https": Endpoint((*SUM_C_POLL, *TLS_ARGS)),
         },
         build=("capi:examples/c/sum.c",),
         methods=frozenset({"sum", "echo"}),
+        unsupported=C_UNSUPPORTED,
     ),
     Server(
         name="ucall-python",
-        description="UCall Python API, examples/python/sum_server.py (a: int, b: int), 1 thread, poll engine",
+        description="UCall Python API, benches/ucall_python_app.py (typed procedures, echo of bytes), 1 thread, "
+        "poll engine",
         endpoints={
-            "http": Endpoint(SUM_PYTHON_POLL),
-            "tcp": Endpoint(SUM_PYTHON_POLL),
+            "http": Endpoint(PYTHON_POLL),
+            "tcp": Endpoint(PYTHON_POLL),
+            "ws": Endpoint(PYTHON_POLL),
+            "https": Endpoint((*PYTHON_POLL, *TLS_ARGS)),
         },
+        methods=ALL_METHODS,
     ),
     Server(
         name="ucall-c-uring",
-        description="UCall C API, examples/c/sum.c on the release libucall.a, 1 thread, uring engine",
+        description="UCall C API, examples/c/sum.c (sum, echo) on the release libucall.a, 1 thread, uring engine",
         endpoints={
-            "http": Endpoint((*SUM_C_POLL[:-1], "uring")),
-            "tcp": Endpoint((*SUM_C_POLL[:-1], "uring")),
+            "http": Endpoint(SUM_C_URING),
+            "tcp": Endpoint(SUM_C_URING),
+            "ws": Endpoint(SUM_C_URING),
+            "https": Endpoint((*SUM_C_URING, *TLS_ARGS)),
         },
         build=("capi:examples/c/sum.c",),
         methods=frozenset({"sum", "echo"}),
+        unsupported=C_UNSUPPORTED,
     ),
     Server(
         name="ucall-python-uring",
-        description="UCall Python API, examples/python/sum_server.py (a: int, b: int), 1 thread, uring engine",
+        description="UCall Python API, benches/ucall_python_app.py (typed procedures, echo of bytes), 1 thread, "
+        "uring engine",
         endpoints={
-            "http": Endpoint((*SUM_PYTHON_POLL[:-1], "uring")),
-            "tcp": Endpoint((*SUM_PYTHON_POLL[:-1], "uring")),
+            "http": Endpoint(PYTHON_URING),
+            "tcp": Endpoint(PYTHON_URING),
+            "ws": Endpoint(PYTHON_URING),
+            "https": Endpoint((*PYTHON_URING, *TLS_ARGS)),
         },
+        methods=ALL_METHODS,
     ),
     # ---- peers: installed by benches/setup_peers.sh into benches/.venv-peers and .venv-ucall054
     Server(
@@ -415,7 +445,15 @@ WORKLOADS: list[Workload] = [
         group="tcp",
     ),
     Workload("tls-sum-1conn", "sum over HTTPS, 1 connection", "https", "p50", ("--connections", "1"), group="tls"),
-    Workload("tls-sum-32conn", "sum over HTTPS, 32 connections", "https", "rps", ("--connections", "32"), group="tls"),
+    Workload(
+        "tls-sum-32conn",
+        "sum over HTTPS, 32 connections",
+        "https",
+        "rps",
+        ("--connections", "32"),
+        group="tls",
+        quick=True,
+    ),
     Workload(
         "tls-sum-newconn",
         "sum over HTTPS, a new connection (and TLS handshake) per request, 32 at once",
