@@ -14,6 +14,7 @@ Python 3.11 standard library only; matplotlib, when installed, adds a chart.
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import datetime as dt
 import hashlib
@@ -574,9 +575,111 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+# ---------------------------------------------------------------- child processes
+#
+# Every process run.py starts (servers, load generators, builds, the peers' set-up) leads a
+# process group of its own and is recorded in _children until the whole group is gone.
+# However run.py ends (done, an exception, a time limit, SIGINT, SIGTERM, SIGHUP, SIGQUIT),
+# kill_children() kills each group that is left: main() calls it in a finally clause and
+# atexit once more. Each child also runs under `setpriv --pdeathsig KILL`, so that the kernel
+# kills it when run.py dies by SIGKILL, which no handler sees.
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal asked run.py to stop."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+SETPRIV = shutil.which("setpriv")
+_children: dict[int, subprocess.Popen] = {}  # process group id -> its leader
+# While a child is being started or stopped a signal only sets `pending`, raised once done,
+# so that no child escapes the records; once cleaning up, signals are ignored.
+_signals = {"critical": 0, "pending": None, "cleaning": False}
+
+
+def on_stop_signal(signum, frame) -> None:
+    if _signals["cleaning"]:
+        return
+    if _signals["critical"]:
+        _signals["pending"] = signum
+        return
+    raise Interrupted(signum)
+
+
+class critical:
+    """A section that a stop signal does not interrupt; it is raised at the end instead."""
+
+    def __enter__(self) -> None:
+        _signals["critical"] += 1
+
+    def __exit__(self, *exc) -> None:
+        _signals["critical"] -= 1
+        signum = _signals["pending"]
+        if not _signals["critical"] and signum is not None and not _signals["cleaning"]:
+            _signals["pending"] = None
+            raise Interrupted(signum)  # in place of an exception under way, if any
+
+
+def spawn(cmd: list[str], **kw) -> subprocess.Popen:
+    """Starts `cmd` from the repository root as the leader of a new process group."""
+    argv = [SETPRIV, "--pdeathsig", "KILL", *cmd] if SETPRIV else list(cmd)
+    with critical():
+        proc = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, **kw)
+        _children[proc.pid] = proc
+    return proc
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 0.0) -> None:
+    """Ends the process group `proc` leads: SIGTERM and `grace` seconds, then SIGKILL."""
+    with critical():
+        if proc.poll() is None and grace > 0:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=grace)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        # Whatever is left in the group, the leader included, and what a finished leader
+        # left behind.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            say(f"process {proc.pid} did not die on SIGKILL")
+        _children.pop(proc.pid, None)
+
+
+def kill_children() -> None:
+    """Kills every process group run.py started that is still recorded."""
+    _signals["cleaning"] = True
+    for proc in list(_children.values()):
+        stop_group(proc)
+
+
+def run_group(cmd: list[str], timeout: float | None = None, capture: bool = False, **kw) -> subprocess.CompletedProcess:
+    """Runs `cmd` to its end (or `timeout`, a BenchError) in its own process group."""
+    if capture:
+        kw.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    proc = spawn(cmd, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"no result within {timeout:g} s (stopped): {' '.join(cmd)[:300]}") from None
+    finally:
+        stop_group(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_checked(cmd: list[str], **kw) -> None:
     say("$ " + " ".join(cmd))
-    res = subprocess.run(cmd, cwd=ROOT, **kw)
+    res = run_group(cmd, **kw)
     if res.returncode != 0:
         raise BenchError(f"command failed ({res.returncode}): {' '.join(cmd)}")
 
@@ -668,14 +771,12 @@ class ServerProcess:
         self.log_path = log_dir / f"{server.name}-{proto}.log"
         self.log = open(self.log_path, "w")
         self.lines: queue.Queue[str | None] = queue.Queue()
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             ["taskset", "-c", str(SERVER_CPU), *argv],
-            cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
-            start_new_session=True,
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -720,23 +821,8 @@ class ServerProcess:
         return proc_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        else:
-            # The leader is gone; make sure nothing it left behind survives.
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """SIGTERM to the server's process group, SIGKILL to what is left after 3 s."""
+        stop_group(self.proc, grace=3.0)
         self.reader.join(timeout=2.0)
         self.log.close()
 
@@ -773,9 +859,7 @@ def load_result(out: dict) -> dict:
 
 
 def run_load_tool(cmd: list[str], s: Settings) -> dict:
-    res = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=s.duration + s.warmup + 60, stdin=subprocess.DEVNULL
-    )
+    res = run_group(cmd, timeout=s.duration + s.warmup + 60, capture=True)
     if res.returncode != 0:
         raise BenchError(f"{Path(cmd[3]).name} failed ({res.returncode}): {res.stderr.strip()[-500:]}")
     return load_result(json.loads(res.stdout))
@@ -824,9 +908,9 @@ def peer_status() -> dict[str, str]:
         return {}
 
 
-def make_certificate(servers: list[Server]) -> None:
+def make_certificate(servers: list[Server], workloads: list[Workload]) -> None:
     """A fresh self-signed certificate for the servers' TLS endpoints (openssl)."""
-    if not any("https" in s.endpoints for s in servers):
+    if not any("https" in s.endpoints for s in servers) or not any(w.proto == "https" for w in workloads):
         return
     if not shutil.which("openssl"):
         say("openssl is missing: the TLS workloads will fail (apt-get install openssl)")
@@ -904,19 +988,10 @@ def run_wrk(addr: str, wl: Workload, s: Settings) -> dict:
     base = ["taskset", "-c", str(CLIENT_CPU), "wrk", "-t1", f"-c{wl.connections}", "-s", str(script)]
     if s.warmup > 0:
         warm = max(1, round(s.warmup))
-        subprocess.run(
-            [*base, f"-d{warm}s", url], cwd=ROOT, capture_output=True, timeout=warm + 30, stdin=subprocess.DEVNULL
-        )
+        run_group([*base, f"-d{warm}s", url], timeout=warm + 30, capture=True)
     secs = max(1, round(s.duration))
     cpu0, t0 = children_cpu(), time.monotonic()
-    res = subprocess.run(
-        [*base, f"-d{secs}s", "--latency", url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=secs + 30,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_group([*base, f"-d{secs}s", "--latency", url], timeout=secs + 30, capture=True)
     cpu1, t1 = children_cpu(), time.monotonic()
     if res.returncode != 0:
         raise BenchError(f"wrk failed ({res.returncode}): {res.stderr.strip()}")
@@ -1173,12 +1248,15 @@ def chart(path: Path, summary: dict, servers: list[Server], workloads: list[Work
     except ImportError:
         # The peers' venv has matplotlib (benches/setup_peers.sh): draw there.
         if (ROOT / PEERS_PY).exists() and CHART_INPUT.exists():
-            res = subprocess.run(
-                [str(ROOT / PEERS_PY), __file__, "--chart-from", str(CHART_INPUT), "--chart-to", str(path)],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-            )
+            try:
+                res = run_group(
+                    [str(ROOT / PEERS_PY), __file__, "--chart-from", str(CHART_INPUT), "--chart-to", str(path)],
+                    timeout=120,
+                    capture=True,
+                )
+            except BenchError as e:
+                say(f"the chart failed: {e}")
+                return
             if res.returncode == 0:
                 say(f"chart: {path.relative_to(ROOT)}")
             else:
@@ -1248,11 +1326,8 @@ def pick(names: str | None, table: list, what: str, default) -> list:
     return chosen
 
 
-def on_sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main() -> int:
+    global LOAD_BIN
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the workloads marked quick, shorter, 1 repetition")
     ap.add_argument("--servers", help="comma-separated, from: " + ", ".join(s.name for s in SERVERS))
@@ -1265,6 +1340,7 @@ def main() -> int:
         "--warmup", type=float, help=f"seconds of warm-up per figure (default {FULL_WARMUP}, or {QUICK_WARMUP} with --quick)"
     )
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument("--load-bin", type=Path, help=f"the ucall-load to use (default {LOAD_BIN.relative_to(ROOT)})")
     ap.add_argument("--chart-from", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--chart-to", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1272,7 +1348,11 @@ def main() -> int:
         chart_from(args.chart_from, args.chart_to)
         return 0
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    if args.load_bin:
+        LOAD_BIN = args.load_bin.resolve()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, on_stop_signal)
+    atexit.register(kill_children)
     try:
         servers = pick(args.servers, SERVERS, "server", lambda s: s.default)
         workloads = pick(args.workloads, WORKLOADS, "workload", lambda w: w.quick or not args.quick)
@@ -1296,14 +1376,19 @@ def main() -> int:
             build(servers)
             build_grpc(servers)
             setup_peers(servers)
-        make_certificate(servers)
+        make_certificate(servers, workloads)
         return bench(servers, workloads, settings)
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:
+        print(f"bench: interrupted ({signal.Signals(e.signum).name})", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
+    finally:
+        kill_children()
 
 
 def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
@@ -1351,7 +1436,7 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
                     current = None
                     try:
                         proc = ServerProcess(srv, proto, log_dir)
-                        say(f"round {rep + 1}/{s.reps}: {srv.name} ({proto}) on {proc.addr}")
+                        say(f"round {rep + 1}/{s.reps}: {srv.name} ({proto}) on {proc.addr}, pid {proc.proc.pid}")
                         while pending:
                             current = pending[0]
                             runs.append(run_one(proc, srv, proto, current, rep, s))
