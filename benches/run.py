@@ -1138,6 +1138,7 @@ def markdown(
                 cells.append("n/a" if reason == "" else reason if reason else cell(w, s, summary, failures, notes))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    lines += goals_section(summary, servers, workloads, failures, notes)
     lines += legend(notes)
 
     ours = [s for s in servers if s.kind == "ucall"]
@@ -1196,6 +1197,161 @@ def markdown(
     for wl in workloads:
         lines.append(f"- `{wl.name}` ({wl.proto}): {wl.title}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the speed goals
+
+# The project's speed goals, as (comparison, bound): a ratio must be >= or <= the bound.
+# None: the goal names the ratio to watch but no bound for it.
+TARGETS: dict[str, tuple[str, float] | None] = {
+    "rust/reference p50": None,
+    "rust/reference rps": None,
+    "uring/poll p50": None,
+    "uring/poll rps": None,
+    "c/rust p50": ("<=", 1.05),  # the C API within 5 % of the Rust API: at most 5 % slower
+    "c/rust rps": (">=", 0.95),
+    "python/reference rps": (">=", 0.5),
+    "python/socketify rps": (">=", 4.0),
+    "python/fastapi rps": (">=", 20.0),
+    "python/reference p50": ("<=", 1.5),
+    "python echo GB/s": (">=", 1.0),
+    "tls/plain rps": (">=", 0.70),
+    "ws/http rps": (">=", 1.0),
+}
+# The WebSocket row of a peer whose HTTP figures are in another row (one process serves both).
+WS_HTTP_ROWS = {"fastapi-ws": "fastapi-rest"}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    goal: str  # the goal's words
+    num: tuple[str, str]  # (server, workload)
+    den: tuple[str, str] | None  # (server, workload); None: the payload throughput of num in GB/s
+    target: str  # a key of TARGETS, or "" for a ratio shown for comparison only
+
+
+def goal_ratios(servers: list[Server], workloads: list[Workload]) -> list[Ratio]:
+    """The ratios the speed goals name, among the servers and workloads of a run."""
+    names = {s.name: s for s in servers}
+    wl_names = {w.name: w for w in workloads}
+
+    def runs(server: str, workload: str) -> bool:
+        srv, wl = names.get(server), wl_names.get(workload)
+        return srv is not None and wl is not None and skip_reason(srv, wl.proto, wl) != ""
+
+    def kind(workload: str) -> str:
+        return "p50" if wl_names[workload].metric == "p50" else "rps"
+
+    def keep(rows: list[Ratio]) -> list[Ratio]:
+        return [r for r in rows if runs(*r.num) and (r.den is None or runs(*r.den))]
+
+    rows = []
+    for rust in ("ucall-rust-poll", "ucall-rust-uring"):
+        for w in ("sum-1conn", "sum-32conn"):
+            if w in wl_names:
+                goal = f"Rust / C reference, {w}"
+                rows.append(Ratio(goal, (rust, w), ("c-reference", w), f"rust/reference {kind(w)}"))
+    for poll, uring in (
+        ("ucall-rust-poll", "ucall-rust-uring"),
+        ("ucall-c-poll", "ucall-c-uring"),
+        ("ucall-python", "ucall-python-uring"),
+    ):
+        for w in ("sum-1conn", "sum-32conn", "sum-32conn-pipe16", "sum-newconn", "echo-1.6MB"):
+            if w in wl_names:
+                rows.append(Ratio(f"uring / poll, {w}", (uring, w), (poll, w), f"uring/poll {kind(w)}"))
+    for c, rust in (("ucall-c-poll", "ucall-rust-poll"), ("ucall-c-uring", "ucall-rust-uring")):
+        for w in workloads:
+            if c in names and skip_reason(names[c], w.proto, w) is None:
+                goal = f"C API / Rust API, {w.name}"
+                rows.append(Ratio(goal, (c, w.name), (rust, w.name), f"c/rust {kind(w.name)}"))
+    for py in ("ucall-python", "ucall-python-uring"):
+        for other, label, w, target in (
+            ("c-reference", "C reference", "sum-32conn", "python/reference rps"),
+            ("socketify", "socketify", "sum-32conn", "python/socketify rps"),
+            ("fastapi-rest", "FastAPI", "sum-32conn", "python/fastapi rps"),
+            ("c-reference", "C reference", "sum-1conn", "python/reference p50"),
+        ):
+            rows.append(Ratio(f"Python / {label}, {w}", (py, w), (other, w), target))
+        goal = "Python bytes echo, echo-1.6MB: payload × req/s"
+        rows.append(Ratio(goal, (py, "echo-1.6MB"), None, "python echo GB/s"))
+    for srv in servers:
+        target = "tls/plain rps" if srv.kind == "ucall" else ""
+        rows.append(
+            Ratio("TLS / plaintext, 32 connections", (srv.name, "tls-sum-32conn"), (srv.name, "sum-32conn"), target)
+        )
+    for srv in servers:
+        target = "ws/http rps" if srv.kind == "ucall" else ""
+        http = WS_HTTP_ROWS.get(srv.name, srv.name)
+        rows.append(
+            Ratio("WebSocket / HTTP, 32 connections", (srv.name, "ws-sum-32conn"), (http, "sum-32conn"), target)
+        )
+    return keep(rows)
+
+
+def fmt_target(target: str) -> str:
+    bound = TARGETS.get(target)
+    if not target:
+        return "(peer, for comparison)"
+    if bound is None:
+        return "no bound set"
+    unit = " GB/s" if "GB/s" in target else ""
+    return f"{'≥' if bound[0] == '>=' else '≤'} {bound[1]:g}{unit}"
+
+
+def goals_section(
+    summary: dict, servers: list[Server], workloads: list[Workload], failures: dict, notes: set
+) -> list[str]:
+    """The ratios of the speed goals, each with its bound and whether this run meets it."""
+    ratios = goal_ratios(servers, workloads)
+    if not ratios:
+        return []
+    names = {s.name: s for s in servers}
+    wl_names = {w.name: w for w in workloads}
+    lines = [
+        "### Speed goals",
+        "",
+        "Each ratio divides the medians above, from this run: req/s by req/s (above 1, the first is faster) or "
+        "p50 by p50 (below 1, the first is faster). A figure with errors or without a value gives no ratio.",
+        "",
+        "| goal | servers | figures | ratio | goal bound | met |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    def figure(srv: Server, wl: Workload) -> str:
+        reason = skip_reason(srv, wl.proto, wl)
+        return reason if reason else cell(wl, srv, summary, failures, notes)
+
+    met_count = failed_count = 0
+    for r in ratios:
+        srv, wl = names[r.num[0]], wl_names[r.num[1]]
+        if r.den is None:
+            e = summary.get(srv.name, {}).get(wl.name)
+            rps = e.get("requests_per_s") if e and not e["errors"] else None
+            size = len(wl.echo or b"")
+            figures = f"{size:,} B × " + (f"{rps:,.1f} req/s" if rps else figure(srv, wl))
+            value = size * rps / 1e9 if rps else None
+            shown = "—" if value is None else f"{value:.2f} GB/s"
+            who = f"`{srv.name}`"
+        else:
+            dsrv, dwl = names[r.den[0]], wl_names[r.den[1]]
+            a, b = val(summary, srv, wl), val(summary, dsrv, dwl)
+            figures = f"{figure(srv, wl)} / {figure(dsrv, dwl)} {METRICS[wl.metric][1]}"
+            value = a / b if a and b else None
+            shown = "—" if value is None else f"{value:.2f}"
+            who = f"`{srv.name}`" if srv is dsrv else f"`{srv.name}` / `{dsrv.name}`"
+        bound = TARGETS.get(r.target)
+        if value is None:
+            met = "no figure"
+        elif bound is None:
+            met = "—"
+        elif (value >= bound[1]) if bound[0] == ">=" else (value <= bound[1]):
+            met = "yes"
+            met_count += 1
+        else:
+            met = "**no**"
+            failed_count += 1
+        lines.append(f"| {r.goal} | {who} | {figures} | {shown} | {fmt_target(r.target)} | {met} |")
+    lines += ["", f"Goals with a bound: {met_count} met, {failed_count} not met in this run.", ""]
+    return lines
 
 
 def val(summary: dict, srv: Server, wl: Workload) -> float | None:
@@ -1340,6 +1496,9 @@ def main() -> int:
         "--warmup", type=float, help=f"seconds of warm-up per figure (default {FULL_WARMUP}, or {QUICK_WARMUP} with --quick)"
     )
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print what would run and how long it would take; start nothing"
+    )
     ap.add_argument("--load-bin", type=Path, help=f"the ucall-load to use (default {LOAD_BIN.relative_to(ROOT)})")
     ap.add_argument("--chart-from", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--chart-to", type=Path, help=argparse.SUPPRESS)
@@ -1372,6 +1531,8 @@ def main() -> int:
         if not has_wrk and any(w.tool == "wrk" for w in workloads):
             say("wrk is not installed: skipping the wrk cross-check (scripts/setup.sh bench installs it)")
             workloads = [w for w in workloads if w.tool != "wrk"]
+        if args.dry_run:
+            return dry_run(servers, workloads, settings)
         if not args.no_build:
             build(servers)
             build_grpc(servers)
@@ -1391,25 +1552,46 @@ def main() -> int:
         kill_children()
 
 
-def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
-    started = dt.datetime.now()
-    stamp = started.strftime("%Y%m%d-%H%M%S")
-    log_dir = BENCH_DIR / "logs" / stamp
-    status = peer_status()
+def dry_run(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
+    """Prints the plan and the time it would take."""
+    runnable, plan, failures = make_plan(servers, workloads, peer_status())
+    for srv in runnable:
+        for proto, wls in plan[srv.name]:
+            say(f"{srv.name} ({proto}): {', '.join(w.name for w in wls)}")
+    figures, starts, seconds = estimate_seconds(runnable, plan, s)
+    load = figures * s.reps * (s.warmup + s.duration)
+    say(
+        f"{len(runnable)} server(s), {figures} figure(s) and {starts} server start(s) per round, {s.reps} round(s) "
+        f"of {s.warmup:g} s warm-up + {s.duration:g} s: {load / 60:.1f} min of load, "
+        f"about {seconds / 60:.1f} min with the starts and the load generator's"
+    )
+    if failures:
+        say(f"not counted ({len({k[0] for k in failures})} server(s) cannot run here): see the lines above")
+    return 0
+
+
+Plan = dict[str, list[tuple[str, list[Workload]]]]
+
+
+def make_plan(
+    servers: list[Server], workloads: list[Workload], status: dict[str, str], quiet: bool = False
+) -> tuple[list[Server], Plan, dict[tuple[str, str], str]]:
+    """The servers that can run here; for each, the workloads of each protocol it speaks;
+    and why the others have no figures."""
     # (server, workload or "") -> why it has no figure: not installed, did not start, died.
     failures: dict[tuple[str, str], str] = {}
     runnable = []
     for srv in servers:
         why = not_runnable(srv, status)
         if why:
-            say(f"{srv.name}: {why}")
+            if not quiet:
+                say(f"{srv.name}: {why}")
             for proto in srv.endpoints:
                 for wl in workloads:
                     if wl.proto == proto and skip_reason(srv, proto, wl) is None:
                         failures[(srv.name, wl.name)] = why
         else:
             runnable.append(srv)
-    # For each server, the workloads of each protocol it speaks.
     plan = {
         srv.name: [
             (proto, wls)
@@ -1418,11 +1600,47 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
         ]
         for srv in runnable
     }
-    figures = sum(len(wls) for entries in plan.values() for _, wls in entries)
-    per_figure = s.warmup + s.duration
+    return runnable, plan, failures
+
+
+# What a run costs besides the load itself, fitted to a full run of 2026-11-22 on this
+# two-core machine (474 figures in 796 s at 1.6 s each, 26 server starts per round, some
+# restarted after failures): starting and stopping the load generator, and a server start
+# (a Python interpreter and its imports for the peers and ucall-python).
+FIGURE_OVERHEAD_S = 0.04
+START_S = {"native": 0.1, "python": 0.6}
+# wrk measures whole seconds and warms up for one at least.
+WRK_OVERHEAD_S = 0.2
+
+
+def estimate_seconds(runnable: list[Server], plan: Plan, s: Settings) -> tuple[int, int, float]:
+    """Figures per round, server starts per round, and the seconds the measuring takes."""
+    figures = starts = 0
+    seconds = 0.0
+    for srv in runnable:
+        for proto, wls in plan[srv.name]:
+            starts += 1
+            exe = srv.endpoints[proto].argv[0]
+            seconds += START_S["python" if "python" in exe or srv.peer else "native"]
+            for w in wls:
+                figures += 1
+                if w.tool == "wrk":
+                    seconds += max(1, round(s.warmup)) * (s.warmup > 0) + max(1, round(s.duration)) + WRK_OVERHEAD_S
+                else:
+                    seconds += s.warmup + s.duration + FIGURE_OVERHEAD_S
+    return figures, starts, seconds * s.reps
+
+
+def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
+    started = dt.datetime.now()
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    log_dir = BENCH_DIR / "logs" / stamp
+    status = peer_status()
+    runnable, plan, failures = make_plan(servers, workloads, status)
+    figures, starts, seconds = estimate_seconds(runnable, plan, s)
     say(
-        f"{len(runnable)} server(s), {figures} figure(s) per round, {s.reps} round(s): "
-        f"about {figures * s.reps * per_figure / 60:.1f} min of load"
+        f"{len(runnable)} server(s), {figures} figure(s) and {starts} server start(s) per round, "
+        f"{s.reps} round(s): about {seconds / 60:.1f} min"
     )
     runs: list[dict] = []
     for rep in range(s.reps):
