@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Calling a server from Python: Client, batches, raw TCP and AsyncClient."""
+"""Calling a server from Python: Client, batches, raw TCP, WebSocket and AsyncClient."""
 
 import asyncio
 
@@ -39,4 +39,6 @@ with server:
             print("error:", error.code, error.message)
     with Client(port=server.port, use_http=False) as tcp:
         print("raw TCP:", tcp.sum(20, 22).json)
+    with Client(f"ws://127.0.0.1:{server.port}") as ws:  # wss:// (and https://) for TLS
+        print("WebSocket:", ws.sum(40, 2).json)
     print("async:", asyncio.run(many(server.port)))
