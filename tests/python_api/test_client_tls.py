@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT
+from conftest import ENGINES, REPO_ROOT
 
 from ucall import ConnectError, Server
 from ucall.cli import main
@@ -54,10 +54,9 @@ def make_certs(directory: Path) -> Path:
     return directory
 
 
-def tls_server(certs: Path, **options: object) -> Server:
+def tls_server(certs: Path, engine: str, **options: object) -> Server:
     """A started server whose port speaks TLS, with `sum`, `echo`, `anap`."""
-    # TLS runs on the poll engine: "auto" picks it for TLS servers.
-    server = Server(port=0, engine="auto", tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"), **options)
+    server = Server(port=0, engine=engine, tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"), **options)
 
     @server
     def sum(a: int, b: int) -> int:
@@ -80,9 +79,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.fixture(scope="module")
-def server(certs):
-    server = tls_server(certs, tls_port=0)  # the port plaintext, TLS on server.tls_port
+@pytest.fixture(scope="module", params=ENGINES)
+def server(certs, request):
+    server = tls_server(certs, request.param, tls_port=0)  # the port plaintext, TLS on server.tls_port
     try:
         yield server
     finally:

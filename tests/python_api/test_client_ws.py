@@ -12,6 +12,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from conftest import ENGINES
 from test_client_tls import make_certs, tls_server
 from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
@@ -53,9 +54,9 @@ def certs(tmp_path_factory):
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.fixture(scope="module")
-def secure(certs):
-    server = tls_server(certs)
+@pytest.fixture(scope="module", params=ENGINES)
+def secure(certs, request):
+    server = tls_server(certs, request.param)
     try:
         yield server
     finally:
