@@ -7,6 +7,7 @@
 //! still leave in request order. Completions travel to the connection's worker through its
 //! [`Sink`], which wakes the worker.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
@@ -33,6 +34,10 @@ pub struct Completion {
 pub struct Sink {
     queue: Mutex<Vec<Completion>>,
     wake: Box<dyn Fn() + Send + Sync>,
+    /// The worker's own thread completes calls between two turns and delivers what is
+    /// queued at the start of its next turn: completions need not wake it (see
+    /// [`WakeHold`]). Read and written under `queue`'s lock.
+    held: AtomicBool,
 }
 
 impl Sink {
@@ -41,6 +46,7 @@ impl Sink {
         Arc::new(Sink {
             queue: Mutex::new(Vec::new()),
             wake: Box::new(wake),
+            held: AtomicBool::new(false),
         })
     }
 
@@ -54,11 +60,41 @@ impl Sink {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         // A non-empty queue was announced by the push that filled it and has not been
         // drained yet (draining takes everything under this lock): one wake is enough.
-        let wake = queue.is_empty();
+        let wake = queue.is_empty() && !self.held.load(Ordering::Relaxed);
         queue.push(completion);
         drop(queue);
         if wake {
             (self.wake)();
+        }
+    }
+}
+
+/// Lets the thread that turns a worker complete calls between turns without waking the
+/// worker for each group: while held, completions only queue, and the worker delivers
+/// them at the start of its next turn (every turn does, before it waits).
+///
+/// The holder must either turn the worker next, or release with `wake = true` (it lost
+/// the worker to another thread meanwhile), so that nothing queued waits unseen.
+#[derive(Clone)]
+pub struct WakeHold(pub(crate) Arc<Sink>);
+
+impl WakeHold {
+    /// Completions from now on queue without waking the worker.
+    pub fn hold(&self) {
+        let _queue = self.0.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        self.0.held.store(true, Ordering::Relaxed);
+    }
+
+    /// Completions wake the worker again. With `wake`, wake it now if any are queued (the
+    /// caller will not turn it next); without, the caller turns it next, which delivers
+    /// them.
+    pub fn release(&self, wake: bool) {
+        let queue = self.0.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        self.0.held.store(false, Ordering::Relaxed);
+        let queued = !queue.is_empty();
+        drop(queue);
+        if wake && queued {
+            (self.0.wake)();
         }
     }
 }

@@ -35,7 +35,7 @@ pub mod stream;
 mod tls;
 pub mod ws;
 
-pub use defer::Deferred;
+pub use defer::{Deferred, WakeHold};
 pub use engine::Worker;
 pub use error::Error;
 pub use jsonrpc::{ErrorCode, RpcError};

@@ -34,7 +34,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use ucall_core::{Deferred, Stopper, Worker};
+use ucall_core::{Deferred, Stopper, WakeHold, Worker};
 
 use crate::server::{DeferredReply, Procedure};
 
@@ -98,6 +98,9 @@ struct Lane {
     helped: AtomicU64,
     /// Pinned lanes: the worker has finished; executors exit once the queue is empty.
     done: AtomicBool,
+    /// The turner completes its group's calls without waking the worker: it turns next,
+    /// and every turn delivers what is queued before waiting.
+    hold: WakeHold,
 }
 
 /// The running server's threads.
@@ -136,6 +139,7 @@ impl Runtime {
             lanes: workers
                 .into_iter()
                 .map(|worker| Lane {
+                    hold: worker.wake_hold(),
                     worker: Mutex::new(Some(worker)),
                     jobs: Mutex::new(VecDeque::new()),
                     epoch: AtomicU64::new(0),
@@ -282,7 +286,11 @@ impl Runtime {
                             jobs.into_iter().partition(|job| job.procedure.trusted());
                         jobs = others;
                         if !quick.is_empty() {
+                            // This thread turns the worker next (pinned lanes never hand
+                            // their turner over): its completions need no wake.
+                            lane.hold.hold();
                             self.run_inline(quick);
+                            lane.hold.release(false);
                         }
                     }
                     if !jobs.is_empty() {
@@ -298,7 +306,10 @@ impl Runtime {
                         lane.work.notify_one();
                     }
                 } else {
+                    lane.hold.hold();
                     self.run_group(lane, epoch, true);
+                    // Taken over while a call blocked: the new turner must hear of these.
+                    lane.hold.release(lane.epoch.load(Ordering::SeqCst) != epoch);
                 }
                 if !alive {
                     if self.pinned {

@@ -58,6 +58,16 @@ impl Worker {
         }
     }
 
+    /// A handle with which the thread turning this worker completes calls between turns
+    /// without waking it (see [`crate::WakeHold`]).
+    pub fn wake_hold(&self) -> crate::WakeHold {
+        match &self.inner {
+            Inner::Poll(worker) => crate::WakeHold(Arc::clone(&worker.sink)),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => crate::WakeHold(Arc::clone(&worker.sink)),
+        }
+    }
+
     /// Hand over the procedures this worker serves.
     pub(crate) fn set_router(&mut self, router: Arc<crate::router::Router>) {
         match &mut self.inner {

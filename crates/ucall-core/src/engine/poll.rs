@@ -91,7 +91,7 @@ pub(crate) struct PollWorker {
     events: Events,
     finished: bool,
     /// Deferred replies arrive here from any thread; the waker announces them.
-    sink: Arc<Sink>,
+    pub(crate) sink: Arc<Sink>,
     completions: Vec<Completion>,
     next_generation: u64,
 }
@@ -164,6 +164,8 @@ impl PollWorker {
         if self.finished {
             return false;
         }
+        // Completions queued without a wake (`WakeHold`) go out before waiting.
+        self.deliver_completions();
         let timeout = match (self.poll_timeout(), wait_cap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

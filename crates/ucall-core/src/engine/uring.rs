@@ -630,7 +630,7 @@ pub(crate) struct UringWorker {
     conns: Slab<Conn>,
     generation: u64,
     /// Deferred replies arrive here from any thread; the eventfd announces them.
-    sink: Arc<Sink>,
+    pub(crate) sink: Arc<Sink>,
     completions: Vec<Completion>,
     /// Operations submitted (or queued) whose last completion has not arrived.
     inflight: usize,
@@ -737,6 +737,9 @@ impl UringWorker {
                 return false;
             }
         }
+        // Completions queued without a wake (`WakeHold`) go out with this wait's submissions.
+        self.deliver_completions();
+        self.serve_touched();
         let timeout = match (self.wait_timeout(), wait_cap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -965,15 +968,20 @@ impl UringWorker {
                 self.complete(cqe.user_data(), cqe.result(), cqe.flags());
             }
             self.cqes = cqes;
-            for (key, generation) in std::mem::take(&mut self.touched) {
-                if let Some(conn) = self
-                    .conns
-                    .get_mut(key)
-                    .filter(|c| short_generation(c.generation) == generation)
-                {
-                    conn.touched = false;
-                    self.serve(key);
-                }
+            self.serve_touched();
+        }
+    }
+
+    /// Serve the connections with news.
+    fn serve_touched(&mut self) {
+        for (key, generation) in std::mem::take(&mut self.touched) {
+            if let Some(conn) = self
+                .conns
+                .get_mut(key)
+                .filter(|c| short_generation(c.generation) == generation)
+            {
+                conn.touched = false;
+                self.serve(key);
             }
         }
     }
