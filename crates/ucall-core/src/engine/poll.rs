@@ -471,7 +471,7 @@ impl PollWorker {
             if let Some(tls) = conn.tls.as_mut() {
                 // Best effort: a clean end the client can tell from a truncation.
                 tls.close();
-                let _ = tls.write_to(&mut conn.stream);
+                let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
             }
             let _ = self.poll.registry().deregister(&mut conn.stream);
             let _ = conn.stream.shutdown(Shutdown::Both);
@@ -580,7 +580,7 @@ fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>
         Err(_) => {
             // Handshake failure, bad record, plaintext on a TLS port: send the alert rustls
             // queued, then close. Nobody else is affected.
-            let _ = tls.write_to(&mut conn.stream);
+            let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
             return Err(io::ErrorKind::InvalidData.into());
         }
     }
@@ -588,6 +588,32 @@ fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>
         feed_input(conn, ctx);
     }
     Ok(())
+}
+
+/// Writes to a socket with `MSG_NOSIGNAL`: a peer that has gone yields `EPIPE` instead of
+/// a `SIGPIPE` that would kill a host program that does not ignore it (C programs do
+/// not; Rust and Python programs do). `writev`, which std and rustls use for vectored
+/// writes, has no such flag.
+struct NoSigPipe<'a>(&'a TcpStream);
+
+/// Where `MSG_NOSIGNAL` is missing (macOS), no flag; such systems have `SO_NOSIGPIPE`.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+const SEND_FLAGS: libc::c_int = 0;
+
+impl Write for NoSigPipe<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        socket2::SockRef::from(self.0).send_with_flags(bytes, SEND_FLAGS)
+    }
+
+    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        socket2::SockRef::from(self.0).send_vectored_with_flags(slices, SEND_FLAGS)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether anything waits to be written: plaintext before the first hole, or ciphertext.
@@ -602,7 +628,7 @@ fn flush(conn: &mut Conn) -> io::Result<()> {
         // Encrypt only as the socket takes it: rustls bounds what it buffers, so the
         // output high-water mark keeps holding back a client that does not read.
         loop {
-            tls.write_to(&mut conn.stream)?;
+            tls.write_to(&mut NoSigPipe(&conn.stream))?;
             if tls.wants_write() || !conn.out.has_sendable() {
                 conn.clocks.last_progress = Instant::now();
                 return Ok(());
@@ -613,7 +639,7 @@ fn flush(conn: &mut Conn) -> io::Result<()> {
     while conn.out.has_sendable() {
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let count = conn.out.io_slices(&mut slices);
-        match conn.stream.write_vectored(&slices[..count]) {
+        match NoSigPipe(&conn.stream).write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 conn.out.advance(n);
