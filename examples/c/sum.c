@@ -6,7 +6,8 @@
  *   curl -s localhost:8545 -d '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
  *   curl -s 'localhost:8545/sum?a=1&b=2'
  *
- * Options: --host H, --port P (0: any free port), --threads N, --engine auto|poll|uring.
+ * Options: --host H, --port P (0: any free port), --threads N, --engine auto|poll|uring,
+ * --tls-cert CHAIN.pem --tls-key KEY.pem (the port then speaks TLS: https://, wss://).
  * Prints "listening on HOST:PORT" once ready; SIGINT or SIGTERM stops it.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
     ucall_config_t config;
     ucall_server_t made = NULL;
     pthread_t threads[64];
+    const char* certificates[1] = {NULL};
     struct sigaction action;
     int i;
 
@@ -90,7 +92,15 @@ int main(int argc, char** argv) {
             config.max_threads = (uint16_t)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--engine"))
             config.engine = argv[i + 1];
-        else {
+        else if (!strcmp(argv[i], "--tls-cert")) {
+            certificates[0] = argv[i + 1];
+            config.ssl_certificates_paths = certificates;
+            config.ssl_certificates_count = 1;
+            config.use_ssl = true;
+        } else if (!strcmp(argv[i], "--tls-key")) {
+            config.ssl_private_key_path = argv[i + 1];
+            config.use_ssl = true;
+        } else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
         }

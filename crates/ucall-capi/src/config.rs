@@ -159,7 +159,12 @@ fn text_field<'a>(field: &str, ptr: *const c_char) -> Result<Option<&'a str>, St
 impl ucall_config_t {
     /// Read the fields, applying defaults, and write the defaults back.
     pub(crate) fn settings(&mut self) -> Result<Settings, String> {
-        let mut core = Config::default();
+        let mut core = Config {
+            // The engine in force goes to `logs_file_descriptor` ("listening"), the only
+            // place this library logs to: nothing on stderr.
+            quiet: true,
+            ..Config::default()
+        };
         match text_field("hostname", self.hostname)? {
             Some(host) => host.clone_into(&mut core.host),
             None => {

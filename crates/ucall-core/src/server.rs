@@ -281,6 +281,15 @@ impl ServerBuilder {
             ));
         }
         let addr = resolve(&config.host, config.port)?;
+        if let Some(port) = config.tls.as_ref().and_then(|tls| tls.port) {
+            if port != 0 && port == config.port {
+                // Both listeners would share the port (SO_REUSEPORT), splitting clients
+                // between TLS and plaintext at random.
+                return Err(Error::config(format!(
+                    "the TLS port {port} is the server's port: give TLS another port, or no port of its own"
+                )));
+            }
+        }
         let tls = match &config.tls {
             None => None,
             Some(tls) => Some(TlsShared {

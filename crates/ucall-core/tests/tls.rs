@@ -305,6 +305,15 @@ fn bad_certificate_material_fails_at_start_naming_the_file() {
     let garbage = TlsConfig::new(m.path("server.pem"), m.path("garbage.key"));
     let error = Server::builder().port(0).tls(garbage).bind().err().expect("bind fails");
     assert!(error.to_string().contains("garbage.key"), "{error}");
+    let mut same_port = tls_config(&m);
+    same_port.port = Some(18545);
+    let error = Server::builder()
+        .port(18545)
+        .tls(same_port)
+        .bind()
+        .err()
+        .expect("bind fails");
+    assert!(error.is_config() && error.to_string().contains("TLS port 18545"), "{error}");
     let mismatched = TlsConfig::new(m.path("ca.pem"), m.path("server.key"));
     let error = Server::builder()
         .port(0)
