@@ -629,3 +629,32 @@ fn stop_cuts_a_stalled_request_after_the_grace_period() {
         );
     });
 }
+
+#[test]
+fn the_last_reply_survives_requests_sent_past_the_close() {
+    // RFC 9112 9.6: closing with unread input makes the kernel reset the connection and
+    // drop what it has not sent yet. The server half-closes and reads on until the client
+    // closes (or a short linger time passes), so a large last reply arrives whole.
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(1));
+        let mut conn = Conn::open_with_buffers(server.local_addr(), 16 << 10, 1 << 20);
+        let data = "z".repeat(2 << 20);
+        let mut bytes = post("/", call("echo", &format!(r#"["{data}"]"#), "1").as_bytes());
+        // Sent past the last exchange: the server will not read it all.
+        bytes.extend_from_slice(&post("/", call("echo", &format!(r#"["{data}"]"#), "2").as_bytes()));
+        let writer = {
+            let mut stream = conn.stream.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = stream.write_all(&bytes);
+            })
+        };
+        // Let the server answer, fill the socket buffers and decide to close.
+        std::thread::sleep(Duration::from_millis(300));
+        let response = conn.read_response();
+        assert_eq!(response.status, 200);
+        assert!(response.says_close(), "{:?}", response.headers);
+        assert_result(&response.body, &format!(r#""{data}""#), "1");
+        drop(conn);
+        writer.join().unwrap();
+    });
+}

@@ -207,6 +207,12 @@ pub(crate) fn wake_all(shared: &Shared) {
     uring::wake_all(shared);
 }
 
+/// A connection that closes while its client may still be sending closes in stages
+/// (RFC 9112, 9.6): the server shuts its sending side, then reads and drops what arrives
+/// until the client closes, for at most this long. Closing at once with unread input
+/// would make the kernel reset the connection and drop the replies not yet delivered.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The clocks a connection's time-outs run on, the same in every engine.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clocks {

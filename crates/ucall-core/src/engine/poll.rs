@@ -69,6 +69,9 @@ struct Conn {
     generation: u64,
     /// TLS state, on a TLS port: ciphertext in `stream`, plaintext in `input` and `out`.
     tls: Option<Box<TlsSession>>,
+    /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives is
+    /// read and dropped until the client closes or this time passes.
+    lingering: Option<Instant>,
 }
 
 pub(crate) struct PollWorker {
@@ -298,6 +301,7 @@ impl PollWorker {
                     head_started: tls.is_some().then_some(now),
                 },
                 tls,
+                lingering: None,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -307,6 +311,18 @@ impl PollWorker {
     fn serve(&mut self, key: usize) {
         let shared = &*self.shared;
         let Some(conn) = self.conns.get_mut(key) else { return };
+        if let Some(until) = conn.lingering {
+            if discard_input(conn, &mut self.read_buf) {
+                self.close(key);
+                return;
+            }
+            if conn.readable {
+                // More to drop than one turn reads: the rest next turn.
+                self.again.push(key);
+            }
+            self.schedule_scan(until);
+            return;
+        }
         let mut ctx = Context {
             router: &self.router,
             limits: &shared.config.limits,
@@ -362,6 +378,21 @@ impl PollWorker {
             }
         }
         let done = failed || (conn.closing && conn.out.is_empty() && !has_output(conn));
+        if done && !failed && !conn.peer_closed {
+            // Input may still arrive or wait unread: closing now would reset the
+            // connection and drop the replies not yet delivered.
+            if let Some(tls) = conn.tls.as_mut() {
+                tls.close();
+                let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
+            }
+            let _ = conn.stream.shutdown(Shutdown::Write);
+            let until = Instant::now() + super::LINGER;
+            conn.lingering = Some(until);
+            conn.input = Vec::new();
+            conn.readable = true;
+            self.serve(key);
+            return;
+        }
         if done {
             self.close(key);
             return;
@@ -417,10 +448,11 @@ impl PollWorker {
         let config = &self.shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
         let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
-            (!conn.session.has_pending()).then(|| conn.clocks.deadline(config))
+            conn.lingering
+                .or_else(|| (!conn.session.has_pending()).then(|| conn.clocks.deadline(config)))
         });
         for key in expired {
-            if let Some(conn) = self.conns.get_mut(key) {
+            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.lingering.is_none()) {
                 // A 408 answers a request partly received; an idle connection is closed
                 // silently, or a client could read the 408 as the reply to its next request.
                 if !conn.input.is_empty() || !conn.session.is_between_requests() {
@@ -468,7 +500,7 @@ impl PollWorker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
-            if let Some(tls) = conn.tls.as_mut() {
+            if let Some(tls) = conn.tls.as_mut().filter(|_| conn.lingering.is_none()) {
                 // Best effort: a clean end the client can tell from a truncation.
                 tls.close();
                 let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
@@ -478,6 +510,27 @@ impl PollWorker {
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// A lingering connection: read and drop what arrives. Whether the client has closed (or
+/// the connection failed), so that it can be closed now.
+fn discard_input(conn: &mut Conn, read_buf: &mut [u8]) -> bool {
+    if !conn.readable {
+        return false;
+    }
+    for _ in 0..READS_PER_TURN {
+        match conn.stream.read(read_buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                conn.readable = false;
+                return false;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+    false
 }
 
 /// Read once and hand the bytes to the session. Reads go to the worker's buffer; only an

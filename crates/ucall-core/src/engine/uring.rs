@@ -101,6 +101,7 @@ enum Op {
     Send = 4,
     Cancel = 5,
     Close = 6,
+    Shutdown = 7,
 }
 
 const GENERATION_MASK: u32 = (1 << 24) - 1;
@@ -125,6 +126,7 @@ fn untoken(user_data: u64) -> Option<(Op, usize, u32)> {
         4 => Op::Send,
         5 => Op::Cancel,
         6 => Op::Close,
+        7 => Op::Shutdown,
         _ => return None,
     };
     Some((
@@ -235,7 +237,7 @@ fn build_ring(index: usize, sqpoll: bool) -> io::Result<(IoUring, bool)> {
 }
 
 /// Opcodes the engine cannot do without.
-const REQUIRED: [(u8, &str); 7] = [
+const REQUIRED: [(u8, &str); 8] = [
     (opcode::AcceptMulti::CODE, "ACCEPT"),
     (opcode::RecvMulti::CODE, "RECV"),
     (opcode::Send::CODE, "SEND"),
@@ -243,6 +245,7 @@ const REQUIRED: [(u8, &str); 7] = [
     (opcode::Read::CODE, "READ"),
     (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
     (opcode::Close::CODE, "CLOSE"),
+    (opcode::Shutdown::CODE, "SHUTDOWN"),
 ];
 
 /// Whether io_uring can run this engine here, and with what; the answer is kept for the
@@ -580,6 +583,9 @@ struct Conn {
     tls: Option<Box<TlsSession>>,
     /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
     tls_done: bool,
+    /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives
+    /// is dropped until the client closes or `hard_deadline` passes.
+    lingering: bool,
 }
 
 impl Conn {
@@ -1003,7 +1009,7 @@ impl UringWorker {
             }
             Op::Recv => self.on_recv(key, generation, result, flags),
             Op::Send => self.on_send(key, generation, result, flags),
-            Op::Cancel | Op::Close => {}
+            Op::Cancel | Op::Close | Op::Shutdown => {}
         }
     }
 
@@ -1116,6 +1122,7 @@ impl UringWorker {
             },
             tls,
             tls_done: false,
+            lingering: false,
         });
         self.arm_recv(key);
         let config = &self.shared.config;
@@ -1289,14 +1296,31 @@ impl UringWorker {
                 self.start_send(key);
                 return;
             }
-            self.close(key);
-            return;
+            if conn.peer_closed {
+                self.close(key);
+                return;
+            }
+            if !conn.lingering {
+                // Input may still arrive or wait unread: closing now would reset the
+                // connection and drop the replies not yet delivered.
+                conn.lingering = true;
+                conn.hard_deadline = Some(self.now + super::LINGER);
+                conn.input = Vec::new();
+                conn.backlog = false;
+                let entry = opcode::Shutdown::new(types::Fixed(conn.file), libc::SHUT_WR)
+                    .build()
+                    .user_data(token(Op::Shutdown, key, short_generation(conn.generation)));
+                // SAFETY: a shutdown points to no memory.
+                unsafe { self.push(entry) };
+            }
         }
-        let wants_input = !conn.closing
-            && !conn.peer_closed
-            && !conn.backlog
-            && conn.pending() <= OUTPUT_HIGH_WATER
-            && !conn.session.is_saturated();
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let wants_input = (conn.lingering && !conn.peer_closed)
+            || (!conn.closing
+                && !conn.peer_closed
+                && !conn.backlog
+                && conn.pending() <= OUTPUT_HIGH_WATER
+                && !conn.session.is_saturated());
         if wants_input && !conn.recv_armed && !self.finishing {
             self.arm_recv(key);
         } else if !wants_input && conn.recv_armed && !conn.recv_cancelled {
