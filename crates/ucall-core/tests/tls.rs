@@ -313,7 +313,10 @@ fn bad_certificate_material_fails_at_start_naming_the_file() {
         .bind()
         .err()
         .expect("bind fails");
-    assert!(error.is_config() && error.to_string().contains("TLS port 18545"), "{error}");
+    assert!(
+        error.is_config() && error.to_string().contains("TLS port 18545"),
+        "{error}"
+    );
     let mismatched = TlsConfig::new(m.path("ca.pem"), m.path("server.key"));
     let error = Server::builder()
         .port(0)
