@@ -658,3 +658,36 @@ fn the_last_reply_survives_requests_sent_past_the_close() {
         writer.join().unwrap();
     });
 }
+
+#[test]
+fn connections_closed_one_after_another_never_disturb_the_next() {
+    // Each close reuses resources for the next connection (a registered file slot on
+    // uring): a close still in progress must not touch the connection accepted after it.
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let addr = server.local_addr();
+        let request = post("/", call("sum", "[1,2]", "1").as_bytes());
+        let request = String::from_utf8(request)
+            .unwrap()
+            .replacen("\r\n", "\r\nConnection: close\r\n", 1);
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                let request = request.clone();
+                std::thread::spawn(move || {
+                    for round in 0..400 {
+                        let mut conn = Conn::open(addr);
+                        conn.send(request.as_bytes());
+                        let response = conn
+                            .try_read_response()
+                            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                        assert_result(&response.body, "3", "1");
+                        // Dropped at once, without waiting for the server's close.
+                    }
+                })
+            })
+            .collect();
+        for client in clients {
+            client.join().unwrap();
+        }
+    });
+}

@@ -586,6 +586,12 @@ struct Conn {
     /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives
     /// is dropped until the client closes or `hard_deadline` passes.
     lingering: bool,
+    /// A shutdown is in flight. The kernel runs it on a worker thread, where it looks up
+    /// the registered file only then: the file's slot must not be closed (and reused by
+    /// the next accept) before it completes.
+    shutdown_inflight: bool,
+    /// Closed while a shutdown was in flight: the file is closed when it completes.
+    close_after_shutdown: bool,
 }
 
 impl Conn {
@@ -595,7 +601,7 @@ impl Conn {
     }
 
     fn is_quiet(&self) -> bool {
-        !self.recv_armed && !self.send_inflight && self.zc_notifs == 0
+        !self.recv_armed && !self.send_inflight && self.zc_notifs == 0 && !self.shutdown_inflight
     }
 }
 
@@ -1009,7 +1015,8 @@ impl UringWorker {
             }
             Op::Recv => self.on_recv(key, generation, result, flags),
             Op::Send => self.on_send(key, generation, result, flags),
-            Op::Cancel | Op::Close | Op::Shutdown => {}
+            Op::Shutdown => self.on_shutdown(key, generation),
+            Op::Cancel | Op::Close => {}
         }
     }
 
@@ -1123,6 +1130,8 @@ impl UringWorker {
             tls,
             tls_done: false,
             lingering: false,
+            shutdown_inflight: false,
+            close_after_shutdown: false,
         });
         self.arm_recv(key);
         let config = &self.shared.config;
@@ -1203,6 +1212,19 @@ impl UringWorker {
         if matched {
             self.touch(key);
         }
+    }
+
+    fn on_shutdown(&mut self, key: usize, generation: u32) {
+        let Some(conn) = self.conn_of(key, generation) else {
+            return;
+        };
+        conn.shutdown_inflight = false;
+        if conn.close_after_shutdown {
+            conn.close_after_shutdown = false;
+            let file = conn.file;
+            self.close_file(file, key, generation);
+        }
+        self.touch(key);
     }
 
     fn on_send(&mut self, key: usize, generation: u32, result: i32, flags: u32) {
@@ -1307,10 +1329,12 @@ impl UringWorker {
                 conn.hard_deadline = Some(self.now + super::LINGER);
                 conn.input = Vec::new();
                 conn.backlog = false;
+                conn.shutdown_inflight = true;
                 let entry = opcode::Shutdown::new(types::Fixed(conn.file), libc::SHUT_WR)
                     .build()
                     .user_data(token(Op::Shutdown, key, short_generation(conn.generation)));
-                // SAFETY: a shutdown points to no memory.
+                // SAFETY: a shutdown points to no memory; its registered file stays open
+                // until it completes (`close_after_shutdown`).
                 unsafe { self.push(entry) };
             }
         }
@@ -1427,6 +1451,9 @@ impl UringWorker {
         let cancel_recv = conn.recv_armed && !conn.recv_cancelled;
         let cancel_send = conn.send_inflight;
         conn.recv_cancelled = true;
+        // The file is closed once the shutdown in flight completes, if there is one.
+        let close_now = !conn.shutdown_inflight;
+        conn.close_after_shutdown = conn.shutdown_inflight;
         if cancel_recv {
             self.cancel(token(Op::Recv, key, generation));
         }
@@ -1434,7 +1461,9 @@ impl UringWorker {
             self.cancel(token(Op::Send, key, generation));
         }
         // The socket is released once the cancelled operations let go of it too.
-        self.close_file(file, key, generation);
+        if close_now {
+            self.close_file(file, key, generation);
+        }
         self.shared.connections.fetch_sub(1, Ordering::AcqRel);
         if self.accept_retry.is_some() {
             self.accept_retry = Some(self.now);
