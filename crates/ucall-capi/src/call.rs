@@ -721,9 +721,23 @@ pub unsafe extern "C" fn ucall_call_reply_content(call: ucall_call_t, json: ucal
 fn is_plain_scalar(text: &[u8]) -> bool {
     match text {
         b"true" | b"false" | b"null" => true,
-        [b'"', inner @ .., b'"'] => inner.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\'),
+        [b'"', inner @ .., b'"'] => is_plain_string_body(inner),
         _ => is_number_text(text),
     }
+}
+
+/// No quote, backslash or control character in `inner`. Checked 64 bytes at a time
+/// without an early exit inside a block, which the compiler turns into SIMD: a 2 MB
+/// base64 reply took milliseconds byte by byte.
+fn is_plain_string_body(inner: &[u8]) -> bool {
+    let plain = |block: &[u8]| {
+        block
+            .iter()
+            .fold(true, |ok, &c| ok & (c >= 0x20) & (c != b'"') & (c != b'\\'))
+    };
+    let blocks = inner.chunks_exact(64);
+    let tail = blocks.remainder();
+    blocks.into_iter().all(plain) && plain(tail)
 }
 
 /// RFC 8259 §6: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
@@ -928,6 +942,17 @@ mod tests {
             assert!(!is_plain_scalar(other.as_bytes()), "{other:?}");
         }
         assert!(!is_plain_scalar(b"\"tab\there\""));
+        // Long strings go block by block: a bad byte anywhere, in a block or the tail.
+        for at in [0, 1, 63, 64, 65, 127, 128, 4095, 4999] {
+            for bad in [b'"', b'\\', b'\n', 0x1f] {
+                let mut text = vec![b'A'; 5002];
+                text[0] = b'"';
+                text[5001] = b'"';
+                assert!(is_plain_scalar(&text));
+                text[1 + at] = bad;
+                assert!(!is_plain_scalar(&text), "{bad:#x} at {at}");
+            }
+        }
     }
 
     #[test]
