@@ -19,6 +19,8 @@ serve_one_call() {
     local name="$1"; shift
     local log
     log="$work/$(echo "$name" | tr -c "a-zA-Z0-9\n" _).log"
+    # Created here: the server's own redirection may come after the first look at it.
+    : >"$log"
     "$@" --port 0 --threads 2 >"$log" 2>&1 &
     local pid=$!
     local port=""
