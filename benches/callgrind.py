@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Instructions per request, counted by callgrind: the same on a busy machine as on a
+quiet one, so the C API / Rust API gap (issue: within 5%) can be told from noise.
+
+    python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB]
+
+Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread); one
+connection sends FEW requests the first time and MANY the second. The difference of the
+two totals, divided by MANY - FEW, is what one request costs, start-up excluded. Needs
+`make examples-c` and `cargo build --release -p ucall-examples` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVERS = {
+    "rust": [str(ROOT / "target/release/bench_server"), "--threads", "1"],
+    "c": [str(ROOT / "target/c/examples/sum")],
+}
+
+
+def http(body: bytes) -> bytes:
+    head = f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def workloads() -> dict[str, tuple[bytes, int, int, bytes]]:
+    """name: (request, few, many, a byte string every reply must contain)."""
+    sum_call = json.dumps({"jsonrpc": "2.0", "method": "sum", "params": {"a": 1, "b": 2}, "id": 1})
+    batch = json.dumps([{"jsonrpc": "2.0", "method": "sum", "params": {"a": i, "b": 2}, "id": i} for i in range(32)])
+    import base64
+
+    data = base64.b64encode(random.Random(7).randbytes(32 * 224 * 224)).decode()
+    echo = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": data}, "id": 1})
+    return {
+        "sum": (http(sum_call.encode()), 200, 2200, b'"result":3'),
+        "batch32": (http(batch.encode()), 20, 220, b'"result":33'),
+        "echo-1.6MB": (http(echo.encode()), 2, 7, data[-64:].encode()),
+    }
+
+
+def exchange(port: int, request: bytes, count: int, expect: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        buffered = b""
+        for _ in range(count):
+            sock.sendall(request)
+            while True:
+                end = buffered.find(b"\r\n\r\n")
+                if end >= 0:
+                    length = int(re.search(rb"(?i)content-length: *(\d+)", buffered[:end]).group(1))
+                    if len(buffered) >= end + 4 + length:
+                        body = buffered[end + 4 : end + 4 + length]
+                        buffered = buffered[end + 4 + length :]
+                        if expect not in body:
+                            raise SystemExit(f"unexpected reply: {body[:200]!r}")
+                        break
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    raise SystemExit("the server closed the connection")
+                buffered += chunk
+
+
+def instructions(server: list[str], request: bytes, count: int, expect: bytes, work: Path) -> int:
+    out = work / "callgrind.out"
+    log = work / "server.log"
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *server, "--port", "0", "--engine", "poll"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={"UCALL_ENGINE": "poll", "PATH": "/usr/bin:/bin"},
+        )
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            found = re.search(rb"listening on [0-9.]+:(\d+)", log.read_bytes())
+            port = int(found.group(1)) if found else None
+            time.sleep(0.1)
+        if port is None:
+            raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
+        exchange(port, request, count, expect)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    summary = re.search(rb"^summary: (\d+)", out.read_bytes(), re.M)
+    if summary is None:
+        raise SystemExit(f"no callgrind summary in {out}")
+    return int(summary.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="sum,batch32,echo-1.6MB")
+    args = parser.parse_args()
+    chosen = workloads()
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for name in names:
+        if name not in chosen:
+            raise SystemExit(f"unknown workload {name!r}; known: {', '.join(chosen)}")
+    print("| workload | Rust API (instructions/request) | C API | C / Rust |")
+    print("|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="ucall-callgrind-") as tmp:
+        for name in names:
+            request, few, many, expect = chosen[name]
+            per_request = {}
+            for server, command in SERVERS.items():
+                counts = [instructions(command, request, n, expect, Path(tmp)) for n in (few, many)]
+                per_request[server] = (counts[1] - counts[0]) / (many - few)
+                print(f"callgrind: {name} {server}: {counts[0]:,} ({few}) / {counts[1]:,} ({many})", file=sys.stderr)
+            rust, c = per_request["rust"], per_request["c"]
+            print(f"| {name} | {rust:,.0f} | {c:,.0f} | {c / rust:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
