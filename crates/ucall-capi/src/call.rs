@@ -45,6 +45,10 @@ pub struct CallContext<'c, 'a, 'o> {
     answer: Answer,
     /// Decoded copies of strings with escapes, alive until the callback returns.
     strings: Vec<Box<str>>,
+    /// The last raw JSON parameter handed out (`ucall_param_*_json`), as (address,
+    /// length): a part of the request, already validated. Replied with as it is (an
+    /// echo), it needs no second check.
+    last_json: Option<(usize, usize)>,
 }
 
 // SAFETY: `CallContext` is `#[repr(C)]` and starts with its `Tag`.
@@ -193,6 +197,7 @@ impl Handler for CProcedure {
             reply,
             answer: Answer::Pending,
             strings: Vec::new(),
+            last_json: None,
         };
         {
             let _inside = InCallback::enter();
@@ -529,7 +534,7 @@ pub unsafe extern "C" fn ucall_param_named_json(
         // SAFETY: the caller's contract.
         let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
         // SAFETY: the caller's contract.
-        match unsafe { with_param(call, |c| c.named(name), |_, raw| Some((raw.as_ptr().cast(), raw.len()))) } {
+        match unsafe { with_param(call, |c| c.named(name), handed_json) } {
             // SAFETY: the caller's contract.
             Some(text) => unsafe { write_text(output, output_length, text) },
             None => false,
@@ -550,12 +555,18 @@ pub unsafe extern "C" fn ucall_param_positional_json(
 ) -> bool {
     ffi_panic_boundary! {"ucall_param_positional_json",
         // SAFETY: the caller's contract.
-        match unsafe { with_param(call, |c| c.positional(position), |_, raw| Some((raw.as_ptr().cast(), raw.len()))) } {
+        match unsafe { with_param(call, |c| c.positional(position), handed_json) } {
             // SAFETY: the caller's contract.
             Some(text) => unsafe { write_text(output, output_length, text) },
             None => false,
         }
     }
+}
+
+/// Hand out a parameter's raw JSON text, remembering it (see `CallContext::last_json`).
+fn handed_json(context: &mut CallContext<'_, '_, '_>, raw: &str) -> Option<(ucall_str_t, usize)> {
+    context.last_json = Some((raw.as_ptr() as usize, raw.len()));
+    Some((raw.as_ptr().cast(), raw.len()))
 }
 
 /// Decode the base64 of the JSON string `raw` into the caller's buffer.
@@ -703,7 +714,15 @@ pub unsafe extern "C" fn ucall_call_reply_content(call: ucall_call_t, json: ucal
         let method = context.call.method();
         // SAFETY: the caller's contract.
         let bytes = unsafe { ffi::text_arg(json, json_length) };
+        // A parameter handed out by ucall_param_*_json, replied with as it is: part of the
+        // request, valid JSON already (an echo).
+        let handed = bytes.is_some_and(|b| context.last_json == Some((b.as_ptr() as usize, b.len())));
         context.answer(|reply| match bytes {
+            Some(bytes) if handed => {
+                // SAFETY: these bytes are a `&str` the request's parse handed out.
+                reply.raw_trusted(unsafe { std::str::from_utf8_unchecked(bytes) });
+                Answer::Replied
+            }
             // Most replies are a number, a literal or a plain ASCII string: checked in one
             // pass, which also proves them UTF-8.
             Some(bytes) if is_plain_scalar(bytes) => {

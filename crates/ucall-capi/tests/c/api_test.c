@@ -66,6 +66,16 @@ static void bad_json(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, "{\"oops\":", 0);
 }
 
+/* A handed-out parameter replied with as it is goes back unchecked (it is part of the
+ * request); any other range of it, here all but its last byte, is checked in full. */
+static void echo_param(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t data;
+    size_t length;
+    if (!ucall_param_named_json(call, "data", 0, &data, &length))
+        return ucall_call_reply_error_invalid_params(call);
+    ucall_call_reply_content(call, data, tag ? length - 1 : length);
+}
+
 static void null_json(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_reply_content(call, NULL, 0);
@@ -295,7 +305,7 @@ static void test_serving(void) {
 
     memset(&config, 0, sizeof config);
     config.ephemeral_port = true;
-    config.max_callbacks = 13;
+    config.max_callbacks = 15;
     config.logs_file_descriptor = 2;
     config.logs_format = "json";
     ucall_init(&config, &the_server);
@@ -313,6 +323,8 @@ static void test_serving(void) {
     ucall_add_procedure(the_server, "no_reply", no_reply, NULL);
     ucall_add_procedure(the_server, "bad_json", bad_json, NULL);
     ucall_add_procedure(the_server, "null_json", null_json, NULL);
+    ucall_add_procedure(the_server, "echo_param", echo_param, NULL);
+    ucall_add_procedure(the_server, "echo_param_cut", echo_param, (ucall_callback_tag_t)1);
     ucall_add_procedure(the_server, "bad_error_data", bad_error_data, NULL);
     ucall_add_procedure(the_server, "default_message", default_message, NULL);
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
@@ -321,8 +333,8 @@ static void test_serving(void) {
     ucall_add_procedure(the_server, "pointer", pointer, NULL);
     ucall_add_procedure(the_server, "misuse", misuse, NULL);
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text); /* replaces: no new slot */
-    ucall_add_procedure(the_server, "thirteenth", no_reply, NULL);
-    ucall_add_procedure(the_server, "fourteenth", no_reply, NULL);
+    ucall_add_procedure(the_server, "the_last_one", no_reply, NULL);
+    ucall_add_procedure(the_server, "one_too_many", no_reply, NULL);
     CHECK(last_error_contains("max_callbacks"), "a procedure beyond max_callbacks is refused");
     ucall_add_procedure(the_server, NULL, no_reply, NULL);
     CHECK(last_error_contains("name is NULL"), "a NULL name is refused");
@@ -347,6 +359,10 @@ static void test_serving(void) {
     CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "without a reply"), "no reply is -32603: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bad_json\",\"id\":4}");
     CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "invalid JSON"), "invalid JSON is -32603: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"echo_param\",\"params\":{\"data\":{\"k\":[1,\"\\u00e9\"]}},\"id\":41}");
+    CHECK(strstr(reply, "\"result\":{\"k\":[1,\"\\u00e9\"]}"), "a parameter echoed back as it came: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"echo_param_cut\",\"params\":{\"data\":{\"k\":1}},\"id\":42}");
+    CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "invalid JSON"), "part of a parameter is checked: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"null_json\",\"id\":5}");
     CHECK(strstr(reply, "\"code\":-32603") && strstr(reply, "invalid JSON"), "NULL content is -32603: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bad_error_data\",\"id\":6}");
