@@ -38,6 +38,9 @@ pub struct Sink {
     /// queued at the start of its next turn: completions need not wake it (see
     /// [`WakeHold`]). Read and written under `queue`'s lock.
     held: AtomicBool,
+    /// `queue` holds completions. Set under its lock; read without it, so that the
+    /// worker's every turn (which drains) takes no lock when nothing was deferred.
+    queued: AtomicBool,
 }
 
 impl Sink {
@@ -47,13 +50,20 @@ impl Sink {
             queue: Mutex::new(Vec::new()),
             wake: Box::new(wake),
             held: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
         })
     }
 
     /// Move every queued completion into `into`.
     pub fn drain(&self, into: &mut Vec<Completion>) {
+        // A push still under way is announced by its own wake, or, while held, found by
+        // the holder's next turn: its release takes the lock after the push.
+        if !self.queued.load(Ordering::Acquire) {
+            return;
+        }
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         into.append(&mut queue);
+        self.queued.store(false, Ordering::Relaxed);
     }
 
     fn push(&self, completion: Completion) {
@@ -62,6 +72,7 @@ impl Sink {
         // drained yet (draining takes everything under this lock): one wake is enough.
         let wake = queue.is_empty() && !self.held.load(Ordering::Relaxed);
         queue.push(completion);
+        self.queued.store(true, Ordering::Release);
         drop(queue);
         if wake {
             (self.wake)();
