@@ -8,19 +8,58 @@ Environment:
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from ucall import Server
+from ucall import RPCError, Server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def with_client_procedures(server: Server) -> Server:
+    """`server` with what the client and command suites call: sum, echo, fail, size,
+    kinds, nap and anap (async)."""
+
+    @server
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def echo(data):  # type: ignore[no-untyped-def]
+        return data
+
+    @server
+    def fail() -> None:
+        raise RPCError(-32001, "boom", {"why": "asked"})
+
+    @server
+    def size(data: bytes) -> int:
+        return len(data)
+
+    @server
+    def kinds(**params):  # type: ignore[no-untyped-def]
+        return {k: type(v).__name__ for k, v in params.items()}
+
+    @server
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @server
+    async def anap(x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x
+
+    return server
 
 
 def default_engines() -> list[str]:

@@ -10,32 +10,14 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, once
+from conftest import REPO_ROOT, once, with_client_procedures
 
 from ucall.cli import main
 
 
 @pytest.fixture
 def port(make_server):
-    server = make_server()
-
-    @server
-    def sum(a: int, b: int) -> int:
-        return a + b
-
-    @server
-    def echo(data):  # type: ignore[no-untyped-def]
-        return data
-
-    @server
-    def kinds(**params):  # type: ignore[no-untyped-def]
-        return {k: type(v).__name__ for k, v in params.items()}
-
-    @server
-    def size(data: bytes) -> int:
-        return len(data)
-
-    return server.start().port
+    return with_client_procedures(make_server()).start().port
 
 
 def run(*args: str) -> tuple[int, str, str]:

@@ -2,12 +2,12 @@
 """ucall.client: Client and AsyncClient against real servers, over HTTP and raw TCP."""
 
 import asyncio
-import io
 import socket
 import threading
 import time
 
 import pytest
+from conftest import with_client_procedures
 
 from ucall import ConnectError, ProtocolError, RPCError, TimeoutError
 from ucall._wire import ReplyReader
@@ -16,35 +16,7 @@ from ucall.client import AsyncClient, Client, Response
 
 @pytest.fixture
 def server(make_server):
-    server = make_server()
-
-    @server
-    def sum(a: int, b: int) -> int:
-        return a + b
-
-    @server
-    def echo(data):  # type: ignore[no-untyped-def]
-        return data
-
-    @server
-    def fail() -> None:
-        raise RPCError(-32001, "boom", {"why": "asked"})
-
-    @server
-    def size(data: bytes) -> int:
-        return len(data)
-
-    @server
-    def nap(seconds: float) -> float:
-        time.sleep(seconds)
-        return seconds
-
-    @server
-    async def anap(x: int) -> int:
-        await asyncio.sleep(0.05)
-        return x
-
-    return server.start()
+    return with_client_procedures(make_server()).start()
 
 
 @pytest.mark.parametrize("use_http", [True, False])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ENGINES, REPO_ROOT
+from conftest import ENGINES, REPO_ROOT, with_client_procedures
 
 from ucall import ConnectError, Server
 from ucall.cli import main
@@ -55,23 +55,9 @@ def make_certs(directory: Path) -> Path:
 
 
 def tls_server(certs: Path, engine: str, **options: object) -> Server:
-    """A started server whose port speaks TLS, with `sum`, `echo`, `anap`."""
+    """A started server whose port speaks TLS, with the client suites' procedures."""
     server = Server(port=0, engine=engine, tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"), **options)
-
-    @server
-    def sum(a: int, b: int) -> int:
-        return a + b
-
-    @server
-    def echo(data):  # type: ignore[no-untyped-def]
-        return data
-
-    @server
-    async def anap(x: int) -> int:
-        await asyncio.sleep(0.05)
-        return x
-
-    return server.start()
+    return with_client_procedures(server).start()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import ENGINES
+from conftest import ENGINES, with_client_procedures
 from test_client_tls import make_certs, tls_server
 from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
@@ -27,26 +27,7 @@ BIG = os.urandom(1_600_000)
 
 @pytest.fixture
 def server(make_server):
-    server = make_server()
-
-    @server
-    def sum(a: int, b: int) -> int:
-        return a + b
-
-    @server
-    def echo(data):  # type: ignore[no-untyped-def]
-        return data
-
-    @server
-    def fail() -> None:
-        raise RPCError(-32001, "boom", {"why": "asked"})
-
-    @server
-    async def anap(x: int) -> int:
-        await asyncio.sleep(0.05)
-        return x
-
-    return server.start()
+    return with_client_procedures(make_server()).start()
 
 
 @pytest.fixture(scope="module")
