@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import enum
 import io
+import json
 import sys
 from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
 
@@ -115,6 +116,26 @@ def test_bytes_travel_as_base64(make_server, wire):
     text = base64.b64encode(payload).decode()
     result = wire(server).result("reverse", {"data": text})
     assert base64.b64decode(result) == payload[::-1] + b"!"
+
+
+def test_bytes_sent_with_json_escapes_decode_the_same(make_server, wire):
+    server = make_server()
+
+    @server
+    def size(data: bytes) -> list:
+        return [len(data), base64.b64encode(data).decode()]
+
+    payload = bytes(range(256)) * 1000  # large enough for the kept-buffer path
+    text = base64.b64encode(payload).decode()
+    # JSON lets a client escape any character: "\/" for "/", "\u0041" for "A".
+    escaped = text.replace("/", "\\/").replace("A", "\\u0041")
+    assert escaped != text
+    request = '{"jsonrpc":"2.0","method":"size","params":{"data":"%s"},"id":1}' % escaped
+    status, body = wire(server).post(request)
+    assert status == 200
+    assert json.loads(body)["result"] == [len(payload), text]
+    error = wire(server).error("size", {"data": text[:-2] + "\\!"})
+    assert error["code"] == INVALID_PARAMS
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@
 
 use serde::de::IgnoredAny;
 
-use crate::buffer::OutBuf;
+use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Target};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
@@ -587,8 +587,7 @@ impl Session {
         let message = std::mem::take(&mut self.ws_message);
         let data = out.data();
         let reserved = data.len();
-        data.resize(reserved + ws::MAX_HEADER, 0);
-        let start = data.len();
+        let start = reserve_ws_header(data);
         let mut deferrals = Deferrals {
             target: ctx.defer,
             next_slot: &mut self.next_slot,
@@ -616,16 +615,11 @@ impl Session {
             );
             return;
         }
-        let data = out.data();
         if outcome == Outcome::Silent {
-            data.truncate(reserved);
+            out.data().truncate(reserved);
             return;
         }
-        let mut room = [0u8; ws::MAX_HEADER];
-        let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start);
-        data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
-        let end = data.len();
-        out.commit(start - used..end);
+        commit_ws_text(out, start);
     }
 
     /// Fail the WebSocket connection (§7.1.7): a Close frame with `code`, then close.
@@ -812,42 +806,80 @@ fn one_line(reply: &mut [u8]) {
     }
 }
 
-/// Write a held message's reply, now that every deferred call in it has finished.
+/// Write a held message's reply, now that every deferred call in it has finished,
+/// straight into the output: a large result is copied once, from the procedure's buffer.
 fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
-    let mut body = Vec::with_capacity(message.text.len() + 64);
+    let PendingMessage {
+        hole,
+        kind,
+        text,
+        slots,
+    } = message;
+    out.fill(hole, |out| match kind {
+        MessageKind::Stream => {
+            let data = out.data();
+            let start = data.len();
+            write_completed(&text, slots, data);
+            // The held text ends with the reply's own newline; the rest must be one line.
+            let end = data.len();
+            one_line(&mut data[start..end.saturating_sub(1).max(start)]);
+            out.commit(start..end);
+        }
+        MessageKind::WebSocket => {
+            let start = reserve_ws_header(out.data());
+            write_completed(&text, slots, out.data());
+            commit_ws_text(out, start);
+        }
+        MessageKind::Http(persistence) => {
+            http1::respond(out, persistence, date, |data| Some(write_completed(&text, slots, data)))
+        }
+    });
+}
+
+/// Reserve room for a WebSocket frame header at the end of `data`, so that the message
+/// can be written in place before its length is known; returns where the message starts.
+fn reserve_ws_header(data: &mut Vec<u8>) -> usize {
+    data.resize(data.len() + ws::MAX_HEADER, 0);
+    data.len()
+}
+
+/// Queue the message written since `start` (see [`reserve_ws_header`]) as a text frame,
+/// its header in the room reserved before it.
+fn commit_ws_text(out: &mut OutBuf, start: usize) {
+    let data = out.data();
+    let mut room = [0u8; ws::MAX_HEADER];
+    let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start);
+    data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
+    let end = data.len();
+    out.commit(start - used..end);
+}
+
+/// Write a held message's `text` with each slot's outcome in its place; the HTTP status
+/// a REST-style error calls for. Large result buffers are kept for reuse.
+fn write_completed(text: &[u8], slots: Vec<PendingSlot>, data: &mut Vec<u8>) -> Status {
     let mut status = Status::Ok;
     let mut copied = 0;
-    for slot in message.slots {
-        body.extend_from_slice(&message.text[copied..slot.at]);
+    for slot in slots {
+        data.extend_from_slice(&text[copied..slot.at]);
         copied = slot.at;
         let outcome = slot
             .outcome
             .expect("invariant: rendered only once every slot is filled");
         match (slot.id, outcome) {
-            (Some(id), Ok(result)) => jsonrpc::write_result(&mut body, &id, &result),
-            (Some(id), Err(error)) => jsonrpc::write_rpc_error(&mut body, Some(&id), &error),
-            (None, Ok(result)) => body.extend_from_slice(&result),
-            (None, Err(error)) => status = rest_error(&mut body, &error),
+            (Some(id), Ok(result)) => {
+                jsonrpc::write_result(data, &id, &result);
+                buffer::keep(result);
+            }
+            (Some(id), Err(error)) => jsonrpc::write_rpc_error(data, Some(&id), &error),
+            (None, Ok(result)) => {
+                data.extend_from_slice(&result);
+                buffer::keep(result);
+            }
+            (None, Err(error)) => status = rest_error(data, &error),
         }
     }
-    body.extend_from_slice(&message.text[copied..]);
-    out.fill(message.hole, |out| match message.kind {
-        MessageKind::Stream => {
-            // The held text ends with the reply's own newline; the rest must be one line.
-            let end = body.len().saturating_sub(1);
-            one_line(&mut body[..end]);
-            out.push(&body);
-        }
-        MessageKind::WebSocket => {
-            let mut framed = Vec::with_capacity(body.len() + ws::MAX_HEADER);
-            ws::frame(ws::Opcode::Text, &body, &mut framed);
-            out.push(&framed);
-        }
-        MessageKind::Http(persistence) => http1::respond(out, persistence, date, |data| {
-            data.extend_from_slice(&body);
-            Some(status)
-        }),
-    });
+    data.extend_from_slice(&text[copied..]);
+    status
 }
 
 #[cfg(test)]

@@ -622,6 +622,44 @@ fn a_large_body_is_echoed_intact() {
 }
 
 #[test]
+fn large_messages_in_reused_buffers_never_carry_bytes_of_earlier_ones() {
+    // Workers keep the buffers of large messages for the next ones (buffer::Spares):
+    // replies of every size must hold their own bytes only, on one connection, pipelined
+    // and on fresh connections.
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let sizes_and_fill = [
+            (1_500_000, 'a'),
+            (400_000, 'b'),
+            (2_200_000, 'c'),
+            (10, 'd'),
+            (700_000, 'e'),
+        ];
+        let mut conn = Conn::to(&server);
+        for (size, fill) in sizes_and_fill {
+            let data: String = std::iter::repeat_n(fill, size).collect();
+            let body = call("echo", &format!("[\"{data}\"]"), "1");
+            let response = conn.roundtrip(&post("/", body.as_bytes()));
+            assert_result(&response.body, &format!("\"{data}\""), "1");
+        }
+        // Two large requests in one write, answered in order.
+        let (first, second) = ("x".repeat(900_000), "y".repeat(300_000));
+        let mut both = post("/", call("echo", &format!("[\"{first}\"]"), "1").as_bytes());
+        both.extend_from_slice(&post("/", call("echo", &format!("[\"{second}\"]"), "2").as_bytes()));
+        conn.send(&both);
+        assert_result(&conn.read_response().body, &format!("\"{first}\""), "1");
+        assert_result(&conn.read_response().body, &format!("\"{second}\""), "2");
+        // A new connection after a large message starts clean.
+        for (size, fill) in [(600_000, 'f'), (5, 'g')] {
+            let data: String = std::iter::repeat_n(fill, size).collect();
+            let body = call("echo", &format!("[\"{data}\"]"), "3");
+            let response = Conn::to(&server).roundtrip(&post("/", body.as_bytes()));
+            assert_result(&response.body, &format!("\"{data}\""), "3");
+        }
+    });
+}
+
+#[test]
 fn ipv6_loopback() {
     common::for_each_engine(|engine| {
         let server = common::start(engine, common::builder(engine).host("::1"));

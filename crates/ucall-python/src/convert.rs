@@ -197,6 +197,8 @@ fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unseriali
 }
 
 fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    // A large result goes into a buffer kept from an earlier reply, not fresh pages.
+    ucall_core::buffer::reserve(out, base64_simd::STANDARD.encoded_length(bytes.len()) + 2);
     out.push(b'"');
     base64_simd::STANDARD.encode_append(bytes, out);
     out.push(b'"');

@@ -7,7 +7,7 @@
 //! hint is a Python converter called with the decoded value.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 use ucall_core::jsonrpc::scan::{key_equals, Elements, Members};
 use ucall_core::RpcError;
@@ -262,25 +262,38 @@ fn convert_param<'py>(
 /// a 1.6 MB payload is neither copied nor zeroed on the way.
 fn base64_param<'py>(py: Python<'py>, raw: &str, bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let inner = raw.get(1..raw.len().checked_sub(1)?)?;
-    let unescaped: String;
-    let text = if inner.contains('\\') {
-        unescaped = serde_json::from_str(raw).ok()?;
-        unescaped.as_bytes()
-    } else {
-        inner.as_bytes()
-    };
+    // A backslash is no base64 character: decoding fails on an escaped string, which is
+    // then unescaped and decoded again. Looking for escapes first would cost a pass.
+    decode_base64(py, inner.as_bytes(), bytearray).or_else(|| {
+        let unescaped: String = serde_json::from_str(raw).ok()?;
+        decode_base64(py, unescaped.as_bytes(), bytearray)
+    })
+}
+
+fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let engine = &base64_simd::STANDARD;
     let len = engine.decoded_length(text).ok()?;
-    let decode = |buf: &mut [u8]| {
-        engine
-            .decode(text, base64_simd::Out::from_slice(buf))
-            .map(|_| ())
-            .map_err(|_| pyo3::exceptions::PyValueError::new_err("invalid base64"))
-    };
     if bytearray {
-        PyByteArray::new_with(py, len, decode).ok().map(Bound::into_any)
-    } else {
-        PyBytes::new_with(py, len, decode).ok().map(Bound::into_any)
+        let decode = |buf: &mut [u8]| {
+            engine
+                .decode(text, base64_simd::Out::from_slice(buf))
+                .map(|_| ())
+                .map_err(|_| pyo3::exceptions::PyValueError::new_err("invalid base64"))
+        };
+        return PyByteArray::new_with(py, len, decode).ok().map(Bound::into_any);
+    }
+    let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
+    // SAFETY: a new `bytes` of `len` uninitialised bytes, owned here and shared with no
+    // one until it is returned; the decoder writes all `len` of them (a failed decode
+    // drops the object unseen). `PyBytes::new_with` would first zero them: a pass over
+    // the payload for nothing.
+    unsafe {
+        let object = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size);
+        let bytes = Bound::from_owned_ptr_or_opt(py, object)?;
+        let data = pyo3::ffi::PyBytes_AsString(object).cast::<std::mem::MaybeUninit<u8>>();
+        let buf = std::slice::from_raw_parts_mut(data, len);
+        engine.decode(text, base64_simd::Out::from_uninit_slice(buf)).ok()?;
+        Some(bytes)
     }
 }
 

@@ -58,8 +58,34 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A call waiting for the GIL: its procedure, its params text and its promised reply.
 pub struct Job {
     pub procedure: Arc<Procedure>,
-    pub params: Option<Box<str>>,
+    pub params: Option<ParamsText>,
     pub reply: Deferred,
+}
+
+/// A call's params, copied out of the connection's input to wait for the GIL. Large ones
+/// (a base64 payload) go into a buffer the thread kept from an earlier call, and back
+/// once the call has run: fresh megabytes each call cost more in page faults than the
+/// call itself.
+pub struct ParamsText(String);
+
+impl ParamsText {
+    pub fn new(text: &str) -> Self {
+        let mut buffer = ucall_core::buffer::take_kept(text.len()).unwrap_or_default();
+        buffer.reserve_exact(text.len());
+        buffer.extend_from_slice(text.as_bytes());
+        // SAFETY: `buffer` holds exactly the bytes of `text`, a `str`.
+        ParamsText(unsafe { String::from_utf8_unchecked(buffer) })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for ParamsText {
+    fn drop(&mut self) {
+        ucall_core::buffer::keep(std::mem::take(&mut self.0).into_bytes());
+    }
 }
 
 thread_local! {
@@ -345,7 +371,10 @@ impl Runtime {
                         monitor.unpark();
                     }
                 }
-                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply, self.pinned) {
+                if let Some(coroutine) =
+                    job.procedure
+                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, self.pinned)
+                {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -367,7 +396,10 @@ impl Runtime {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
             for job in jobs {
-                if let Some(coroutine) = job.procedure.run(py, job.params.as_deref(), job.reply, true) {
+                if let Some(coroutine) =
+                    job.procedure
+                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, true)
+                {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }

@@ -60,12 +60,17 @@ impl Handler for Entry {
         };
         let job = runtime::Job {
             procedure: Arc::clone(&self.0),
-            params: params.map(Box::from),
+            params: params.map(runtime::ParamsText::new),
             reply: deferred,
         };
         if let Err(job) = runtime::collect(job) {
             Python::attach(|py| {
-                if let Some(started) = job.procedure.run(py, job.params.as_deref(), job.reply, false) {
+                if let Some(started) = job.procedure.run(
+                    py,
+                    job.params.as_ref().map(runtime::ParamsText::as_str),
+                    job.reply,
+                    false,
+                ) {
                     if let Some(submit) = &self.0.hooks.submit {
                         let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
                     }

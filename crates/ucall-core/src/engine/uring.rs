@@ -51,7 +51,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use slab::Slab;
 
 use super::Clocks;
-use crate::buffer::OutBuf;
+use crate::buffer::{self, OutBuf};
 use crate::date::DateCache;
 use crate::defer::{Completion, Sink, Target};
 use crate::error::Error;
@@ -1237,7 +1237,9 @@ impl UringWorker {
             conn.zc_notifs = conn.zc_notifs.saturating_sub(1);
             if conn.zc_notifs == 0 {
                 // The kernel has let go of every zero-copy page.
-                conn.parked.clear();
+                for mut parked in conn.parked.drain(..) {
+                    parked.shrink(0);
+                }
                 conn.parked_bytes = 0;
             }
         } else {
@@ -1327,7 +1329,7 @@ impl UringWorker {
                 // connection and drop the replies not yet delivered.
                 conn.lingering = true;
                 conn.hard_deadline = Some(self.now + super::LINGER);
-                conn.input = Vec::new();
+                buffer::keep(std::mem::take(&mut conn.input));
                 conn.backlog = false;
                 conn.shutdown_inflight = true;
                 let entry = opcode::Shutdown::new(types::Fixed(conn.file), libc::SHUT_WR)
@@ -1447,6 +1449,7 @@ impl UringWorker {
             return;
         }
         conn.dead = true;
+        buffer::keep(std::mem::take(&mut conn.input));
         let (file, generation) = (conn.file, short_generation(conn.generation));
         let cancel_recv = conn.recv_armed && !conn.recv_cancelled;
         let cancel_send = conn.send_inflight;
@@ -1673,6 +1676,7 @@ fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
         conn.closing |= progress.close;
         conn.backlog = !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
     } else {
+        buffer::reserve(&mut conn.input, bytes.len());
         conn.input.extend_from_slice(bytes);
         if !conn.backlog {
             feed_input(conn, ctx);
@@ -1685,12 +1689,13 @@ fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
 /// reads its replies slowly cannot make the server buffer all it sends.
 fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     let budget = OUTPUT_HIGH_WATER.saturating_sub(conn.sending.pending());
+    conn.out.prepare(conn.input.len());
     let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, budget);
     conn.input.drain(..progress.consumed);
     conn.closing |= progress.close;
     conn.backlog = !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
     if conn.input.is_empty() && conn.input.capacity() > (RECV_BUFFER_SIZE as usize) * 4 {
-        conn.input = Vec::new();
+        buffer::keep(std::mem::take(&mut conn.input));
     }
 }
 
