@@ -3,7 +3,7 @@
 """Instructions per request, counted by callgrind: the same on a busy machine as on a
 quiet one, so the C API / Rust API gap (issue: within 5%) can be told from noise.
 
-    python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB]
+    python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB,ws-sum,tcp-sum]
 
 Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread); one
 connection sends FEW requests the first time and MANY the second. The difference of the
@@ -37,8 +37,24 @@ def http(body: bytes) -> bytes:
     return head.encode() + body
 
 
-def workloads() -> dict[str, tuple[bytes, int, int, bytes]]:
-    """name: (request, few, many, a byte string every reply must contain)."""
+def ws_frame(payload: bytes) -> bytes:
+    """A masked text frame, as a client sends it (RFC 6455 5.2); the mask is fixed."""
+    mask = b"\x11\x22\x33\x44"
+    size = len(payload)
+    head = bytes([0x81]) + (
+        bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    )
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+WS_UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def workloads() -> dict[str, tuple[str, bytes, int, int, bytes]]:
+    """name: (protocol, request, few, many, a byte string every reply must contain)."""
     sum_call = json.dumps({"jsonrpc": "2.0", "method": "sum", "params": {"a": 1, "b": 2}, "id": 1})
     batch = json.dumps([{"jsonrpc": "2.0", "method": "sum", "params": {"a": i, "b": 2}, "id": i} for i in range(32)])
     import base64
@@ -46,34 +62,76 @@ def workloads() -> dict[str, tuple[bytes, int, int, bytes]]:
     data = base64.b64encode(random.Random(7).randbytes(32 * 224 * 224)).decode()
     echo = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": data}, "id": 1})
     return {
-        "sum": (http(sum_call.encode()), 200, 2200, b'"result":3'),
-        "batch32": (http(batch.encode()), 20, 220, b'"result":33'),
-        "echo-1.6MB": (http(echo.encode()), 2, 7, data[-64:].encode()),
+        "sum": ("http", http(sum_call.encode()), 200, 2200, b'"result":3'),
+        "batch32": ("http", http(batch.encode()), 20, 220, b'"result":33'),
+        "echo-1.6MB": ("http", http(echo.encode()), 2, 7, data[-64:].encode()),
+        # The same call over WebSocket and raw TCP (issue: WebSocket at least as fast as HTTP).
+        "ws-sum": ("ws", ws_frame(sum_call.encode()), 200, 2200, b'"result":3'),
+        "tcp-sum": ("tcp", sum_call.encode() + b"\n", 200, 2200, b'"result":3'),
     }
 
 
-def exchange(port: int, request: bytes, count: int, expect: bytes) -> None:
+def split_http(buffered: bytes) -> tuple[bytes, bytes] | None:
+    """(body of the first whole HTTP response, the rest), or None while incomplete."""
+    end = buffered.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    length = int(re.search(rb"(?i)content-length: *(\d+)", buffered[:end]).group(1))
+    if len(buffered) < end + 4 + length:
+        return None
+    return buffered[end + 4 : end + 4 + length], buffered[end + 4 + length :]
+
+
+def split_ws(buffered: bytes) -> tuple[bytes, bytes] | None:
+    """(payload of the first whole unmasked frame, the rest), or None while incomplete."""
+    if len(buffered) < 2:
+        return None
+    size, at = buffered[1] & 0x7F, 2
+    if size >= 126:
+        width = 2 if size == 126 else 8
+        if len(buffered) < 2 + width:
+            return None
+        size, at = int.from_bytes(buffered[2 : 2 + width], "big"), 2 + width
+    if len(buffered) < at + size:
+        return None
+    return buffered[at : at + size], buffered[at + size :]
+
+
+def split_line(buffered: bytes) -> tuple[bytes, bytes] | None:
+    end = buffered.find(b"\n")
+    return None if end < 0 else (buffered[:end], buffered[end + 1 :])
+
+
+def exchange(port: int, proto: str, request: bytes, count: int, expect: bytes) -> None:
+    split = {"http": split_http, "ws": split_ws, "tcp": split_line}[proto]
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         buffered = b""
-        for _ in range(count):
-            sock.sendall(request)
-            while True:
-                end = buffered.find(b"\r\n\r\n")
-                if end >= 0:
-                    length = int(re.search(rb"(?i)content-length: *(\d+)", buffered[:end]).group(1))
-                    if len(buffered) >= end + 4 + length:
-                        body = buffered[end + 4 : end + 4 + length]
-                        buffered = buffered[end + 4 + length :]
-                        if expect not in body:
-                            raise SystemExit(f"unexpected reply: {body[:200]!r}")
-                        break
+
+        def reply(split) -> bytes:  # noqa: ANN001 - one of the split_* functions
+            nonlocal buffered
+            while (found := split(buffered)) is None:
                 chunk = sock.recv(1 << 20)
                 if not chunk:
                     raise SystemExit("the server closed the connection")
                 buffered += chunk
+            body, buffered = found
+            return body
+
+        if proto == "ws":
+            sock.sendall(WS_UPGRADE)
+            while b"\r\n\r\n" not in buffered:
+                buffered += sock.recv(4096)
+            head, _, buffered = buffered.partition(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 101"):
+                raise SystemExit(f"the WebSocket upgrade failed: {head!r}")
+        for _ in range(count):
+            sock.sendall(request)
+            body = reply(split)
+            if expect not in body:
+                raise SystemExit(f"unexpected reply: {body[:200]!r}")
 
 
-def instructions(server: list[str], request: bytes, count: int, expect: bytes, work: Path) -> int:
+def instructions(server: list[str], proto: str, request: bytes, count: int, expect: bytes, work: Path) -> int:
     out = work / "callgrind.out"
     log = work / "server.log"
     with open(log, "wb") as log_file:
@@ -92,7 +150,7 @@ def instructions(server: list[str], request: bytes, count: int, expect: bytes, w
             time.sleep(0.1)
         if port is None:
             raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
-        exchange(port, request, count, expect)
+        exchange(port, proto, request, count, expect)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -119,10 +177,10 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="ucall-callgrind-") as tmp:
         for name in names:
-            request, few, many, expect = chosen[name]
+            proto, request, few, many, expect = chosen[name]
             per_request = {}
             for server, command in SERVERS.items():
-                counts = [instructions(command, request, n, expect, Path(tmp)) for n in (few, many)]
+                counts = [instructions(command, proto, request, n, expect, Path(tmp)) for n in (few, many)]
                 per_request[server] = (counts[1] - counts[0]) / (many - few)
                 print(f"callgrind: {name} {server}: {counts[0]:,} ({few}) / {counts[1]:,} ({many})", file=sys.stderr)
             rust, c = per_request["rust"], per_request["c"]
