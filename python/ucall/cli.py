@@ -123,13 +123,18 @@ def _print_json(value: Any) -> None:
 class _Commands(click.Group):
     """``ucall METHOD ...`` calls a method; ``serve`` and ``call`` are the subcommands."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             return "call", self.commands["call"], args
         return super().resolve_command(ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage("ucall", "METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]... [OPTIONS]\n       ucall serve MODULE:SERVER [OPTIONS]")
+        formatter.write_usage(
+            "ucall",
+            "METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]... [OPTIONS]\n       ucall serve MODULE:SERVER [OPTIONS]",
+        )
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import json
 import os
+import select
 import socket
 import ssl
 import urllib.parse
@@ -372,13 +373,15 @@ class Client(_Endpoint):
         return response
 
     def _roundtrip(self, bodies: list[bytes], replies: int, progress: Progress | None = None) -> list[Reply]:
+        if self.sock is not None and (self._reader.ended or _closed_by_peer(self.sock)):
+            self._drop()  # closed by the server between calls: an idle time-out, a shutdown
         for attempt in (0, 1):
-            if self.sock is not None and self._reader.ended:
-                self._drop()  # a WebSocket the server closed between calls
             fresh = self.sock is None
             sock = self._connect()
+            sent = False
             try:
                 self._send(sock, self._encode(self._reader, bodies), progress)
+                sent = True
                 received = [self._receive(sock) for _ in range(replies)]
                 self._keep_session(sock)
                 return received
@@ -390,8 +393,15 @@ class Client(_Endpoint):
                 raise
             except (ConnectionError, _Closed) as error:
                 self._drop()
-                # A kept-alive connection the server had closed: once more on a new one.
-                if fresh or attempt == 1 or not isinstance(error, (_Closed, ConnectionResetError, BrokenPipeError)):
+                # A kept-alive connection that failed while the request was being sent:
+                # once more on a new one. Once it is all sent, the server may have run the
+                # call, and running it twice is worse than reporting the lost reply.
+                if sent:
+                    raise TransportError(
+                        f"connection to {self._where} lost after the request was sent"
+                        f" (the call may have run): {error}"
+                    ) from None
+                if fresh or attempt == 1 or not isinstance(error, (ConnectionResetError, BrokenPipeError)):
                     raise TransportError(f"connection to {self._where} lost: {error}") from None
             except OSError as error:
                 self._drop()
@@ -513,6 +523,34 @@ class _Closed(Exception):
     pass
 
 
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether a kept-alive connection is unfit for the next call: between calls a server
+    sends nothing, so anything to read (its close, a reset, stray bytes) means it has
+    gone out of step. Checked before sending, so that a call is never sent into a
+    connection the server has already closed."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        readable = bool(poller.poll(0))
+    else:
+        readable = bool(select.select([sock], [], [], 0)[0])
+    if not readable or not isinstance(sock, ssl.SSLSocket):
+        return readable
+    # TLS 1.3 session tickets arrive unasked: read without waiting; wanting more input
+    # means only such records were there.
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+        return True
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+
+
 def _match_batch(requests: list[dict[str, Any]], data: Any) -> list[Response]:
     """Responses for the calls of a batch, in request order (notifications get none)."""
     if data is None:
@@ -524,7 +562,8 @@ def _match_batch(requests: list[dict[str, Any]], data: Any) -> list[Response]:
     for request in requests:
         if "id" in request:
             key = json.dumps(request["id"])
-            missing = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "no reply in the batch"}}
+            error = {"code": -32603, "message": "no reply in the batch"}
+            missing = {"jsonrpc": "2.0", "id": request["id"], "error": error}
             out.append(by_id.get(key) or Response(missing))
     return out
 

@@ -2,6 +2,7 @@
 """ucall.client: Client and AsyncClient against real servers, over HTTP and raw TCP."""
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -9,7 +10,7 @@ import time
 import pytest
 from conftest import with_client_procedures
 
-from ucall import ConnectError, ProtocolError, RPCError, TimeoutError
+from ucall import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
 from ucall._wire import ReplyReader
 from ucall.client import AsyncClient, Client, Response
 
@@ -81,6 +82,100 @@ def test_reconnects_after_the_server_closed(make_server):
         assert client.ping().json == "ok"
         time.sleep(0.5)  # the server closes the idle connection
         assert client.ping().json == "ok"
+
+
+class OneShotHttp:
+    """A scripted HTTP/1.1 server on loopback: each connection runs `script(conn, self)`;
+    `requests` counts the requests read, `connections` the connections accepted."""
+
+    def __init__(self, script):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.stopped = False
+        self.port = self.listener.getsockname()[1]
+        self.requests = self.connections = 0
+        self.script = script
+        self.notes: list[str] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.settimeout(5)
+                self.script(conn, self)
+
+    def read_request(self, conn) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += conn.recv(65536)
+        self.requests += 1
+        return body
+
+    @staticmethod
+    def reply(conn, request: bytes, result) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": json.loads(request)["id"], "result": result}).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def close(self):
+        self.stopped = True
+        self.thread.join(5)
+        self.listener.close()
+
+
+def test_a_call_the_server_may_have_run_is_not_sent_again():
+    def script(conn, server):
+        if server.connections > 1:
+            server.read_request(conn)  # a second attempt: the bug this test is about
+            return
+        server.reply(conn, server.read_request(conn), "first")
+        server.read_request(conn)  # read, maybe run, then the connection is lost
+
+    server = OneShotHttp(script)
+    try:
+        with Client(port=server.port, timeout=5) as client:
+            assert client.transfer(amount=1).json == "first"
+            with pytest.raises(TransportError, match="may have run"):
+                client.transfer(amount=2)
+        time.sleep(0.2)
+        assert (server.requests, server.connections) == (2, 1)
+    finally:
+        server.close()
+
+
+def test_a_connection_the_server_closed_is_not_used_for_the_next_call():
+    def script(conn, server):
+        request = server.read_request(conn)
+        server.reply(conn, request, server.connections)
+        if server.connections == 1:
+            conn.shutdown(socket.SHUT_WR)  # as an idle time-out does
+            server.notes.append("sent into a closed connection" if conn.recv(65536) else "clean")
+
+    server = OneShotHttp(script)
+    try:
+        with Client(port=server.port, timeout=5) as client:
+            assert client.ping().json == 1
+            time.sleep(0.2)  # the close reaches the client
+            assert client.ping().json == 2
+        time.sleep(0.2)
+        assert server.notes == ["clean"]
+        assert (server.requests, server.connections) == (2, 2)
+    finally:
+        server.close()
 
 
 def test_errors_without_a_server():
