@@ -58,13 +58,16 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench: python  ## Full benchmark table (about 17 minutes): UCall beside the C reference and peers
+bench: python  ## Full benchmark table (about 20 minutes): UCall beside the C reference and peers, then memory
 	@scripts/setup.sh bench
 	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
 	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
 	@# as it is rather than copying an older run's table into it.
+	@# benches/rss.py then watches the servers' memory over a million requests and adds its table.
 	@stamp=$$(mktemp); $(PY) benches/run.py; status=$$?; \
-	if [ benches/results/latest-brief.md -nt $$stamp ]; then $(PY) benches/update_readme.py; \
+	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
+	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/update_readme.py; \
 	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
 .PHONY: bench-quick
