@@ -484,6 +484,47 @@ fn clients_that_reset_mid_request_disturb_no_one() {
 }
 
 #[test]
+fn large_requests_cut_off_midway_disturb_no_one() {
+    // The uring engine receives the rest of a large body straight into the connection's
+    // input: a reset, a half-close or a stall in the middle must end that connection only.
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).idle_timeout(Duration::from_millis(300)));
+        let addr = server.local_addr();
+        let data = "q".repeat(2_000_000);
+        let full = post("/", call("echo", &format!("[\"{data}\"]"), "1").as_bytes());
+        let part = &full[..700_000];
+        for _ in 0..5 {
+            send_and_reset(addr, part);
+        }
+        let mut half_closed = Conn::open(addr);
+        half_closed.send(part);
+        half_closed
+            .stream
+            .shutdown(std::net::Shutdown::Write)
+            .expect("half-close");
+        let mut stalled = Conn::open(addr);
+        stalled.send(part);
+        let response = Conn::open(addr).roundtrip(&full);
+        assert_result(&response.body, &format!("\"{data}\""), "1");
+        assert!(
+            half_closed.closed_within(Duration::from_secs(3)),
+            "the half-closed client was not closed"
+        );
+        assert!(
+            stalled.closed_within(Duration::from_secs(3)),
+            "the stalled client was not closed"
+        );
+        assert!(
+            common::wait_until(Duration::from_secs(3), || server.connections() == 0),
+            "{} connections still counted",
+            server.connections()
+        );
+        let response = Conn::open(addr).roundtrip(&full);
+        assert_result(&response.body, &format!("\"{data}\""), "1");
+    });
+}
+
+#[test]
 fn a_client_that_never_reads_is_held_back() {
     common::for_each_engine(|engine| {
         let server = common::serve(engine);

@@ -7,6 +7,9 @@
 //!   worker's provided-buffer ring only when bytes arrive: an idle connection holds no
 //!   receive buffer. Each buffer goes back to the ring as soon as its bytes have been fed
 //!   to the session; only an unfinished request's tail is copied into the connection.
+//!   Once that tail is large ([`BULK_MIN`], a big body on its way), the rest is received
+//!   straight into the connection's input with one-shot receives, which saves a copy of
+//!   every byte and a completion per 32 KiB.
 //! - **Send**: replies collect in the connection's output while a send is in flight, then
 //!   leave together with one `SEND`/`SENDMSG` (or their zero-copy forms above
 //!   [`ZC_THRESHOLD`], except on loopback). Submissions of every connection queue in the
@@ -24,6 +27,9 @@
 //! - receive buffers belong to the [`BufRing`]: the kernel owns a buffer from the moment it
 //!   is published in the ring until a completion names it; the worker then owns it until
 //!   [`BufRing::recycle`] publishes it again;
+//! - a receive into the input (see [`BULK_MIN`]) writes into the spare capacity of
+//!   `Conn::receiving`, which holds the input meanwhile: it is neither read, grown nor
+//!   freed until the completion (moving the `Vec` keeps its heap memory in place);
 //! - a send reads `Conn::sending` (a heap buffer) and `Conn::msg` (a box): neither is
 //!   written or freed while `send_inflight`. A zero-copy send's pages stay the kernel's
 //!   until its notification: once such a buffer is all sent it moves to `Conn::parked`
@@ -81,6 +87,12 @@ const SEND_WAIT_CAP: Duration = Duration::from_millis(10);
 /// Receive buffers per worker, and the size of each (4 MiB per worker in all).
 const RECV_BUFFERS: u16 = 128;
 const RECV_BUFFER_SIZE: u32 = 32 << 10;
+/// An unfinished message whose buffered part reaches this size is received straight into
+/// the connection's input (`Conn::receiving`), at least [`BULK_ROOM`] bytes at a time,
+/// rather than through 32 KiB receive buffers copied into it. Not for TLS (the input is
+/// plaintext) nor while lingering.
+const BULK_MIN: usize = 128 << 10;
+const BULK_ROOM: usize = 1 << 20;
 /// The buffer group of the receive buffers (one group per ring).
 const BUFFER_GROUP: u16 = 0;
 /// Submission and completion queue sizes.
@@ -557,6 +569,9 @@ struct Conn {
     recv_armed: bool,
     /// A cancel has been sent for the armed receive.
     recv_cancelled: bool,
+    /// The input, while a receive straight into its spare capacity is in flight (see
+    /// [`BULK_MIN`]); `input` is empty meanwhile.
+    receiving: Option<Vec<u8>>,
     send_inflight: bool,
     /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
     zc_notifs: u32,
@@ -941,7 +956,17 @@ impl UringWorker {
     fn arm_recv(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let fd = types::Fixed(conn.file);
-        let entry = if self.multishot_recv {
+        let entry = if wants_bulk(conn) {
+            let mut input = std::mem::take(&mut conn.input);
+            buffer::reserve(&mut input, BULK_ROOM);
+            let room = input.spare_capacity_mut();
+            let (at, len) = (
+                room.as_mut_ptr().cast::<u8>(),
+                u32::try_from(room.len()).unwrap_or(u32::MAX),
+            );
+            conn.receiving = Some(input);
+            opcode::Recv::new(fd, at, len).build()
+        } else if self.multishot_recv {
             opcode::RecvMulti::new(fd, BUFFER_GROUP).build()
         } else {
             opcode::Recv::new(fd, ptr::null_mut(), RECV_BUFFER_SIZE)
@@ -954,7 +979,9 @@ impl UringWorker {
         let entry = entry.user_data(token(Op::Recv, key, short_generation(conn.generation)));
         // SAFETY: the receive writes only into buffers it takes from the worker's buffer
         // ring, which outlives every operation; each is the kernel's until a completion
-        // names it.
+        // names it. A receive into the input writes only into the spare capacity of
+        // `conn.receiving`, which stays untouched until its completion (see the module's
+        // notes on ownership).
         unsafe { self.push(entry) };
     }
 
@@ -1080,6 +1107,11 @@ impl UringWorker {
             return;
         }
         let file = result.unsigned_abs();
+        // Not served once the server is stopping, even before this worker has seen it.
+        if self.shared.stopping.load(Ordering::Acquire) {
+            self.close_file(file, 0, 0);
+            return;
+        }
         let open = self.shared.connections.fetch_add(1, Ordering::AcqRel);
         if self.listener.is_none() || open >= self.shared.config.max_connections {
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
@@ -1104,6 +1136,7 @@ impl UringWorker {
             generation: self.generation,
             session: Session::new(),
             input: Vec::new(),
+            receiving: None,
             out: OutBuf::new(),
             sending: OutBuf::new(),
             sending_bytes: 0,
@@ -1151,6 +1184,7 @@ impl UringWorker {
         let shared = &*self.shared;
         let now = self.now;
         let mut matched = false;
+        let mut switch_to_bulk = false;
         if let Some(conn) = self
             .conns
             .get_mut(key)
@@ -1160,7 +1194,21 @@ impl UringWorker {
             if !cqueue::more(flags) {
                 conn.recv_armed = false;
             }
-            if !conn.dead {
+            let mut ctx = Context {
+                router: &self.router,
+                limits: &shared.config.limits,
+                date: self.date.get(),
+                scratch: &mut self.scratch,
+                defer: Some(Target {
+                    sink: &self.sink,
+                    conn: key,
+                    generation: conn.generation,
+                }),
+                draining: shared.stopping.load(Ordering::Relaxed),
+            };
+            if let Some(input) = conn.receiving.take() {
+                received_into_input(conn, input, result, &mut ctx, now);
+            } else if !conn.dead {
                 match result {
                     n if n > 0 => {
                         let mut bytes = self.bufs.bytes(
@@ -1182,19 +1230,10 @@ impl UringWorker {
                             }
                             bytes = &self.tls_plain;
                         }
-                        let mut ctx = Context {
-                            router: &self.router,
-                            limits: &shared.config.limits,
-                            date: self.date.get(),
-                            scratch: &mut self.scratch,
-                            defer: Some(Target {
-                                sink: &self.sink,
-                                conn: key,
-                                generation: conn.generation,
-                            }),
-                            draining: shared.stopping.load(Ordering::Relaxed),
-                        };
                         deliver(conn, bytes, &mut ctx, now);
+                        // A large message under way: the rest goes straight into the input
+                        // once this multishot receive has ended.
+                        switch_to_bulk = conn.recv_armed && !conn.recv_cancelled && wants_bulk(conn);
                     }
                     0 => conn.peer_closed = true,
                     e if e == -libc::ENOBUFS || e == -libc::ECANCELED => {}
@@ -1205,9 +1244,15 @@ impl UringWorker {
                     _ => conn.failed = true,
                 }
             }
+            if switch_to_bulk {
+                conn.recv_cancelled = true;
+            }
         }
         if let Some(bid) = bid {
             self.bufs.recycle(bid);
+        }
+        if switch_to_bulk {
+            self.cancel(token(Op::Recv, key, generation));
         }
         if matched {
             self.touch(key);
@@ -1659,6 +1704,45 @@ fn seal_tls(tls: &mut TlsSession, out: &mut OutBuf, sending: &mut OutBuf) {
         if !tls.wants_write() {
             return;
         }
+    }
+}
+
+/// Whether the next receive of `conn` should go straight into its input: an unfinished
+/// message of at least [`BULK_MIN`] bytes is buffered and nothing else holds the input.
+fn wants_bulk(conn: &Conn) -> bool {
+    conn.input.len() >= BULK_MIN
+        && conn.tls.is_none()
+        && !conn.backlog
+        && !conn.lingering
+        && !conn.closing
+        && !conn.failed
+        && !conn.dead
+}
+
+/// A receive straight into the input has completed (`result` as the kernel gave it): the
+/// input is back in place with the bytes received, which go to the session as
+/// [`deliver`] would hand them.
+fn received_into_input(conn: &mut Conn, mut input: Vec<u8>, result: i32, ctx: &mut Context<'_>, now: Instant) {
+    let read = usize::try_from(result).unwrap_or(0);
+    debug_assert!(read <= input.capacity() - input.len() && conn.input.is_empty());
+    // SAFETY: the receive initialised the first `read` bytes of the spare capacity.
+    unsafe { input.set_len(input.len() + read) };
+    conn.input = input;
+    if conn.dead {
+        return;
+    }
+    match result {
+        n if n > 0 => {
+            conn.clocks.last_progress = now;
+            if conn.closing || conn.failed {
+                conn.input.clear(); // nobody reads it any more, as `deliver` drops it
+            } else if !conn.backlog {
+                feed_input(conn, ctx);
+            }
+        }
+        0 => conn.peer_closed = true,
+        e if e == -libc::ECANCELED => {}
+        _ => conn.failed = true,
     }
 }
 
