@@ -9,9 +9,9 @@
 //! (see [`crate::Deferred`]). Nothing after a hole is sent until it is filled, so replies
 //! leave in request order whatever order they complete in.
 
-use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
+use std::sync::{Mutex, PoisonError};
 
 #[derive(Debug, Clone)]
 struct Segment {
@@ -177,36 +177,40 @@ impl OutBuf {
     }
 }
 
-/// Large buffers a thread keeps for its next large message.
+/// Large buffers the process keeps for its next large messages.
 ///
 /// A connection gives its buffers back once a large request or reply is done (an idle
 /// connection holds no large buffer), and the allocator would then hand the pages back to
 /// the kernel: the next 1.6 MB request took over a thousand page faults to fill fresh
-/// memory, a fifth of its time (perf). Buffers kept here are reused instead. Each thread
-/// (a worker, or a front end's thread running procedures) keeps at most
-/// [`Spares::KEPT`] of them, each of at most [`Spares::LARGEST`] bytes: see [`keep`],
-/// [`take_kept`] and [`reserve`].
+/// memory, a fifth of its time (perf). Buffers kept here are reused instead.
+///
+/// One pool for the process, not one per thread: buffers cross threads (a Python call's
+/// params are copied on the worker and freed on the thread that ran the call), and pools
+/// per thread grew with the thread count, to 190 MB for a Python server whose slow calls
+/// had started 40 threads. At most [`Spares::KEPT`] buffers of at most
+/// [`Spares::LARGEST`] bytes are kept: 32 MiB at the very most, and only after messages
+/// that large. The lock is taken only for buffers of a quarter MiB or more, whose copy
+/// costs far more. See [`keep`], [`take_kept`] and [`reserve`].
 #[derive(Default, Debug)]
 pub struct Spares {
     kept: Vec<Vec<u8>>,
 }
 
-thread_local! {
-    static SPARES: RefCell<Spares> = RefCell::default();
-}
+static SPARES: Mutex<Spares> = Mutex::new(Spares { kept: Vec::new() });
 
 fn spares<T>(f: impl FnOnce(&mut Spares) -> T) -> T {
-    SPARES.with(|spares| f(&mut spares.borrow_mut()))
+    f(&mut SPARES.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Keep `buffer` in this thread's [`Spares`] when it is large enough to be worth it.
+/// Keep `buffer` for reuse when it is large enough to be worth it.
 pub fn keep(buffer: Vec<u8>) {
     if buffer.capacity() >= Spares::SMALLEST {
         spares(|s| s.give(buffer));
     }
 }
 
-/// A kept buffer of this thread with room for `at_least` bytes (see [`Spares::take`]).
+/// A kept buffer with room for `at_least` bytes (see [`Spares::take`]); `None` for sizes
+/// of [`Spares::SMALLEST`] / 2 or less, which the allocator serves well.
 #[must_use]
 pub fn take_kept(at_least: usize) -> Option<Vec<u8>> {
     if at_least <= Spares::SMALLEST / 2 {
@@ -215,21 +219,30 @@ pub fn take_kept(at_least: usize) -> Option<Vec<u8>> {
     spares(|s| s.take(at_least))
 }
 
-/// Make room for `additional` more bytes in `buffer`, from this thread's kept buffers
-/// when one fits (see [`Spares::reserve`]).
+/// Make room for `additional` more bytes in `buffer`: once it grows past
+/// [`Spares::SMALLEST`] / 2, by moving it into a kept buffer when one is large enough
+/// (the old one is kept in its place), else by growing it.
 pub fn reserve(buffer: &mut Vec<u8>, additional: usize) {
-    if buffer.len() + additional <= buffer.capacity() {
+    let needed = buffer.len() + additional;
+    if needed <= buffer.capacity() {
         return;
     }
-    spares(|s| s.reserve(buffer, additional));
+    match take_kept(needed) {
+        Some(mut spare) => {
+            spare.extend_from_slice(buffer);
+            keep(std::mem::replace(buffer, spare));
+        }
+        None => buffer.reserve(additional),
+    }
 }
 
 impl Spares {
     /// Buffers smaller than this are not worth keeping: allocating them is cheap.
     pub const SMALLEST: usize = 256 << 10;
     /// Buffers larger than this go back to the allocator.
-    pub const LARGEST: usize = 16 << 20;
-    /// Most buffers kept per worker (a request and its reply, twice).
+    pub const LARGEST: usize = 8 << 20;
+    /// Most buffers kept: a large request's input and reply, and in Python its params and
+    /// result. More only filled up with buffers of passing bursts.
     pub const KEPT: usize = 4;
 
     /// Keep `buffer` (emptied) for reuse when it is worth it; otherwise free it.
@@ -248,31 +261,12 @@ impl Spares {
         }
     }
 
-    /// The smallest kept buffer with room for `at_least` bytes, if any; `None` for sizes
-    /// of [`Spares::SMALLEST`] / 2 or less, which the allocator serves well.
+    /// The smallest kept buffer with room for `at_least` bytes, if any.
     pub fn take(&mut self, at_least: usize) -> Option<Vec<u8>> {
-        if at_least <= Self::SMALLEST / 2 {
-            return None;
-        }
         let index = (0..self.kept.len())
             .filter(|&i| self.kept[i].capacity() >= at_least)
             .min_by_key(|&i| self.kept[i].capacity())?;
         Some(self.kept.swap_remove(index))
-    }
-
-    /// Make room in `buffer` for `additional` more bytes: from a kept buffer when it is
-    /// growing past [`Spares::SMALLEST`] and one is large enough, else by growing it.
-    pub fn reserve(&mut self, buffer: &mut Vec<u8>, additional: usize) {
-        let needed = buffer.len() + additional;
-        if needed <= buffer.capacity() {
-            return;
-        }
-        if let Some(mut spare) = self.take(needed) {
-            spare.extend_from_slice(buffer);
-            self.give(std::mem::replace(buffer, spare));
-            return;
-        }
-        buffer.reserve(additional);
     }
 
     /// Bytes held by the kept buffers.
@@ -343,30 +337,30 @@ mod tests {
 
     #[test]
     fn growing_past_the_threshold_moves_into_a_kept_buffer() {
-        let mut spares = Spares::default();
-        spares.give(Vec::with_capacity(4 << 20));
+        // Sizes no other test of this binary keeps: the pool is the process's.
+        let size = (5 << 20) + 4096;
+        keep(Vec::with_capacity(size));
         let mut input = b"partial request".to_vec();
-        spares.reserve(&mut input, 1 << 10); // small: grown by the allocator
+        reserve(&mut input, 1 << 10); // small: grown by the allocator
         assert!(input.capacity() < Spares::SMALLEST);
-        spares.reserve(&mut input, 200 << 10);
-        assert!(input.capacity() >= 4 << 20);
+        reserve(&mut input, (5 << 20) - 64);
+        assert_eq!(input.capacity(), size, "the kept buffer was taken");
         assert_eq!(input, b"partial request");
-        spares.reserve(&mut input, 1 << 20); // fits already: no change
-        assert!(input.capacity() >= 4 << 20);
-
-        assert!(spares.take(1024).is_none(), "small sizes are the allocator's");
+        assert!(take_kept(1024).is_none(), "small sizes are the allocator's");
     }
 
     #[test]
     fn a_large_reply_is_written_into_a_kept_buffer_and_kept_again() {
+        let size = (7 << 20) + 4096;
         let mut out = OutBuf::new();
-        keep(Vec::with_capacity(2 << 20));
-        out.prepare(1 << 20);
-        assert!(out.data().capacity() >= 2 << 20);
+        keep(Vec::with_capacity(size));
+        out.prepare((7 << 20) - 64);
+        assert_eq!(out.data().capacity(), size);
         out.push(b"reply");
         out.advance(5);
         out.shrink(64 << 10);
-        assert!(out.data().capacity() < 2 << 20);
-        assert!(take_kept(2 << 20).is_some(), "the reply's area was kept");
+        assert!(out.data().capacity() < 1 << 20);
+        let kept = take_kept(7 << 20).expect("the reply's area was kept");
+        assert_eq!(kept.capacity(), size);
     }
 }
