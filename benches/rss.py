@@ -122,11 +122,12 @@ def table(watches: list[Watch], requests: int) -> str:
     lines = [
         f"### Memory over {requests:,} requests",
         "",
-        f"`benches/rss.py`: RSS read after each half of a round of `sum` (32 connections, "
-        f"{ROUND_SECONDS:g} s) then 1.6 MB `echo` (1 connection, {ECHO_SECONDS:g} s); the highest of "
+        f"`benches/rss.py` at commit {run.git_commit()}: RSS read after each half of a round of `sum` "
+        f"(32 connections, {ROUND_SECONDS:g} s) then 1.6 MB `echo` (1 connection, {ECHO_SECONDS:g} s); the highest of "
         f"{WARMUP_ROUNDS} warm-up rounds against the highest of the last {LAST_ROUNDS}.",
         "",
-        "| server | sum calls | 1.6 MB echoes | errors | RSS, warm-up | RSS, last rounds | highest | growth | goal | met |",
+        "| server | sum calls | 1.6 MB echoes | errors | RSS, warm-up | RSS, last rounds | highest | growth "
+        "| goal | met |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for w in watches:
