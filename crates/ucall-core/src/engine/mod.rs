@@ -16,8 +16,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::defer::{Sink, Target};
 use crate::error::Error;
+use crate::router::Router;
 use crate::server::{EngineKind, Shared};
+use crate::session::{Context, Scratch};
 
 /// One worker: a listener, its connections and its buffers, served by one thread.
 ///
@@ -205,6 +208,27 @@ pub(crate) fn wake_all(shared: &Shared) {
     poll::wake_all(shared);
     #[cfg(target_os = "linux")]
     uring::wake_all(shared);
+}
+
+/// The session context for serving connection `conn` (of `generation`) on a worker: the
+/// worker's procedures, limits, date, scratch buffers and completion sink.
+pub(crate) fn context<'a>(
+    shared: &'a Shared,
+    router: &'a Router,
+    date: &'a [u8],
+    scratch: &'a mut Scratch,
+    sink: &'a Arc<Sink>,
+    conn: usize,
+    generation: u64,
+) -> Context<'a> {
+    Context {
+        router,
+        limits: &shared.config.limits,
+        date,
+        scratch,
+        defer: Some(Target { sink, conn, generation }),
+        draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
+    }
 }
 
 /// A connection that closes while its client may still be sending closes in stages

@@ -18,7 +18,7 @@ use slab::Slab;
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
 use crate::date::DateCache;
-use crate::defer::{Completion, Sink, Target};
+use crate::defer::{Completion, Sink};
 use crate::error::Error;
 use crate::router::Router;
 use crate::server::Shared;
@@ -329,18 +329,15 @@ impl PollWorker {
             self.schedule_scan(until);
             return;
         }
-        let mut ctx = Context {
-            router: &self.router,
-            limits: &shared.config.limits,
-            date: self.date.get(),
-            scratch: &mut self.scratch,
-            defer: Some(Target {
-                sink: &self.sink,
-                conn: key,
-                generation: conn.generation,
-            }),
-            draining: shared.stopping.load(Ordering::Relaxed),
-        };
+        let mut ctx = super::context(
+            shared,
+            &self.router,
+            self.date.get(),
+            &mut self.scratch,
+            &self.sink,
+            key,
+            conn.generation,
+        );
         let mut reads = 0;
         let mut failed = false;
         loop {

@@ -59,7 +59,7 @@ use slab::Slab;
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
 use crate::date::DateCache;
-use crate::defer::{Completion, Sink, Target};
+use crate::defer::{Completion, Sink};
 use crate::error::Error;
 use crate::router::Router;
 use crate::server::Shared;
@@ -1194,18 +1194,15 @@ impl UringWorker {
             if !cqueue::more(flags) {
                 conn.recv_armed = false;
             }
-            let mut ctx = Context {
-                router: &self.router,
-                limits: &shared.config.limits,
-                date: self.date.get(),
-                scratch: &mut self.scratch,
-                defer: Some(Target {
-                    sink: &self.sink,
-                    conn: key,
-                    generation: conn.generation,
-                }),
-                draining: shared.stopping.load(Ordering::Relaxed),
-            };
+            let mut ctx = super::context(
+                shared,
+                &self.router,
+                self.date.get(),
+                &mut self.scratch,
+                &self.sink,
+                key,
+                conn.generation,
+            );
             if let Some(input) = conn.receiving.take() {
                 received_into_input(conn, input, result, &mut ctx, now);
             } else if !conn.dead {
@@ -1332,18 +1329,15 @@ impl UringWorker {
             && conn.pending() <= OUTPUT_HIGH_WATER
             && !conn.session.is_saturated()
         {
-            let mut ctx = Context {
-                router: &self.router,
-                limits: &shared.config.limits,
-                date: self.date.get(),
-                scratch: &mut self.scratch,
-                defer: Some(Target {
-                    sink: &self.sink,
-                    conn: key,
-                    generation: conn.generation,
-                }),
-                draining: shared.stopping.load(Ordering::Relaxed),
-            };
+            let mut ctx = super::context(
+                shared,
+                &self.router,
+                self.date.get(),
+                &mut self.scratch,
+                &self.sink,
+                key,
+                conn.generation,
+            );
             feed_input(conn, &mut ctx);
         }
         if conn.peer_closed && !conn.closing && !conn.backlog && !conn.failed {
