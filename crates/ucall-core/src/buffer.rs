@@ -147,7 +147,7 @@ impl OutBuf {
     }
 
     /// Release memory held beyond `kept` bytes (after a large reply), once all is sent:
-    /// the large area goes to this thread's [`Spares`] (see [`keep`]).
+    /// the large area is kept for the next large message (see [`keep`]).
     pub fn shrink(&mut self, kept: usize) {
         if self.is_empty() && self.data.capacity() > kept {
             keep(std::mem::replace(&mut self.data, Vec::with_capacity(kept)));
@@ -202,9 +202,10 @@ fn spares<T>(f: impl FnOnce(&mut Spares) -> T) -> T {
     f(&mut SPARES.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Keep `buffer` for reuse when it is large enough to be worth it.
+/// Keep `buffer` for reuse when it is worth it (see [`Spares::worth_keeping`]); the lock
+/// is taken only then.
 pub fn keep(buffer: Vec<u8>) {
-    if buffer.capacity() >= Spares::SMALLEST {
+    if Spares::worth_keeping(buffer.capacity()) {
         spares(|s| s.give(buffer));
     }
 }
@@ -245,10 +246,17 @@ impl Spares {
     /// result. More only filled up with buffers of passing bursts.
     pub const KEPT: usize = 4;
 
+    /// Whether a buffer of `capacity` bytes is kept: from [`Spares::SMALLEST`] to
+    /// [`Spares::LARGEST`].
+    #[must_use]
+    pub const fn worth_keeping(capacity: usize) -> bool {
+        capacity >= Self::SMALLEST && capacity <= Self::LARGEST
+    }
+
     /// Keep `buffer` (emptied) for reuse when it is worth it; otherwise free it.
     pub fn give(&mut self, mut buffer: Vec<u8>) {
         let capacity = buffer.capacity();
-        if !(Self::SMALLEST..=Self::LARGEST).contains(&capacity) {
+        if !Self::worth_keeping(capacity) {
             return;
         }
         buffer.clear();
@@ -270,8 +278,8 @@ impl Spares {
     }
 
     /// Bytes held by the kept buffers.
-    #[must_use]
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.kept.iter().map(Vec::capacity).sum()
     }
 }

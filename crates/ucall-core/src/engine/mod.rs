@@ -210,6 +210,22 @@ pub(crate) fn wake_all(shared: &Shared) {
     uring::wake_all(shared);
 }
 
+/// Count a connection just accepted in, unless the server is stopping (a worker may
+/// accept one before it has seen the stop that others have) or at its connection limit.
+/// Returns whether to serve it; when not, the caller closes it.
+pub(crate) fn admit(shared: &Shared) -> bool {
+    use std::sync::atomic::Ordering;
+    if shared.stopping.load(Ordering::Acquire) {
+        return false;
+    }
+    let open = shared.connections.fetch_add(1, Ordering::AcqRel);
+    if open >= shared.config.max_connections {
+        shared.connections.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
 /// The session context for serving connection `conn` (of `generation`) on a worker: the
 /// worker's procedures, limits, date, scratch buffers and completion sink.
 pub(crate) fn context<'a>(

@@ -257,15 +257,7 @@ impl PollWorker {
                     return;
                 }
             };
-            // A connection that arrives once the server is stopping is not served: this
-            // worker may not have seen the stop yet while the others have.
-            if self.shared.stopping.load(Ordering::Acquire) {
-                drop(stream);
-                continue;
-            }
-            let open = self.shared.connections.fetch_add(1, Ordering::AcqRel);
-            if open >= self.shared.config.max_connections {
-                self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            if !super::admit(&self.shared) {
                 drop(stream);
                 continue;
             }

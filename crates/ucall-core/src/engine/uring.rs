@@ -1107,14 +1107,7 @@ impl UringWorker {
             return;
         }
         let file = result.unsigned_abs();
-        // Not served once the server is stopping, even before this worker has seen it.
-        if self.shared.stopping.load(Ordering::Acquire) {
-            self.close_file(file, 0, 0);
-            return;
-        }
-        let open = self.shared.connections.fetch_add(1, Ordering::AcqRel);
-        if self.listener.is_none() || open >= self.shared.config.max_connections {
-            self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+        if self.listener.is_none() || !super::admit(&self.shared) {
             self.close_file(file, 0, 0);
             return;
         }
