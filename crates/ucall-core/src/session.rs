@@ -141,6 +141,9 @@ pub struct Session {
     /// WebSocket: the message being reassembled (unmasked) and its opcode.
     ws_message: Vec<u8>,
     ws_opcode: Option<ws::Opcode>,
+    /// WebSocket: the size of the frame being received, header included, once its header
+    /// is in; 0 otherwise.
+    ws_frame_len: usize,
     /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
     exchanges: u32,
 }
@@ -168,6 +171,7 @@ impl Session {
             pending: Vec::new(),
             ws_message: Vec::new(),
             ws_opcode: None,
+            ws_frame_len: 0,
             exchanges: 0,
         }
     }
@@ -228,6 +232,22 @@ impl Session {
     #[must_use]
     pub fn is_between_requests(&self) -> bool {
         self.pending_head.is_none() && !self.framer.in_text() && self.ws_opcode.is_none()
+    }
+
+    /// How many bytes, counted from the first one not yet consumed, the message being
+    /// received needs in all, when its framing says so (an HTTP `Content-Length` body, a
+    /// WebSocket frame); 0 when unknown. Engines make room for it at once instead of
+    /// growing the input, and copying it, step by step.
+    #[must_use]
+    pub fn input_wanted(&self) -> usize {
+        match (self.protocol, &self.pending_head) {
+            (Protocol::Http, Some(head)) => match head.framing {
+                Framing::Length(length) => length,
+                _ => 0,
+            },
+            (Protocol::WebSocket, _) => self.ws_frame_len,
+            _ => 0,
+        }
     }
 
     /// Whether an HTTP request head is being received (the header time-out applies).
@@ -510,8 +530,10 @@ impl Session {
         };
         let total = header.header_len + header.payload_len;
         if rest.len() < total {
+            self.ws_frame_len = total;
             return (0, Step::NeedMore);
         }
+        self.ws_frame_len = 0;
         let payload = &rest[header.header_len..total];
         let step = match header.opcode {
             ws::Opcode::Ping | ws::Opcode::Close => {

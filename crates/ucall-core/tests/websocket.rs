@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! WebSocket (RFC 6455) through a session, in memory: the opening handshake, messages
-//! carrying JSON-RPC, fragmentation, control frames, and the failures §5 and §7 require.
+//! carrying JSON-RPC, fragmentation, control frames, the failures §5 and §7 require, and
+//! the size of a message in progress the session tells its engine (HTTP too).
 
 #[path = "../../../examples/rust/src/spec.rs"]
 mod spec;
@@ -227,4 +228,51 @@ fn handshakes_that_rfc_6455_refuses() {
         text.starts_with("HTTP/1.1 426 ") && text.contains("Sec-WebSocket-Version: 13\r\n"),
         "{text}"
     );
+}
+
+#[test]
+fn a_frame_announced_but_unfinished_tells_its_size_and_no_more() {
+    let mut peer = Peer::upgraded();
+    assert_eq!(peer.session.input_wanted(), 0, "between messages nothing is announced");
+    let message = frame(true, 0x1, SUBTRACT);
+    // Header and part of the payload: the whole frame's size is known.
+    assert_eq!(peer.feed(&message[..10]).consumed, 0);
+    assert_eq!(peer.session.input_wanted(), message.len());
+    // A header cut short tells nothing yet.
+    let mut fresh = Peer::upgraded();
+    fresh.feed(&message[..1]);
+    assert_eq!(fresh.session.input_wanted(), 0);
+    // Once the frame is whole, the call is answered and nothing is awaited.
+    assert_eq!(peer.feed(&message).consumed, message.len());
+    assert_eq!(peer.session.input_wanted(), 0);
+    assert_eq!(server_frames(&peer.take()), [(0x1, REPLY.to_vec())]);
+}
+
+#[test]
+fn an_http_body_with_a_length_tells_its_size_and_no_more() {
+    let mut peer = Peer {
+        builder: spec::register(Server::builder()),
+        scratch: Scratch::default(),
+        session: Session::new(),
+        out: OutBuf::new(),
+        limits: Limits::default(),
+    };
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        SUBTRACT.len()
+    );
+    // The head is consumed at once; the body's length is then what the session awaits.
+    assert_eq!(peer.feed(head.as_bytes()).consumed, head.len());
+    assert_eq!(peer.session.input_wanted(), SUBTRACT.len());
+    assert_eq!(peer.feed(&SUBTRACT[..5]).consumed, 0);
+    assert_eq!(peer.session.input_wanted(), SUBTRACT.len());
+    assert_eq!(peer.feed(SUBTRACT).consumed, SUBTRACT.len());
+    assert_eq!(peer.session.input_wanted(), 0);
+    assert!(String::from_utf8(peer.take())
+        .unwrap()
+        .ends_with(std::str::from_utf8(REPLY).unwrap()));
+    // A chunked body's size is unknown.
+    let chunked = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    peer.feed(chunked.as_bytes());
+    assert_eq!(peer.session.input_wanted(), 0);
 }

@@ -16,11 +16,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::buffer::{self, Spares};
 use crate::defer::{Sink, Target};
 use crate::error::Error;
 use crate::router::Router;
 use crate::server::{EngineKind, Shared};
-use crate::session::{Context, Scratch};
+use crate::session::{Context, Scratch, Session};
 
 /// One worker: a listener, its connections and its buffers, served by one thread.
 ///
@@ -224,6 +225,17 @@ pub(crate) fn admit(shared: &Shared) -> bool {
         return false;
     }
     true
+}
+
+/// Make room in a connection's `input` for `at_least` more bytes, and at once for the
+/// rest of the message being received when its framing tells its size (see
+/// [`Session::input_wanted`]), up to [`Spares::LARGEST`]. A 2 MB body then lands in one
+/// buffer rather than being copied at every doubling (a sixth of a 1.6 MB echo's time
+/// in the Python server, perf). The room is only reserved: untouched pages cost no
+/// memory, so a client that announces a large body and stalls holds little.
+pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: usize) {
+    let rest = session.input_wanted().min(Spares::LARGEST).saturating_sub(input.len());
+    buffer::reserve(input, at_least.max(rest));
 }
 
 /// The session context for serving connection `conn` (of `generation`) on a worker: the

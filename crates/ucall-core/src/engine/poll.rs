@@ -547,7 +547,7 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
         // as much as the rest of a 1.6 MB request's handling (callgrind). All of it: a
         // large request arrives in a few reads rather than one per 64 KiB.
         let len = conn.input.len();
-        buffer::reserve(&mut conn.input, READ_CHUNK);
+        super::reserve_input(&mut conn.input, &conn.session, READ_CHUNK);
         let spare = conn.input.spare_capacity_mut();
         asked = spare.len();
         let result = socket2::SockRef::from(&conn.stream).recv(spare);
@@ -588,7 +588,11 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>) ->
             let progress = conn
                 .session
                 .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
-            conn.input.extend_from_slice(&read_buf[progress.consumed..read]);
+            let left = &read_buf[progress.consumed..read];
+            if !left.is_empty() {
+                super::reserve_input(&mut conn.input, &conn.session, left.len());
+                conn.input.extend_from_slice(left);
+            }
             conn.closing |= progress.close;
             conn.backlog =
                 !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
@@ -638,7 +642,7 @@ fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>
     conn.clocks.last_progress = Instant::now();
     let tls = conn.tls.as_mut().expect("invariant: called for TLS connections");
     // The plaintext is never longer than the records it came in.
-    buffer::reserve(&mut conn.input, read);
+    super::reserve_input(&mut conn.input, &conn.session, read);
     match tls.receive(&read_buf[..read], &mut conn.input) {
         Ok(Received::Open) => {}
         Ok(Received::Closed) => conn.peer_closed = true,

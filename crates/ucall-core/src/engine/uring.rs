@@ -958,7 +958,7 @@ impl UringWorker {
         let fd = types::Fixed(conn.file);
         let entry = if wants_bulk(conn) {
             let mut input = std::mem::take(&mut conn.input);
-            buffer::reserve(&mut input, BULK_ROOM);
+            super::reserve_input(&mut input, &conn.session, BULK_ROOM);
             let room = input.spare_capacity_mut();
             let (at, len) = (
                 room.as_mut_ptr().cast::<u8>(),
@@ -1743,11 +1743,15 @@ fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
     if conn.input.is_empty() && !conn.backlog {
         let budget = OUTPUT_HIGH_WATER.saturating_sub(conn.sending.pending());
         let progress = conn.session.feed(bytes, &mut conn.out, ctx, budget);
-        conn.input.extend_from_slice(&bytes[progress.consumed..]);
+        let left = &bytes[progress.consumed..];
+        if !left.is_empty() {
+            super::reserve_input(&mut conn.input, &conn.session, left.len());
+            conn.input.extend_from_slice(left);
+        }
         conn.closing |= progress.close;
         conn.backlog = !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
     } else {
-        buffer::reserve(&mut conn.input, bytes.len());
+        super::reserve_input(&mut conn.input, &conn.session, bytes.len());
         conn.input.extend_from_slice(bytes);
         if !conn.backlog {
             feed_input(conn, ctx);
