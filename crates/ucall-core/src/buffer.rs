@@ -5,6 +5,10 @@
 //! Ranges let a reply's HTTP head be written *after* its body (once the body's length is
 //! known) into room reserved before the body, without moving the body.
 //!
+//! A segment may also own its bytes: a large result handed over with [`OutBuf::attach`]
+//! is sent from its own buffer, in its place among the ranges, instead of being copied
+//! into the byte area.
+//!
 //! A range may also be a *hole*: the place of a reply that a procedure completes later
 //! (see [`crate::Deferred`]). Nothing after a hole is sent until it is filled, so replies
 //! leave in request order whatever order they complete in.
@@ -13,11 +17,20 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Segment {
+    /// Bytes of the byte area, or of `owned` when there is one.
     range: Range<usize>,
     /// `Some(id)` while this is an unfilled hole.
     hole: Option<u64>,
+    /// An attached buffer (see [`OutBuf::attach`]), kept for reuse once sent.
+    owned: Option<Vec<u8>>,
+}
+
+impl Segment {
+    fn bytes<'s>(&'s self, data: &'s [u8]) -> &'s [u8] {
+        &self.owned.as_deref().unwrap_or(data)[self.range.clone()]
+    }
 }
 
 /// Bytes waiting to be sent on one connection.
@@ -29,6 +42,12 @@ pub struct OutBuf {
     first: usize,
     /// Segments before this index are never extended by a later commit.
     barrier: usize,
+    /// Buffers attached and not yet queued: each is sent before the byte area's byte at
+    /// its offset, once a commit covers that offset.
+    attached: Vec<(usize, Vec<u8>)>,
+    /// Attached buffers all sent, held like the byte area until [`OutBuf::shrink`]: a
+    /// zero-copy send may still read them after its result.
+    sent: Vec<Vec<u8>>,
 }
 
 impl OutBuf {
@@ -43,17 +62,86 @@ impl OutBuf {
         &mut self.data
     }
 
-    /// Queue `range` of the byte area for sending, after everything queued before.
+    /// Queue `range` of the byte area for sending, after everything queued before, with
+    /// the buffers attached at offsets within it (ends included) in their places.
     pub fn commit(&mut self, range: Range<usize>) {
+        if self.attached.is_empty() {
+            self.queue(range);
+        } else {
+            self.commit_attached(range);
+        }
+    }
+
+    /// Queue `range` of the byte area, extending the last segment when it ends there.
+    fn queue(&mut self, range: Range<usize>) {
         if range.is_empty() {
             return;
         }
         let can_extend = self.segments.len() > self.first.max(self.barrier);
         match self.segments.last_mut() {
-            Some(last) if can_extend && last.hole.is_none() && last.range.end == range.start => {
+            Some(last)
+                if can_extend && last.hole.is_none() && last.owned.is_none() && last.range.end == range.start =>
+            {
                 last.range.end = range.end;
             }
-            _ => self.segments.push(Segment { range, hole: None }),
+            _ => self.segments.push(Segment {
+                range,
+                hole: None,
+                owned: None,
+            }),
+        }
+    }
+
+    #[cold]
+    fn commit_attached(&mut self, range: Range<usize>) {
+        let mut from = range.start;
+        for (at, bytes) in std::mem::take(&mut self.attached) {
+            if at < range.start || at > range.end {
+                self.attached.push((at, bytes));
+                continue;
+            }
+            self.queue(from..at);
+            from = at;
+            let len = bytes.len();
+            self.segments.push(Segment {
+                range: 0..len,
+                hole: None,
+                owned: Some(bytes),
+            });
+        }
+        self.queue(from..range.end);
+    }
+
+    /// Send `bytes` at the current end of the byte area, without copying them: they go
+    /// out in that place once a commit covers it (so the writer that attaches must also
+    /// commit). For large results; small ones are cheaper copied.
+    pub fn attach(&mut self, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.attached.push((self.data.len(), bytes));
+        }
+    }
+
+    /// Bytes attached at offsets from `from` on and not yet committed: they count in the
+    /// length of a message written since `from`.
+    #[must_use]
+    pub fn attached_since(&self, from: usize) -> usize {
+        self.attached
+            .iter()
+            .filter(|(at, _)| *at >= from)
+            .map(|(_, b)| b.len())
+            .sum()
+    }
+
+    /// Cut the byte area back to `len` bytes, dropping what was attached from there on
+    /// (at `len` too: it belonged to what is cut).
+    pub fn truncate(&mut self, len: usize) {
+        self.data.truncate(len);
+        for (at, bytes) in std::mem::take(&mut self.attached) {
+            if at < len {
+                self.attached.push((at, bytes));
+            } else {
+                keep(bytes);
+            }
         }
     }
 
@@ -70,6 +158,7 @@ impl OutBuf {
         self.segments.push(Segment {
             range: at..at,
             hole: Some(id),
+            owned: None,
         });
     }
 
@@ -113,7 +202,7 @@ impl OutBuf {
             if segment.hole.is_some() {
                 break;
             }
-            *slot = IoSlice::new(&self.data[segment.range.clone()]);
+            *slot = IoSlice::new(segment.bytes(&self.data));
             n += 1;
         }
         n
@@ -138,18 +227,25 @@ impl OutBuf {
         }
     }
 
-    /// Drop everything queued; the memory is kept for reuse.
+    /// Drop everything queued; the memory is kept for reuse (attached buffers until
+    /// [`OutBuf::shrink`]).
     pub fn clear(&mut self) {
         self.data.clear();
-        self.segments.clear();
+        let owned = self.segments.drain(..).filter_map(|s| s.owned);
+        self.sent.extend(owned.chain(self.attached.drain(..).map(|(_, b)| b)));
         self.first = 0;
         self.barrier = 0;
     }
 
     /// Release memory held beyond `kept` bytes (after a large reply), once all is sent:
-    /// the large area is kept for the next large message (see [`keep`]).
+    /// the large area, and attached buffers, are kept for the next large message (see
+    /// [`keep`]). Engines call it only once the kernel reads none of it any more.
     pub fn shrink(&mut self, kept: usize) {
-        if self.is_empty() && self.data.capacity() > kept {
+        if !self.is_empty() {
+            return;
+        }
+        self.sent.drain(..).for_each(keep);
+        if self.data.capacity() > kept {
             keep(std::mem::replace(&mut self.data, Vec::with_capacity(kept)));
             self.segments = Vec::new();
         }
@@ -166,13 +262,35 @@ impl OutBuf {
         }
     }
 
+    /// Move what can be sent now (everything before the first hole) to the end of `to`:
+    /// bytes of the byte area are copied, attached buffers handed over.
+    pub fn move_sendable(&mut self, to: &mut OutBuf) {
+        while let Some(segment) = self.segments.get_mut(self.first) {
+            if segment.hole.is_some() {
+                break;
+            }
+            match segment.owned.take() {
+                Some(owned) => to.segments.push(Segment {
+                    range: segment.range.clone(),
+                    hole: None,
+                    owned: Some(owned),
+                }),
+                None => to.push(&self.data[segment.range.clone()]),
+            }
+            self.first += 1;
+        }
+        if self.is_empty() {
+            self.clear();
+        }
+    }
+
     /// Everything queued up to the first hole, concatenated (for tests and diagnostics).
     #[must_use]
     pub fn to_vec(&self) -> Vec<u8> {
         self.segments[self.first..]
             .iter()
             .take_while(|s| s.hole.is_none())
-            .flat_map(|s| self.data[s.range.clone()].iter().copied())
+            .flat_map(|s| s.bytes(&self.data).iter().copied())
             .collect()
     }
 }
@@ -323,6 +441,76 @@ mod tests {
         assert_eq!(out.to_vec(), b"2;3;4;");
         out.advance(6);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn attached_buffers_go_out_in_their_place_without_a_copy() {
+        let mut out = OutBuf::new();
+        out.push(b"a;");
+        let start = out.data().len();
+        out.data().extend_from_slice(b"<");
+        let big = b"BIG".to_vec();
+        let at = big.as_ptr();
+        out.attach(big);
+        out.data().extend_from_slice(b">");
+        out.attach(b"2".to_vec());
+        assert_eq!(out.attached_since(start), 4);
+        assert_eq!(out.to_vec(), b"a;", "nothing attached is sent before its commit");
+        let end = out.data().len();
+        out.commit(start..end);
+        out.push(b";z");
+        assert_eq!(out.attached_since(0), 0);
+        assert_eq!(out.to_vec(), b"a;<BIG>2;z");
+        assert_eq!(out.pending(), 10);
+        let mut slices = [IoSlice::new(&[]); 8];
+        let count = out.io_slices(&mut slices);
+        assert!(
+            slices[..count].iter().any(|s| s.as_ptr() == at),
+            "sent from its own buffer"
+        );
+        out.advance(4); // part of the attached buffer
+        assert_eq!(out.to_vec(), b"IG>2;z");
+        out.advance(6);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn sendable_bytes_move_ahead_of_a_hole_and_attached_buffers_move_whole() {
+        let mut out = OutBuf::new();
+        out.push(b"head;");
+        out.attach(vec![b'x'; 3]);
+        out.commit(5..5);
+        out.push_hole(1);
+        out.push(b"after");
+        let mut sending = OutBuf::new();
+        out.move_sendable(&mut sending);
+        assert_eq!(sending.to_vec(), b"head;xxx");
+        assert!(!out.has_sendable() && !out.is_empty(), "the hole and what follows stay");
+        assert!(out.fill(1, |o| o.push(b"hole;")));
+        out.move_sendable(&mut sending);
+        assert_eq!(sending.to_vec(), b"head;xxxhole;after");
+        assert!(out.is_empty());
+        // Sent attached buffers are held until shrink, as the byte area is.
+        sending.advance(18);
+        assert!(sending.is_empty());
+        assert_eq!(sending.sent.len(), 1);
+        sending.shrink(0);
+        assert!(sending.sent.is_empty());
+    }
+
+    #[test]
+    fn truncating_drops_what_was_attached_after_the_cut() {
+        let mut out = OutBuf::new();
+        out.data().extend_from_slice(b"ke");
+        out.attach(b"early".to_vec());
+        out.data().extend_from_slice(b"ep");
+        out.attach(b"at-the-cut".to_vec());
+        out.data().extend_from_slice(b"drop");
+        out.attach(b"late".to_vec());
+        out.truncate(4);
+        assert_eq!(out.attached_since(0), 5);
+        out.commit(0..4);
+        assert_eq!(out.to_vec(), b"keearlyep");
     }
 
     #[test]

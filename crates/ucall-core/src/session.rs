@@ -829,7 +829,8 @@ fn one_line(reply: &mut [u8]) {
 }
 
 /// Write a held message's reply, now that every deferred call in it has finished,
-/// straight into the output: a large result is copied once, from the procedure's buffer.
+/// straight into the output. A large result is not copied: its buffer is attached to the
+/// output (over raw TCP, where a reply must be made one line, it is copied once).
 fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
     let PendingMessage {
         hole,
@@ -839,9 +840,9 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
     } = message;
     out.fill(hole, |out| match kind {
         MessageKind::Stream => {
+            let start = out.data().len();
+            write_completed(&text, slots, out, false);
             let data = out.data();
-            let start = data.len();
-            write_completed(&text, slots, data);
             // The held text ends with the reply's own newline; the rest must be one line.
             let end = data.len();
             one_line(&mut data[start..end.saturating_sub(1).max(start)]);
@@ -849,12 +850,12 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         }
         MessageKind::WebSocket => {
             let start = reserve_ws_header(out.data());
-            write_completed(&text, slots, out.data());
+            write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(persistence) => {
-            http1::respond(out, persistence, date, |data| Some(write_completed(&text, slots, data)))
-        }
+        MessageKind::Http(persistence) => http1::respond_out(out, persistence, date, |out| {
+            Some(write_completed(&text, slots, out, true))
+        }),
     });
 }
 
@@ -865,29 +866,44 @@ fn reserve_ws_header(data: &mut Vec<u8>) -> usize {
     data.len()
 }
 
-/// Queue the message written since `start` (see [`reserve_ws_header`]) as a text frame,
-/// its header in the room reserved before it.
+/// Queue the message written (and attached) since `start` (see [`reserve_ws_header`]) as
+/// a text frame, its header in the room reserved before it.
 fn commit_ws_text(out: &mut OutBuf, start: usize) {
+    let attached = out.attached_since(start);
     let data = out.data();
     let mut room = [0u8; ws::MAX_HEADER];
-    let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start);
+    let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start + attached);
     data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
     let end = data.len();
     out.commit(start - used..end);
 }
 
+/// Results at least this large are attached to the output rather than copied into it.
+const ATTACH_MIN: usize = 64 << 10;
+
 /// Write a held message's `text` with each slot's outcome in its place; the HTTP status
-/// a REST-style error calls for. Large result buffers are kept for reuse.
-fn write_completed(text: &[u8], slots: Vec<PendingSlot>, data: &mut Vec<u8>) -> Status {
+/// a REST-style error calls for. With `attach`, large results are attached (see
+/// [`OutBuf::attach`]) rather than copied; either way their buffers are kept for reuse.
+fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attach: bool) -> Status {
     let mut status = Status::Ok;
     let mut copied = 0;
     for slot in slots {
-        data.extend_from_slice(&text[copied..slot.at]);
+        out.data().extend_from_slice(&text[copied..slot.at]);
         copied = slot.at;
         let outcome = slot
             .outcome
             .expect("invariant: rendered only once every slot is filled");
+        let data = out.data();
         match (slot.id, outcome) {
+            (id, Ok(result)) if attach && result.len() >= ATTACH_MIN => {
+                if let Some(id) = &id {
+                    jsonrpc::write_result_opening(data, id);
+                }
+                out.attach(result);
+                if id.is_some() {
+                    out.data().push(b'}');
+                }
+            }
             (Some(id), Ok(result)) => {
                 jsonrpc::write_result(data, &id, &result);
                 buffer::keep(result);
@@ -900,7 +916,7 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, data: &mut Vec<u8>) -> 
             (None, Err(error)) => status = rest_error(data, &error),
         }
     }
-    data.extend_from_slice(&text[copied..]);
+    out.data().extend_from_slice(&text[copied..]);
     status
 }
 

@@ -55,6 +55,10 @@ impl Harness {
     }
 
     fn feed(&mut self, input: &str) {
+        self.feed_bytes(input.as_bytes());
+    }
+
+    fn feed_bytes(&mut self, input: &[u8]) {
         let limits = Limits::default();
         let mut ctx = Context {
             router: &self.router,
@@ -68,7 +72,7 @@ impl Harness {
             }),
             draining: false,
         };
-        let progress = self.session.feed(input.as_bytes(), &mut self.out, &mut ctx, usize::MAX);
+        let progress = self.session.feed(input, &mut self.out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());
     }
 
@@ -314,4 +318,91 @@ fn a_half_closed_client_still_gets_replies_completed_later() {
             "{engine:?}"
         );
     }
+}
+
+/// A JSON string of `len` bytes in all, quotes included, made of `fill`.
+fn big_string(len: usize, fill: char) -> String {
+    format!("\"{}\"", fill.to_string().repeat(len - 2))
+}
+
+/// The bodies of the HTTP responses in `text`, each checked against its `Content-Length`.
+fn http_bodies(text: &str) -> Vec<&str> {
+    let mut bodies = Vec::new();
+    let mut rest = text;
+    while let Some(head_end) = rest.find("\r\n\r\n") {
+        let head = &rest[..head_end];
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .expect("a Content-Length")
+            .parse()
+            .unwrap();
+        let body_start = head_end + 4;
+        bodies.push(&rest[body_start..body_start + length]);
+        rest = &rest[body_start + length..];
+    }
+    assert!(rest.is_empty(), "bytes beyond the last body: {}", rest.len());
+    bodies
+}
+
+#[test]
+fn large_results_completed_later_go_out_whole_on_every_transport() {
+    // Over 64 KiB: handed to the output whole rather than copied (HTTP, WebSocket).
+    let (a, b, c) = (big_string(100_000, 'a'), big_string(70_000, 'b'), big_string(300, 'c'));
+    let mut h = Harness::new();
+    let batch = format!("[{},{}]", request("later", "a", 1), request("later", "c", 2));
+    let single = request("later", "b", 3);
+    h.feed(&format!(
+        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{batch}GET /later?tag=r HTTP/1.1\r\n\r\n\
+         POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{single}",
+        batch.len(),
+        single.len()
+    ));
+    h.complete("b", Ok(&b));
+    h.complete("r", Ok(&a));
+    h.complete("c", Ok(&c));
+    assert_eq!(h.sent(), "", "the batch's first entry is still awaited");
+    h.complete("a", Ok(&a));
+    let text = h.sent();
+    let bodies = http_bodies(&text);
+    assert_eq!(
+        bodies,
+        [
+            format!(
+                "[{{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{a}}},{{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{c}}}]"
+            ),
+            a.clone(),
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{b}}}"),
+        ]
+    );
+    assert!(h.out.is_empty());
+
+    // Raw TCP: a large raw result with a line break still leaves as one line.
+    let mut h = Harness::new();
+    h.feed(&format!("{}\n", request("later", "t", 4)));
+    let raw = format!("[{},\n{}]", a, b);
+    h.complete("t", Ok(&raw));
+    let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":[{a}, {b}]}}\n");
+    assert_eq!(h.sent(), line);
+
+    // WebSocket: the frame's length counts the result.
+    let mut h = Harness::new();
+    h.feed(
+        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    );
+    let upgrade = h.sent();
+    assert!(upgrade.starts_with("HTTP/1.1 101"), "{upgrade}");
+    let call = request("later", "w", 5);
+    // A masked text frame; a zero key leaves the payload as it is.
+    let mut frame = vec![0x81, 0x80 | u8::try_from(call.len()).unwrap(), 0, 0, 0, 0];
+    frame.extend_from_slice(call.as_bytes());
+    h.feed_bytes(&frame);
+    h.complete("w", Ok(&a));
+    let bytes = h.out.to_vec();
+    assert_eq!((bytes[0], bytes[1]), (0x81, 127), "a final text frame, 64-bit length");
+    let length = u64::from_be_bytes(bytes[2..10].try_into().unwrap());
+    let expected = format!("{{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{a}}}");
+    assert_eq!(length, expected.len() as u64);
+    assert_eq!(&bytes[10..], expected.as_bytes());
 }

@@ -1413,15 +1413,8 @@ impl UringWorker {
                 return;
             } else if conn.session.has_pending() {
                 // `out` holds holes for deferred replies, which must stay where the session
-                // fills them: copy what precedes the first hole.
-                let mut slices = [IoSlice::new(&[]); MAX_IOV];
-                let count = conn.out.io_slices(&mut slices);
-                let mut copied = 0;
-                for slice in &slices[..count] {
-                    conn.sending.push(slice);
-                    copied += slice.len();
-                }
-                conn.out.advance(copied);
+                // fills them: move what precedes the first hole.
+                conn.out.move_sendable(&mut conn.sending);
             } else {
                 // No hole anywhere: hand over the whole buffer without copying.
                 std::mem::swap(&mut conn.out, &mut conn.sending);

@@ -321,18 +321,29 @@ pub fn respond(
     date: &[u8],
     write_body: impl FnOnce(&mut Vec<u8>) -> Option<Status>,
 ) {
-    let data = out.data();
-    let reserved = data.len();
-    data.resize(reserved + HEAD_ROOM, 0);
-    let body_start = data.len();
-    let Some(status) = write_body(data) else {
-        data.truncate(reserved);
+    respond_out(out, persistence, date, |out| write_body(out.data()));
+}
+
+/// [`respond`] for a body writer that may also attach buffers ([`OutBuf::attach`]):
+/// they count in the `Content-Length` and go out in their places.
+pub fn respond_out(
+    out: &mut OutBuf,
+    persistence: Persistence,
+    date: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
+) {
+    let reserved = out.data().len();
+    out.data().resize(reserved + HEAD_ROOM, 0);
+    let body_start = reserved + HEAD_ROOM;
+    let Some(status) = write_body(out) else {
+        out.truncate(reserved);
         return;
     };
     if status == Status::NoContent {
-        data.truncate(body_start);
+        out.truncate(body_start);
     }
-    let body_len = data.len() - body_start;
+    let body_len = out.data().len() - body_start + out.attached_since(body_start);
+    let data = out.data();
 
     let mut head = [0u8; HEAD_ROOM];
     let mut len = 0;

@@ -268,11 +268,17 @@ fn write_parse_error(out: &mut Vec<u8>) {
 
 /// Append `{"jsonrpc":"2.0","id":ID,"result":RESULT}`; both are raw JSON.
 pub(crate) fn write_result(out: &mut Vec<u8>, id: &str, result: &[u8]) {
+    write_result_opening(out, id);
+    out.extend_from_slice(result);
+    out.push(b'}');
+}
+
+/// Append what precedes the result in the reply to `id` (see [`write_result`]); the
+/// result and a closing `}` follow.
+pub(crate) fn write_result_opening(out: &mut Vec<u8>, id: &str) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result);
-    out.push(b'}');
 }
 
 /// Append the error object `error` as the reply to `id`.
