@@ -47,11 +47,12 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
 .PHONY: lint
-lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin)
+lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	@# The package is abi3 for CPython 3.9+: its Python code must not need a newer one.
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/ucall examples/python
+	$(VENV)/bin/ruff check --quiet python tests benches examples/python
 
 .PHONY: format
 format:  ## Format the Rust code

@@ -351,4 +351,5 @@ class Server:
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+    # An object whose __call__ is a coroutine function is async too (not a callable check).
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004

@@ -8,7 +8,6 @@ import enum
 import io
 import json
 import socket
-import sys
 from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
 
 import pytest
