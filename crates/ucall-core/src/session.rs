@@ -146,6 +146,8 @@ pub struct Session {
     ws_frame_len: usize,
     /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
     exchanges: u32,
+    /// The last HTTP request asked to close the connection after its reply.
+    close_asked: bool,
 }
 
 impl Default for Session {
@@ -173,6 +175,7 @@ impl Session {
             ws_opcode: None,
             ws_frame_len: 0,
             exchanges: 0,
+            close_asked: false,
         }
     }
 
@@ -248,6 +251,14 @@ impl Session {
             (Protocol::WebSocket, _) => self.ws_frame_len,
             _ => 0,
         }
+    }
+
+    /// Whether the connection closes because the client asked for it (`Connection:
+    /// close`, or HTTP/1.0 without keep-alive): such a client sends nothing after that
+    /// request (RFC 9112 §9.6).
+    #[must_use]
+    pub fn close_was_asked(&self) -> bool {
+        self.closing && self.close_asked
     }
 
     /// Whether an HTTP request head is being received (the header time-out applies).
@@ -656,6 +667,7 @@ impl Session {
     }
 
     fn answer_http(&mut self, head: &RequestHead, body: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.close_asked = !head.keep_alive;
         let keep_alive = head.keep_alive && !self.count_exchange(ctx);
         let persistence = match (keep_alive, head.minor_version) {
             (false, _) => Persistence::Close,

@@ -10,6 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::{assert_error, assert_result, call, post, show, Conn};
+use ucall_core::EngineKind;
 
 fn subtract(minuend: i64, subtrahend: i64, id: i64) -> String {
     call("subtract", &format!("[{minuend},{subtrahend}]"), &id.to_string())
@@ -675,28 +676,78 @@ fn stop_cuts_a_stalled_request_after_the_grace_period() {
 fn the_last_reply_survives_requests_sent_past_the_close() {
     // RFC 9112 9.6: closing with unread input makes the kernel reset the connection and
     // drop what it has not sent yet. The server half-closes and reads on until the client
-    // closes (or a short linger time passes), so a large last reply arrives whole.
+    // closes (or a short linger time passes), so a large last reply arrives whole: when
+    // the server chose the close (a limit), and when the client asked for it and then
+    // broke its word (it must not send more).
+    for asked in [false, true] {
+        common::for_each_engine(move |engine| last_reply_survives(engine, asked));
+    }
+}
+
+fn last_reply_survives(engine: EngineKind, asked: bool) {
+    let builder = common::builder(engine);
+    let server = common::start(
+        engine,
+        if asked {
+            builder
+        } else {
+            builder.max_exchanges_per_connection(1)
+        },
+    );
+    let mut conn = Conn::open_with_buffers(server.local_addr(), 16 << 10, 1 << 20);
+    let data = "z".repeat(2 << 20);
+    let mut bytes = post("/", call("echo", &format!(r#"["{data}"]"#), "1").as_bytes());
+    if asked {
+        bytes = String::from_utf8(bytes)
+            .unwrap()
+            .replacen("\r\n", "\r\nConnection: close\r\n", 1)
+            .into_bytes();
+    }
+    // Sent past the last exchange: the server will not read it all.
+    bytes.extend_from_slice(&post("/", call("echo", &format!(r#"["{data}"]"#), "2").as_bytes()));
+    let writer = {
+        let mut stream = conn.stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = stream.write_all(&bytes);
+        })
+    };
+    // Let the server answer, fill the socket buffers and decide to close.
+    std::thread::sleep(Duration::from_millis(300));
+    let response = conn.read_response();
+    assert_eq!(response.status, 200);
+    assert!(response.says_close(), "{:?}", response.headers);
+    assert_result(&response.body, &format!(r#""{data}""#), "1");
+    drop(conn);
+    writer.join().unwrap();
+}
+
+#[test]
+fn a_client_that_asked_to_close_is_let_go_at_once() {
+    // Nothing left unread: no staged close, so the connection is gone as soon as the
+    // reply is sent, not when the client closes or the linger time (2 s) passes.
     common::for_each_engine(|engine| {
-        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(1));
-        let mut conn = Conn::open_with_buffers(server.local_addr(), 16 << 10, 1 << 20);
-        let data = "z".repeat(2 << 20);
-        let mut bytes = post("/", call("echo", &format!(r#"["{data}"]"#), "1").as_bytes());
-        // Sent past the last exchange: the server will not read it all.
-        bytes.extend_from_slice(&post("/", call("echo", &format!(r#"["{data}"]"#), "2").as_bytes()));
-        let writer = {
-            let mut stream = conn.stream.try_clone().unwrap();
-            std::thread::spawn(move || {
-                let _ = stream.write_all(&bytes);
-            })
-        };
-        // Let the server answer, fill the socket buffers and decide to close.
-        std::thread::sleep(Duration::from_millis(300));
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let request = String::from_utf8(post("/", call("sum", "[1,2]", "1").as_bytes()))
+            .unwrap()
+            .replacen("\r\n", "\r\nConnection: close\r\n", 1);
+        conn.send(request.as_bytes());
         let response = conn.read_response();
         assert_eq!(response.status, 200);
         assert!(response.says_close(), "{:?}", response.headers);
-        assert_result(&response.body, &format!(r#""{data}""#), "1");
+        assert!(
+            conn.closed_within(Duration::from_secs(1)),
+            "no end of stream after the reply"
+        );
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while server.connections() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "still held by the server, the client's socket open"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         drop(conn);
-        writer.join().unwrap();
     });
 }
 

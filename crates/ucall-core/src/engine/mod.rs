@@ -265,6 +265,16 @@ pub(crate) fn context<'a>(
 /// would make the kernel reset the connection and drop the replies not yet delivered.
 pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Whether a connection the server closes once its replies are sent must close in stages
+/// (see [`LINGER`]). Not when the client asked for the close and nothing it sent is left
+/// unread (`unread`: buffered, seen arriving, or maybe waiting in the socket): it sends
+/// nothing more (RFC 9112 §9.6), so closing at once loses nothing and saves the
+/// half-close (on uring, a trip to a kernel worker thread), a wake-up and a read per
+/// connection. TLS connections always close in stages, after their close_notify.
+pub(crate) fn must_linger(session: &Session, unread: bool, tls: bool) -> bool {
+    unread || tls || !session.close_was_asked()
+}
+
 /// The clocks a connection's time-outs run on, the same in every engine.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clocks {

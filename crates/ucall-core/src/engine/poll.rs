@@ -373,7 +373,9 @@ impl PollWorker {
             }
         }
         let done = failed || (conn.closing && conn.out.is_empty() && !has_output(conn));
-        if done && !failed && !conn.peer_closed {
+        // Edge-triggered: `readable` means the socket may hold more than was read.
+        let unread = conn.readable || !conn.input.is_empty();
+        if done && !failed && !conn.peer_closed && super::must_linger(&conn.session, unread, conn.tls.is_some()) {
             // Input may still arrive or wait unread: closing now would reset the
             // connection and drop the replies not yet delivered.
             if let Some(tls) = conn.tls.as_mut() {

@@ -601,6 +601,8 @@ struct Conn {
     /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives
     /// is dropped until the client closes or `hard_deadline` passes.
     lingering: bool,
+    /// Input arrived once closing and was dropped unread: the close must linger.
+    dropped_input: bool,
     /// A shutdown is in flight. The kernel runs it on a worker thread, where it looks up
     /// the registered file only then: the file's slot must not be closed (and reused by
     /// the next accept) before it completes.
@@ -1156,6 +1158,7 @@ impl UringWorker {
             tls,
             tls_done: false,
             lingering: false,
+            dropped_input: false,
             shutdown_inflight: false,
             close_after_shutdown: false,
         });
@@ -1352,7 +1355,8 @@ impl UringWorker {
                 self.start_send(key);
                 return;
             }
-            if conn.peer_closed {
+            let unread = !conn.input.is_empty() || conn.dropped_input;
+            if conn.peer_closed || !super::must_linger(&conn.session, unread, conn.tls.is_some()) {
                 self.close(key);
                 return;
             }
@@ -1373,7 +1377,10 @@ impl UringWorker {
             }
         }
         let Some(conn) = self.conns.get_mut(key) else { return };
+        // A client that asked for the close is still listened to until then: whatever it
+        // sends meanwhile is seen, and makes the close linger (`must_linger`).
         let wants_input = (conn.lingering && !conn.peer_closed)
+            || (conn.closing && !conn.peer_closed && conn.session.close_was_asked())
             || (!conn.closing
                 && !conn.peer_closed
                 && !conn.backlog
@@ -1715,6 +1722,7 @@ fn received_into_input(conn: &mut Conn, mut input: Vec<u8>, result: i32, ctx: &m
         n if n > 0 => {
             conn.clocks.last_progress = now;
             if conn.closing || conn.failed {
+                conn.dropped_input = true;
                 conn.input.clear(); // nobody reads it any more, as `deliver` drops it
             } else if !conn.backlog {
                 feed_input(conn, ctx);
@@ -1731,6 +1739,7 @@ fn received_into_input(conn: &mut Conn, mut input: Vec<u8>, result: i32, ctx: &m
 fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
     conn.clocks.last_progress = now;
     if conn.closing || conn.failed {
+        conn.dropped_input |= !bytes.is_empty();
         return;
     }
     if conn.input.is_empty() && !conn.backlog {
