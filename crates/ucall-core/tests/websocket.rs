@@ -59,17 +59,22 @@ struct Peer {
 }
 
 impl Peer {
-    fn upgraded() -> Self {
-        let mut peer = Peer {
+    /// A new connection's session, serving the spec procedures under `limits`.
+    fn new(limits: Limits) -> Self {
+        Peer {
             builder: spec::register(Server::builder()),
             scratch: Scratch::default(),
             session: Session::new(),
             out: OutBuf::new(),
-            limits: Limits {
-                max_body_bytes: 1 << 20,
-                ..Limits::default()
-            },
-        };
+            limits,
+        }
+    }
+
+    fn upgraded() -> Self {
+        let mut peer = Peer::new(Limits {
+            max_body_bytes: 1 << 20,
+            ..Limits::default()
+        });
         peer.feed(HANDSHAKE.as_bytes());
         let text = String::from_utf8(peer.take()).unwrap();
         assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{text}");
@@ -212,13 +217,7 @@ fn protocol_violations_close_with_the_codes_rfc_6455_names() {
 
 #[test]
 fn handshakes_that_rfc_6455_refuses() {
-    let mut peer = Peer {
-        builder: spec::register(Server::builder()),
-        scratch: Scratch::default(),
-        session: Session::new(),
-        out: OutBuf::new(),
-        limits: Limits::default(),
-    };
+    let mut peer = Peer::new(Limits::default());
     assert!(
         peer.feed(HANDSHAKE.replace("Version: 13", "Version: 7").as_bytes())
             .close
@@ -250,13 +249,7 @@ fn a_frame_announced_but_unfinished_tells_its_size_and_no_more() {
 
 #[test]
 fn an_http_body_with_a_length_tells_its_size_and_no_more() {
-    let mut peer = Peer {
-        builder: spec::register(Server::builder()),
-        scratch: Scratch::default(),
-        session: Session::new(),
-        out: OutBuf::new(),
-        limits: Limits::default(),
-    };
+    let mut peer = Peer::new(Limits::default());
     let head = format!(
         "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         SUBTRACT.len()
