@@ -17,19 +17,23 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Segment {
-    /// Bytes of the byte area, or of `owned` when there is one.
+    /// Bytes of the byte area, or of the attached buffer `own` when set.
     range: Range<usize>,
     /// `Some(id)` while this is an unfilled hole.
     hole: Option<u64>,
-    /// An attached buffer (see [`OutBuf::attach`]), kept for reuse once sent.
-    owned: Option<Vec<u8>>,
+    /// An attached buffer (see [`OutBuf::attach`]): its index in `OutBuf::buffers`. An
+    /// index, not the buffer, so that segments need no drop and clearing them is free.
+    own: Option<usize>,
 }
 
 impl Segment {
-    fn bytes<'s>(&'s self, data: &'s [u8]) -> &'s [u8] {
-        &self.owned.as_deref().unwrap_or(data)[self.range.clone()]
+    fn bytes<'s>(&self, data: &'s [u8], buffers: &'s [Vec<u8>]) -> &'s [u8] {
+        match self.own {
+            Some(index) => &buffers[index][self.range.clone()],
+            None => &data[self.range.clone()],
+        }
     }
 }
 
@@ -42,12 +46,13 @@ pub struct OutBuf {
     first: usize,
     /// Segments before this index are never extended by a later commit.
     barrier: usize,
-    /// Buffers attached and not yet queued: each is sent before the byte area's byte at
-    /// its offset, once a commit covers that offset.
-    attached: Vec<(usize, Vec<u8>)>,
-    /// Attached buffers all sent, held like the byte area until [`OutBuf::shrink`]: a
-    /// zero-copy send may still read them after its result.
-    sent: Vec<Vec<u8>>,
+    /// Attached buffers, queued or sent. Held, like the byte area, until
+    /// [`OutBuf::shrink`] finds everything sent: a zero-copy send may still read them
+    /// after its result.
+    buffers: Vec<Vec<u8>>,
+    /// Attachments not yet queued, as (offset in the byte area, index in `buffers`):
+    /// each is sent before the byte area's byte at its offset, once a commit covers it.
+    attached: Vec<(usize, usize)>,
 }
 
 impl OutBuf {
@@ -79,15 +84,13 @@ impl OutBuf {
         }
         let can_extend = self.segments.len() > self.first.max(self.barrier);
         match self.segments.last_mut() {
-            Some(last)
-                if can_extend && last.hole.is_none() && last.owned.is_none() && last.range.end == range.start =>
-            {
+            Some(last) if can_extend && last.hole.is_none() && last.own.is_none() && last.range.end == range.start => {
                 last.range.end = range.end;
             }
             _ => self.segments.push(Segment {
                 range,
                 hole: None,
-                owned: None,
+                own: None,
             }),
         }
     }
@@ -95,18 +98,17 @@ impl OutBuf {
     #[cold]
     fn commit_attached(&mut self, range: Range<usize>) {
         let mut from = range.start;
-        for (at, bytes) in std::mem::take(&mut self.attached) {
+        for (at, index) in std::mem::take(&mut self.attached) {
             if at < range.start || at > range.end {
-                self.attached.push((at, bytes));
+                self.attached.push((at, index));
                 continue;
             }
             self.queue(from..at);
             from = at;
-            let len = bytes.len();
             self.segments.push(Segment {
-                range: 0..len,
+                range: 0..self.buffers[index].len(),
                 hole: None,
-                owned: Some(bytes),
+                own: Some(index),
             });
         }
         self.queue(from..range.end);
@@ -117,7 +119,8 @@ impl OutBuf {
     /// commit). For large results; small ones are cheaper copied.
     pub fn attach(&mut self, bytes: Vec<u8>) {
         if !bytes.is_empty() {
-            self.attached.push((self.data.len(), bytes));
+            self.attached.push((self.data.len(), self.buffers.len()));
+            self.buffers.push(bytes);
         }
     }
 
@@ -128,21 +131,15 @@ impl OutBuf {
         self.attached
             .iter()
             .filter(|(at, _)| *at >= from)
-            .map(|(_, b)| b.len())
+            .map(|&(_, index)| self.buffers[index].len())
             .sum()
     }
 
     /// Cut the byte area back to `len` bytes, dropping what was attached from there on
-    /// (at `len` too: it belonged to what is cut).
+    /// (at `len` too: it belonged to what is cut). Their buffers wait for the next shrink.
     pub fn truncate(&mut self, len: usize) {
         self.data.truncate(len);
-        for (at, bytes) in std::mem::take(&mut self.attached) {
-            if at < len {
-                self.attached.push((at, bytes));
-            } else {
-                keep(bytes);
-            }
-        }
+        self.attached.retain(|&(at, _)| at < len);
     }
 
     /// Append `bytes` and queue them.
@@ -158,7 +155,7 @@ impl OutBuf {
         self.segments.push(Segment {
             range: at..at,
             hole: Some(id),
-            owned: None,
+            own: None,
         });
     }
 
@@ -202,7 +199,7 @@ impl OutBuf {
             if segment.hole.is_some() {
                 break;
             }
-            *slot = IoSlice::new(segment.bytes(&self.data));
+            *slot = IoSlice::new(segment.bytes(&self.data, &self.buffers));
             n += 1;
         }
         n
@@ -231,8 +228,8 @@ impl OutBuf {
     /// [`OutBuf::shrink`]).
     pub fn clear(&mut self) {
         self.data.clear();
-        let owned = self.segments.drain(..).filter_map(|s| s.owned);
-        self.sent.extend(owned.chain(self.attached.drain(..).map(|(_, b)| b)));
+        self.segments.clear();
+        self.attached.clear();
         self.first = 0;
         self.barrier = 0;
     }
@@ -244,7 +241,9 @@ impl OutBuf {
         if !self.is_empty() {
             return;
         }
-        self.sent.drain(..).for_each(keep);
+        if !self.buffers.is_empty() && self.attached.is_empty() {
+            self.buffers.drain(..).for_each(keep);
+        }
         if self.data.capacity() > kept {
             keep(std::mem::replace(&mut self.data, Vec::with_capacity(kept)));
             self.segments = Vec::new();
@@ -269,12 +268,15 @@ impl OutBuf {
             if segment.hole.is_some() {
                 break;
             }
-            match segment.owned.take() {
-                Some(owned) => to.segments.push(Segment {
-                    range: segment.range.clone(),
-                    hole: None,
-                    owned: Some(owned),
-                }),
+            match segment.own {
+                Some(index) => {
+                    to.segments.push(Segment {
+                        range: segment.range.clone(),
+                        hole: None,
+                        own: Some(to.buffers.len()),
+                    });
+                    to.buffers.push(std::mem::take(&mut self.buffers[index]));
+                }
                 None => to.push(&self.data[segment.range.clone()]),
             }
             self.first += 1;
@@ -290,7 +292,7 @@ impl OutBuf {
         self.segments[self.first..]
             .iter()
             .take_while(|s| s.hole.is_none())
-            .flat_map(|s| s.bytes(&self.data).iter().copied())
+            .flat_map(|s| s.bytes(&self.data, &self.buffers).iter().copied())
             .collect()
     }
 }
@@ -493,9 +495,9 @@ mod tests {
         // Sent attached buffers are held until shrink, as the byte area is.
         sending.advance(18);
         assert!(sending.is_empty());
-        assert_eq!(sending.sent.len(), 1);
+        assert_eq!(sending.buffers.len(), 1);
         sending.shrink(0);
-        assert!(sending.sent.is_empty());
+        assert!(sending.buffers.is_empty());
     }
 
     #[test]
