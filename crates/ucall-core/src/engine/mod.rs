@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::buffer::{self, Spares};
+use crate::date::DateCache;
 use crate::defer::{Sink, Target};
 use crate::error::Error;
 use crate::router::Router;
@@ -66,18 +67,18 @@ impl Worker {
     /// without waking it (see [`crate::WakeHold`]).
     pub fn wake_hold(&self) -> crate::WakeHold {
         match &self.inner {
-            Inner::Poll(worker) => crate::WakeHold(Arc::clone(&worker.sink)),
+            Inner::Poll(worker) => crate::WakeHold(Arc::clone(&worker.serving.sink)),
             #[cfg(target_os = "linux")]
-            Inner::Uring(worker) => crate::WakeHold(Arc::clone(&worker.sink)),
+            Inner::Uring(worker) => crate::WakeHold(Arc::clone(&worker.serving.sink)),
         }
     }
 
     /// Hand over the procedures this worker serves.
     pub(crate) fn set_router(&mut self, router: Arc<crate::router::Router>) {
         match &mut self.inner {
-            Inner::Poll(worker) => worker.router = router,
+            Inner::Poll(worker) => worker.serving.router = router,
             #[cfg(target_os = "linux")]
-            Inner::Uring(worker) => worker.router = router,
+            Inner::Uring(worker) => worker.serving.router = router,
         }
     }
 }
@@ -238,24 +239,41 @@ pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: us
     buffer::reserve(input, at_least.max(rest));
 }
 
-/// The session context for serving connection `conn` (of `generation`) on a worker: the
-/// worker's procedures, limits, date, scratch buffers and completion sink.
-pub(crate) fn context<'a>(
-    shared: &'a Shared,
-    router: &'a Router,
-    date: &'a [u8],
-    scratch: &'a mut Scratch,
-    sink: &'a Arc<Sink>,
-    conn: usize,
-    generation: u64,
-) -> Context<'a> {
-    Context {
-        router,
-        limits: &shared.config.limits,
-        date,
-        scratch,
-        defer: Some(Target { sink, conn, generation }),
-        draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
+/// What a worker serves connections with, the same in both engines: the procedures, the
+/// sink deferred replies come back through, scratch buffers and the cached date.
+pub(crate) struct Serving {
+    /// The procedures, handed over when serving starts (see [`crate::Server::router_mut`]).
+    pub(crate) router: Arc<Router>,
+    /// Deferred replies arrive here from any thread; its waker announces them.
+    pub(crate) sink: Arc<Sink>,
+    scratch: Scratch,
+    pub(crate) date: DateCache,
+}
+
+impl Serving {
+    pub(crate) fn new(sink: Arc<Sink>) -> Self {
+        Serving {
+            router: Arc::default(),
+            sink,
+            scratch: Scratch::default(),
+            date: DateCache::new(),
+        }
+    }
+
+    /// The session context for serving connection `conn` (of `generation`).
+    pub(crate) fn context<'a>(&'a mut self, shared: &'a Shared, conn: usize, generation: u64) -> Context<'a> {
+        Context {
+            router: &self.router,
+            limits: &shared.config.limits,
+            date: self.date.get(),
+            scratch: &mut self.scratch,
+            defer: Some(Target {
+                sink: &self.sink,
+                conn,
+                generation,
+            }),
+            draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 }
 

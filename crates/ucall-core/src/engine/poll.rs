@@ -17,12 +17,10 @@ use slab::Slab;
 
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
-use crate::date::DateCache;
 use crate::defer::{Completion, Sink};
 use crate::error::Error;
-use crate::router::Router;
 use crate::server::Shared;
-use crate::session::{Context, Scratch, Session};
+use crate::session::{Context, Session};
 use crate::tls::{Received, TlsSession};
 
 const LISTENER: Token = Token(0);
@@ -76,8 +74,6 @@ struct Conn {
 
 pub(crate) struct PollWorker {
     shared: Arc<Shared>,
-    /// The procedures, handed over when serving starts (see [`crate::Server::router_mut`]).
-    pub(crate) router: Arc<Router>,
     poll: Poll,
     waker: Arc<Waker>,
     listener: Option<TcpListener>,
@@ -85,16 +81,14 @@ pub(crate) struct PollWorker {
     tls_listener: Option<TcpListener>,
     conns: Slab<Conn>,
     read_buf: Vec<u8>,
-    scratch: Scratch,
-    date: DateCache,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
     next_scan: Option<Instant>,
     drain_deadline: Option<Instant>,
     events: Events,
     finished: bool,
-    /// Deferred replies arrive here from any thread; the waker announces them.
-    pub(crate) sink: Arc<Sink>,
+    /// Procedures, completion sink, scratch buffers and date (see [`super::Serving`]).
+    pub(crate) serving: super::Serving,
     completions: Vec<Completion>,
     next_generation: u64,
 }
@@ -137,21 +131,18 @@ impl PollWorker {
         };
         Ok(PollWorker {
             shared,
-            router: Arc::default(),
             poll,
             waker,
             listener: Some(listener),
             tls_listener,
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
-            scratch: Scratch::default(),
-            date: DateCache::new(),
             again: Vec::new(),
             next_scan: None,
             drain_deadline: None,
             events: Events::with_capacity(1024),
             finished: false,
-            sink,
+            serving: super::Serving::new(sink),
             completions: Vec::new(),
             next_generation: 0,
         })
@@ -181,7 +172,7 @@ impl PollWorker {
             self.finish();
             return false;
         }
-        self.date.refresh(SystemTime::now());
+        self.serving.date.refresh(SystemTime::now());
         // Serving needs `&mut self`; the events buffer is set aside meanwhile (an empty
         // `Events` does not allocate).
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
@@ -321,15 +312,7 @@ impl PollWorker {
             self.schedule_scan(until);
             return;
         }
-        let mut ctx = super::context(
-            shared,
-            &self.router,
-            self.date.get(),
-            &mut self.scratch,
-            &self.sink,
-            key,
-            conn.generation,
-        );
+        let mut ctx = self.serving.context(shared, key, conn.generation);
         let mut reads = 0;
         let mut failed = false;
         loop {
@@ -406,7 +389,7 @@ impl PollWorker {
     /// Put the deferred replies that arrived in place and send what they unblock.
     fn deliver_completions(&mut self) {
         let mut completions = std::mem::take(&mut self.completions);
-        self.sink.drain(&mut completions);
+        self.serving.sink.drain(&mut completions);
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
@@ -415,10 +398,12 @@ impl PollWorker {
             if conn.generation != completion.generation {
                 continue;
             }
-            if conn
-                .session
-                .complete(completion.slot, completion.outcome, &mut conn.out, self.date.get())
-                && !touched.contains(&completion.conn)
+            if conn.session.complete(
+                completion.slot,
+                completion.outcome,
+                &mut conn.out,
+                self.serving.date.get(),
+            ) && !touched.contains(&completion.conn)
             {
                 touched.push(completion.conn);
             }
@@ -453,7 +438,7 @@ impl PollWorker {
                 // A 408 answers a request partly received; an idle connection is closed
                 // silently, or a client could read the 408 as the reply to its next request.
                 if !conn.input.is_empty() || !conn.session.is_between_requests() {
-                    conn.session.time_out(&mut conn.out, self.date.get());
+                    conn.session.time_out(&mut conn.out, self.serving.date.get());
                 }
                 conn.closing = true;
                 let _ = flush(conn);

@@ -58,12 +58,10 @@ use slab::Slab;
 
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
-use crate::date::DateCache;
 use crate::defer::{Completion, Sink};
 use crate::error::Error;
-use crate::router::Router;
 use crate::server::Shared;
-use crate::session::{Context, Scratch, Session};
+use crate::session::{Context, Session};
 use crate::tls::{Received, TlsSession};
 
 /// Stop processing a connection's requests while this much output waits to be sent.
@@ -634,8 +632,6 @@ pub(crate) struct UringWorker {
     // Dropped first: the ring, so that the kernel lets go of the memory below.
     ring: IoUring,
     shared: Arc<Shared>,
-    /// The procedures, handed over when serving starts (see [`crate::Server::router_mut`]).
-    pub(crate) router: Arc<Router>,
     /// The ring was made disabled; the serving thread enables it.
     enable_on_start: bool,
     started: bool,
@@ -658,8 +654,8 @@ pub(crate) struct UringWorker {
     wake_buf: Box<u64>,
     conns: Slab<Conn>,
     generation: u64,
-    /// Deferred replies arrive here from any thread; the eventfd announces them.
-    pub(crate) sink: Arc<Sink>,
+    /// Procedures, completion sink, scratch buffers and date (see [`super::Serving`]).
+    pub(crate) serving: super::Serving,
     completions: Vec<Completion>,
     /// Operations submitted (or queued) whose last completion has not arrived.
     inflight: usize,
@@ -675,8 +671,6 @@ pub(crate) struct UringWorker {
     large_send: bool,
     send_zc: bool,
     sendmsg_zc: bool,
-    scratch: Scratch,
-    date: DateCache,
     now: Instant,
     turns: u64,
     next_scan: Option<Instant>,
@@ -713,7 +707,6 @@ impl UringWorker {
         Ok(UringWorker {
             ring,
             shared,
-            router: Arc::default(),
             enable_on_start,
             started: false,
             finished: false,
@@ -729,7 +722,7 @@ impl UringWorker {
             wake_buf: Box::new(0),
             conns: Slab::new(),
             generation: 0,
-            sink,
+            serving: super::Serving::new(sink),
             completions: Vec::new(),
             inflight: 0,
             backlog: VecDeque::new(),
@@ -740,8 +733,6 @@ impl UringWorker {
             large_send: false,
             send_zc: features.send_zc && zero_copy,
             sendmsg_zc: features.sendmsg_zc && zero_copy,
-            scratch: Scratch::default(),
-            date: DateCache::new(),
             now: Instant::now(),
             turns: 0,
             next_scan: None,
@@ -783,7 +774,7 @@ impl UringWorker {
         }
         self.turns += 1;
         self.now = Instant::now();
-        self.date.refresh(SystemTime::now());
+        self.serving.date.refresh(SystemTime::now());
         self.reap();
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
             self.finish();
@@ -1060,7 +1051,7 @@ impl UringWorker {
     /// the completions at hand are all read.
     fn deliver_completions(&mut self) {
         let mut completions = std::mem::take(&mut self.completions);
-        self.sink.drain(&mut completions);
+        self.serving.sink.drain(&mut completions);
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
@@ -1068,10 +1059,12 @@ impl UringWorker {
             if conn.generation != completion.generation || conn.dead {
                 continue;
             }
-            if conn
-                .session
-                .complete(completion.slot, completion.outcome, &mut conn.out, self.date.get())
-            {
+            if conn.session.complete(
+                completion.slot,
+                completion.outcome,
+                &mut conn.out,
+                self.serving.date.get(),
+            ) {
                 // Input held back while replies were awaited may now go on.
                 conn.backlog |= !conn.input.is_empty();
                 self.touch(completion.conn);
@@ -1190,15 +1183,7 @@ impl UringWorker {
             if !cqueue::more(flags) {
                 conn.recv_armed = false;
             }
-            let mut ctx = super::context(
-                shared,
-                &self.router,
-                self.date.get(),
-                &mut self.scratch,
-                &self.sink,
-                key,
-                conn.generation,
-            );
+            let mut ctx = self.serving.context(shared, key, conn.generation);
             if let Some(input) = conn.receiving.take() {
                 received_into_input(conn, input, result, &mut ctx, now);
             } else if !conn.dead {
@@ -1325,15 +1310,7 @@ impl UringWorker {
             && conn.pending() <= OUTPUT_HIGH_WATER
             && !conn.session.is_saturated()
         {
-            let mut ctx = super::context(
-                shared,
-                &self.router,
-                self.date.get(),
-                &mut self.scratch,
-                &self.sink,
-                key,
-                conn.generation,
-            );
+            let mut ctx = self.serving.context(shared, key, conn.generation);
             feed_input(conn, &mut ctx);
         }
         if conn.peer_closed && !conn.closing && !conn.backlog && !conn.failed {
@@ -1534,7 +1511,7 @@ impl UringWorker {
             // A 408 answers a request partly received; an idle connection is closed
             // silently, or a client could read the 408 as the reply to its next request.
             if !conn.input.is_empty() || !conn.session.is_between_requests() {
-                conn.session.time_out(&mut conn.out, self.date.get());
+                conn.session.time_out(&mut conn.out, self.serving.date.get());
             }
             conn.closing = true;
             conn.backlog = false;
