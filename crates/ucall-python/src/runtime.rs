@@ -63,9 +63,9 @@ pub struct Job {
 }
 
 /// A call's params, copied out of the connection's input to wait for the GIL. Large ones
-/// (a base64 payload) go into a buffer the thread kept from an earlier call, and back
-/// once the call has run: fresh megabytes each call cost more in page faults than the
-/// call itself.
+/// (a base64 payload) go into a buffer the process kept from an earlier call
+/// (`ucall_core::buffer::take_kept`), and back once the call has run: fresh megabytes
+/// each call cost more in page faults than the call itself.
 pub struct ParamsText(String);
 
 impl ParamsText {
