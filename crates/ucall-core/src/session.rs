@@ -4,8 +4,6 @@
 //! The first non-whitespace byte picks the protocol for the connection's lifetime: `{` or
 //! `[` is a raw TCP stream of JSON texts, anything else is HTTP/1.1.
 
-use serde::de::IgnoredAny;
-
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Target};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
@@ -584,7 +582,7 @@ impl Session {
                 ws::unmask_into(payload, header.mask, &mut self.ws_message);
                 if header.fin {
                     let opcode = self.ws_opcode.take();
-                    if opcode == Some(ws::Opcode::Text) && std::str::from_utf8(&self.ws_message).is_err() {
+                    if opcode == Some(ws::Opcode::Text) && jsonrpc::as_text(&self.ws_message).is_none() {
                         return (0, self.ws_fail(out, ws::close::INVALID_PAYLOAD));
                     }
                     return (total, self.answer_websocket(out, ctx));
@@ -734,11 +732,11 @@ fn looks_like_jsonrpc(body: &[u8]) -> bool {
     if jsonrpc::message::is_batch(body) {
         return true;
     }
-    let Ok(text) = std::str::from_utf8(body) else {
+    let Some(text) = jsonrpc::as_text(body) else {
         return false;
     };
     text.trim_start().starts_with('{')
-        && serde_json::from_str::<IgnoredAny>(text).is_ok()
+        && jsonrpc::message::is_json(text)
         && jsonrpc::scan::Members::new(text).any(|(key, _)| key == "\"jsonrpc\"")
 }
 
@@ -775,11 +773,9 @@ fn rest_call(
             Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
         }
         Method::Post if body.iter().all(u8::is_ascii_whitespace) => None,
-        Method::Post => match std::str::from_utf8(body) {
-            Ok(text) if serde_json::from_str::<IgnoredAny>(text).is_ok() && text.trim_start().starts_with('{') => {
-                Some(text.trim())
-            }
-            Ok(text) if serde_json::from_str::<IgnoredAny>(text).is_ok() => {
+        Method::Post => match jsonrpc::as_text(body) {
+            Some(text) if jsonrpc::message::is_json(text) && text.trim_start().starts_with('{') => Some(text.trim()),
+            Some(text) if jsonrpc::message::is_json(text) => {
                 let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
                 return rest_error(data, &error);
             }

@@ -382,6 +382,68 @@ fn feed(
     (out.to_vec(), progress.close)
 }
 
+/// `request` (a vector's, or a variant of it) posted in memory, then a follow-up on the
+/// same connection: what differs from the vector's reply and the follow-up's.
+fn http_in_memory(
+    vector: &Vector,
+    request: &[u8],
+    router: &Router,
+    limits: &Limits,
+    scratch: &mut Scratch,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut session = Session::new();
+    let mut input = post("/", request);
+    input.extend_from_slice(&post("/", follow_up().as_bytes()));
+    let (out, closed) = feed(&mut session, &input, router, limits, scratch);
+    if closed {
+        problems.push("the session closes after the reply".into());
+    }
+    let mut rest = &out[..];
+    let mut responses = Vec::new();
+    while !rest.is_empty() {
+        match common::parse_response(rest) {
+            Ok(Some((response, used))) => {
+                responses.push(response);
+                rest = &rest[used..];
+            }
+            Ok(None) => {
+                problems.push(format!("a response is cut short: {}", show(rest)));
+                break;
+            }
+            Err(e) => {
+                problems.push(e);
+                break;
+            }
+        }
+    }
+    let [first, second] = &responses[..] else {
+        problems.push(format!("expected 2 responses, got {}: {}", responses.len(), show(&out)));
+        return problems;
+    };
+    problems.extend(http_reply_differences(vector, first));
+    problems.extend(follow_up_differences(&second.body));
+    problems
+}
+
+/// Every vector padded with whitespace to past `SIMD_PARSE_FROM`, so that the parser for
+/// large messages reads it: both parsers must accept and reject the same texts.
+#[test]
+fn vectors_in_memory_as_large_messages() {
+    let vectors = load_vectors();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let half = ucall_core::jsonrpc::message::SIMD_PARSE_FROM / 2;
+    check_all("padded to a large message", &vectors, |vector| {
+        let mut request = vec![b'\n'; half];
+        request.extend_from_slice(&vector.request);
+        request.resize(request.len() + half, b' ');
+        http_in_memory(vector, &request, router, &limits, &mut scratch)
+    });
+}
+
 #[test]
 fn vectors_in_memory() {
     let vectors = load_vectors();
@@ -391,39 +453,7 @@ fn vectors_in_memory() {
     let mut scratch = Scratch::default();
 
     check_all("in memory over HTTP framing", &vectors, |vector| {
-        let mut problems = Vec::new();
-        let mut session = Session::new();
-        let mut input = post("/", &vector.request);
-        input.extend_from_slice(&post("/", follow_up().as_bytes()));
-        let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
-        if closed {
-            problems.push("the session closes after the reply".into());
-        }
-        let mut rest = &out[..];
-        let mut responses = Vec::new();
-        while !rest.is_empty() {
-            match common::parse_response(rest) {
-                Ok(Some((response, used))) => {
-                    responses.push(response);
-                    rest = &rest[used..];
-                }
-                Ok(None) => {
-                    problems.push(format!("a response is cut short: {}", show(rest)));
-                    break;
-                }
-                Err(e) => {
-                    problems.push(e);
-                    break;
-                }
-            }
-        }
-        let [first, second] = &responses[..] else {
-            problems.push(format!("expected 2 responses, got {}: {}", responses.len(), show(&out)));
-            return problems;
-        };
-        problems.extend(http_reply_differences(vector, first));
-        problems.extend(follow_up_differences(&second.body));
-        problems
+        http_in_memory(vector, &vector.request, router, &limits, &mut scratch)
     });
 
     check_all("in memory over raw TCP framing", &vectors, |vector| {

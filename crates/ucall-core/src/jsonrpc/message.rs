@@ -6,10 +6,12 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Range;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use sonic_rs::LazyValue;
 
 use super::scan::cold_decode_string;
 
@@ -49,15 +51,70 @@ pub fn is_batch(text: &[u8]) -> bool {
     text.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'[')
 }
 
+/// Messages at least this long are read by sonic-rs first: its SIMD string scan skips a
+/// large string (a base64 payload) in half serde_json's time, while serde_json is faster
+/// on small messages and on numbers. serde_json reads whatever sonic-rs does not take
+/// (invalid JSON, and member values with escapes, which sonic-rs hands over copied), so
+/// it alone decides what is rejected. See docs/design.md, "JSON parser".
+pub const SIMD_PARSE_FROM: usize = 64 * 1024;
+
 /// Parse one request (or any other JSON value, which is then `Invalid`).
 ///
 /// # Errors
 /// [`ParseError`] when `text` is not one valid JSON text.
 pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let members = de.deserialize_any(EnvelopeVisitor).map_err(|_| ParseError)?;
-    de.end().map_err(|_| ParseError)?;
+    let read_by_sonic = if text.len() >= SIMD_PARSE_FROM {
+        read_with_sonic(text, EnvelopeVisitor::<LazyValue<'_>>(PhantomData)).ok()
+    } else {
+        None
+    };
+    let members = match read_by_sonic {
+        Some(members) => members,
+        None => read_with_serde_json(text, EnvelopeVisitor::<&RawValue>(PhantomData))?,
+    };
     Ok(members.map_or_else(not_an_object, Members::validate))
+}
+
+/// Whether `text` is one valid JSON text, read as [`parse_request`] reads it.
+#[must_use]
+pub fn is_json(text: &str) -> bool {
+    (text.len() >= SIMD_PARSE_FROM && read_with_sonic(text, PhantomData::<IgnoredAny>).is_ok())
+        || read_with_serde_json(text, PhantomData::<IgnoredAny>).is_ok()
+}
+
+fn read_with_serde_json<'de, S: DeserializeSeed<'de>>(text: &'de str, seed: S) -> Result<S::Value, ParseError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = seed.deserialize(&mut de).map_err(|_| ParseError)?;
+    de.end().map_err(|_| ParseError)?;
+    Ok(value)
+}
+
+fn read_with_sonic<'de, S: DeserializeSeed<'de>>(text: &'de str, seed: S) -> Result<S::Value, ParseError> {
+    let mut de = sonic_rs::Deserializer::from_str(text);
+    let value = seed.deserialize(&mut de).map_err(|_| ParseError)?;
+    de.end().map_err(|_| ParseError)?;
+    Ok(value)
+}
+
+/// A member's value kept as raw text, by whichever parser read the message.
+trait RawText<'de>: Deserialize<'de> {
+    /// The value's text as a slice of the message; `None` if the parser copied it.
+    fn text(&self) -> Option<&'de str>;
+}
+
+impl<'de> RawText<'de> for &'de RawValue {
+    fn text(&self) -> Option<&'de str> {
+        Some(self.get())
+    }
+}
+
+impl<'de> RawText<'de> for LazyValue<'de> {
+    fn text(&self) -> Option<&'de str> {
+        match self.as_raw_cow() {
+            Cow::Borrowed(text) => Some(text),
+            Cow::Owned(_) => None,
+        }
+    }
 }
 
 /// Parse a whole batch in one pass, appending one [`Element`] per entry to `elements`.
@@ -69,13 +126,25 @@ pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
 /// # Errors
 /// [`ParseError`] when `text` is not one valid JSON array.
 pub fn parse_batch(text: &str, elements: &mut Vec<Element>) -> Result<(), ParseError> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let collector = ElementCollector {
-        base: text.as_ptr() as usize,
+    let base = text.as_ptr() as usize;
+    if text.len() >= SIMD_PARSE_FROM {
+        let before = elements.len();
+        let collector = ElementCollector::<LazyValue<'_>> {
+            base,
+            elements,
+            raw: PhantomData,
+        };
+        if read_with_sonic(text, collector).is_ok() {
+            return Ok(());
+        }
+        elements.truncate(before);
+    }
+    let collector = ElementCollector::<&RawValue> {
+        base,
         elements,
+        raw: PhantomData,
     };
-    de.deserialize_seq(collector).map_err(|_| ParseError)?;
-    de.end().map_err(|_| ParseError)
+    read_with_serde_json(text, collector)
 }
 
 /// One batch entry, as offsets into the batch text.
@@ -103,12 +172,21 @@ impl Element {
     }
 }
 
-struct ElementCollector<'s> {
+struct ElementCollector<'s, R> {
     base: usize,
     elements: &'s mut Vec<Element>,
+    raw: PhantomData<R>,
 }
 
-impl<'de> Visitor<'de> for ElementCollector<'_> {
+impl<'de, R: RawText<'de>> DeserializeSeed<'de> for ElementCollector<'_, R> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, R: RawText<'de>> Visitor<'de> for ElementCollector<'_, R> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -118,7 +196,7 @@ impl<'de> Visitor<'de> for ElementCollector<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         // Each entry is read as a request object directly (not kept as a raw value first),
         // which also keeps serde_json from allocating a nesting stack per batch.
-        while let Some(members) = seq.next_element_seed(EnvelopeVisitor)? {
+        while let Some(members) = seq.next_element_seed(EnvelopeVisitor::<R>(PhantomData))? {
             let span = |raw: Option<&str>| {
                 raw.map(|raw| {
                     let start = raw.as_ptr() as usize - self.base;
@@ -132,7 +210,7 @@ impl<'de> Visitor<'de> for ElementCollector<'_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for EnvelopeVisitor {
+impl<'de, R: RawText<'de>> DeserializeSeed<'de> for EnvelopeVisitor<R> {
     type Value = Option<Members<'de>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -171,7 +249,8 @@ impl<'de> de::Deserialize<'de> for Field {
     }
 }
 
-struct EnvelopeVisitor;
+/// Reads a request object's members as raw text `R`.
+struct EnvelopeVisitor<R>(PhantomData<R>);
 
 /// The members of a request object that matter, as raw JSON text.
 struct Members<'a> {
@@ -183,7 +262,7 @@ struct Members<'a> {
 
 const NOT_AN_OBJECT: &str = "a request must be a JSON object";
 
-impl<'de> Visitor<'de> for EnvelopeVisitor {
+impl<'de, R: RawText<'de>> Visitor<'de> for EnvelopeVisitor<R> {
     /// `None` for valid JSON that is not an object.
     type Value = Option<Members<'de>>;
 
@@ -194,12 +273,15 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut jsonrpc, mut method, mut params, mut id) = (None, None, None, None);
         while let Some(field) = map.next_key::<Field>()? {
-            let value: &'de RawValue = map.next_value()?;
+            let value = map.next_value::<R>()?.text();
+            if value.is_none() {
+                return Err(de::Error::custom("a member was copied, not borrowed"));
+            }
             match field {
-                Field::Jsonrpc => jsonrpc = Some(value.get()),
-                Field::Method => method = Some(value.get()),
-                Field::Params => params = Some(value.get()),
-                Field::Id => id = Some(value.get()),
+                Field::Jsonrpc => jsonrpc = value,
+                Field::Method => method = value,
+                Field::Params => params = value,
+                Field::Id => id = value,
                 Field::Other => {}
             }
         }
@@ -356,6 +438,84 @@ mod tests {
         ] {
             assert_eq!(parse_request(text).err(), Some(ParseError), "{text}");
         }
+    }
+
+    /// `text` padded with whitespace past [`SIMD_PARSE_FROM`], so that sonic-rs reads it.
+    fn padded(text: &str) -> String {
+        let half = " ".repeat(SIMD_PARSE_FROM / 2);
+        format!("{half}{text}\n{half}")
+    }
+
+    fn outcome(text: &str) -> String {
+        match parse_request(text) {
+            Ok(Envelope::Request(r)) => format!("request {} {:?} {:?}", r.method, r.params, r.id),
+            Ok(Envelope::Invalid { id, reason }) => format!("invalid {id:?} {reason}"),
+            Err(ParseError) => "parse error".into(),
+        }
+    }
+
+    #[test]
+    fn large_messages_are_read_as_small_ones_are() {
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        let values = [
+            "[1,2]",
+            "{\"a\":\"b\"}",
+            "\"a\u{1}b\"",
+            "\"a\tb\"",
+            "\"a\\xb\"",
+            "\"\\u12\"",
+            "\"\\ud800\"",
+            "\"\u{7f}\"",
+            "01",
+            "1.",
+            "-",
+            "1e",
+            "1e400",
+            "-0",
+            "1E+2",
+            "[1,]",
+            "{\"a\":1,}",
+            "\u{c}[1]",
+            "NaN",
+            "tru",
+            "[1 2]",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[\"\\/\"]",
+            &deep,
+            "123456789012345678901234567890",
+            "[1]x",
+            "{\"a\":1,\"a\":2}",
+            "[\"\\u00e9\"]",
+        ];
+        let mut texts: Vec<String> = values
+            .iter()
+            .flat_map(|v| {
+                [
+                    format!(r#"{{"jsonrpc":"2.0","method":"m","params":[{v}],"id":1}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","method":"m","params":{v},"id":{v}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","method":{v},"id":"\u0041"}}"#),
+                    v.to_string(),
+                ]
+            })
+            .collect();
+        texts.push(r#"{"jsonrpc":"2\u002e0","method":"\u006d","params":{},"id":"\u00e9"}"#.into());
+        texts.push(format!(
+            r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":7}}"#,
+            "QUJD".repeat(30_000)
+        ));
+        for text in &texts {
+            let (small, large) = (outcome(text), outcome(&padded(text)));
+            assert_eq!(small, large, "{}", &text[..text.len().min(200)]);
+            assert_eq!(
+                is_json(text),
+                is_json(&padded(text)),
+                "{}",
+                &text[..text.len().min(200)]
+            );
+        }
+        let large = texts.last().expect("the echo text");
+        assert!(large.len() >= SIMD_PARSE_FROM && outcome(large).starts_with("request echo"));
     }
 
     #[test]

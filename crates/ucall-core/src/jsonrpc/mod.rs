@@ -64,6 +64,12 @@ pub enum Invoked {
     Deferred(u64),
 }
 
+/// `bytes` as text when they are valid UTF-8: the one check every message gets.
+#[must_use]
+pub fn as_text(bytes: &[u8]) -> Option<&str> {
+    simdutf8::basic::from_utf8(bytes).ok()
+}
+
 /// Process one JSON text (a request or a batch), appending the reply to `out`.
 ///
 /// Replies that handlers defer are not written: their places are listed in
@@ -79,7 +85,7 @@ pub fn process(
     scratch.deferred.clear();
     // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
     // works on `str` and every slice it hands out is text already.
-    let Ok(text) = std::str::from_utf8(text) else {
+    let Some(text) = as_text(text) else {
         write_parse_error(out);
         return Outcome::ParseError;
     };
