@@ -297,7 +297,10 @@ impl Runtime {
                         break;
                     }
                     let Some(running) = worker.as_mut() else { break };
-                    let wait = if lock(&lane.jobs).is_empty() {
+                    // Queued calls are this thread's to run right after the turn, unless
+                    // the lane is pinned: then they are the executors', and a turner that
+                    // did not wait would spin, taking the core from them.
+                    let wait = if self.pinned || lock(&lane.jobs).is_empty() {
                         None
                     } else {
                         Some(Duration::ZERO)
