@@ -118,6 +118,45 @@ def test_bytes_travel_as_base64(make_server, wire):
     assert base64.b64decode(result) == payload[::-1] + b"!"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "QU JD",  # whitespace anywhere is refused, not skipped
+        "QUJD    QUJD",  # even when the length stays a multiple of four
+        " QUJD",
+        "QUJD\n",
+        "QUJDQQ",  # padding is required
+        "QR==",  # and the bits it drops must be zero
+        "QUJDQ===",
+        "QUJD-_",  # the URL-safe alphabet is another format
+    ],
+)
+def test_bytes_params_are_strict_base64(make_server, wire, text):
+    server = make_server()
+
+    @server
+    def size(data: bytes) -> int:
+        return len(data)
+
+    error = wire(server).error("size", {"data": text})
+    assert error["code"] == INVALID_PARAMS
+    assert "'data'" in error["message"] and "base64" in error["message"]
+
+
+def test_bytes_of_every_short_length_round_trip(make_server, wire):
+    server = make_server()
+
+    @server
+    def same(data: bytes) -> bytes:
+        return data
+
+    client = wire(server)
+    for n in range(70):
+        payload = bytes((7 * i + n) % 256 for i in range(n))
+        result = client.result("same", {"data": base64.b64encode(payload).decode()})
+        assert result == base64.b64encode(payload).decode(), n
+
+
 def test_bytes_sent_with_json_escapes_decode_the_same(make_server, wire):
     server = make_server()
 

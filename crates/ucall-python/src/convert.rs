@@ -13,6 +13,8 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, 
 
 use ucall_core::jsonrpc::scan::{Elements, Members};
 
+use crate::base64;
+
 /// Deepest nesting accepted in either direction (a guard against stack exhaustion and
 /// self-referencing results).
 pub const MAX_DEPTH: usize = 256;
@@ -198,9 +200,9 @@ fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unseriali
 
 fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     // A large result goes into a buffer kept from an earlier reply, not fresh pages.
-    ucall_core::buffer::reserve(out, base64_simd::STANDARD.encoded_length(bytes.len()) + 2);
+    ucall_core::buffer::reserve(out, base64::encoded_len(bytes.len()) + 2);
     out.push(b'"');
-    base64_simd::STANDARD.encode_append(bytes, out);
+    base64::encode_append(bytes, out);
     out.push(b'"');
 }
 

@@ -6,6 +6,7 @@
 //! Python's parameter binding rules ([`params`]). The public API is pure Python in
 //! `python/ucall/`.
 
+mod base64;
 mod convert;
 mod params;
 mod runtime;

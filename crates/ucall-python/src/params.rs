@@ -12,7 +12,7 @@ use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use ucall_core::jsonrpc::scan::{key_equals, Elements, Members};
 use ucall_core::RpcError;
 
-use crate::convert;
+use crate::{base64, convert};
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,14 +271,17 @@ fn base64_param<'py>(py: Python<'py>, raw: &str, bytearray: bool) -> Option<Boun
 }
 
 fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
-    let engine = &base64_simd::STANDARD;
-    let len = engine.decoded_length(text).ok()?;
+    let len = base64::decoded_len(text)?;
     if bytearray {
         let decode = |buf: &mut [u8]| {
-            engine
-                .decode(text, base64_simd::Out::from_slice(buf))
-                .map(|_| ())
-                .map_err(|_| pyo3::exceptions::PyValueError::new_err("invalid base64"))
+            // SAFETY: the same bytes seen as possibly uninitialised; only initialised
+            // bytes are written through this view.
+            let out = unsafe { &mut *(std::ptr::from_mut(buf) as *mut [std::mem::MaybeUninit<u8>]) };
+            if base64::decode_into(text, out) {
+                Ok(())
+            } else {
+                Err(pyo3::exceptions::PyValueError::new_err("invalid base64"))
+            }
         };
         return PyByteArray::new_with(py, len, decode).ok().map(Bound::into_any);
     }
@@ -292,8 +295,7 @@ fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<B
         let bytes = Bound::from_owned_ptr_or_opt(py, object)?;
         let data = pyo3::ffi::PyBytes_AsString(object).cast::<std::mem::MaybeUninit<u8>>();
         let buf = std::slice::from_raw_parts_mut(data, len);
-        engine.decode(text, base64_simd::Out::from_uninit_slice(buf)).ok()?;
-        Some(bytes)
+        base64::decode_into(text, buf).then_some(bytes)
     }
 }
 
