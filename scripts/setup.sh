@@ -25,7 +25,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     # shellcheck disable=SC1091
     . "$HOME/.cargo/env"
 fi
-apt_install curl gcc make python3-venv openssl
+# g++: simdutf (base64 in the Python module) is C++, built by the cc crate.
+apt_install curl gcc g++ make python3-venv openssl
 
 if [ ! -x .venv/bin/python ]; then
     say "creating .venv"
@@ -42,7 +43,7 @@ fi
 
 # The C API: its tests (C++ compile of the header, valgrind, pkg-config, CMake) and the
 # pinned cbindgen that generates include/ucall/ucall.h (`make header`, checked by `make test`).
-apt_install g++ cmake pkg-config valgrind
+apt_install cmake pkg-config valgrind
 CBINDGEN_VERSION=0.29.2
 if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
     say "installing cbindgen $CBINDGEN_VERSION with cargo"
