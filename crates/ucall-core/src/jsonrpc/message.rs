@@ -58,12 +58,25 @@ pub fn is_batch(text: &[u8]) -> bool {
 /// it alone decides what is rejected. See docs/design.md, "JSON parser".
 pub const SIMD_PARSE_FROM: usize = 64 * 1024;
 
+/// sonic-rs skips nested values recursively, so a message of a million `[` would overflow
+/// a worker's stack and abort the process (serde_json skips them with a loop). A text with
+/// at most this many `[` and `{` bytes anywhere cannot nest deeper.
+const SONIC_MAX_OPENINGS: usize = 128;
+
+/// Whether sonic-rs reads `text` first: large, and too few brackets to nest deeply.
+fn suits_sonic(text: &str) -> bool {
+    text.len() >= SIMD_PARSE_FROM
+        && memchr::memchr2_iter(b'[', b'{', text.as_bytes())
+            .nth(SONIC_MAX_OPENINGS)
+            .is_none()
+}
+
 /// Parse one request (or any other JSON value, which is then `Invalid`).
 ///
 /// # Errors
 /// [`ParseError`] when `text` is not one valid JSON text.
 pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
-    let read_by_sonic = if text.len() >= SIMD_PARSE_FROM {
+    let read_by_sonic = if suits_sonic(text) {
         read_with_sonic(text, EnvelopeVisitor::<LazyValue<'_>>(PhantomData)).ok()
     } else {
         None
@@ -78,7 +91,7 @@ pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
 /// Whether `text` is one valid JSON text, read as [`parse_request`] reads it.
 #[must_use]
 pub fn is_json(text: &str) -> bool {
-    (text.len() >= SIMD_PARSE_FROM && read_with_sonic(text, PhantomData::<IgnoredAny>).is_ok())
+    (suits_sonic(text) && read_with_sonic(text, PhantomData::<IgnoredAny>).is_ok())
         || read_with_serde_json(text, PhantomData::<IgnoredAny>).is_ok()
 }
 
@@ -127,7 +140,7 @@ impl<'de> RawText<'de> for LazyValue<'de> {
 /// [`ParseError`] when `text` is not one valid JSON array.
 pub fn parse_batch(text: &str, elements: &mut Vec<Element>) -> Result<(), ParseError> {
     let base = text.as_ptr() as usize;
-    if text.len() >= SIMD_PARSE_FROM {
+    if suits_sonic(text) {
         let before = elements.len();
         let collector = ElementCollector::<LazyValue<'_>> {
             base,
@@ -516,6 +529,26 @@ mod tests {
         }
         let large = texts.last().expect("the echo text");
         assert!(large.len() >= SIMD_PARSE_FROM && outcome(large).starts_with("request echo"));
+    }
+
+    #[test]
+    fn deep_nesting_in_a_large_message_is_read_without_recursion() {
+        // On a 2 MiB stack, as workers have: sonic-rs would recurse once per bracket.
+        let checked = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                let depth = 1_000_000;
+                let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+                let text = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{deep},"id":1}}"#);
+                assert!(outcome(&text).starts_with("request m"));
+                assert!(is_json(&text));
+                let mut elements = Vec::new();
+                parse_batch(&format!("[{text}]"), &mut elements).expect("a valid batch");
+                assert_eq!(elements.len(), 1);
+            })
+            .expect("a thread")
+            .join();
+        assert!(checked.is_ok());
     }
 
     #[test]
