@@ -224,7 +224,7 @@ impl Runtime {
             .spawn(move || runtime.drive(index, epoch));
         match spawned {
             Ok(handle) => {
-                lock(&self.handles).push(handle);
+                self.keep_handle(handle);
                 Ok(())
             }
             Err(e) => {
@@ -233,6 +233,20 @@ impl Runtime {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Keep `handle` for [`Runtime::stop_and_join`], joining the threads that have ended
+    /// meanwhile (turners taken over, idle executors). An ended thread that nobody joins
+    /// keeps its stack and its descriptor: one more after every takeover.
+    fn keep_handle(&self, handle: JoinHandle<()>) {
+        let mut handles = lock(&self.handles);
+        let (ended, running): (Vec<_>, Vec<_>) = handles.drain(..).partition(JoinHandle::is_finished);
+        *handles = running;
+        handles.push(handle);
+        drop(handles);
+        for thread in ended {
+            let _ = thread.join();
         }
     }
 
@@ -245,7 +259,7 @@ impl Runtime {
             .spawn(move || runtime.execute(index, tag));
         match spawned {
             Ok(handle) => {
-                lock(&self.handles).push(handle);
+                self.keep_handle(handle);
                 Ok(())
             }
             Err(e) => {
