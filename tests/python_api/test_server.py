@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, Wire, once, once_error, tcp_exchange
+from conftest import ENGINES, REPO_ROOT, Wire, once, once_error, tcp_exchange
 
 import ucall
 from ucall import ErrorCode, RPCError, Server
@@ -301,3 +301,47 @@ def test_threads_and_limits_options(make_server, wire):
     assert json.loads(body)["error"]["code"] == ErrorCode.INVALID_REQUEST
     with pytest.raises(ValueError):
         Server(threads=0)
+
+
+@pytest.mark.skipif("uring" not in ENGINES, reason="io_uring is not among the engines tested here")
+def test_a_quick_procedure_keeps_the_fast_path_unless_a_call_waits(wire):
+    """On uring (the engine whose workers are pinned to their thread), calls of a procedure
+    proven quick run on the worker's own thread. A slow call that only computed (as a
+    preempted one looks) makes it earn that again; one that slept loses it for good,
+    since it may block the worker's I/O."""
+    server = Server(port=0, engine="uring", threads=1)
+    try:
+        check_trust(server, wire)
+    finally:
+        server.stop()
+
+
+def check_trust(server: Server, wire) -> None:  # type: ignore[no-untyped-def]
+
+    @server
+    def where(spin: float = 0.0, nap: float = 0.0) -> str:
+        end = time.perf_counter() + spin
+        while time.perf_counter() < end:
+            pass
+        if nap:
+            time.sleep(nap)
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:
+            return comm.read().strip()
+
+    w = wire(server)
+
+    def calls_until_on_worker(limit: int) -> int:
+        for count in range(1, limit + 1):
+            if w.result("where", {}).startswith("ucall-worker"):
+                return count
+        return -1
+
+    # Trust takes 1000 quick calls in a row; a busy machine may break a streak or two.
+    assert calls_until_on_worker(20000) > 0, "never trusted"
+    # 2 ms of computing: below the GIL's 5 ms switch interval, so no wait is involved.
+    assert w.result("where", {"spin": 0.002}).startswith("ucall-worker")
+    assert w.result("where", {}).startswith("ucall-python"), "the streak starts over"
+    assert calls_until_on_worker(20000) > 0, "trust is earned again"
+    w.result("where", {"nap": 0.002})
+    names = {w.result("where", {}) for _ in range(3000)}
+    assert all(name.startswith("ucall-python") for name in names), names

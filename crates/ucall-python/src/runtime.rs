@@ -17,8 +17,9 @@
 //! run it with the GIL. When an executor's call blocks, the monitor starts another
 //! executor; executors left idle for [`EXECUTOR_IDLE`] exit (one always stays). A
 //! procedure whose calls have all been quick for a while is trusted: the turner runs its
-//! calls itself, saving two thread switches per group; one slow call withdraws the trust
-//! for good (see `Procedure::trusted`).
+//! calls itself, saving two thread switches per group. A slow call (1 ms or more) that gave
+//! up its core (slept, waited) withdraws the trust for good; one that was only preempted
+//! or computed for long makes the procedure earn it again (see `Procedure::run`).
 //!
 //! `async def` handlers are started in the group like any other; the coroutines they
 //! return are handed to the server's asyncio loop in one batch, and each completes its
@@ -379,6 +380,8 @@ impl Runtime {
         }
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
+            // Read once the GIL is held: waiting for it is no call's doing.
+            let timed = self.pinned.then(crate::server::voluntary_switches);
             loop {
                 let Some(job) = lock(&lane.jobs).pop_front() else { break };
                 lane.busy.store(tag, Ordering::SeqCst);
@@ -390,7 +393,7 @@ impl Runtime {
                 }
                 if let Some(coroutine) =
                     job.procedure
-                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, self.pinned)
+                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, timed)
                 {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
@@ -412,10 +415,11 @@ impl Runtime {
     fn run_inline(&self, jobs: Vec<Job>) {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
+            let timed = Some(crate::server::voluntary_switches());
             for job in jobs {
                 if let Some(coroutine) =
                     job.procedure
-                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, true)
+                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, timed)
                 {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);

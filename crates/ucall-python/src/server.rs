@@ -39,12 +39,24 @@ pub struct Procedure {
     is_async: bool,
     /// Calls in a row that were quick (saturating); see [`Procedure::trusted`].
     quick_streak: AtomicU32,
-    /// A call was slow: never trusted again.
+    /// A call gave up its core while it ran (it may block again): never trusted again.
     slow: AtomicBool,
 }
 
 /// A call at least this long is slow.
 const SLOW_CALL: Duration = Duration::from_millis(1);
+
+/// Times this thread has given up its core by itself (slept, waited for I/O or a lock):
+/// `ru_nvcsw`. Being preempted counts elsewhere (`ru_nivcsw`).
+pub fn voluntary_switches() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` fills the `rusage` it is given; a zeroed one is valid too.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    u64::try_from(usage.ru_nvcsw).unwrap_or(0)
+}
 /// Quick calls in a row before a procedure is trusted to run on a pinned turner.
 const TRUST_AFTER: u32 = 1000;
 
@@ -69,7 +81,7 @@ impl Handler for Entry {
                     py,
                     job.params.as_ref().map(runtime::ParamsText::as_str),
                     job.reply,
-                    false,
+                    None,
                 ) {
                     if let Some(submit) = &self.0.hooks.submit {
                         let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
@@ -107,21 +119,28 @@ impl Procedure {
     /// `(coroutine, reply)` to be started on the asyncio loop instead.
     ///
     /// `timed`: measure the call for [`Procedure::trusted`] (pinned workers only; reading
-    /// the clock costs more than the rest of a quick call's bookkeeping).
+    /// the clock costs more than the rest of a quick call's bookkeeping), with the
+    /// thread's [`voluntary_switches`] when its group started.
     pub fn run<'py>(
         &self,
         py: Python<'py>,
         params: Option<&str>,
         reply: Deferred,
-        timed: bool,
+        timed: Option<u64>,
     ) -> Option<Bound<'py, PyAny>> {
-        if !timed {
+        let Some(switches_at_group_start) = timed else {
             return self.run_timed(py, params, reply);
-        }
+        };
         let started = Instant::now();
         let out = self.run_timed(py, params, reply);
         if started.elapsed() >= SLOW_CALL {
-            self.slow.store(true, Ordering::Relaxed);
+            // A call that slept or waited (I/O, a lock) gave up its core, and may block
+            // again: never trusted again. One that only lost the core to another process,
+            // or computed for long, starts its streak over, so that a busy machine does
+            // not take the quick path from a quick procedure for good.
+            if voluntary_switches() != switches_at_group_start {
+                self.slow.store(true, Ordering::Relaxed);
+            }
             self.quick_streak.store(0, Ordering::Relaxed);
         } else if self.quick_streak.load(Ordering::Relaxed) < TRUST_AFTER {
             self.quick_streak.fetch_add(1, Ordering::Relaxed);
