@@ -735,9 +735,11 @@ fn looks_like_jsonrpc(body: &[u8]) -> bool {
     let Some(text) = jsonrpc::as_text(body) else {
         return false;
     };
+    // The member walk first: a REST body (no "jsonrpc") is then validated once, by the
+    // REST call, not here as well.
     text.trim_start().starts_with('{')
-        && jsonrpc::message::is_json(text)
         && jsonrpc::scan::Members::new(text).any(|(key, _)| key == "\"jsonrpc\"")
+        && jsonrpc::message::is_json(text)
 }
 
 /// Run a REST-style call, writing the bare result (or an error object) as the body.
@@ -773,9 +775,9 @@ fn rest_call(
             Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
         }
         Method::Post if body.iter().all(u8::is_ascii_whitespace) => None,
-        Method::Post => match jsonrpc::as_text(body) {
-            Some(text) if jsonrpc::message::is_json(text) && text.trim_start().starts_with('{') => Some(text.trim()),
-            Some(text) if jsonrpc::message::is_json(text) => {
+        Method::Post => match jsonrpc::as_text(body).filter(|text| jsonrpc::message::is_json(text)) {
+            Some(text) if text.trim_start().starts_with('{') => Some(text.trim()),
+            Some(_) => {
                 let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
                 return rest_error(data, &error);
             }
