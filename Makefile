@@ -59,7 +59,7 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench: python  ## Full benchmark table (about 20 minutes): UCall beside the C reference and peers, then memory
+bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C reference and peers, then memory
 	@scripts/setup.sh bench
 	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
 	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
@@ -72,7 +72,7 @@ bench: python  ## Full benchmark table (about 20 minutes): UCall beside the C re
 	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
 .PHONY: bench-quick
-bench-quick: python  ## Short benchmark pass (about 2 minutes)
+bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 

@@ -532,6 +532,7 @@ class Settings:
     warmup: float
     reps: int
     quick: bool
+    pair_rounds: int = 0
 
 
 # ---------------------------------------------------------------- helpers
@@ -1106,7 +1107,13 @@ def cell(wl: Workload, srv: Server, summary: dict, failures: dict, notes: set) -
 
 
 def markdown(
-    meta: dict, summary: dict, servers: list[Server], workloads: list[Workload], failures: dict, brief: bool = False
+    meta: dict,
+    summary: dict,
+    servers: list[Server],
+    workloads: list[Workload],
+    failures: dict,
+    brief: bool = False,
+    paired: dict[str, dict] | None = None,
 ) -> str:
     """The results as Markdown; `brief` leaves out the details (for README.md)."""
     lines = []
@@ -1138,7 +1145,7 @@ def markdown(
                 cells.append("n/a" if reason == "" else reason if reason else cell(w, s, summary, failures, notes))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    lines += goals_section(summary, servers, workloads, failures, notes)
+    lines += goals_section(summary, servers, workloads, failures, notes, paired)
     lines += legend(notes)
 
     ours = [s for s in servers if s.kind == "ucall"]
@@ -1206,8 +1213,9 @@ def markdown(
 TARGETS: dict[str, tuple[str, float] | None] = {
     "rust/reference p50": None,
     "rust/reference rps": None,
-    "uring/poll p50": None,
-    "uring/poll rps": None,
+    "uring/reference rps": (">=", 1.0),  # io_uring reaches the C epoll reference with 32 connections
+    "uring/poll p50": ("<=", 1.0),  # io_uring at least as fast as poll on every workload
+    "uring/poll rps": (">=", 1.0),
     "c/rust p50": ("<=", 1.05),  # the C API within 5 % of the Rust API: at most 5 % slower
     "c/rust rps": (">=", 0.95),
     "python/reference rps": (">=", 0.5),
@@ -1250,7 +1258,8 @@ def goal_ratios(servers: list[Server], workloads: list[Workload]) -> list[Ratio]
         for w in ("sum-1conn", "sum-32conn"):
             if w in wl_names:
                 goal = f"Rust / C reference, {w}"
-                rows.append(Ratio(goal, (rust, w), ("c-reference", w), f"rust/reference {kind(w)}"))
+                target = "uring/reference rps" if rust.endswith("uring") and kind(w) == "rps" else f"rust/reference {kind(w)}"
+                rows.append(Ratio(goal, (rust, w), ("c-reference", w), target))
     for poll, uring in (
         ("ucall-rust-poll", "ucall-rust-uring"),
         ("ucall-c-poll", "ucall-c-uring"),
@@ -1299,22 +1308,30 @@ def fmt_target(target: str) -> str:
 
 
 def goals_section(
-    summary: dict, servers: list[Server], workloads: list[Workload], failures: dict, notes: set
+    summary: dict,
+    servers: list[Server],
+    workloads: list[Workload],
+    failures: dict,
+    notes: set,
+    paired: dict[str, dict] | None = None,
 ) -> list[str]:
     """The ratios of the speed goals, each with its bound and whether this run meets it."""
     ratios = goal_ratios(servers, workloads)
     if not ratios:
         return []
+    paired = paired or {}
     names = {s.name: s for s in servers}
     wl_names = {w.name: w for w in workloads}
     lines = [
         "### Speed goals",
         "",
-        "Each ratio divides the medians above, from this run: req/s by req/s (above 1, the first is faster) or "
-        "p50 by p50 (below 1, the first is faster). A figure with errors or without a value gives no ratio.",
+        "*tables* divides the medians above: req/s by req/s (above 1, the first is faster) or p50 by p50 "
+        "(below 1, the first is faster). *paired* measures the same ratio again with both servers up at once, "
+        "alternating A B B A in each round, and gives the median of the rounds' ratios (and their range); "
+        "where it exists, it decides *met*. A figure with errors or without a value gives no ratio.",
         "",
-        "| goal | servers | figures | ratio | goal bound | met |",
-        "|---|---|---|---:|---:|---|",
+        "| goal | servers | figures | tables | paired (range) | goal bound | met |",
+        "|---|---|---|---:|---:|---:|---|",
     ]
     def figure(srv: Server, wl: Workload) -> str:
         reason = skip_reason(srv, wl.proto, wl)
@@ -1338,6 +1355,17 @@ def goals_section(
             value = a / b if a and b else None
             shown = "—" if value is None else f"{value:.2f}"
             who = f"`{srv.name}`" if srv is dsrv else f"`{srv.name}` / `{dsrv.name}`"
+        pair = paired.get(ratio_id(r))
+        pair_shown = "—"
+        if pair is not None:
+            if pair["ratio"] is None:
+                pair_shown = "no figure"
+                value = None  # errors or a failed start while paired: nothing decides
+            else:
+                pair_shown = f"{pair['ratio']:.2f} ({pair['low']:.2f}–{pair['high']:.2f})"
+                if pair["disturbed"]:
+                    pair_shown += " (disturbed)"
+                value = pair["ratio"]
         bound = TARGETS.get(r.target)
         if value is None:
             met = "no figure"
@@ -1349,9 +1377,114 @@ def goals_section(
         else:
             met = "**no**"
             failed_count += 1
-        lines.append(f"| {r.goal} | {who} | {figures} | {shown} | {fmt_target(r.target)} | {met} |")
+        lines.append(f"| {r.goal} | {who} | {figures} | {shown} | {pair_shown} | {fmt_target(r.target)} | {met} |")
     lines += ["", f"Goals with a bound: {met_count} met, {failed_count} not met in this run.", ""]
     return lines
+
+
+def ratio_id(r: Ratio) -> str:
+    return f"{r.num[0]}/{r.num[1]} : {r.den[0]}/{r.den[1]}" if r.den else f"{r.num[0]}/{r.num[1]}"
+
+
+# The paired phase: each bounded goal ratio measured again with both of its servers up at
+# once (each pinned to the server CPU; an idle UCall or reference server uses none), the two
+# figures alternated A B B A, then B A A B, so that drift of the shared machine over seconds
+# and minutes falls on both sides alike. Rounds are short; the median of their ratios decides.
+PAIR_DURATION, PAIR_WARMUP = 0.5, 0.2
+PAIR_ROUNDS = 4
+QUICK_PAIR_ROUNDS = 1
+
+
+def paired_ratios(servers: list[Server], workloads: list[Workload], runnable: list[Server]) -> list[Ratio]:
+    """The goal ratios with a bound between two figures of servers that can run here."""
+    names = {x.name for x in runnable}
+    return [
+        r
+        for r in goal_ratios(servers, workloads)
+        if r.den and TARGETS.get(r.target) and r.num[0] in names and r.den[0] in names
+    ]
+
+
+def pair_settings(s: Settings) -> Settings:
+    if s.quick:
+        return Settings(duration=QUICK_DURATION, warmup=QUICK_WARMUP, reps=1, quick=True)
+    return Settings(duration=PAIR_DURATION, warmup=PAIR_WARMUP, reps=1, quick=False)
+
+
+def paired_seconds(servers: list[Server], workloads: list[Workload], runnable: list[Server], s: Settings) -> float:
+    ps = pair_settings(s)
+    figures = len(paired_ratios(servers, workloads, runnable)) * s.pair_rounds * 4
+    return figures * (ps.warmup + ps.duration + FIGURE_OVERHEAD_S)
+
+
+def paired_goals(
+    servers: list[Server], workloads: list[Workload], runnable: list[Server], s: Settings, log_dir: Path
+) -> dict[str, dict]:
+    """The bounded goal ratios, measured side by side; keyed by ratio_id."""
+    names = {x.name: x for x in runnable}
+    wl_names = {w.name: w for w in workloads}
+    todo = paired_ratios(servers, workloads, runnable)
+    if not todo or s.pair_rounds < 1:
+        return {}
+
+    def endpoint(side: tuple[str, str]) -> tuple[str, str]:
+        return side[0], wl_names[side[1]].proto
+
+    groups: dict[tuple, list[Ratio]] = {}
+    for r in todo:
+        groups.setdefault((endpoint(r.num), endpoint(r.den)), []).append(r)
+    ps = pair_settings(s)
+    say(
+        f"paired goal ratios: {len(todo)} ratio(s), {s.pair_rounds} round(s) each: "
+        f"about {paired_seconds(servers, workloads, runnable, s) / 60:.1f} min"
+    )
+    out: dict[str, dict] = {}
+    def command(side: tuple[str, str]) -> tuple[str, tuple[str, ...]]:
+        """One process serves both sides when they have the same command (WebSocket and HTTP)."""
+        return side[0], names[side[0]].endpoints[side[1]].argv
+
+    for (a, b), ratios in groups.items():
+        procs: dict[tuple, ServerProcess] = {}
+        try:
+            for side in (a, b):
+                if command(side) not in procs:
+                    procs[command(side)] = ServerProcess(names[side[0]], side[1], log_dir)
+            pa, pb = procs[command(a)], procs[command(b)]
+            say(f"paired: {a[0]} ({a[1]}) on {pa.addr} and {b[0]} ({b[1]}) on {pb.addr}")
+            for r in ratios:
+                rounds, disturbed, errors = [], 0, 0
+                for i in range(s.pair_rounds):
+                    got: dict[str, list[float]] = {"A": [], "B": []}
+                    for side in "ABBA" if i % 2 == 0 else "BAAB":
+                        srv_name, wl_name = r.num if side == "A" else r.den
+                        wl = wl_names[wl_name]
+                        run = run_one(pa if side == "A" else pb, names[srv_name], wl.proto, wl, i, ps)
+                        disturbed += run["disturbed"]
+                        errors += run["result"].get("errors", 0)
+                        value = run["result"].get(METRICS[wl.metric][0])
+                        if value:
+                            got[side].append(value)
+                    if len(got["A"]) == len(got["B"]) == 2:
+                        rounds.append(statistics.mean(got["A"]) / statistics.mean(got["B"]))
+                ok = rounds and not errors
+                out[ratio_id(r)] = {
+                    "ratio": statistics.median(rounds) if ok else None,
+                    "low": min(rounds) if ok else None,
+                    "high": max(rounds) if ok else None,
+                    "rounds": rounds,
+                    "disturbed": disturbed,
+                    "errors": errors,
+                }
+                if ok:
+                    say(f"  {r.goal}: {out[ratio_id(r)]['ratio']:.3f} ({min(rounds):.3f}–{max(rounds):.3f})")
+        except BenchError as e:
+            say(f"error: paired {a[0]} / {b[0]}: {e}")
+            for r in ratios:
+                out.setdefault(ratio_id(r), {"ratio": None, "rounds": [], "disturbed": 0, "errors": 0, "error": str(e)})
+        finally:
+            for proc in procs.values():
+                proc.stop()
+    return out
 
 
 def val(summary: dict, srv: Server, wl: Workload) -> float | None:
@@ -1495,6 +1628,12 @@ def main() -> int:
     ap.add_argument(
         "--warmup", type=float, help=f"seconds of warm-up per figure (default {FULL_WARMUP}, or {QUICK_WARMUP} with --quick)"
     )
+    ap.add_argument(
+        "--pair-rounds",
+        type=int,
+        help=f"A B B A rounds of each bounded goal ratio with both servers up (default {PAIR_ROUNDS}, or "
+        f"{QUICK_PAIR_ROUNDS} with --quick; 0 leaves the goals to the tables)",
+    )
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
     ap.add_argument(
         "--dry-run", action="store_true", help="print what would run and how long it would take; start nothing"
@@ -1520,6 +1659,7 @@ def main() -> int:
             warmup=args.warmup if args.warmup is not None else (QUICK_WARMUP if args.quick else FULL_WARMUP),
             reps=args.reps or (1 if args.quick else 3),
             quick=args.quick,
+            pair_rounds=args.pair_rounds if args.pair_rounds is not None else QUICK_PAIR_ROUNDS if args.quick else PAIR_ROUNDS,
         )
         if settings.reps < 1 or settings.duration <= 0 or settings.warmup < 0:
             raise BenchError("--reps must be at least 1, --duration positive, --warmup not negative")
@@ -1565,6 +1705,12 @@ def dry_run(servers: list[Server], workloads: list[Workload], s: Settings) -> in
         f"of {s.warmup:g} s warm-up + {s.duration:g} s: {load / 60:.1f} min of load, "
         f"about {seconds / 60:.1f} min with the starts and the load generator's"
     )
+    if s.pair_rounds:
+        pairs = paired_ratios(servers, workloads, runnable)
+        say(
+            f"then {len(pairs)} goal ratio(s) paired, {s.pair_rounds} round(s) of 4 figures each: "
+            f"about {paired_seconds(servers, workloads, runnable, s) / 60:.1f} min"
+        )
     if failures:
         say(f"not counted ({len({k[0] for k in failures})} server(s) cannot run here): see the lines above")
     return 0
@@ -1684,6 +1830,7 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
                         if proc is not None:
                             proc.stop()
 
+    paired = paired_goals(servers, workloads, runnable, s, log_dir)
     summary = summarize(runs)
     meta = {
         "started": started.isoformat(timespec="seconds"),
@@ -1691,6 +1838,7 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
         "duration_s": s.duration,
         "warmup_s": s.warmup,
         "reps": s.reps,
+        "pair_rounds": s.pair_rounds,
         "server_cpu": SERVER_CPU,
         "client_cpu": CLIENT_CPU,
         "loadavg_limit": LOADAVG_LIMIT,
@@ -1706,11 +1854,11 @@ def bench(servers: list[Server], workloads: list[Workload], s: Settings) -> int:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_json = RESULTS / f"{stamp}.json"
-    out_json.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=2) + "\n")
+    out_json.write_text(json.dumps({"meta": meta, "summary": summary, "paired": paired, "runs": runs}, indent=2) + "\n")
     shutil.copyfile(out_json, CHART_INPUT)
-    table = markdown(meta, summary, servers, workloads, failures)
+    table = markdown(meta, summary, servers, workloads, failures, paired=paired)
     (RESULTS / "latest.md").write_text(table)
-    (RESULTS / "latest-brief.md").write_text(markdown(meta, summary, servers, workloads, failures, brief=True))
+    (RESULTS / "latest-brief.md").write_text(markdown(meta, summary, servers, workloads, failures, True, paired))
     png = RESULTS / f"{stamp}.png"
     chart(png, summary, servers, workloads)
     if png.exists():
