@@ -660,6 +660,49 @@ fn large_messages_in_reused_buffers_never_carry_bytes_of_earlier_ones() {
 }
 
 #[test]
+fn small_and_large_messages_alternate_on_one_connection() {
+    // On io_uring a connection that sent a large message receives one buffer at a time
+    // for a while (70 small messages here is past that spell), then takes multishot
+    // receives again; either way every byte reaches its request, single or pipelined.
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        let mut id: i64 = 0;
+        for round in 0..3u8 {
+            let large: String = std::iter::repeat_n(char::from(b'p' + round), 700_000 + usize::from(round)).collect();
+            id += 1;
+            let body = call("echo", &format!("[\"{large}\"]"), &id.to_string());
+            assert_result(
+                &conn.roundtrip(&post("/", body.as_bytes())).body,
+                &format!("\"{large}\""),
+                &id.to_string(),
+            );
+            for small in 0..70i64 {
+                id += 1;
+                let response = conn.roundtrip(&subtract(small + 10, small, id));
+                assert_subtract(&response, small + 10, small, id);
+            }
+            // A small request and a large one in one write: the large one's start arrives
+            // with the small one.
+            let mut both = subtract(5, 3, id + 1);
+            let tail = "t".repeat(300_000);
+            both.extend_from_slice(&post(
+                "/",
+                call("echo", &format!("[\"{tail}\"]"), &(id + 2).to_string()).as_bytes(),
+            ));
+            conn.send(&both);
+            assert_subtract(&conn.read_response(), 5, 3, id + 1);
+            assert_result(
+                &conn.read_response().body,
+                &format!("\"{tail}\""),
+                &(id + 2).to_string(),
+            );
+            id += 2;
+        }
+    });
+}
+
+#[test]
 fn ipv6_loopback() {
     common::for_each_engine(|engine| {
         let server = common::start(engine, common::builder(engine).host("::1"));
