@@ -228,6 +228,33 @@ def test_blocking_handlers_do_not_stall_others(make_server, wire):
     assert elapsed < 0.75, elapsed
 
 
+def test_a_computing_call_keeps_its_thread_and_a_sleeping_one_hands_over(wire):
+    """On epoll the lane moves to a new thread when a call has slept or waited for 2 ms.
+    A call that computes (or, on a busy machine, waits for a core) is not blocked: a new
+    thread could not run Python while it holds the GIL. It keeps the lane for up to 50 ms;
+    each move costs a thread, and on glibc possibly a malloc arena."""
+    server = Server(port=0, engine="poll", threads=1)
+
+    @server
+    def tid(spin: float = 0.0, nap: float = 0.0) -> int:
+        end = time.perf_counter() + spin
+        while time.perf_counter() < end:
+            pass
+        if nap:
+            time.sleep(nap)
+        return threading.get_native_id()
+
+    try:
+        w = wire(server)
+        first = w.result("tid", {})
+        assert w.result("tid", {"spin": 0.02}) == first  # 20 ms on a core: no hand-over
+        assert w.result("tid", {}) == first
+        assert w.result("tid", {"nap": 0.02}) == first  # the sleeping call finishes where it began
+        assert w.result("tid", {}) != first, "a call that slept 20 ms moved the lane to a new thread"
+    finally:
+        server.stop()
+
+
 def test_async_handlers(make_server):
     server = make_server()
 

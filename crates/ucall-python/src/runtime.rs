@@ -8,7 +8,8 @@
 //!
 //! A handler that blocks (sleep, I/O, a lock) must not stall the lane: a monitor thread
 //! watches the turner, and when one call has run for [`BLOCKED_TICKS`] of its 1 ms
-//! ticks, it starts a new turner for the lane. The new turner takes over the event loop and the rest
+//! ticks off a core (asleep, waiting), or for [`COMPUTING_TICKS`] on one, it starts a new
+//! turner for the lane. The new turner takes over the event loop and the rest
 //! of the queue; the old thread finishes its call and exits. Quick handlers never pay for
 //! a thread switch. An idle server's monitor sleeps until a group starts.
 //!
@@ -27,7 +28,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
@@ -41,6 +42,11 @@ use crate::server::{DeferredReply, Procedure};
 
 /// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
 const BLOCKED_TICKS: u32 = 2;
+/// A call still on a core (computing, or only waiting for one on a busy machine) is not
+/// blocked: a new turner could not run Python while it holds the GIL. The lane is handed
+/// over only after this many ticks, so that a long computation still lets the other
+/// calls in at the GIL's switches.
+const COMPUTING_TICKS: u32 = 50;
 /// `Lane::busy` when no call runs.
 const IDLE: u64 = u64::MAX;
 /// How often the monitor looks while calls are running.
@@ -89,6 +95,29 @@ impl Drop for ParamsText {
     }
 }
 
+/// This thread's kernel id (one system call per thread).
+fn thread_id() -> i32 {
+    thread_local! {
+        static TID: i32 = {
+            // SAFETY: gettid has no preconditions.
+            unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+        };
+    }
+    TID.with(|tid| *tid)
+}
+
+/// Whether thread `tid` of this process is on a core or waiting for one (state `R`),
+/// rather than sleeping or waiting for I/O, a lock or a time-out. False when unknown.
+fn is_on_core(tid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold any byte.
+    stat.rfind(')')
+        .and_then(|end| stat[end + 1..].split_ascii_whitespace().next())
+        .is_some_and(|state| state == "R")
+}
+
 thread_local! {
     /// Calls deferred during the current turn on this thread.
     static COLLECTED: RefCell<Option<Vec<Job>>> = const { RefCell::new(None) };
@@ -117,6 +146,8 @@ struct Lane {
     /// Calls started on this lane so far: a value the monitor sees unchanged for
     /// [`BLOCKED_TICKS`] ticks while `busy` is set means one call has blocked.
     calls: AtomicU64,
+    /// The kernel's id of the thread running the current group's calls.
+    busy_tid: AtomicI32,
     /// Threads serving this lane now (the turner and blocked ones, or the executors).
     threads: AtomicUsize,
     /// Pinned lanes: wakes an executor when a group is queued.
@@ -172,6 +203,7 @@ impl Runtime {
                     epoch: AtomicU64::new(0),
                     busy: AtomicU64::new(IDLE),
                     calls: AtomicU64::new(0),
+                    busy_tid: AtomicI32::new(0),
                     threads: AtomicUsize::new(0),
                     work: Condvar::new(),
                     helped: AtomicU64::new(u64::MAX),
@@ -382,6 +414,7 @@ impl Runtime {
             let mut started: Option<Bound<'_, PyList>> = None;
             // Read once the GIL is held: waiting for it is no call's doing.
             let timed = self.pinned.then(crate::server::voluntary_switches);
+            lane.busy_tid.store(thread_id(), Ordering::SeqCst);
             loop {
                 let Some(job) = lock(&lane.jobs).pop_front() else { break };
                 lane.busy.store(tag, Ordering::SeqCst);
@@ -481,6 +514,9 @@ impl Runtime {
                         lane.helped.store(tag, Ordering::SeqCst);
                         let _ = self.spawn_executor(index);
                     }
+                    continue;
+                }
+                if *ticks < COMPUTING_TICKS && is_on_core(lane.busy_tid.load(Ordering::SeqCst)) {
                     continue;
                 }
                 if lane.epoch.load(Ordering::SeqCst) != tag
