@@ -15,8 +15,8 @@
 //!
 //! Engines whose workers must stay on one thread (io_uring rings set up for a single
 //! issuer) are *pinned*: the turner hands each group to the lane's executor threads, which
-//! run it with the GIL. When an executor's call blocks, the monitor starts another
-//! executor; executors left idle for [`EXECUTOR_IDLE`] exit (one always stays). A
+//! run it with the GIL. When an executor's call blocks (by the same rule), the monitor
+//! starts another executor; executors left idle for [`EXECUTOR_IDLE`] exit (one always stays). A
 //! procedure whose calls have all been quick for a while is trusted: the turner runs its
 //! calls itself, saving two thread switches per group. A slow call (1 ms or more) that gave
 //! up its core (slept, waited) withdraws the trust for good; one that was only preempted
@@ -501,6 +501,9 @@ impl Runtime {
                 if *ticks < BLOCKED_TICKS {
                     continue;
                 }
+                if *ticks < COMPUTING_TICKS && is_on_core(lane.busy_tid.load(Ordering::SeqCst)) {
+                    continue;
+                }
                 if self.pinned {
                     // Another executor, once per blocked one, when calls wait for it. A slow
                     // call with none waiting needs no thread: spawning one for each slow
@@ -514,9 +517,6 @@ impl Runtime {
                         lane.helped.store(tag, Ordering::SeqCst);
                         let _ = self.spawn_executor(index);
                     }
-                    continue;
-                }
-                if *ticks < COMPUTING_TICKS && is_on_core(lane.busy_tid.load(Ordering::SeqCst)) {
                     continue;
                 }
                 if lane.epoch.load(Ordering::SeqCst) != tag
