@@ -228,6 +228,15 @@ def test_blocking_handlers_do_not_stall_others(make_server, wire):
     assert elapsed < 0.75, elapsed
 
 
+def compute_then_sleep(spin: float, nap: float) -> None:
+    """Stay on a core for `spin` seconds, then sleep for `nap`."""
+    end = time.perf_counter() + spin
+    while time.perf_counter() < end:
+        pass
+    if nap:
+        time.sleep(nap)
+
+
 def test_a_computing_call_keeps_its_thread_and_a_sleeping_one_hands_over(wire):
     """On epoll the lane moves to a new thread when a call has slept or waited for 2 ms.
     A call that computes (or, on a busy machine, waits for a core) is not blocked: a new
@@ -237,11 +246,7 @@ def test_a_computing_call_keeps_its_thread_and_a_sleeping_one_hands_over(wire):
 
     @server
     def tid(spin: float = 0.0, nap: float = 0.0) -> int:
-        end = time.perf_counter() + spin
-        while time.perf_counter() < end:
-            pass
-        if nap:
-            time.sleep(nap)
+        compute_then_sleep(spin, nap)
         return threading.get_native_id()
 
     try:
@@ -347,11 +352,7 @@ def check_trust(server: Server, wire) -> None:  # type: ignore[no-untyped-def]
 
     @server
     def where(spin: float = 0.0, nap: float = 0.0) -> str:
-        end = time.perf_counter() + spin
-        while time.perf_counter() < end:
-            pass
-        if nap:
-            time.sleep(nap)
+        compute_then_sleep(spin, nap)
         with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:
             return comm.read().strip()
 

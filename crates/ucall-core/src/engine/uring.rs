@@ -85,8 +85,8 @@ const SEND_WAIT_CAP: Duration = Duration::from_millis(10);
 /// Receive buffers per worker, and the size of each (4 MiB per worker in all).
 const RECV_BUFFERS: u16 = 128;
 const RECV_BUFFER_SIZE: u32 = 32 << 10;
-/// An unfinished message whose buffered part reaches this size is received straight into
-/// the connection's input (`Conn::receiving`), at least [`BULK_ROOM`] bytes at a time,
+/// An unfinished message whose buffered part reaches this size, or whose framing announces
+/// it, is received straight into the connection's input (`Conn::receiving`), at least [`BULK_ROOM`] bytes at a time,
 /// rather than through 32 KiB receive buffers copied into it. Not for TLS (the input is
 /// plaintext) nor while lingering.
 const BULK_MIN: usize = 128 << 10;
@@ -1687,7 +1687,8 @@ fn seal_tls(tls: &mut TlsSession, out: &mut OutBuf, sending: &mut OutBuf) {
 }
 
 /// Whether the next receive of `conn` should go straight into its input: an unfinished
-/// message of at least [`BULK_MIN`] bytes is buffered and nothing else holds the input.
+/// message of at least [`BULK_MIN`] bytes is buffered or announced, and nothing else holds
+/// the input.
 fn wants_bulk(conn: &Conn) -> bool {
     (conn.input.len() >= BULK_MIN || conn.session.input_wanted() >= BULK_MIN)
         && conn.tls.is_none()
