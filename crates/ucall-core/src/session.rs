@@ -5,7 +5,7 @@
 //! `[` is a raw TCP stream of JSON texts, anything else is HTTP/1.1.
 
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome as Completed, Target};
+use crate::defer::{Outcome as Completed, Sink, Target};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
@@ -65,6 +65,15 @@ pub struct Context<'a> {
     /// The server is shutting down: each reply is its connection's last (HTTP replies say
     /// `Connection: close`, WebSocket sends Close 1001, raw TCP closes after the reply).
     pub draining: bool,
+}
+
+impl<'a> Context<'a> {
+    /// The serving worker's sink, where deferring is available (see
+    /// [`Session::is_saturated`]).
+    #[must_use]
+    pub fn worker(&self) -> Option<&'a Sink> {
+        self.defer.map(|target| &**target.sink)
+    }
 }
 
 /// Most messages of one connection whose replies may be awaited at once; beyond it the
@@ -194,7 +203,8 @@ impl Session {
     /// flushing), so a client that sends without reading cannot grow the output unbounded.
     pub fn feed(&mut self, input: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>, out_budget: usize) -> Progress {
         let mut consumed = 0;
-        while !self.closing && consumed < input.len() && out.pending() <= out_budget && !self.is_saturated() {
+        let worker = ctx.worker();
+        while !self.closing && consumed < input.len() && out.pending() <= out_budget && !self.is_saturated(worker) {
             let rest = &input[consumed..];
             let (used, step) = match self.protocol {
                 Protocol::Unknown => {
@@ -271,10 +281,12 @@ impl Session {
         !self.pending.is_empty()
     }
 
-    /// Whether so many replies are awaited that no further request is read for now.
+    /// Whether so many replies are awaited that no further request is read for now: by
+    /// this session ([`MAX_PENDING_MESSAGES`] messages), or by its `worker`, whose sink
+    /// then is full ([`crate::defer::MAX_AWAITED`] calls).
     #[must_use]
-    pub fn is_saturated(&self) -> bool {
-        self.pending.len() >= MAX_PENDING_MESSAGES
+    pub fn is_saturated(&self, worker: Option<&Sink>) -> bool {
+        self.pending.len() >= MAX_PENDING_MESSAGES || worker.is_some_and(Sink::is_full)
     }
 
     /// A deferred call finished: put its reply in place, and once its message is whole,

@@ -406,3 +406,88 @@ fn large_results_completed_later_go_out_whole_on_every_transport() {
     assert_eq!(length, expected.len() as u64);
     assert_eq!(&bytes[10..], expected.as_bytes());
 }
+
+/// A worker awaits a bounded number of deferred calls across all its connections: past
+/// `MAX_AWAITED`, no connection's next request is read until some complete. Many clients
+/// pipelining into a slow procedure thus cannot make the server queue millions of calls
+/// (each holding memory); their requests wait in the kernel's socket buffers instead.
+/// Once the calls complete, every request on every connection is answered, in order.
+#[test]
+fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
+    use ucall_core::defer::MAX_AWAITED;
+    const CONNECTIONS: usize = 32;
+    const PER_CONNECTION: usize = 1100;
+    const { assert!(CONNECTIONS * PER_CONNECTION > 2 * MAX_AWAITED) };
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let parked: Arc<Mutex<Vec<Deferred>>> = Arc::default();
+        let park = Arc::clone(&parked);
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+                park.lock().unwrap().push(reply.defer()?);
+                Ok(())
+            })
+            .bind()
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let addr = server.local_addr();
+        let clients: Vec<_> = (0..CONNECTIONS)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    let mut stream = TcpStream::connect(addr).unwrap();
+                    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    let requests: String = (0..PER_CONNECTION)
+                        .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":{i}}}\n"))
+                        .collect();
+                    stream.write_all(requests.as_bytes()).unwrap();
+                    let mut lines = BufReader::new(stream).lines();
+                    for i in 0..PER_CONNECTION {
+                        let line = lines.next().expect("a reply").expect("read");
+                        assert_eq!(
+                            line,
+                            format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"done\"}}"),
+                            "{c}"
+                        );
+                    }
+                })
+            })
+            .collect();
+
+        // Wait until the worker has taken all it will take, then check the bound.
+        let mut seen = 0;
+        let mut still_since = Instant::now();
+        while still_since.elapsed() < Duration::from_millis(300) {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = parked.lock().unwrap().len();
+            if now != seen {
+                seen = now;
+                still_since = Instant::now();
+            }
+        }
+        assert_eq!(seen, MAX_AWAITED, "{engine:?}: calls awaited at once");
+
+        // Complete whatever is parked until every client has all its replies.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut completed = 0;
+        while completed < CONNECTIONS * PER_CONNECTION {
+            assert!(
+                Instant::now() < deadline,
+                "{engine:?}: {completed} completed, the rest stalled"
+            );
+            let batch = std::mem::take(&mut *parked.lock().unwrap());
+            if batch.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            completed += batch.len();
+            for deferred in batch {
+                deferred.json("done");
+            }
+        }
+        for client in clients {
+            client.join().expect("client");
+        }
+    }
+}

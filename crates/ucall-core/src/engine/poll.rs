@@ -5,6 +5,7 @@
 //! into the connection, so an idle connection holds no receive buffer. Replies leave with
 //! one vectored write per flush.
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::Ordering;
@@ -70,6 +71,8 @@ struct Conn {
     /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives is
     /// read and dropped until the client closes or this time passes.
     lingering: Option<Instant>,
+    /// Listed in the worker's `blocked`.
+    blocked: bool,
 }
 
 pub(crate) struct PollWorker {
@@ -83,6 +86,10 @@ pub(crate) struct PollWorker {
     read_buf: Vec<u8>,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
+    /// Connections that stopped reading while the worker awaited the most deferred calls
+    /// it takes ([`crate::defer::MAX_AWAITED`]): served again once some complete, since no
+    /// event of their own may come.
+    blocked: VecDeque<usize>,
     next_scan: Option<Instant>,
     drain_deadline: Option<Instant>,
     events: Events,
@@ -141,6 +148,7 @@ impl PollWorker {
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
             again: Vec::new(),
+            blocked: VecDeque::new(),
             next_scan: None,
             drain_deadline: None,
             events: Events::with_capacity(1024),
@@ -296,6 +304,7 @@ impl PollWorker {
                 },
                 tls,
                 lingering: None,
+                blocked: false,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -329,7 +338,11 @@ impl PollWorker {
             if conn.closing {
                 break;
             }
-            if conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated() {
+            if conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()) {
+                if ctx.worker().is_some_and(Sink::is_full) && !conn.blocked {
+                    conn.blocked = true;
+                    self.blocked.push_back(key);
+                }
                 break;
             }
             if conn.backlog {
@@ -408,17 +421,28 @@ impl PollWorker {
                 completion.outcome,
                 &mut conn.out,
                 self.serving.date.get(),
-            ) && !touched.contains(&completion.conn)
-            {
+            ) {
                 touched.push(completion.conn);
             }
         }
         self.completions = completions;
+        touched.sort_unstable();
+        touched.dedup();
         for key in touched {
             if let Some(conn) = self.conns.get_mut(key) {
                 conn.backlog |= !conn.input.is_empty();
             }
             self.serve(key);
+        }
+        // In the order they stopped, as long as there is room: the rest stay listed
+        // untouched (serving thousands only to list them again cost more than the calls).
+        while !self.serving.sink.is_full() {
+            let Some(key) = self.blocked.pop_front() else { break };
+            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.blocked) {
+                conn.blocked = false;
+                conn.backlog |= !conn.input.is_empty();
+                self.serve(key);
+            }
         }
     }
 
@@ -586,8 +610,8 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, no
                 conn.input.extend_from_slice(left);
             }
             conn.closing |= progress.close;
-            conn.backlog =
-                !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
+            conn.backlog = !conn.input.is_empty()
+                && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
         }
     } else {
         feed_input(conn, ctx);
@@ -603,7 +627,8 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
     conn.input.drain(..progress.consumed);
     conn.closing |= progress.close;
-    conn.backlog = !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
+    conn.backlog =
+        !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
     if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
         buffer::keep(std::mem::take(&mut conn.input));
     }

@@ -596,6 +596,8 @@ struct Conn {
     hard_deadline: Option<Instant>,
     /// Queued in `UringWorker::touched`.
     touched: bool,
+    /// Listed in `UringWorker::blocked`.
+    blocked: bool,
     /// The worker's turn count when accepted (drain spares connections whose first bytes
     /// may not have been seen yet).
     accepted_turn: u64,
@@ -672,6 +674,10 @@ pub(crate) struct UringWorker {
     backlog: VecDeque<squeue::Entry>,
     /// Connections with news, served once the completions at hand are all read.
     touched: Vec<(usize, u32)>,
+    /// Connections that stopped reading while the worker awaited the most deferred calls
+    /// it takes ([`crate::defer::MAX_AWAITED`]): touched again once some complete, since
+    /// no completion of their own may come.
+    blocked: VecDeque<(usize, u32)>,
     cqes: Vec<cqueue::Entry>,
     /// Multishot receive works (else one receive per completion, re-armed).
     multishot_recv: bool,
@@ -736,6 +742,7 @@ impl UringWorker {
             inflight: 0,
             backlog: VecDeque::new(),
             touched: Vec::new(),
+            blocked: VecDeque::new(),
             cqes: Vec::with_capacity(CQ_ENTRIES as usize),
             multishot_recv: features.multishot_recv,
             small_sends: 0,
@@ -1081,6 +1088,22 @@ impl UringWorker {
             }
         }
         self.completions = completions;
+        // In the order they stopped, as long as there is room: the rest stay listed
+        // untouched (serving thousands only to list them again cost more than the calls).
+        while !self.serving.sink.is_full() {
+            let Some((key, generation)) = self.blocked.pop_front() else {
+                break;
+            };
+            if let Some(conn) = self
+                .conns
+                .get_mut(key)
+                .filter(|c| short_generation(c.generation) == generation)
+            {
+                conn.blocked = false;
+                conn.backlog |= !conn.input.is_empty();
+                self.serve(key);
+            }
+        }
     }
 
     fn touch(&mut self, key: usize) {
@@ -1153,6 +1176,7 @@ impl UringWorker {
             dead: false,
             hard_deadline: None,
             touched: false,
+            blocked: false,
             accepted_turn: self.turns,
             // The handshake must finish within the header time-out.
             clocks: Clocks {
@@ -1323,7 +1347,7 @@ impl UringWorker {
             && !conn.closing
             && !conn.failed
             && conn.pending() <= OUTPUT_HIGH_WATER
-            && !conn.session.is_saturated()
+            && !conn.session.is_saturated(Some(&self.serving.sink))
         {
             let mut ctx = self.serving.context(shared, key, conn.generation);
             feed_input(conn, &mut ctx);
@@ -1377,7 +1401,11 @@ impl UringWorker {
                 && !conn.peer_closed
                 && !conn.backlog
                 && conn.pending() <= OUTPUT_HIGH_WATER
-                && !conn.session.is_saturated());
+                && !conn.session.is_saturated(Some(&self.serving.sink)));
+        if !conn.closing && !conn.blocked && self.serving.sink.is_full() {
+            conn.blocked = true;
+            self.blocked.push_back((key, short_generation(conn.generation)));
+        }
         if wants_input && !conn.recv_armed && !self.finishing {
             self.arm_recv(key);
         } else if !wants_input && conn.recv_armed && !conn.recv_cancelled {
@@ -1744,7 +1772,8 @@ fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
             conn.input.extend_from_slice(left);
         }
         conn.closing |= progress.close;
-        conn.backlog = !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
+        conn.backlog =
+            !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
     } else {
         super::reserve_input(&mut conn.input, &conn.session, bytes.len());
         conn.input.extend_from_slice(bytes);
@@ -1763,7 +1792,8 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, budget);
     conn.input.drain(..progress.consumed);
     conn.closing |= progress.close;
-    conn.backlog = !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated());
+    conn.backlog =
+        !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
     if conn.input.is_empty() && conn.input.capacity() > (RECV_BUFFER_SIZE as usize) * 4 {
         buffer::keep(std::mem::take(&mut conn.input));
     }
