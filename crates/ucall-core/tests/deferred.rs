@@ -468,11 +468,28 @@ fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
             }
         }
         assert_eq!(seen, MAX_AWAITED, "{engine:?}: calls awaited at once");
+        // A client that connects meanwhile waits its turn too, and is answered.
+        let late = std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            stream
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":\"late\"}\n")
+                .unwrap();
+            let mut line = String::new();
+            BufReader::new(stream).read_line(&mut line).unwrap();
+            assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":\"late\",\"result\":\"done\"}\n");
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            parked.lock().unwrap().len(),
+            MAX_AWAITED,
+            "{engine:?}: the late call was taken"
+        );
 
         // Complete whatever is parked until every client has all its replies.
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut completed = 0;
-        while completed < CONNECTIONS * PER_CONNECTION {
+        while completed < CONNECTIONS * PER_CONNECTION + 1 {
             assert!(
                 Instant::now() < deadline,
                 "{engine:?}: {completed} completed, the rest stalled"
@@ -489,5 +506,6 @@ fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
         for client in clients {
             client.join().expect("client");
         }
+        late.join().expect("late client");
     }
 }

@@ -1190,7 +1190,16 @@ impl UringWorker {
             shutdown_inflight: false,
             close_after_shutdown: false,
         });
-        self.arm_recv(key);
+        if self.serving.sink.is_full() {
+            // Nothing is read from it until there is room: a multishot receive would take
+            // in all the client has sent, into memory that waits with it.
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.blocked = true;
+                self.blocked.push_back((key, short_generation(conn.generation)));
+            }
+        } else {
+            self.arm_recv(key);
+        }
         let config = &self.shared.config;
         self.schedule_scan(now + config.idle_timeout.min(config.header_timeout));
     }
