@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rss  # noqa: E402  (benches/rss.py: the sum call and how ucall-load runs it)
 import run  # noqa: E402  (benches/run.py: the servers, process groups, the load generator)
 
 DEFAULT_SERVERS = ("ucall-rust-poll", "ucall-rust-uring", "ucall-python", "ucall-python-uring")
@@ -192,7 +193,7 @@ def status(pid: int) -> dict[str, int]:
         return {}
 
 
-def attack(server: run.Server, kind: str, seconds: float) -> dict:
+def attack(server: run.Server, kind: str, seconds: float, light_call: rss.Call) -> dict:
     proc = run.ServerProcess(server, "http", run.BENCH_DIR / "logs")
     try:
         host, port = proc.addr.rsplit(":", 1)
@@ -213,17 +214,16 @@ def attack(server: run.Server, kind: str, seconds: float) -> dict:
         threads = [threading.Thread(target=hostile, daemon=True) for _ in range(THREADS_PER_KIND)]
         for t in threads:
             t.start()
-        cmd = ["taskset", "-c", str(run.CLIENT_CPU), str(run.LOAD_BIN), "--addr", proc.addr, "--json"]
-        # The default body is sum(1, 2).
-        cmd += ["--connections", "1", "--duration", str(seconds), "--warmup", "0", "--expect", '"result":3']
-        light = run.run_group(cmd, timeout=seconds + 60, capture=True)
+        try:
+            report = rss.load(proc.addr, light_call, 1, seconds)
+        except run.BenchError:
+            report = {}  # the well-behaved client could not even start: shown as no calls
         peak_files = status(pid).get("files", -1)
         for t in threads:
             t.join(timeout=10)
         time.sleep(1.0)  # what the server still holds once the hostile clients are gone
         after = status(pid)
         alive = proc.proc.poll() is None
-        report = json.loads(light.stdout) if light.returncode == 0 else {}
         return {
             "server": server.name,
             "kind": kind,
@@ -288,12 +288,13 @@ def main() -> int:
         print(f"hostile: {run.LOAD_BIN} is missing: cargo build --release -p ucall-bench", file=sys.stderr)
         return 2
     os.sched_setaffinity(0, {run.CLIENT_CPU})
+    light_call, _ = rss.calls()
     rows = []
     try:
         for name in names:
             for kind in kinds:
                 run.say(f"hostile: {name}: {kind} for {args.seconds:g} s")
-                rows.append(attack(known[name], kind, args.seconds))
+                rows.append(attack(known[name], kind, args.seconds, light_call))
     except run.BenchError as e:
         print(f"hostile: error: {e}", file=sys.stderr)
         return 1

@@ -536,10 +536,15 @@ struct Conn {
     retry_at: Option<Instant>,
 }
 
+/// Whether `request` is sent from the request buffer (see [`SEND_BY_REFERENCE`]).
+fn sent_by_reference(request: &[u8]) -> bool {
+    request.len() >= SEND_BY_REFERENCE
+}
+
 /// Queue one more `request` to send: copied into `wbuf`, or counted in `queued` when it is
 /// sent by reference (a field-wise borrow, as the stream is borrowed meanwhile).
 fn queue(wbuf: &mut Vec<u8>, queued: &mut usize, request: &[u8]) {
-    if request.len() >= SEND_BY_REFERENCE {
+    if sent_by_reference(request) {
         *queued += 1;
     } else {
         wbuf.extend_from_slice(request);
@@ -581,7 +586,7 @@ impl<'a> Worker<'a> {
                 rbuf: vec![0; READ_BUF],
                 rstart: 0,
                 rend: 0,
-                wbuf: Vec::with_capacity(if request.len() >= SEND_BY_REFERENCE {
+                wbuf: Vec::with_capacity(if sent_by_reference(&request) {
                     0
                 } else {
                     request.len() * config.pipeline

@@ -12,6 +12,7 @@ mod uring;
 #[cfg(target_os = "linux")]
 pub(crate) use uring::EventFd;
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -237,6 +238,32 @@ pub(crate) fn admit(shared: &Shared) -> bool {
 pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: usize) {
     let rest = session.input_wanted().min(Spares::LARGEST).saturating_sub(input.len());
     buffer::reserve(input, at_least.max(rest));
+}
+
+/// Connections that stopped reading while their worker's sink was full ([`Sink::is_full`]),
+/// as (slot, generation), in the order they stopped. No event or completion of their own
+/// may come, so the worker serves them again as calls complete, while there is room.
+#[derive(Default)]
+pub(crate) struct HeldBack(VecDeque<(usize, u64)>);
+
+impl HeldBack {
+    /// List connection `key` of `generation`, unless `listed` (its own flag) says it is.
+    pub(crate) fn hold(&mut self, listed: &mut bool, key: usize, generation: u64) {
+        if !*listed {
+            *listed = true;
+            self.0.push_back((key, generation));
+        }
+    }
+
+    /// The next connection to serve again, while `sink` has room. The rest stay listed
+    /// untouched: serving thousands only to list them again cost more than the calls.
+    pub(crate) fn next(&mut self, sink: &Sink) -> Option<(usize, u64)> {
+        if sink.is_full() {
+            None
+        } else {
+            self.0.pop_front()
+        }
+    }
 }
 
 /// What a worker serves connections with, the same in both engines: the procedures, the

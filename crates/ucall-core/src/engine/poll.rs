@@ -5,7 +5,6 @@
 //! into the connection, so an idle connection holds no receive buffer. Replies leave with
 //! one vectored write per flush.
 
-use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::Ordering;
@@ -71,8 +70,8 @@ struct Conn {
     /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives is
     /// read and dropped until the client closes or this time passes.
     lingering: Option<Instant>,
-    /// Listed in the worker's `blocked`.
-    blocked: bool,
+    /// Listed in the worker's `held` (see [`super::HeldBack`]).
+    held: bool,
 }
 
 pub(crate) struct PollWorker {
@@ -86,10 +85,8 @@ pub(crate) struct PollWorker {
     read_buf: Vec<u8>,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
-    /// Connections that stopped reading while the worker awaited the most deferred calls
-    /// it takes ([`crate::defer::MAX_AWAITED`]): served again once some complete, since no
-    /// event of their own may come.
-    blocked: VecDeque<usize>,
+    /// Connections held back while the worker awaits the most deferred calls it takes.
+    held: super::HeldBack,
     next_scan: Option<Instant>,
     drain_deadline: Option<Instant>,
     events: Events,
@@ -148,7 +145,7 @@ impl PollWorker {
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
             again: Vec::new(),
-            blocked: VecDeque::new(),
+            held: super::HeldBack::default(),
             next_scan: None,
             drain_deadline: None,
             events: Events::with_capacity(1024),
@@ -304,7 +301,7 @@ impl PollWorker {
                 },
                 tls,
                 lingering: None,
-                blocked: false,
+                held: false,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -339,9 +336,8 @@ impl PollWorker {
                 break;
             }
             if conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()) {
-                if ctx.worker().is_some_and(Sink::is_full) && !conn.blocked {
-                    conn.blocked = true;
-                    self.blocked.push_back(key);
+                if ctx.worker().is_some_and(Sink::is_full) {
+                    self.held.hold(&mut conn.held, key, conn.generation);
                 }
                 break;
             }
@@ -434,12 +430,9 @@ impl PollWorker {
             }
             self.serve(key);
         }
-        // In the order they stopped, as long as there is room: the rest stay listed
-        // untouched (serving thousands only to list them again cost more than the calls).
-        while !self.serving.sink.is_full() {
-            let Some(key) = self.blocked.pop_front() else { break };
-            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.blocked) {
-                conn.blocked = false;
+        while let Some((key, generation)) = self.held.next(&self.serving.sink) {
+            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.generation == generation) {
+                conn.held = false;
                 conn.backlog |= !conn.input.is_empty();
                 self.serve(key);
             }

@@ -596,8 +596,8 @@ struct Conn {
     hard_deadline: Option<Instant>,
     /// Queued in `UringWorker::touched`.
     touched: bool,
-    /// Listed in `UringWorker::blocked`.
-    blocked: bool,
+    /// Listed in `UringWorker::held` (see [`super::HeldBack`]).
+    held: bool,
     /// The worker's turn count when accepted (drain spares connections whose first bytes
     /// may not have been seen yet).
     accepted_turn: u64,
@@ -674,10 +674,8 @@ pub(crate) struct UringWorker {
     backlog: VecDeque<squeue::Entry>,
     /// Connections with news, served once the completions at hand are all read.
     touched: Vec<(usize, u32)>,
-    /// Connections that stopped reading while the worker awaited the most deferred calls
-    /// it takes ([`crate::defer::MAX_AWAITED`]): touched again once some complete, since
-    /// no completion of their own may come.
-    blocked: VecDeque<(usize, u32)>,
+    /// Connections held back while the worker awaits the most deferred calls it takes.
+    held: super::HeldBack,
     cqes: Vec<cqueue::Entry>,
     /// Multishot receive works (else one receive per completion, re-armed).
     multishot_recv: bool,
@@ -742,7 +740,7 @@ impl UringWorker {
             inflight: 0,
             backlog: VecDeque::new(),
             touched: Vec::new(),
-            blocked: VecDeque::new(),
+            held: super::HeldBack::default(),
             cqes: Vec::with_capacity(CQ_ENTRIES as usize),
             multishot_recv: features.multishot_recv,
             small_sends: 0,
@@ -1088,18 +1086,9 @@ impl UringWorker {
             }
         }
         self.completions = completions;
-        // In the order they stopped, as long as there is room: the rest stay listed
-        // untouched (serving thousands only to list them again cost more than the calls).
-        while !self.serving.sink.is_full() {
-            let Some((key, generation)) = self.blocked.pop_front() else {
-                break;
-            };
-            if let Some(conn) = self
-                .conns
-                .get_mut(key)
-                .filter(|c| short_generation(c.generation) == generation)
-            {
-                conn.blocked = false;
+        while let Some((key, generation)) = self.held.next(&self.serving.sink) {
+            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.generation == generation) {
+                conn.held = false;
                 conn.backlog |= !conn.input.is_empty();
                 self.serve(key);
             }
@@ -1176,7 +1165,7 @@ impl UringWorker {
             dead: false,
             hard_deadline: None,
             touched: false,
-            blocked: false,
+            held: false,
             accepted_turn: self.turns,
             // The handshake must finish within the header time-out.
             clocks: Clocks {
@@ -1190,16 +1179,9 @@ impl UringWorker {
             shutdown_inflight: false,
             close_after_shutdown: false,
         });
-        if self.serving.sink.is_full() {
-            // Nothing is read from it until there is room: a multishot receive would take
-            // in all the client has sent, into memory that waits with it.
-            if let Some(conn) = self.conns.get_mut(key) {
-                conn.blocked = true;
-                self.blocked.push_back((key, short_generation(conn.generation)));
-            }
-        } else {
-            self.arm_recv(key);
-        }
+        // `serve` arms the receive, or, while the worker is full, holds the connection back
+        // unread: a multishot receive would take in all the client has sent.
+        self.serve(key);
         let config = &self.shared.config;
         self.schedule_scan(now + config.idle_timeout.min(config.header_timeout));
     }
@@ -1411,9 +1393,8 @@ impl UringWorker {
                 && !conn.backlog
                 && conn.pending() <= OUTPUT_HIGH_WATER
                 && !conn.session.is_saturated(Some(&self.serving.sink)));
-        if !conn.closing && !conn.blocked && self.serving.sink.is_full() {
-            conn.blocked = true;
-            self.blocked.push_back((key, short_generation(conn.generation)));
+        if !conn.closing && self.serving.sink.is_full() {
+            self.held.hold(&mut conn.held, key, conn.generation);
         }
         if wants_input && !conn.recv_armed && !self.finishing {
             self.arm_recv(key);
