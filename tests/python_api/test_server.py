@@ -319,6 +319,23 @@ def test_replies_leave_in_request_order(make_server):
     assert [r["result"] for r in json.loads(body)] == list(range(len(methods)))
 
 
+def test_a_long_pipeline_read_only_at_the_end_is_answered_in_full(make_server):
+    """More pipelined calls than one connection may await at once (1,024): the rest wait
+    until the first replies are out. The client sends everything before it reads and the
+    server must still answer it all, though no new event comes to wake it."""
+    server = make_server()
+
+    @server
+    def now(x: int) -> int:
+        return x
+
+    server.start()
+    calls = 3000
+    payload = "".join(json.dumps({"jsonrpc": "2.0", "method": "now", "params": [i], "id": i}) + "\n" for i in range(calls))
+    replies = tcp_exchange(server.port, payload.encode(), calls, timeout=5)
+    assert [r["result"] for r in replies] == list(range(calls))
+
+
 def test_threads_and_limits_options(make_server, wire):
     server = make_server(threads=2, max_body_bytes=1024, max_batch=2)
     server.route(lambda data=None: "ok", name="ping")

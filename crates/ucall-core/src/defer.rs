@@ -78,6 +78,11 @@ impl Sink {
         self.queued.store(false, Ordering::Relaxed);
     }
 
+    /// Deferred calls the worker awaits now (see [`Sink::is_full`]).
+    pub(crate) fn awaited(&self) -> usize {
+        self.awaited.load(Ordering::Relaxed)
+    }
+
     /// Whether the worker awaits [`MAX_AWAITED`] deferred calls: its connections read no
     /// further requests until some complete.
     pub fn is_full(&self) -> bool {

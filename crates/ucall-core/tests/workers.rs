@@ -77,3 +77,73 @@ fn procedures_added_after_bind_are_served() {
     handle.stop();
     handle.join();
 }
+
+/// A front end that runs its calls itself, between turns (the Python one), completes them
+/// while holding the worker's wake (`WakeHold`): the next turn delivers the replies before
+/// it waits. Delivering them can let new calls in: here, the rest of a pipeline held back
+/// while its connection awaited its most calls (1,024). The turn must then return without
+/// waiting, since nothing else would wake it while those calls wait for the caller: the
+/// client has sent everything and reads only at the end.
+#[test]
+fn a_turn_that_lets_calls_in_before_waiting_does_not_wait() {
+    use std::sync::{Arc, Mutex};
+    use ucall_core::{Call, Deferred, EngineKind, Reply};
+    const CALLS: usize = 1100;
+    /// Longer than any turn with something to do takes; a turn that lasts it has slept.
+    const WAIT_CAP: Duration = Duration::from_secs(3);
+    for engine in [EngineKind::Poll, EngineKind::Auto] {
+        let collected: Arc<Mutex<Vec<Deferred>>> = Arc::default();
+        let collect = Arc::clone(&collected);
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+                collect.lock().unwrap().push(reply.defer()?);
+                Ok(())
+            })
+            .bind()
+            .expect("bind");
+        let addr = server.local_addr();
+        let (stopper, mut workers) = server.into_workers();
+        let mut worker = workers.pop().expect("one worker");
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(WAIT_CAP * 4)).unwrap();
+        let requests: String = (0..CALLS)
+            .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":{i}}}\n"))
+            .collect();
+        stream.write_all(requests.as_bytes()).unwrap();
+        // All of it waits in the kernel before the worker first turns: from then on, only
+        // the worker's own doing can end a wait.
+        let driver = std::thread::spawn(move || {
+            let hold = worker.wake_hold();
+            let mut slept = 0;
+            loop {
+                let started = Instant::now();
+                if !worker.turn(Some(WAIT_CAP)) {
+                    return slept;
+                }
+                let calls = std::mem::take(&mut *collected.lock().unwrap());
+                if !calls.is_empty() && started.elapsed() >= WAIT_CAP {
+                    slept += 1;
+                }
+                hold.hold();
+                for call in calls {
+                    call.json("done");
+                }
+                hold.release(false);
+            }
+        });
+        let mut lines = BufReader::new(stream).lines();
+        for i in 0..CALLS {
+            let line = lines.next().expect("a reply").expect("read");
+            assert_eq!(line, format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"done\"}}"));
+        }
+        stopper.stop();
+        let slept = driver.join().expect("the driving thread");
+        assert_eq!(
+            slept, 0,
+            "{engine:?}: turns that waited out their cap with calls let in"
+        );
+    }
+}

@@ -240,6 +240,15 @@ pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: us
     buffer::reserve(input, at_least.max(rest));
 }
 
+/// Whether calls were deferred since the worker's `sink` awaited `awaited` (a count read
+/// right after its completions were taken). A turn that delivers completions before it
+/// waits may let calls in (a connection held back reads on); a front end that runs its
+/// calls between turns (Python) runs them only once the turn returns, so the turn must
+/// not wait first: nothing else might wake it, the client having sent all it will.
+pub(crate) fn deferred_since(sink: &Sink, awaited: usize) -> bool {
+    sink.awaited() > awaited
+}
+
 /// Connections that stopped reading while their worker's sink was full ([`Sink::is_full`]),
 /// as (slot, generation), in the order they stopped. No event or completion of their own
 /// may come, so the worker serves them again as calls complete, while there is room.

@@ -168,10 +168,14 @@ impl PollWorker {
             return false;
         }
         // Completions queued without a wake (`WakeHold`) go out before waiting.
-        self.deliver_completions();
-        let timeout = match (self.poll_timeout(), wait_cap) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let awaited = self.deliver_completions();
+        let timeout = if super::deferred_since(&self.serving.sink, awaited) {
+            Some(Duration::ZERO)
+        } else {
+            match (self.poll_timeout(), wait_cap) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         };
         if let Err(e) = self.poll.poll(&mut self.events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -190,7 +194,9 @@ impl PollWorker {
             match event.token() {
                 LISTENER => self.accept(false),
                 TLS_LISTENER => self.accept(true),
-                WAKER => self.deliver_completions(),
+                WAKER => {
+                    self.deliver_completions();
+                }
                 Token(token) => {
                     let key = token - FIRST_CONNECTION;
                     if let Some(conn) = self.conns.get_mut(key) {
@@ -400,10 +406,12 @@ impl PollWorker {
         self.schedule_scan(deadline);
     }
 
-    /// Put the deferred replies that arrived in place and send what they unblock.
-    fn deliver_completions(&mut self) {
+    /// Put the deferred replies that arrived in place and send what they unblock. Returns
+    /// how many calls were awaited once they were taken (see [`super::deferred_since`]).
+    fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         self.serving.sink.drain(&mut completions);
+        let awaited = self.serving.sink.awaited();
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
@@ -437,6 +445,7 @@ impl PollWorker {
                 self.serve(key);
             }
         }
+        awaited
     }
 
     fn schedule_scan(&mut self, at: Instant) {

@@ -772,11 +772,15 @@ impl UringWorker {
             }
         }
         // Completions queued without a wake (`WakeHold`) go out with this wait's submissions.
-        self.deliver_completions();
+        let awaited = self.deliver_completions();
         self.serve_touched();
-        let timeout = match (self.wait_timeout(), wait_cap) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let timeout = if super::deferred_since(&self.serving.sink, awaited) {
+            Some(Duration::ZERO)
+        } else {
+            match (self.wait_timeout(), wait_cap) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         };
         if let Err(e) = self.enter(timeout) {
             if e.raw_os_error() == Some(libc::EEXIST) {
@@ -1062,11 +1066,13 @@ impl UringWorker {
             .filter(|conn| short_generation(conn.generation) == generation)
     }
 
-    /// Put the deferred replies that arrived in place; their connections are served once
-    /// the completions at hand are all read.
-    fn deliver_completions(&mut self) {
+    /// Put the deferred replies that arrived in place (their connections are served with
+    /// the touched ones) and serve held-back connections while there is room. Returns how
+    /// many calls were awaited once they were taken (see [`super::deferred_since`]).
+    fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         self.serving.sink.drain(&mut completions);
+        let awaited = self.serving.sink.awaited();
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
@@ -1093,6 +1099,7 @@ impl UringWorker {
                 self.serve(key);
             }
         }
+        awaited
     }
 
     fn touch(&mut self, key: usize) {
