@@ -47,6 +47,10 @@ pub struct OutBuf {
     /// Bytes queued and not yet sent: kept as segments change, because it is asked
     /// before every message and a pipelined burst queues thousands of segments.
     queued: usize,
+    /// Where [`OutBuf::fill`] looks for a hole first: just after the one it filled last.
+    /// Replies mostly complete in request order, and a pipelined burst holds a thousand
+    /// holes: searching from the first unsent segment made each fill cost them all.
+    next_hole_at: usize,
     /// Segments before this index are never extended by a later commit.
     barrier: usize,
     /// Attached buffers, queued or sent. Held, like the byte area, until
@@ -167,12 +171,17 @@ impl OutBuf {
     /// Fill hole `id` with what `write` queues (through `commit`/`push`). Returns `false`
     /// (and queues nothing) when there is no such hole.
     pub fn fill(&mut self, id: u64, write: impl FnOnce(&mut OutBuf)) -> bool {
-        // Holes are never behind `first`, and are mostly filled in order: near it.
-        let Some(index) = self.segments[self.first..]
-            .iter()
-            .position(|s| s.hole == Some(id))
-            .map(|at| self.first + at)
-        else {
+        // Holes are never behind `first`.
+        let hint = self.next_hole_at.clamp(self.first, self.segments.len());
+        let is_it = |s: &Segment| s.hole == Some(id);
+        let found = match self.segments[hint..].iter().position(is_it) {
+            Some(at) => Some(hint + at),
+            None => self.segments[self.first..hint]
+                .iter()
+                .position(is_it)
+                .map(|at| self.first + at),
+        };
+        let Some(index) = found else {
             return false;
         };
         let before = self.segments.len();
@@ -180,6 +189,7 @@ impl OutBuf {
         write(self);
         self.barrier = barrier;
         let written: Vec<Segment> = self.segments.drain(before..).collect();
+        self.next_hole_at = index + written.len();
         self.segments.splice(index..=index, written);
         true
     }
@@ -243,6 +253,7 @@ impl OutBuf {
         self.attached.clear();
         self.first = 0;
         self.queued = 0;
+        self.next_hole_at = 0;
         self.barrier = 0;
     }
 

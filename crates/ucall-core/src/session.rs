@@ -4,6 +4,8 @@
 //! The first non-whitespace byte picks the protocol for the connection's lifetime: `{` or
 //! `[` is a raw TCP stream of JSON texts, anything else is HTTP/1.1.
 
+use std::collections::VecDeque;
+
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
@@ -144,7 +146,10 @@ pub struct Session {
     framer: Framer,
     next_slot: u64,
     next_hole: u64,
-    pending: Vec<PendingMessage>,
+    /// Messages awaiting deferred replies, in arrival order. Slots are numbered as calls
+    /// defer, so the first slots of these messages ascend: a completion finds its message
+    /// by binary search, and completions in request order take the front.
+    pending: VecDeque<PendingMessage>,
     /// WebSocket: the message being reassembled (unmasked) and its opcode.
     ws_message: Vec<u8>,
     ws_opcode: Option<ws::Opcode>,
@@ -177,7 +182,7 @@ impl Session {
             framer: Framer::default(),
             next_slot: 0,
             next_hole: 0,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
             ws_message: Vec::new(),
             ws_opcode: None,
             ws_frame_len: 0,
@@ -293,19 +298,25 @@ impl Session {
     /// queue the message's reply. Returns `false` for a slot this session does not await
     /// (a notification, or a call whose handler failed after deferring).
     pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
-        let found = self.pending.iter_mut().enumerate().find_map(|(index, message)| {
-            message
-                .slots
-                .iter_mut()
-                .find(|s| s.slot == slot && s.outcome.is_none())
-                .map(|s| (index, s))
-        });
-        let Some((index, pending_slot)) = found else {
+        // The last message whose first slot is at most `slot` is the only one that can
+        // hold it (deep pipelines await a thousand messages; a scan per completion was a
+        // third of the Python server's time).
+        let Some(index) = self.pending.partition_point(|m| m.slots[0].slot <= slot).checked_sub(1) else {
+            return false;
+        };
+        let Some(pending_slot) = self.pending[index]
+            .slots
+            .iter_mut()
+            .find(|s| s.slot == slot && s.outcome.is_none())
+        else {
             return false;
         };
         pending_slot.outcome = Some(outcome);
         if self.pending[index].slots.iter().all(|s| s.outcome.is_some()) {
-            let message = self.pending.swap_remove(index);
+            let message = self
+                .pending
+                .remove(index)
+                .expect("invariant: the index was found above");
             render(message, out, date);
         }
         true
@@ -328,7 +339,7 @@ impl Session {
         kind: MessageKind,
         deferred: &mut Vec<DeferredAt>,
     ) {
-        let slots = deferred
+        let slots: Vec<PendingSlot> = deferred
             .drain(..)
             .map(|d| PendingSlot {
                 at: d.offset - base,
@@ -337,10 +348,18 @@ impl Session {
                 outcome: None,
             })
             .collect();
+        debug_assert!(
+            slots.first().is_some_and(|first| self
+                .pending
+                .back()
+                .and_then(|last| last.slots.last())
+                .is_none_or(|last| last.slot < first.slot)),
+            "a held message has slots, numbered after those held before"
+        );
         let hole = self.next_hole;
         self.next_hole += 1;
         out.push_hole(hole);
-        self.pending.push(PendingMessage {
+        self.pending.push_back(PendingMessage {
             hole,
             kind,
             text,
