@@ -89,7 +89,10 @@ struct PendingMessage {
     hole: u64,
     kind: MessageKind,
     text: Vec<u8>,
+    /// In ascending slot order (slots are numbered as calls defer).
     slots: Vec<PendingSlot>,
+    /// Slots still without an outcome.
+    awaited: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -304,15 +307,17 @@ impl Session {
         let Some(index) = self.pending.partition_point(|m| m.slots[0].slot <= slot).checked_sub(1) else {
             return false;
         };
-        let Some(pending_slot) = self.pending[index]
-            .slots
-            .iter_mut()
-            .find(|s| s.slot == slot && s.outcome.is_none())
-        else {
+        let message = &mut self.pending[index];
+        let Ok(at) = message.slots.binary_search_by_key(&slot, |s| s.slot) else {
             return false;
         };
+        let pending_slot = &mut message.slots[at];
+        if pending_slot.outcome.is_some() {
+            return false;
+        }
         pending_slot.outcome = Some(outcome);
-        if self.pending[index].slots.iter().all(|s| s.outcome.is_some()) {
+        message.awaited -= 1;
+        if message.awaited == 0 {
             let message = self
                 .pending
                 .remove(index)
@@ -353,8 +358,9 @@ impl Session {
                 .pending
                 .back()
                 .and_then(|last| last.slots.last())
-                .is_none_or(|last| last.slot < first.slot)),
-            "a held message has slots, numbered after those held before"
+                .is_none_or(|last| last.slot < first.slot))
+                && slots.windows(2).all(|pair| pair[0].slot < pair[1].slot),
+            "a held message has slots, in order, numbered after those held before"
         );
         let hole = self.next_hole;
         self.next_hole += 1;
@@ -363,6 +369,7 @@ impl Session {
             hole,
             kind,
             text,
+            awaited: slots.len(),
             slots,
         });
     }
@@ -878,6 +885,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         kind,
         text,
         slots,
+        ..
     } = message;
     out.fill(hole, |out| match kind {
         MessageKind::Stream => {
