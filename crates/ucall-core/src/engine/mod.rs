@@ -15,7 +15,7 @@ pub(crate) use uring::EventFd;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::buffer::{self, Spares};
 use crate::date::DateCache;
@@ -240,13 +240,21 @@ pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: us
     buffer::reserve(input, at_least.max(rest));
 }
 
-/// Whether calls were deferred since the worker's `sink` awaited `awaited` (a count read
-/// right after its completions were taken). A turn that delivers completions before it
-/// waits may let calls in (a connection held back reads on); a front end that runs its
-/// calls between turns (Python) runs them only once the turn returns, so the turn must
-/// not wait first: nothing else might wake it, the client having sent all it will.
-pub(crate) fn deferred_since(sink: &Sink, awaited: usize) -> bool {
-    sink.awaited() > awaited
+/// How long a turn waits: until the first of the engine's own deadline (`own`) and the
+/// caller's cap, or not at all when calls were deferred since the worker's `sink` awaited
+/// `awaited` (a count read right after the turn took its completions). Delivering those
+/// completions before the wait may let calls in (a connection held back reads on), and a
+/// front end that runs calls between turns (Python) runs them only once the turn
+/// returns: waiting first would leave them queued until an unrelated event came, which
+/// never does for a client that has sent all it meant to.
+pub(crate) fn turn_wait(sink: &Sink, awaited: usize, own: Option<Duration>, cap: Option<Duration>) -> Option<Duration> {
+    if sink.awaited() > awaited {
+        return Some(Duration::ZERO);
+    }
+    match (own, cap) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Connections that stopped reading while their worker's sink was full ([`Sink::is_full`]),

@@ -169,14 +169,7 @@ impl PollWorker {
         }
         // Completions queued without a wake (`WakeHold`) go out before waiting.
         let awaited = self.deliver_completions();
-        let timeout = if super::deferred_since(&self.serving.sink, awaited) {
-            Some(Duration::ZERO)
-        } else {
-            match (self.poll_timeout(), wait_cap) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        };
+        let timeout = super::turn_wait(&self.serving.sink, awaited, self.poll_timeout(), wait_cap);
         if let Err(e) = self.poll.poll(&mut self.events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
                 return true;
@@ -407,7 +400,7 @@ impl PollWorker {
     }
 
     /// Put the deferred replies that arrived in place and send what they unblock. Returns
-    /// how many calls were awaited once they were taken (see [`super::deferred_since`]).
+    /// how many calls were awaited once they were taken (see [`super::turn_wait`]).
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         self.serving.sink.drain(&mut completions);

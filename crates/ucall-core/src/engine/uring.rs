@@ -774,14 +774,7 @@ impl UringWorker {
         // Completions queued without a wake (`WakeHold`) go out with this wait's submissions.
         let awaited = self.deliver_completions();
         self.serve_touched();
-        let timeout = if super::deferred_since(&self.serving.sink, awaited) {
-            Some(Duration::ZERO)
-        } else {
-            match (self.wait_timeout(), wait_cap) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        };
+        let timeout = super::turn_wait(&self.serving.sink, awaited, self.wait_timeout(), wait_cap);
         if let Err(e) = self.enter(timeout) {
             if e.raw_os_error() == Some(libc::EEXIST) {
                 eprintln!("ucall: an io_uring worker was turned from a second thread; it serves from one thread only");
@@ -1068,7 +1061,7 @@ impl UringWorker {
 
     /// Put the deferred replies that arrived in place (their connections are served with
     /// the touched ones) and serve held-back connections while there is room. Returns how
-    /// many calls were awaited once they were taken (see [`super::deferred_since`]).
+    /// many calls were awaited once they were taken (see [`super::turn_wait`]).
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         self.serving.sink.drain(&mut completions);
