@@ -301,11 +301,22 @@ impl Session {
     /// queue the message's reply. Returns `false` for a slot this session does not await
     /// (a notification, or a call whose handler failed after deferring).
     pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
-        // The last message whose first slot is at most `slot` is the only one that can
-        // hold it (deep pipelines await a thousand messages; a scan per completion was a
-        // third of the Python server's time).
-        let Some(index) = self.pending.partition_point(|m| m.slots[0].slot <= slot).checked_sub(1) else {
-            return false;
+        // Calls mostly complete in request order: the first message's. Otherwise the last
+        // message whose first slot is at most `slot` is the only one that can hold it
+        // (deep pipelines await a thousand messages; a scan per completion was a third of
+        // the Python server's time).
+        let in_first = self
+            .pending
+            .front()
+            .and_then(|m| m.slots.last())
+            .is_some_and(|last| slot <= last.slot);
+        let index = if in_first {
+            0
+        } else {
+            match self.pending.partition_point(|m| m.slots[0].slot <= slot).checked_sub(1) {
+                Some(index) => index,
+                None => return false,
+            }
         };
         let message = &mut self.pending[index];
         let Ok(at) = message.slots.binary_search_by_key(&slot, |s| s.slot) else {
