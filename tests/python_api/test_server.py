@@ -288,6 +288,32 @@ def test_async_handlers(make_server):
     assert once_error(server.port, "broken") == {"code": -32002, "message": "async failure"}
 
 
+def test_an_async_call_does_not_wait_for_a_blocking_call_after_it(make_server):
+    """Two calls read in one turn run in one group: an `async def` call, then a plain one
+    that sleeps. The coroutine must reach the asyncio loop before the sleep begins, or it
+    starts only once the sleep is over and the pair takes two sleeps."""
+    server = make_server()
+
+    @server
+    async def fetch(x: int) -> int:
+        await asyncio.sleep(0.4)
+        return x
+
+    @server
+    def block(x: int) -> int:
+        time.sleep(0.4)
+        return x
+
+    server.start()
+    pair = [{"jsonrpc": "2.0", "method": m, "params": [i], "id": i} for i, m in enumerate(["fetch", "block"])]
+    payload = "".join(json.dumps(call) + "\n" for call in pair).encode()
+    started = time.monotonic()
+    replies = tcp_exchange(server.port, payload, 2)
+    elapsed = time.monotonic() - started
+    assert [r["result"] for r in replies] == [0, 1]
+    assert elapsed < 0.7, f"{elapsed:.2f} s: the async call waited for the blocking one"
+
+
 def test_replies_leave_in_request_order(make_server):
     server = make_server()
 

@@ -424,6 +424,13 @@ impl Runtime {
                         monitor.unpark();
                     }
                 }
+                if !job.procedure.is_async() {
+                    // A plain call may block: the coroutines started before it go to the
+                    // loop now, not after it (they waited out a blocking call's sleep).
+                    if let Some(list) = started.take() {
+                        self.submit_coroutines(py, &list);
+                    }
+                }
                 if let Some(coroutine) =
                     job.procedure
                         .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, timed)

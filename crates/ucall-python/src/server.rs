@@ -109,6 +109,11 @@ impl Procedure {
         self.hooks.serialize(&result, out)
     }
 
+    /// Whether this procedure is an `async def` (its calls start coroutines and return).
+    pub fn is_async(&self) -> bool {
+        self.is_async
+    }
+
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
     /// worker's thread may run them itself.
     pub fn trusted(&self) -> bool {
