@@ -147,3 +147,27 @@ fn a_turn_that_lets_calls_in_before_waiting_does_not_wait() {
         );
     }
 }
+
+/// The workers' listeners share their port (`SO_REUSEPORT`), which any other process of
+/// the same user could join: a second server on a port in use must fail to bind, not
+/// quietly take half of the first one's clients. A server with several workers on a
+/// fixed port still binds them all.
+#[test]
+fn a_port_another_server_listens_on_is_refused() {
+    let first = Server::builder().port(0).threads(2).bind().expect("bind");
+    let port = first.local_addr().port();
+    let second = Server::builder().port(port).threads(1).bind();
+    let error = second.err().expect("a second server on a port in use must not bind");
+    assert!(error.is_bind(), "{error:?}");
+    assert!(
+        error.to_string().contains("another server listens on that port"),
+        "{error}"
+    );
+    drop(first);
+    let again = Server::builder()
+        .port(port)
+        .threads(2)
+        .bind()
+        .expect("the port is free again");
+    assert_eq!(again.local_addr().port(), port);
+}

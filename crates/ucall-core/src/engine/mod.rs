@@ -157,6 +157,10 @@ pub(crate) fn bind_workers(
     shared: &Arc<Shared>,
     addr: SocketAddr,
 ) -> Result<(Vec<Worker>, SocketAddr), Error> {
+    refuse_taken(addr)?;
+    if let Some(tls) = shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) {
+        refuse_taken(*tls.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+    }
     let mut workers = Vec::with_capacity(shared.config.threads);
     let mut bound = addr;
     for index in 0..shared.config.threads {
@@ -398,6 +402,34 @@ fn separate_tls_listener(shared: &Shared) -> Result<Option<std::net::TcpListener
         .local_addr()
         .map_err(|e| Error::io("cannot read the bound TLS address", e))?;
     Ok(Some(listener))
+}
+
+/// Fail when something already listens on `addr`'s port. The workers' listeners share
+/// their port (`SO_REUSEPORT`), and so would any other process of the same user that
+/// asked for it: a second server started by mistake would bind without a word and take
+/// half of the first one's clients. A socket without `SO_REUSEPORT` cannot share a port
+/// someone listens on, so binding one first tells. Port 0 picks a free port anyway.
+fn refuse_taken(addr: SocketAddr) -> Result<(), Error> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let fail = |what: &str, e| Error::bind(format!("cannot {what} {addr}"), e);
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| fail("open a socket for", e))?;
+    probe
+        .set_reuse_address(true)
+        .map_err(|e| fail("set SO_REUSEADDR on", e))?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
+    }
+    probe.bind(&addr.into()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            Error::bind(format!("cannot bind {addr}: another server listens on that port"), e)
+        } else {
+            fail("bind", e)
+        }
+    })
 }
 
 /// A non-blocking listening socket with `SO_REUSEPORT`, so that each worker has its own.
