@@ -111,6 +111,40 @@ fn pem_problem(error: &rustls::pki_types::pem::Error) -> String {
 /// One connection's TLS state.
 pub(crate) struct TlsSession {
     conn: ServerConnection,
+    /// Where the client's records stand (see [`TlsSession::is_mid_record`]).
+    records: RecordCursor,
+}
+
+/// Follows the record layer's framing (a 5-byte header whose last two bytes give the
+/// body's length) over the ciphertext received, to tell whether it stops inside a record.
+#[derive(Default)]
+struct RecordCursor {
+    header: [u8; 5],
+    /// Header bytes seen of the record under way.
+    header_seen: usize,
+    /// Body bytes still to come of the record under way.
+    body_left: usize,
+}
+
+impl RecordCursor {
+    fn advance(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.body_left > 0 {
+                let taken = self.body_left.min(bytes.len());
+                self.body_left -= taken;
+                bytes = &bytes[taken..];
+                continue;
+            }
+            let taken = (self.header.len() - self.header_seen).min(bytes.len());
+            self.header[self.header_seen..self.header_seen + taken].copy_from_slice(&bytes[..taken]);
+            self.header_seen += taken;
+            bytes = &bytes[taken..];
+            if self.header_seen == self.header.len() {
+                self.header_seen = 0;
+                self.body_left = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
+            }
+        }
+    }
 }
 
 /// What receiving ciphertext produced.
@@ -125,7 +159,10 @@ pub(crate) enum Received {
 impl TlsSession {
     pub(crate) fn new(config: &Arc<ServerConfig>) -> io::Result<Self> {
         let conn = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
-        Ok(TlsSession { conn })
+        Ok(TlsSession {
+            conn,
+            records: RecordCursor::default(),
+        })
     }
 
     /// Decrypt `ciphertext`, appending the plaintext to `plain`.
@@ -134,6 +171,7 @@ impl TlsSession {
     /// A TLS failure (bad record, failed handshake, plaintext on a TLS port): the alert
     /// rustls queued should still be written out before closing.
     pub(crate) fn receive(&mut self, mut ciphertext: &[u8], plain: &mut Vec<u8>) -> Result<Received, rustls::Error> {
+        self.records.advance(ciphertext);
         let mut state = Received::Open;
         while !ciphertext.is_empty() {
             // Reading from a slice cannot fail; rustls takes what fits its buffer.
@@ -172,6 +210,14 @@ impl TlsSession {
     /// Whether ciphertext waits to be written to the socket.
     pub(crate) fn wants_write(&self) -> bool {
         self.conn.wants_write()
+    }
+
+    /// Whether the ciphertext received so far stops inside a record. Its plaintext comes
+    /// out only once the record is whole, so a client that sends a request head inside a
+    /// record it never finishes, a byte at a time, shows the session no head bytes at all:
+    /// the engines count such a record as a head under way (header time-out).
+    pub(crate) fn is_mid_record(&self) -> bool {
+        self.records.header_seen > 0 || self.records.body_left > 0
     }
 
     /// Whether the handshake is still under way.

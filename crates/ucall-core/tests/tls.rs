@@ -295,6 +295,37 @@ fn plaintext_and_stalled_handshakes_disturb_no_one() {
     });
 }
 
+/// A request head sent inside a TLS record that never ends, a byte at a time: no
+/// plaintext ever comes out, yet every byte is progress. The header time-out must still
+/// cut it, as it cuts a plaintext head sent a byte at a time.
+#[test]
+fn a_record_trickled_and_never_finished_is_cut_at_the_header_time_out() {
+    common::for_each_engine(|engine| {
+        let m = material(&format!("trickle-{}", engine.name()));
+        let server = serve(engine, tls_config(&m), Duration::from_millis(400));
+        let addr = server.tls_addr().unwrap();
+        let config = client(&m, &[&rustls::version::TLS13], false);
+        let mut slow = connect(addr, &config);
+        assert_eq!(post(&mut slow, SUM).unwrap(), SUM_REPLY);
+        let started = Instant::now();
+        // The header of a 16 KiB application-data record, then its body a byte at a time.
+        let mut written = slow.sock.write_all(&[0x17, 0x03, 0x03, 0x40, 0x00]).is_ok();
+        while written && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(100));
+            written = slow.sock.write_all(&[0]).is_ok();
+        }
+        let lasted = started.elapsed();
+        assert!(!written, "{}: still open after {lasted:?} of trickling", engine.name());
+        assert!(
+            lasted < Duration::from_secs(3),
+            "{}: cut after {lasted:?}",
+            engine.name()
+        );
+        let mut good = connect(addr, &config);
+        assert_eq!(post(&mut good, SUM).unwrap(), SUM_REPLY);
+    });
+}
+
 #[test]
 fn bad_certificate_material_fails_at_start_naming_the_file() {
     let m = material("bad");

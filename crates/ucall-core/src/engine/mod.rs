@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::router::Router;
 use crate::server::{EngineKind, Shared};
 use crate::session::{Context, Scratch, Session};
+use crate::tls::TlsSession;
 
 /// One worker: a listener, its connections and its buffers, served by one thread.
 ///
@@ -242,6 +243,15 @@ pub(crate) fn admit(shared: &Shared) -> bool {
 pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: usize) {
     let rest = session.input_wanted().min(Spares::LARGEST).saturating_sub(input.len());
     buffer::reserve(input, at_least.max(rest));
+}
+
+/// Whether the header time-out runs for a connection: its TLS handshake is under way, or
+/// the session waits for a request head of which some bytes have arrived (plaintext in
+/// `input` not held back as a backlog, or a TLS record not yet whole).
+pub(crate) fn head_under_way(session: &Session, input: &[u8], backlog: bool, tls: Option<&TlsSession>) -> bool {
+    let handshaking = tls.is_some_and(TlsSession::is_handshaking);
+    let mid_record = tls.is_some_and(TlsSession::is_mid_record);
+    handshaking || (session.is_reading_head() && !backlog && (!input.is_empty() || mid_record))
 }
 
 /// How long a turn waits: until the first of the engine's own deadline (`own`) and the

@@ -1410,9 +1410,8 @@ impl UringWorker {
             conn.sending.shrink(OUTPUT_KEEP);
         }
         conn.out.shrink(OUTPUT_KEEP);
-        let handshaking = conn.tls.as_ref().is_some_and(|tls| tls.is_handshaking());
-        let in_head = conn.session.is_reading_head() && !conn.input.is_empty() && !conn.backlog;
-        conn.clocks.track_head(handshaking || in_head, self.now);
+        let in_head = super::head_under_way(&conn.session, &conn.input, conn.backlog, conn.tls.as_deref());
+        conn.clocks.track_head(in_head, self.now);
         let at = deadline(conn, &shared.config);
         self.schedule_scan(at);
     }
