@@ -268,6 +268,7 @@ class WebSocketReader:
             raise ImportError(WEBSOCKETS_MISSING) from None
         scheme = "wss" if secure else "ws"
         self.protocol = ClientProtocol(parse_uri(f"{scheme}://{host_port(host, port)}{path}"), max_size=None)
+        self._secure = secure
         self.opened = False
         self.ended = False
         self.why = ""
@@ -326,8 +327,11 @@ class WebSocketReader:
         if error is not None and not isinstance(error, EOFError):
             self.ended = True
             raise ProtocolError(f"not a valid WebSocket stream: {error}")
-        if self.ended and not self.opened and not self.protocol.handshake_exc:
-            raise ProtocolError("the connection closed during the WebSocket handshake")
+        if self.ended and not self.opened:
+            # Before any reply, the protocol notes why but queues no event for it.
+            why = self.protocol.handshake_exc
+            hint = "" if self._secure else " (if the port speaks TLS, use wss://)"
+            raise ProtocolError(f"the connection closed during the WebSocket handshake{': ' + str(why) if why else ''}{hint}")
 
     def next(self) -> Reply | None:
         """The next complete reply message, or None until more bytes arrive."""

@@ -263,6 +263,41 @@ def test_a_refused_upgrade_is_reported():
         listener.close()
 
 
+@pytest.mark.parametrize("sends", [b"", b"\x15\x03\x03\x00\x02\x02\x46"], ids=["nothing", "a TLS alert"])
+def test_a_connection_closed_during_the_upgrade_is_reported(sends):
+    """A server that closes before it answers the upgrade (a TLS port sends an alert,
+    then closes): both clients report it at once, rather than reading the end forever."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def answer() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(sends)
+            conn.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+
+    async def call_async() -> None:
+        async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10) as client:
+            await client.sum(1, 2)
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProtocolError, match="closed during the WebSocket handshake.*wss://"):
+            Client(f"ws://127.0.0.1:{port}", timeout=10).sum(1, 2)
+        with pytest.raises(ProtocolError, match="closed during the WebSocket handshake"):
+            asyncio.run(call_async())
+        assert time.monotonic() - started < 5
+    finally:
+        thread.join(10)
+        listener.close()
+
+
 def run(*args: object) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
