@@ -90,21 +90,43 @@ class Response:
 
     @property
     def bytes(self) -> bytes:
-        """The result decoded from base64."""
-        return _codec.b64decode(self.json)
+        """The result decoded from base64 (``ProtocolError`` when it is not base64)."""
+        result = self.json
+        if not isinstance(result, str):
+            raise ProtocolError(f"the result is {_shown(result)}, not bytes (a base64 string)")
+        try:
+            return _codec.b64decode(result)
+        except ValueError:
+            raise ProtocolError(f"the result is {_shown(result)}, not bytes (a base64 string)") from None
 
     @property
     def numpy(self) -> Any:
         """The result as a numpy array (``.npy`` in base64, loaded with pickling disabled)."""
-        return _codec.unpack_ndarray(self.bytes)
+        data = self.bytes
+        try:
+            return _codec.unpack_ndarray(data)
+        except ValueError as error:
+            raise ProtocolError(f"the result is not a numpy array in .npy form: {error}") from None
 
     @property
     def image(self) -> Any:
         """The result as a ``PIL.Image.Image``."""
-        return _codec.unpack_image(self.bytes)
+        from PIL import UnidentifiedImageError
+
+        data = self.bytes
+        try:
+            return _codec.unpack_image(data)
+        except (UnidentifiedImageError, OSError, ValueError):
+            raise ProtocolError("the result is not an image in a format Pillow reads") from None
 
     def __repr__(self) -> str:
         return f"Response({self.data!r})"
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: its JSON, cut to a readable length."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -141,11 +163,17 @@ def _decode(reply: Reply) -> Any:
     if reply.status is not None and reply.status == 204:
         return None
     try:
-        return json.loads(reply.body)
+        data = json.loads(reply.body)
     except ValueError:
         text = reply.body[:200].decode("utf-8", "replace")
         status = f"HTTP {reply.status}: " if reply.status is not None else ""
         raise ProtocolError(f"{status}the reply is not JSON: {text!r}") from None
+    if reply.status is not None and reply.status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
+        # The server refused the HTTP request itself (a body or head too large, a method
+        # it does not serve): the body is the bare error object, about no call in it.
+        if "code" in data and "message" in data:
+            return {"jsonrpc": "2.0", "id": None, "error": data}
+    return data
 
 
 def tls_context(cacert: StrPath | None = None, insecure: bool = False, http: bool = True) -> ssl.SSLContext:

@@ -50,6 +50,9 @@ def test_errors_exit_non_zero_with_a_message(port):
     assert code == 2 and "cannot connect" in err
     code, _, err = run("sum", "oops", "-p", port)
     assert code == 2 and "KEY=VALUE" in err
+    for output_format in ("bytes", "numpy", "image"):
+        code, _, err = run("sum", "a=1", "b=2", "-p", port, "--format", output_format)
+        assert code == 2 and "the result is 3, not bytes (a base64 string)" in err, (output_format, err)
 
 
 def test_files_images_and_rich_formats(port, tmp_path):

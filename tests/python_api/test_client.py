@@ -43,6 +43,30 @@ def test_calls(server, use_http):
             client.sum(1, b=2)
 
 
+def test_results_of_the_wrong_kind_and_refused_requests_are_reported(make_server):
+    server = with_client_procedures(make_server(max_body_bytes=1000)).start()
+    with Client(port=server.port) as client:
+        three = client.sum(1, 2)
+        for accessor in ("bytes", "numpy", "image"):
+            with pytest.raises(ProtocolError, match=r"the result is 3, not bytes \(a base64 string\)"):
+                getattr(three, accessor)
+        with pytest.raises(ProtocolError, match="not a numpy array"):
+            client.echo(b"not npy").numpy
+        with pytest.raises(ProtocolError, match="not an image"):
+            client.echo(b"not an image").image
+        # A body over the limit is refused with HTTP 413 before any call is read: the
+        # error is about the request, and the connection is fine for the next one.
+        refused = client.echo("x" * 5000)
+        with pytest.raises(RPCError, match="413: request body too large") as caught:
+            refused.json
+        assert caught.value.code == -32600
+        with client.batch() as batch:
+            big = batch.echo("y" * 5000)
+        with pytest.raises(RPCError, match="413"):
+            big.json
+        assert client.sum(2, 2).json == 4
+
+
 @pytest.mark.parametrize("use_http", [True, False])
 def test_batches_and_pipelining(server, use_http):
     with Client(port=server.port, use_http=use_http) as client:
