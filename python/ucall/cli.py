@@ -34,10 +34,11 @@ TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "imag
 
 
 def _guess(text: str) -> Any:
-    """A value typed on a command line: int, float, bool, or the text itself."""
-    if re.fullmatch(r"[-+]?\d+", text):
+    """A value typed on a command line: int, float, bool, or the text itself. Digits with
+    a leading zero (``0123``, a code or an id) stay text: as a number they would lose it."""
+    if re.fullmatch(r"[-+]?(0|[1-9]\d*)", text):
         return int(text)
-    if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", text):
+    if re.fullmatch(r"[-+]?((0|[1-9]\d*)(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text):
         return float(text)
     if text in ("true", "True"):
         return True

@@ -72,9 +72,10 @@ class Response:
         error = self.data.get("error")
         if error is None:
             return None
-        if not isinstance(error, dict):
+        code = error.get("code", -32603) if isinstance(error, dict) else None
+        if not isinstance(code, int) or isinstance(code, bool):
             return RPCError(-32603, f"a malformed error: {error!r}")
-        return RPCError(error.get("code", -32603), error.get("message", ""), error.get("data"))
+        return RPCError(code, error.get("message", ""), error.get("data"))
 
     def raise_for_status(self) -> None:
         """Raise ``ucall.RPCError`` when the reply is an error."""

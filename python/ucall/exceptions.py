@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import operator
 from typing import Any
 
 from ucall import _ucall
@@ -44,12 +45,21 @@ class RPCError(UCallError):
     """A JSON-RPC error object: ``code``, ``message`` and optional ``data``.
 
     Raised in a handler, it is sent as that call's error. Clients raise it for an error
-    reply. Server-defined codes belong in ``-32099..-32000``.
+    reply. Server-defined codes belong in ``-32099..-32000``; ``RPCError("message")``
+    alone is a server error with the highest of them.
     """
 
-    def __init__(self, code: int, message: str = "", data: Any = None) -> None:
+    def __init__(self, code: int | str, message: str = "", data: Any = None) -> None:
+        if isinstance(code, str) and not message:
+            code, message = _ucall.SERVER_ERROR_MAX, code
+        try:
+            if isinstance(code, bool):
+                raise TypeError
+            code = operator.index(code)  # an int, or an integer type such as numpy's
+        except TypeError:
+            raise TypeError(f"an RPCError code is an integer, not {code!r}") from None
         super().__init__(code, message, data)
-        self.code = int(code)
+        self.code = code
         self.message = str(message)
         self.data = data
 

@@ -32,6 +32,8 @@ def test_named_and_typed_params(port):
     assert json.loads(out)["result"] == {
         "a": "int", "b": "float", "c": "bool", "d": "str", "e": "str", "f": "float", "g": "list"
     }
+    code, out, _ = run("kinds", "zip=0123", "n=-7", "x=0.5", "y=00.5", "z=1e3", "-p", port)
+    assert json.loads(out)["result"] == {"zip": "str", "n": "int", "x": "float", "y": "str", "z": "float"}
     code, out, _ = run("echo", "data:=" + json.dumps({"x": [1, None]}), "--format", "json", "-p", port)
     assert code == 0 and json.loads(out) == {"x": [1, None]}
 

@@ -107,9 +107,16 @@ def test_errors(make_server, wire):
     def crash() -> None:
         raise ValueError("bad value")
 
+    @server
+    def just_a_message() -> None:
+        raise RPCError("out of stock")
+
     w = wire(server)
     assert w.error("fail") == {"code": -32001, "message": "boom", "data": {"why": "asked to fail", "n": [1, 2]}}
     assert w.error("plain_fail") == {"code": -32050, "message": "no data"}
+    assert w.error("just_a_message") == {"code": -32000, "message": "out of stock"}
+    with pytest.raises(TypeError, match="an RPCError code is an integer, not 1.5"):
+        RPCError(1.5, "half")
     error = w.error("crash")
     assert error["code"] == -32603
     assert "ValueError: bad value" in error["message"]
