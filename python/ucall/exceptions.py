@@ -50,16 +50,17 @@ class RPCError(UCallError):
     """
 
     def __init__(self, code: int | str, message: str = "", data: Any = None) -> None:
-        if isinstance(code, str) and not message:
-            code, message = _ucall.SERVER_ERROR_MAX, code
+        given: Any = code
+        if isinstance(given, str) and not message:
+            given, message = _ucall.SERVER_ERROR_MAX, given
         try:
-            if isinstance(code, bool):
+            if isinstance(given, bool):
                 raise TypeError
-            code = operator.index(code)  # an int, or an integer type such as numpy's
+            number = operator.index(given)  # an int, or an integer type such as numpy's
         except TypeError:
             raise TypeError(f"an RPCError code is an integer, not {code!r}") from None
-        super().__init__(code, message, data)
-        self.code = code
+        super().__init__(number, message, data)
+        self.code = number
         self.message = str(message)
         self.data = data
 
