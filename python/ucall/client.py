@@ -35,7 +35,7 @@ import socket
 import ssl
 import urllib.parse
 from collections import deque
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Awaitable, Callable, Iterable, Union, overload
 
 from ucall import _codec
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
@@ -622,10 +622,10 @@ class _Pending:
         return getattr(self._get(), name)
 
 
-class Batch:
+class _Collected:
     """Calls collected for one round trip. Attribute access makes calls, like on a client."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: _Endpoint) -> None:
         self.client = client
         self.requests: list[dict[str, Any]] = []
         self.pending: list[_Pending] = []
@@ -644,14 +644,25 @@ class Batch:
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         self.requests.append(_request(method, _params(args, kwargs), None))
 
+    def _settle(self, responses: list[Response] | None) -> list[Response]:
+        """Hand each collected call its response; the batch is empty again."""
+        for pending, response in zip(self.pending, responses or []):
+            pending.response = response
+        self.requests, self.pending = [], []
+        return list(responses or [])
+
+
+class Batch(_Collected):
+    """Calls collected for one round trip, sent by ``send()`` or on leaving ``with``."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client)
+        self.sender = client
+
     def send(self) -> list[Response]:
         if not self.requests:
             return []
-        responses = self.client._exchange(self.requests) or []
-        for pending, response in zip(self.pending, responses):
-            pending.response = response
-        self.requests, self.pending = [], []
-        return list(responses)
+        return self._settle(self.sender._exchange(self.requests))
 
     def __enter__(self) -> Batch:
         return self
@@ -659,6 +670,26 @@ class Batch:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None:
             self.send()
+
+
+class AsyncBatch(_Collected):
+    """``Batch`` for ``AsyncClient``: sent by ``await send()`` or on leaving ``async with``."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
+        self.sender = client
+
+    async def send(self) -> list[Response]:
+        if not self.requests:
+            return []
+        return self._settle(await self.sender._exchange(self.requests))
+
+    async def __aenter__(self) -> AsyncBatch:
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            await self.send()
 
 
 class ClientTLS(Client):
@@ -747,10 +778,25 @@ class AsyncClient(_Endpoint):
             return await self._exchange([_complete(r, self.next_id) for r in request])
         return await self._exchange(_complete(request, self.next_id))
 
-    async def batch(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
-        """Send ``(method, params)`` calls as one batch; their responses in order."""
+    @overload
+    def batch(self) -> AsyncBatch: ...
+
+    @overload
+    def batch(self, calls: Iterable[tuple[str, Any]]) -> Awaitable[list[Response]]: ...
+
+    def batch(self, calls: Iterable[tuple[str, Any]] | None = None) -> AsyncBatch | Awaitable[list[Response]]:
+        """Calls sent as one batch, in one round trip. As ``Client.batch()``, collected in
+        ``async with client.batch() as batch:`` and sent on leaving it; or given at once as
+        ``(method, params)`` pairs: ``await client.batch(calls)``, their responses in order."""
+        if calls is None:
+            return AsyncBatch(self)
         requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
-        return await self._exchange(requests)  # type: ignore[no-any-return]
+        return self._exchange(requests)
+
+    async def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
+        """Send every ``(method, params)`` back to back, then await the replies in order."""
+        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        return list(await asyncio.gather(*(self._exchange(r) for r in requests)))
 
     async def _exchange(self, request: Any) -> Any:
         writer, framer = await self._connect()

@@ -273,6 +273,12 @@ def test_async_client(server, use_http):
             assert await client.notify("echo", 1) is None
             responses = await client.batch([("sum", [1, 2]), ("echo", ["y"])])
             assert [r.json for r in responses] == [3, "y"]
+            async with client.batch() as batch:  # the same surface as Client's
+                first, second = batch.sum(1, 2), batch.echo("z")
+                batch.notify("echo", 0)
+            assert (first.json, second.json) == (3, "z")
+            piped = await client.pipeline([("sum", [i, 1]) for i in range(20)] + [("echo", ["end"])])
+            assert [r.json for r in piped] == [*range(1, 21), "end"]
             assert (await client({"method": "sum", "params": {"a": 2, "b": 2}})).json == 4
             with pytest.raises(RPCError):
                 (await client.fail()).json
