@@ -32,9 +32,12 @@ class PublishedServer(Server):
     ) -> None:
         if (ssl_pk is None) != (not ssl_certs):
             raise ValueError("TLS needs both ssl_pk (the key) and ssl_certs (the certificate chain)")
+        self._chain: tuple[str, list[str]] | None = None
         if ssl_pk is not None and ssl_certs:
             options["tls_key"] = ssl_pk
             options["tls_cert"] = _chain_file(list(ssl_certs))
+            if len(ssl_certs) > 1:
+                self._chain = (options["tls_cert"], [str(c) for c in ssl_certs])
         options.setdefault("engine", self._engine)
         options.setdefault("ignore_extra_params", True)
         super().__init__(
@@ -49,6 +52,19 @@ class PublishedServer(Server):
         self.max_callbacks = max_callbacks
         self.quiet = quiet
 
+    def start(self) -> Server:
+        try:
+            return super().start()
+        except Exception as error:
+            if self._chain is not None:
+                # Name the files the caller gave, not the one they were joined into.
+                joined, given = self._chain
+                error.args = tuple(
+                    a.replace(joined, f"(the chain of ssl_certs {given})") if isinstance(a, str) else a
+                    for a in error.args
+                )
+            raise
+
 
 def _chain_file(certs: list[str]) -> str:
     """One PEM file holding ``certs`` in order (leaf first), as the core reads a chain."""
@@ -58,11 +74,19 @@ def _chain_file(certs: list[str]) -> str:
     import os
     import tempfile
 
+    parts = []
+    for cert in certs:
+        try:
+            with open(cert, "rb") as part:
+                text = part.read()
+        except OSError as error:
+            raise ValueError(f"TLS certificate {cert}: {error.strerror or error}") from None
+        if b"-----BEGIN CERTIFICATE-----" not in text:
+            raise ValueError(f"TLS certificate {cert}: no PEM certificate in it")
+        parts.append(text.rstrip(b"\n") + b"\n")
     handle, path = tempfile.mkstemp(prefix="ucall-chain-", suffix=".pem")
     with os.fdopen(handle, "wb") as chain:
-        for cert in certs:
-            with open(cert, "rb") as part:
-                chain.write(part.read().rstrip(b"\n") + b"\n")
+        chain.writelines(parts)
     atexit.register(os.unlink, path)
     return path
 

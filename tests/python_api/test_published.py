@@ -83,6 +83,27 @@ def test_published_tls_arguments(certs):
         ucall.posix.Server(port=0, ssl_pk=str(certs / "key.pem"))
 
 
+def test_a_chain_of_several_files_is_checked_file_by_file(certs, tmp_path):
+    """``ssl_certs`` may list the chain in several files, joined for the core: each must
+    hold a certificate, and errors name the files given, not the joined one."""
+    key, cert = str(certs / "key.pem"), str(certs / "cert.pem")
+    (tmp_path / "garbage.pem").write_text("garbage\n")
+    with pytest.raises(ValueError, match=r"TLS certificate .*garbage.pem: no PEM certificate in it"):
+        ucall.posix.Server(port=0, ssl_pk=key, ssl_certs=[cert, str(tmp_path / "garbage.pem")])
+    with pytest.raises(ValueError, match=r"TLS certificate .*missing.pem: No such file"):
+        ucall.posix.Server(port=0, ssl_pk=key, ssl_certs=[cert, str(tmp_path / "missing.pem")])
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(tmp_path / "other.key"), "-out", str(tmp_path / "other.pem"), "-days", "1",
+         "-subj", "/CN=other"],
+        check=True, capture_output=True, timeout=60,
+    )
+    mismatched = ucall.posix.Server(port=0, ssl_pk=str(tmp_path / "other.key"), ssl_certs=[cert, cert])
+    with pytest.raises(Exception, match=r"the chain of ssl_certs \[") as caught:
+        mismatched.start()
+    assert "ucall-chain-" not in str(caught.value)
+
+
 def test_tls_beside_plaintext(make_server, certs):
     server = make_server(tls_cert=certs / "cert.pem", tls_key=certs / "key.pem", tls_port=0, engine="auto")
     server.route(lambda: "hi", name="hello")
