@@ -47,6 +47,16 @@ impl TlsConfig {
 
 /// Build the rustls configuration, failing with a message that names the file at fault.
 pub(crate) fn server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, Error> {
+    for (path, what) in [
+        (&config.cert_chain, "certificate chain"),
+        (&config.private_key, "private key"),
+    ] {
+        if path.as_os_str().is_empty() {
+            return Err(Error::config(format!(
+                "TLS needs both a certificate chain and a private key: no {what} given"
+            )));
+        }
+    }
     let chain = read_certificates(&config.cert_chain, "certificate chain")?;
     let key = PrivateKeyDer::from_pem_file(&config.private_key).map_err(|e| {
         Error::config(format!(
@@ -104,7 +114,17 @@ fn pem_problem(error: &rustls::pki_types::pem::Error) -> String {
     match error {
         rustls::pki_types::pem::Error::Io(e) => e.to_string(),
         rustls::pki_types::pem::Error::NoItemsFound => "no PEM item of the expected kind found".into(),
-        other => format!("not valid PEM ({other:?})"),
+        rustls::pki_types::pem::Error::MissingSectionEnd { end_marker } => format!(
+            "not valid PEM: no \"-----END {}-----\" line (is the file cut short?)",
+            String::from_utf8_lossy(end_marker)
+        ),
+        rustls::pki_types::pem::Error::IllegalSectionStart { line } => {
+            format!(
+                "not valid PEM: a bad \"-----BEGIN\" line: {:?}",
+                String::from_utf8_lossy(line)
+            )
+        }
+        other => format!("not valid PEM: {other}"),
     }
 }
 

@@ -332,6 +332,17 @@ fn bad_certificate_material_fails_at_start_naming_the_file() {
     let missing = TlsConfig::new(m.path("nope.pem"), m.path("server.key"));
     let error = Server::builder().port(0).tls(missing).bind().err().expect("bind fails");
     assert!(error.is_config() && error.to_string().contains("nope.pem"), "{error}");
+    let no_key = TlsConfig::new(m.path("server.pem"), "");
+    let error = Server::builder().port(0).tls(no_key).bind().err().expect("bind fails");
+    assert!(error.to_string().contains("no private key given"), "{error}");
+    let pem = std::fs::read_to_string(m.path("server.pem")).unwrap();
+    std::fs::write(m.path("cut.pem"), &pem[..pem.len() / 3]).unwrap();
+    let cut = TlsConfig::new(m.path("cut.pem"), m.path("server.key"));
+    let error = Server::builder().port(0).tls(cut).bind().err().expect("bind fails");
+    assert!(
+        error.to_string().contains("cut.pem") && error.to_string().contains("no \"-----END CERTIFICATE-----\" line"),
+        "{error}"
+    );
     std::fs::write(m.path("garbage.key"), "not a key").unwrap();
     let garbage = TlsConfig::new(m.path("server.pem"), m.path("garbage.key"));
     let error = Server::builder().port(0).tls(garbage).bind().err().expect("bind fails");
