@@ -183,8 +183,13 @@ def tls_context(cacert: StrPath | None = None, insecure: bool = False, http: boo
     ``insecure=True`` accepts any certificate. ALPN offers ``http/1.1`` for HTTP and
     WebSocket."""
     if cacert is not None and insecure:
-        raise ValueError("cacert= and insecure=True contradict each other: pick one")
-    context = ssl.create_default_context(cafile=os.fspath(cacert) if cacert is not None else None)
+        raise ValueError("a CA file (cacert) and insecure contradict each other: pick one")
+    try:
+        context = ssl.create_default_context(cafile=os.fspath(cacert) if cacert is not None else None)
+    except ssl.SSLError:
+        raise ValueError(f"CA file {os.fspath(cacert or '')}: no PEM certificate in it") from None
+    except OSError as error:  # kept as it is (FileNotFoundError...), with the file named
+        raise type(error)(error.errno, f"CA file {os.fspath(cacert or '')}: {error.strerror}") from None
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

@@ -126,8 +126,11 @@ def test_contradictory_options_are_refused(certs):
         Client(tls=False, insecure=True)
     with pytest.raises(ValueError, match="scheme"):
         Client("ftp://127.0.0.1")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="CA file .*missing.pem"):
         Client(tls=True, cacert=certs / "missing.pem")
+    (certs / "not-pem.txt").write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="CA file .*not-pem.txt: no PEM certificate in it"):
+        Client(tls=True, cacert=certs / "not-pem.txt")
 
 
 def test_tls_against_a_plaintext_port_fails_clearly(server):
