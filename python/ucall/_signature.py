@@ -183,7 +183,11 @@ def _to_image(value: Any) -> Any:
     try:
         return _codec.unpack_image(data)
     except Exception as error:
-        raise ConversionError(f"expected base64 of an image file: {error}") from None
+        from PIL import UnidentifiedImageError
+
+        # Pillow names the in-memory file it was given (an object's address): say what it meant.
+        why = "not an image format Pillow reads" if isinstance(error, UnidentifiedImageError) else str(error)
+        raise ConversionError(f"expected base64 of an image file: {why}") from None
 
 
 def _is_typeddict(hint: Any) -> bool:

@@ -392,6 +392,9 @@ def test_pil_images(make_server, wire):
     flipped = image_module.open(io.BytesIO(base64.b64decode(result)))
     assert flipped.size == (4, 2)
     assert flipped.getpixel((3, 0)) == (255, 0, 0)
+    error = wire(server).error("flip", [base64.b64encode(b"not an image").decode()])
+    assert error["code"] == -32602
+    assert error["message"].endswith("parameter 'image': expected base64 of an image file: not an image format Pillow reads")
 
 
 def test_unsupported_hints_fail_at_registration(make_server):
