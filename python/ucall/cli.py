@@ -302,9 +302,13 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise click.BadParameter(f"cannot import {module_name!r}: {error}", param_hint="MODULE") from None
-    server = getattr(module, attribute or "server", None)
+    name = attribute or "server"
+    if not hasattr(module, name):
+        raise click.BadParameter(f"module {module_name!r} has no {name!r}", param_hint="MODULE:SERVER")
+    server = getattr(module, name)
     if not isinstance(server, Server):
-        raise click.BadParameter(f"{target!r} is not a ucall Server", param_hint="MODULE:SERVER")
+        kind = type(server).__name__
+        raise click.BadParameter(f"{module_name}:{name} is a {kind}, not a ucall Server", param_hint="MODULE:SERVER")
     if host is not None:
         server.host = host
     if port is not None:
