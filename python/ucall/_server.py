@@ -330,7 +330,9 @@ class Server:
 
     @property
     def tls_port(self) -> int | None:
-        """The separate TLS listener's port once started, when ``tls_port`` was given."""
+        """The port that speaks TLS once started: the separate TLS listener's when
+        ``tls_port`` was given, else the server's own port when it speaks TLS (``None``
+        without TLS, or before ``start``)."""
         native = self._native
         return native.tls_port if native is not None else None
 
