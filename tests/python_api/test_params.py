@@ -288,6 +288,10 @@ def test_python_binding_rules(make_server, wire):
     def kwonly(*, flag: bool) -> bool:
         return flag
 
+    @server
+    def counts(**per_name: int) -> int:
+        return sum(per_name.values())
+
     w = wire(server)
     assert w.result("shape", [1]) == [1, 2, [], 3, {}]
     assert w.result("shape", [1, 5, 6, 7]) == [1, 5, [6, 7], 3, {}]
@@ -301,6 +305,11 @@ def test_python_binding_rules(make_server, wire):
     error = w.error("shape", {"a": 1})
     assert "missing parameter 'a'" in error["message"]
     assert w.result("shape", [1, 2]) == [1, 2, [], 3, {}]
+
+    assert w.result("counts", {"x": 1, "y": 2}) == 3
+    error = w.error("counts", {"x": 1, "y": "two"})
+    assert error["code"] == INVALID_PARAMS
+    assert "parameter 'y': expected an integer, got a string" in error["message"], error
 
 
 def test_missing_and_extra_params(make_server, wire):

@@ -165,9 +165,9 @@ impl Plan {
             Some(raw) if raw.starts_with('[') => {
                 for (index, item) in Elements::new(raw).enumerate() {
                     if index < self.positional {
-                        slots[index] = Some(convert_param(py, &self.params[index], item, None)?);
+                        slots[index] = Some(convert_param(py, &self.params[index], item, Given::Named)?);
                     } else if let Some(var) = &self.var_positional {
-                        extra_positional.push(convert_param(py, var, item, Some(index))?);
+                        extra_positional.push(convert_param(py, var, item, Given::At(index))?);
                     } else if !self.ignore_extra {
                         return Err(too_many(self.positional, Elements::new(raw).count()));
                     } else {
@@ -182,10 +182,10 @@ impl Plan {
                         .iter()
                         .position(|p| p.kind != Kind::PositionalOnly && key_equals(key, &p.name));
                     if let Some(index) = found {
-                        slots[index] = Some(convert_param(py, &self.params[index], item, None)?);
+                        slots[index] = Some(convert_param(py, &self.params[index], item, Given::Named)?);
                     } else if let Some(var) = &self.var_keyword {
                         let name = convert::string(py, key).map_err(|_| RpcError::invalid_params("Invalid params"))?;
-                        let value = convert_param(py, var, item, None)?;
+                        let value = convert_param(py, var, item, Given::Key(key))?;
                         let dict = extra_keywords.get_or_insert_with(|| PyDict::new(py));
                         dict.set_item(name, value).map_err(|e| internal(py, &e))?;
                     } else if !self.ignore_extra {
@@ -221,12 +221,12 @@ fn convert_param<'py>(
     py: Python<'py>,
     param: &Param,
     raw: &str,
-    index: Option<usize>,
+    given: Given<'_>,
 ) -> Result<Bound<'py, PyAny>, RpcError> {
     let raw = raw.trim();
     let first = raw.as_bytes().first().copied().unwrap_or(b' ');
     let is_number = first == b'-' || first.is_ascii_digit();
-    let fail = |what: &str| wrong_type(param, index, what, raw);
+    let fail = |what: &str| wrong_type(param, given, what, raw);
     match param.check {
         Check::Any => convert::to_python(py, raw).map_err(|_| fail("a JSON value")),
         Check::Int if is_number => int(py, raw).ok_or_else(|| fail("an integer")),
@@ -252,7 +252,7 @@ fn convert_param<'py>(
             let Some(converter) = converter else { return Ok(value) };
             converter
                 .call1((value,))
-                .map_err(|e| converter_failed(py, param, index, &e))
+                .map_err(|e| converter_failed(py, param, given, &e))
         }
     }
 }
@@ -315,10 +315,23 @@ fn int<'py>(py: Python<'py>, raw: &str) -> Option<Bound<'py, PyAny>> {
     py.get_type::<PyInt>().call1((float,)).ok()
 }
 
-fn label(param: &Param, index: Option<usize>) -> String {
-    match index {
-        Some(i) => format!("{}[{i}]", param.name),
-        None => param.name.clone(),
+/// How a value reached its parameter, for messages that name it.
+#[derive(Clone, Copy)]
+enum Given<'a> {
+    /// By the parameter's own name or position.
+    Named,
+    /// At this position of the params array, into `*args`.
+    At(usize),
+    /// Under this key of the params object (raw JSON, quoted), into `**kwargs`: the key is
+    /// what the caller wrote, so it names the value.
+    Key(&'a str),
+}
+
+fn label(param: &Param, given: Given<'_>) -> String {
+    match given {
+        Given::Named => param.name.clone(),
+        Given::At(i) => format!("{}[{i}]", param.name),
+        Given::Key(raw) => raw.get(1..raw.len().saturating_sub(1)).unwrap_or(raw).to_owned(),
     }
 }
 
@@ -338,7 +351,7 @@ fn json_kind(raw: &str) -> &'static str {
 
 #[cold]
 #[inline(never)]
-fn wrong_type(param: &Param, index: Option<usize>, expected: &str, raw: &str) -> RpcError {
+fn wrong_type(param: &Param, given: Given<'_>, expected: &str, raw: &str) -> RpcError {
     let mut got = json_kind(raw);
     if expected == "an integer" && got == "a non-integral number" {
         if let Ok(f) = raw.parse::<f64>() {
@@ -349,15 +362,15 @@ fn wrong_type(param: &Param, index: Option<usize>, expected: &str, raw: &str) ->
     }
     RpcError::invalid_params(format!(
         "Invalid params: parameter '{}': expected {expected}, got {got}",
-        label(param, index)
+        label(param, given)
     ))
 }
 
 #[cold]
 #[inline(never)]
-fn converter_failed(py: Python<'_>, param: &Param, index: Option<usize>, error: &PyErr) -> RpcError {
+fn converter_failed(py: Python<'_>, param: &Param, given: Given<'_>, error: &PyErr) -> RpcError {
     let text = error.value(py).to_string();
-    RpcError::invalid_params(format!("Invalid params: parameter '{}': {text}", label(param, index)))
+    RpcError::invalid_params(format!("Invalid params: parameter '{}': {text}", label(param, given)))
 }
 
 #[cold]
