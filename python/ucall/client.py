@@ -267,6 +267,10 @@ class _Endpoint:
     def _where(self) -> str:
         return host_port(self.uri, self.port)
 
+    def _requests(self, calls: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
+        """A request per ``(method, params)``, each with an id of its own."""
+        return [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+
     def next_id(self) -> int:
         return next(self._ids)
 
@@ -379,7 +383,7 @@ class Client(_Endpoint):
 
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back, then read the replies in order."""
-        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        requests = self._requests(calls)
         replies = self._roundtrip([dumps(r) for r in requests], len(requests))
         return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
 
@@ -630,8 +634,8 @@ class _Pending:
 class _Collected:
     """Calls collected for one round trip. Attribute access makes calls, like on a client."""
 
-    def __init__(self, client: _Endpoint) -> None:
-        self.client = client
+    def __init__(self, next_id: Callable[[], int]) -> None:
+        self._next_id = next_id
         self.requests: list[dict[str, Any]] = []
         self.pending: list[_Pending] = []
 
@@ -641,7 +645,7 @@ class _Collected:
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> _Pending:
-        self.requests.append(_request(method, _params(args, kwargs), self.client.next_id()))
+        self.requests.append(_request(method, _params(args, kwargs), self._next_id()))
         pending = _Pending()
         self.pending.append(pending)
         return pending
@@ -661,13 +665,13 @@ class Batch(_Collected):
     """Calls collected for one round trip, sent by ``send()`` or on leaving ``with``."""
 
     def __init__(self, client: Client) -> None:
-        super().__init__(client)
-        self.sender = client
+        super().__init__(client.next_id)
+        self.client = client
 
     def send(self) -> list[Response]:
         if not self.requests:
             return []
-        return self._settle(self.sender._exchange(self.requests))
+        return self._settle(self.client._exchange(self.requests))
 
     def __enter__(self) -> Batch:
         return self
@@ -681,13 +685,13 @@ class AsyncBatch(_Collected):
     """``Batch`` for ``AsyncClient``: sent by ``await send()`` or on leaving ``async with``."""
 
     def __init__(self, client: AsyncClient) -> None:
-        super().__init__(client)
-        self.sender = client
+        super().__init__(client.next_id)
+        self.client = client
 
     async def send(self) -> list[Response]:
         if not self.requests:
             return []
-        return self._settle(await self.sender._exchange(self.requests))
+        return self._settle(await self.client._exchange(self.requests))
 
     async def __aenter__(self) -> AsyncBatch:
         return self
@@ -795,12 +799,12 @@ class AsyncClient(_Endpoint):
         ``(method, params)`` pairs: ``await client.batch(calls)``, their responses in order."""
         if calls is None:
             return AsyncBatch(self)
-        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        requests = self._requests(calls)
         return self._exchange(requests)
 
     async def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back, then await the replies in order."""
-        requests = [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        requests = self._requests(calls)
         return list(await asyncio.gather(*(self._exchange(r) for r in requests)))
 
     async def _exchange(self, request: Any) -> Any:

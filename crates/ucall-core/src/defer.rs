@@ -65,17 +65,19 @@ impl Sink {
         })
     }
 
-    /// Move every queued completion into `into`.
-    pub fn drain(&self, into: &mut Vec<Completion>) {
+    /// Move every queued completion into `into`; returns how many deferred calls the
+    /// worker still awaits after them (see `engine::turn_wait`).
+    pub fn drain(&self, into: &mut Vec<Completion>) -> usize {
         // A push still under way is announced by its own wake, or, while held, found by
         // the holder's next turn: its release takes the lock after the push.
         if !self.queued.load(Ordering::Acquire) {
-            return;
+            return self.awaited();
         }
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        self.awaited.fetch_sub(queue.len(), Ordering::Relaxed);
+        let awaited = self.awaited.fetch_sub(queue.len(), Ordering::Relaxed) - queue.len();
         into.append(&mut queue);
         self.queued.store(false, Ordering::Relaxed);
+        awaited
     }
 
     /// Deferred calls the worker awaits now (see [`Sink::is_full`]).
@@ -86,7 +88,7 @@ impl Sink {
     /// Whether the worker awaits [`MAX_AWAITED`] deferred calls: its connections read no
     /// further requests until some complete.
     pub fn is_full(&self) -> bool {
-        self.awaited.load(Ordering::Relaxed) >= MAX_AWAITED
+        self.awaited() >= MAX_AWAITED
     }
 
     fn push(&self, completion: Completion) {

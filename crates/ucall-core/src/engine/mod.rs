@@ -420,44 +420,48 @@ fn separate_tls_listener(shared: &Shared) -> Result<Option<std::net::TcpListener
 /// half of the first one's clients. A socket without `SO_REUSEPORT` cannot share a port
 /// someone listens on, so binding one first tells. Port 0 picks a free port anyway.
 fn refuse_taken(addr: SocketAddr) -> Result<(), Error> {
-    use socket2::{Domain, Protocol, Socket, Type};
     if addr.port() == 0 {
         return Ok(());
     }
-    let fail = |what: &str, e| Error::bind(format!("cannot {what} {addr}"), e);
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| fail("open a socket for", e))?;
-    probe
-        .set_reuse_address(true)
-        .map_err(|e| fail("set SO_REUSEADDR on", e))?;
-    if addr.is_ipv6() {
-        probe.set_only_v6(true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
-    }
-    probe.bind(&addr.into()).map_err(|e| {
+    tcp_socket(addr, false)?.bind(&addr.into()).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             Error::bind(format!("cannot bind {addr}: another server listens on that port"), e)
         } else {
-            fail("bind", e)
+            bind_failed(addr, "bind", e)
         }
     })
 }
 
-/// A non-blocking listening socket with `SO_REUSEPORT`, so that each worker has its own.
-fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, Error> {
+fn bind_failed(addr: SocketAddr, what: &str, e: std::io::Error) -> Error {
+    Error::bind(format!("cannot {what} {addr}"), e)
+}
+
+/// A TCP socket for `addr` as both the listeners and the probe of [`refuse_taken`] bind
+/// it: `SO_REUSEADDR`, IPv6 only for an IPv6 address, and `SO_REUSEPORT` when `shared`.
+fn tcp_socket(addr: SocketAddr, shared: bool) -> Result<socket2::Socket, Error> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let fail = |what: &str, e| Error::bind(format!("cannot {what} {addr}"), e);
+    let fail = |what: &str, e| bind_failed(addr, what, e);
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| fail("open a socket for", e))?;
     socket
         .set_reuse_address(true)
         .map_err(|e| fail("set SO_REUSEADDR on", e))?;
-    #[cfg(unix)]
-    socket
-        .set_reuse_port(true)
-        .map_err(|e| fail("set SO_REUSEPORT on", e))?;
+    if shared {
+        #[cfg(unix)]
+        socket
+            .set_reuse_port(true)
+            .map_err(|e| fail("set SO_REUSEPORT on", e))?;
+    }
     if addr.is_ipv6() {
         socket.set_only_v6(true).map_err(|e| fail("set IPV6_V6ONLY on", e))?;
     }
+    Ok(socket)
+}
+
+/// A non-blocking listening socket with `SO_REUSEPORT`, so that each worker has its own.
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, Error> {
+    let fail = |what: &str, e| bind_failed(addr, what, e);
+    let socket = tcp_socket(addr, true)?;
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux; the uring engine,
     // whose sockets are registered files, relies on it.
     socket.set_nodelay(true).map_err(|e| fail("set TCP_NODELAY on", e))?;

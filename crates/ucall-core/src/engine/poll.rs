@@ -402,8 +402,7 @@ impl PollWorker {
     /// how many calls were awaited once they were taken (see [`super::turn_wait`]).
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
-        self.serving.sink.drain(&mut completions);
-        let awaited = self.serving.sink.awaited();
+        let awaited = self.serving.sink.drain(&mut completions);
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {

@@ -1064,8 +1064,7 @@ impl UringWorker {
     /// many calls were awaited once they were taken (see [`super::turn_wait`]).
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
-        self.serving.sink.drain(&mut completions);
-        let awaited = self.serving.sink.awaited();
+        let awaited = self.serving.sink.drain(&mut completions);
         for completion in completions.drain(..) {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
