@@ -22,6 +22,10 @@
 //! up its core (slept, waited) withdraws the trust for good; one that was only preempted
 //! or computed for long makes the procedure earn it again (see `Procedure::run`).
 //!
+//! A call with large params (64 KiB or more) of a trusted procedure runs at once, in the
+//! turn that parsed it, when no call of that turn is queued before it: copying its params
+//! out to wait for the group would cost more than taking the GIL (`Entry::handle`).
+//!
 //! `async def` handlers are started in the group like any other; the coroutines they
 //! return are handed to the server's asyncio loop in one batch, and each completes its
 //! deferred reply when it finishes.
@@ -76,6 +80,11 @@ pub struct Job {
 pub struct ParamsText(String);
 
 impl ParamsText {
+    /// Params at least this long make a call of a trusted procedure run at once, during
+    /// the turn (`Entry::handle`): copying them out to wait for the group costs more than
+    /// taking the GIL. For the same reason such calls are always timed for trust.
+    pub const RUN_AT_ONCE_FROM: usize = 64 * 1024;
+
     pub fn new(text: &str) -> Self {
         let mut buffer = ucall_core::buffer::take_kept(text.len()).unwrap_or_default();
         buffer.reserve_exact(text.len());
@@ -121,6 +130,12 @@ fn is_on_core(tid: i32) -> bool {
 thread_local! {
     /// Calls deferred during the current turn on this thread.
     static COLLECTED: RefCell<Option<Vec<Job>>> = const { RefCell::new(None) };
+}
+
+/// Whether this thread is a turner and no call of its current turn is queued yet, so that
+/// a call run at once does not overtake one parsed before it.
+pub fn turn_queued_nothing() -> bool {
+    COLLECTED.with(|collected| collected.borrow().as_ref().is_some_and(Vec::is_empty))
 }
 
 /// Queue `job` for the group after the current turn. Returns it back when this thread is
@@ -412,8 +427,9 @@ impl Runtime {
         }
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
-            // Read once the GIL is held: waiting for it is no call's doing.
-            let timed = self.pinned.then(crate::server::voluntary_switches);
+            // Read once the GIL is held (waiting for it is no call's doing), before the
+            // first call timed.
+            let mut switches_at_start = None;
             lane.busy_tid.store(thread_id(), Ordering::SeqCst);
             loop {
                 let Some(job) = lock(&lane.jobs).pop_front() else { break };
@@ -431,10 +447,11 @@ impl Runtime {
                         self.submit_coroutines(py, &list);
                     }
                 }
-                if let Some(coroutine) =
-                    job.procedure
-                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, timed)
-                {
+                let params = job.params.as_ref().map(ParamsText::as_str);
+                let timed = self
+                    .times(&job)
+                    .then(|| *switches_at_start.get_or_insert_with(crate::server::voluntary_switches));
+                if let Some(coroutine) = job.procedure.run(py, params, job.reply, timed) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -449,6 +466,18 @@ impl Runtime {
                 self.submit_coroutines(py, &list);
             }
         });
+    }
+
+    /// Whether `job` is timed for [`Procedure::trusted`]: on a pinned lane every call (its
+    /// turner runs the trusted ones itself); elsewhere the calls that trust lets run at
+    /// once (large params), and every call until the procedure is trusted.
+    fn times(&self, job: &Job) -> bool {
+        self.pinned
+            || !job.procedure.trusted()
+            || job
+                .params
+                .as_ref()
+                .is_some_and(|params| params.as_str().len() >= ParamsText::RUN_AT_ONCE_FROM)
     }
 
     /// A pinned turner runs calls of procedures proven quick itself, with the GIL taken once.

@@ -2,8 +2,9 @@
 //! `NativeServer`: the core server driven from Python.
 //!
 //! Every call is deferred and run by the lane's turner after its turn (see
-//! [`crate::runtime`]): params are bound, the function called and the result serialized
-//! with the GIL held; everything else runs without it.
+//! [`crate::runtime`]), unless its params are large: then it runs at once, in the turn.
+//! Params are bound, the function called and the result serialized with the GIL held;
+//! everything else runs without it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,8 +44,12 @@ pub struct Procedure {
     slow: AtomicBool,
 }
 
-/// A call at least this long is slow.
+/// A call at least this long is slow, plus [`SLOW_CALL_PER_BYTE`] for each byte of its
+/// params.
 const SLOW_CALL: Duration = Duration::from_millis(1);
+/// Binding large params takes time without blocking anything (decoding a 2 MB base64
+/// payload takes about 0.3 ms): 1 ms more per megabyte.
+const SLOW_CALL_PER_BYTE: Duration = Duration::from_nanos(1);
 
 /// Times this thread has given up its core by itself (slept, waited for I/O or a lock):
 /// `ru_nvcsw`. Being preempted counts elsewhere (`ru_nivcsw`).
@@ -60,12 +65,20 @@ pub fn voluntary_switches() -> u64 {
 /// Quick calls in a row before a procedure is trusted to run on a pinned turner.
 const TRUST_AFTER: u32 = 1000;
 
-/// The router's entry for a procedure: defers the call to the lane's next group.
+/// The router's entry for a procedure: defers the call to the lane's next group, or runs
+/// it at once when its params are large (see [`runtime::ParamsText::RUN_AT_ONCE_FROM`]).
 struct Entry(Arc<Procedure>);
 
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
+        if params.is_some_and(|text| text.len() >= runtime::ParamsText::RUN_AT_ONCE_FROM)
+            && !self.0.is_async
+            && self.0.trusted()
+            && runtime::turn_queued_nothing()
+        {
+            return Python::attach(|py| self.0.run_at_once(py, params, reply.buffer()));
+        }
         let Ok(deferred) = reply.defer() else {
             // Driven without an engine (in-memory sessions): answer inline.
             return Python::attach(|py| self.0.invoke(py, params, reply.buffer()));
@@ -115,7 +128,8 @@ impl Procedure {
     }
 
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
-    /// worker's thread may run them itself.
+    /// worker's thread may run them itself, and a call with large params may run during
+    /// the turn that parsed it.
     pub fn trusted(&self) -> bool {
         self.quick_streak.load(Ordering::Relaxed) >= TRUST_AFTER && !self.slow.load(Ordering::Relaxed)
     }
@@ -123,9 +137,9 @@ impl Procedure {
     /// Run one deferred call and complete its reply. For an `async def` procedure, returns
     /// `(coroutine, reply)` to be started on the asyncio loop instead.
     ///
-    /// `timed`: measure the call for [`Procedure::trusted`] (pinned workers only; reading
-    /// the clock costs more than the rest of a quick call's bookkeeping), with the
-    /// thread's [`voluntary_switches`] when its group started.
+    /// `timed`: measure the call for [`Procedure::trusted`] (on pinned workers, and for
+    /// large params; reading the clock costs more than the rest of a quick call's
+    /// bookkeeping), with the thread's [`voluntary_switches`] when its group started.
     pub fn run<'py>(
         &self,
         py: Python<'py>,
@@ -133,12 +147,27 @@ impl Procedure {
         reply: Deferred,
         timed: Option<u64>,
     ) -> Option<Bound<'py, PyAny>> {
-        let Some(switches_at_group_start) = timed else {
-            return self.run_timed(py, params, reply);
-        };
+        match timed {
+            Some(switches_at_group_start) => {
+                self.timing(switches_at_group_start, params, || self.run_deferred(py, params, reply))
+            }
+            None => self.run_deferred(py, params, reply),
+        }
+    }
+
+    /// Run a call of large params during the turn that parsed it, writing its reply into
+    /// `out`; timed, so that a call that turns out slow withdraws the trust it relied on.
+    fn run_at_once(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        self.timing(voluntary_switches(), params, || self.invoke(py, params, out))
+    }
+
+    /// Run `call` (of `params`), and keep [`Procedure::trusted`] up to date with how long it
+    /// took.
+    fn timing<T>(&self, switches_at_group_start: u64, params: Option<&str>, call: impl FnOnce() -> T) -> T {
         let started = Instant::now();
-        let out = self.run_timed(py, params, reply);
-        if started.elapsed() >= SLOW_CALL {
+        let out = call();
+        let bytes = u32::try_from(params.map_or(0, str::len)).unwrap_or(u32::MAX);
+        if started.elapsed() >= SLOW_CALL + SLOW_CALL_PER_BYTE * bytes {
             // A call that slept or waited (I/O, a lock) gave up its core, and may block
             // again: never trusted again. One that only lost the core to another process,
             // or computed for long, starts its streak over, so that a busy machine does
@@ -153,7 +182,7 @@ impl Procedure {
         out
     }
 
-    fn run_timed<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
+    fn run_deferred<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
         match self.call(py, params) {
             Err(error) => reply.error(error),
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
