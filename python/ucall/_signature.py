@@ -79,7 +79,10 @@ def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> lis
     specs: list[ParamSpec] = []
     for parameter in signature.parameters.values():
         hint = hints.get(parameter.name, inspect.Parameter.empty)
-        check, converter = compile_hint(hint)
+        try:
+            check, converter = compile_hint(hint)
+        except TypeError as error:
+            raise TypeError(f"{func.__qualname__}: parameter {parameter.name!r}: {error}") from None
         has_default = parameter.default is not inspect.Parameter.empty
         specs.append(
             (
@@ -397,7 +400,21 @@ def _enum(cls: type[enum.Enum]) -> Converter:
     return convert
 
 
+# What a JSON value decodes to, before conversion.
+_JSON_TYPES = (bool, int, float, str, list, dict, type(None))
+
+
 def _instance(cls: type) -> Converter:
+    try:
+        possible = any(issubclass(kind, cls) for kind in _JSON_TYPES)
+    except TypeError:  # a protocol with data members: only isinstance can tell
+        possible = True
+    if not possible:
+        raise TypeError(
+            f"no JSON value is a {cls.__qualname__}; a dataclass, TypedDict or Enum is built "
+            "from JSON, other classes are only checked with isinstance"
+        )
+
     def convert(value: Any) -> Any:
         if isinstance(value, cls):
             return value

@@ -414,3 +414,18 @@ def test_unsupported_hints_fail_at_registration(make_server):
 
     with pytest.raises(TypeError, match="type hints"):
         server(bad)
+
+    class Opaque:
+        pass
+
+    def opaque(x: Opaque) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"<locals>\.opaque: parameter 'x': no JSON value is a .*Opaque;"):
+        server(opaque)
+
+    def nested(xs: list[Opaque]) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="parameter 'xs': no JSON value"):
+        server(nested)
