@@ -7,6 +7,8 @@
     ucall upload -f data=big.bin -i picture=cat.png --format json
     ucall sum a=1 b=2 --tls --cacert ca.pem    # HTTPS, the certificate checked against ca.pem
     ucall sum a=1 b=2 --uri wss://host:8545/   # WebSocket (ws:// in plaintext)
+    ucall -p 8545 --format json sum a=1 b=2    # options go before or after the method
+    ucall call serve                           # a method named serve (or call)
     ucall serve app:server --port 8545         # run a Server object, as uvicorn does
 
 Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
@@ -31,6 +33,8 @@ from ucall.exceptions import ConnectError, RPCError, UCallError
 
 UPLOAD_PROGRESS_BYTES = 4 << 20
 TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "image")
+NEGATIVE = re.compile(r"-\.?\d")  # a dash then a digit: a negative number, a value and not an option
+HIDDEN = "\0"  # argv cannot hold a NUL, so this prefix cannot be typed
 
 
 def _guess(text: str) -> Any:
@@ -116,35 +120,53 @@ def _highlight(text: str) -> str:
     return token.sub(paint, text)
 
 
-def _print_json(value: Any) -> None:
-    text = json.dumps(value, indent=2, ensure_ascii=False)
-    click.echo(_highlight(text) if sys.stdout.isatty() else text, color=sys.stdout.isatty())
-
-
 class _Commands(click.Group):
-    """``ucall METHOD ...`` calls a method; ``serve`` and ``call`` are the subcommands."""
+    """``ucall [OPTIONS] METHOD ...`` calls a method; ``serve`` and ``call`` are the subcommands."""
 
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            return "call", self.commands["call"], args
-        return super().resolve_command(ctx, args)
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Whatever is not a subcommand or the group's own --help or --version starts a call,
+        # so that the call's options may come before the method too.
+        own = {name for param in self.get_params(ctx) for name in param.opts}
+        if args and args[0] not in self.commands and args[0] not in own:
+            args = ["call", *args]
+        return super().parse_args(ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(
             "ucall",
-            "METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]... [OPTIONS]\n       ucall serve MODULE:SERVER [OPTIONS]",
+            "[OPTIONS] METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]...\n"
+            "       ucall serve MODULE:SERVER [OPTIONS]",
         )
+
+
+class _Call(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # click would take -1 for an unknown option and -2:int for -i with the value "nt", so
+        # a negative number is hidden from it, unless it is an option's value or follows "--".
+        valued = {name for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        end = args.index("--") if "--" in args else len(args)
+        hidden = [
+            HIDDEN + a if i < end and NEGATIVE.match(a) and (i == 0 or args[i - 1] not in valued) else a
+            for i, a in enumerate(args)
+        ]
+        rest = super().parse_args(ctx, hidden)
+        if ctx.params.get("method") is not None:  # None when shell completion parses a partial line
+            ctx.params["method"] = ctx.params["method"].removeprefix(HIDDEN)
+        ctx.params["arguments"] = tuple(a.removeprefix(HIDDEN) for a in ctx.params.get("arguments") or ())
+        return rest
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ucall")
 def main() -> None:
-    """Call UCall (JSON-RPC 2.0) servers, or serve Python functions."""
+    """Call UCall (JSON-RPC 2.0) servers, or serve Python functions.
+
+    The options of a call (ucall call --help) go before or after METHOD, and -- ends
+    them. A method named serve or call is called as ucall call METHOD.
+    """
 
 
-@main.command("call", context_settings={"ignore_unknown_options": True})
+@main.command("call", cls=_Call)
 @click.argument("method")
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
 @click.option("-f", "--file", "files", multiple=True, metavar="KEY=PATH", help="Send a file's bytes (base64).")
@@ -175,7 +197,13 @@ def main() -> None:
     show_default=True,
     help="raw: the whole reply; json: the result; bytes/numpy/image: the result decoded.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write bytes or an image result to a file.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write to FILE instead: the JSON, the bytes, a .npy, or an image in the format FILE's extension names "
+    "(as received when it names none).",
+)
 def call(
     method: str,
     arguments: tuple[str, ...],
@@ -255,12 +283,15 @@ def _leaves(value: Any) -> list[Any]:
 
 
 def _show(response: Response, output_format: str, output: str | None) -> None:
-    if output_format == "raw":
-        _print_json(response.data)
-        response.raise_for_status()
-        return
-    if output_format == "json":
-        _print_json(response.json)
+    """The reply in ``output_format``, on standard output or written to the file ``output``."""
+    if output_format in ("raw", "json"):
+        text = json.dumps(response.data if output_format == "raw" else response.json, indent=2, ensure_ascii=False)
+        if output:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        else:
+            click.echo(_highlight(text) if sys.stdout.isatty() else text, color=sys.stdout.isatty())
+        response.raise_for_status()  # raw shows an error reply whole, then exits as for an error
         return
     if output_format == "bytes":
         data = response.bytes
@@ -276,13 +307,17 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
         if output:
             import numpy as np
 
-            np.save(output, array, allow_pickle=False)
+            with open(output, "wb") as f:  # np.save given a name would add .npy to it
+                np.save(f, array, allow_pickle=False)
         else:
             click.echo(repr(array))
         return
     image = response.image
     if output:
-        image.save(output)
+        from PIL import Image
+
+        known = os.path.splitext(output)[1].lower() in Image.registered_extensions()
+        image.save(output, format=None if known else image.format)
     else:
         click.echo(f"{image.format or 'image'} {image.mode} {image.size[0]}x{image.size[1]}")
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, once, with_client_procedures
 
+from ucall._ucall import __version__
 from ucall.cli import main
 
 
@@ -55,6 +56,63 @@ def test_errors_exit_non_zero_with_a_message(port):
     for output_format in ("bytes", "numpy", "image"):
         code, _, err = run("sum", "a=1", "b=2", "-p", port, "--format", output_format)
         assert code == 2 and "the result is 3, not bytes (a base64 string)" in err, (output_format, err)
+
+
+def test_options_anywhere(make_server):
+    server = with_client_procedures(make_server())
+    server.method("serve")(lambda: "the serve method")
+    port = server.start().port
+    for args in (
+        ("-p", port, "sum", "a=1", "b=2"),
+        ("--uri", "127.0.0.1", "-p", port, "--format", "json", "sum", "a=1", "b=2"),
+        ("sum", "-p", port, "a=1", "--format", "json", "b=2"),
+        ("sum", "a=1", "b=2", "-p", port),
+        ("call", "-p", port, "sum", "a=1", "b=2"),
+    ):
+        code, out, err = run(*args)
+        assert code == 0 and json.loads(out) in (3, {"jsonrpc": "2.0", "id": 1, "result": 3}), (args, err)
+    code, out, _ = run("call", "serve", "-p", port, "--format", "json")
+    assert code == 0 and json.loads(out) == "the serve method"
+    # a dash and a digit make a value, typed ones too; "--" ends the options
+    code, out, err = run("sum", "--positional", "-1", "-2:int", "-p", port, "--format", "json")
+    assert code == 0 and out.strip() == "-3", err
+    code, out, _ = run("echo", "--positional", "-p", port, "--format", "json", "--", "-x")
+    assert code == 0 and json.loads(out) == "-x"
+    code, out, _ = run("--version")
+    assert code == 0 and __version__ in out
+    code, out, _ = run("--help")
+    assert code == 0 and "ucall serve MODULE:SERVER" in out and "call" in out
+    code, out, _ = run("sum", "--help")
+    assert code == 0 and "--format" in out and "--positional" in out
+
+
+def test_unknown_options_are_named(port):
+    for args in (("sum", "a=1", "--bogus", "-p", port), ("--bogus", "sum", "-p", port), ("sum", "--bogus=1")):
+        code, _, err = run(*args)
+        assert code == 2 and "No such option" in err and "--bogus" in err and "KEY=VALUE" not in err, (args, err)
+    code, _, err = run("sum", "--formt", "json")
+    assert code == 2 and "No such option" in err and "Did you mean" in err and "--format" in err, err
+
+
+def test_output_file_for_every_format(port, tmp_path):
+    out_file = tmp_path / "out"
+    code, out, _ = run("sum", "a=1", "b=2", "--format", "json", "-o", out_file, "-p", port)
+    assert code == 0 and out == "" and json.loads(out_file.read_text()) == 3
+    code, out, err = run("fail", "-o", out_file, "-p", port)  # raw: the whole reply, an error too
+    assert code == 1 and out == "" and "boom" in err and json.loads(out_file.read_text())["error"]["code"] == -32001
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    array_file = tmp_path / "a.npy"
+    np.save(array_file, np.arange(4))
+    code, out, _ = run("echo", f"data:bytes={array_file}", "--format", "numpy", "-o", out_file, "-p", port)
+    assert code == 0 and out == "" and np.load(out_file).tolist() == [0, 1, 2, 3]  # the very path, no .npy added
+    picture = tmp_path / "p.png"
+    image.new("RGB", (5, 4), (9, 8, 7)).save(picture)
+    for name, expected in (("copy.bmp", "BMP"), ("copy", "PNG")):  # by the extension, else as received
+        code, out, err = run("echo", "-i", f"data={picture}", "--format", "image", "-o", tmp_path / name, "-p", port)
+        assert code == 0 and out == "", err
+        with image.open(tmp_path / name) as saved:
+            assert (saved.format, saved.size) == (expected, (5, 4))
 
 
 def test_files_images_and_rich_formats(port, tmp_path):
