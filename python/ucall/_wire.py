@@ -321,8 +321,10 @@ class WebSocketReader:
                     self._parts = []
             elif event.opcode is Opcode.CLOSE:
                 self.ended = True
-                code, reason = self.protocol.close_code, self.protocol.close_reason
-                self.why = f" (WebSocket close code {code}{': ' + reason if reason else ''})"
+                # The frame received: close_code stays None until the closing handshake ends.
+                close = self.protocol.close_rcvd
+                if close is not None:
+                    self.why = f" (WebSocket close code {close.code}{': ' + close.reason if close.reason else ''})"
         error = self.protocol.parser_exc
         if error is not None and not isinstance(error, EOFError):
             self.ended = True

@@ -21,7 +21,9 @@ them; ``Response.bytes``, ``.numpy`` and ``.image`` unpack rich results.
 
 TLS verifies the server's certificate and name by default, against the system's CAs or
 ``cacert``; ``insecure=True`` skips the check. A failed check raises ``ConnectError``
-whose ``__cause__`` is the ``ssl.SSLCertVerificationError``.
+whose ``__cause__`` is the ``ssl.SSLCertVerificationError``. ``tls_cert=`` and
+``tls_key=`` present a client certificate to a server that requires one; a server that
+refuses it (or its absence) makes the call raise ``ConnectError`` saying so.
 """
 
 from __future__ import annotations
@@ -177,11 +179,18 @@ def _decode(reply: Reply) -> Any:
     return data
 
 
-def tls_context(cacert: StrPath | None = None, insecure: bool = False, http: bool = True) -> ssl.SSLContext:
+def tls_context(
+    cacert: StrPath | None = None,
+    insecure: bool = False,
+    http: bool = True,
+    tls_cert: StrPath | None = None,
+    tls_key: StrPath | None = None,
+) -> ssl.SSLContext:
     """The client side of TLS as the clients make it: the server's certificate and name
     checked against the system's CAs, or only those in the PEM file ``cacert``;
-    ``insecure=True`` accepts any certificate. ALPN offers ``http/1.1`` for HTTP and
-    WebSocket."""
+    ``insecure=True`` accepts any certificate. ``tls_cert`` (with ``tls_key`` unless the
+    key is in the same file) is the client's own certificate chain, for servers that ask
+    for one. ALPN offers ``http/1.1`` for HTTP and WebSocket."""
     if cacert is not None and insecure:
         raise ValueError("a CA file (cacert) and insecure contradict each other: pick one")
     try:
@@ -195,7 +204,53 @@ def tls_context(cacert: StrPath | None = None, insecure: bool = False, http: boo
         context.verify_mode = ssl.CERT_NONE
     if http:
         context.set_alpn_protocols(["http/1.1"])
+    if tls_cert is not None:
+        _load_chain(context, os.fspath(tls_cert), os.fspath(tls_key) if tls_key is not None else None)
+    elif tls_key is not None:
+        raise ValueError("tls_key= needs the certificate it belongs to: tls_cert=")
     return context
+
+
+def _load_chain(context: ssl.SSLContext, cert: str, key: str | None) -> None:
+    """``load_cert_chain``, with each failure naming the user's file: OpenSSL's own errors
+    name neither file, and an encrypted key would prompt for its password on the terminal."""
+
+    def encrypted() -> str:
+        raise ValueError(f"client key file {key or cert} is encrypted: load it into an ssl_context= with its password")
+
+    try:
+        context.load_cert_chain(cert, key, password=encrypted)
+    except ssl.SSLError as error:
+        if error.reason == "KEY_VALUES_MISMATCH":
+            raise ValueError(f"client key file {key or cert} does not match the certificate in {cert}") from None
+        try:  # which file is not PEM: a scratch context reads the certificates alone
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cert)
+        except ssl.SSLError:
+            raise ValueError(f"client certificate file {cert}: no PEM certificate in it") from None
+        where = f"client key file {key}" if key is not None else f"client certificate file {cert} (and no tls_key=)"
+        raise ValueError(f"{where}: no PEM private key in it") from None
+    except OSError:  # which file: the first that does not open
+        for what, path in (("client certificate", cert), ("client key", key)):
+            if path is None:
+                continue
+            try:
+                open(path, "rb").close()
+            except OSError as failure:
+                raise type(failure)(failure.errno, f"{what} file {path}: {failure.strerror}") from None
+        raise
+
+
+# The alerts a server sends about the client's certificate, the only one a client sends.
+_CLIENT_CERTIFICATE_ALERTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    "SSLV3_ALERT_BAD_CERTIFICATE",
+    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+    "SSLV3_ALERT_CERTIFICATE_REVOKED",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+    "TLSV1_ALERT_UNKNOWN_CA",
+    "TLSV1_ALERT_ACCESS_DENIED",
+}
 
 
 class _Endpoint:
@@ -213,9 +268,11 @@ class _Endpoint:
         insecure: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        tls_cert: StrPath | None = None,
+        tls_key: StrPath | None = None,
     ) -> None:
         websocket = False
-        tls_options = cacert is not None or insecure or ssl_context is not None
+        tls_options = any(o is not None for o in (cacert, ssl_context, tls_cert, tls_key)) or insecure
         if "://" in uri:
             parts = urllib.parse.urlsplit(uri)
             scheme = parts.scheme.lower()
@@ -235,7 +292,7 @@ class _Endpoint:
             port = parts.port if parts.port is not None else port
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         elif tls is False and tls_options:
-            raise ValueError("cacert=, insecure=True and ssl_context= need TLS, and tls=False turns it off")
+            raise ValueError("cacert=, insecure=True, ssl_context= and tls_cert= need TLS, and tls=False turns it off")
         self.uri = uri
         self.port = port
         self.use_http = use_http and not websocket
@@ -243,10 +300,10 @@ class _Endpoint:
         self.tls = bool(tls) or tls_options
         self.timeout = timeout
         self.path = path
-        if ssl_context is not None and (cacert is not None or insecure):
-            raise ValueError("ssl_context= already says what to trust: drop cacert= and insecure=")
+        if ssl_context is not None and (cacert is not None or insecure or tls_cert is not None or tls_key is not None):
+            raise ValueError("ssl_context= is used as given: drop cacert=, insecure=, tls_cert= and tls_key=")
         if self.tls and ssl_context is None:
-            ssl_context = tls_context(cacert, insecure, http=use_http)
+            ssl_context = tls_context(cacert, insecure, use_http, tls_cert, tls_key)
         self.ssl_context = ssl_context if self.tls else None
         self.server_hostname = server_hostname or uri
         self._ids = itertools.count(1)
@@ -292,7 +349,17 @@ class _Endpoint:
         if isinstance(error, ssl.SSLCertVerificationError):
             why = error.verify_message or error.reason or str(error)
             return ConnectError(f"cannot verify the TLS certificate of {self._where}: {why}")
-        return ConnectError(f"TLS handshake with {self._where} failed: {error}")
+        return self._refusal(error) or ConnectError(f"TLS handshake with {self._where} failed: {error}")
+
+    def _refusal(self, error: BaseException) -> ConnectError | None:
+        """The server's TLS alert about the client's certificate, as a ``ConnectError``;
+        None for any other error. TLS 1.3 sends it after the handshake, so it may come
+        on the first read, in place of a reply."""
+        reason = getattr(error, "reason", None)
+        if not isinstance(error, ssl.SSLError) or reason not in _CLIENT_CERTIFICATE_ALERTS:
+            return None
+        alert = reason.split("ALERT_", 1)[1].replace("_", " ").lower()
+        return ConnectError(f"{self._where} requires a client certificate it trusts (tls_cert=, tls_key=): {alert}")
 
     def expects_reply(self, request: Any) -> bool:
         """Over HTTP every request gets a reply (204 for notifications); over TCP and
@@ -312,9 +379,11 @@ class Client(_Endpoint):
     when given, replace ``port`` and ``path``. TLS (``tls=True``, or an ``https``/``wss``
     URI) checks the server's certificate against the system's CAs, or only against the
     PEM file ``cacert``; ``insecure=True`` accepts any certificate; ``ssl_context`` is used
-    as given. Passing ``cacert``, ``insecure`` or ``ssl_context`` turns TLS on. The name
-    checked and sent as SNI is the host, or ``server_hostname``. Sessions are resumed on
-    reconnection unless ``session_resumption=False``.
+    as given. ``tls_cert`` is the client's certificate chain (PEM), with its key in
+    ``tls_key`` or in the same file, for servers that require one (mutual TLS). Passing any
+    of these turns TLS on. The name checked and sent as SNI is the host, or
+    ``server_hostname``. Sessions are resumed on reconnection unless
+    ``session_resumption=False``.
     """
 
     def __init__(
@@ -331,8 +400,12 @@ class Client(_Endpoint):
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         session_resumption: bool = True,
+        tls_cert: StrPath | None = None,
+        tls_key: StrPath | None = None,
     ) -> None:
-        super().__init__(uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname)
+        super().__init__(
+            uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname, tls_cert, tls_key
+        )
         self.sock: socket.socket | None = None
         self.session_resumption = session_resumption
         self.session: ssl.SSLSession | None = None  # the TLS session kept for resumption
@@ -443,7 +516,7 @@ class Client(_Endpoint):
                     raise TransportError(f"connection to {self._where} lost: {error}") from None
             except OSError as error:
                 self._drop()
-                raise TransportError(f"{self._where}: {error}") from None
+                raise self._refusal(error) or TransportError(f"{self._where}: {error}") from None
         raise AssertionError("unreachable")
 
     def _connect(self) -> socket.socket:
@@ -491,7 +564,8 @@ class Client(_Endpoint):
         except TransportError:
             raise
         except OSError as error:
-            raise ConnectError(f"WebSocket handshake with {self._where} failed: {error}") from None
+            failed = ConnectError(f"WebSocket handshake with {self._where} failed: {error}")
+            raise self._refusal(error) or failed from None
 
     def _keep_session(self, sock: socket.socket) -> None:
         if self.session_resumption and isinstance(sock, ssl.SSLSocket):
@@ -707,7 +781,8 @@ class ClientTLS(Client):
     ``ssl_context`` is used as given; without one, the certificate is checked against the
     system's CAs, or not at all with ``allow_self_signed=True`` (any certificate is then
     accepted: ``Client(..., cacert=...)`` trusts one CA instead).
-    ``enable_session_resumption`` resumes the TLS session on reconnection.
+    ``enable_session_resumption`` resumes the TLS session on reconnection. ``tls_cert``
+    and ``tls_key`` present a client certificate, as with ``Client``.
     """
 
     def __init__(
@@ -720,6 +795,8 @@ class ClientTLS(Client):
         *,
         timeout: float | None = 30.0,
         path: str = "/",
+        tls_cert: StrPath | None = None,
+        tls_key: StrPath | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -731,6 +808,8 @@ class ClientTLS(Client):
             ssl_context=ssl_context,
             insecure=allow_self_signed and ssl_context is None,
             session_resumption=enable_session_resumption,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
 
 
@@ -741,7 +820,9 @@ class AsyncClient(_Endpoint):
             results = await asyncio.gather(*(client.sum(i, 1) for i in range(100)))
 
     It takes the same addresses and TLS options as ``Client`` (``ws://``, ``wss://``,
-    ``tls=True``, ``cacert``, ...); asyncio gives no way to resume a TLS session.
+    ``tls=True``, ``cacert``, ``tls_cert``, ...); asyncio gives no way to resume a TLS
+    session. As ``Client``, it opens a new connection for a call when the server has
+    closed the idle one, whether or not the event loop has run since.
     """
 
     def __init__(
@@ -757,8 +838,12 @@ class AsyncClient(_Endpoint):
         insecure: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        tls_cert: StrPath | None = None,
+        tls_key: StrPath | None = None,
     ) -> None:
-        super().__init__(uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname)
+        super().__init__(
+            uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname, tls_cert, tls_key
+        )
         self._writer: asyncio.StreamWriter | None = None
         self._framer_in_use: Framer | None = None
         self._waiting: deque[asyncio.Future[Reply]] = deque()
@@ -820,8 +905,9 @@ class AsyncClient(_Endpoint):
         try:
             reply = await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except asyncio.TimeoutError:
-            await self._fail(TimeoutError(f"no reply from {self._where} within {self.timeout} s"))
-            raise TimeoutError(f"no reply from {self._where} within {self.timeout} s") from None
+            late = TimeoutError(f"no reply from {self._where} within {self.timeout} s")
+            self._drop(late)
+            raise late from None
         data = _decode(reply)
         if isinstance(request, list):
             return _match_batch(request, data)
@@ -833,6 +919,12 @@ class AsyncClient(_Endpoint):
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
+            sock = self._writer.get_extra_info("socket") if self._writer is not None else None
+            if sock is not None and not self._waiting and _closed_by_peer(sock):
+                # Closed by the server between calls (an idle time-out, a restart), and the
+                # loop has not run since to see it: as Client does, a new connection rather
+                # than a call sent into a closed one.
+                self._drop(TransportError("the server closed the connection"))
             if self._writer is None or self._writer.is_closing() or self._framer_in_use is None:
                 try:
                     reader, writer, framer = await asyncio.wait_for(self._open(), self.timeout)
@@ -863,7 +955,8 @@ class AsyncClient(_Endpoint):
             except BaseException as error:
                 writer.close()
                 if isinstance(error, OSError) and not isinstance(error, TransportError):
-                    raise ConnectError(f"WebSocket handshake with {self._where} failed: {error}") from None
+                    failed = ConnectError(f"WebSocket handshake with {self._where} failed: {error}")
+                    raise self._refusal(error) or failed from None
                 raise
         return reader, writer, framer
 
@@ -887,17 +980,19 @@ class AsyncClient(_Endpoint):
                 if reply.close:
                     raise TransportError("the server closed the connection")
         except OSError as error:
-            failure = error if isinstance(error, TransportError) else TransportError(str(error))
+            failure = error if isinstance(error, TransportError) else self._refusal(error) or TransportError(str(error))
             if self._writer is writer:
-                self._writer = None
+                self._drop(failure)
             writer.close()
-            while self._waiting:
-                future = self._waiting.popleft()
-                if not future.done():
-                    future.set_exception(failure)
 
-    async def _fail(self, error: Exception) -> None:
+    def _drop(self, error: Exception) -> None:
+        """Forget the connection and fail the calls awaiting replies on it. Its reader is
+        stopped, so that it cannot fail the calls of the connection after it."""
         writer, self._writer = self._writer, None
+        task, self._reader_task = self._reader_task, None
+        self._framer_in_use = None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
         if writer is not None:
             writer.close()
         while self._waiting:
@@ -908,19 +1003,16 @@ class AsyncClient(_Endpoint):
 
     async def close(self) -> None:
         """Close the connection (a WebSocket with its closing frame); calls re-open it."""
-        writer, self._writer = self._writer, None
-        task, self._reader_task = self._reader_task, None
-        framer, self._framer_in_use = self._framer_in_use, None
+        writer, task, framer = self._writer, self._reader_task, self._framer_in_use
+        if writer is not None and isinstance(framer, WebSocketReader) and not writer.is_closing():
+            writer.write(framer.close())
+        self._drop(TransportError("the client closed the connection"))
         if writer is not None:
-            if isinstance(framer, WebSocketReader) and not writer.is_closing():
-                writer.write(framer.close())
-            writer.close()
             try:
                 await asyncio.wait_for(writer.wait_closed(), self.timeout)
             except (OSError, asyncio.TimeoutError):
                 pass
         if task is not None:
-            task.cancel()
             try:
                 await task
             except asyncio.CancelledError:

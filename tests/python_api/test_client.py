@@ -4,15 +4,18 @@
 import asyncio
 import json
 import socket
+import ssl
 import threading
 import time
 
 import pytest
 from conftest import with_client_procedures
+from test_client_tls import make_certs, openssl
+from websockets.server import ServerProtocol
 
 from ucall import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
-from ucall._wire import ReplyReader
-from ucall.client import AsyncClient, Client, Response
+from ucall._wire import ReplyReader, WebSocketReader
+from ucall.client import AsyncClient, Client, ClientTLS, Response
 
 
 @pytest.fixture
@@ -284,3 +287,128 @@ def test_async_client(server, use_http):
                 (await client.fail()).json
 
     asyncio.run(main())
+
+
+def test_a_websocket_close_frame_is_reported_with_its_code():
+    reader = WebSocketReader("127.0.0.1", 8545, "/", secure=False)
+    server = ServerProtocol()
+    server.receive_data(reader.handshake())
+    server.send_response(server.accept(server.events_received()[0]))
+    server.send_close(1001, "going away")
+    reader.feed(b"".join(server.data_to_send()))
+    assert reader.opened and reader.ended and reader.next() is None
+    assert reader.why == " (WebSocket close code 1001: going away)"
+
+
+# ------------------------------------------------------------ client certificates (mutual TLS)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    """The TLS suite's CAs and server certificate, and client certificates made at test
+    time: ``client.pem`` signed by ``ca.pem``, ``stranger.pem`` by ``other-ca.pem`` (which
+    the server does not trust), and ``encrypted.key``, the client's key under a password."""
+    directory = make_certs(tmp_path_factory.mktemp("certs"))
+    (directory / "client.ext").write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+    )
+    for name, ca in (("client", "ca"), ("stranger", "other-ca")):
+        key, csr, cert = (str(directory / f"{name}.{ext}") for ext in ("key", "csr", "pem"))
+        openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+            "-out", csr, "-subj", f"/CN=ucall test {name}",
+        )
+        openssl(
+            "x509", "-req", "-in", csr, "-CA", str(directory / f"{ca}.pem"), "-CAkey", str(directory / f"{ca}.key"),
+            "-CAcreateserial", "-out", cert, "-days", "1", "-extfile", str(directory / "client.ext"),
+        )
+    openssl(
+        "pkey", "-in", str(directory / "client.key"), "-aes256", "-passout", "pass:secret",
+        "-out", str(directory / "encrypted.key"),
+    )
+    return directory
+
+
+@pytest.fixture
+def mtls_server(make_server, certs):
+    """A server whose port speaks TLS and requires a client certificate signed by ca.pem."""
+    pem = {name: str(certs / f"{file}.pem") for name, file in (("tls_cert", "cert"), ("tls_client_ca", "ca"))}
+    return with_client_procedures(make_server(tls_key=str(certs / "key.pem"), **pem)).start()
+
+
+def test_a_client_certificate_is_presented(mtls_server, certs):
+    port, ca = mtls_server.port, certs / "ca.pem"
+    mine = {"tls_cert": certs / "client.pem", "tls_key": str(certs / "client.key")}
+    for use_http in (True, False):
+        with Client(port=port, use_http=use_http, cacert=ca, **mine) as client:
+            assert client.tls and client.sum(1, 2).json == 3
+    with Client(f"wss://localhost:{port}", cacert=ca, **mine) as client:
+        assert client.sum(2, 2).json == 4
+    combined = certs / "combined.pem"  # the key in the certificate's file: tls_cert= alone
+    combined.write_bytes((certs / "client.pem").read_bytes() + (certs / "client.key").read_bytes())
+    with Client(port=port, cacert=ca, tls_cert=combined) as client:
+        assert client.sum(3, 3).json == 6
+    with ClientTLS(port=port, allow_self_signed=True, **mine) as client:
+        assert client.sum(4, 4).json == 8
+
+    async def asynchronous() -> None:
+        async with AsyncClient(port=port, cacert=ca, **mine) as client:
+            assert [r.json for r in await asyncio.gather(*(client.sum(i, 1) for i in range(10)))] == list(range(1, 11))
+        async with AsyncClient(f"wss://localhost:{port}", cacert=ca, **mine) as client:
+            assert (await client.sum(5, 5)).json == 10
+
+    asyncio.run(asynchronous())
+
+
+@pytest.mark.parametrize("given", ["none", "untrusted"])
+def test_a_client_without_a_trusted_certificate_is_refused(mtls_server, certs, given):
+    port, ca = mtls_server.port, certs / "ca.pem"
+    mine = {"tls_cert": certs / "stranger.pem", "tls_key": certs / "stranger.key"} if given == "untrusted" else {}
+    refused = rf"^127\.0\.0\.1:{port} requires a client certificate it trusts \(tls_cert=, tls_key=\): \w"
+    for use_http in (True, False):  # TLS 1.3: the server's alert comes after the handshake
+        with pytest.raises(ConnectError, match=refused):
+            Client(port=port, use_http=use_http, cacert=ca, **mine).sum(1, 2)
+    with pytest.raises(ConnectError, match=refused):
+        Client(f"wss://127.0.0.1:{port}", cacert=ca, **mine).sum(1, 2)
+    if given == "none":  # TLS 1.2: during the handshake
+        context = ssl.create_default_context(cafile=str(ca))
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        with pytest.raises(ConnectError, match=refused):
+            Client(port=port, ssl_context=context).sum(1, 2)
+
+    async def asynchronous() -> None:
+        with pytest.raises(ConnectError, match=refused):
+            await AsyncClient(port=port, cacert=ca, **mine).sum(1, 2)
+        with pytest.raises(ConnectError, match=refused):
+            await AsyncClient(f"wss://127.0.0.1:{port}", cacert=ca, **mine).sum(1, 2)
+
+    asyncio.run(asynchronous())
+
+
+def test_client_certificate_errors_name_the_file(certs, tmp_path):
+    cert, key = certs / "client.pem", certs / "client.key"
+    with pytest.raises(FileNotFoundError, match="client certificate file .*missing.pem: No such file"):
+        Client(tls_cert=tmp_path / "missing.pem", tls_key=key)
+    with pytest.raises(FileNotFoundError, match="client key file .*missing.key: No such file"):
+        AsyncClient(tls_cert=cert, tls_key=tmp_path / "missing.key")
+    junk = tmp_path / "junk.txt"
+    junk.write_text("not PEM\n")
+    with pytest.raises(ValueError, match="client certificate file .*junk.txt: no PEM certificate in it"):
+        Client(tls_cert=junk, tls_key=key)
+    with pytest.raises(ValueError, match="client key file .*junk.txt: no PEM private key in it"):
+        Client(tls_cert=cert, tls_key=junk)
+    with pytest.raises(ValueError, match=r"client certificate file .*client.pem \(and no tls_key=\): no PEM private key"):
+        Client(tls_cert=cert)
+    with pytest.raises(ValueError, match="client key file .*stranger.key does not match the certificate in .*client.pem"):
+        ClientTLS(tls_cert=cert, tls_key=certs / "stranger.key")
+    with pytest.raises(ValueError, match="client key file .*encrypted.key is encrypted"):  # rather than a prompt
+        Client(tls_cert=cert, tls_key=certs / "encrypted.key")
+    with pytest.raises(ValueError, match="tls_key= needs the certificate"):
+        Client(tls_key=key)
+    with pytest.raises(ValueError, match="ssl_context= is used as given"):
+        Client(ssl_context=ssl.create_default_context(), tls_cert=cert, tls_key=key)
+    with pytest.raises(ValueError, match="plaintext"):
+        AsyncClient("ws://127.0.0.1:8545", tls_cert=cert, tls_key=key)
+    with pytest.raises(ValueError, match="tls=False"):
+        Client(tls=False, tls_cert=cert, tls_key=key)
+    assert Client(tls_cert=cert, tls_key=key).tls  # tls_cert= turns TLS on, as cacert= does
