@@ -6,6 +6,7 @@
     ucall echo data:='{"x": [1, 2]}'           # raw JSON
     ucall upload -f data=big.bin -i picture=cat.png --format json
     ucall sum a=1 b=2 --tls --cacert ca.pem    # HTTPS, the certificate checked against ca.pem
+    ucall sum a=1 b=2 --cacert ca.pem -E me.pem --key me.key   # with a client certificate
     ucall sum a=1 b=2 --uri wss://host:8545/   # WebSocket (ws:// in plaintext)
     ucall -p 8545 --format json sum a=1 b=2    # options go before or after the method
     ucall call serve                           # a method named serve (or call)
@@ -188,6 +189,17 @@ def main() -> None:
     help="Check the server's certificate against the CAs in this PEM file only (implies --tls).",
 )
 @click.option("-k", "--insecure", is_flag=True, help="Accept any server certificate (implies --tls).")
+@click.option(
+    "-E",
+    "--cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Present this client certificate chain (PEM) to a server that requires one (implies --tls).",
+)
+@click.option(
+    "--key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The private key (PEM) of --cert, when it is not in the same file.",
+)
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the reply.")
 @click.option(
     "--format",
@@ -216,6 +228,8 @@ def call(
     tls: bool,
     cacert: str | None,
     insecure: bool,
+    cert: str | None,
+    key: str | None,
     timeout: float,
     output_format: str,
     output: str | None,
@@ -240,9 +254,9 @@ def call(
     try:
         client = Client(
             uri=uri, port=port, use_http=not tcp, timeout=timeout, tls=True if tls else None, cacert=cacert,
-            insecure=insecure,
+            insecure=insecure, tls_cert=cert, tls_key=key,
         )
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
     try:
         response = _send(client, method, params)

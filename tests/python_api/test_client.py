@@ -336,6 +336,23 @@ def mtls_server(make_server, certs):
     return with_client_procedures(make_server(tls_key=str(certs / "key.pem"), **pem)).start()
 
 
+def test_the_cli_presents_a_client_certificate(mtls_server, certs):
+    from click.testing import CliRunner
+
+    from ucall.cli import main
+
+    def run(*args: object) -> tuple[int, str, str]:
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
+
+    call = ("sum", "a=1", "b=2", "-p", mtls_server.port, "--cacert", certs / "ca.pem", "--format", "json")
+    assert run(*call, "--cert", certs / "client.pem", "--key", certs / "client.key")[:2] == (0, "3\n")
+    code, _, err = run(*call)
+    assert code == 2 and "requires a client certificate it trusts" in err, err
+    code, _, err = run(*call, "-E", certs / "client.pem", "--key", certs / "key.pem")
+    assert code == 2 and "does not match the certificate" in err, err
+
+
 def test_a_client_certificate_is_presented(mtls_server, certs):
     port, ca = mtls_server.port, certs / "ca.pem"
     mine = {"tls_cert": certs / "client.pem", "tls_key": str(certs / "client.key")}
