@@ -197,6 +197,7 @@ def main() -> None:
 )
 @click.option(
     "--key",
+    "cert_key",
     type=click.Path(exists=True, dir_okay=False),
     help="The private key (PEM) of --cert, when it is not in the same file.",
 )
@@ -229,7 +230,7 @@ def call(
     cacert: str | None,
     insecure: bool,
     cert: str | None,
-    key: str | None,
+    cert_key: str | None,
     timeout: float,
     output_format: str,
     output: str | None,
@@ -254,7 +255,7 @@ def call(
     try:
         client = Client(
             uri=uri, port=port, use_http=not tcp, timeout=timeout, tls=True if tls else None, cacert=cacert,
-            insecure=insecure, tls_cert=cert, tls_key=key,
+            insecure=insecure, tls_cert=cert, tls_key=cert_key,
         )
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
