@@ -22,8 +22,8 @@
 //! up its core (slept, waited) withdraws the trust for good; one that was only preempted
 //! or computed for long makes the procedure earn it again (see `Procedure::run`).
 //!
-//! A call with large params (64 KiB or more) of a trusted procedure runs at once, in the
-//! turn that parsed it, when no call of that turn is queued before it: copying its params
+//! A call with large params (64 KiB or more) of a procedure once trusted, none of whose
+//! calls has given up its core, runs at once, in the turn that parsed it, when no call of that turn is queued before it: copying its params
 //! out to wait for the group would cost more than taking the GIL (`Entry::handle`).
 //!
 //! `async def` handlers are started in the group like any other; the coroutines they
@@ -470,7 +470,8 @@ impl Runtime {
 
     /// Whether `job` is timed for [`Procedure::trusted`]: on a pinned lane every call (its
     /// turner runs the trusted ones itself); elsewhere the calls that trust lets run at
-    /// once (large params), and every call until the procedure is trusted.
+    /// once (large params, so that one that blocks withdraws it), and every call until the
+    /// procedure is trusted.
     fn times(&self, job: &Job) -> bool {
         self.pinned
             || !job.procedure.trusted()

@@ -42,6 +42,8 @@ pub struct Procedure {
     quick_streak: AtomicU32,
     /// A call gave up its core while it ran (it may block again): never trusted again.
     slow: AtomicBool,
+    /// The streak once reached [`TRUST_AFTER`]; see [`Procedure::runs_at_once`].
+    proven: AtomicBool,
 }
 
 /// A call at least this long is slow, plus [`SLOW_CALL_PER_BYTE`] for each byte of its
@@ -73,8 +75,7 @@ impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
         if params.is_some_and(|text| text.len() >= runtime::ParamsText::RUN_AT_ONCE_FROM)
-            && !self.0.is_async
-            && self.0.trusted()
+            && self.0.runs_at_once()
             && runtime::turn_queued_nothing()
         {
             return Python::attach(|py| self.0.run_at_once(py, params, reply.buffer()));
@@ -128,10 +129,18 @@ impl Procedure {
     }
 
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
-    /// worker's thread may run them itself, and a call with large params may run during
-    /// the turn that parsed it.
+    /// worker's thread may run them itself.
     pub fn trusted(&self) -> bool {
         self.quick_streak.load(Ordering::Relaxed) >= TRUST_AFTER && !self.slow.load(Ordering::Relaxed)
+    }
+
+    /// Whether a call with large params may run during the turn that parsed it: the
+    /// procedure was trusted once and no call has given up its core since. Unlike
+    /// [`Procedure::trusted`], a call that was only preempted or computed for long does
+    /// not take this back: the call would run on this thread right after the turn anyway,
+    /// and on a busy machine the streak would rarely last.
+    fn runs_at_once(&self) -> bool {
+        !self.is_async && self.proven.load(Ordering::Relaxed) && !self.slow.load(Ordering::Relaxed)
     }
 
     /// Run one deferred call and complete its reply. For an `async def` procedure, returns
@@ -176,8 +185,10 @@ impl Procedure {
                 self.slow.store(true, Ordering::Relaxed);
             }
             self.quick_streak.store(0, Ordering::Relaxed);
-        } else if self.quick_streak.load(Ordering::Relaxed) < TRUST_AFTER {
-            self.quick_streak.fetch_add(1, Ordering::Relaxed);
+        } else if self.quick_streak.load(Ordering::Relaxed) < TRUST_AFTER
+            && self.quick_streak.fetch_add(1, Ordering::Relaxed) + 1 == TRUST_AFTER
+        {
+            self.proven.store(true, Ordering::Relaxed);
         }
         out
     }
@@ -453,6 +464,7 @@ impl NativeServer {
             is_async,
             quick_streak: AtomicU32::new(0),
             slow: AtomicBool::new(false),
+            proven: AtomicBool::new(false),
         }));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
