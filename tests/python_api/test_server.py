@@ -111,8 +111,15 @@ def test_errors(make_server, wire):
     def just_a_message() -> None:
         raise RPCError("out of stock")
 
+    @server
+    def fail_with_odd_data() -> None:
+        raise RPCError(-32002, "odd", object())
+
     w = wire(server)
     assert w.error("fail") == {"code": -32001, "message": "boom", "data": {"why": "asked to fail", "n": [1, 2]}}
+    error = w.error("fail_with_odd_data")
+    assert error["code"] == -32603, error
+    assert error["message"].startswith("Internal error: the data of RPCError -32002 cannot be serialized: "), error
     assert w.error("plain_fail") == {"code": -32050, "message": "no data"}
     assert w.error("just_a_message") == {"code": -32000, "message": "out of stock"}
     with pytest.raises(TypeError, match="an RPCError code is an integer, not 1.5"):

@@ -289,18 +289,24 @@ impl Hooks {
             let message = value
                 .getattr("message")
                 .map_or_else(|_| value.to_string(), |m| m.to_string());
-            let mut rpc = RpcError::new(code, message);
-            if let Ok(data) = value.getattr("data") {
-                if !data.is_none() {
-                    let mut json = Vec::new();
-                    if write_json(&data, Some(self.encode.bind(py)), &mut json).is_ok() {
-                        if let Some(with) = String::from_utf8(json).ok().and_then(|j| rpc.clone().with_raw_data(&j)) {
-                            rpc = with;
-                        }
-                    }
-                }
+            let rpc = RpcError::new(code, message);
+            let data = match value.getattr("data") {
+                Ok(data) if !data.is_none() => data,
+                _ => return rpc,
+            };
+            let mut json = Vec::new();
+            // As for a result: data with no JSON form is the handler's bug, said so rather
+            // than dropped without a word.
+            if let Err(e) = write_json(&data, Some(self.encode.bind(py)), &mut json) {
+                return RpcError::internal(format!(
+                    "Internal error: the data of RPCError {code} cannot be serialized: {}",
+                    e.0
+                ));
             }
-            return rpc;
+            return String::from_utf8(json)
+                .ok()
+                .and_then(|j| rpc.clone().with_raw_data(&j))
+                .unwrap_or(rpc);
         }
         let kind = value
             .get_type()
