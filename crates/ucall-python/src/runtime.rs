@@ -23,8 +23,9 @@
 //! or computed for long makes the procedure earn it again (see `Procedure::run`).
 //!
 //! A call with large params (64 KiB or more) of a procedure once trusted, none of whose
-//! calls has given up its core, runs at once, in the turn that parsed it, when no call of that turn is queued before it: copying its params
-//! out to wait for the group would cost more than taking the GIL (`Entry::handle`).
+//! calls has given up its core, runs at once, in the turn that parsed it, when no call of
+//! that turn is queued before it: copying its params out to wait for the group would cost
+//! more than taking the GIL (`Entry::handle`).
 //!
 //! `async def` handlers are started in the group like any other; the coroutines they
 //! return are handed to the server's asyncio loop in one batch, and each completes its
@@ -84,6 +85,11 @@ impl ParamsText {
     /// the turn (`Entry::handle`): copying them out to wait for the group costs more than
     /// taking the GIL. For the same reason such calls are always timed for trust.
     pub const RUN_AT_ONCE_FROM: usize = 64 * 1024;
+
+    /// Whether `params` are long enough to run at once (see [`Self::RUN_AT_ONCE_FROM`]).
+    pub fn is_large(params: Option<&str>) -> bool {
+        params.is_some_and(|text| text.len() >= Self::RUN_AT_ONCE_FROM)
+    }
 
     pub fn new(text: &str) -> Self {
         let mut buffer = ucall_core::buffer::take_kept(text.len()).unwrap_or_default();
@@ -468,17 +474,12 @@ impl Runtime {
         });
     }
 
-    /// Whether `job` is timed for [`Procedure::trusted`]: on a pinned lane every call (its
-    /// turner runs the trusted ones itself); elsewhere the calls that trust lets run at
-    /// once (large params, so that one that blocks withdraws it), and every call until the
-    /// procedure is trusted.
+    /// Whether `job` is timed for trust: on a pinned lane every call (its turner runs the
+    /// trusted ones itself); elsewhere, where trust serves only the calls that run at once,
+    /// every call until the procedure has earned it, then the large ones (so that one that
+    /// blocks withdraws it).
     fn times(&self, job: &Job) -> bool {
-        self.pinned
-            || !job.procedure.trusted()
-            || job
-                .params
-                .as_ref()
-                .is_some_and(|params| params.as_str().len() >= ParamsText::RUN_AT_ONCE_FROM)
+        self.pinned || !job.procedure.proven() || ParamsText::is_large(job.params.as_ref().map(ParamsText::as_str))
     }
 
     /// A pinned turner runs calls of procedures proven quick itself, with the GIL taken once.

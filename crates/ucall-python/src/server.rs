@@ -74,10 +74,7 @@ struct Entry(Arc<Procedure>);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
-        if params.is_some_and(|text| text.len() >= runtime::ParamsText::RUN_AT_ONCE_FROM)
-            && self.0.runs_at_once()
-            && runtime::turn_queued_nothing()
-        {
+        if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
             return Python::attach(|py| self.0.run_at_once(py, params, reply.buffer()));
         }
         let Ok(deferred) = reply.defer() else {
@@ -140,15 +137,20 @@ impl Procedure {
     /// not take this back: the call would run on this thread right after the turn anyway,
     /// and on a busy machine the streak would rarely last.
     fn runs_at_once(&self) -> bool {
-        !self.is_async && self.proven.load(Ordering::Relaxed) && !self.slow.load(Ordering::Relaxed)
+        !self.is_async && self.proven() && !self.slow.load(Ordering::Relaxed)
+    }
+
+    /// Whether the streak of quick calls has ever reached [`TRUST_AFTER`].
+    pub fn proven(&self) -> bool {
+        self.proven.load(Ordering::Relaxed)
     }
 
     /// Run one deferred call and complete its reply. For an `async def` procedure, returns
     /// `(coroutine, reply)` to be started on the asyncio loop instead.
     ///
-    /// `timed`: measure the call for [`Procedure::trusted`] (on pinned workers, and for
-    /// large params; reading the clock costs more than the rest of a quick call's
-    /// bookkeeping), with the thread's [`voluntary_switches`] when its group started.
+    /// `timed`: measure the call for trust (which calls: `Runtime::times`; reading the
+    /// clock costs more than the rest of a quick call's bookkeeping), with the thread's
+    /// [`voluntary_switches`] when its group started.
     pub fn run<'py>(
         &self,
         py: Python<'py>,
@@ -170,8 +172,8 @@ impl Procedure {
         self.timing(voluntary_switches(), params, || self.invoke(py, params, out))
     }
 
-    /// Run `call` (of `params`), and keep [`Procedure::trusted`] up to date with how long it
-    /// took.
+    /// Run `call` (of `params`), and keep [`Procedure::trusted`] and
+    /// [`Procedure::runs_at_once`] up to date with how long it took.
     fn timing<T>(&self, switches_at_group_start: u64, params: Option<&str>, call: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         let out = call();
