@@ -366,9 +366,17 @@ pub fn take_kept(at_least: usize) -> Option<Vec<u8>> {
     spares(|s| s.take(at_least))
 }
 
+/// A kept buffer with room for `at_least` bytes, else a new one; a large new one gets
+/// the room [`Spares::capacity_for`] gives, so that it serves again once kept.
+#[must_use]
+pub fn take_or_allocate(at_least: usize) -> Vec<u8> {
+    take_kept(at_least).unwrap_or_else(|| Vec::with_capacity(Spares::capacity_for(at_least)))
+}
+
 /// Make room for `additional` more bytes in `buffer`: once it grows past
 /// [`Spares::SMALLEST`] / 2, by moving it into a kept buffer when one is large enough
-/// (the old one is kept in its place), else by growing it.
+/// (the old one is kept in its place), else by growing it (to at least twice its size,
+/// and with the room [`Spares::capacity_for`] gives).
 pub fn reserve(buffer: &mut Vec<u8>, additional: usize) {
     let needed = buffer.len() + additional;
     if needed <= buffer.capacity() {
@@ -379,7 +387,10 @@ pub fn reserve(buffer: &mut Vec<u8>, additional: usize) {
             spare.extend_from_slice(buffer);
             keep(std::mem::replace(buffer, spare));
         }
-        None => buffer.reserve(additional),
+        None => {
+            let capacity = Spares::capacity_for(needed).max(2 * buffer.capacity());
+            buffer.reserve_exact(capacity - buffer.len());
+        }
     }
 }
 
@@ -391,6 +402,19 @@ impl Spares {
     /// Most buffers kept: a large request's input and reply, and in Python its params and
     /// result. More only filled up with buffers of passing bursts.
     pub const KEPT: usize = 4;
+
+    /// The capacity to allocate for `at_least` bytes. Above [`Spares::SMALLEST`] / 2, a
+    /// sixteenth more, in whole 64 KiB: the buffers of one large message (its input, its
+    /// params, its reply) differ in length by an envelope, and allocated to the byte, a
+    /// kept one was a few bytes short for the next role (a 2,140,855-byte params copy for
+    /// the 2,140,905 bytes of the next reply), so each large message allocated afresh.
+    #[must_use]
+    pub const fn capacity_for(at_least: usize) -> usize {
+        if at_least <= Self::SMALLEST / 2 {
+            return at_least;
+        }
+        (at_least + at_least / 16).next_multiple_of(64 << 10)
+    }
 
     /// Whether a buffer of `capacity` bytes is kept: from [`Spares::SMALLEST`] to
     /// [`Spares::LARGEST`].
@@ -615,6 +639,32 @@ mod tests {
             spares.give(Vec::with_capacity(2 << 20));
         }
         assert!(spares.held() <= Spares::KEPT * (4 << 20));
+    }
+
+    #[test]
+    fn a_large_buffer_allocated_for_one_role_fits_the_next() {
+        // Sizes no other test of this binary keeps: the pool is the process's.
+        let params = (3 << 20) + 1000;
+        let copy = take_or_allocate(params);
+        assert!(
+            copy.capacity() >= params + params / 16,
+            "room beyond the bytes asked for"
+        );
+        keep(copy);
+        let mut reply = Vec::new();
+        reserve(&mut reply, params + 50); // the reply: the params' length and an envelope
+        assert!(
+            reply.capacity() >= params + params / 16,
+            "the kept copy was taken, not a fresh buffer"
+        );
+        assert_eq!(Spares::capacity_for(100), 100, "small sizes are allocated as asked");
+        // Larger than any kept buffer, so as to take none from another test.
+        let mut growing = vec![0; Spares::LARGEST + 1];
+        reserve(&mut growing, 1);
+        assert!(
+            growing.capacity() >= 2 * (Spares::LARGEST + 1),
+            "growth stays geometric"
+        );
     }
 
     #[test]

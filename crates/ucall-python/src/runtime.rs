@@ -92,8 +92,7 @@ impl ParamsText {
     }
 
     pub fn new(text: &str) -> Self {
-        let mut buffer = ucall_core::buffer::take_kept(text.len()).unwrap_or_default();
-        buffer.reserve_exact(text.len());
+        let mut buffer = ucall_core::buffer::take_or_allocate(text.len());
         buffer.extend_from_slice(text.as_bytes());
         // SAFETY: `buffer` holds exactly the bytes of `text`, a `str`.
         ParamsText(unsafe { String::from_utf8_unchecked(buffer) })
