@@ -2,8 +2,12 @@
 //! One call as a C callback sees it: `ucall_param_*` read it, `ucall_call_reply_*`
 //! answer it.
 //!
-//! A `ucall_call_t` points to a [`CallContext`] on the serving thread's stack, holding the
-//! core's borrowed [`Call`] and [`Reply`]; it is valid only until the callback returns.
+//! A `ucall_call_t` names one callback's [`CallContext`], which lives on the serving
+//! thread's stack and holds the core's borrowed [`Call`] and [`Reply`]. The handle is not
+//! the context's address but a number used once: the next call's context sits at the
+//! same address, and a handle kept past its callback (or passed to another thread) must
+//! find nothing there rather than answer someone else's call. It is valid only on the
+//! callback's thread until the callback returns.
 //!
 //! Defined outcomes (docs/c-api.md, "Replies"):
 //! - the first `ucall_call_reply_*()` decides the reply; later ones are ignored;
@@ -14,11 +18,12 @@
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ucall_core::jsonrpc::scan::{cold_decode_string, key_equals, Elements, Members};
 use ucall_core::{Call, ErrorCode, Handler, Reply, RpcError};
 
-use crate::ffi::{self, Handle, Tag};
+use crate::ffi;
 use crate::server::{ucall_callback_tag_t, ucall_str_t};
 
 /// The call a callback is answering: valid only until the callback returns, and only on
@@ -36,10 +41,8 @@ enum Answer {
     Failed(RpcError),
 }
 
-/// What a `ucall_call_t` points to, during one callback.
-#[repr(C)]
+/// What a `ucall_call_t` names, during one callback.
 pub struct CallContext<'c, 'a, 'o> {
-    tag: Tag,
     call: &'c Call<'a>,
     reply: &'c mut Reply<'o>,
     answer: Answer,
@@ -51,24 +54,24 @@ pub struct CallContext<'c, 'a, 'o> {
     last_json: Option<(usize, usize)>,
 }
 
-// SAFETY: `CallContext` is `#[repr(C)]` and starts with its `Tag`.
-unsafe impl Handle for CallContext<'_, '_, '_> {
-    const TAG: Tag = Tag::CALL;
-}
-
 /// The empty string every zero-length output points to, so that a (pointer, 0) pair read
 /// as "NUL-terminated" (the API's meaning of length 0) still reads an empty string.
 const EMPTY: &std::ffi::CStr = c"";
 
-/// The call behind `call`, during its callback.
+/// The call behind `call` when it is the handle of the callback running on this thread;
+/// `None` for NULL, a stale handle, another thread's or any other value.
 ///
 /// # Safety
-/// `call` must be NULL or the `ucall_call_t` passed to the running callback, used on the
-/// callback's thread.
+/// No other reference to the running call's context may be in use: the C side calls one
+/// `ucall_` function at a time on the callback's thread.
 unsafe fn context<'x>(call: ucall_call_t) -> Option<&'x mut CallContext<'x, 'x, 'x>> {
-    // SAFETY: the caller's contract: the context lives on this thread's stack, below the
-    // running callback, and no other reference to it is in use while a ucall_ function runs.
-    unsafe { ffi::handle_mut::<CallContext<'x, 'x, 'x>>(call) }
+    let (handle, context) = RUNNING.with(Cell::get);
+    if call.is_null() || call as usize != handle {
+        return None;
+    }
+    // SAFETY: `context` is the running callback's, set by `CProcedure::handle` around the
+    // callback: it lives on this thread's stack below the callback, which is running.
+    Some(unsafe { &mut *context.cast::<CallContext<'x, 'x, 'x>>() })
 }
 
 impl<'a> CallContext<'_, 'a, '_> {
@@ -166,33 +169,40 @@ unsafe impl Send for CProcedure {}
 unsafe impl Sync for CProcedure {}
 
 thread_local! {
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+    /// The handle of the callback running on this thread and its context; 0 outside one.
+    static RUNNING: Cell<(usize, *mut c_void)> = const { Cell::new((0, std::ptr::null_mut())) };
 }
 
-/// Marks this thread as running a C callback while alive.
-pub(crate) struct InCallback(bool);
+/// The source of call handles: odd numbers, each used once (2^63 calls before a repeat),
+/// and never mistaken for a server handle, which is aligned (`ffi::tagged`).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// Marks this thread as running a C callback while alive (the previous one is restored).
+pub(crate) struct InCallback((usize, *mut c_void));
 
 impl InCallback {
-    fn enter() -> Self {
-        InCallback(IN_CALLBACK.with(|inside| inside.replace(true)))
+    /// Run a callback for `context`: returns the guard and the handle that names it.
+    fn enter(context: *mut c_void) -> (Self, ucall_call_t) {
+        let handle = NEXT_HANDLE.fetch_add(2, Ordering::Relaxed);
+        let previous = RUNNING.with(|running| running.replace((handle, context)));
+        (InCallback(previous), handle as ucall_call_t)
     }
 
     /// Whether this thread is inside a callback now.
     pub(crate) fn active() -> bool {
-        IN_CALLBACK.with(Cell::get)
+        RUNNING.with(|running| running.get().0 != 0)
     }
 }
 
 impl Drop for InCallback {
     fn drop(&mut self) {
-        IN_CALLBACK.with(|inside| inside.set(self.0));
+        RUNNING.with(|running| running.set(self.0));
     }
 }
 
 impl Handler for CProcedure {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let mut context = CallContext {
-            tag: Tag::CALL,
             call,
             reply,
             answer: Answer::Pending,
@@ -200,16 +210,12 @@ impl Handler for CProcedure {
             last_json: None,
         };
         {
-            let _inside = InCallback::enter();
-            let handle: ucall_call_t = std::ptr::from_mut(&mut context).cast();
+            let (_inside, handle) = InCallback::enter(std::ptr::from_mut(&mut context).cast());
             // SAFETY: a non-NULL function pointer registered through ucall_add_procedure,
-            // called with its own tag and a handle to `context`, which outlives the call;
-            // the C side must not keep the handle (documented on ucall_call_t).
+            // called with its own tag and the handle naming `context`, which outlives the
+            // call; once it returns the handle names nothing (`context`).
             unsafe { (self.callback)(handle, self.tag) };
         }
-        // SAFETY: `context.tag` is a valid, aligned field we own. The volatile write keeps
-        // the store, so a handle kept by the callback past its return is refused.
-        unsafe { std::ptr::write_volatile(&raw mut context.tag, Tag::DEAD) };
         match std::mem::replace(&mut context.answer, Answer::Pending) {
             Answer::Replied => Ok(()),
             Answer::Failed(error) => Err(error),

@@ -2,9 +2,10 @@
 //! Turning C pointers into Rust references: the only place that does.
 //!
 //! Invariants the rest of the crate relies on:
-//! - a handle (`ucall_server_t`, `ucall_call_t`) is a pointer to a `#[repr(C)]` struct
-//!   whose first field is a [`Tag`]; [`handle`] checks NULL and the tag before handing
-//!   out a reference, so a NULL, a freed-and-cleared or a mixed-up handle is refused;
+//! - a server handle (`ucall_server_t`) is a pointer to a `#[repr(C)]` struct whose first
+//!   field is a [`Tag`]; [`handle_ref`] checks NULL and the tag before handing out a
+//!   reference, so a NULL, a freed-and-cleared or a mixed-up handle is refused (a call
+//!   handle is a number, checked against the running callback's: `call::context`);
 //! - a string argument is `(pointer, length)` where length 0 means NUL-terminated, as the
 //!   published API defines; [`text_arg`] reads exactly that and nothing beyond;
 //! - out-parameters are written only when non-NULL and only on success ([`write_out`]).
@@ -22,8 +23,6 @@ pub struct Tag(u64);
 impl Tag {
     /// Tag of a live server (`ucall_server_t`).
     pub const SERVER: Tag = Tag(0x5543_414c_4c53_5256); // "UCALLSRV"
-    /// Tag of a call during its callback (`ucall_call_t`).
-    pub const CALL: Tag = Tag(0x5543_414c_4c43_414c); // "UCALLCAL"
     /// Written over a tag when its handle dies, so stale handles are refused.
     pub const DEAD: Tag = Tag(0);
 }
@@ -44,7 +43,9 @@ pub unsafe trait Handle {
 /// `ptr` must be NULL or point to readable memory holding a live handle of one of this
 /// crate's handle types (the C API's contract: a value it returned, not yet freed).
 unsafe fn tagged<T: Handle>(ptr: *mut std::ffi::c_void) -> Option<*mut T> {
-    if ptr.is_null() {
+    // A call handle (an odd number, `call::context`) passed for a server is refused here,
+    // unread: no handle struct starts at an address a `Tag` cannot be aligned to.
+    if ptr.is_null() || !ptr.cast::<Tag>().is_aligned() {
         return None;
     }
     // SAFETY: non-NULL, and by the caller's contract points to a handle struct, every one
@@ -61,15 +62,6 @@ unsafe fn tagged<T: Handle>(ptr: *mut std::ffi::c_void) -> Option<*mut T> {
 pub(crate) unsafe fn handle_ref<'a, T: Handle>(ptr: *mut std::ffi::c_void) -> Option<&'a T> {
     // SAFETY: the caller's contract; the tag says it is a live `T`.
     unsafe { tagged::<T>(ptr).map(|p| &*p) }
-}
-
-/// An exclusive reference to the handle behind `ptr` (calls: one thread, one callback).
-///
-/// # Safety
-/// As for [`tagged`]; and no other reference to it may be used for `'a`.
-pub(crate) unsafe fn handle_mut<'a, T: Handle>(ptr: *mut std::ffi::c_void) -> Option<&'a mut T> {
-    // SAFETY: the caller's contract; the tag says it is a live `T`.
-    unsafe { tagged::<T>(ptr).map(|p| &mut *p) }
 }
 
 /// A string argument: `length` bytes at `ptr`, or up to the NUL when `length` is 0.

@@ -169,6 +169,40 @@ static void misuse(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, ok ? "true" : "false", 0);
 }
 
+/* A handle kept past its callback, or used from another thread, names no call: at the
+ * same stack address another call's context lives meanwhile, and must not be answered. */
+static ucall_call_t kept_call = NULL;
+
+static void keep_handle(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    kept_call = call;
+    ucall_call_reply_content(call, "\"kept\"", 0);
+}
+
+static void* use_from_another_thread(void* call) {
+    int64_t value = 0;
+    static bool refused;
+    refused = !ucall_param_named_i64((ucall_call_t)call, "a", 0, &value) && ucall_param_count((ucall_call_t)call) == 0;
+    ucall_call_reply_content((ucall_call_t)call, "\"from another thread\"", 0);
+    return &refused;
+}
+
+static void use_kept_handle(ucall_call_t call, ucall_callback_tag_t tag) {
+    pthread_t thread;
+    void* refused_elsewhere = NULL;
+    bool stale_refused;
+    (void)tag;
+    stale_refused = kept_call != NULL && kept_call != call && ucall_param_count(kept_call) == 0;
+    ucall_call_reply_content(kept_call, "\"stale\"", 0); /* must not answer this call */
+    pthread_create(&thread, NULL, use_from_another_thread, call);
+    pthread_join(thread, &refused_elsewhere);
+    ucall_call_reply_content(call,
+                             stale_refused && refused_elsewhere && *(bool*)refused_elsewhere && ucall_param_count(call) == 1
+                                 ? "true"
+                                 : "false",
+                             0);
+}
+
 /* ------------------------------------------------------------------ client */
 
 static int connect_to(uint16_t port) {
@@ -305,7 +339,7 @@ static void test_serving(void) {
 
     memset(&config, 0, sizeof config);
     config.ephemeral_port = true;
-    config.max_callbacks = 15;
+    config.max_callbacks = 17;
     config.logs_file_descriptor = 2;
     config.logs_format = "json";
     ucall_init(&config, &the_server);
@@ -332,6 +366,8 @@ static void test_serving(void) {
     ucall_add_procedure(the_server, "string_length", string_length, NULL);
     ucall_add_procedure(the_server, "pointer", pointer, NULL);
     ucall_add_procedure(the_server, "misuse", misuse, NULL);
+    ucall_add_procedure(the_server, "keep_handle", keep_handle, NULL);
+    ucall_add_procedure(the_server, "use_kept_handle", use_kept_handle, NULL);
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text); /* replaces: no new slot */
     ucall_add_procedure(the_server, "the_last_one", no_reply, NULL);
     ucall_add_procedure(the_server, "one_too_many", no_reply, NULL);
@@ -392,6 +428,10 @@ static void test_serving(void) {
     CHECK(strstr(reply, "\"result\":42"), "JSON Pointer names reach nested values: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"misuse\",\"params\":{\"s\":\"x\",\"a\":1},\"id\":16}");
     CHECK(strstr(reply, "\"result\":true"), "misuse inside a callback is refused safely: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"keep_handle\",\"id\":18}");
+    CHECK(strstr(reply, "\"result\":\"kept\""), "a callback that keeps its handle: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"use_kept_handle\",\"params\":{\"a\":1},\"id\":19}");
+    CHECK(strstr(reply, "\"result\":true"), "a kept handle, or one used on another thread, is refused: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":17}");
     CHECK(strstr(reply, "\"id\":17"), "the server still serves after the misuse: %s", reply);
 
