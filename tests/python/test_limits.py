@@ -221,3 +221,21 @@ def test_connection_reset_mid_request_does_not_disturb_others(spawn_server, prot
     with TcpConn(server.address) as fresh_tcp:
         assert_result(fresh_tcp.call(request("subtract", [8, 3], id="tcp")), 5, "tcp")
     assert server.alive(), server.diagnostics()
+
+
+def test_max_body_bytes_over_tcp_however_the_text_arrives(spawn_server):
+    """A raw-TCP text over --max-body-bytes is refused with -32600 and the connection closed,
+    also when it arrives whole in one read (it was checked only while incomplete)."""
+    server = spawn_server("--max-body-bytes", "1024")
+    short = dumps(request("echo", ["x" * 900], id=1))
+    long = dumps(request("echo", ["x" * 2000], id=2))
+    for pieces in ([long], [long[:500], long[500:]]):
+        with TcpConn(server.address) as conn:
+            assert_result(conn.call(short), "x" * 900, 1)
+            for piece in pieces[:-1]:
+                conn.send(piece)
+                time.sleep(0.05)
+            reply = conn.call(pieces[-1])
+            assert_error(reply, -32600, None)
+            assert "1024 bytes" in reply["error"]["message"]
+            conn.expect_closed()

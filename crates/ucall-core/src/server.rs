@@ -264,7 +264,8 @@ impl ServerBuilder {
     /// requested cannot run here.
     pub fn bind(self) -> Result<Server, Error> {
         let mut config = *self.config;
-        if let Ok(name) = std::env::var("UCALL_ENGINE") {
+        // Set but empty (`UCALL_ENGINE= cmd`) counts as unset, as for most variables.
+        if let Some(name) = std::env::var("UCALL_ENGINE").ok().filter(|name| !name.is_empty()) {
             config.engine = EngineKind::parse(&name)
                 .ok_or_else(|| Error::config(format!("UCALL_ENGINE={name:?}: expected auto, poll or uring")))?;
         }

@@ -80,6 +80,10 @@ impl Framer {
                 b'}' | b']' => {
                     self.depth -= 1;
                     if self.depth == 0 {
+                        // Over the limit is refused even when the text came whole in one read.
+                        if i + 1 - start > max_len {
+                            return Frame::TooLarge;
+                        }
                         return Frame::Complete(start..i + 1);
                     }
                 }
@@ -109,6 +113,29 @@ impl Framer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_over_the_limit_is_too_large_however_it_arrives() {
+        let text = format!("{{\"a\":\"{}\"}}", "x".repeat(2000));
+        assert_eq!(
+            Framer::default().next(text.as_bytes(), 1000),
+            Frame::TooLarge,
+            "whole in one read"
+        );
+        let mut framer = Framer::default();
+        assert_eq!(
+            framer.next(&text.as_bytes()[..500], 1000),
+            Frame::Incomplete { skip: 0 }
+        );
+        assert_eq!(framer.next(text.as_bytes(), 1000), Frame::TooLarge, "in two pieces");
+        let exact = format!("{{\"a\":\"{}\"}}", "x".repeat(992));
+        assert_eq!(exact.len(), 1000);
+        assert_eq!(
+            Framer::default().next(exact.as_bytes(), 1000),
+            Frame::Complete(0..1000),
+            "at the limit"
+        );
+    }
 
     #[test]
     fn frames_texts_split_anywhere() {
