@@ -54,10 +54,22 @@ def pack_ndarray(array: Any) -> str:
     return b64encode(buffer.getbuffer())
 
 
+NPY_MAGIC = b"\x93NUMPY"
+
+
 def unpack_ndarray(data: bytes) -> Any:
+    """The array in ``data``, a ``.npy`` file; ``ValueError`` saying why not. numpy's own
+    messages take other data for a pickle and point to ``allow_pickle=``, which stays off."""
     import numpy as np
 
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    if not data.startswith(NPY_MAGIC):
+        raise ValueError("the data is not a .npy array (pickled arrays are refused)")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as error:  # numpy's ValueError mostly; EOFError, SyntaxError from a damaged header
+        if "pickle" in str(error):
+            raise ValueError("a .npy array of Python objects, which only pickle could load (refused)") from None
+        raise ValueError(f"a damaged .npy array: {error}") from None
 
 
 def pack_image(image: Any) -> str:

@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import inspect
 import signal
+import struct
 import sys
 import threading
 import time
@@ -145,8 +146,19 @@ class Server:
         tls_port: int | None = None,
         quiet: bool = False,
     ) -> None:
-        if threads < 1:
-            raise ValueError("threads must be at least 1")
+        _check_options(
+            port=port,
+            threads=threads,
+            max_threads=max_threads,
+            max_body_bytes=max_body_bytes,
+            max_head_bytes=max_head_bytes,
+            max_batch=max_batch,
+            max_connections=max_connections,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            tls_port=tls_port,
+        )
         self.host = host
         self.threads = threads
         self.max_threads = max_threads
@@ -187,8 +199,17 @@ class Server:
             return lambda f: self.route(f, name=name)
         return self.route(func, name=name)
 
-    def method(self, name: str, *, ignore_extra_params: bool | None = None) -> Callable[[F], F]:
-        """``@server.method("ns.name")`` registers a function under another name."""
+    @overload
+    def method(self, name: F, /) -> F: ...
+
+    @overload
+    def method(self, name: str, *, ignore_extra_params: bool | None = None) -> Callable[[F], F]: ...
+
+    def method(self, name: str | F, *, ignore_extra_params: bool | None = None) -> F | Callable[[F], F]:
+        """``@server.method("ns.name")`` registers a function under another name;
+        ``@server.method`` alone, as ``@server``, under its own."""
+        if callable(name):  # used without parentheses: the function came as the name
+            return self.route(name, ignore_extra_params=ignore_extra_params)
 
         def register(func: F) -> F:
             return self.route(func, name=name, ignore_extra_params=ignore_extra_params)
@@ -275,8 +296,13 @@ class Server:
         *,
         ready: Callable[[Server], None] | None = None,
     ) -> None:
-        """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles`` event-loop
-        turns, when positive), then stop gracefully. Starts the server if needed.
+        """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles``, when
+        positive), then stop gracefully. Starts the server if needed.
+
+        ``max_cycles`` counts the turns of the workers' event loops, all workers together,
+        since the server started; a turn handles what one wait for I/O found ready. An idle
+        server's loops sleep without turning, so only traffic brings ``max_cycles`` nearer:
+        give ``max_seconds`` too for a bound in time.
 
         ``ready(server)`` is called once serving, with the signal handlers in place: the
         moment to announce the port.
@@ -344,12 +370,48 @@ class Server:
 
     @property
     def url(self) -> str:
+        """``http://host:port``; ``https://`` when the port speaks TLS (no separate ``tls_port``)."""
         host = self.host if ":" not in self.host else f"[{self.host}]"
-        return f"http://{host}:{self.port}"
+        speaks_tls = self._limits["tls_cert"] is not None and self._limits["tls_port"] is None
+        return f"{'https' if speaks_tls else 'http'}://{host}:{self.port}"
 
     def __repr__(self) -> str:
         state = f"running on {self.url}" if self.running else "stopped"
         return f"<ucall.Server {state}, {len(self._procedures)} procedures>"
+
+
+# The largest size the core takes (a usize).
+_SIZE_MAX = 2 ** (8 * struct.calcsize("P")) - 1
+
+
+def _check_options(**options: Any) -> None:
+    """Refuse options the core cannot take, naming them (the core's own errors name neither
+    an option out of range nor TLS options given without a certificate)."""
+    ranges = {
+        "port": (0, 65535),
+        "tls_port": (0, 65535),
+        "threads": (1, _SIZE_MAX),
+        "max_threads": (1, _SIZE_MAX),
+        "max_body_bytes": (1, _SIZE_MAX),
+        "max_head_bytes": (64, _SIZE_MAX),
+        "max_batch": (1, _SIZE_MAX),
+        "max_connections": (1, _SIZE_MAX),
+    }
+    for name, (low, high) in ranges.items():
+        value = options[name]
+        if isinstance(value, int) and not low <= value <= high:
+            bound = f"at least {low}" if high == _SIZE_MAX and value < low else f"from {low} to {high}"
+            raise ValueError(f"{name} must be {bound}, got {value}")
+    given = [n for n in ("tls_cert", "tls_key", "tls_client_ca", "tls_port") if options[n] is not None]
+    missing = [n for n in ("tls_cert", "tls_key") if options[n] is None]
+    if given and missing:
+        raise ValueError(
+            f"TLS needs both a certificate chain and a private key: {_listed(given)} given without {_listed(missing)}"
+        )
+
+
+def _listed(options: list[str]) -> str:
+    return " and ".join(f"{name}=" for name in options)
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

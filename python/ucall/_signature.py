@@ -13,7 +13,9 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import enum
+import functools
 import inspect
+import re
 import sys
 import types
 import typing
@@ -71,18 +73,23 @@ def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> lis
     ``localns`` resolves string hints naming local names (a function decorated inside
     another one, under ``from __future__ import annotations``).
     """
-    signature = inspect.signature(func)
+    what = _callable_name(func)
     try:
-        hints = typing.get_type_hints(func, localns=localns, include_extras=True)
+        signature = inspect.signature(func)
+    except (TypeError, ValueError) as error:  # a builtin without a text signature, say
+        raise TypeError(f"cannot read the signature of {what}: {error}") from None
+    annotated = _annotated(func)
+    try:
+        hints = typing.get_type_hints(annotated, localns=localns, include_extras=True)
     except Exception as error:  # an unresolved forward reference, usually
-        raise TypeError(f"cannot read the type hints of {func.__qualname__}: {error}") from error
+        raise TypeError(_unresolved(what, "parameter", annotated, error)) from error
     specs: list[ParamSpec] = []
     for parameter in signature.parameters.values():
         hint = hints.get(parameter.name, inspect.Parameter.empty)
         try:
-            check, converter = compile_hint(hint)
+            check, converter = compile_hint(hint, localns)
         except TypeError as error:
-            raise TypeError(f"{func.__qualname__}: parameter {parameter.name!r}: {error}") from None
+            raise TypeError(f"{what}: parameter {parameter.name!r}: {error}") from None
         has_default = parameter.default is not inspect.Parameter.empty
         specs.append(
             (
@@ -97,7 +104,39 @@ def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> lis
     return specs
 
 
-def compile_hint(hint: Any) -> tuple[int, Converter | None]:
+def _unresolved(owner: str, kind: str, annotated: Any, error: Exception) -> str:
+    """Why the string hints of ``annotated`` do not resolve, naming the ``kind`` (parameter,
+    field) whose hint names what is missing."""
+    match = re.fullmatch(r"name '(\w+)' is not defined", str(error))
+    if not isinstance(error, NameError) or match is None:
+        return f"cannot read the type hints of {owner}: {error}"
+    missing = match.group(1)
+    annotations = getattr(annotated, "__annotations__", {})
+    users = [k for k, a in annotations.items() if isinstance(a, str) and re.search(rf"\b{missing}\b", a)]
+    where = f"{kind} {users[0]!r} of {owner}" if users else owner
+    return (
+        f"the type hint of {where} names {missing!r}, which does not resolve: a type named in a string hint "
+        "(from __future__ import annotations) must be importable at module level, or local where the decorator runs"
+    )
+
+
+def _callable_name(func: Callable[..., Any]) -> str:
+    """``func`` for messages: its qualified name, else its repr (a callable object, a partial)."""
+    name = getattr(func, "__qualname__", None)
+    return name if isinstance(name, str) else repr(func)
+
+
+def _annotated(func: Callable[..., Any]) -> Any:
+    """What holds ``func``'s annotations: the function inside a partial, the ``__call__``
+    of a callable object (``typing.get_type_hints`` reads neither)."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.isroutine(func) or isinstance(func, type):
+        return func
+    return type(func).__call__
+
+
+def compile_hint(hint: Any, localns: dict[str, Any] | None = None) -> tuple[int, Converter | None]:
     """The native check for ``hint``, or ``CUSTOM`` with a converter."""
     hint = _strip_annotated(hint)
     if hint is inspect.Parameter.empty or hint is Any or hint is object:
@@ -106,7 +145,7 @@ def compile_hint(hint: Any) -> tuple[int, Converter | None]:
     native = natives.get(hint) if isinstance(hint, type) else None
     if native is not None:
         return native, None
-    return CUSTOM, converter(hint)
+    return CUSTOM, converter(hint, localns)
 
 
 def _strip_annotated(hint: Any) -> Any:
@@ -177,7 +216,7 @@ def _to_ndarray(value: Any) -> Any:
     data = _to_bytes(value)
     try:
         return _codec.unpack_ndarray(data)
-    except Exception as error:
+    except ValueError as error:
         raise ConversionError(f"expected base64 of a .npy array: {error}") from None
 
 
@@ -205,8 +244,9 @@ _MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
 _UNION_TYPES: tuple[Any, ...] = (Union, types.UnionType) if sys.version_info >= (3, 10) else (Union,)  # novermin
 
 
-def converter(hint: Any) -> Converter:
-    """A function turning a decoded JSON value into a value of type ``hint``."""
+def converter(hint: Any, localns: dict[str, Any] | None = None) -> Converter:
+    """A function turning a decoded JSON value into a value of type ``hint``; ``localns``
+    resolves string hints inside dataclasses and TypedDicts, as in ``plan``."""
     hint = _strip_annotated(hint)
     if hint is inspect.Parameter.empty or hint is Any or hint is object:
         return _identity
@@ -215,7 +255,7 @@ def converter(hint: Any) -> Converter:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in _UNION_TYPES:
-        return _union([converter(a) for a in args], args)
+        return _union([converter(a, localns) for a in args], args)
     if origin is typing.Literal:
         return _literal(args)
     simple = {int: _to_int, float: _to_float, bool: _to_bool, str: _to_str, bytes: _to_bytes}
@@ -228,18 +268,18 @@ def converter(hint: Any) -> Converter:
     if _is_image_type(hint):
         return _to_image
     if hint in _SEQUENCES or origin in _SEQUENCES:
-        return _sequence(list, converter(args[0]) if args else _identity)
+        return _sequence(list, converter(args[0], localns) if args else _identity)
     if hint in (set, frozenset) or origin in (set, frozenset, collections.abc.Set):
         kind = frozenset if frozenset in (hint, origin) else set
-        return _sequence(kind, converter(args[0]) if args else _identity)
+        return _sequence(kind, converter(args[0], localns) if args else _identity)
     if hint is tuple or origin is tuple:
-        return _tuple(args)
+        return _tuple(args, localns)
     if hint in _MAPPINGS or origin in _MAPPINGS:
-        return _mapping(args)
+        return _mapping(args, localns)
     if _is_typeddict(hint):
-        return _typeddict(hint)
+        return _typeddict(hint, localns)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return _dataclass(hint)
+        return _dataclass(hint, localns)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum(hint)
     if isinstance(hint, type):
@@ -298,13 +338,13 @@ def _sequence(kind: type, item: Converter) -> Converter:
     return convert
 
 
-def _tuple(args: tuple[Any, ...]) -> Converter:
+def _tuple(args: tuple[Any, ...], localns: dict[str, Any] | None) -> Converter:
     if not args or (len(args) == 2 and args[1] is Ellipsis):
-        items = _sequence(list, converter(args[0]) if args else _identity)
+        items = _sequence(list, converter(args[0], localns) if args else _identity)
         return lambda value: tuple(items(value))
     if args == ((),):
         args = ()
-    converters = [converter(a) for a in args]
+    converters = [converter(a, localns) for a in args]
 
     def convert(value: Any) -> Any:
         if not isinstance(value, list):
@@ -322,9 +362,9 @@ def _tuple(args: tuple[Any, ...]) -> Converter:
     return convert
 
 
-def _mapping(args: tuple[Any, ...]) -> Converter:
+def _mapping(args: tuple[Any, ...], localns: dict[str, Any] | None) -> Converter:
     key_hint = _strip_annotated(args[0]) if args else str
-    value_of = converter(args[1]) if len(args) > 1 else _identity
+    value_of = converter(args[1], localns) if len(args) > 1 else _identity
     if key_hint in (str, Any, object):
         key_of: Converter = _identity
     elif key_hint is int:
@@ -352,8 +392,13 @@ def _mapping(args: tuple[Any, ...]) -> Converter:
     return convert
 
 
-def _fields(hints: dict[str, Any], required: set[str], build: Callable[[dict[str, Any]], Any]) -> Converter:
-    converters = {name: converter(hint) for name, hint in hints.items()}
+def _fields(
+    hints: dict[str, Any],
+    required: set[str],
+    build: Callable[[dict[str, Any]], Any],
+    localns: dict[str, Any] | None,
+) -> Converter:
+    converters = {name: converter(hint, localns) for name, hint in hints.items()}
 
     def convert(value: Any) -> Any:
         if not isinstance(value, dict):
@@ -375,19 +420,32 @@ def _fields(hints: dict[str, Any], required: set[str], build: Callable[[dict[str
     return convert
 
 
-def _dataclass(cls: type) -> Converter:
-    hints = typing.get_type_hints(cls, include_extras=True)
+def _class_hints(cls: type, localns: dict[str, Any] | None, include_extras: bool) -> dict[str, Any]:
+    """``cls``'s field hints. Its own module and body first; then the names local where the
+    decorator runs, for a class defined there that names another local one."""
+    try:
+        return typing.get_type_hints(cls, include_extras=include_extras)
+    except NameError as error:
+        failure = error
+    if localns is not None:
+        try:
+            return typing.get_type_hints(cls, localns=localns, include_extras=include_extras)
+        except NameError as error:
+            failure = error
+    raise TypeError(_unresolved(cls.__qualname__, "field", cls, failure))
+
+
+def _dataclass(cls: type, localns: dict[str, Any] | None) -> Converter:
+    hints = _class_hints(cls, localns, include_extras=True)
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    required = {
-        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    return _fields({f.name: hints.get(f.name, Any) for f in fields}, required, lambda kw: cls(**kw))
+    required = {f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return _fields({f.name: hints.get(f.name, Any) for f in fields}, required, lambda kw: cls(**kw), localns)
 
 
-def _typeddict(cls: type) -> Converter:
-    hints = typing.get_type_hints(cls)
+def _typeddict(cls: type, localns: dict[str, Any] | None) -> Converter:
+    hints = _class_hints(cls, localns, include_extras=False)
     required = set(getattr(cls, "__required_keys__", hints if getattr(cls, "__total__", True) else ()))
-    return _fields(hints, required, dict)
+    return _fields(hints, required, dict, localns)
 
 
 def _enum(cls: type[enum.Enum]) -> Converter:

@@ -135,8 +135,7 @@ class _Commands(click.Group):
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(
             "ucall",
-            "[OPTIONS] METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]...\n"
-            "       ucall serve MODULE:SERVER [OPTIONS]",
+            "[OPTIONS] METHOD [KEY=VALUE | KEY:TYPE=VALUE | KEY:=JSON]...\n       ucall serve MODULE:SERVER [OPTIONS]",
         )
 
 
@@ -144,7 +143,9 @@ class _Call(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # click would take -1 for an unknown option and -2:int for -i with the value "nt", so
         # a negative number is hidden from it, unless it is an option's value or follows "--".
-        valued = {name for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        valued = {
+            name for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts
+        }
         end = args.index("--") if "--" in args else len(args)
         hidden = [
             HIDDEN + a if i < end and NEGATIVE.match(a) and (i == 0 or args[i - 1] not in valued) else a
@@ -254,8 +255,15 @@ def call(
         params = named or None
     try:
         client = Client(
-            uri=uri, port=port, use_http=not tcp, timeout=timeout, tls=True if tls else None, cacert=cacert,
-            insecure=insecure, tls_cert=cert, tls_key=cert_key,
+            uri=uri,
+            port=port,
+            use_http=not tcp,
+            timeout=timeout,
+            tls=True if tls else None,
+            cacert=cacert,
+            insecure=insecure,
+            tls_cert=cert,
+            tls_key=cert_key,
         )
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
@@ -340,8 +348,10 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
 @click.option("--host", default=None, envvar="UCALL_HOST", help="Address to listen on (default: the server's).")
-@click.option("--port", type=int, default=None, envvar="UCALL_PORT", help="Port (default: the server's).")
-@click.option("--threads", type=int, default=None, help="Worker threads (default: the server's).")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=None, envvar="UCALL_PORT", help="Port (default: the server's)."
+)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Worker threads (default: the server's).")
 def serve(target: str, host: str | None, port: int | None, threads: int | None) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
     from ucall._server import Server
@@ -352,6 +362,9 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise click.BadParameter(f"cannot import {module_name!r}: {error}", param_hint="MODULE") from None
+    except Exception as error:  # the module's own code failed: a syntax error, an exception at import
+        why = f"{type(error).__name__}: {error}"
+        raise click.BadParameter(f"cannot import {module_name!r}: {why}", param_hint="MODULE") from None
     name = attribute or "server"
     if not hasattr(module, name):
         raise click.BadParameter(f"module {module_name!r} has no {name!r}", param_hint="MODULE:SERVER")
@@ -373,7 +386,7 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
 
     try:
         server.run(ready=ready)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # the address in use, an option the core refuses
         click.secho(f"ucall: {error}", fg="red", err=True)
         sys.exit(2)
 

@@ -109,7 +109,7 @@ class Response:
         try:
             return _codec.unpack_ndarray(data)
         except ValueError as error:
-            raise ProtocolError(f"the result is not a numpy array in .npy form: {error}") from None
+            raise ProtocolError(f"the result is not a numpy array: {error}") from None
 
     @property
     def image(self) -> Any:
@@ -509,8 +509,7 @@ class Client(_Endpoint):
                 # call, and running it twice is worse than reporting the lost reply.
                 if sent:
                     raise TransportError(
-                        f"connection to {self._where} lost after the request was sent"
-                        f" (the call may have run): {error}"
+                        f"connection to {self._where} lost after the request was sent (the call may have run): {error}"
                     ) from None
                 if fresh or attempt == 1 or not isinstance(error, (ConnectionResetError, BrokenPipeError)):
                     raise TransportError(f"connection to {self._where} lost: {error}") from None
@@ -667,8 +666,11 @@ def _match_batch(requests: list[dict[str, Any]], data: Any) -> list[Response]:
     """Responses for the calls of a batch, in request order (notifications get none)."""
     if data is None:
         return []
-    if isinstance(data, dict):  # the batch itself was refused
-        return [Response(data)]
+    if isinstance(data, dict):
+        # The batch refused as a whole (over max_batch, not JSON): the error answers every
+        # call, one response each as for a batch answered call by call.
+        calls = sum(1 for request in requests if "id" in request)
+        return [Response(data) for _ in range(calls)] or [Response(data)]
     by_id = {json.dumps(r.get("id")): Response(r) for r in data if isinstance(r, dict)}
     out = []
     for request in requests:

@@ -179,6 +179,38 @@ def test_serve_a_module(tmp_path, engine):
         assert result.returncode == 2 and expected in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("module", "arguments", "expected"),
+    [
+        ("server = 1", ["--port", "-5"], "Invalid value for '--port': -5 is not in the range 0<=x<=65535."),
+        ("server = 1", ["--threads", "0"], "Invalid value for '--threads': 0 is not in the range x>=1."),
+        ("def broken(:\n", [], "cannot import 'app': SyntaxError: invalid syntax (app.py, line 1)"),
+        ("raise RuntimeError('no database')", [], "cannot import 'app': RuntimeError: no database"),
+        ("from ucall import Server\nserver = Server(tls_port=0)", [], "cannot import 'app': ValueError: TLS needs"),
+        ("server = 1", ["app:nothing"], "module 'app' has no 'nothing'"),
+    ],
+)
+def test_serve_refuses_what_it_cannot_run_as_a_usage_error(tmp_path, module, arguments, expected):
+    (tmp_path / "app.py").write_text(module)
+    target = [a for a in arguments if ":" in a] or ["app:server"]
+    options = [a for a in arguments if ":" not in a]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python"))
+    result = subprocess.run(
+        [sys.executable, "-m", "ucall", "serve", *target, *options],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    # Exit 2, as for other usage errors (1 means the server answered an error), and no traceback.
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("Error:")] == [
+        line for line in result.stderr.splitlines() if expected in line
+    ], result.stderr  # one line says what is wrong
+
+
 def test_terminal_output_has_colour_and_an_upload_progress_bar(port, tmp_path):
     import pty
 

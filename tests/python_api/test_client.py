@@ -53,8 +53,9 @@ def test_results_of_the_wrong_kind_and_refused_requests_are_reported(make_server
         for accessor in ("bytes", "numpy", "image"):
             with pytest.raises(ProtocolError, match=r"the result is 3, not bytes \(a base64 string\)"):
                 getattr(three, accessor)
-        with pytest.raises(ProtocolError, match="not a numpy array"):
+        with pytest.raises(ProtocolError, match="not a .npy array") as caught:
             client.echo(b"not npy").numpy
+        assert "allow_pickle" not in str(caught.value)  # numpy's advice, for a file one trusts
         with pytest.raises(ProtocolError, match="not an image"):
             client.echo(b"not an image").image
         # A body over the limit is refused with HTTP 413 before any call is read: the
@@ -68,6 +69,40 @@ def test_results_of_the_wrong_kind_and_refused_requests_are_reported(make_server
         with pytest.raises(RPCError, match="413"):
             big.json
         assert client.sum(2, 2).json == 4
+
+
+@pytest.mark.parametrize("use_http", [True, False])
+def test_a_batch_refused_as_a_whole_answers_every_call(make_server, use_http):
+    server = with_client_procedures(make_server(max_batch=2)).start()
+    calls = [("echo", [i]) for i in range(3)]
+
+    def refused(response: Response) -> None:
+        with pytest.raises(RPCError, match="exceeds the limit of 2") as caught:
+            response.json
+        assert caught.value.code == -32600
+
+    with Client(port=server.port, use_http=use_http) as client:
+        with client.batch() as batch:
+            collected = [batch.echo(i) for i in range(3)]
+            batch.notify("echo", "no response")
+        for response in collected:
+            refused(response)  # each call, not only the first
+        explicit = client([{"method": "echo", "params": [i]} for i in range(3)])
+        assert len(explicit) == 3
+        for response in explicit:
+            refused(response)
+        assert client.sum(1, 2).json == 3  # still in step
+
+    async def main() -> None:
+        async with AsyncClient(port=server.port, use_http=use_http) as client:
+            given = await client.batch(calls)
+            assert len(given) == 3
+            async with client.batch() as batch:
+                collected = [batch.echo(i) for i in range(3)]
+            for response in [*given, *collected]:
+                refused(response)
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("use_http", [True, False])

@@ -114,6 +114,18 @@ def test_tls_beside_plaintext(make_server, certs):
             assert client.hello().json == "hi"
 
 
+def test_the_url_says_https_when_the_port_speaks_tls(make_server, certs):
+    tls_only = make_server(tls_cert=certs / "cert.pem", tls_key=certs / "key.pem")
+    beside = make_server(tls_cert=certs / "cert.pem", tls_key=certs / "key.pem", tls_port=0)
+    with tls_only, beside:
+        assert tls_only.tls_port == tls_only.port
+        assert tls_only.url == f"https://127.0.0.1:{tls_only.port}"
+        assert repr(tls_only).startswith(f"<ucall.Server running on https://127.0.0.1:{tls_only.port},")
+        assert beside.url == f"http://127.0.0.1:{beside.port}"  # the port itself stays plaintext
+        with ClientTLS(uri="127.0.0.1", port=tls_only.port, allow_self_signed=True) as client:
+            assert client.url == tls_only.url + "/"
+
+
 def test_quiet_silences_the_start_line(engine, capfd):
     for quiet in (False, True):
         server = ucall.posix.Server(port=0, quiet=quiet)

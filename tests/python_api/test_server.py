@@ -396,6 +396,40 @@ def test_threads_and_limits_options(make_server, wire):
         Server(threads=0)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"port": -1}, "port must be from 0 to 65535, got -1"),
+        ({"port": 70000}, "port must be from 0 to 65535, got 70000"),
+        ({"tls_port": 65536}, "tls_port must be from 0 to 65535"),
+        ({"max_body_bytes": -1}, "max_body_bytes must be at least 1, got -1"),
+        ({"max_head_bytes": 10}, "max_head_bytes must be at least 64"),
+        ({"max_batch": 0}, "max_batch must be at least 1"),
+        ({"max_connections": 2**70}, "max_connections must be from 1 to"),
+        ({"threads": 0}, "threads must be at least 1, got 0"),
+        ({"max_threads": 0}, "max_threads must be at least 1, got 0"),  # as threads, not silently 1
+    ],
+)
+def test_options_out_of_range_are_refused_naming_them(options, message):
+    with pytest.raises(ValueError, match=f"^{message}"):
+        Server(**{"port": 0, **options})
+
+
+@pytest.mark.parametrize(
+    ("options", "missing"),
+    [
+        ({"tls_client_ca": "ca.pem"}, "tls_client_ca= given without tls_cert= and tls_key="),
+        ({"tls_port": 0}, "tls_port= given without tls_cert= and tls_key="),
+        ({"tls_key": "key.pem"}, "tls_key= given without tls_cert="),
+        ({"tls_cert": "cert.pem", "tls_client_ca": "ca.pem"}, "tls_cert= and tls_client_ca= given without tls_key="),
+    ],
+)
+def test_tls_options_without_a_certificate_and_key_are_refused(options, missing):
+    # Not a plaintext server: asked for TLS (or client certificates), it must not serve without.
+    with pytest.raises(ValueError, match=f"TLS needs both a certificate chain and a private key: {missing}$"):
+        Server(port=0, **options)
+
+
 @pytest.mark.skipif("uring" not in ENGINES, reason="io_uring is not among the engines tested here")
 def test_a_quick_procedure_keeps_the_fast_path_unless_a_call_waits(wire):
     """On uring (the engine whose workers are pinned to their thread), calls of a procedure
@@ -487,3 +521,13 @@ def check_trust(server: Server, wire) -> None:  # type: ignore[no-untyped-def]
     w.result("where", {"nap": 0.002})
     names = {w.result("where", {}) for _ in range(3000)}
     assert all(name.startswith("ucall-python") for name in names), names
+
+
+def test_an_empty_ucall_engine_counts_as_unset(monkeypatch):
+    """`UCALL_ENGINE=` (set but empty) leaves the configured engine alone; a value overrides it."""
+    monkeypatch.setenv("UCALL_ENGINE", "")
+    with Server(port=0, engine="poll") as server:
+        assert server.engine == "poll"
+    monkeypatch.setenv("UCALL_ENGINE", "nonsense")
+    with pytest.raises(OSError, match="UCALL_ENGINE"):
+        Server(port=0, engine="poll").start()
