@@ -279,15 +279,23 @@ class Server:
         return self
 
     def stop(self) -> None:
-        """Stop gracefully (in-flight calls finish) and wait for the workers. Idempotent."""
+        """Stop gracefully and wait for the workers. Idempotent.
+
+        Calls in flight get ``shutdown_timeout`` (5 s by default) and a second more to
+        finish; a handler still running then is left to finish on its own thread, with a
+        ``RuntimeWarning``, rather than keep the process alive. A second Ctrl-C meanwhile
+        ends the wait with ``KeyboardInterrupt``.
+        """
         with self._lock:
             native, self._native = self._native, None
             loop, self._loop = self._loop, None
-        if native is not None:
-            native.stop()
-        if loop is not None:
-            loop.close()
-        _running.discard(self)
+        try:
+            if native is not None:
+                native.stop()
+        finally:
+            if loop is not None:
+                loop.close()
+            _running.discard(self)
 
     def run(
         self,

@@ -58,7 +58,9 @@ class NativeServer:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait (GIL released) until the workers finished; False after ``timeout`` seconds."""
     def stop(self) -> None:
-        """Stop gracefully and wait for every thread. Idempotent."""
+        """Stop gracefully and wait for the threads, up to shutdown_timeout and a second
+        more (a handler still running then is left behind, with a RuntimeWarning); a
+        signal handler's exception (a second Ctrl-C) ends the wait. Idempotent."""
     @property
     def running(self) -> bool: ...
     @property

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -531,3 +532,63 @@ def test_an_empty_ucall_engine_counts_as_unset(monkeypatch):
     monkeypatch.setenv("UCALL_ENGINE", "nonsense")
     with pytest.raises(OSError, match="UCALL_ENGINE"):
         Server(port=0, engine="poll").start()
+
+
+_NAPPING_SERVER = """
+import sys, time
+from ucall import Server
+server = Server(port=0, shutdown_timeout=float(sys.argv[1]))
+
+@server
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+server.run(ready=lambda s: print("listening on", s.port, flush=True))
+"""
+
+
+@pytest.mark.parametrize("case", ["past shutdown_timeout", "second Ctrl-C"])
+def test_a_handler_that_runs_on_does_not_hold_the_process_at_stop(engine, case):
+    """A handler still sleeping when the server stops is left behind once shutdown_timeout
+    (and a second) has passed, with a warning; a second Ctrl-C ends the wait at once. Both
+    used to wait for the handler's 60 s, whatever the signals."""
+    grace = "0.5" if case == "past shutdown_timeout" else "60"
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _NAPPING_SERVER, grace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line + proc.stderr.read()
+        port = int(line.split()[2])
+        request = json.dumps({"jsonrpc": "2.0", "method": "nap", "params": [60], "id": 1}) + "\n"
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(request.encode())
+            time.sleep(0.5)  # the handler is asleep
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            if case == "second Ctrl-C":
+                time.sleep(0.5)
+                assert proc.poll() is None, "the first Ctrl-C waits for the call in flight"
+                proc.send_signal(signal.SIGINT)
+            proc.wait(15)
+            took = time.monotonic() - started
+        errors = proc.stderr.read()
+        if case == "past shutdown_timeout":
+            assert proc.returncode == 0, errors
+            assert "left to finish" in errors, errors
+            assert 0.4 < took < 8, took
+        else:
+            assert "KeyboardInterrupt" in errors, errors
+            assert took < 8, took
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -261,7 +261,9 @@ impl Runtime {
             })
         });
         if let Err(e) = started {
-            runtime.stop_and_join();
+            // No call has come in yet: every thread started ends at once.
+            runtime.begin_stop();
+            while runtime.join_ended(Duration::from_secs(1)) > 0 {}
             return Err(e);
         }
         Ok(runtime)
@@ -613,21 +615,36 @@ impl Runtime {
         *guard >= expected
     }
 
-    /// Stop gracefully and wait for every thread (a blocked handler is waited for).
-    pub fn stop_and_join(&self) {
+    /// Begin a graceful stop: the workers finish what is in flight and end (see
+    /// [`Runtime::join_ended`]).
+    pub fn begin_stop(&self) {
         self.stopper.stop();
         self.stopping.store(true, Ordering::SeqCst);
         if let Some(monitor) = self.monitor.get() {
             monitor.unpark();
         }
+    }
+
+    /// Join the threads that have ended, waiting up to `slice` for the others; returns how
+    /// many still run. Polled, not joined outright, so that the caller can give up on a
+    /// handler that never returns, or on a second Ctrl-C, between slices.
+    pub fn join_ended(&self, slice: Duration) -> usize {
+        let until = Instant::now() + slice;
         loop {
-            let handles: Vec<JoinHandle<()>> = lock(&self.handles).drain(..).collect();
-            if handles.is_empty() {
-                break;
-            }
-            for handle in handles {
+            let ended: Vec<JoinHandle<()>> = {
+                let mut handles = lock(&self.handles);
+                let (ended, running): (Vec<_>, Vec<_>) = handles.drain(..).partition(JoinHandle::is_finished);
+                *handles = running;
+                ended
+            };
+            for handle in ended {
                 let _ = handle.join();
             }
+            let running = lock(&self.handles).len();
+            if running == 0 || Instant::now() >= until {
+                return running;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
@@ -66,6 +66,9 @@ pub fn voluntary_switches() -> u64 {
 }
 /// Quick calls in a row before a procedure is trusted to run on a pinned turner.
 const TRUST_AFTER: u32 = 1000;
+
+/// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
+const STOP_SLACK: Duration = Duration::from_secs(1);
 
 /// The router's entry for a procedure: defers the call to the lane's next group, or runs
 /// it at once when its params are large (see [`runtime::ParamsText::RUN_AT_ONCE_FROM`]).
@@ -339,6 +342,8 @@ enum State {
     Configuring(ServerBuilder),
     Running {
         runtime: Arc<Runtime>,
+        /// The configured `shutdown_timeout`: how long `stop` lets calls in flight finish.
+        grace: Duration,
         port: u16,
         tls_port: Option<u16>,
         engine: EngineKind,
@@ -502,6 +507,7 @@ impl NativeServer {
         let port = server.local_addr().port();
         let tls_port = server.tls_addr().map(|addr| addr.port());
         let engine = server.engine();
+        let grace = server.config().shutdown_timeout;
         let (stopper, workers) = server.into_workers();
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
         // An io_uring worker is tied to the thread that first drives it.
@@ -511,6 +517,7 @@ impl NativeServer {
             .map_err(|e| PyOSError::new_err(format!("cannot start the server's threads: {e}")))?;
         *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::Running {
             runtime,
+            grace,
             port,
             tls_port,
             engine,
@@ -527,14 +534,39 @@ impl NativeServer {
         Ok(py.detach(|| runtime.wait(timeout)))
     }
 
-    /// Stop gracefully: in-flight calls finish, then the workers end. Waits for them.
-    fn stop(&self, py: Python<'_>) {
+    /// Stop gracefully: calls in flight finish, then the workers end. Waits for them, up to
+    /// `shutdown_timeout` and a second more: a handler still running then (it never
+    /// returns, or sleeps longer) is left to finish on its own thread, with a warning,
+    /// rather than keep the process from exiting. A signal whose handler raises (a second
+    /// Ctrl-C) ends the wait at once with its exception.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
         let state = std::mem::replace(
             &mut *self.state.lock().unwrap_or_else(PoisonError::into_inner),
             State::Stopped,
         );
-        if let State::Running { runtime, .. } = state {
-            py.detach(|| runtime.stop_and_join());
+        let State::Running { runtime, grace, .. } = state else {
+            return Ok(());
+        };
+        runtime.begin_stop();
+        let give_up_at = Instant::now() + grace + STOP_SLACK;
+        loop {
+            let running = py.detach(|| runtime.join_ended(Duration::from_millis(100)));
+            if running == 0 {
+                return Ok(());
+            }
+            py.check_signals()?;
+            if Instant::now() >= give_up_at {
+                let message = format!(
+                    "ucall: stopped; {running} thread(s) still running a handler after shutdown_timeout were left to finish"
+                );
+                PyErr::warn(
+                    py,
+                    &py.get_type::<PyRuntimeWarning>(),
+                    &std::ffi::CString::new(message)?,
+                    1,
+                )?;
+                return Ok(());
+            }
         }
     }
 
