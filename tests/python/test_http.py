@@ -217,6 +217,41 @@ def test_other_methods_are_405(server, method):
         assert {"GET", "POST"} <= methods, allow
 
 
+def test_head_gets_405_without_content(server):
+    """RFC 9110 §9.3.2: no content in a response to HEAD (the refusal had a JSON body)."""
+    with HttpConn(server) as conn:
+        conn.send(b"HEAD /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = conn.final_response(timeout=3, request_method="HEAD")
+        assert response.status == 405, response
+        conn.expect_closed(3)  # nothing follows the head: a body would be read here
+
+
+def test_an_unknown_method_is_501(server):
+    with HttpConn(server) as conn:
+        response = conn.roundtrip(http_request("FOO", "/", b"{}", {}))
+        assert response.status == 501, response
+
+
+def test_transfer_encoding_in_http_1_0_is_answered_then_closed(server):
+    """RFC 9112 §6.1: HTTP/1.0 with Transfer-Encoding has faulty framing: close after it."""
+    body = dumps(request("sum", [1, 2], id=1))
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    with HttpConn(server) as conn:
+        conn.send(
+            b"POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
+        )
+        response = conn.final_response(timeout=3)
+        assert response.status == 200, response
+        assert_result(response.json(), 3, 1)
+        conn.expect_closed(3)
+
+
+def test_a_request_target_over_the_head_limit_is_414(server):
+    with HttpConn(server) as conn:
+        conn.send(b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.final_response(timeout=3).status == 414
+
+
 def test_body_over_limit_is_413_without_waiting_for_it(spawn_server):
     server = spawn_server("--max-body-bytes", "1024")
     with HttpConn(server.address) as conn:

@@ -107,3 +107,28 @@ def test_node_ws_package_interop(server):
     assert seen["replies"][1]["reply"] == {"jsonrpc": "2.0", "id": 2, "result": ["hello", 5]}
     batch = seen["replies"][2]["reply"]
     assert batch[0] == {"jsonrpc": "2.0", "id": 3, "result": 2} and batch[1]["error"]["code"] == -32601
+
+
+HANDSHAKE = (
+    b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\nSec-WebSocket-Version: 13\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # RFC 9110 §7.8: the new protocol starts after the whole request; "abcd" is a body,
+        # not a frame (it was read as one, and the connection failed with 1002).
+        b"Content-Length: 4\r\n\r\nabcd",
+        # RFC 6455 §11.3.1: Sec-WebSocket-Key appears once (the second one was used).
+        b"Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n",
+    ],
+    ids=["with a body", "with two keys"],
+)
+def test_a_faulty_handshake_is_400(server, extra):
+    with HttpConn(server) as conn:
+        conn.send(HANDSHAKE + extra)
+        response = conn.final_response(timeout=3)
+        assert response.status == 400, response
+        conn.expect_closed(3)

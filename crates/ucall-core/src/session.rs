@@ -388,10 +388,7 @@ impl Session {
     /// Called when a client took too long: queue the reply it gets, if any, before closing.
     pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
         if self.protocol == Protocol::Http && !self.closing {
-            let reject = Reject {
-                status: Status::RequestTimeout,
-                reason: "request not received in time",
-            };
+            let reject = http1::reject(Status::RequestTimeout, "request not received in time");
             respond_rejection(out, date, reject);
         }
         self.closing = true;
@@ -556,18 +553,11 @@ impl Session {
                     Ok((used, false)) => (used, Step::NeedMore),
                     Err(error) => {
                         let reject = match error {
-                            ChunkError::Malformed => Reject {
-                                status: Status::BadRequest,
-                                reason: "malformed chunked body",
-                            },
-                            ChunkError::TooLarge => Reject {
-                                status: Status::PayloadTooLarge,
-                                reason: "request body too large",
-                            },
-                            ChunkError::TrailersTooLarge => Reject {
-                                status: Status::HeadersTooLarge,
-                                reason: "trailers too large",
-                            },
+                            ChunkError::Malformed => http1::reject(Status::BadRequest, "malformed chunked body"),
+                            ChunkError::TooLarge => http1::reject(Status::PayloadTooLarge, "request body too large"),
+                            ChunkError::TrailersTooLarge => {
+                                http1::reject(Status::HeadersTooLarge, "trailers too large")
+                            }
                         };
                         respond_rejection(out, ctx.date, reject);
                         (0, Step::Close)
@@ -864,6 +854,9 @@ fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
 #[inline(never)]
 fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
     http1::respond(out, Persistence::Close, date, |data| {
+        if reject.to_head {
+            return Some(reject.status); // no content (RFC 9110 §9.3.2)
+        }
         let code = match reject.status {
             Status::MethodNotAllowed => ErrorCode::MethodNotFound,
             _ => ErrorCode::InvalidRequest,

@@ -58,6 +58,16 @@ impl ChunkedDecoder {
             let rest = &input[pos..];
             match self.state {
                 State::Size => match httparse::parse_chunk_size(rest) {
+                    // The line's length is capped whether it came whole or in pieces, and
+                    // a control byte has no place in it (httparse lets extensions hold any).
+                    Ok(httparse::Status::Complete((used, _)))
+                        if used > MAX_SIZE_LINE
+                            || rest[..used]
+                                .iter()
+                                .any(|&c| c < b' ' && !matches!(c, b'\t' | b'\r' | b'\n')) =>
+                    {
+                        return Err(ChunkError::Malformed)
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         pos += used;
                         if size == 0 {
@@ -172,6 +182,17 @@ mod tests {
         assert_eq!(
             ChunkedDecoder::default().decode(b"ffffffffffffffff\r\n", &mut body, 100, 100),
             Err(ChunkError::TooLarge)
+        );
+        let long_extension = format!("3;e={}\r\nabc\r\n0\r\n\r\n", "v".repeat(MAX_SIZE_LINE));
+        assert_eq!(
+            ChunkedDecoder::default().decode(long_extension.as_bytes(), &mut body, 100, 100),
+            Err(ChunkError::Malformed),
+            "a long chunk-size line is refused when it arrives whole too"
+        );
+        assert_eq!(
+            ChunkedDecoder::default().decode(b"3;a\x00=b\r\nabc\r\n0\r\n\r\n", &mut body, 100, 100),
+            Err(ChunkError::Malformed),
+            "a NUL in an extension"
         );
         let trailers = b"0\r\nX: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
         assert_eq!(

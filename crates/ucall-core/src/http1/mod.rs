@@ -58,6 +58,7 @@ pub enum Status {
     RequestTimeout,
     PayloadTooLarge,
     HeadersTooLarge,
+    UriTooLong,
     InternalServerError,
     NotImplemented,
     ServiceUnavailable,
@@ -77,6 +78,7 @@ impl Status {
             Status::RequestTimeout => 408,
             Status::PayloadTooLarge => 413,
             Status::HeadersTooLarge => 431,
+            Status::UriTooLong => 414,
             Status::InternalServerError => 500,
             Status::NotImplemented => 501,
             Status::ServiceUnavailable => 503,
@@ -94,6 +96,7 @@ impl Status {
             Status::RequestTimeout => b"HTTP/1.1 408 Request Timeout\r\n",
             Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
             Status::HeadersTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+            Status::UriTooLong => b"HTTP/1.1 414 URI Too Long\r\n",
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
             Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
@@ -110,10 +113,17 @@ pub struct Reject {
     pub status: Status,
     /// Why, in a few words (sent in the error object's message).
     pub reason: &'static str,
+    /// The request was `HEAD`: the answer has no content (RFC 9110 §9.3.2).
+    pub to_head: bool,
 }
 
-const fn reject(status: Status, reason: &'static str) -> Reject {
-    Reject { status, reason }
+/// A refusal with `status` for `reason`.
+pub(crate) const fn reject(status: Status, reason: &'static str) -> Reject {
+    Reject {
+        status,
+        reason,
+        to_head: false,
+    }
 }
 
 /// Result of looking for a request head at the start of the buffered input.
@@ -138,7 +148,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     let used = match request.parse(input) {
         Ok(httparse::Status::Complete(used)) => used,
         Ok(httparse::Status::Partial) if input.len() > max_head_bytes => {
-            return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "request head too large"))
+            return HeadStatus::Rejected(too_large(input, max_head_bytes))
         }
         Ok(httparse::Status::Partial) => return HeadStatus::Partial,
         Err(httparse::Error::TooManyHeaders) => {
@@ -147,12 +157,22 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         Err(_) => return HeadStatus::Rejected(reject(Status::BadRequest, "malformed request head")),
     };
     if used > max_head_bytes {
-        return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "request head too large"));
+        return HeadStatus::Rejected(too_large(input, max_head_bytes));
     }
     let method = match request.method {
         Some("POST") => Method::Post,
         Some("GET") => Method::Get,
-        _ => return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served")),
+        Some("HEAD") => {
+            return HeadStatus::Rejected(Reject {
+                to_head: true,
+                ..reject(Status::MethodNotAllowed, "only GET and POST are served")
+            })
+        }
+        // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
+        Some("PUT" | "DELETE" | "OPTIONS" | "PATCH" | "CONNECT" | "TRACE") => {
+            return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served"))
+        }
+        _ => return HeadStatus::Rejected(reject(Status::NotImplemented, "unknown method")),
     };
     let minor_version = request.version.unwrap_or(1);
     let Some(path) = origin_form(request.path.unwrap_or("/")) else {
@@ -174,6 +194,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     let mut chunked = false;
     let (mut upgrade_websocket, mut connection_upgrade) = (false, false);
     let (mut websocket_key, mut websocket_version): (Option<&[u8]>, Option<&[u8]>) = (None, None);
+    let mut websocket_key_repeated = false;
     for header in request.headers.iter() {
         let name = header.name;
         let value = trim(header.value);
@@ -201,7 +222,10 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                     _ => return HeadStatus::Rejected(reject(Status::BadRequest, "invalid Transfer-Encoding")),
                 }
             }
-            17 if name.eq_ignore_ascii_case("sec-websocket-key") => websocket_key = Some(value),
+            17 if name.eq_ignore_ascii_case("sec-websocket-key") => {
+                // RFC 6455 §11.3.1: the field appears at most once.
+                websocket_key_repeated |= websocket_key.replace(value).is_some();
+            }
             21 if name.eq_ignore_ascii_case("sec-websocket-version") => websocket_version = Some(value),
             7 if name.eq_ignore_ascii_case("upgrade") => {
                 upgrade_websocket |= tokens(value).any(|t| t.eq_ignore_ascii_case(b"websocket"));
@@ -231,7 +255,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             return HeadStatus::Rejected(reject(Status::UpgradeRequired, "WebSocket version 13 is required"));
         }
         match websocket_key {
-            Some(key) if crate::ws::is_valid_key(key) => {
+            Some(key) if !websocket_key_repeated && crate::ws::is_valid_key(key) => {
                 let mut owned = [0u8; 24];
                 owned.copy_from_slice(key);
                 head.websocket_key = Some(owned);
@@ -250,7 +274,27 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         (Some(length), false) => Framing::Length(length),
         (None, true) => Framing::Chunked,
     };
+    if head.websocket_key.is_some() && head.framing != Framing::None {
+        // RFC 9110 §7.8: the new protocol starts after the whole request; bytes sent as a
+        // body must not be read as frames.
+        return HeadStatus::Rejected(reject(Status::BadRequest, "a WebSocket handshake has no body"));
+    }
+    if chunked && minor_version == 0 {
+        // RFC 9112 §6.1: Transfer-Encoding in HTTP/1.0 means faulty framing; answer, then close.
+        head.keep_alive = false;
+    }
     HeadStatus::Complete(head, used)
+}
+
+/// The refusal of a head over `max_head_bytes`: 414 when the request line alone is over
+/// it (RFC 9112 §3: a request-target longer than the server takes), else 431.
+fn too_large(input: &[u8], max_head_bytes: usize) -> Reject {
+    let request_line = memchr::memchr(b'\n', input).unwrap_or(input.len());
+    if request_line > max_head_bytes {
+        reject(Status::UriTooLong, "request-target too long")
+    } else {
+        reject(Status::HeadersTooLarge, "request head too large")
+    }
 }
 
 /// The path and query of a request-target in origin-form (`/sum?a=1`) or absolute-form
@@ -474,6 +518,30 @@ mod tests {
             head(&ok.replace("Upgrade: websocket\r\n", "")).unwrap().0.websocket_key,
             None
         );
+        let twice = ok.replace("\r\n\r\n", "\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n");
+        assert_eq!(status(&twice), 400, "a repeated key (RFC 6455 §11.3.1)");
+        let with_body = ok.replace("\r\n\r\n", "\r\nContent-Length: 4\r\n\r\n");
+        assert_eq!(status(&with_body), 400, "bytes sent as a body must not become frames");
+        assert!(head(&ok.replace("\r\n\r\n", "\r\nContent-Length: 0\r\n\r\n")).is_ok());
+    }
+
+    #[test]
+    fn answers_methods_versions_and_targets_as_rfc_9110_says() {
+        let refused = head("HEAD /sum HTTP/1.1\r\n\r\n").unwrap_err();
+        assert_eq!((refused.status, refused.to_head), (Status::MethodNotAllowed, true));
+        assert_eq!(status("DELETE / HTTP/1.1\r\n\r\n"), 405);
+        assert_eq!(status("FOO / HTTP/1.1\r\n\r\n"), 501);
+        let (old, _) = head("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert!(
+            !old.keep_alive,
+            "HTTP/1.0 with Transfer-Encoding closes (RFC 9112 §6.1)"
+        );
+        let mut target = String::new();
+        let long_target = format!("GET /{} HTTP/1.1\r\n", "a".repeat(9000));
+        assert!(matches!(
+            parse_head(long_target.as_bytes(), 8192, 10, &mut target),
+            HeadStatus::Rejected(r) if r.status == Status::UriTooLong
+        ));
     }
 
     #[test]
