@@ -465,3 +465,9 @@ def test_rest_handler_failure_is_500(server):
     response = rest(server, "GET", "/panic")
     assert response.status == 500, response
     assert_error_object(response, -32603)
+
+
+def test_a_sum_with_no_finite_double_is_invalid_params(server):
+    """JSON has no infinity: the spec server's float sum refuses rather than answer null."""
+    with HttpConn(server) as conn:
+        assert_error(conn.call(request("sum", [1e308, 1e308], id=1)), -32602, 1)

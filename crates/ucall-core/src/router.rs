@@ -112,6 +112,10 @@ impl<'a> Call<'a> {
     /// Parameter `name` when params are an object, else the one at `position`: the usual
     /// way to read an argument that callers may pass either way.
     ///
+    /// `T` may borrow from the request (`&str`, `&RawValue`), but a `&str` cannot hold a
+    /// string with escapes (`"a\"b"`, `"\u00e9"`): take `String` or `Cow<str>` for text
+    /// that may have them.
+    ///
     /// # Errors
     /// `-32602` naming the parameter when it is missing or has the wrong type.
     pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
@@ -238,14 +242,29 @@ fn missing(name: &str) -> RpcError {
 }
 
 fn decode<'a, T: Deserialize<'a>>(raw: &'a str, name: &str) -> Result<T, RpcError> {
-    serde_json::from_str(raw).map_err(|e| wrong_type(&e, name))
+    serde_json::from_str(raw).or_else(|e| {
+        // serde_json reads `-0` as the float -0.0 (to keep its sign), which an integer
+        // refuses; it is an integer in JSON's grammar, so an integer parameter takes 0.
+        if raw.trim_ascii() == "-0" {
+            if let Ok(value) = serde_json::from_str("0") {
+                return Ok(value);
+            }
+        }
+        Err(wrong_type(&e, name))
+    })
 }
 
 #[cold]
 #[inline(never)]
 fn wrong_type(error: &serde_json::Error, name: &str) -> RpcError {
     let text = error.to_string();
-    let reason = text.split(" at line ").next().unwrap_or(&text);
+    let reason = if text.contains("expected a borrowed string") {
+        // The client sent a valid string; the handler asked for a `&str`, which cannot
+        // borrow one with escapes. Say so, for the one who wrote the handler.
+        "a string with escapes, which a `&str` cannot borrow (the procedure should take a String or Cow<str>)"
+    } else {
+        text.split(" at line ").next().unwrap_or(&text)
+    };
     RpcError::invalid_params(format!("Invalid params: parameter '{name}': {reason}"))
 }
 
@@ -370,6 +389,16 @@ mod tests {
             .expect_only(&["a", "b"])
             .is_err());
         assert!(Call::new("x", None, None).get::<i64>(0, "a").is_err());
+        let escaped = Call::new("x", Some(r#"{"s": "a\"b"}"#), None);
+        let e = escaped.get::<&str>(0, "s").unwrap_err();
+        assert!(e.message().contains("String or Cow<str>"), "{}", e.message());
+        assert_eq!(escaped.get::<String>(0, "s").unwrap(), "a\"b");
+        let minus_zero = Call::new("x", Some("[-0]"), None);
+        assert_eq!(minus_zero.get::<i64>(0, "a").unwrap(), 0, "-0 is an integer in JSON");
+        assert!(
+            minus_zero.get::<f64>(0, "a").unwrap().is_sign_negative(),
+            "a float keeps the sign"
+        );
     }
 
     #[test]

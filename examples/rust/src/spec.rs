@@ -58,5 +58,11 @@ fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
         total += serde_json::from_str::<f64>(raw)
             .map_err(|_| RpcError::invalid_params(format!("Invalid params: parameter {i} is not a number")))?;
     }
+    if !total.is_finite() {
+        // JSON has no infinity: serde_json would write null.
+        return Err(RpcError::invalid_params(
+            "Invalid params: the sum is too large for a double",
+        ));
+    }
     Ok(total.into())
 }

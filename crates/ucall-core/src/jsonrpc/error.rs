@@ -42,13 +42,18 @@ impl RpcError {
         Self::new(ErrorCode::InternalError.code(), message)
     }
 
-    /// `-32601` for a method that is not registered.
+    /// `-32601` for a method that is not registered. The name is the client's: a long one
+    /// is cut (a megabyte of name was sent back whole).
     #[must_use]
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(
-            ErrorCode::MethodNotFound.code(),
-            format!("Method not found: '{method}'"),
-        )
+        const SHOWN: usize = 128;
+        let message = if method.len() <= SHOWN {
+            format!("Method not found: '{method}'")
+        } else {
+            let cut = (0..=SHOWN).rev().find(|&at| method.is_char_boundary(at)).unwrap_or(0);
+            format!("Method not found: '{}...' ({} bytes)", &method[..cut], method.len())
+        };
+        Self::new(ErrorCode::MethodNotFound.code(), message)
     }
 
     /// Attach `data`, serialized to JSON. A value that cannot be serialized is dropped.
@@ -97,3 +102,17 @@ impl fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_unknown_method_name_is_cut_in_the_message() {
+        assert_eq!(RpcError::method_not_found("nope").message(), "Method not found: 'nope'");
+        let long = "é".repeat(100_000);
+        let message = RpcError::method_not_found(&long).message().to_owned();
+        assert!(message.len() < 200, "{} bytes", message.len());
+        assert!(message.ends_with("...' (200000 bytes)"), "{message}");
+    }
+}

@@ -97,15 +97,22 @@ fn gen_rand_ints(call: &Call<'_>) -> Result<Vec<u64>, RpcError> {
             "Invalid params: need min <= max and count <= 1000000",
         ));
     }
-    let span = max - min + 1;
-    Ok((0..count).map(|_| min + next_random() % span).collect())
+    // The full range has 2^64 values: no span to take a remainder by.
+    Ok(match (max - min).checked_add(1) {
+        Some(span) => (0..count).map(|_| min + next_random() % span).collect(),
+        None => (0..count).map(|_| next_random()).collect(),
+    })
 }
 
 fn main() {
     let config = ucall_examples::config_from_args();
     let server = Server::builder()
         .config(config)
-        .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+        .procedure("sum", |call| {
+            call.get::<i64>(0, "a")?
+                .checked_add(call.get::<i64>(1, "b")?)
+                .ok_or_else(|| RpcError::invalid_params("Invalid params: the sum does not fit in 64 bits"))
+        })
         .handler("echo", |call: &Call<'_>, reply: &mut Reply<'_>| {
             let data = call
                 .params()
@@ -116,8 +123,10 @@ fn main() {
         })
         .procedure("fibonacci", |call| {
             let n: u64 = call.get(0, "n")?;
-            if n > 92 {
-                return Err(RpcError::invalid_params("Invalid params: n must be at most 92"));
+            // Naive recursion: each step up nearly doubles the time (n = 40 takes seconds of
+            // the worker's core, n = 92 years).
+            if n > 35 {
+                return Err(RpcError::invalid_params("Invalid params: n must be at most 35"));
             }
             Ok(fibonacci(n))
         })
