@@ -20,6 +20,8 @@ from typing import Any
 from ucall.exceptions import ProtocolError
 
 MAX_HEAD = 64 << 10
+# A TLS alert record (content type 21, version 3.x): what a TLS port sends back to plaintext.
+TLS_ALERT = b"\x15\x03"
 
 
 @dataclasses.dataclass
@@ -133,6 +135,10 @@ class ReplyReader:
 
     def next(self) -> Reply | None:
         """The next complete reply, or None until more bytes (or the end) arrive."""
+        if self.ended and self.buffer.startswith(TLS_ALERT):
+            raise ProtocolError(
+                "the server answered with a TLS alert and closed: the port speaks TLS (use tls=True, https:// or --tls)"
+            )
         return self._next_http() if self.http else self._next_json()
 
     def to_send(self) -> bytes:

@@ -138,6 +138,13 @@ def test_tls_against_a_plaintext_port_fails_clearly(server):
         Client(port=server.port, insecure=True).sum(1, 2)
 
 
+@pytest.mark.parametrize("use_http", [True, False], ids=["http", "tcp"])
+def test_plaintext_to_a_tls_port_says_the_port_speaks_tls(server, use_http):
+    """The server's TLS alert is named, where the client said only that the reply was cut."""
+    with pytest.raises(Exception, match="the port speaks TLS"):
+        Client(port=server.tls_port, use_http=use_http, timeout=5).sum(1, 2).json
+
+
 def test_raw_tcp_over_tls(server, certs):
     with Client(port=server.tls_port, use_http=False, tls=True, cacert=certs / "ca.pem") as client:
         assert client.url == f"tls://127.0.0.1:{server.tls_port}"
