@@ -43,10 +43,11 @@ static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
     char buffer[24];
     char* text;
     (void)tag;
-    if (!ucall_param_named_i64(call, "a", 1, &a) && !ucall_param_positional_i64(call, 0, &a))
-        return ucall_call_reply_error_invalid_params(call);
-    if (!ucall_param_named_i64(call, "b", 1, &b) && !ucall_param_positional_i64(call, 1, &b))
-        return ucall_call_reply_error_invalid_params(call);
+    if ((!ucall_param_named_i64(call, "a", 1, &a) && !ucall_param_positional_i64(call, 0, &a)) ||
+        (!ucall_param_named_i64(call, "b", 1, &b) && !ucall_param_positional_i64(call, 1, &b))) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
     /* Wraps on overflow, like the Rust example in release builds (unsigned: no undefined behaviour). */
     text = format_i64((int64_t)((uint64_t)a + (uint64_t)b), buffer + sizeof buffer);
     ucall_call_reply_content(call, text, (size_t)(buffer + sizeof buffer - text));
@@ -58,8 +59,10 @@ static void echo(ucall_call_t call, ucall_callback_tag_t tag) {
     size_t length;
     (void)tag;
     if (!ucall_param_named_json(call, "data", 4, &data, &length) &&
-        !ucall_param_positional_json(call, 0, &data, &length))
-        return ucall_call_reply_error(call, -32602, "missing parameter 'data'", 0);
+        !ucall_param_positional_json(call, 0, &data, &length)) {
+        ucall_call_reply_error(call, -32602, "missing parameter 'data'", 0);
+        return;
+    }
     ucall_call_reply_content(call, data, length);
 }
 

@@ -105,9 +105,9 @@ typedef struct ucall_config_t {
    */
   uint16_t max_threads;
   /**
-   * Where the server writes its log lines (start, serving, stop, misuse). 0 or a
-   * negative value: no logs (written back as -1). The descriptor stays the caller's:
-   * it is never closed.
+   * Where the server writes its log lines (start, serving, stop, misuse, failed
+   * accepts, a worker that stops). 0 or a negative value: no logs (written back as -1).
+   * Nothing ever goes to stderr. The descriptor stays the caller's: it is never closed.
    */
   int32_t logs_file_descriptor;
   /**
@@ -516,6 +516,10 @@ void ucall_call_reply_error_unknown(ucall_call_t call);
 /**
  * Copy the text of this thread's last error into `buffer`, `snprintf`-style.
  *
+ * `ucall_init()`, `ucall_add_procedure()`, `ucall_take_call(s)()` and `ucall_free()`
+ * clear it when they succeed and set it when they fail; the getters, the replies and
+ * `ucall_stop()` leave it as it was (an internal error caught in any function sets it).
+ *
  * Returns the full length of the message in bytes (without the terminating NUL), or 0
  * when there is none. At most `buffer_capacity - 1` bytes are copied, always followed by a
  * NUL when `buffer_capacity > 0`; a return value `>= buffer_capacity` means the text was cut.
@@ -533,8 +537,9 @@ size_t ucall_last_error(char *buffer, size_t buffer_capacity);
  * back), bind the address and write the new server to `*server`.
  *
  * On failure `*server` is NULL and `ucall_last_error()` says why (address in use,
- * invalid field, TLS requested, ...); the text is also logged when logs are on.
- * `ucall_init()` clears the last error on success.
+ * invalid field, a TLS file missing or unusable, ...); the text is also logged
+ * (`init failed`) when `logs_file_descriptor` is set. `ucall_init()` clears the last
+ * error on success.
  *
  * Procedures are added next with `ucall_add_procedure()`, then each thread index is
  * served with `ucall_take_calls()`. Release the server with `ucall_free()`.
@@ -573,8 +578,11 @@ void ucall_add_procedure(ucall_server_t server,
  * The first `ucall_take_call(s)()` freezes the procedures. A `thread_idx` outside
  * `0 .. max_threads - 1`, or already being served by another call, returns at once
  * (see `ucall_last_error()`). Serve each index from one and the same thread: the io_uring
- * engine's rings accept a single submitter, and a worker turned from a second thread
- * stops (the poll engine does not mind).
+ * engine's rings accept a single submitter, so with it a call from any thread but the
+ * first to serve the index returns at once too, with the reason in `ucall_last_error()`
+ * and the log (once per index). The index keeps its listener, since its first thread
+ * may still serve it: until it does, the connections the kernel gives that listener
+ * wait. The poll engine does not mind, but do not rely on it.
  *
  * # Safety
  * `server` must be a live server, not freed while this call runs.

@@ -4,9 +4,10 @@
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use ucall_core::{Config, EngineKind, TlsConfig};
+use ucall_core::{Config, EngineKind, EventLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
+use crate::log::Logger;
 use crate::tls::Chain;
 
 /// Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
@@ -37,9 +38,9 @@ pub struct ucall_config_t {
     /// thread calling `ucall_take_calls(server, i)`, since the kernel spreads connections
     /// over all of them. Default 1.
     pub max_threads: u16,
-    /// Where the server writes its log lines (start, serving, stop, misuse). 0 or a
-    /// negative value: no logs (written back as -1). The descriptor stays the caller's:
-    /// it is never closed.
+    /// Where the server writes its log lines (start, serving, stop, misuse, failed
+    /// accepts, a worker that stops). 0 or a negative value: no logs (written back as -1).
+    /// Nothing ever goes to stderr. The descriptor stays the caller's: it is never closed.
     pub logs_file_descriptor: i32,
     /// `"human"` (default) for lines of text or `"json"` for one JSON object per line.
     pub logs_format: *const c_char,
@@ -190,27 +191,19 @@ impl ucall_config_t {
             self.max_threads = DEFAULT_THREADS;
         }
         core.threads = usize::from(self.max_threads);
-        let format = match text_field("logs_format", self.logs_format)? {
-            None | Some("human") => {
-                self.logs_format = FORMAT_HUMAN.as_ptr();
-                LogFormat::Human
-            }
-            Some("json") => {
-                self.logs_format = FORMAT_JSON.as_ptr();
-                LogFormat::Json
-            }
-            Some(other) => {
-                return Err(format!(
-                    "config.logs_format: {other:?} is neither \"human\" nor \"json\""
-                ))
-            }
+        let format = self.log_format()?;
+        self.logs_format = match format {
+            LogFormat::Human => FORMAT_HUMAN.as_ptr(),
+            LogFormat::Json => FORMAT_JSON.as_ptr(),
         };
-        let logs = if self.logs_file_descriptor > 0 {
-            Some((self.logs_file_descriptor, format))
-        } else {
+        let logs = self.log_target(format);
+        if logs.is_none() {
             self.logs_file_descriptor = -1;
-            None
-        };
+        }
+        // The engines' events (a failed accept, a worker that stops) go to the same log,
+        // or nowhere: this library writes nothing to stderr.
+        let logger = Logger::new(logs);
+        core.events = EventLog::new(move |event, error| logger.event(event, &[("error", error)]));
         if self.max_batch_size == 0 {
             self.max_batch_size = u16::try_from(core.limits.max_batch).unwrap_or(u16::MAX);
         }
@@ -257,6 +250,27 @@ impl ucall_config_t {
             logs,
             tls_chain,
         })
+    }
+
+    fn log_format(&self) -> Result<LogFormat, String> {
+        match text_field("logs_format", self.logs_format)? {
+            None | Some("human") => Ok(LogFormat::Human),
+            Some("json") => Ok(LogFormat::Json),
+            Some(other) => Err(format!(
+                "config.logs_format: {other:?} is neither \"human\" nor \"json\""
+            )),
+        }
+    }
+
+    /// Where to log in `format`: `logs_file_descriptor` when positive.
+    fn log_target(&self, format: LogFormat) -> Option<(i32, LogFormat)> {
+        (self.logs_file_descriptor > 0).then_some((self.logs_file_descriptor, format))
+    }
+
+    /// Where `ucall_init` logs why it failed, whatever field failed: as configured, in the
+    /// human format when `logs_format` itself is what failed.
+    pub(crate) fn failure_log(&self) -> Logger {
+        Logger::new(self.log_target(self.log_format().unwrap_or(LogFormat::Human)))
     }
 
     /// The TLS settings, with the certificate files checked and their chain made.

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Why a call failed, as text: a per-thread "last error", like `errno` with a message.
 //!
-//! Set by `ucall_init` (cleared by its success), by `ucall_add_procedure`,
-//! `ucall_take_call(s)`, `ucall_stop` and `ucall_free` when they refuse their arguments,
-//! and by a caught internal panic. The parameter getters report absence through their
-//! `false` result only: they are on the hot path and absence is an ordinary outcome.
+//! `ucall_init`, `ucall_add_procedure`, `ucall_take_call(s)` and `ucall_free` clear it on
+//! entry and set it when they fail, so that after one of them an empty text means it
+//! succeeded (most return `void`). A caught internal panic sets it too. `ucall_stop` leaves
+//! it alone: it must be async-signal-safe, and the thread-local may allocate on first use.
+//! The parameter getters and replies report through their result only: they are on the
+//! hot path and absence is an ordinary outcome.
 
 use std::cell::RefCell;
 use std::ffi::c_char;
@@ -35,6 +37,10 @@ pub(crate) fn clear() {
 }
 
 /// Copy the text of this thread's last error into `buffer`, `snprintf`-style.
+///
+/// `ucall_init()`, `ucall_add_procedure()`, `ucall_take_call(s)()` and `ucall_free()`
+/// clear it when they succeed and set it when they fail; the getters, the replies and
+/// `ucall_stop()` leave it as it was (an internal error caught in any function sets it).
 ///
 /// Returns the full length of the message in bytes (without the terminating NUL), or 0
 /// when there is none. At most `buffer_capacity - 1` bytes are copied, always followed by a

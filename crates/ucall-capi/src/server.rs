@@ -8,10 +8,12 @@
 //! thread index ([`ucall_core::Server::into_workers`]). Thread `i` then drives worker `i`.
 
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+use std::thread::ThreadId;
 use std::time::Duration;
 
-use ucall_core::{Server, Stopper, Worker};
+use ucall_core::{EngineKind, Server, Stopper, Worker};
 
 use crate::call::{CProcedure, InCallback};
 use crate::config::ucall_config_t;
@@ -52,6 +54,17 @@ struct Setup {
     procedures: usize,
 }
 
+/// One thread index: its worker, and who may drive it.
+struct Slot {
+    worker: Mutex<Worker>,
+    /// The first thread to drive the worker: the only one whose turns an io_uring ring
+    /// accepts (another thread's would stop the worker, and leave its listener open).
+    driver: OnceLock<ThreadId>,
+    /// Whether a turn from another thread was logged: once per index, since a program's
+    /// loop would repeat it every round.
+    other_thread_logged: AtomicBool,
+}
+
 /// What a `ucall_server_t` points to.
 #[repr(C)]
 pub struct CServer {
@@ -59,7 +72,9 @@ pub struct CServer {
     stopper: Stopper,
     setup: Mutex<Setup>,
     /// Set when serving starts; worker `i` is driven by `ucall_take_call(s)(server, i)`.
-    workers: OnceLock<Box<[Mutex<Worker>]>>,
+    workers: OnceLock<Box<[Slot]>>,
+    /// io_uring: each index is served from the thread that first drove it, and only it.
+    one_thread_per_index: bool,
     max_callbacks: usize,
     log: Logger,
 }
@@ -76,14 +91,21 @@ impl CServer {
     }
 
     /// The workers, freezing the procedures on the first call.
-    fn workers(&self) -> &[Mutex<Worker>] {
+    fn workers(&self) -> &[Slot] {
         self.workers.get_or_init(|| {
             let Some(server) = self.setup().server.take() else {
                 return Box::default();
             };
             let (_, workers) = server.into_workers();
             self.log.event("serving", &[("threads", &workers.len().to_string())]);
-            workers.into_iter().map(Mutex::new).collect()
+            workers
+                .into_iter()
+                .map(|worker| Slot {
+                    worker: Mutex::new(worker),
+                    driver: OnceLock::new(),
+                    other_thread_logged: AtomicBool::new(false),
+                })
+                .collect()
         })
     }
 }
@@ -108,8 +130,9 @@ unsafe fn server<'a>(handle: ucall_server_t, function: &str) -> Option<&'a CServ
 /// back), bind the address and write the new server to `*server`.
 ///
 /// On failure `*server` is NULL and `ucall_last_error()` says why (address in use,
-/// invalid field, TLS requested, ...); the text is also logged when logs are on.
-/// `ucall_init()` clears the last error on success.
+/// invalid field, a TLS file missing or unusable, ...); the text is also logged
+/// (`init failed`) when `logs_file_descriptor` is set. `ucall_init()` clears the last
+/// error on success.
 ///
 /// Procedures are added next with `ucall_add_procedure()`, then each thread index is
 /// served with `ucall_take_calls()`. Release the server with `ucall_free()`.
@@ -138,7 +161,11 @@ pub unsafe extern "C" fn ucall_init(config: *mut ucall_config_t, server: *mut uc
                 // SAFETY: checked non-NULL and writable above.
                 unsafe { server.write(Box::into_raw(made).cast::<c_void>()) };
             }
-            Err(message) => error::set(format!("ucall_init: {message}")),
+            Err(message) => {
+                // One place for every failure, whichever field or step it came from.
+                config.failure_log().event("init failed", &[("error", &message)]);
+                error::set(format!("ucall_init: {message}"));
+            }
         }
     }
 }
@@ -148,14 +175,13 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     let log = Logger::new(settings.logs);
     let separate_tls = settings.core.tls.as_ref().is_some_and(|tls| tls.port.is_some());
     let chain = settings.tls_chain;
-    let bound = Server::builder().config(settings.core).bind().map_err(|e| {
-        let message = match &chain {
+    let bound = Server::builder()
+        .config(settings.core)
+        .bind()
+        .map_err(|e| match &chain {
             Some(chain) => chain.explain(e.to_string()),
             None => e.to_string(),
-        };
-        log.event("init failed", &[("error", &message)]);
-        message
-    })?;
+        })?;
     // The certificates are read: a chain joined from several files is removed here.
     drop(chain);
     let addr = bound.local_addr();
@@ -175,6 +201,7 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     }
     let fields: Vec<(&str, &str)> = fields.iter().map(|(name, value)| (*name, value.as_str())).collect();
     log.event("listening", &fields);
+    let one_thread_per_index = bound.engine() == EngineKind::Uring;
     Ok(Box::new(CServer {
         tag: Tag::SERVER,
         stopper: bound.stopper(),
@@ -183,6 +210,7 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
             procedures: 0,
         }),
         workers: OnceLock::new(),
+        one_thread_per_index,
         max_callbacks: settings.max_callbacks,
         log,
     }))
@@ -209,6 +237,7 @@ pub unsafe extern "C" fn ucall_add_procedure(
     tag: ucall_callback_tag_t,
 ) {
     ffi_panic_boundary! {"ucall_add_procedure",
+        error::clear();
         // SAFETY: the caller's contract.
         let Some(srv) = (unsafe { self::server(server, "ucall_add_procedure") }) else { return };
         let refuse = |why: String| {
@@ -245,7 +274,7 @@ pub unsafe extern "C" fn ucall_add_procedure(
 }
 
 /// The worker for `thread_idx`, or why not (recorded as the last error).
-fn worker_for<'a>(srv: &'a CServer, thread_idx: u16, function: &str) -> Option<&'a Mutex<Worker>> {
+fn worker_for<'a>(srv: &'a CServer, thread_idx: u16, function: &str) -> Option<&'a Slot> {
     let workers = srv.workers();
     let found = workers.get(usize::from(thread_idx));
     if found.is_none() {
@@ -257,19 +286,38 @@ fn worker_for<'a>(srv: &'a CServer, thread_idx: u16, function: &str) -> Option<&
     found
 }
 
-/// Lock `worker` without waiting: another thread already driving the same index (or a
-/// callback re-entering) is refused instead of blocked.
-fn try_drive<'a>(worker: &'a Mutex<Worker>, function: &str, thread_idx: u16) -> Option<MutexGuard<'a, Worker>> {
-    match worker.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+/// Lock the worker of `slot` without waiting: another thread already driving the same
+/// index (or a callback re-entering) is refused instead of blocked, and so is, with
+/// io_uring, a thread other than the index's first.
+fn try_drive<'a>(srv: &CServer, slot: &'a Slot, function: &str, thread_idx: u16) -> Option<MutexGuard<'a, Worker>> {
+    let guard = match slot.worker.try_lock() {
+        Ok(guard) => guard,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         Err(TryLockError::WouldBlock) => {
             error::set(format!(
                 "{function}: thread_idx {thread_idx} is already being served by another call"
             ));
-            None
+            return None;
         }
+    };
+    let me = std::thread::current().id();
+    // Refused before the worker is touched: it stays whole for its own thread. Its
+    // listener stays open too (see `ucall_take_call`).
+    if srv.one_thread_per_index && *slot.driver.get_or_init(|| me) != me {
+        let why = format!(
+            "thread_idx {thread_idx} is served from another thread: with the io_uring engine only the \
+             thread that first served an index may serve it; serve each index from one and the same thread"
+        );
+        if !slot.other_thread_logged.swap(true, Ordering::Relaxed) {
+            srv.log.event(
+                "serving refused",
+                &[("thread_idx", &thread_idx.to_string()), ("reason", &why)],
+            );
+        }
+        error::set(format!("{function}: {why}"));
+        return None;
     }
+    Some(guard)
 }
 
 /// Serve the connections of `thread_idx` for one round: wait up to 10 ms for something to
@@ -278,18 +326,22 @@ fn try_drive<'a>(worker: &'a Mutex<Worker>, function: &str, thread_idx: u16) -> 
 /// The first `ucall_take_call(s)()` freezes the procedures. A `thread_idx` outside
 /// `0 .. max_threads - 1`, or already being served by another call, returns at once
 /// (see `ucall_last_error()`). Serve each index from one and the same thread: the io_uring
-/// engine's rings accept a single submitter, and a worker turned from a second thread
-/// stops (the poll engine does not mind).
+/// engine's rings accept a single submitter, so with it a call from any thread but the
+/// first to serve the index returns at once too, with the reason in `ucall_last_error()`
+/// and the log (once per index). The index keeps its listener, since its first thread
+/// may still serve it: until it does, the connections the kernel gives that listener
+/// wait. The poll engine does not mind, but do not rely on it.
 ///
 /// # Safety
 /// `server` must be a live server, not freed while this call runs.
 #[no_mangle]
 pub unsafe extern "C" fn ucall_take_call(server: ucall_server_t, thread_idx: u16) {
     ffi_panic_boundary! {"ucall_take_call",
+        error::clear();
         // SAFETY: the caller's contract.
         let Some(srv) = (unsafe { self::server(server, "ucall_take_call") }) else { return };
-        let Some(worker) = worker_for(srv, thread_idx, "ucall_take_call") else { return };
-        if let Some(mut worker) = try_drive(worker, "ucall_take_call", thread_idx) {
+        let Some(slot) = worker_for(srv, thread_idx, "ucall_take_call") else { return };
+        if let Some(mut worker) = try_drive(srv, slot, "ucall_take_call", thread_idx) {
             worker.turn(Some(TAKE_CALL_WAIT));
         }
     }
@@ -309,10 +361,11 @@ pub unsafe extern "C" fn ucall_take_call(server: ucall_server_t, thread_idx: u16
 #[no_mangle]
 pub unsafe extern "C" fn ucall_take_calls(server: ucall_server_t, thread_idx: u16) {
     ffi_panic_boundary! {"ucall_take_calls",
+        error::clear();
         // SAFETY: the caller's contract.
         let Some(srv) = (unsafe { self::server(server, "ucall_take_calls") }) else { return };
-        let Some(worker) = worker_for(srv, thread_idx, "ucall_take_calls") else { return };
-        if let Some(mut worker) = try_drive(worker, "ucall_take_calls", thread_idx) {
+        let Some(slot) = worker_for(srv, thread_idx, "ucall_take_calls") else { return };
+        if let Some(mut worker) = try_drive(srv, slot, "ucall_take_calls", thread_idx) {
             while worker.turn(None) {}
         }
         // Nothing of `srv` is touched after the guard is released: `ucall_free()` may be
@@ -353,6 +406,7 @@ pub unsafe extern "C" fn ucall_stop(server: ucall_server_t) {
 #[no_mangle]
 pub unsafe extern "C" fn ucall_free(server: ucall_server_t) {
     ffi_panic_boundary! {"ucall_free",
+        error::clear();
         if server.is_null() {
             return;
         }
@@ -365,9 +419,9 @@ pub unsafe extern "C" fn ucall_free(server: ucall_server_t) {
             return;
         }
         if let Some(workers) = srv.workers.get() {
-            for worker in workers.iter() {
+            for slot in workers.iter() {
                 // Waits for the thread serving this index, if any, to leave.
-                drop(worker.lock().unwrap_or_else(PoisonError::into_inner));
+                drop(slot.worker.lock().unwrap_or_else(PoisonError::into_inner));
             }
         }
         srv.log.event("freed", &[]);

@@ -40,6 +40,6 @@ pub use engine::Worker;
 pub use error::Error;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use router::{Call, Handler, Params, Reply, Router};
-pub use server::{Config, EngineKind, Server, ServerBuilder, ServerHandle, Stopper};
+pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
 pub use tls::TlsConfig;

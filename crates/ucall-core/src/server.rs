@@ -5,7 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -81,8 +81,47 @@ pub struct Config {
     /// while traffic flows (it sleeps after a second without). Off by default.
     pub sqpoll: bool,
     /// Do not log the start-up line (the engine in force) on stderr. Errors that stop a
-    /// worker are still logged.
+    /// worker are still reported, through `events`.
     pub quiet: bool,
+    /// Where the engines report what they cannot return as an error: a failed accept, a
+    /// worker that stops. Default: a line on stderr.
+    pub events: EventLog,
+}
+
+/// Receives the events the engines cannot return as an error: `(event, error)`, with
+/// `event` one of `"accept failed"` (at most one a second per server), `"worker stopped"`
+/// and `"buffers leaked"`.
+///
+/// The default writes `ucall: <event>: <error>` to stderr; a front end with a log of its
+/// own (the C API, which must not write to stderr) passes [`EventLog::new`].
+#[derive(Clone, Default)]
+pub struct EventLog(Option<Arc<EventSink>>);
+
+/// What [`EventLog::new`] takes: `(event, error)`.
+type EventSink = dyn Fn(&str, &str) + Send + Sync;
+
+impl EventLog {
+    /// Send every event to `sink` instead of stderr.
+    pub fn new(sink: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        EventLog(Some(Arc::new(sink)))
+    }
+
+    pub(crate) fn report(&self, event: &str, error: &str) {
+        match &self.0 {
+            Some(sink) => sink(event, error),
+            None => eprintln!("ucall: {event}: {error}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for EventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "EventLog(custom)"
+        } else {
+            "EventLog(stderr)"
+        })
+    }
 }
 
 impl Default for Config {
@@ -100,6 +139,7 @@ impl Default for Config {
             tls: None,
             sqpoll: false,
             quiet: false,
+            events: EventLog::default(),
         }
     }
 }
@@ -116,6 +156,37 @@ pub(crate) struct Shared {
     /// The same for the workers of the `uring` engine.
     #[cfg(target_os = "linux")]
     pub(crate) uring_wakers: std::sync::OnceLock<Vec<Arc<crate::engine::EventFd>>>,
+    /// When an accept failure was last reported, and how many went unreported since.
+    accept_failures: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl Shared {
+    /// Report an event of [`EventLog`].
+    pub(crate) fn report(&self, event: &str, error: &str) {
+        self.config.events.report(event, error);
+    }
+
+    /// Report a failed accept, at most once a second: out of descriptors, every accept
+    /// fails, and a line each would flood the log.
+    pub(crate) fn report_accept_failure(&self, error: &std::io::Error) {
+        let now = Instant::now();
+        let mut last = self
+            .accept_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (reported, unreported) = &mut *last;
+        if reported.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
+            *unreported += 1;
+            return;
+        }
+        let text = match std::mem::take(unreported) {
+            0 => error.to_string(),
+            more => format!("{error} ({more} more since the last report)"),
+        };
+        *reported = Some(now);
+        drop(last);
+        self.report("accept failed", &text);
+    }
 }
 
 /// TLS state shared by the workers.
@@ -310,6 +381,7 @@ impl ServerBuilder {
             wakers: std::sync::OnceLock::new(),
             #[cfg(target_os = "linux")]
             uring_wakers: std::sync::OnceLock::new(),
+            accept_failures: std::sync::Mutex::new((None, 0)),
         });
         let (workers, local_addr) = engine::bind_workers(&engine, &shared, addr)?;
         if !shared.config.quiet {

@@ -14,13 +14,17 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ucall/ucall.h>
@@ -71,8 +75,10 @@ static void bad_json(ucall_call_t call, ucall_callback_tag_t tag) {
 static void echo_param(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_str_t data;
     size_t length;
-    if (!ucall_param_named_json(call, "data", 0, &data, &length))
-        return ucall_call_reply_error_invalid_params(call);
+    if (!ucall_param_named_json(call, "data", 0, &data, &length)) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
     ucall_call_reply_content(call, data, tag ? length - 1 : length);
 }
 
@@ -285,6 +291,34 @@ static bool last_error_contains(char const* needle) {
     return strstr(text, needle) != NULL;
 }
 
+/* A pipe for the library's log lines: [0] read end (non-blocking), [1] the descriptor
+ * given as logs_file_descriptor. */
+static void open_log_pipe(int ends[2]) {
+    if (pipe(ends) != 0 || fcntl(ends[0], F_SETFL, O_NONBLOCK) != 0) {
+        perror("pipe");
+        exit(1);
+    }
+}
+
+/* What the log pipe holds now, NUL-terminated (the library writes each line before the
+ * call that logs it returns). */
+static char const* read_log(int read_end) {
+    static char text[8192];
+    size_t used = 0;
+    ssize_t got;
+    while (used + 1 < sizeof text && (got = read(read_end, text + used, sizeof text - 1 - used)) > 0)
+        used += (size_t)got;
+    text[used] = 0;
+    return text;
+}
+
+static size_t count_of(char const* text, char const* needle) {
+    size_t count = 0;
+    for (; (text = strstr(text, needle)) != NULL; text += strlen(needle))
+        ++count;
+    return count;
+}
+
 /* ------------------------------------------------------------------ tests */
 
 static void test_init_failures(void) {
@@ -324,6 +358,48 @@ static void test_init_failures(void) {
     full = ucall_last_error(small, sizeof small);
     CHECK(full > sizeof small && strlen(small) == sizeof small - 1, "the text is cut, NUL-terminated, length told");
     CHECK(ucall_last_error(NULL, 0) == full, "NULL with capacity 0 gives the length");
+}
+
+/* Every init failure is logged when logs are on, whichever field or step failed. */
+static void test_init_failures_are_logged(void) {
+    static char const* missing_chain[1] = {"/nonexistent/ucall/missing.pem"};
+    ucall_config_t config;
+    ucall_server_t server = NULL;
+    char const* log;
+    int ends[2];
+    open_log_pipe(ends);
+
+    memset(&config, 0, sizeof config);
+    config.logs_file_descriptor = ends[1];
+    config.engine = "x";
+    ucall_init(&config, &server);
+    log = read_log(ends[0]);
+    CHECK(server == NULL && strstr(log, "ucall: init failed error=config.engine") != NULL, "a bad engine is logged: %s",
+          log);
+
+    memset(&config, 0, sizeof config);
+    config.logs_file_descriptor = ends[1];
+    config.logs_format = "json";
+    config.ephemeral_port = true;
+    config.use_ssl = true;
+    config.ssl_certificates_paths = missing_chain;
+    config.ssl_certificates_count = 1;
+    config.ssl_private_key_path = "/nonexistent/ucall/missing.key";
+    ucall_init(&config, &server);
+    log = read_log(ends[0]);
+    CHECK(server == NULL && strstr(log, "{\"event\":\"init failed\",\"error\":") != NULL &&
+              strstr(log, "missing.pem") != NULL,
+          "a missing certificate is logged: %s", log);
+
+    memset(&config, 0, sizeof config);
+    config.logs_file_descriptor = ends[1];
+    config.logs_format = "xml";
+    ucall_init(&config, &server);
+    log = read_log(ends[0]);
+    CHECK(server == NULL && strstr(log, "ucall: init failed error=config.logs_format") != NULL,
+          "a bad logs_format is logged, in the human format: %s", log);
+    close(ends[0]);
+    close(ends[1]);
 }
 
 static void test_version(void) {
@@ -378,6 +454,8 @@ static void test_serving(void) {
     CHECK(last_error_contains("callback"), "a NULL callback is refused");
     ucall_add_procedure(NULL, "x", no_reply, NULL);
     CHECK(last_error_contains("not a server"), "a NULL server is refused");
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    CHECK(ucall_last_error(NULL, 0) == 0, "a successful ucall_add_procedure clears the last error");
 
     ucall_take_calls(the_server, 1);
     CHECK(last_error_contains("out of range"), "a thread index out of range returns at once");
@@ -463,7 +541,9 @@ static void test_free_waits_for_serving_threads(void) {
         int fd = connect_to(config.port);
         char const* reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"error_then_content\",\"id\":1}");
         CHECK(strstr(reply, "first") != NULL, "served: %s", reply);
+        ucall_add_procedure(NULL, "x", no_reply, NULL); /* an error to clear */
         ucall_free(the_server);
+        CHECK(ucall_last_error(NULL, 0) == 0, "a successful ucall_free clears the last error");
         close(fd);
     }
     pthread_join(thread, NULL);
@@ -530,6 +610,151 @@ static void test_exchanges_per_connection(void) {
     pthread_join(thread, NULL);
     ucall_free(the_server);
     the_server = NULL;
+}
+
+/* io_uring: an index is served only from the thread that first served it. Another
+ * thread is refused with a reason (last error, and the log once), and the worker stays
+ * whole for its own thread. */
+static char other_thread_error[512];
+
+static void* serve_from_other_thread(void* argument) {
+    (void)argument;
+    ucall_take_calls(the_server, 0); /* refused at once */
+    ucall_take_call(the_server, 0);  /* again: logged only once */
+    ucall_last_error(other_thread_error, sizeof other_thread_error);
+    return NULL;
+}
+
+static void test_uring_index_keeps_its_thread(void) {
+    static char const tag_text[] = "\"still served\"";
+    ucall_config_t config;
+    pthread_t thread;
+    char reply[512];
+    size_t used = 0;
+    char const* log;
+    int ends[2], fd, round;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    open_log_pipe(ends);
+    config.logs_file_descriptor = ends[1];
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init");
+    if (!the_server)
+        return;
+    if (strcmp(config.engine, "uring") != 0) {
+        printf("io_uring's one-thread-per-index rule not tested: the engine is %s\n", config.engine);
+        ucall_free(the_server);
+        the_server = NULL;
+        close(ends[0]);
+        close(ends[1]);
+        return;
+    }
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    ucall_add_procedure(NULL, "x", no_reply, NULL); /* an error to clear */
+    ucall_take_call(the_server, 0);                 /* this thread now serves index 0 */
+    CHECK(ucall_last_error(NULL, 0) == 0, "a successful ucall_take_call clears the last error");
+
+    pthread_create(&thread, NULL, serve_from_other_thread, NULL);
+    pthread_join(thread, NULL);
+    CHECK(strstr(other_thread_error, "ucall_take_call") && strstr(other_thread_error, "one and the same thread"),
+          "another thread is refused with the reason: %s", other_thread_error);
+    log = read_log(ends[0]);
+    CHECK(count_of(log, "ucall: serving refused thread_idx=0") == 1, "the refusal is logged once: %s", log);
+
+    /* The first thread still serves the index. */
+    fd = connect_to(config.port);
+    write_all(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}\n");
+    for (round = 0; round < 500 && !memchr(reply, '\n', used); ++round) {
+        ssize_t got;
+        ucall_take_call(the_server, 0);
+        got = recv(fd, reply + used, sizeof reply - 1 - used, MSG_DONTWAIT);
+        if (got > 0)
+            used += (size_t)got;
+    }
+    reply[used] = 0;
+    CHECK(strstr(reply, "\"result\":\"still served\"") != NULL, "the first thread still serves: %s", reply);
+    close(fd);
+    ucall_free(the_server);
+    the_server = NULL;
+    close(ends[0]);
+    close(ends[1]);
+}
+
+/* Out of descriptors, accepts fail: the library says so in its log, once a second at
+ * most, and writes nothing to stderr. Run in a child process, whose descriptor table
+ * the test fills. The poll engine: io_uring accepts into its own table instead. */
+static void test_accept_failures_go_to_the_log(void) {
+    char captured[] = "/tmp/ucall-api-test-stderr-XXXXXX";
+    char text[4096];
+    char const* log;
+    int ends[2], status, stderr_file;
+    ssize_t got;
+    pid_t child;
+
+    stderr_file = mkstemp(captured);
+    if (stderr_file < 0) {
+        perror("mkstemp");
+        exit(1);
+    }
+    unlink(captured);
+    open_log_pipe(ends);
+    fflush(NULL);
+    child = fork();
+    if (child == 0) {
+        struct rlimit limit = {256, 256};
+        ucall_config_t config;
+        pthread_t thread;
+        struct sockaddr_in address;
+        int clients[20], filler, last = -1, index;
+        dup2(stderr_file, 2);
+        unsetenv("UCALL_ENGINE");
+        setrlimit(RLIMIT_NOFILE, &limit);
+        memset(&config, 0, sizeof config);
+        config.ephemeral_port = true;
+        config.engine = "poll";
+        config.logs_file_descriptor = ends[1];
+        ucall_init(&config, &the_server);
+        if (!the_server)
+            _exit(2);
+        pthread_create(&thread, NULL, serve, NULL);
+        /* 20 client sockets, then a full table: the server cannot accept them. */
+        memset(&address, 0, sizeof address);
+        address.sin_family = AF_INET;
+        address.sin_port = htons(config.port);
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (index = 0; index < 20; ++index)
+            clients[index] = socket(AF_INET, SOCK_STREAM, 0);
+        while ((filler = open("/dev/null", O_RDONLY)) >= 0)
+            last = filler;
+        if (last < 0)
+            _exit(3);
+        for (index = 0; index < 20; ++index)
+            if (connect(clients[index], (struct sockaddr*)&address, sizeof address) != 0)
+                _exit(4);
+        {
+            struct timespec pause = {0, 300 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        for (index = 0; index < 20; ++index)
+            close(clients[index]);
+        ucall_stop(the_server);
+        pthread_join(thread, NULL);
+        ucall_free(the_server);
+        _exit(0);
+    }
+    close(ends[1]);
+    waitpid(child, &status, 0);
+    log = read_log(ends[0]);
+    lseek(stderr_file, 0, SEEK_SET);
+    got = read(stderr_file, text, sizeof text - 1);
+    text[got > 0 ? got : 0] = 0;
+    close(stderr_file);
+    close(ends[0]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child served and stopped (status %d)", status);
+    CHECK(count_of(log, "ucall: accept failed error=Too many open files") == 1,
+          "one 'accept failed' line in the log for 20 failed accepts: %s", log);
+    CHECK(got == 0, "nothing on stderr: %s", text);
 }
 
 /* ------------------------------------------------------------------ TLS */
@@ -765,9 +990,12 @@ static void test_tls(void) {
 int main(void) {
     test_version();
     test_init_failures();
+    test_init_failures_are_logged();
     test_serving();
     test_free_waits_for_serving_threads();
     test_exchanges_per_connection();
+    test_uring_index_keeps_its_thread();
+    test_accept_failures_go_to_the_log();
     test_tls();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -201,6 +201,8 @@ static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
     }
     if (all_integers)
         reply_i64(call, integer_total);
+    else if (!isfinite(real_total)) /* JSON has no infinity, as in the Rust spec server */
+        ucall_call_reply_error(call, -32602, "Invalid params: the sum is too large for a double", 0);
     else
         reply_f64(call, real_total);
 }

@@ -174,7 +174,7 @@ impl PollWorker {
             if e.kind() == io::ErrorKind::Interrupted {
                 return true;
             }
-            eprintln!("ucall: poll failed, worker stops: {e}");
+            self.shared.report("worker stopped", &format!("poll failed: {e}"));
             self.finish();
             return false;
         }
@@ -253,7 +253,7 @@ impl PollWorker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // Out of descriptors or memory: leave the rest queued until a close frees some.
-                    eprintln!("ucall: accept failed: {e}");
+                    self.shared.report_accept_failure(&e);
                     return;
                 }
             };

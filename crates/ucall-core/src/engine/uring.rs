@@ -766,7 +766,8 @@ impl UringWorker {
         }
         if !self.started {
             if let Err(e) = self.start() {
-                eprintln!("ucall: the io_uring worker cannot start, worker stops: {e}");
+                self.shared
+                    .report("worker stopped", &format!("the io_uring worker cannot start: {e}"));
                 self.finish();
                 return false;
             }
@@ -776,10 +777,12 @@ impl UringWorker {
         self.serve_touched();
         let timeout = super::turn_wait(&self.serving.sink, awaited, self.wait_timeout(), wait_cap);
         if let Err(e) = self.enter(timeout) {
-            if e.raw_os_error() == Some(libc::EEXIST) {
-                eprintln!("ucall: an io_uring worker was turned from a second thread; it serves from one thread only");
-            }
-            eprintln!("ucall: io_uring_enter failed, worker stops: {e}");
+            let why = if e.raw_os_error() == Some(libc::EEXIST) {
+                format!("turned from a second thread; an io_uring worker serves from one thread only ({e})")
+            } else {
+                format!("io_uring_enter failed: {e}")
+            };
+            self.shared.report("worker stopped", &why);
             self.finish();
             return false;
         }
@@ -1117,7 +1120,8 @@ impl UringWorker {
                 // Out of registered files or memory: retry after a close or a moment.
                 self.accept_retry = Some(self.now + SCAN_GRANULARITY);
                 if result != -libc::ENFILE {
-                    eprintln!("ucall: accept failed: {}", io::Error::from_raw_os_error(-result));
+                    self.shared
+                        .report_accept_failure(&io::Error::from_raw_os_error(-result));
                 }
             }
             return;
@@ -1642,7 +1646,10 @@ impl Drop for UringWorker {
         }
         if self.inflight > 0 {
             // The kernel may still use this memory: leak it rather than free it.
-            eprintln!("ucall: io_uring operations still in flight at shutdown; their buffers are leaked");
+            self.shared.report(
+                "buffers leaked",
+                "io_uring operations still in flight at shutdown; their buffers are leaked",
+            );
             std::mem::forget(std::mem::take(&mut self.conns));
             std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
             let bufs = std::mem::replace(
