@@ -8,6 +8,7 @@ Run the shared live-server suite against it with
 """
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -52,6 +53,8 @@ def build(args: argparse.Namespace) -> Server:
             total += value
         if isinstance(total, int) and not -(2**63) <= total < 2**63:
             raise RPCError(ErrorCode.INVALID_PARAMS, "Invalid params: the sum overflows 64 bits")
+        if isinstance(total, float) and not math.isfinite(total):
+            raise RPCError(ErrorCode.INVALID_PARAMS, "Invalid params: the sum is too large for a double")
         return total
 
     def anything(*args, **kwargs):  # type: ignore[no-untyped-def]
