@@ -9,10 +9,12 @@ Environment:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -178,3 +180,24 @@ def once_error(port: int, method: str, params: Any = None) -> dict[str, Any]:
         return w.error(method, params)
     finally:
         w.close()
+
+
+@contextlib.contextmanager
+def serving(args: list[str], engine: str, cwd: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Run `python ARGS` (a server on `engine`, the repository's package first on the path)
+    until it prints "listening on [HOST:]PORT"; yield the process and the port, and kill
+    it at the end if it still runs."""
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line + proc.stderr.read()
+        yield proc, int(line.split()[2].rsplit(":", 1)[-1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

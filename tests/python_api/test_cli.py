@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, once, with_client_procedures
+from conftest import REPO_ROOT, once, serving, with_client_procedures
 
 from ucall._ucall import __version__
 from ucall.cli import main
@@ -154,23 +154,11 @@ def test_serve_a_module(tmp_path, engine):
             return f"hello {name}"
     """))
     env = dict(os.environ, UCALL_ENGINE=engine, PYTHONPATH=str(REPO_ROOT / "python"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ucall", "serve", "app:server", "--host", "127.0.0.1", "--port", "0", "--threads", "1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
-        port = int(line.split(":")[1].split()[0])
+    serve = ["-m", "ucall", "serve", "app:server", "--host", "127.0.0.1", "--port", "0", "--threads", "1"]
+    with serving(serve, engine, cwd=tmp_path) as (proc, port):
         assert once(port, "hello", ["you"]) == "hello you"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
     for target, expected in (("app:nothing", "module 'app' has no 'nothing'"), ("app:hello", "app:hello is a function")):
         result = subprocess.run(
             [sys.executable, "-m", "ucall", "serve", target], cwd=tmp_path, capture_output=True, text=True, env=env,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT, once
+from conftest import REPO_ROOT, once, serving
 
 EXAMPLES = REPO_ROOT / "examples" / "python"
 EXPECTED = {
@@ -36,24 +36,7 @@ def test_example(name, engine):
 
 def test_sum_server_runs_under_ucall_serve(engine):
     # Its own arguments are parsed only when it runs as a script, so importing it reads none.
-    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONPATH=str(REPO_ROOT / "python"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ucall", "serve", "sum_server:server", "--port", "0"],
-        cwd=EXAMPLES,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
-        assert once(int(line.split(":")[1].split()[0]), "sum", [1, 2]) == 3
+    with serving(["-m", "ucall", "serve", "sum_server:server", "--port", "0"], engine, cwd=EXAMPLES) as (proc, port):
+        assert once(port, "sum", [1, 2]) == 3
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()

@@ -8,15 +8,13 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import ENGINES, REPO_ROOT, Wire, once, once_error, tcp_exchange
+from conftest import ENGINES, REPO_ROOT, Wire, once, once_error, serving, tcp_exchange
 
 import ucall
 from ucall import ErrorCode, RPCError, Server
@@ -170,27 +168,10 @@ def test_run_returns_after_max_seconds(make_server):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_run_stops_cleanly_on_signals(engine, sig):
-    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "examples/python/sum_server.py"), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        port = int(line.rsplit(":", 1)[1])
+    with serving([str(REPO_ROOT / "examples/python/sum_server.py"), "--port", "0"], engine) as (proc, port):
         assert once(port, "sum", [1, 2]) == 3
         proc.send_signal(sig)
         assert proc.wait(10) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_other_threads_run_and_an_idle_server_sleeps(make_server, wire):
@@ -554,18 +535,7 @@ def test_a_handler_that_runs_on_does_not_hold_the_process_at_stop(engine, case):
     (and a second) has passed, with a warning; a second Ctrl-C ends the wait at once. Both
     used to wait for the handler's 60 s, whatever the signals."""
     grace = "0.5" if case == "past shutdown_timeout" else "60"
-    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _NAPPING_SERVER, grace],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        port = int(line.split()[2])
+    with serving(["-c", _NAPPING_SERVER, grace], engine) as (proc, port):
         request = json.dumps({"jsonrpc": "2.0", "method": "nap", "params": [60], "id": 1}) + "\n"
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(request.encode())
@@ -586,9 +556,3 @@ def test_a_handler_that_runs_on_does_not_hold_the_process_at_stop(engine, case):
         else:
             assert "KeyboardInterrupt" in errors, errors
             assert took < 8, took
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
