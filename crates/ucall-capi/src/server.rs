@@ -65,6 +65,13 @@ struct Slot {
     other_thread_logged: AtomicBool,
 }
 
+impl Slot {
+    /// Whether `thread` is the slot's driver, which the first to ask becomes.
+    fn is_driven_by(&self, thread: ThreadId) -> bool {
+        *self.driver.get_or_init(|| thread) == thread
+    }
+}
+
 /// What a `ucall_server_t` points to.
 #[repr(C)]
 pub struct CServer {
@@ -300,10 +307,9 @@ fn try_drive<'a>(srv: &CServer, slot: &'a Slot, function: &str, thread_idx: u16)
             return None;
         }
     };
-    let me = std::thread::current().id();
     // Refused before the worker is touched: it stays whole for its own thread. Its
     // listener stays open too (see `ucall_take_call`).
-    if srv.one_thread_per_index && *slot.driver.get_or_init(|| me) != me {
+    if srv.one_thread_per_index && !slot.is_driven_by(std::thread::current().id()) {
         let why = format!(
             "thread_idx {thread_idx} is served from another thread: with the io_uring engine only the \
              thread that first served an index may serve it; serve each index from one and the same thread"

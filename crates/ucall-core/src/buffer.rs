@@ -257,6 +257,14 @@ impl OutBuf {
         self.barrier = 0;
     }
 
+    /// Drop whatever is queued (its connection is closed) and give the large areas back to
+    /// the kept buffers: [`OutBuf::clear`], then [`OutBuf::shrink`] to nothing. Engines
+    /// call it only once the kernel reads none of it any more.
+    pub fn release(&mut self) {
+        self.clear();
+        self.shrink(0);
+    }
+
     /// Release memory held beyond `kept` bytes (after a large reply), once all is sent:
     /// the large area, and attached buffers, are kept for the next large message (see
     /// [`keep`]). Engines call it only once the kernel reads none of it any more.

@@ -291,18 +291,26 @@ impl Runtime {
         }
     }
 
-    /// Keep `handle` for [`Runtime::stop_and_join`], joining the threads that have ended
+    /// Keep `handle` for [`Runtime::join_ended`], joining the threads that have ended
     /// meanwhile (turners taken over, idle executors). An ended thread that nobody joins
     /// keeps its stack and its descriptor: one more after every takeover.
     fn keep_handle(&self, handle: JoinHandle<()>) {
-        let mut handles = lock(&self.handles);
-        let (ended, running): (Vec<_>, Vec<_>) = handles.drain(..).partition(JoinHandle::is_finished);
-        *handles = running;
-        handles.push(handle);
-        drop(handles);
+        lock(&self.handles).push(handle);
+        self.reap();
+    }
+
+    /// Join the kept threads that have ended; returns how many still run.
+    fn reap(&self) -> usize {
+        let ended: Vec<JoinHandle<()>> = {
+            let mut handles = lock(&self.handles);
+            let (ended, running): (Vec<_>, Vec<_>) = handles.drain(..).partition(JoinHandle::is_finished);
+            *handles = running;
+            ended
+        };
         for thread in ended {
             let _ = thread.join();
         }
+        lock(&self.handles).len()
     }
 
     fn spawn_executor(self: &Arc<Self>, index: usize) -> std::io::Result<()> {
@@ -631,16 +639,7 @@ impl Runtime {
     pub fn join_ended(&self, slice: Duration) -> usize {
         let until = Instant::now() + slice;
         loop {
-            let ended: Vec<JoinHandle<()>> = {
-                let mut handles = lock(&self.handles);
-                let (ended, running): (Vec<_>, Vec<_>) = handles.drain(..).partition(JoinHandle::is_finished);
-                *handles = running;
-                ended
-            };
-            for handle in ended {
-                let _ = handle.join();
-            }
-            let running = lock(&self.handles).len();
+            let running = self.reap();
             if running == 0 || Instant::now() >= until {
                 return running;
             }

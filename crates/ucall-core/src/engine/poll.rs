@@ -505,8 +505,7 @@ impl PollWorker {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             buffer::keep(std::mem::take(&mut conn.input));
-            conn.out.clear(); // unsent bytes are for no one now; the memory is kept
-            conn.out.shrink(0);
+            conn.out.release();
             if let Some(tls) = conn.tls.as_mut().filter(|_| conn.lingering.is_none()) {
                 // Best effort: a clean end the client can tell from a truncation.
                 tls.close();

@@ -1528,10 +1528,8 @@ impl UringWorker {
         let mut conn = self.conns.remove(key);
         // A receive that completed after `close` brought the input back.
         buffer::keep(std::mem::take(&mut conn.input));
-        for out in [&mut conn.out, &mut conn.sending] {
-            out.clear();
-            out.shrink(0);
-        }
+        conn.out.release();
+        conn.sending.release();
     }
 
     fn schedule_scan(&mut self, at: Instant) {
