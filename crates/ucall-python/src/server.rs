@@ -30,6 +30,9 @@ pub struct Hooks {
     describe: Option<Py<PyAny>>,
     /// `submit([(coroutine, reply), ...])`: start coroutines on the server's asyncio loop.
     submit: Option<Py<PyAny>>,
+    /// Quick calls in a row before a procedure is trusted ([`TRUST_AFTER`] unless a test
+    /// asks for fewer, so that a busy host, which breaks streaks, still lets one finish).
+    trust_after: u32,
 }
 
 /// One Python function behind a method name.
@@ -42,7 +45,7 @@ pub struct Procedure {
     quick_streak: AtomicU32,
     /// A call gave up its core while it ran (it may block again): never trusted again.
     slow: AtomicBool,
-    /// The streak once reached [`TRUST_AFTER`]; see [`Procedure::runs_at_once`].
+    /// The streak once reached `trust_after`; see [`Procedure::runs_at_once`].
     proven: AtomicBool,
 }
 
@@ -64,7 +67,8 @@ pub fn voluntary_switches() -> u64 {
     };
     u64::try_from(usage.ru_nvcsw).unwrap_or(0)
 }
-/// Quick calls in a row before a procedure is trusted to run on a pinned turner.
+/// Quick calls in a row before a procedure is trusted to run on a pinned turner (the
+/// default of `NativeServer(trust_after=...)`).
 const TRUST_AFTER: u32 = 1000;
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
@@ -131,7 +135,7 @@ impl Procedure {
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
     /// worker's thread may run them itself.
     pub fn trusted(&self) -> bool {
-        self.quick_streak.load(Ordering::Relaxed) >= TRUST_AFTER && !self.slow.load(Ordering::Relaxed)
+        self.quick_streak.load(Ordering::Relaxed) >= self.hooks.trust_after && !self.slow.load(Ordering::Relaxed)
     }
 
     /// Whether a call with large params may run during the turn that parsed it: the
@@ -143,7 +147,7 @@ impl Procedure {
         !self.is_async && self.proven() && !self.slow.load(Ordering::Relaxed)
     }
 
-    /// Whether the streak of quick calls has ever reached [`TRUST_AFTER`].
+    /// Whether the streak of quick calls has ever reached `trust_after`.
     pub fn proven(&self) -> bool {
         self.proven.load(Ordering::Relaxed)
     }
@@ -190,8 +194,8 @@ impl Procedure {
                 self.slow.store(true, Ordering::Relaxed);
             }
             self.quick_streak.store(0, Ordering::Relaxed);
-        } else if self.quick_streak.load(Ordering::Relaxed) < TRUST_AFTER
-            && self.quick_streak.fetch_add(1, Ordering::Relaxed) + 1 == TRUST_AFTER
+        } else if self.quick_streak.load(Ordering::Relaxed) < self.hooks.trust_after
+            && self.quick_streak.fetch_add(1, Ordering::Relaxed) + 1 == self.hooks.trust_after
         {
             self.proven.store(true, Ordering::Relaxed);
         }
@@ -378,6 +382,7 @@ impl NativeServer {
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
+        trust_after=TRUST_AFTER,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -402,6 +407,7 @@ impl NativeServer {
         tls_client_ca: Option<std::path::PathBuf>,
         tls_port: Option<u16>,
         quiet: bool,
+        trust_after: u32,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -453,6 +459,7 @@ impl NativeServer {
                 rpc_error,
                 describe,
                 submit,
+                trust_after: trust_after.max(1),
             }),
             max_threads,
         })
