@@ -30,8 +30,9 @@ pub struct Hooks {
     describe: Option<Py<PyAny>>,
     /// `submit([(coroutine, reply), ...])`: start coroutines on the server's asyncio loop.
     submit: Option<Py<PyAny>>,
-    /// Quick calls in a row before a procedure is trusted ([`TRUST_AFTER`] unless a test
-    /// asks for fewer, so that a busy host, which breaks streaks, still lets one finish).
+    /// Quick calls in a row before a procedure is trusted to run on a pinned turner (1000
+    /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
+    /// one finish).
     trust_after: u32,
 }
 
@@ -67,9 +68,6 @@ pub fn voluntary_switches() -> u64 {
     };
     u64::try_from(usage.ru_nvcsw).unwrap_or(0)
 }
-/// Quick calls in a row before a procedure is trusted to run on a pinned turner (the
-/// default of `NativeServer(trust_after=...)`).
-const TRUST_AFTER: u32 = 1000;
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
 const STOP_SLACK: Duration = Duration::from_secs(1);
@@ -382,7 +380,7 @@ impl NativeServer {
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
-        trust_after=TRUST_AFTER,
+        trust_after=1000,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
