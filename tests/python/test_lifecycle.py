@@ -90,7 +90,7 @@ def test_rust_example_sum_server_serves_sum_and_echo_then_stops():
             assert reply["result"] == {"x": ["é", 1.5]}
             reply = http.call(b'{"jsonrpc":"2.0","method":"sum","params":{"a":1},"id":4}')
             assert reply["error"]["code"] == -32602 and "'b'" in reply["error"]["message"]
-            rest = http.roundtrip(b"GET /sum?a=20&b=22 HTTP/1.1\r\n\r\n", request_method="GET")
+            rest = http.roundtrip(b"GET /sum?a=20&b=22 HTTP/1.1\r\nHost: x\r\n\r\n", request_method="GET")
             assert (rest.status, rest.body) == (200, b"42")
         with TcpConn(address) as tcp:
             assert tcp.call(b'{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"t"}') == {

@@ -410,6 +410,24 @@ impl Session {
         true
     }
 
+    /// The server is shutting down, and this HTTP connection awaits deferred replies with
+    /// no further request received: the last of them is its last reply (it says
+    /// `Connection: close`, RFC 9112 9.6) and nothing more is read. Returns whether the
+    /// connection now closes once those replies are sent.
+    pub fn last_reply_closes(&mut self) -> bool {
+        if self.protocol != Protocol::Http || self.closing {
+            return false;
+        }
+        let Some(last) = self.pending.back_mut() else {
+            return false;
+        };
+        if let MessageKind::Http(persistence) = &mut last.kind {
+            *persistence = Persistence::Close;
+        }
+        self.closing = true;
+        true
+    }
+
     /// The peer will send nothing more (TCP half-close), and the input fed so far has been
     /// consumed as far as it can be. A raw TCP text cut short can never be completed: it
     /// is answered `-32700` (id `null`). The session closes either way.

@@ -163,10 +163,10 @@ fn http_and_rest_replies_get_their_head_once_complete() {
     let mut h = Harness::new();
     let body = request("later", "a", 7);
     h.feed(&format!(
-        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     ));
-    h.feed("GET /later?tag=r HTTP/1.1\r\n\r\nGET /now?tag=q HTTP/1.1\r\n\r\n");
+    h.feed("GET /later?tag=r HTTP/1.1\r\nHost: x\r\n\r\nGET /now?tag=q HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(h.sent(), "");
     h.complete("r", Err(RpcError::invalid_params("no such tag")));
     h.complete("a", Ok("\"done\""));
@@ -250,7 +250,7 @@ fn slow_procedures_on_other_threads_do_not_stall_the_worker() {
                 let body = format!(r#"{{"jsonrpc":"2.0","method":"slow","id":{i}}}"#);
                 write!(
                     stream,
-                    "POST / HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 )
                 .unwrap();
@@ -320,6 +320,50 @@ fn a_half_closed_client_still_gets_replies_completed_later() {
     }
 }
 
+/// RFC 9112 9.6: a server that closes after a reply says so in it. A keep-alive request
+/// whose reply completes while the server shuts down is its connection's last: the reply
+/// says `Connection: close`, and then the connection closes.
+#[test]
+fn a_reply_completed_during_shutdown_says_connection_close() {
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .shutdown_timeout(Duration::from_secs(3))
+            .handler("slow", |_: &Call<'_>, reply: &mut Reply<'_>| {
+                let deferred = reply.defer()?;
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(300));
+                    deferred.json("late");
+                });
+                Ok(())
+            })
+            .bind()
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let body = r#"{"jsonrpc":"2.0","method":"slow","id":1}"#;
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        server.stop();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        let (head, body) = reply.split_once("\r\n\r\n").expect("a whole reply");
+        assert!(head.starts_with("HTTP/1.1 200 "), "{engine:?}: {reply}");
+        assert!(head.contains("\r\nConnection: close"), "{engine:?}: {head}");
+        assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"late"}"#, "{engine:?}");
+        server.join();
+    }
+}
+
 /// A JSON string of `len` bytes in all, quotes included, made of `fill`.
 fn big_string(len: usize, fill: char) -> String {
     format!("\"{}\"", fill.to_string().repeat(len - 2))
@@ -353,8 +397,8 @@ fn large_results_completed_later_go_out_whole_on_every_transport() {
     let batch = format!("[{},{}]", request("later", "a", 1), request("later", "c", 2));
     let single = request("later", "b", 3);
     h.feed(&format!(
-        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{batch}GET /later?tag=r HTTP/1.1\r\n\r\n\
-         POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{single}",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{batch}GET /later?tag=r HTTP/1.1\r\nHost: x\r\n\r\n\
+         POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{single}",
         batch.len(),
         single.len()
     ));

@@ -67,7 +67,7 @@ fn child(errno_name: &str) {
     let body = r#"{"jsonrpc":"2.0","method":"sum","params":[2,3],"id":7}"#;
     write!(
         stream,
-        "POST / HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("send");

@@ -85,9 +85,12 @@ fn seeds() -> Vec<Vec<u8>> {
     assert!(seeds.len() > 50, "vectors found: {}", seeds.len());
     let body = r#"{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}"#;
     for head in [
-        format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
         format!(
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x};x=y\r\n{body}\r\n0\r\nT: v\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+        format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x};x=y\r\n{body}\r\n0\r\nT: v\r\n\r\n",
             body.len()
         ),
         format!(
@@ -96,7 +99,7 @@ fn seeds() -> Vec<Vec<u8>> {
         ),
         "GET /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
         format!(
-            "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         ),
     ] {

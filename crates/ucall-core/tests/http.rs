@@ -165,7 +165,7 @@ fn request_split_into_single_bytes() {
         assert_result(&response.body, r#""é€😀""#, r#""split""#);
         // Then a chunked one, byte by byte too, on the same connection.
         let chunked = format!(
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
             body.len()
         );
         conn.send_in_pieces(chunked.as_bytes(), 1, Duration::from_micros(300));
@@ -201,7 +201,7 @@ fn chunked_body_with_extensions_and_trailers() {
         // A REST call with a chunked body.
         let params = r#"{"minuend":5,"subtrahend":3}"#;
         let request = format!(
-            "POST /subtract HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n{:x}\r\n{params}\r\n0\r\n\r\n",
+            "POST /subtract HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n{:x}\r\n{params}\r\n0\r\n\r\n",
             params.len()
         );
         let response = conn.roundtrip(request.as_bytes());
@@ -215,7 +215,7 @@ fn malformed_chunked_body_is_400() {
         let server = common::serve(engine);
         for body in ["zz\r\nabc\r\n0\r\n\r\n", "3\r\nabcd\r\n0\r\n\r\n", "-1\r\n"] {
             let mut conn = Conn::to(&server);
-            conn.send(format!("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{body}").as_bytes());
+            conn.send(format!("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}").as_bytes());
             assert_rejected(&mut conn, 400);
         }
     });
@@ -241,7 +241,7 @@ fn expect_100_continue() {
         assert_subtract(&conn.read_response(), 8, 5, 100);
 
         // Chunked, on the same connection.
-        conn.send(b"POST / HTTP/1.1\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n");
+        conn.send(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n");
         let interim = conn.read_response();
         assert_eq!(interim.status, 100, "{interim:?}");
         conn.send(format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len()).as_bytes());
@@ -262,12 +262,12 @@ fn header_names_and_tokens_in_any_case() {
         );
         assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
         let request = format!(
-            "POST / HTTP/1.1\r\nTRANSFER-ENCODING: CHUNKED\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-ENCODING: CHUNKED\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
             body.len()
         );
         assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
         let request = format!(
-            "POST / HTTP/1.1\r\nCONNECTION: Close\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST / HTTP/1.1\r\nHost: x\r\nCONNECTION: Close\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         assert_subtract(&conn.roundtrip(request.as_bytes()), 4, 1, 7);
@@ -354,8 +354,10 @@ fn body_over_the_limit_is_413_without_reading_it() {
         let mut conn = Conn::to(&server);
         let chunk = "a".repeat(600);
         conn.send(
-            format!("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n")
-                .as_bytes(),
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n"
+            )
+            .as_bytes(),
         );
         assert_rejected(&mut conn, 413);
         // At the limit exactly, it is served.
@@ -376,17 +378,18 @@ fn head_over_the_limit_is_431() {
         // A complete head that is too large.
         let mut conn = Conn::to(&server);
         let filler = "v".repeat(1100);
-        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
+        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
         assert_rejected(&mut conn, 431);
         // A head that never ends: answered once it passes the limit, not when it ends.
         let mut conn = Conn::to(&server);
-        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nX-Filler: {filler}").as_bytes());
+        conn.send(format!("GET /sum?a=1 HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}").as_bytes());
         assert_rejected(&mut conn, 431);
         // Just under the limit is served.
         let mut conn = Conn::to(&server);
-        let head = "GET /sum?a=1&b=2 HTTP/1.1\r\nX-Filler: \r\n\r\n";
+        let head = "GET /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\nX-Filler: \r\n\r\n";
         let filler = "v".repeat(1024 - head.len());
-        let response = conn.roundtrip(format!("GET /sum?a=1&b=2 HTTP/1.1\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
+        let response =
+            conn.roundtrip(format!("GET /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}\r\n\r\n").as_bytes());
         assert_eq!((response.status, response.body.as_slice()), (200, &b"3"[..]));
     });
 }
@@ -609,7 +612,7 @@ fn a_large_body_is_echoed_intact() {
         assert_result(&response.body, &format!("\"{data}\""), r#""big""#);
         assert_eq!(response.body.len(), expected.len(), "reply size");
         // And once more chunked, in pieces, on the same connection.
-        let mut request = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut request = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         for piece in body.as_bytes().chunks(100_000) {
             request.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
             request.extend_from_slice(piece);

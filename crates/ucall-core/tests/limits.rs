@@ -438,9 +438,9 @@ fn clients_that_reset_mid_request_disturb_no_one() {
             })
         };
         let body = subtract(1, 2, 3);
-        let head = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len());
+        let head = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
         let chunked = format!(
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{}",
             body.len(),
             &body[..5]
         );
@@ -655,7 +655,7 @@ fn stop_cuts_a_stalled_request_after_the_grace_period() {
             common::builder(engine).shutdown_timeout(Duration::from_millis(500)),
         );
         let mut stalled = Conn::to(&server);
-        stalled.send(b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"");
+        stalled.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"");
         assert!(common::wait_until(Duration::from_secs(2), || server.connections() == 1));
         let t0 = Instant::now();
         server.stop();

@@ -265,7 +265,7 @@ fn plaintext_and_stalled_handshakes_disturb_no_one() {
         // The server may refuse after the first bytes, so the rest of the write can fail.
         let _ = write!(
             plaintext,
-            "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n{SUM}",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{SUM}",
             SUM.len()
         );
         let mut answer = Vec::new();

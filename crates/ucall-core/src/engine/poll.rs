@@ -499,6 +499,11 @@ impl PollWorker {
                 self.close(key);
             }
         }
+        for (_, conn) in self.conns.iter_mut() {
+            if !conn.readable && conn.input.is_empty() && conn.session.last_reply_closes() {
+                conn.closing = true;
+            }
+        }
         self.conns.is_empty() || self.drain_deadline.is_some_and(|at| Instant::now() >= at)
     }
 

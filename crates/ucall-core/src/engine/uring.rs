@@ -1603,6 +1603,11 @@ impl UringWorker {
                 self.close(key);
             }
         }
+        for (_, conn) in self.conns.iter_mut() {
+            if !conn.dead && conn.input.is_empty() && conn.session.last_reply_closes() {
+                conn.closing = true;
+            }
+        }
         !self.conns.iter().any(|(_, c)| !c.dead) || self.drain_deadline.is_some_and(|at| self.now >= at)
     }
 

@@ -63,6 +63,7 @@ pub enum Status {
     NotImplemented,
     ServiceUnavailable,
     UpgradeRequired,
+    VersionNotSupported,
 }
 
 impl Status {
@@ -83,6 +84,7 @@ impl Status {
             Status::NotImplemented => 501,
             Status::ServiceUnavailable => 503,
             Status::UpgradeRequired => 426,
+            Status::VersionNotSupported => 505,
         }
     }
 
@@ -102,6 +104,7 @@ impl Status {
             Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
             // RFC 6455 §4.4: name the versions the server speaks.
             Status::UpgradeRequired => b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n",
+            Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
         }
     }
 }
@@ -154,6 +157,13 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         Err(httparse::Error::TooManyHeaders) => {
             return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "too many header fields"))
         }
+        // RFC 9110 §15.6.6: a version other than HTTP/1.0 and 1.1 (an HTTP/2 preface, say).
+        Err(httparse::Error::Version) => {
+            return HeadStatus::Rejected(reject(
+                Status::VersionNotSupported,
+                "only HTTP/1.0 and HTTP/1.1 are served",
+            ))
+        }
         Err(_) => return HeadStatus::Rejected(reject(Status::BadRequest, "malformed request head")),
     };
     if used > max_head_bytes {
@@ -195,6 +205,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     let (mut upgrade_websocket, mut connection_upgrade) = (false, false);
     let (mut websocket_key, mut websocket_version): (Option<&[u8]>, Option<&[u8]>) = (None, None);
     let mut websocket_key_repeated = false;
+    let mut hosts = 0u32;
     for header in request.headers.iter() {
         let name = header.name;
         let value = trim(header.value);
@@ -242,6 +253,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                     }
                 }
             }
+            4 if name.eq_ignore_ascii_case("host") => hosts += 1,
             6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
                 head.expect_continue = minor_version >= 1;
             }
@@ -279,6 +291,15 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         // body must not be read as frames.
         return HeadStatus::Rejected(reject(Status::BadRequest, "a WebSocket handshake has no body"));
     }
+    // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, or any with more than one.
+    if hosts > 1 || (hosts == 0 && minor_version >= 1) {
+        let reason = if hosts > 1 {
+            "more than one Host header"
+        } else {
+            "an HTTP/1.1 request needs a Host header"
+        };
+        return HeadStatus::Rejected(reject(Status::BadRequest, reason));
+    }
     if chunked && minor_version == 0 {
         // RFC 9112 §6.1: Transfer-Encoding in HTTP/1.0 means faulty framing; answer, then close.
         head.keep_alive = false;
@@ -311,9 +332,10 @@ fn origin_form(target: &str) -> Option<&str> {
     Some(rest.find(['/', '?']).map_or("", |start| &rest[start..]))
 }
 
-/// `Content-Length = 1*DIGIT` (RFC 9110 §8.6); `None` for anything else or an overflow.
+/// `Content-Length = 1*DIGIT` (RFC 9110 §8.6), leading zeros and all; `None` for anything
+/// else or an overflow.
 fn parse_content_length(value: &[u8]) -> Option<usize> {
-    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
     value
@@ -441,26 +463,34 @@ mod tests {
 
     #[test]
     fn reads_framing_and_persistence() {
-        let (h, target) = head("POST /rpc?x=1 HTTP/1.1\r\ncOnTeNt-LeNgTh: 12\r\n\r\n").unwrap();
+        let (h, target) = head("POST /rpc?x=1 HTTP/1.1\r\nHost: x\r\ncOnTeNt-LeNgTh: 12\r\n\r\n").unwrap();
         assert_eq!(
             (h.method, h.framing, h.keep_alive, target.as_str()),
             (Method::Post, Framing::Length(12), true, "/rpc?x=1")
         );
-        let (h, _) = head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+        let (h, _) =
+            head("POST / HTTP/1.1\r\nhost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
         assert_eq!((h.framing, h.keep_alive), (Framing::Chunked, false));
         let (h, _) = head("POST / HTTP/1.0\r\nContent-Length: 1\r\n\r\n").unwrap();
         assert!(!h.keep_alive);
         let (h, _) = head("POST / HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\n").unwrap();
         assert!(h.keep_alive);
         let (h, _) =
-            head("POST / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").unwrap();
+            head("POST / HTTP/1.1\r\nHost:\r\nExpect: 100-Continue\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
+                .unwrap();
         assert!(h.expect_continue);
         assert_eq!(
             head("GET /sum?a=1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().0.framing,
             Framing::None
         );
-        assert_eq!(head("GET http://h:1/sum?a=1 HTTP/1.1\r\n\r\n").unwrap().1, "/sum?a=1");
-        assert_eq!(head("GET HTTPS://h?a=1 HTTP/1.1\r\n\r\n").unwrap().1, "/?a=1");
+        assert_eq!(
+            head("GET http://h:1/sum?a=1 HTTP/1.1\r\nHost: h:1\r\n\r\n").unwrap().1,
+            "/sum?a=1"
+        );
+        assert_eq!(
+            head("GET HTTPS://h?a=1 HTTP/1.1\r\nHost: h\r\n\r\n").unwrap().1,
+            "/?a=1"
+        );
     }
 
     #[test]
@@ -502,6 +532,36 @@ mod tests {
             parse_head(b"POST / HTTP/1.1\r\nX: a", 8192, 10, &mut target),
             HeadStatus::Partial
         ));
+    }
+
+    #[test]
+    fn needs_one_host_header_and_a_version_it_serves() {
+        // RFC 9112 §3.2: 400 for HTTP/1.1 without Host and for any request with two.
+        let missing = head("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n").unwrap_err();
+        assert_eq!(
+            (missing.status, missing.reason),
+            (Status::BadRequest, "an HTTP/1.1 request needs a Host header")
+        );
+        assert_eq!(status("GET /sum HTTP/1.1\r\nHost: a\r\nHOST: a\r\n\r\n"), 400);
+        assert_eq!(status("GET /sum HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+        assert!(head("GET /sum HTTP/1.0\r\n\r\n").is_ok(), "HTTP/1.0 has no Host rule");
+        // RFC 9110 §15.6.6: 505 for a version the server does not serve.
+        assert_eq!(status("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/2.0\r\nHost: x\r\n\r\n"), 505);
+    }
+
+    #[test]
+    fn reads_content_length_of_any_number_of_digits() {
+        let zeros = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}12\r\n\r\n",
+            "0".repeat(30)
+        );
+        assert_eq!(head(&zeros).unwrap().0.framing, Framing::Length(12));
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551616\r\n\r\n"),
+            400,
+            "one past usize::MAX"
+        );
     }
 
     #[test]
