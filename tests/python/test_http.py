@@ -424,6 +424,15 @@ def test_rest_post(server, body, expected):
     assert differences(expected, response.json()) == []
 
 
+@pytest.mark.parametrize("body", [None, b"", b" \r\n"])
+def test_rest_post_without_a_body_reads_the_query(server, body):
+    """`curl -X POST '/subtract?minuend=5&subtrahend=3'`: with no body, the query holds the
+    params, as for GET."""
+    response = rest(server, "POST", "/subtract?minuend=5&subtrahend=3", body)
+    assert response.status == 200, response
+    assert response.json() == 2
+
+
 def test_post_array_to_a_procedure_path_is_a_jsonrpc_batch(server):
     """POST on any path carries JSON-RPC: only an object without "jsonrpc" is REST params."""
     response = rest(server, "POST", "/subtract", b"[5,3]")

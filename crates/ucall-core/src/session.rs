@@ -823,16 +823,18 @@ fn rest_call(
     let Some(handler) = router.get(name) else {
         return rest_error(data, &RpcError::method_not_found(name));
     };
-    let params = match method {
-        Method::Get => {
-            if !rest::query_to_params(query, &mut scratch.decoded, &mut scratch.params) {
-                let error = RpcError::invalid_params("Invalid params: the query is not valid UTF-8");
-                return rest_error(data, &error);
-            }
+    // GET, or a POST with no body (`curl -X POST '/sum?a=1&b=2'`): the query's params.
+    let params = if method == Method::Get || body.iter().all(u8::is_ascii_whitespace) {
+        if method == Method::Post && query.is_empty() {
+            None
+        } else if rest::query_to_params(query, &mut scratch.decoded, &mut scratch.params) {
             Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
+        } else {
+            let error = RpcError::invalid_params("Invalid params: the query is not valid UTF-8");
+            return rest_error(data, &error);
         }
-        Method::Post if body.iter().all(u8::is_ascii_whitespace) => None,
-        Method::Post => match jsonrpc::as_text(body).filter(|text| jsonrpc::message::is_json(text)) {
+    } else {
+        match jsonrpc::as_text(body).filter(|text| jsonrpc::message::is_json(text)) {
             Some(text) if text.trim_start().starts_with('{') => Some(text.trim()),
             Some(_) => {
                 let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
@@ -842,7 +844,7 @@ fn rest_call(
                 let error = RpcError::new(ErrorCode::ParseError.code(), "Parse error: the body is not valid JSON");
                 return rest_error(data, &error);
             }
-        },
+        }
     };
     let call = Call::new(name, params, Some("null"));
     match jsonrpc::invoke(handler, &call, deferrals, data) {
