@@ -407,6 +407,7 @@ class Client(_Endpoint):
             uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname, tls_cert, tls_key
         )
         self.sock: socket.socket | None = None
+        self._heard = False  # whether the connection has sent any reply bytes
         self.session_resumption = session_resumption
         self.session: ssl.SSLSession | None = None  # the TLS session kept for resumption
         self._reader: Framer = ReplyReader(self.use_http)
@@ -507,6 +508,11 @@ class Client(_Endpoint):
                 # A kept-alive connection that failed while the request was being sent:
                 # once more on a new one. Once it is all sent, the server may have run the
                 # call, and running it twice is worse than reporting the lost reply.
+                if sent and fresh and not self._heard:
+                    raise TransportError(
+                        f"{self._where} closed a new connection before replying (a server at its"
+                        f" max_connections, or shutting down, closes new connections at once): {error}"
+                    ) from None
                 if sent:
                     raise TransportError(
                         f"connection to {self._where} lost after the request was sent (the call may have run): {error}"
@@ -538,7 +544,7 @@ class Client(_Endpoint):
             sock.close()
             raw.close()
             raise
-        self.sock, self._reader = sock, reader
+        self.sock, self._reader, self._heard = sock, reader, False
         return sock
 
     def _wrap(self, sock: socket.socket) -> socket.socket:
@@ -593,7 +599,9 @@ class Client(_Endpoint):
                 return reply
             if reader.ended:
                 raise _Closed(f"the server closed the connection{reader.why}")
-            reader.feed(sock.recv(1 << 16))
+            data = sock.recv(1 << 16)
+            self._heard |= bool(data)
+            reader.feed(data)
             owed = reader.to_send()  # a WebSocket pong or closing frame
             if owed:
                 sock.sendall(owed)

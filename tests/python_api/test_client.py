@@ -240,6 +240,21 @@ def test_a_connection_the_server_closed_is_not_used_for_the_next_call():
         server.close()
 
 
+@pytest.mark.parametrize("use_http", [True, False])
+def test_a_server_at_its_connection_limit_is_named_as_the_likely_cause(make_server, use_http):
+    """A server at `max_connections` closes a new connection at once; the client says that
+    this is the likely reason, rather than only that a connection was lost."""
+    server = make_server(max_connections=1)
+    server.route(lambda: "ok", name="ping")
+    server.start()
+    with Client(port=server.port, use_http=use_http, timeout=5) as first:
+        assert first.ping().json == "ok"  # holds the one connection
+        with Client(port=server.port, use_http=use_http, timeout=5) as second:
+            with pytest.raises(TransportError, match=r"closed a new connection before replying .*max_connections"):
+                second.ping()
+        assert first.ping().json == "ok"
+
+
 def test_errors_without_a_server():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
