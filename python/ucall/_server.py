@@ -13,6 +13,7 @@ import threading
 import time
 import traceback
 import types
+import warnings
 import weakref
 from typing import Any, Callable, TypeVar, overload
 
@@ -56,6 +57,14 @@ def _caller_locals() -> dict[str, Any] | None:
     if frame is None or frame.f_locals is frame.f_globals:
         return None
     return dict(frame.f_locals)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised in this module that names the user's line."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 class _EventLoop:
@@ -231,6 +240,14 @@ class Server:
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("register procedures before the server starts")
+            earlier = self._procedures.get(name)
+            if earlier is not None and _origin(earlier.func) != _origin(func):
+                # Two different functions under one name is likely a mistake; the same one
+                # defined again (a notebook cell run twice) replaces the first quietly.
+                warnings.warn(
+                    f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
+                    stacklevel=_user_stacklevel(),
+                )
             self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns)
         return func
 
@@ -424,6 +441,14 @@ def _check_options(**options: Any) -> None:
 
 def _listed(options: list[str]) -> str:
     return " and ".join(f"{name}=" for name in options)
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    """Where a function comes from, as ``module.qualname``."""
+    target = getattr(func, "func", func)  # functools.partial
+    module = getattr(target, "__module__", None) or type(target).__module__
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}.{qualname}"
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

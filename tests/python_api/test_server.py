@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -562,3 +563,29 @@ def test_a_handler_that_runs_on_does_not_hold_the_process_at_stop(engine, case):
         else:
             assert "KeyboardInterrupt" in errors, errors
             assert took < 8, took
+
+
+def test_a_second_function_under_a_registered_name_warns_and_replaces_it():
+    """Two different functions under one method name is likely a mistake: a warning names
+    both, on the user's line. The same function defined again (a notebook cell run twice)
+    replaces the first quietly."""
+    server = Server(port=0)
+
+    @server
+    def ping() -> int:
+        return 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @server  # the same function again: no warning
+        def ping() -> int:  # noqa: F811
+            return 2
+
+    def pong() -> int:
+        return 3
+
+    with pytest.warns(UserWarning, match=r"'ping' registered again: .*\.pong replaces .*\.ping$") as caught:
+        server.route(pong, name="ping")
+    assert caught[0].filename == __file__
+    assert server.procedures["ping"] is pong
