@@ -1,7 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 //! # ucall-core
 //!
-//! JSON-RPC 2.0 over HTTP/1.1 and raw TCP: plain Rust functions become network services.
+//! JSON-RPC 2.0 over HTTP/1.1, raw TCP and WebSocket, with TLS: plain Rust functions become
+//! network services.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use ucall_core::Server;
+//!
+//! fn main() -> Result<(), ucall_core::Error> {
+//!     Server::builder()
+//!         .port(8545)
+//!         // by name {"a":1,"b":2} or by position [1,2]; a wrong type answers -32602 naming it
+//!         .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+//!         .bind()?
+//!         .run() // until Ctrl-C / SIGTERM, then drains in-flight calls
+//! }
+//! ```
+//!
+//! `curl -s localhost:8545 -d '{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}'`
+//! then answers `{"jsonrpc":"2.0","id":1,"result":3}`. [`ServerBuilder`] holds every
+//! option ([`Config`]: engine, threads, limits, time-outs, TLS); [`ServerBuilder::handler`]
+//! registers a [`Handler`] that writes its reply itself or answers later from another
+//! thread ([`Reply::defer`]).
+//!
+//! ## Inside
 //!
 //! ```text
 //!  socket bytes ─► engine (poll: epoll/kqueue through mio; a thread per core)
@@ -21,18 +45,29 @@
 //! - replies are written straight into the connection's output buffer; in steady state a
 //!   request allocates nothing.
 
+// The building blocks below are public for the C and Python front ends and the in-memory
+// tests; the API is what the crate root re-exports.
+#[doc(hidden)]
 pub mod buffer;
 mod date;
+#[doc(hidden)]
 pub mod defer;
+#[doc(hidden)]
 pub mod engine;
 mod error;
+#[doc(hidden)]
 pub mod http1;
+#[doc(hidden)]
 pub mod jsonrpc;
+#[doc(hidden)]
 pub mod router;
 mod server;
+#[doc(hidden)]
 pub mod session;
+#[doc(hidden)]
 pub mod stream;
 mod tls;
+#[doc(hidden)]
 pub mod ws;
 
 pub use defer::{Deferred, WakeHold};
