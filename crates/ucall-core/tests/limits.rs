@@ -526,6 +526,34 @@ fn large_requests_cut_off_midway_disturb_no_one() {
 }
 
 #[test]
+fn a_large_body_sent_in_pieces_is_answered_and_small_requests_follow_at_once() {
+    // An engine may ask the kernel to wake it only once a large body is all there
+    // (SO_RCVLOWAT): a body that trickles in must still be answered, and a small request
+    // after it on the same connection must not wait for bytes that never come.
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let data = "p".repeat(1_000_000);
+        let full = post("/", call("echo", &format!("[\"{data}\"]"), "1").as_bytes());
+        let mut conn = Conn::to(&server);
+        for piece in full.chunks(64 << 10) {
+            conn.send(piece);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let response = conn.read_response();
+        assert_result(&response.body, &format!("\"{data}\""), "1");
+        for id in 2..5 {
+            let started = Instant::now();
+            http_subtract(&mut conn, 5, 2, id);
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "{engine:?}: a small request after a large one took {:?}",
+                started.elapsed()
+            );
+        }
+    });
+}
+
+#[test]
 fn a_client_that_never_reads_is_held_back() {
     common::for_each_engine(|engine| {
         let server = common::serve(engine);

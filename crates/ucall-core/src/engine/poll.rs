@@ -72,6 +72,8 @@ struct Conn {
     lingering: Option<Instant>,
     /// Listed in the worker's `held` (see [`super::HeldBack`]).
     held: bool,
+    /// The socket's `SO_RCVLOWAT` (see [`super::low_water`]).
+    low_water: usize,
 }
 
 pub(crate) struct PollWorker {
@@ -301,6 +303,7 @@ impl PollWorker {
                 tls,
                 lingering: None,
                 held: false,
+                low_water: 1,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -392,6 +395,12 @@ impl PollWorker {
             return;
         }
         conn.out.shrink(OUTPUT_KEEP);
+        if conn.tls.is_none() {
+            let wanted = super::low_water(&conn.session, conn.input.len());
+            if wanted != conn.low_water && super::set_low_water(&conn.stream, wanted) {
+                conn.low_water = wanted;
+            }
+        }
         let in_head = super::head_under_way(&conn.session, &conn.input, conn.backlog, conn.tls.as_deref());
         conn.clocks.track_head(in_head, now);
         let deadline = conn.clocks.deadline(&self.shared.config);
