@@ -283,27 +283,34 @@ fn slow_procedures_on_other_threads_do_not_stall_the_worker() {
     );
 }
 
+/// A one-thread server on `engine` whose `slow` procedure answers `"late"` from another
+/// thread after `delay`; it gives in-flight calls 3 s at shutdown.
+fn serve_late(engine: ucall_core::EngineKind, delay: Duration) -> ucall_core::ServerHandle {
+    Server::builder()
+        .port(0)
+        .threads(1)
+        .engine(engine)
+        .shutdown_timeout(Duration::from_secs(3))
+        .handler("slow", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+            let deferred = reply.defer()?;
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                deferred.json("late");
+            });
+            Ok(())
+        })
+        .bind()
+        .expect("bind")
+        .spawn()
+        .expect("spawn")
+}
+
 /// A client that sends its requests and half-closes at once still gets every reply,
 /// including those that complete after the half-close.
 #[test]
 fn a_half_closed_client_still_gets_replies_completed_later() {
     for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
-        let server = Server::builder()
-            .port(0)
-            .threads(1)
-            .engine(engine)
-            .handler("slow", |_: &Call<'_>, reply: &mut Reply<'_>| {
-                let deferred = reply.defer()?;
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(100));
-                    deferred.json("late");
-                });
-                Ok(())
-            })
-            .bind()
-            .expect("bind")
-            .spawn()
-            .expect("spawn");
+        let server = serve_late(engine, Duration::from_millis(100));
         let mut stream = TcpStream::connect(server.local_addr()).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         stream
@@ -326,23 +333,7 @@ fn a_half_closed_client_still_gets_replies_completed_later() {
 #[test]
 fn a_reply_completed_during_shutdown_says_connection_close() {
     for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
-        let server = Server::builder()
-            .port(0)
-            .threads(1)
-            .engine(engine)
-            .shutdown_timeout(Duration::from_secs(3))
-            .handler("slow", |_: &Call<'_>, reply: &mut Reply<'_>| {
-                let deferred = reply.defer()?;
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(300));
-                    deferred.json("late");
-                });
-                Ok(())
-            })
-            .bind()
-            .expect("bind")
-            .spawn()
-            .expect("spawn");
+        let server = serve_late(engine, Duration::from_millis(300));
         let mut stream = TcpStream::connect(server.local_addr()).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let body = r#"{"jsonrpc":"2.0","method":"slow","id":1}"#;
