@@ -121,6 +121,20 @@ def _highlight(text: str) -> str:
     return token.sub(paint, text)
 
 
+def _first_positional(args: list[str], command: click.Command, ctx: click.Context) -> int | None:
+    """Where the first argument that is neither an option of ``command`` nor its value is."""
+    valued = {name for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        if arg == "--":
+            return None
+        if not arg.startswith("-") or NEGATIVE.match(arg):
+            return at
+        at += 2 if arg in valued else 1
+    return None
+
+
 class _Commands(click.Group):
     """``ucall [OPTIONS] METHOD ...`` calls a method; ``serve`` and ``call`` are the subcommands."""
 
@@ -129,7 +143,13 @@ class _Commands(click.Group):
         # so that the call's options may come before the method too.
         own = {name for param in self.get_params(ctx) for name in param.opts}
         if args and args[0] not in self.commands and args[0] not in own:
-            args = ["call", *args]
+            # A subcommand named after a call's options (`ucall -p 8545 call serve`) is that
+            # subcommand, its options moved after it.
+            at = _first_positional(args, self.commands["call"], ctx)
+            if at is not None and args[at] in self.commands:
+                args = [args[at], *args[:at], *args[at + 1 :]]
+            else:
+                args = ["call", *args]
         return super().parse_args(ctx, args)
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -71,8 +71,12 @@ def test_options_anywhere(make_server):
     ):
         code, out, err = run(*args)
         assert code == 0 and json.loads(out) in (3, {"jsonrpc": "2.0", "id": 1, "result": 3}), (args, err)
-    code, out, _ = run("call", "serve", "-p", port, "--format", "json")
-    assert code == 0 and json.loads(out) == "the serve method"
+    for args in (("call", "serve", "-p", port), ("-p", port, "call", "serve"), ("--format", "json", "call", "serve")):
+        code, out, err = run(*args, *(("-p", port) if "-p" not in args else ()), "--format", "json")
+        assert code == 0 and json.loads(out) == "the serve method", (args, err)
+    # `serve` after a call's options is the subcommand, which says what it does not take
+    code, _, err = run("-p", port, "serve", "app:server")
+    assert code == 2 and "No such option '-p'" in err, err
     # a dash and a digit make a value, typed ones too; "--" ends the options
     code, out, err = run("sum", "--positional", "-1", "-2:int", "-p", port, "--format", "json")
     assert code == 0 and out.strip() == "-3", err
