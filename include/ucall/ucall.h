@@ -557,8 +557,9 @@ void ucall_init(struct ucall_config_t *config, ucall_server_t *server);
  * back to every call of `callback`.
  *
  * Procedures are added after `ucall_init()` and before the first `ucall_take_call(s)()`.
- * A later call, a NULL or non-UTF-8 name, a NULL callback, or more than `max_callbacks`
- * procedures are refused: nothing is registered, and `ucall_last_error()` says why.
+ * A call after that or after `ucall_stop()`, a NULL or non-UTF-8 name, a NULL callback,
+ * or more than `max_callbacks` procedures are refused: nothing is registered, and
+ * `ucall_last_error()` says why.
  * Registering a name again replaces the earlier procedure.
  *
  * # Safety

@@ -228,8 +228,9 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
 /// back to every call of `callback`.
 ///
 /// Procedures are added after `ucall_init()` and before the first `ucall_take_call(s)()`.
-/// A later call, a NULL or non-UTF-8 name, a NULL callback, or more than `max_callbacks`
-/// procedures are refused: nothing is registered, and `ucall_last_error()` says why.
+/// A call after that or after `ucall_stop()`, a NULL or non-UTF-8 name, a NULL callback,
+/// or more than `max_callbacks` procedures are refused: nothing is registered, and
+/// `ucall_last_error()` says why.
 /// Registering a name again replaces the earlier procedure.
 ///
 /// # Safety
@@ -263,6 +264,9 @@ pub unsafe extern "C" fn ucall_add_procedure(
         };
         let mut setup = srv.setup();
         let setup = &mut *setup;
+        if srv.stopper.is_stopping() {
+            return refuse(format!("{name:?} added after the server was stopped (ucall_stop)"));
+        }
         let Some(bound) = setup.server.as_mut() else {
             return refuse(format!(
                 "{name:?} added after serving started; add procedures before the first ucall_take_call(s)"

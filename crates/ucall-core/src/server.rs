@@ -547,6 +547,12 @@ impl Stopper {
         self.shared.stopping.store(true, Ordering::SeqCst);
         engine::wake_all(&self.shared);
     }
+
+    /// Whether [`Stopper::stop`] (or a signal) has asked the server to shut down.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.shared.stopping.load(Ordering::SeqCst)
+    }
 }
 
 impl ServerHandle {

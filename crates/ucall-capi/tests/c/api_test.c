@@ -517,6 +517,8 @@ static void test_serving(void) {
     ucall_stop(the_server);
     ucall_stop(the_server); /* again: nothing more */
     pthread_join(thread, NULL);
+    ucall_add_procedure(the_server, "late", no_reply, NULL);
+    CHECK(last_error_contains("after the server was stopped"), "a procedure added after ucall_stop says so");
     ucall_free(the_server);
     the_server = NULL;
     ucall_stop(NULL);
