@@ -554,6 +554,24 @@ fn a_large_body_sent_in_pieces_is_answered_and_small_requests_follow_at_once() {
 }
 
 #[test]
+fn a_large_body_that_keeps_arriving_is_not_timed_out() {
+    // Each piece is progress, even when the engine waits to be woken for the whole body:
+    // a body that takes five idle time-outs to arrive, but never pauses for one, is answered.
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).idle_timeout(Duration::from_millis(300)));
+        let data = "s".repeat(640_000);
+        let full = post("/", call("echo", &format!("[\"{data}\"]"), "1").as_bytes());
+        let mut conn = Conn::to(&server);
+        for piece in full.chunks(40 << 10) {
+            conn.send(piece);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let response = conn.read_response();
+        assert_result(&response.body, &format!("\"{data}\""), "1");
+    });
+}
+
+#[test]
 fn a_client_that_never_reads_is_held_back() {
     common::for_each_engine(|engine| {
         let server = common::serve(engine);

@@ -253,8 +253,10 @@ const LOW_WATER_FROM: usize = 128 << 10;
 /// of the message being received, when its framing tells them and they are many, else 1
 /// (the default). A 2 MB body then costs one wake-up of the engine rather than one for
 /// each of the ten or so pieces it arrives in, each an `epoll_wait` and a `recv` (and
-/// for the sender, a wake-up it no longer pays for). Not under TLS: ciphertext already
-/// read into the TLS state counts towards the message but is no longer in the socket.
+/// for the sender, a wake-up it no longer pays for). Bytes that arrived under the mark
+/// still count as progress for the time-outs ([`unread_bytes`]). Not under TLS:
+/// ciphertext already read into the TLS state counts towards the message but is no
+/// longer in the socket.
 pub(crate) fn low_water(session: &Session, buffered: usize) -> usize {
     let rest = session.input_wanted().saturating_sub(buffered);
     if rest >= LOW_WATER_FROM {
@@ -279,6 +281,18 @@ pub(crate) fn set_low_water(socket: &impl std::os::fd::AsRawFd, bytes: usize) ->
         )
     };
     result == 0
+}
+
+/// Bytes received on `socket` and not yet read (`FIONREAD`); 0 when it cannot tell.
+pub(crate) fn unread_bytes(socket: &impl std::os::fd::AsRawFd) -> usize {
+    let mut count: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into `count`, which outlives the call.
+    let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, std::ptr::addr_of_mut!(count)) };
+    if result == 0 {
+        usize::try_from(count).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 /// Whether the header time-out runs for a connection: its TLS handshake is under way, or

@@ -466,6 +466,13 @@ impl PollWorker {
         });
         for key in expired {
             if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.lingering.is_none()) {
+                // Bytes waiting under the low-water mark are progress nobody was woken for:
+                // read them (which restarts the clock) rather than cut a steady upload.
+                if conn.low_water > 1 && super::unread_bytes(&conn.stream) > 0 {
+                    conn.readable = true;
+                    self.serve(key);
+                    continue;
+                }
                 // A 408 answers a request partly received; an idle connection is closed
                 // silently, or a client could read the 408 as the reply to its next request.
                 if !conn.input.is_empty() || !conn.session.is_between_requests() {
