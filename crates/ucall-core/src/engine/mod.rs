@@ -245,56 +245,6 @@ pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: us
     buffer::reserve(input, at_least.max(rest));
 }
 
-/// Bytes still to come of a message at least this large make the socket wake its engine
-/// only once they are all there (see [`low_water`]).
-const LOW_WATER_FROM: usize = 128 << 10;
-
-/// The `SO_RCVLOWAT` a plaintext connection's socket should have: the bytes still to come
-/// of the message being received, when its framing tells them and they are many, else 1
-/// (the default). A 2 MB body then costs one wake-up of the engine rather than one for
-/// each of the ten or so pieces it arrives in, each an `epoll_wait` and a `recv` (and
-/// for the sender, a wake-up it no longer pays for). Bytes that arrived under the mark
-/// still count as progress for the time-outs ([`unread_bytes`]). Not under TLS:
-/// ciphertext already read into the TLS state counts towards the message but is no
-/// longer in the socket.
-pub(crate) fn low_water(session: &Session, buffered: usize) -> usize {
-    let rest = session.input_wanted().saturating_sub(buffered);
-    if rest >= LOW_WATER_FROM {
-        rest
-    } else {
-        1
-    }
-}
-
-/// Set the socket's `SO_RCVLOWAT` (the kernel caps it at half the largest receive
-/// buffer); whether it took.
-pub(crate) fn set_low_water(socket: &impl std::os::fd::AsRawFd, bytes: usize) -> bool {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `value` outlives the call and its size is passed with it.
-    let result = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    result == 0
-}
-
-/// Bytes received on `socket` and not yet read (`FIONREAD`); 0 when it cannot tell.
-pub(crate) fn unread_bytes(socket: &impl std::os::fd::AsRawFd) -> usize {
-    let mut count: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int into `count`, which outlives the call.
-    let result = unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, std::ptr::addr_of_mut!(count)) };
-    if result == 0 {
-        usize::try_from(count).unwrap_or(0)
-    } else {
-        0
-    }
-}
-
 /// Whether the header time-out runs for a connection: its TLS handshake is under way, or
 /// the session waits for a request head of which some bytes have arrived (plaintext in
 /// `input` not held back as a backlog, or a TLS record not yet whole).

@@ -72,8 +72,6 @@ struct Conn {
     lingering: Option<Instant>,
     /// Listed in the worker's `held` (see [`super::HeldBack`]).
     held: bool,
-    /// The socket's `SO_RCVLOWAT` (see [`super::low_water`]).
-    low_water: usize,
 }
 
 pub(crate) struct PollWorker {
@@ -303,7 +301,6 @@ impl PollWorker {
                 tls,
                 lingering: None,
                 held: false,
-                low_water: 1,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -395,12 +392,6 @@ impl PollWorker {
             return;
         }
         conn.out.shrink(OUTPUT_KEEP);
-        if conn.tls.is_none() {
-            let wanted = super::low_water(&conn.session, conn.input.len());
-            if wanted != conn.low_water && super::set_low_water(&conn.stream, wanted) {
-                conn.low_water = wanted;
-            }
-        }
         let in_head = super::head_under_way(&conn.session, &conn.input, conn.backlog, conn.tls.as_deref());
         conn.clocks.track_head(in_head, now);
         let deadline = conn.clocks.deadline(&self.shared.config);
@@ -466,13 +457,6 @@ impl PollWorker {
         });
         for key in expired {
             if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.lingering.is_none()) {
-                // Bytes waiting under the low-water mark are progress nobody was woken for:
-                // read them (which restarts the clock) rather than cut a steady upload.
-                if conn.low_water > 1 && super::unread_bytes(&conn.stream) > 0 {
-                    conn.readable = true;
-                    self.serve(key);
-                    continue;
-                }
                 // A 408 answers a request partly received; an idle connection is closed
                 // silently, or a client could read the 408 as the reply to its next request.
                 if !conn.input.is_empty() || !conn.session.is_between_requests() {
