@@ -226,6 +226,19 @@ def test_head_gets_405_without_content(server):
         conn.expect_closed(3)  # nothing follows the head: a body would be read here
 
 
+def test_versions(server):
+    """RFC 9110 §2.5: a later HTTP/1 minor version is served as HTTP/1.1; §15.6.6: another
+    major version gets 505. Both were 400."""
+    with HttpConn(server) as conn:
+        response = conn.roundtrip(b"GET /sum?a=1&b=2 HTTP/1.2\r\nHost: x\r\n\r\n", request_method="GET")
+        assert (response.status, response.version, response.body) == (200, "HTTP/1.1", b"3"), response
+        conn.send(b"GET /sum?a=2&b=2 HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection was kept
+        assert conn.read_response(request_method="GET").body == b"4"
+    with HttpConn(server) as conn:
+        response = conn.roundtrip(b"GET /sum?a=1&b=2 HTTP/2.0\r\nHost: x\r\n\r\n", request_method="GET")
+        assert response.status == 505, response
+
+
 def test_an_unknown_method_is_501(server):
     with HttpConn(server) as conn:
         response = conn.roundtrip(http_request("FOO", "/", b"{}", {}))

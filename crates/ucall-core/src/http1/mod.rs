@@ -157,12 +157,13 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         Err(httparse::Error::TooManyHeaders) => {
             return HeadStatus::Rejected(reject(Status::HeadersTooLarge, "too many header fields"))
         }
-        // RFC 9110 §15.6.6: a version other than HTTP/1.0 and 1.1 (an HTTP/2 preface, say).
         Err(httparse::Error::Version) => {
-            return HeadStatus::Rejected(reject(
-                Status::VersionNotSupported,
-                "only HTTP/1.0 and HTTP/1.1 are served",
-            ))
+            // RFC 9110 §2.5: a later HTTP/1 minor version is read as 1.1, the highest this
+            // server speaks; another major version (an HTTP/2 preface, say) gets 505.
+            return match as_http_1_1(input, max_head_bytes) {
+                Some(read_as_1_1) => parse_head(&read_as_1_1, max_head_bytes, max_body_bytes, target),
+                None => HeadStatus::Rejected(reject(Status::VersionNotSupported, "only HTTP/1.x is served")),
+            };
         }
         Err(_) => return HeadStatus::Rejected(reject(Status::BadRequest, "malformed request head")),
     };
@@ -305,6 +306,22 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         head.keep_alive = false;
     }
     HeadStatus::Complete(head, used)
+}
+
+/// The head at the start of `input` (at most `max_head_bytes` and a line more), with its
+/// request line's `HTTP/1.<digit>` (a minor version above 1) made `HTTP/1.1`; `None` for
+/// any other version. Same length, so the offsets `parse_head` returns hold for `input`.
+fn as_http_1_1(input: &[u8], max_head_bytes: usize) -> Option<Vec<u8>> {
+    let line_end = memchr::memchr(b'\n', input)?;
+    let line = input[..line_end].strip_suffix(b"\r").unwrap_or(&input[..line_end]);
+    let minor = line.len().checked_sub(1)?;
+    let later_minor = line[..minor].ends_with(b" HTTP/1.") && matches!(line[minor], b'2'..=b'9');
+    if !later_minor {
+        return None;
+    }
+    let mut head = input[..input.len().min(max_head_bytes + 2)].to_vec();
+    head[minor] = b'1';
+    Some(head)
 }
 
 /// The refusal of a head over `max_head_bytes`: 414 when the request line alone is over
@@ -548,6 +565,18 @@ mod tests {
         // RFC 9110 §15.6.6: 505 for a version the server does not serve.
         assert_eq!(status("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505);
         assert_eq!(status("GET / HTTP/2.0\r\nHost: x\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/1.x\r\nHost: x\r\n\r\n"), 505);
+        // RFC 9110 §2.5: a later HTTP/1 minor version is served as 1.1.
+        let (later, target) = head("GET /sum?a=1 HTTP/1.2\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(
+            (later.minor_version, later.keep_alive, target.as_str()),
+            (1, true, "/sum?a=1")
+        );
+        let mut partial = String::new();
+        assert!(matches!(
+            parse_head(b"GET / HTTP/1.9\r\nHost: x\r\n", 8192, 10, &mut partial),
+            HeadStatus::Partial
+        ));
     }
 
     #[test]
