@@ -49,22 +49,22 @@ class _Procedure:
         self.localns = localns
 
 
+def _user_frame() -> tuple[types.FrameType | None, int]:
+    """The first frame outside this module up the stack, and the ``stacklevel`` that names
+    it to a warning raised where this function is called."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return frame, level
+
+
 def _caller_locals() -> dict[str, Any] | None:
     """The local names where the decorator was applied (outside this module)."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame = frame.f_back  # type: ignore[assignment]
+    frame, _ = _user_frame()
     if frame is None or frame.f_locals is frame.f_globals:
         return None
     return dict(frame.f_locals)
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of a warning raised in this module that names the user's line."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
 
 
 class _EventLoop:
@@ -189,9 +189,10 @@ class Server:
             "tls_port": tls_port,
             "quiet": quiet,
         }
-        # Quick calls in a row before a procedure runs on a pinned worker's own thread. Tests
-        # lower it, so that a busy host, which breaks streaks, still lets one finish.
-        self._trust_after = 1000
+        # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
+        # leaves the extension's default. Tests lower it, so that a busy host, which breaks
+        # streaks, still lets one finish.
+        self._trust_after: int | None = None
         self._procedures: dict[str, _Procedure] = {}
         self._native: _ucall.NativeServer | None = None
         self._loop: _EventLoop | None = None
@@ -246,7 +247,7 @@ class Server:
                 # defined again (a notebook cell run twice) replaces the first quietly.
                 warnings.warn(
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
-                    stacklevel=_user_stacklevel(),
+                    stacklevel=_user_frame()[1],
                 )
             self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns)
         return func
@@ -255,6 +256,13 @@ class Server:
     def procedures(self) -> dict[str, Callable[..., Any]]:
         """Registered functions by method name."""
         return {name: p.func for name, p in self._procedures.items()}
+
+    def _native_options(self) -> dict[str, Any]:
+        """The extension server's keyword options: the limits, and what tests set."""
+        options = dict(self._limits)
+        if self._trust_after is not None:
+            options["trust_after"] = self._trust_after
+        return options
 
     # ------------------------------------------------------------ lifecycle
 
@@ -275,8 +283,7 @@ class Server:
                 _describe if self.debug else None,
                 loop.submit if loop is not None else None,
                 max_threads=self.max_threads,
-                trust_after=self._trust_after,
-                **self._limits,
+                **self._native_options(),
             )
             try:
                 for procedure in self._procedures.values():

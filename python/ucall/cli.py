@@ -121,9 +121,14 @@ def _highlight(text: str) -> str:
     return token.sub(paint, text)
 
 
+def _valued_options(command: click.Command, ctx: click.Context) -> set[str]:
+    """The names of ``command``'s options that take a value (the next argument)."""
+    return {name for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+
+
 def _first_positional(args: list[str], command: click.Command, ctx: click.Context) -> int | None:
     """Where the first argument that is neither an option of ``command`` nor its value is."""
-    valued = {name for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+    valued = _valued_options(command, ctx)
     at = 0
     while at < len(args):
         arg = args[at]
@@ -163,9 +168,7 @@ class _Call(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # click would take -1 for an unknown option and -2:int for -i with the value "nt", so
         # a negative number is hidden from it, unless it is an option's value or follows "--".
-        valued = {
-            name for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.is_flag for name in p.opts
-        }
+        valued = _valued_options(self, ctx)
         end = args.index("--") if "--" in args else len(args)
         hidden = [
             HIDDEN + a if i < end and NEGATIVE.match(a) and (i == 0 or args[i - 1] not in valued) else a
