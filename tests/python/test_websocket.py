@@ -132,3 +132,30 @@ def test_a_faulty_handshake_is_400(server, extra):
         response = conn.final_response(timeout=3)
         assert response.status == 400, response
         conn.expect_closed(3)
+
+
+def masked_frame(opcode: int, payload: bytes) -> bytes:
+    """A final client frame (RFC 6455 §5.2) of a short payload, masked with a fixed key."""
+    key = b"\x01\x02\x03\x04"
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + key + masked
+
+
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        (b"\x03\xe8bye", 1000),  # the peer's code is echoed
+        (b"\x03\xe8\xc3\x28", 1007),  # §8.1: a reason that is not UTF-8
+        (b"\x03\xed", 1002),  # §7.4.1: 1005 is never sent
+        (b"\x03", 1002),  # §5.5.1: a code is two bytes
+    ],
+    ids=["normal", "reason not UTF-8", "code never sent", "one byte"],
+)
+def test_a_close_frame_is_answered_with_the_code_rfc_6455_names(server, payload, code):
+    with HttpConn(server) as conn:
+        conn.send(HANDSHAKE + b"\r\n")
+        conn.recv_until(b"\r\n\r\n", what="the 101 response")
+        conn.send(masked_frame(0x8, payload))
+        reply = conn.recv_all_until_closed(3)
+        assert reply[:2] == b"\x88\x02", f"an unmasked close frame with a code: {reply!r}"
+        assert int.from_bytes(reply[2:4], "big") == code

@@ -209,6 +209,8 @@ fn protocol_violations_close_with_the_codes_rfc_6455_names() {
     fails_with(&twice, 1002); // a new message inside a fragmented one
     fails_with(&frame(true, 0x1, &[b'"', 0xC3, 0x28, b'"']), 1007); // text that is not UTF-8
     fails_with(&frame(true, 0x8, &[0x03]), 1002); // a 1-byte close payload
+    fails_with(&frame(true, 0x8, &[0x03, 0xE8, 0xC3, 0x28]), 1007); // a close reason that is not UTF-8
+    fails_with(&frame(true, 0x8, &[0x03, 0xED]), 1002); // 1005 is never sent
     fails_with(&frame(true, 0x1, &vec![b' '; (1 << 20) + 1]), 1009); // over max_body_bytes
     let mut growing = frame(false, 0x1, &vec![b' '; 700_000]);
     growing.extend(frame(true, 0x0, &vec![b' '; 700_000]));

@@ -207,7 +207,9 @@ pub fn frame(opcode: Opcode, payload: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Check a received close frame's payload (§5.5.1, §7.4): empty, or a code a peer may
-/// send followed by UTF-8 text. Returns the code to answer with.
+/// send followed by UTF-8 text. Returns the code to answer with: the peer's, 1002 for a
+/// malformed payload or a code never sent, 1007 for a reason that is not UTF-8 (§8.1,
+/// as for a text message).
 #[must_use]
 pub fn close_reply(payload: &[u8]) -> u16 {
     match payload {
@@ -215,11 +217,12 @@ pub fn close_reply(payload: &[u8]) -> u16 {
         [_] => close::PROTOCOL_ERROR,
         [hi, lo, reason @ ..] => {
             let code = u16::from_be_bytes([*hi, *lo]);
-            let sendable = matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999);
-            if sendable && std::str::from_utf8(reason).is_ok() {
-                code
-            } else {
+            if !matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999) {
                 close::PROTOCOL_ERROR
+            } else if std::str::from_utf8(reason).is_err() {
+                close::INVALID_PAYLOAD
+            } else {
+                code
             }
         }
     }
@@ -318,8 +321,13 @@ mod tests {
         assert_eq!(close_reply(&[0x03, 0xED]), close::PROTOCOL_ERROR, "1005 is never sent");
         assert_eq!(
             close_reply(&[0x03, 0xE8, 0xFF]),
-            close::PROTOCOL_ERROR,
+            close::INVALID_PAYLOAD,
             "reason not UTF-8"
+        );
+        assert_eq!(
+            close_reply(&[0x03, 0xED, 0xFF]),
+            close::PROTOCOL_ERROR,
+            "a code never sent weighs more than its reason"
         );
     }
 }
