@@ -206,6 +206,10 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     if let Some(tls_addr) = tls_addr {
         fields.push(("tls", tls_addr.to_string()));
     }
+    if let Some(why) = bound.engine_fallback() {
+        // Why `auto` took poll (a seccomp filter, the sysctl, an old kernel).
+        fields.push(("fallback", format!("io_uring unavailable: {why}")));
+    }
     let fields: Vec<(&str, &str)> = fields.iter().map(|(name, value)| (*name, value.as_str())).collect();
     log.event("listening", &fields);
     let one_thread_per_index = bound.engine() == EngineKind::Uring;

@@ -387,13 +387,13 @@ impl ServerBuilder {
         if !shared.config.quiet {
             eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
         }
-        let engine = engine.kind;
         Ok(Server {
             shared,
             router: self.router,
             workers,
             local_addr,
-            engine,
+            engine: engine.kind,
+            engine_fallback: engine.fallback,
         })
     }
 }
@@ -415,6 +415,7 @@ pub struct Server {
     workers: Vec<Worker>,
     local_addr: SocketAddr,
     engine: EngineKind,
+    engine_fallback: Option<String>,
 }
 
 impl Server {
@@ -442,6 +443,13 @@ impl Server {
     #[must_use]
     pub fn engine(&self) -> EngineKind {
         self.engine
+    }
+
+    /// Why `auto` serves with `poll` where `uring` was wanted, e.g. `io_uring is
+    /// forbidden here (EPERM), likely by a seccomp filter`; `None` when it did not fall back.
+    #[must_use]
+    pub fn engine_fallback(&self) -> Option<&str> {
+        self.engine_fallback.as_deref()
     }
 
     /// A handle that stops the server from any thread, also while [`Server::run`] blocks.

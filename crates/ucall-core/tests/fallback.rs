@@ -59,6 +59,11 @@ fn child(errno_name: &str) {
         .bind()
         .expect("auto binds where io_uring is forbidden");
     assert_eq!(server.engine(), EngineKind::Poll, "auto must fall back to poll");
+    let why = server.engine_fallback().expect("the server tells why it fell back");
+    assert!(
+        why.contains(errno_name),
+        "the fallback's reason names {errno_name}: {why}"
+    );
     let handle = server.spawn().expect("spawn");
     let mut stream = TcpStream::connect(handle.local_addr()).expect("connect");
     stream

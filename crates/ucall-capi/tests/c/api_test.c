@@ -13,6 +13,8 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -759,6 +762,61 @@ static void test_accept_failures_go_to_the_log(void) {
     CHECK(got == 0, "nothing on stderr: %s", text);
 }
 
+/* Refuse io_uring_setup with EPERM, as a container runtime's seccomp profile does; allow
+ * every other system call. For this process and its threads, for good. */
+static bool forbid_io_uring(void) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0), /* the system call's number */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 425 /* io_uring_setup, on every architecture */, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+static void test_engine_fallback_is_logged(void) {
+    char const* log;
+    int ends[2], status;
+    pid_t child;
+
+    open_log_pipe(ends);
+    fflush(NULL);
+    child = fork();
+    if (child == 0) {
+        ucall_config_t config;
+        unsetenv("UCALL_ENGINE");
+        if (!forbid_io_uring())
+            _exit(2);
+        memset(&config, 0, sizeof config);
+        config.ephemeral_port = true;
+        config.logs_file_descriptor = ends[1];
+        ucall_init(&config, &the_server);
+        if (!the_server)
+            _exit(3);
+        if (strcmp(config.engine, "poll") != 0)
+            _exit(4);
+        ucall_free(the_server);
+        the_server = NULL;
+        /* Forcing uring here fails, naming the cause. */
+        memset(&config, 0, sizeof config);
+        config.ephemeral_port = true;
+        config.engine = "uring";
+        ucall_init(&config, &the_server);
+        if (the_server || !last_error_contains("the uring engine cannot run here") || !last_error_contains("EPERM"))
+            _exit(5);
+        _exit(0);
+    }
+    close(ends[1]);
+    waitpid(child, &status, 0);
+    log = read_log(ends[0]);
+    close(ends[0]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "auto served with poll where io_uring is forbidden, and uring was refused (status %d)", status);
+    CHECK(strstr(log, "engine=poll") && strstr(log, " fallback=io_uring unavailable: ") && strstr(log, "EPERM"),
+          "the listening line says why auto took poll: %s", log);
+}
+
 /* ------------------------------------------------------------------ TLS */
 
 static char tls_dir[] = "/tmp/ucall-api-test-XXXXXX";
@@ -990,6 +1048,9 @@ static void test_tls(void) {
 }
 
 int main(void) {
+    /* First: a process probes io_uring once, and the forked child must not inherit a
+     * probe made before its filter. */
+    test_engine_fallback_is_logged();
     test_version();
     test_init_failures();
     test_init_failures_are_logged();

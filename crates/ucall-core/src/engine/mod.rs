@@ -90,6 +90,8 @@ pub(crate) struct Selected {
     pub(crate) kind: EngineKind,
     /// Why `poll` was taken.
     detail: String,
+    /// Why `auto` could not take `uring` here, when it could not.
+    pub(crate) fallback: Option<String>,
     #[cfg(target_os = "linux")]
     features: Option<uring::Features>,
 }
@@ -102,7 +104,10 @@ impl Selected {
             return format!("{} (io_uring: {})", self.kind.name(), features.describe(sqpoll));
         }
         let _ = sqpoll;
-        format!("{} ({})", self.kind.name(), self.detail)
+        match &self.fallback {
+            Some(why) => format!("{} (io_uring unavailable: {why})", self.kind.name()),
+            None => format!("{} ({})", self.kind.name(), self.detail),
+        }
     }
 }
 
@@ -118,23 +123,25 @@ pub fn resolve(requested: EngineKind) -> Result<EngineKind, Error> {
 
 /// The engine that will run for `requested`, or why it cannot.
 pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
-    let poll = |detail: String| Selected {
+    let poll = |detail: &str, fallback: Option<String>| Selected {
         kind: EngineKind::Poll,
-        detail,
+        detail: detail.into(),
+        fallback,
         #[cfg(target_os = "linux")]
         features: None,
     };
     #[cfg(target_os = "linux")]
     {
         match (requested, requested == EngineKind::Poll) {
-            (_, true) => Ok(poll("epoll, as configured".into())),
+            (_, true) => Ok(poll("epoll, as configured", None)),
             (_, false) => match uring::probe() {
                 Ok(features) => Ok(Selected {
                     kind: EngineKind::Uring,
                     detail: String::new(),
+                    fallback: None,
                     features: Some(features),
                 }),
-                Err(why) if requested == EngineKind::Auto => Ok(poll(format!("io_uring unavailable: {why}"))),
+                Err(why) if requested == EngineKind::Auto => Ok(poll("epoll", Some(why))),
                 Err(why) => Err(Error::engine(format!(
                     "the uring engine cannot run here: {why}; use engine = auto or poll (UCALL_ENGINE=poll)"
                 ))),
@@ -144,7 +151,7 @@ pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
     #[cfg(not(target_os = "linux"))]
     {
         match requested {
-            EngineKind::Auto | EngineKind::Poll => Ok(poll("kqueue".into())),
+            EngineKind::Auto | EngineKind::Poll => Ok(poll("kqueue", None)),
             EngineKind::Uring => Err(Error::engine(
                 "the uring engine needs Linux; use engine = auto or poll (UCALL_ENGINE=poll)",
             )),
