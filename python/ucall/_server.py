@@ -405,6 +405,14 @@ class Server:
         return native.engine if native is not None else None
 
     @property
+    def engine_fallback(self) -> str | None:
+        """Why ``engine="auto"`` serves with poll where io_uring was wanted, e.g.
+        ``"io_uring is forbidden here (EPERM), likely by a seccomp filter"``; None when it
+        did not fall back, or before the server started."""
+        native = self._native
+        return native.engine_fallback if native is not None else None
+
+    @property
     def url(self) -> str:
         """``http://host:port``; ``https://`` when the port speaks TLS (no separate ``tls_port``)."""
         host = self.host if ":" not in self.host else f"[{self.host}]"

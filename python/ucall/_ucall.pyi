@@ -71,6 +71,10 @@ class NativeServer:
     @property
     def engine(self) -> Optional[str]: ...
     @property
+    def engine_fallback(self) -> Optional[str]:
+        """Why ``auto`` serves with poll where io_uring was wanted (None when it did not
+        fall back, or before ``start``)."""
+    @property
     def cycles(self) -> int:
         """Event-loop turns taken so far, over all workers."""
 

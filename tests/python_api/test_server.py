@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -520,6 +522,53 @@ def test_an_empty_ucall_engine_counts_as_unset(monkeypatch):
     monkeypatch.setenv("UCALL_ENGINE", "nonsense")
     with pytest.raises(OSError, match="UCALL_ENGINE"):
         Server(port=0, engine="poll").start()
+
+
+# Installs a seccomp filter that fails io_uring_setup with EPERM (as a container runtime's
+# default profile does) and allows every other call, then starts a server with engine auto.
+_TELL_ENGINE_WITHOUT_IO_URING = """
+import ctypes, errno, struct
+
+def statement(code, k, jt=0, jf=0):
+    return struct.pack("HBBI", code, jt, jf, k)
+
+LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
+RET_ERRNO, RET_ALLOW, IO_URING_SETUP = 0x00050000, 0x7FFF0000, 425
+program = ctypes.create_string_buffer(b"".join([
+    statement(LD_W_ABS, 0),  # the system call's number
+    statement(JEQ_K, IO_URING_SETUP, 0, 1),
+    statement(RET_K, RET_ERRNO | errno.EPERM),
+    statement(RET_K, RET_ALLOW),
+]), 4 * 8)
+fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxP", 4, ctypes.addressof(program)))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or libc.prctl(
+    PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0
+):
+    raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
+
+from ucall import Server
+with Server(port=0) as server:
+    print(server.engine, "|", server.engine_fallback, flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="seccomp and io_uring are Linux's")
+def test_auto_falls_back_to_poll_and_says_why_where_io_uring_is_forbidden():
+    env = {k: v for k, v in os.environ.items() if k != "UCALL_ENGINE"}
+    done = subprocess.run(
+        [sys.executable, "-c", _TELL_ENGINE_WITHOUT_IO_URING],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    engine, _, why = done.stdout.strip().partition(" | ")
+    assert engine == "poll"
+    assert "EPERM" in why and "seccomp" in why, why
+    assert "io_uring unavailable" in done.stderr and "EPERM" in done.stderr, "the start line says so too"
+    with Server(port=0, engine="poll") as server:
+        assert server.engine_fallback is None, "asked for, poll is no fallback"
 
 
 _NAPPING_SERVER = """

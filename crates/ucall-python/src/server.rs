@@ -349,6 +349,8 @@ enum State {
         port: u16,
         tls_port: Option<u16>,
         engine: EngineKind,
+        /// Why `auto` took poll, when it fell back.
+        engine_fallback: Option<String>,
     },
     Stopped,
 }
@@ -512,6 +514,7 @@ impl NativeServer {
         let port = server.local_addr().port();
         let tls_port = server.tls_addr().map(|addr| addr.port());
         let engine = server.engine();
+        let engine_fallback = server.engine_fallback().map(str::to_owned);
         let grace = server.config().shutdown_timeout;
         let (stopper, workers) = server.into_workers();
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
@@ -526,6 +529,7 @@ impl NativeServer {
             port,
             tls_port,
             engine,
+            engine_fallback,
         };
         Ok(port)
     }
@@ -604,6 +608,16 @@ impl NativeServer {
     fn engine(&self) -> Option<&'static str> {
         match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
             State::Running { engine, .. } => Some(engine.name()),
+            _ => None,
+        }
+    }
+
+    /// Why `auto` serves with poll where io_uring was wanted (`None` when it did not fall
+    /// back, or before `start`).
+    #[getter]
+    fn engine_fallback(&self) -> Option<String> {
+        match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { engine_fallback, .. } => engine_fallback.clone(),
             _ => None,
         }
     }
