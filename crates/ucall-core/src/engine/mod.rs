@@ -88,8 +88,8 @@ impl Worker {
 /// The engine chosen for a server, and why.
 pub(crate) struct Selected {
     pub(crate) kind: EngineKind,
-    /// Why `poll` was taken.
-    detail: String,
+    /// What `poll` runs on, and why it was taken when it was asked for.
+    detail: &'static str,
     /// Why `auto` could not take `uring` here, when it could not.
     pub(crate) fallback: Option<String>,
     #[cfg(target_os = "linux")]
@@ -123,9 +123,9 @@ pub fn resolve(requested: EngineKind) -> Result<EngineKind, Error> {
 
 /// The engine that will run for `requested`, or why it cannot.
 pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
-    let poll = |detail: &str, fallback: Option<String>| Selected {
+    let poll = |detail: &'static str, fallback: Option<String>| Selected {
         kind: EngineKind::Poll,
-        detail: detail.into(),
+        detail,
         fallback,
         #[cfg(target_os = "linux")]
         features: None,
@@ -137,7 +137,7 @@ pub(crate) fn select(requested: EngineKind) -> Result<Selected, Error> {
             (_, false) => match uring::probe() {
                 Ok(features) => Ok(Selected {
                     kind: EngineKind::Uring,
-                    detail: String::new(),
+                    detail: "",
                     fallback: None,
                     features: Some(features),
                 }),
