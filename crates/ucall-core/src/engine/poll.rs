@@ -35,11 +35,6 @@ const READ_CHUNK: usize = 64 << 10;
 const OUTPUT_HIGH_WATER: usize = 1 << 20;
 /// Reads per connection per wake-up before other connections get a turn.
 const READS_PER_TURN: usize = 16;
-/// Replies, in bytes, one step of a connection may add before its output is sent: a peer
-/// that has gone is found at the next send, having cost one step, not a whole read.
-const STEP_OUTPUT: usize = 16 << 10;
-/// Steps per connection per turn before the ready others get theirs.
-const STEPS_PER_TURN: usize = 8;
 /// Output capacity a connection keeps after a large reply has gone.
 const OUTPUT_KEEP: usize = 64 << 10;
 /// Slices per vectored write.
@@ -188,8 +183,6 @@ impl PollWorker {
         // Serving needs `&mut self`; the events buffer is set aside meanwhile (an empty
         // `Events` does not allocate).
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
-        // Connections left over from the last turn go after the ones ready now.
-        let again = std::mem::take(&mut self.again);
         for event in &events {
             match event.token() {
                 LISTENER => self.accept(false),
@@ -210,7 +203,7 @@ impl PollWorker {
             }
         }
         self.events = events;
-        for key in again {
+        for key in std::mem::take(&mut self.again) {
             self.serve(key);
         }
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
@@ -332,7 +325,6 @@ impl PollWorker {
         }
         let mut ctx = self.serving.context(shared, key, conn.generation);
         let mut reads = 0;
-        let mut steps = 0;
         let mut failed = false;
         loop {
             if has_output(conn) && flush(conn, now).is_err() {
@@ -349,11 +341,6 @@ impl PollWorker {
                 break;
             }
             if conn.backlog {
-                if steps == STEPS_PER_TURN {
-                    self.again.push(key);
-                    break;
-                }
-                steps += 1;
                 feed_input(conn, &mut ctx);
                 continue;
             }
@@ -612,16 +599,17 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, no
     }
     if conn.input.is_empty() {
         if read > 0 {
-            let budget = step_budget(&conn.out);
-            let progress = conn.session.feed(&read_buf[..read], &mut conn.out, ctx, budget);
+            let progress = conn
+                .session
+                .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
             let left = &read_buf[progress.consumed..read];
             if !left.is_empty() {
                 super::reserve_input(&mut conn.input, &conn.session, left.len());
                 conn.input.extend_from_slice(left);
             }
             conn.closing |= progress.close;
-            conn.backlog =
-                !conn.input.is_empty() && (conn.out.pending() > budget || conn.session.is_saturated(ctx.worker()));
+            conn.backlog = !conn.input.is_empty()
+                && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
         }
     } else {
         feed_input(conn, ctx);
@@ -629,23 +617,16 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, no
     Ok(())
 }
 
-/// How much output a step may leave pending: one [`STEP_OUTPUT`] more than now, within
-/// the high-water mark (a step starts only below it, so it answers at least one request).
-fn step_budget(out: &OutBuf) -> usize {
-    (out.pending() + STEP_OUTPUT).min(OUTPUT_HIGH_WATER)
-}
-
-/// Hand the buffered input to the session, one step. What it leaves once the step's
-/// output is made (or while the output is over the high-water mark) is a backlog,
-/// processed before the socket is read again, so that a client that reads its replies
-/// slowly cannot make the server buffer all it sends.
+/// Hand the buffered input to the session. What it leaves while the output is over the
+/// high-water mark is a backlog, processed before the socket is read again, so that a
+/// client that reads its replies slowly cannot make the server buffer all it sends.
 fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
     conn.out.prepare(conn.input.len());
-    let budget = step_budget(&conn.out);
-    let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, budget);
+    let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
     conn.input.drain(..progress.consumed);
     conn.closing |= progress.close;
-    conn.backlog = !conn.input.is_empty() && (conn.out.pending() > budget || conn.session.is_saturated(ctx.worker()));
+    conn.backlog =
+        !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
     if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
         buffer::keep(std::mem::take(&mut conn.input));
     }
