@@ -47,6 +47,10 @@ use crate::server::{DeferredReply, Procedure};
 
 /// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
 const BLOCKED_TICKS: u32 = 2;
+/// It counts only when its thread is also seen off a core at this many ticks in a row: one
+/// look can catch a computing thread in a moment's wait (a page brought in, a lock in the
+/// allocator), and handing its lane over costs a thread.
+const OFF_CORE_LOOKS: u32 = 2;
 /// A call still on a core (computing, or only waiting for one on a busy machine) is not
 /// blocked: a new turner could not run Python while it holds the GIL. The lane is handed
 /// over only after this many ticks, so that a long computation still lets the other
@@ -529,17 +533,19 @@ impl Runtime {
     /// Watch the turners while calls run; sleep while none does.
     fn monitor(self: Arc<Self>) {
         let mut idle_ticks = 0;
-        // Per lane: the call count last seen, and for how many ticks it has not moved.
-        let mut seen: Vec<(u64, u32)> = vec![(0, 0); self.lanes.len()];
+        // Per lane: the call count last seen, for how many ticks it has not moved, and at
+        // how many of the last ticks its thread was off a core.
+        let mut seen: Vec<(u64, u32, u32)> = vec![(0, 0, 0); self.lanes.len()];
         while !self.stopping.load(Ordering::SeqCst) {
             let mut any_busy = false;
             for (index, lane) in self.lanes.iter().enumerate() {
                 let tag = lane.busy.load(Ordering::SeqCst);
                 let calls = lane.calls.load(Ordering::SeqCst);
-                let (last, ticks) = &mut seen[index];
+                let (last, ticks, off_core) = &mut seen[index];
                 if tag == IDLE || calls != *last {
                     *last = calls;
                     *ticks = 0;
+                    *off_core = 0;
                     any_busy |= tag != IDLE;
                     continue;
                 }
@@ -548,8 +554,15 @@ impl Runtime {
                 if *ticks < BLOCKED_TICKS {
                     continue;
                 }
-                if *ticks < COMPUTING_TICKS && is_on_core(lane.busy_tid.load(Ordering::SeqCst)) {
-                    continue;
+                if *ticks < COMPUTING_TICKS {
+                    if is_on_core(lane.busy_tid.load(Ordering::SeqCst)) {
+                        *off_core = 0;
+                        continue;
+                    }
+                    *off_core += 1;
+                    if *off_core < OFF_CORE_LOOKS {
+                        continue;
+                    }
                 }
                 if self.pinned {
                     // Another executor, once per blocked one, when calls wait for it. A slow
