@@ -10,6 +10,9 @@
 //!   Once that tail is large ([`BULK_MIN`], a big body on its way), the rest is received
 //!   straight into the connection's input with one-shot receives, which saves a copy of
 //!   every byte and a completion per 32 KiB.
+//!   When the ring runs dry (`ENOBUFS`: clients with much queued took every buffer), the
+//!   connection's next receive reads into a buffer of its own, so that those clients
+//!   cannot keep the others waiting.
 //! - **Send**: replies collect in the connection's output while a send is in flight, then
 //!   leave together with one `SEND`/`SENDMSG` (or their zero-copy forms above
 //!   [`ZC_THRESHOLD`], except on loopback). Submissions of every connection queue in the
@@ -30,6 +33,8 @@
 //! - a receive into the input (see [`BULK_MIN`]) writes into the spare capacity of
 //!   `Conn::receiving`, which holds the input meanwhile: it is neither read, grown nor
 //!   freed until the completion (moving the `Vec` keeps its heap memory in place);
+//! - a receive after the ring ran dry writes into the spare capacity of
+//!   `Conn::own_buffer`, untouched until the completion in the same way;
 //! - a send reads `Conn::sending` (a heap buffer) and `Conn::msg` (a box): neither is
 //!   written or freed while `send_inflight`. A zero-copy send's pages stay the kernel's
 //!   until its notification: once such a buffer is all sent it moves to `Conn::parked`
@@ -579,6 +584,12 @@ struct Conn {
     receiving: Option<Vec<u8>>,
     /// One-shot receives left before multishot again (see [`ONE_SHOT_SPELL`]).
     one_shot: u32,
+    /// The buffer ring ran dry (`ENOBUFS`) for this connection's receive: the next one
+    /// reads into a buffer of its own, so that clients with much to send cannot keep it
+    /// waiting for the ring.
+    starved: bool,
+    /// That buffer, written by the kernel while its receive is in flight.
+    own_buffer: Option<Vec<u8>>,
     send_inflight: bool,
     /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
     zc_notifs: u32,
@@ -836,7 +847,12 @@ impl UringWorker {
     fn enter(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.flush_backlog();
         let sends = std::mem::take(&mut self.small_sends);
-        let (want, timeout) = if sends > 0 && !std::mem::take(&mut self.large_send) {
+        let (want, timeout) = if !self.ring.completion().is_empty() {
+            // Completions are already waiting (see `reap`): collect what else is ready,
+            // without sleeping.
+            self.large_send = false;
+            (1, Some(Duration::ZERO))
+        } else if sends > 0 && !std::mem::take(&mut self.large_send) {
             (sends + 1, Some(timeout.map_or(SEND_WAIT_CAP, |t| t.min(SEND_WAIT_CAP))))
         } else {
             self.large_send = false;
@@ -974,6 +990,11 @@ impl UringWorker {
             conn.receiving = Some(input);
             conn.one_shot = ONE_SHOT_SPELL;
             opcode::Recv::new(fd, at, len).build()
+        } else if conn.starved {
+            let mut own = Vec::with_capacity(RECV_BUFFER_SIZE as usize);
+            let at = own.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+            conn.own_buffer = Some(own);
+            opcode::Recv::new(fd, at, RECV_BUFFER_SIZE).build()
         } else if self.multishot_recv && conn.one_shot == 0 {
             opcode::RecvMulti::new(fd, BUFFER_GROUP).build()
         } else {
@@ -988,8 +1009,9 @@ impl UringWorker {
         // SAFETY: the receive writes only into buffers it takes from the worker's buffer
         // ring, which outlives every operation; each is the kernel's until a completion
         // names it. A receive into the input writes only into the spare capacity of
-        // `conn.receiving`, which stays untouched until its completion (see the module's
-        // notes on ownership).
+        // `conn.receiving`, which stays untouched until its completion, and one into a
+        // buffer of its own likewise into `conn.own_buffer` (see the module's notes on
+        // ownership).
         unsafe { self.push(entry) };
     }
 
@@ -1002,21 +1024,19 @@ impl UringWorker {
         unsafe { self.push(entry) };
     }
 
-    /// Read every completion at hand, then serve the connections they concern.
+    /// Read the completions at hand, then serve the connections they concern. Completions
+    /// that serving brings (submissions that went early, the queue being full) wait for the
+    /// next turn: looping until none came kept a worker under a flood of connections in
+    /// one turn for a second and more, while the connections its wait would have heard
+    /// from went unread.
     fn reap(&mut self) {
-        loop {
-            let mut cqes = std::mem::take(&mut self.cqes);
-            cqes.extend(self.ring.completion());
-            if cqes.is_empty() {
-                self.cqes = cqes;
-                break;
-            }
-            for cqe in cqes.drain(..) {
-                self.complete(cqe.user_data(), cqe.result(), cqe.flags());
-            }
-            self.cqes = cqes;
-            self.serve_touched();
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(self.ring.completion());
+        for cqe in cqes.drain(..) {
+            self.complete(cqe.user_data(), cqe.result(), cqe.flags());
         }
+        self.cqes = cqes;
+        self.serve_touched();
     }
 
     /// Serve the connections with news.
@@ -1151,6 +1171,8 @@ impl UringWorker {
             input: Vec::new(),
             receiving: None,
             one_shot: 0,
+            starved: false,
+            own_buffer: None,
             out: OutBuf::new(),
             sending: OutBuf::new(),
             sending_bytes: 0,
@@ -1212,16 +1234,26 @@ impl UringWorker {
             if !cqueue::more(flags) {
                 conn.recv_armed = false;
             }
+            let mut own = conn.own_buffer.take();
+            if let Some(own) = own.as_mut() {
+                conn.starved = false;
+                // SAFETY: the receive initialised the first `result` bytes of the spare
+                // capacity (it cannot exceed the capacity it was given).
+                unsafe { own.set_len(usize::try_from(result).unwrap_or(0)) };
+            }
             let mut ctx = self.serving.context(shared, key, conn.generation);
             if let Some(input) = conn.receiving.take() {
                 received_into_input(conn, input, result, &mut ctx, now);
             } else if !conn.dead {
                 match result {
                     n if n > 0 => {
-                        let mut bytes = self.bufs.bytes(
-                            bid.expect("invariant: a receive with bytes names its buffer"),
-                            n.unsigned_abs() as usize,
-                        );
+                        let mut bytes = match &own {
+                            Some(own) => own.as_slice(),
+                            None => self.bufs.bytes(
+                                bid.expect("invariant: a receive with bytes names its buffer"),
+                                n.unsigned_abs() as usize,
+                            ),
+                        };
                         if let Some(tls) = conn.tls.as_mut() {
                             self.tls_plain.clear();
                             match tls.receive(bytes, &mut self.tls_plain) {
@@ -1247,7 +1279,8 @@ impl UringWorker {
                         }
                     }
                     0 => conn.peer_closed = true,
-                    e if e == -libc::ENOBUFS || e == -libc::ECANCELED => {}
+                    e if e == -libc::ENOBUFS => conn.starved = true,
+                    e if e == -libc::ECANCELED => {}
                     e if e == -libc::EINVAL && self.multishot_recv => {
                         // A kernel without multishot receive: one receive per completion.
                         self.multishot_recv = false;
