@@ -584,11 +584,10 @@ struct Conn {
     receiving: Option<Vec<u8>>,
     /// One-shot receives left before multishot again (see [`ONE_SHOT_SPELL`]).
     one_shot: u32,
-    /// The buffer ring ran dry (`ENOBUFS`) for this connection's receive: the next one
-    /// reads into a buffer of its own, so that clients with much to send cannot keep it
-    /// waiting for the ring.
-    starved: bool,
-    /// That buffer, written by the kernel while its receive is in flight.
+    /// Made when the buffer ring ran dry (`ENOBUFS`) for this connection's receive: the
+    /// next receive reads into it, so that clients with much to send cannot keep the
+    /// connection waiting for the ring. Written by the kernel while that receive is in
+    /// flight; dropped once it completes.
     own_buffer: Option<Vec<u8>>,
     send_inflight: bool,
     /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
@@ -847,15 +846,14 @@ impl UringWorker {
     fn enter(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.flush_backlog();
         let sends = std::mem::take(&mut self.small_sends);
+        let large_send = std::mem::take(&mut self.large_send);
         let (want, timeout) = if !self.ring.completion().is_empty() {
             // Completions are already waiting (see `reap`): collect what else is ready,
             // without sleeping.
-            self.large_send = false;
             (1, Some(Duration::ZERO))
-        } else if sends > 0 && !std::mem::take(&mut self.large_send) {
+        } else if sends > 0 && !large_send {
             (sends + 1, Some(timeout.map_or(SEND_WAIT_CAP, |t| t.min(SEND_WAIT_CAP))))
         } else {
-            self.large_send = false;
             (1, timeout)
         };
         let result = match timeout {
@@ -990,10 +988,8 @@ impl UringWorker {
             conn.receiving = Some(input);
             conn.one_shot = ONE_SHOT_SPELL;
             opcode::Recv::new(fd, at, len).build()
-        } else if conn.starved {
-            let mut own = Vec::with_capacity(RECV_BUFFER_SIZE as usize);
+        } else if let Some(own) = conn.own_buffer.as_mut() {
             let at = own.spare_capacity_mut().as_mut_ptr().cast::<u8>();
-            conn.own_buffer = Some(own);
             opcode::Recv::new(fd, at, RECV_BUFFER_SIZE).build()
         } else if self.multishot_recv && conn.one_shot == 0 {
             opcode::RecvMulti::new(fd, BUFFER_GROUP).build()
@@ -1171,7 +1167,6 @@ impl UringWorker {
             input: Vec::new(),
             receiving: None,
             one_shot: 0,
-            starved: false,
             own_buffer: None,
             out: OutBuf::new(),
             sending: OutBuf::new(),
@@ -1234,13 +1229,14 @@ impl UringWorker {
             if !cqueue::more(flags) {
                 conn.recv_armed = false;
             }
-            let mut own = conn.own_buffer.take();
-            if let Some(own) = own.as_mut() {
-                conn.starved = false;
+            // A buffer of its own is what this receive read into, unless it went into the
+            // input (`arm_recv` takes that first).
+            let own = conn.own_buffer.take_if(|_| conn.receiving.is_none()).map(|mut own| {
                 // SAFETY: the receive initialised the first `result` bytes of the spare
                 // capacity (it cannot exceed the capacity it was given).
                 unsafe { own.set_len(usize::try_from(result).unwrap_or(0)) };
-            }
+                own
+            });
             let mut ctx = self.serving.context(shared, key, conn.generation);
             if let Some(input) = conn.receiving.take() {
                 received_into_input(conn, input, result, &mut ctx, now);
@@ -1279,7 +1275,9 @@ impl UringWorker {
                         }
                     }
                     0 => conn.peer_closed = true,
-                    e if e == -libc::ENOBUFS => conn.starved = true,
+                    e if e == -libc::ENOBUFS => {
+                        conn.own_buffer = Some(Vec::with_capacity(RECV_BUFFER_SIZE as usize));
+                    }
                     e if e == -libc::ECANCELED => {}
                     e if e == -libc::EINVAL && self.multishot_recv => {
                         // A kernel without multishot receive: one receive per completion.
