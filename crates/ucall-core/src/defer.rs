@@ -37,6 +37,19 @@ pub struct Completion {
 /// new call would wait behind all of them.
 pub const MAX_AWAITED: usize = 16384;
 
+/// A worker that awaits this many deferred calls is busy: each of its connections then
+/// reads its next request only while fewer than [`BUSY_SHARE`] of its messages await
+/// replies. Below it, a connection may have a deep pipeline awaited (up to its session's
+/// own cap), which is what makes pipelining fast; 64 clients pipelining 32 calls each stay below it.
+pub const BUSY_FROM: usize = MAX_AWAITED / 4;
+
+/// A connection's share of a busy worker, in messages (a batch is one). Small, so that
+/// under many pipelining clients the calls queued at once stay near [`BUSY_FROM`] and a
+/// newcomer's call waits for those, not for [`MAX_AWAITED`]; and so that a client that
+/// pipelined a thousand calls and hung up costs a few of them before the failed write of
+/// their replies ends it (docs/design.md, "Deferred replies").
+pub const BUSY_SHARE: usize = 4;
+
 /// One worker's queue of completions, and how to wake the worker.
 pub struct Sink {
     queue: Mutex<Vec<Completion>>,

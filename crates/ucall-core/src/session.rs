@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome as Completed, Sink, Target};
+use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
@@ -290,11 +290,14 @@ impl Session {
     }
 
     /// Whether so many replies are awaited that no further request is read for now: by
-    /// this session ([`MAX_PENDING_MESSAGES`] messages), or by its `worker`, whose sink
-    /// then is full ([`crate::defer::MAX_AWAITED`] calls).
+    /// this session ([`MAX_PENDING_MESSAGES`] messages, or [`BUSY_SHARE`] while its
+    /// `worker` awaits [`BUSY_FROM`] calls), or by its `worker`, whose sink then is full
+    /// ([`crate::defer::MAX_AWAITED`] calls).
     #[must_use]
     pub fn is_saturated(&self, worker: Option<&Sink>) -> bool {
-        self.pending.len() >= MAX_PENDING_MESSAGES || worker.is_some_and(Sink::is_full)
+        let pending = self.pending.len();
+        pending >= MAX_PENDING_MESSAGES
+            || worker.is_some_and(|sink| sink.is_full() || (pending >= BUSY_SHARE && sink.awaited() >= BUSY_FROM))
     }
 
     /// A deferred call finished: put its reply in place, and once its message is whole,

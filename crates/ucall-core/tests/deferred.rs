@@ -442,67 +442,174 @@ fn large_results_completed_later_go_out_whole_on_every_transport() {
     assert_eq!(&bytes[10..], expected.as_bytes());
 }
 
+/// How many calls are parked once no more come for 300 ms: all the worker will take.
+fn wait_until_still(parked: &Mutex<Vec<Deferred>>) -> usize {
+    let mut seen = 0;
+    let mut still_since = Instant::now();
+    while still_since.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = parked.lock().unwrap().len();
+        if now != seen {
+            seen = now;
+            still_since = Instant::now();
+        }
+    }
+    seen
+}
+
+/// A server of one worker whose `park` procedure parks every call's reply in `parked`.
+fn parking_server(engine: ucall_core::EngineKind, parked: &Arc<Mutex<Vec<Deferred>>>) -> ucall_core::ServerHandle {
+    let park = Arc::clone(parked);
+    Server::builder()
+        .port(0)
+        .threads(1)
+        .engine(engine)
+        .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+            park.lock().unwrap().push(reply.defer()?);
+            Ok(())
+        })
+        .bind()
+        .expect("bind")
+        .spawn()
+        .expect("spawn")
+}
+
+/// A client that pipelines `calls` calls of `park` over raw TCP, then checks that each is
+/// answered, in order.
+fn pipeline(addr: std::net::SocketAddr, calls: usize) -> std::thread::JoinHandle<()> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    std::thread::spawn(move || {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let requests: String = (0..calls)
+            .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":{i}}}\n"))
+            .collect();
+        stream.write_all(requests.as_bytes()).unwrap();
+        let mut lines = BufReader::new(stream).lines();
+        for i in 0..calls {
+            let line = lines.next().expect("a reply").expect("read");
+            assert_eq!(line, format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"done\"}}"));
+        }
+    })
+}
+
+/// Complete parked calls until `total` have been, failing if they stop coming.
+fn complete_all(parked: &Mutex<Vec<Deferred>>, total: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut completed = 0;
+    while completed < total {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {completed} completed, the rest stalled"
+        );
+        let batch = std::mem::take(&mut *parked.lock().unwrap());
+        if batch.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        completed += batch.len();
+        for deferred in batch {
+            deferred.json("done");
+        }
+    }
+}
+
+/// A busy worker (one that awaits `BUSY_FROM` deferred calls) reads only `BUSY_SHARE`
+/// messages of each connection at a time: a client that pipelines many calls cannot queue
+/// them all ahead of everyone else's, and a client with a single call has it taken at once.
+/// Below `BUSY_FROM`, deep pipelines are taken whole. Every call is answered in the end.
+#[test]
+fn a_busy_worker_takes_a_few_messages_of_each_connection_at_a_time() {
+    use ucall_core::defer::{BUSY_FROM, BUSY_SHARE};
+    const DEEP: usize = 1000;
+    const WIDE: usize = 100;
+    let deep_clients = BUSY_FROM.div_ceil(DEEP) + 1;
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let parked: Arc<Mutex<Vec<Deferred>>> = Arc::default();
+        let server = parking_server(engine, &parked);
+        let addr = server.local_addr();
+        // One client at a time, so that the order they are read in is known.
+        // Each is read until the worker is busy and it has its share, or to its end.
+        let mut clients = Vec::new();
+        let mut busy = 0;
+        for c in 0..deep_clients {
+            clients.push(pipeline(addr, DEEP));
+            busy += DEEP.min(BUSY_FROM.saturating_sub(busy).max(BUSY_SHARE));
+            assert_eq!(wait_until_still(&parked), busy, "{engine:?}: after deep client {c}");
+        }
+        assert_eq!(
+            busy,
+            BUSY_FROM + BUSY_SHARE,
+            "the last deep client came to a busy worker"
+        );
+        clients.push(pipeline(addr, WIDE));
+        assert_eq!(
+            wait_until_still(&parked),
+            busy + BUSY_SHARE,
+            "{engine:?}: a wide client's share"
+        );
+        clients.push(pipeline(addr, 1));
+        assert_eq!(
+            wait_until_still(&parked),
+            busy + BUSY_SHARE + 1,
+            "{engine:?}: a single call"
+        );
+        complete_all(&parked, deep_clients * DEEP + WIDE + 1, &format!("{engine:?}"));
+        for client in clients {
+            client.join().expect("client");
+        }
+    }
+}
+
 /// A worker awaits a bounded number of deferred calls across all its connections: past
 /// `MAX_AWAITED`, no connection's next request is read until some complete. Many clients
 /// pipelining into a slow procedure thus cannot make the server queue millions of calls
 /// (each holding memory); their requests wait in the kernel's socket buffers instead.
 /// Once the calls complete, every request on every connection is answered, in order.
+/// The calls come in batches: a busy worker reads only `BUSY_SHARE` messages of each
+/// connection, and batches carry enough calls to fill it anyway.
 #[test]
 fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
-    use ucall_core::defer::MAX_AWAITED;
+    use ucall_core::defer::{BUSY_SHARE, MAX_AWAITED};
     const CONNECTIONS: usize = 32;
-    const PER_CONNECTION: usize = 1100;
-    const { assert!(CONNECTIONS * PER_CONNECTION > 2 * MAX_AWAITED) };
+    const BATCH: usize = 300;
+    const BATCHES: usize = 6;
+    const PER_CONNECTION: usize = BATCH * BATCHES;
+    const { assert!(CONNECTIONS * BUSY_SHARE * BATCH > 2 * MAX_AWAITED) };
     for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
         let parked: Arc<Mutex<Vec<Deferred>>> = Arc::default();
-        let park = Arc::clone(&parked);
-        let server = Server::builder()
-            .port(0)
-            .threads(1)
-            .engine(engine)
-            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
-                park.lock().unwrap().push(reply.defer()?);
-                Ok(())
-            })
-            .bind()
-            .expect("bind")
-            .spawn()
-            .expect("spawn");
+        let server = parking_server(engine, &parked);
         let addr = server.local_addr();
         let clients: Vec<_> = (0..CONNECTIONS)
             .map(|c| {
                 std::thread::spawn(move || {
                     let mut stream = TcpStream::connect(addr).unwrap();
                     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                    let requests: String = (0..PER_CONNECTION)
-                        .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":{i}}}\n"))
-                        .collect();
+                    let batch = |b: usize| {
+                        let calls: Vec<String> = (b * BATCH..(b + 1) * BATCH)
+                            .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":{i}}}"))
+                            .collect();
+                        format!("[{}]\n", calls.join(","))
+                    };
+                    let requests: String = (0..BATCHES).map(batch).collect();
                     stream.write_all(requests.as_bytes()).unwrap();
                     let mut lines = BufReader::new(stream).lines();
-                    for i in 0..PER_CONNECTION {
+                    for b in 0..BATCHES {
                         let line = lines.next().expect("a reply").expect("read");
-                        assert_eq!(
-                            line,
-                            format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"done\"}}"),
-                            "{c}"
-                        );
+                        let expected: Vec<String> = (b * BATCH..(b + 1) * BATCH)
+                            .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":\"done\"}}"))
+                            .collect();
+                        assert_eq!(line, format!("[{}]", expected.join(",")), "{c}");
                     }
                 })
             })
             .collect();
 
-        // Wait until the worker has taken all it will take, then check the bound.
-        let mut seen = 0;
-        let mut still_since = Instant::now();
-        while still_since.elapsed() < Duration::from_millis(300) {
-            std::thread::sleep(Duration::from_millis(20));
-            let now = parked.lock().unwrap().len();
-            if now != seen {
-                seen = now;
-                still_since = Instant::now();
-            }
-        }
-        assert_eq!(seen, MAX_AWAITED, "{engine:?}: calls awaited at once");
+        // Wait until the worker has taken all it will take, then check the bound: it
+        // stops reading once it awaits MAX_AWAITED calls, within the batch that got there.
+        let seen = wait_until_still(&parked);
+        assert!(
+            (MAX_AWAITED..MAX_AWAITED + BATCH).contains(&seen),
+            "{engine:?}: {seen} calls awaited at once"
+        );
         // A client that connects meanwhile waits its turn too, and is answered.
         let late = std::thread::spawn(move || {
             let mut stream = TcpStream::connect(addr).unwrap();
@@ -517,27 +624,11 @@ fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(
             parked.lock().unwrap().len(),
-            MAX_AWAITED,
+            seen,
             "{engine:?}: the late call was taken"
         );
 
-        // Complete whatever is parked until every client has all its replies.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut completed = 0;
-        while completed < CONNECTIONS * PER_CONNECTION + 1 {
-            assert!(
-                Instant::now() < deadline,
-                "{engine:?}: {completed} completed, the rest stalled"
-            );
-            let batch = std::mem::take(&mut *parked.lock().unwrap());
-            if batch.is_empty() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            completed += batch.len();
-            for deferred in batch {
-                deferred.json("done");
-            }
-        }
+        complete_all(&parked, CONNECTIONS * PER_CONNECTION + 1, &format!("{engine:?}"));
         for client in clients {
             client.join().expect("client");
         }
