@@ -829,3 +829,35 @@ fn connections_closed_one_after_another_never_disturb_the_next() {
         }
     });
 }
+
+/// A worker accepts a bounded number of connections per turn (so that a flood of new ones
+/// cannot make one turn as long as all their work), and takes the rest of the listen
+/// backlog on the following turns without waiting for another connection to arrive.
+#[test]
+fn connections_queued_while_the_worker_was_busy_are_all_accepted_and_answered() {
+    const CONNECTIONS: i64 = 300;
+    common::for_each_engine(|engine| {
+        let builder = common::builder(engine).threads(1).procedure("pause", |_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        });
+        let server = common::start(engine, builder);
+        let mut paused = Conn::to(&server);
+        paused.send(&post("/", call("pause", "[]", "0").as_bytes()));
+        std::thread::sleep(Duration::from_millis(50));
+        // These wait in the listen backlog, each with its request sent, until the pause ends.
+        let mut conns: Vec<Conn> = (0..CONNECTIONS)
+            .map(|c| {
+                let mut conn = Conn::to(&server);
+                conn.send(&post("/", subtract(c, 1, c).as_bytes()));
+                conn
+            })
+            .collect();
+        assert_result(&paused.read_response().body, "null", "0");
+        for (c, conn) in (0..CONNECTIONS).zip(&mut conns) {
+            let response = conn.read_response();
+            assert_eq!(response.status, 200, "{engine:?}: connection {c}: {response:?}");
+            assert_result(&response.body, &(c - 1).to_string(), &c.to_string());
+        }
+    });
+}

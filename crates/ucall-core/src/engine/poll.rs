@@ -35,6 +35,10 @@ const READ_CHUNK: usize = 64 << 10;
 const OUTPUT_HIGH_WATER: usize = 1 << 20;
 /// Reads per connection per wake-up before other connections get a turn.
 const READS_PER_TURN: usize = 16;
+/// Connections accepted per listener per turn; the rest wait in the listen backlog. A
+/// flood of new connections, each with work queued, then cannot make one turn (and every
+/// open connection's wait) as long as all of it.
+const ACCEPTS_PER_TURN: usize = 64;
 /// Output capacity a connection keeps after a large reply has gone.
 const OUTPUT_KEEP: usize = 64 << 10;
 /// Slices per vectored write.
@@ -85,6 +89,9 @@ pub(crate) struct PollWorker {
     read_buf: Vec<u8>,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
+    /// Listeners (plain, TLS) to accept from again next turn: the last turn stopped at
+    /// [`ACCEPTS_PER_TURN`].
+    accept_again: [bool; 2],
     /// Connections held back while the worker awaits the most deferred calls it takes.
     held: super::HeldBack,
     next_scan: Option<Instant>,
@@ -145,6 +152,7 @@ impl PollWorker {
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
             again: Vec::new(),
+            accept_again: [false; 2],
             held: super::HeldBack::default(),
             next_scan: None,
             drain_deadline: None,
@@ -206,6 +214,11 @@ impl PollWorker {
         for key in std::mem::take(&mut self.again) {
             self.serve(key);
         }
+        for tls_port in [false, true] {
+            if std::mem::take(&mut self.accept_again[usize::from(tls_port)]) {
+                self.accept(tls_port);
+            }
+        }
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
             self.finish();
             return false;
@@ -226,7 +239,7 @@ impl PollWorker {
 
     fn poll_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
-        if !self.again.is_empty() {
+        if !self.again.is_empty() || self.accept_again.contains(&true) {
             return Some(Duration::ZERO);
         }
         let wake_at = match (self.next_scan, self.drain_deadline) {
@@ -236,11 +249,12 @@ impl PollWorker {
         wake_at.map(|at| at.saturating_duration_since(now))
     }
 
-    /// Accept what waits on the plain listener, or with `tls_port` the separate TLS one.
+    /// Accept what waits on the plain listener, or with `tls_port` the separate TLS one,
+    /// up to [`ACCEPTS_PER_TURN`] connections.
     fn accept(&mut self, tls_port: bool) {
         let shared = Arc::clone(&self.shared);
         let tls_config = shared.tls.as_ref().filter(|tls| tls_port || tls.separate.is_none());
-        loop {
+        for _ in 0..ACCEPTS_PER_TURN {
             let listener = if tls_port {
                 self.tls_listener.as_ref()
             } else {
@@ -304,6 +318,8 @@ impl PollWorker {
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
+        // Edge-triggered: no event announces the connections still queued.
+        self.accept_again[usize::from(tls_port)] = true;
     }
 
     /// Move bytes for one connection until it has nothing more to do right now.
