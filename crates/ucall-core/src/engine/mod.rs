@@ -342,6 +342,11 @@ impl Serving {
     }
 }
 
+/// Connections a worker takes in per listener per turn; the rest wait in the listen
+/// backlog. A flood of new connections, each with work queued, then cannot make one turn
+/// (and every open connection's wait) as long as all of it, nor crowd out the open ones.
+pub(crate) const ACCEPTS_PER_TURN: usize = 64;
+
 /// A connection that closes while its client may still be sending closes in stages
 /// (RFC 9112, 9.6): the server shuts its sending side, then reads and drops what arrives
 /// until the client closes, for at most this long. Closing at once with unread input

@@ -15,7 +15,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use super::Clocks;
+use super::{Clocks, ACCEPTS_PER_TURN};
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Completion, Sink};
 use crate::error::Error;
@@ -35,10 +35,6 @@ const READ_CHUNK: usize = 64 << 10;
 const OUTPUT_HIGH_WATER: usize = 1 << 20;
 /// Reads per connection per wake-up before other connections get a turn.
 const READS_PER_TURN: usize = 16;
-/// Connections accepted per listener per turn; the rest wait in the listen backlog. A
-/// flood of new connections, each with work queued, then cannot make one turn (and every
-/// open connection's wait) as long as all of it.
-const ACCEPTS_PER_TURN: usize = 64;
 /// Output capacity a connection keeps after a large reply has gone.
 const OUTPUT_KEEP: usize = 64 << 10;
 /// Slices per vectored write.

@@ -2,7 +2,8 @@
 //! The io_uring engine (Linux 5.19+): one ring per worker thread.
 //!
 //! - **Accept**: one multishot accept per worker; each connection becomes a *registered*
-//!   (direct) file, so later operations skip the descriptor-table lookup.
+//!   (direct) file, so later operations skip the descriptor-table lookup. A flood of new
+//!   connections switches it to one one-shot accept per turn (see [`Accepting`]).
 //! - **Receive**: one multishot receive per connection, which takes its buffers from the
 //!   worker's provided-buffer ring only when bytes arrive: an idle connection holds no
 //!   receive buffer. Each buffer goes back to the ring as soon as its bytes have been fed
@@ -127,6 +128,10 @@ enum Op {
 }
 
 const GENERATION_MASK: u32 = (1 << 24) - 1;
+/// An accept's token holds the listener (0 plain, 1 TLS) as its slot, and its kind as its
+/// generation.
+const MULTISHOT: u32 = 0;
+const ONE_SHOT: u32 = 1;
 
 /// The `user_data` of operation `op` on connection `slot` of generation `generation`.
 fn token(op: Op, slot: usize, generation: u32) -> u64 {
@@ -649,6 +654,53 @@ fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
 // ---------------------------------------------------------------------------------------
 // The worker
 
+/// How one listener takes in connections.
+///
+/// A multishot accept takes every connection waiting, the whole listen backlog at once.
+/// Under a flood (connections that each queue much work, faster than the worker can serve
+/// them) that left thousands open, and every turn went to the newest of them while the
+/// clients already served waited: a Python server answered its other client 170 times in
+/// 5 s. So a turn that takes in [`super::ACCEPTS_PER_TURN`] connections or more ends the
+/// multishot accept, and the listener is then *metered*: one one-shot accept per turn,
+/// the rest waiting in the backlog, until a turn's accept finds no connection waiting.
+#[derive(Debug, Default)]
+struct Accepting {
+    /// A multishot accept is armed.
+    multishot: bool,
+    /// A one-shot accept is armed.
+    one_shot: bool,
+    /// A flood is on: one connection per turn.
+    metered: bool,
+    /// Connections accepted since the last turn's end.
+    this_turn: usize,
+}
+
+impl Accepting {
+    /// At a turn's end: whether to cancel the multishot accept (a flood began), and which
+    /// accept to arm ([`MULTISHOT`] or [`ONE_SHOT`]), if one is missing.
+    fn next_turn(&mut self) -> (bool, Option<u32>) {
+        let flood = std::mem::take(&mut self.this_turn) >= super::ACCEPTS_PER_TURN;
+        let mut cancel_multishot = false;
+        if flood && !self.metered {
+            self.metered = true;
+            cancel_multishot = self.multishot;
+        } else if self.metered && self.one_shot {
+            // Last turn's one-shot accept found no connection waiting: the flood is over.
+            self.metered = false;
+        }
+        let arm = if self.metered && !self.one_shot {
+            self.one_shot = true;
+            Some(ONE_SHOT)
+        } else if !self.metered && !self.multishot {
+            self.multishot = true;
+            Some(MULTISHOT)
+        } else {
+            None
+        };
+        (cancel_multishot, arm)
+    }
+}
+
 pub(crate) struct UringWorker {
     // Dropped first: the ring, so that the kernel lets go of the memory below.
     ring: IoUring,
@@ -660,10 +712,10 @@ pub(crate) struct UringWorker {
     /// Closing down: no operation is re-armed.
     finishing: bool,
     listener: Option<std::net::TcpListener>,
-    accept_armed: bool,
-    /// With a TLS port of its own (`TlsConfig::port`), its listener and accept.
+    /// With a TLS port of its own (`TlsConfig::port`), its listener.
     tls_listener: Option<std::net::TcpListener>,
-    tls_accept_armed: bool,
+    /// The accepts of the plain listener and of the TLS one.
+    accepting: [Accepting; 2],
     /// Plaintext decrypted from one receive, before the session takes it.
     tls_plain: Vec<u8>,
     /// Accepting stopped on an error (a full file table...): retry after a close or at
@@ -735,9 +787,8 @@ impl UringWorker {
             finished: false,
             finishing: false,
             listener: Some(listener),
-            accept_armed: false,
+            accepting: [Accepting::default(), Accepting::default()],
             tls_listener,
-            tls_accept_armed: false,
             tls_plain: Vec::new(),
             accept_retry: None,
             bufs,
@@ -922,27 +973,30 @@ impl UringWorker {
         }
     }
 
-    /// Arm the multishot accept of each listener that has none armed.
+    /// Arm each listener's accept for the next turn: the multishot one, or while a flood
+    /// lasts a one-shot one (see [`Accepting`]).
     fn arm_accept(&mut self) {
         for tls_port in [false, true] {
-            let (listener, armed) = if tls_port {
-                (&self.tls_listener, self.tls_accept_armed)
-            } else {
-                (&self.listener, self.accept_armed)
-            };
-            let Some(listener) = listener else { continue };
-            if armed {
+            let listener = if tls_port { &self.tls_listener } else { &self.listener };
+            let Some(fd) = listener.as_ref().map(AsRawFd::as_raw_fd) else {
                 continue;
+            };
+            let port = usize::from(tls_port);
+            let (cancel_multishot, arm) = self.accepting[port].next_turn();
+            if cancel_multishot {
+                self.cancel(token(Op::Accept, port, MULTISHOT));
             }
-            let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
-                .allocate_file_index(true)
-                .build()
-                .user_data(token(Op::Accept, usize::from(tls_port), 0));
-            if tls_port {
-                self.tls_accept_armed = true;
+            let Some(kind) = arm else { continue };
+            let entry = if kind == ONE_SHOT {
+                opcode::Accept::new(types::Fd(fd), ptr::null_mut(), ptr::null_mut())
+                    .file_index(Some(types::DestinationSlot::auto_target()))
+                    .build()
             } else {
-                self.accept_armed = true;
-            }
+                opcode::AcceptMulti::new(types::Fd(fd))
+                    .allocate_file_index(true)
+                    .build()
+            };
+            let entry = entry.user_data(token(Op::Accept, port, kind));
             // SAFETY: accept points to no memory (no address is asked for); the listener's
             // descriptor is held by the kernel's own reference while the accept is armed.
             unsafe { self.push(entry) };
@@ -952,11 +1006,24 @@ impl UringWorker {
 
     /// Stop accepting: drop the listeners, cancelling their accepts.
     fn stop_accepting(&mut self) {
-        if self.listener.take().is_some() && self.accept_armed {
-            self.cancel(token(Op::Accept, 0, 0));
-        }
-        if self.tls_listener.take().is_some() && self.tls_accept_armed {
-            self.cancel(token(Op::Accept, 1, 0));
+        for tls_port in [false, true] {
+            let listener = if tls_port {
+                &mut self.tls_listener
+            } else {
+                &mut self.listener
+            };
+            let port = usize::from(tls_port);
+            let Accepting {
+                multishot, one_shot, ..
+            } = self.accepting[port];
+            if listener.take().is_some() {
+                if multishot {
+                    self.cancel(token(Op::Accept, port, MULTISHOT));
+                }
+                if one_shot {
+                    self.cancel(token(Op::Accept, port, ONE_SHOT));
+                }
+            }
         }
         self.accept_retry = None;
     }
@@ -1057,7 +1124,7 @@ impl UringWorker {
             return;
         };
         match op {
-            Op::Accept => self.on_accept(key == 1, result, flags),
+            Op::Accept => self.on_accept(key == 1, generation == ONE_SHOT, result, flags),
             Op::Wake => {
                 if !self.finishing {
                     self.arm_wake();
@@ -1123,16 +1190,24 @@ impl UringWorker {
     }
 
     /// A connection accepted on the plain listener, or with `tls_port` the separate TLS one.
-    fn on_accept(&mut self, tls_port: bool, result: i32, flags: u32) {
-        if !cqueue::more(flags) {
-            if tls_port {
-                self.tls_accept_armed = false;
-            } else {
-                self.accept_armed = false;
-            }
+    fn on_accept(&mut self, tls_port: bool, one_shot: bool, result: i32, flags: u32) {
+        let accepting = &mut self.accepting[usize::from(tls_port)];
+        let ended = one_shot || !cqueue::more(flags);
+        if one_shot {
+            accepting.one_shot = false;
+        } else if ended {
+            accepting.multishot = false;
+        }
+        if result >= 0 {
+            accepting.this_turn += 1;
         }
         if result < 0 {
-            if !cqueue::more(flags) && result != -libc::ECANCELED {
+            if ended
+                && !matches!(
+                    -result,
+                    libc::ECANCELED | libc::EINTR | libc::EAGAIN | libc::ECONNABORTED
+                )
+            {
                 // Out of registered files or memory: retry after a close or a moment.
                 self.accept_retry = Some(self.now + SCAN_GRANULARITY);
                 if result != -libc::ENFILE {
@@ -1845,6 +1920,33 @@ fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::ACCEPTS_PER_TURN;
+
+    #[test]
+    fn a_flood_meters_the_accepts_until_the_backlog_is_empty() {
+        let mut accepting = Accepting::default();
+        assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "multishot at start");
+        accepting.this_turn = ACCEPTS_PER_TURN - 1;
+        assert_eq!(accepting.next_turn(), (false, None), "below a flood: multishot stays");
+        accepting.this_turn = ACCEPTS_PER_TURN;
+        assert_eq!(
+            accepting.next_turn(),
+            (true, Some(ONE_SHOT)),
+            "a flood: cancel, one-shot"
+        );
+        // The multishot's cancellation arrives; each turn's one-shot accept takes one.
+        accepting.multishot = false;
+        for _ in 0..3 {
+            accepting.one_shot = false;
+            accepting.this_turn = 1;
+            assert_eq!(accepting.next_turn(), (false, Some(ONE_SHOT)), "still metered");
+        }
+        // A turn whose one-shot accept is still armed: nobody was waiting.
+        assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "the flood is over");
+        assert!(accepting.one_shot && accepting.multishot && !accepting.metered);
+        accepting.one_shot = false;
+        assert_eq!(accepting.next_turn(), (false, None));
+    }
 
     #[test]
     fn tokens_round_trip_and_wrap_the_generation() {
