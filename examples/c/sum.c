@@ -128,8 +128,8 @@ int main(int argc, char** argv) {
     sigaction(SIGTERM, &action, NULL);
 
     /* config now holds the values in force: the real port, the engine, the thread count. */
-    printf("listening on %s:%u (engine %s, %u threads)\n", config.hostname, (unsigned)config.port, config.engine,
-           (unsigned)config.max_threads);
+    printf("listening on %s:%u (engine %s, %u thread%s)\n", config.hostname, (unsigned)config.port, config.engine,
+           (unsigned)config.max_threads, config.max_threads == 1 ? "" : "s");
     fflush(stdout);
 
     for (i = 1; i < config.max_threads; ++i)

@@ -81,11 +81,12 @@ pub fn announce_and_run(server: ucall_core::Server) -> Result<(), ucall_core::Er
     } else {
         addr.ip().to_string()
     };
+    let threads = server.config().threads;
     println!(
-        "listening on {host}:{} (engine {}, {} threads)",
+        "listening on {host}:{} (engine {}, {threads} thread{})",
         addr.port(),
         server.engine().name(),
-        server.config().threads
+        if threads == 1 { "" } else { "s" }
     );
     if let Some(tls) = server.tls_addr() {
         let host = if tls.is_ipv6() {
