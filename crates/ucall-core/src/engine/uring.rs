@@ -676,6 +676,17 @@ struct Accepting {
 }
 
 impl Accepting {
+    /// An accept completed: `accepted` a connection or not, and `ended` it (a one-shot
+    /// accept always does), so that it is no longer armed.
+    fn completed(&mut self, one_shot: bool, ended: bool, accepted: bool) {
+        if one_shot {
+            self.one_shot = false;
+        } else if ended {
+            self.multishot = false;
+        }
+        self.this_turn += usize::from(accepted);
+    }
+
     /// At a turn's end: whether to cancel the multishot accept (a flood began), and which
     /// accept to arm ([`MULTISHOT`] or [`ONE_SHOT`]), if one is missing.
     fn next_turn(&mut self) -> (bool, Option<u32>) {
@@ -1191,16 +1202,8 @@ impl UringWorker {
 
     /// A connection accepted on the plain listener, or with `tls_port` the separate TLS one.
     fn on_accept(&mut self, tls_port: bool, one_shot: bool, result: i32, flags: u32) {
-        let accepting = &mut self.accepting[usize::from(tls_port)];
         let ended = one_shot || !cqueue::more(flags);
-        if one_shot {
-            accepting.one_shot = false;
-        } else if ended {
-            accepting.multishot = false;
-        }
-        if result >= 0 {
-            accepting.this_turn += 1;
-        }
+        self.accepting[usize::from(tls_port)].completed(one_shot, ended, result >= 0);
         if result < 0 {
             if ended
                 && !matches!(
@@ -1926,25 +1929,28 @@ mod tests {
     fn a_flood_meters_the_accepts_until_the_backlog_is_empty() {
         let mut accepting = Accepting::default();
         assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "multishot at start");
-        accepting.this_turn = ACCEPTS_PER_TURN - 1;
+        for _ in 1..ACCEPTS_PER_TURN {
+            accepting.completed(false, false, true);
+        }
         assert_eq!(accepting.next_turn(), (false, None), "below a flood: multishot stays");
-        accepting.this_turn = ACCEPTS_PER_TURN;
+        for _ in 0..ACCEPTS_PER_TURN {
+            accepting.completed(false, false, true);
+        }
         assert_eq!(
             accepting.next_turn(),
             (true, Some(ONE_SHOT)),
             "a flood: cancel, one-shot"
         );
         // The multishot's cancellation arrives; each turn's one-shot accept takes one.
-        accepting.multishot = false;
+        accepting.completed(false, true, false);
         for _ in 0..3 {
-            accepting.one_shot = false;
-            accepting.this_turn = 1;
+            accepting.completed(true, true, true);
             assert_eq!(accepting.next_turn(), (false, Some(ONE_SHOT)), "still metered");
         }
         // A turn whose one-shot accept is still armed: nobody was waiting.
         assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "the flood is over");
         assert!(accepting.one_shot && accepting.multishot && !accepting.metered);
-        accepting.one_shot = false;
+        accepting.completed(true, true, true);
         assert_eq!(accepting.next_turn(), (false, None));
     }
 
