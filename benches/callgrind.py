@@ -61,9 +61,12 @@ def workloads() -> dict[str, tuple[str, bytes, int, int, bytes]]:
 
     data = base64.b64encode(random.Random(7).randbytes(32 * 224 * 224)).decode()
     echo = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": data}, "id": 1})
+    small = base64.b64encode(bytes(range(65, 81))).decode()  # make bench's echo-16B
+    echo16 = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": small}, "id": 1})
     return {
         "sum": ("http", http(sum_call.encode()), 200, 2200, b'"result":3'),
         "batch32": ("http", http(batch.encode()), 20, 220, b'"result":33'),
+        "echo-16B": ("http", http(echo16.encode()), 200, 2200, small.encode()),
         "echo-1.6MB": ("http", http(echo.encode()), 2, 7, data[-64:].encode()),
         # The same call over WebSocket and raw TCP (issue: WebSocket at least as fast as HTTP).
         "ws-sum": ("ws", ws_frame(sum_call.encode()), 200, 2200, b'"result":3'),

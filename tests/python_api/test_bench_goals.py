@@ -78,3 +78,11 @@ def test_pairing_that_failed_gives_no_figure(run) -> None:
     paired = {key: {"ratio": None, "rounds": [], "disturbed": 0, "errors": 3}}
     row = goal_row(run.goals_section(summary, servers, workloads, {}, set(), paired), "C API / Rust API, sum-32conn")
     assert row[4] == "no figure" and row[-1] == "no figure"
+
+
+def test_server_cpu_per_request_divides_the_server_share_by_the_rate(run):
+    # A core 97 % busy at 200,000 req/s spends 4.85 µs on each request.
+    assert run.server_us_per_request({"server_cpu_percent": 97.0, "requests_per_s": 200_000}) == pytest.approx(4.85)
+    # No CPU figure (the server's process was not readable), or no requests: no value.
+    assert run.server_us_per_request({"server_cpu_percent": None, "requests_per_s": 200_000}) is None
+    assert run.server_us_per_request({"server_cpu_percent": 97.0, "requests_per_s": 0}) is None
