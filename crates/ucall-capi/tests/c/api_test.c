@@ -153,6 +153,22 @@ static void pointer(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, reply, 0);
 }
 
+/* Parameter names are UTF-8: "é" (given with its length and NUL-terminated) finds the
+ * param, an invalid UTF-8 name finds nothing. Replies x + é. */
+static void utf8_names(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t x = 0, accented = 0, untouched = 7;
+    char reply[64];
+    (void)tag;
+    if (!ucall_param_named_i64(call, "x", 1, &x) || !ucall_param_named_i64(call, "\xc3\xa9", 2, &accented) ||
+        !ucall_param_named_i64(call, "\xc3\xa9", 0, &untouched) || untouched != accented ||
+        ucall_param_named_i64(call, "\xc3", 1, &untouched) || untouched != accented) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    snprintf(reply, sizeof reply, "%lld", (long long)(x + accented));
+    ucall_call_reply_content(call, reply, 0);
+}
+
 /* Misuse from inside a callback: wrong handles, NULL outputs, ucall_free. */
 static void misuse(ucall_call_t call, ucall_callback_tag_t tag) {
     int64_t value = 42;
@@ -448,7 +464,7 @@ static void test_serving(void) {
     ucall_add_procedure(the_server, "keep_handle", keep_handle, NULL);
     ucall_add_procedure(the_server, "use_kept_handle", use_kept_handle, NULL);
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text); /* replaces: no new slot */
-    ucall_add_procedure(the_server, "the_last_one", no_reply, NULL);
+    ucall_add_procedure(the_server, "utf8_names", utf8_names, NULL); /* the last of max_callbacks */
     ucall_add_procedure(the_server, "one_too_many", no_reply, NULL);
     CHECK(last_error_contains("max_callbacks"), "a procedure beyond max_callbacks is refused");
     ucall_add_procedure(the_server, NULL, no_reply, NULL);
@@ -507,6 +523,8 @@ static void test_serving(void) {
     CHECK(strstr(reply, "\"result\":6"), "strings are unescaped (a\"b + 2-byte e-acute + newline): %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"pointer\",\"params\":{\"point\":{\"x\":40},\"list\":[0,2]},\"id\":15}");
     CHECK(strstr(reply, "\"result\":42"), "JSON Pointer names reach nested values: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"utf8_names\",\"params\":{\"x\":1,\"\xc3\xa9\":41},\"id\":20}");
+    CHECK(strstr(reply, "\"result\":42"), "a UTF-8 parameter name is found, an invalid one is not: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"misuse\",\"params\":{\"s\":\"x\",\"a\":1},\"id\":16}");
     CHECK(strstr(reply, "\"result\":true"), "misuse inside a callback is refused safely: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"keep_handle\",\"id\":18}");
