@@ -1331,10 +1331,12 @@ def goals_section(
         "*tables* divides the medians above: req/s by req/s (above 1, the first is faster) or p50 by p50 "
         "(below 1, the first is faster). *paired* measures the same ratio again with both servers up at once, "
         "alternating A B B A in each round, and gives the median of the rounds' ratios (and their range); "
-        "where it exists, it decides *met*. A figure with errors or without a value gives no ratio.",
+        "where it exists, it decides *met*. A figure with errors or without a value gives no ratio. "
+        "*server CPU* is what each server spent per request in the tables' runs (µs, user and kernel): "
+        "where the load generator's core is full (†), it still tells the two apart.",
         "",
-        "| goal | servers | figures | tables | paired (range) | goal bound | met |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| goal | servers | figures | tables | paired (range) | goal bound | met | server CPU µs/req |",
+        "|---|---|---|---:|---:|---:|---|---:|",
     ]
     def figure(srv: Server, wl: Workload) -> str:
         reason = skip_reason(srv, wl.proto, wl)
@@ -1343,6 +1345,7 @@ def goals_section(
     met_count = failed_count = 0
     for r in ratios:
         srv, wl = names[r.num[0]], wl_names[r.num[1]]
+        cpu_shown = "—"
         if r.den is None:
             e = summary.get(srv.name, {}).get(wl.name)
             rps = e.get("requests_per_s") if e and not e["errors"] else None
@@ -1358,6 +1361,10 @@ def goals_section(
             value = a / b if a and b else None
             shown = "—" if value is None else f"{value:.2f}"
             who = f"`{srv.name}`" if srv is dsrv else f"`{srv.name}` / `{dsrv.name}`"
+            ea, eb = summary.get(srv.name, {}).get(wl.name), summary.get(dsrv.name, {}).get(dwl.name)
+            ca, cb = (server_us_per_request(e) if e else None for e in (ea, eb))
+            if ca and cb:
+                cpu_shown = f"{ca:.2f} / {cb:.2f}"
         pair = paired.get(ratio_id(r))
         pair_shown = "—"
         if pair is not None:
@@ -1380,7 +1387,9 @@ def goals_section(
         else:
             met = "**no**"
             failed_count += 1
-        lines.append(f"| {r.goal} | {who} | {figures} | {shown} | {pair_shown} | {fmt_target(r.target)} | {met} |")
+        lines.append(
+            f"| {r.goal} | {who} | {figures} | {shown} | {pair_shown} | {fmt_target(r.target)} | {met} | {cpu_shown} |"
+        )
     lines += ["", f"Goals with a bound: {met_count} met, {failed_count} not met in this run.", ""]
     return lines
 

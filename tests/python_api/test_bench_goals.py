@@ -23,6 +23,9 @@ def run():
     del sys.modules["bench_run"]
 
 
+MET, SERVER_CPU = 6, 7  # columns of a goal row
+
+
 def figure(rps: float) -> dict:
     return {"requests_per_s": rps, "errors": 0, "disturbed_runs": 0, "client_cpu_percent": 50.0}
 
@@ -58,17 +61,17 @@ def test_the_paired_ratio_decides_met(run) -> None:
     summary = {"ucall-c-poll": {"sum-32conn": figure(80_000)}, "ucall-rust-poll": {"sum-32conn": figure(100_000)}}
     goal = "C API / Rust API, sum-32conn"
     row = goal_row(run.goals_section(summary, servers, workloads, {}, set()), goal)
-    assert row[3] == "0.80" and row[4] == "—" and row[-1] == "**no**"
+    assert row[3] == "0.80" and row[4] == "—" and row[MET] == "**no**"
     # ... the paired rounds meet it, and they decide.
     key = "ucall-c-poll/sum-32conn : ucall-rust-poll/sum-32conn"
     paired = {key: {"ratio": 0.99, "low": 0.93, "high": 1.04, "rounds": [0.93, 0.99, 1.04], "disturbed": 0}}
     row = goal_row(run.goals_section(summary, servers, workloads, {}, set(), paired), goal)
-    assert row[3] == "0.80" and row[4] == "0.99 (0.93–1.04)" and row[-1] == "yes"
+    assert row[3] == "0.80" and row[4] == "0.99 (0.93–1.04)" and row[MET] == "yes"
     # And the other way round: paired rounds below the bound are a miss whatever the tables say.
     paired[key] = {"ratio": 0.91, "low": 0.88, "high": 0.97, "rounds": [0.88, 0.91, 0.97], "disturbed": 0}
     summary["ucall-c-poll"]["sum-32conn"] = figure(100_000)
     row = goal_row(run.goals_section(summary, servers, workloads, {}, set(), paired), goal)
-    assert row[3] == "1.00" and row[-1] == "**no**"
+    assert row[3] == "1.00" and row[MET] == "**no**"
 
 
 def test_pairing_that_failed_gives_no_figure(run) -> None:
@@ -77,7 +80,7 @@ def test_pairing_that_failed_gives_no_figure(run) -> None:
     key = "ucall-c-poll/sum-32conn : ucall-rust-poll/sum-32conn"
     paired = {key: {"ratio": None, "rounds": [], "disturbed": 0, "errors": 3}}
     row = goal_row(run.goals_section(summary, servers, workloads, {}, set(), paired), "C API / Rust API, sum-32conn")
-    assert row[4] == "no figure" and row[-1] == "no figure"
+    assert row[4] == "no figure" and row[MET] == "no figure"
 
 
 def test_server_cpu_per_request_divides_the_server_share_by_the_rate(run):
@@ -86,3 +89,17 @@ def test_server_cpu_per_request_divides_the_server_share_by_the_rate(run):
     # No CPU figure (the server's process was not readable), or no requests: no value.
     assert run.server_us_per_request({"server_cpu_percent": None, "requests_per_s": 200_000}) is None
     assert run.server_us_per_request({"server_cpu_percent": 97.0, "requests_per_s": 0}) is None
+
+
+def test_a_goal_row_shows_what_each_server_spent_per_request(run) -> None:
+    servers, workloads = pick(run, ["ucall-c-poll", "ucall-rust-poll"], ["sum-32conn"])
+    summary = {
+        "ucall-c-poll": {"sum-32conn": dict(figure(200_000), server_cpu_percent=97.0)},
+        "ucall-rust-poll": {"sum-32conn": dict(figure(190_000), server_cpu_percent=95.0)},
+    }
+    row = goal_row(run.goals_section(summary, servers, workloads, {}, set()), "C API / Rust API, sum-32conn")
+    assert row[SERVER_CPU] == "4.85 / 5.00" and row[MET] == "yes"
+    # Without the server's CPU figure (its process could not be read) there is nothing to show.
+    del summary["ucall-rust-poll"]["sum-32conn"]["server_cpu_percent"]
+    row = goal_row(run.goals_section(summary, servers, workloads, {}, set()), "C API / Rust API, sum-32conn")
+    assert row[SERVER_CPU] == "—"
