@@ -722,10 +722,10 @@ pub(crate) struct UringWorker {
     finished: bool,
     /// Closing down: no operation is re-armed.
     finishing: bool,
-    listener: Option<std::net::TcpListener>,
-    /// With a TLS port of its own (`TlsConfig::port`), its listener.
-    tls_listener: Option<std::net::TcpListener>,
-    /// The accepts of the plain listener and of the TLS one.
+    /// The plain listener, and with a TLS port of its own (`TlsConfig::port`) the TLS one:
+    /// indexed by the port's accept token slot, as `accepting` is.
+    listeners: [Option<std::net::TcpListener>; 2],
+    /// The accepts of each listener.
     accepting: [Accepting; 2],
     /// Plaintext decrypted from one receive, before the session takes it.
     tls_plain: Vec<u8>,
@@ -797,9 +797,8 @@ impl UringWorker {
             started: false,
             finished: false,
             finishing: false,
-            listener: Some(listener),
+            listeners: [Some(listener), tls_listener],
             accepting: [Accepting::default(), Accepting::default()],
-            tls_listener,
             tls_plain: Vec::new(),
             accept_retry: None,
             bufs,
@@ -987,12 +986,10 @@ impl UringWorker {
     /// Arm each listener's accept for the next turn: the multishot one, or while a flood
     /// lasts a one-shot one (see [`Accepting`]).
     fn arm_accept(&mut self) {
-        for tls_port in [false, true] {
-            let listener = if tls_port { &self.tls_listener } else { &self.listener };
-            let Some(fd) = listener.as_ref().map(AsRawFd::as_raw_fd) else {
+        for port in 0..self.listeners.len() {
+            let Some(fd) = self.listeners[port].as_ref().map(AsRawFd::as_raw_fd) else {
                 continue;
             };
-            let port = usize::from(tls_port);
             let (cancel_multishot, arm) = self.accepting[port].next_turn();
             if cancel_multishot {
                 self.cancel(token(Op::Accept, port, MULTISHOT));
@@ -1015,24 +1012,23 @@ impl UringWorker {
         self.accept_retry = None;
     }
 
+    /// Whether the listeners are still up (until `stop_accepting`).
+    fn listening(&self) -> bool {
+        self.listeners.iter().any(Option::is_some)
+    }
+
     /// Stop accepting: drop the listeners, cancelling their accepts.
     fn stop_accepting(&mut self) {
-        for tls_port in [false, true] {
-            let listener = if tls_port {
-                &mut self.tls_listener
-            } else {
-                &mut self.listener
-            };
-            let port = usize::from(tls_port);
+        for port in 0..self.listeners.len() {
+            if self.listeners[port].take().is_none() {
+                continue;
+            }
             let Accepting {
                 multishot, one_shot, ..
             } = self.accepting[port];
-            if listener.take().is_some() {
-                if multishot {
-                    self.cancel(token(Op::Accept, port, MULTISHOT));
-                }
-                if one_shot {
-                    self.cancel(token(Op::Accept, port, ONE_SHOT));
+            for (armed, kind) in [(multishot, MULTISHOT), (one_shot, ONE_SHOT)] {
+                if armed {
+                    self.cancel(token(Op::Accept, port, kind));
                 }
             }
         }
@@ -1221,7 +1217,7 @@ impl UringWorker {
             return;
         }
         let file = result.unsigned_abs();
-        if self.listener.is_none() || !super::admit(&self.shared) {
+        if !self.listening() || !super::admit(&self.shared) {
             self.close_file(file, 0, 0);
             return;
         }
@@ -1682,7 +1678,7 @@ impl UringWorker {
     /// Graceful shutdown: stop accepting, close idle connections, let the others finish.
     /// Returns whether the worker is done.
     fn drain(&mut self) -> bool {
-        if self.listener.is_some() || self.tls_listener.is_some() {
+        if self.listening() {
             self.stop_accepting();
             self.drain_deadline = Some(self.now + self.shared.config.shutdown_timeout);
         }
