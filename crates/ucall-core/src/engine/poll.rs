@@ -374,7 +374,7 @@ impl PollWorker {
         }
         if !failed && conn.peer_closed && !conn.closing && !conn.backlog {
             // Half-closed by the client: what it sent is answered, the rest is never coming.
-            conn.session.end_of_input(&mut conn.out);
+            conn.session.end_of_input(&conn.input, &mut conn.out, &mut ctx);
             conn.closing = true;
             // Replies still awaited (holes) keep the connection open until they are sent.
             if has_output(conn) && flush(conn, now).is_err() {

@@ -1453,7 +1453,8 @@ impl UringWorker {
         }
         if conn.peer_closed && !conn.closing && !conn.backlog && !conn.failed {
             // Half-closed by the client: what it sent is answered, the rest is never coming.
-            conn.session.end_of_input(&mut conn.out);
+            let mut ctx = self.serving.context(shared, key, conn.generation);
+            conn.session.end_of_input(&conn.input, &mut conn.out, &mut ctx);
             conn.closing = true;
         }
         if conn.failed {
