@@ -65,6 +65,18 @@ impl Worker {
         }
     }
 
+    /// How many of this worker's waits ended because their time ran out rather than on
+    /// an event: a diagnostic. While a connection has input buffered and its output can
+    /// take more, no wait may end that way (the tests count it on a deep pipeline).
+    #[must_use]
+    pub fn waits_timed_out(&self) -> u64 {
+        match &self.inner {
+            Inner::Poll(worker) => worker.waits_timed_out,
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.waits_timed_out,
+        }
+    }
+
     /// A handle with which the thread turning this worker completes calls between turns
     /// without waking it (see [`crate::WakeHold`]).
     pub fn wake_hold(&self) -> crate::WakeHold {

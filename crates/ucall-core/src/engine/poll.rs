@@ -101,6 +101,8 @@ pub(crate) struct PollWorker {
     /// The clock read once per turn, after the wait: progress and time-outs are counted in
     /// seconds, and a clock read per read and write cost 2–3 % of a small request.
     now: Instant,
+    /// Waits that ended on their time-out (see [`super::Worker::waits_timed_out`]).
+    pub(crate) waits_timed_out: u64,
 }
 
 pub(crate) fn register_wakers(shared: &Shared, workers: &[&PollWorker]) {
@@ -158,6 +160,7 @@ impl PollWorker {
             completions: Vec::new(),
             next_generation: 0,
             now: Instant::now(),
+            waits_timed_out: 0,
         })
     }
 
@@ -181,6 +184,9 @@ impl PollWorker {
             self.shared.report("worker stopped", &format!("poll failed: {e}"));
             self.finish();
             return false;
+        }
+        if self.events.is_empty() && timeout.is_some_and(|t| !t.is_zero()) {
+            self.waits_timed_out += 1;
         }
         self.now = Instant::now();
         self.serving.date.refresh(SystemTime::now());

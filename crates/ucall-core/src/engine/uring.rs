@@ -755,10 +755,15 @@ pub(crate) struct UringWorker {
     /// Small sends queued since the last wait, and whether a large one was.
     small_sends: usize,
     large_send: bool,
+    /// A send queued since the last wait leaves work behind it that its completion lets
+    /// go on (more output, input held back): the wait must not outlast that completion.
+    send_follow_up: bool,
     send_zc: bool,
     sendmsg_zc: bool,
     now: Instant,
     turns: u64,
+    /// Waits that ended on their time-out (see [`super::Worker::waits_timed_out`]).
+    pub(crate) waits_timed_out: u64,
     next_scan: Option<Instant>,
     drain_deadline: Option<Instant>,
 }
@@ -816,10 +821,12 @@ impl UringWorker {
             multishot_recv: features.multishot_recv,
             small_sends: 0,
             large_send: false,
+            send_follow_up: false,
             send_zc: features.send_zc && zero_copy,
             sendmsg_zc: features.sendmsg_zc && zero_copy,
             now: Instant::now(),
             turns: 0,
+            waits_timed_out: 0,
             next_scan: None,
             drain_deadline: None,
         })
@@ -903,15 +910,21 @@ impl UringWorker {
     /// a wait for one completion would return with only those. So the wait asks for one
     /// completion more than the small sends, typically the next request, and a request
     /// costs one `io_uring_enter`. A send that does not complete at once (a full socket)
-    /// could leave that count short: the wait is then capped at [`SEND_WAIT_CAP`].
+    /// could leave that count short: the wait is then capped at [`SEND_WAIT_CAP`]. When a
+    /// send leaves work behind it (a deep pipeline's replies beyond one send's slices,
+    /// input held back), its completion is all the wait asks for: waiting for one more
+    /// would wait for the cap, however much is left to do.
     fn enter(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         self.flush_backlog();
         let sends = std::mem::take(&mut self.small_sends);
         let large_send = std::mem::take(&mut self.large_send);
+        let follow_up = std::mem::take(&mut self.send_follow_up);
         let (want, timeout) = if !self.ring.completion().is_empty() {
             // Completions are already waiting (see `reap`): collect what else is ready,
             // without sleeping.
             (1, Some(Duration::ZERO))
+        } else if follow_up {
+            (sends.max(1), timeout)
         } else if sends > 0 && !large_send {
             (sends + 1, Some(timeout.map_or(SEND_WAIT_CAP, |t| t.min(SEND_WAIT_CAP))))
         } else {
@@ -927,6 +940,11 @@ impl UringWorker {
                 self.ring.submitter().submit_with_args(want, &args)
             }
         };
+        // Submitting makes the call return its count even when the wait then timed out:
+        // fewer completions than asked for tell.
+        if timeout.is_some_and(|t| !t.is_zero()) && self.ring.completion().len() < want {
+            self.waits_timed_out += 1;
+        }
         match result {
             Ok(_) => Ok(()),
             // Timed out, interrupted, or the completion queue is full (it is read next).
@@ -1577,6 +1595,7 @@ impl UringWorker {
             }
         };
         conn.send_inflight = true;
+        self.send_follow_up |= total < conn.sending.pending() || conn.out.has_sendable() || conn.backlog;
         if total <= SMALL_SEND {
             self.small_sends += 1;
         } else {
