@@ -5,6 +5,9 @@
 //! connections), its connections and its buffers; workers share only the router, the
 //! configuration and a few counters.
 
+mod conn;
+#[cfg(test)]
+mod conn_tests;
 mod poll;
 #[cfg(target_os = "linux")]
 mod uring;

@@ -62,22 +62,13 @@ use std::time::{Duration, Instant, SystemTime};
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use slab::Slab;
 
-use super::Clocks;
+use super::conn::{Conn, Phase, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Completion, Sink};
 use crate::error::Error;
 use crate::server::Shared;
-use crate::session::{Context, Session};
-use crate::tls::{Received, TlsSession};
-
-/// Stop processing a connection's requests while this much output waits to be sent.
-const OUTPUT_HIGH_WATER: usize = 1 << 20;
-/// Output capacity a connection keeps after a large reply has gone.
-const OUTPUT_KEEP: usize = 64 << 10;
-/// Slices per vectored send.
-const MAX_IOV: usize = 64;
-/// Least time between two time-out scans.
-const SCAN_GRANULARITY: Duration = Duration::from_millis(50);
+use crate::session::Context;
+use crate::tls::TlsSession;
 /// After a time-out, how long the goodbye (a `408`) may take to leave before the
 /// connection is cut.
 const GOODBYE_GRACE: Duration = Duration::from_millis(500);
@@ -560,17 +551,13 @@ impl MsgBox {
     }
 }
 
-struct Conn {
+/// A connection: its registered file and the operations in flight on it; the rest is the
+/// engine-independent [`Conn`] (`core`).
+struct UringConn {
     /// Index in the ring's registered file table.
     file: u32,
-    /// Tells this connection from an earlier one in the same slot; its low 24 bits go in
-    /// every `user_data`, all of it in deferred replies.
-    generation: u64,
-    session: Session,
-    /// Unconsumed input (the tail of an unfinished request), empty when between requests.
-    input: Vec<u8>,
-    /// Replies written by the session, not yet handed to the kernel.
-    out: OutBuf,
+    /// Session, input, output (replies not yet handed to the kernel), TLS, clocks, phase.
+    core: Conn,
     /// Replies being sent; read by the kernel while `send_inflight`.
     sending: OutBuf,
     /// Bytes `sending` held when it was filled (what it pins if it goes zero-copy).
@@ -585,7 +572,7 @@ struct Conn {
     /// A cancel has been sent for the armed receive.
     recv_cancelled: bool,
     /// The input, while a receive straight into its spare capacity is in flight (see
-    /// [`BULK_MIN`]); `input` is empty meanwhile.
+    /// [`BULK_MIN`]); `core.input` is empty meanwhile.
     receiving: Option<Vec<u8>>,
     /// One-shot receives left before multishot again (see [`ONE_SHOT_SPELL`]).
     one_shot: u32,
@@ -597,36 +584,17 @@ struct Conn {
     send_inflight: bool,
     /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
     zc_notifs: u32,
-    /// `input` may hold whole requests, left unprocessed while the output was full.
-    backlog: bool,
-    /// The peer shut its sending side.
-    peer_closed: bool,
-    /// Close once the output is sent.
-    closing: bool,
-    /// An error or reset: close now.
-    failed: bool,
     /// Closed: operations are being cancelled, the slot is freed once they complete.
     dead: bool,
-    /// Timed out: cut at `hard_deadline` if the goodbye has not left by then.
-    hard_deadline: Option<Instant>,
+    /// Timed out: cut at this time if the goodbye has not left by then.
+    cut_at: Option<Instant>,
     /// Queued in `UringWorker::touched`.
     touched: bool,
-    /// Listed in `UringWorker::held` (see [`super::HeldBack`]).
-    held: bool,
     /// The worker's turn count when accepted (drain spares connections whose first bytes
     /// may not have been seen yet).
     accepted_turn: u64,
-    /// Time-out clocks (idle, header).
-    clocks: Clocks,
-    /// TLS state, on a TLS port: ciphertext in, plaintext to the session, and back.
-    tls: Option<Box<TlsSession>>,
     /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
     tls_done: bool,
-    /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives
-    /// is dropped until the client closes or `hard_deadline` passes.
-    lingering: bool,
-    /// Input arrived once closing and was dropped unread: the close must linger.
-    dropped_input: bool,
     /// A shutdown is in flight. The kernel runs it on a worker thread, where it looks up
     /// the registered file only then: the file's slot must not be closed (and reused by
     /// the next accept) before it completes.
@@ -635,20 +603,24 @@ struct Conn {
     close_after_shutdown: bool,
 }
 
-impl Conn {
-    /// Bytes queued and not yet sent, and bytes sent but still pinned by zero-copy sends.
-    fn pending(&self) -> usize {
-        self.out.pending() + self.sending.pending() + self.parked_bytes
+impl UringConn {
+    /// Bytes handed to the kernel and not yet sent, and bytes sent but still pinned by
+    /// zero-copy sends: they count against the output's high-water mark.
+    fn in_flight(&self) -> usize {
+        self.sending.pending() + self.parked_bytes
     }
 
     fn is_quiet(&self) -> bool {
         !self.recv_armed && !self.send_inflight && self.zc_notifs == 0 && !self.shutdown_inflight
     }
-}
 
-/// When `conn` times out if nothing happens: once timed out, when its goodbye must have left.
-fn deadline(conn: &Conn, config: &crate::Config) -> Instant {
-    conn.hard_deadline.unwrap_or_else(|| conn.clocks.deadline(config))
+    /// When the connection times out if nothing happens: once timed out, when its goodbye
+    /// must have left; lingering, when the linger ends.
+    fn deadline(&self, config: &crate::Config) -> Instant {
+        self.cut_at
+            .or(self.core.lingering_until())
+            .unwrap_or_else(|| self.core.clocks.deadline(config))
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -727,8 +699,6 @@ pub(crate) struct UringWorker {
     listeners: [Option<std::net::TcpListener>; 2],
     /// The accepts of each listener.
     accepting: [Accepting; 2],
-    /// Plaintext decrypted from one receive, before the session takes it.
-    tls_plain: Vec<u8>,
     /// Accepting stopped on an error (a full file table...): retry after a close or at
     /// this time.
     accept_retry: Option<Instant>,
@@ -736,7 +706,7 @@ pub(crate) struct UringWorker {
     waker: Arc<EventFd>,
     /// The wake read writes here (owned by the kernel while the read is armed).
     wake_buf: Box<u64>,
-    conns: Slab<Conn>,
+    conns: Slab<UringConn>,
     generation: u64,
     /// Procedures, completion sink, scratch buffers and date (see [`super::Serving`]).
     pub(crate) serving: super::Serving,
@@ -804,7 +774,6 @@ impl UringWorker {
             finishing: false,
             listeners: [Some(listener), tls_listener],
             accepting: [Accepting::default(), Accepting::default()],
-            tls_plain: Vec::new(),
             accept_retry: None,
             bufs,
             waker,
@@ -1070,8 +1039,8 @@ impl UringWorker {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let fd = types::Fixed(conn.file);
         let entry = if wants_bulk(conn) {
-            let mut input = std::mem::take(&mut conn.input);
-            super::reserve_input(&mut input, &conn.session, BULK_ROOM);
+            let mut input = std::mem::take(&mut conn.core.input);
+            super::reserve_input(&mut input, &conn.core.session, BULK_ROOM);
             let room = input.spare_capacity_mut();
             let (at, len) = (
                 room.as_mut_ptr().cast::<u8>(),
@@ -1093,7 +1062,7 @@ impl UringWorker {
         };
         conn.recv_armed = true;
         conn.recv_cancelled = false;
-        let entry = entry.user_data(token(Op::Recv, key, short_generation(conn.generation)));
+        let entry = entry.user_data(token(Op::Recv, key, short_generation(conn.core.generation)));
         // SAFETY: the receive writes only into buffers it takes from the worker's buffer
         // ring, which outlives every operation; each is the kernel's until a completion
         // names it. A receive into the input writes only into the spare capacity of
@@ -1133,7 +1102,7 @@ impl UringWorker {
             if let Some(conn) = self
                 .conns
                 .get_mut(key)
-                .filter(|c| short_generation(c.generation) == generation)
+                .filter(|c| short_generation(c.core.generation) == generation)
             {
                 conn.touched = false;
                 self.serve(key);
@@ -1164,10 +1133,10 @@ impl UringWorker {
     }
 
     /// The connection in `key` if it is still the one of `generation` (from a `user_data`).
-    fn conn_of(&mut self, key: usize, generation: u32) -> Option<&mut Conn> {
+    fn conn_of(&mut self, key: usize, generation: u32) -> Option<&mut UringConn> {
         self.conns
             .get_mut(key)
-            .filter(|conn| short_generation(conn.generation) == generation)
+            .filter(|conn| short_generation(conn.core.generation) == generation)
     }
 
     /// Put the deferred replies that arrived in place (their connections are served with
@@ -1180,25 +1149,26 @@ impl UringWorker {
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
-            if conn.generation != completion.generation || conn.dead {
+            if conn.core.generation != completion.generation || conn.dead {
                 continue;
             }
-            if conn.session.complete(
-                completion.slot,
-                completion.outcome,
-                &mut conn.out,
-                self.serving.date.get(),
-            ) {
-                // Input held back while replies were awaited may now go on.
-                conn.backlog |= !conn.input.is_empty();
+            // Input held back while replies were awaited may now go on (`complete`).
+            if conn
+                .core
+                .complete(completion.slot, completion.outcome, self.serving.date.get())
+            {
                 self.touch(completion.conn);
             }
         }
         self.completions = completions;
         while let Some((key, generation)) = self.held.next(&self.serving.sink) {
-            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.generation == generation) {
-                conn.held = false;
-                conn.backlog |= !conn.input.is_empty();
+            if let Some(conn) = self
+                .conns
+                .get_mut(key)
+                .filter(|conn| conn.core.generation == generation)
+            {
+                conn.core.held = false;
+                conn.core.mark_backlog();
                 self.serve(key);
             }
         }
@@ -1209,7 +1179,7 @@ impl UringWorker {
         if let Some(conn) = self.conns.get_mut(key) {
             if !conn.touched {
                 conn.touched = true;
-                self.touched.push((key, short_generation(conn.generation)));
+                self.touched.push((key, short_generation(conn.core.generation)));
             }
         }
     }
@@ -1252,15 +1222,12 @@ impl UringWorker {
         };
         self.generation += 1;
         let now = self.now;
-        let key = self.conns.insert(Conn {
+        let key = self.conns.insert(UringConn {
             file,
-            generation: self.generation,
-            session: Session::new(),
-            input: Vec::new(),
+            core: Conn::new(self.generation, tls, now),
             receiving: None,
             one_shot: 0,
             own_buffer: None,
-            out: OutBuf::new(),
             sending: OutBuf::new(),
             sending_bytes: 0,
             parked: Vec::new(),
@@ -1270,24 +1237,11 @@ impl UringWorker {
             recv_cancelled: false,
             send_inflight: false,
             zc_notifs: 0,
-            backlog: false,
-            peer_closed: false,
-            closing: false,
-            failed: false,
             dead: false,
-            hard_deadline: None,
+            cut_at: None,
             touched: false,
-            held: false,
             accepted_turn: self.turns,
-            // The handshake must finish within the header time-out.
-            clocks: Clocks {
-                last_progress: now,
-                head_started: tls.is_some().then_some(now),
-            },
-            tls,
             tls_done: false,
-            lingering: false,
-            dropped_input: false,
             shutdown_inflight: false,
             close_after_shutdown: false,
         });
@@ -1315,7 +1269,7 @@ impl UringWorker {
         if let Some(conn) = self
             .conns
             .get_mut(key)
-            .filter(|conn| short_generation(conn.generation) == generation)
+            .filter(|conn| short_generation(conn.core.generation) == generation)
         {
             matched = true;
             if !cqueue::more(flags) {
@@ -1329,35 +1283,26 @@ impl UringWorker {
                 unsafe { own.set_len(usize::try_from(result).unwrap_or(0)) };
                 own
             });
-            let mut ctx = self.serving.context(shared, key, conn.generation);
+            let in_flight = conn.in_flight();
+            let mut ctx = self.serving.context(shared, key, conn.core.generation);
             if let Some(input) = conn.receiving.take() {
                 received_into_input(conn, input, result, &mut ctx, now);
             } else if !conn.dead {
                 match result {
                     n if n > 0 => {
-                        let mut bytes = match &own {
+                        let bytes = match &own {
                             Some(own) => own.as_slice(),
                             None => self.bufs.bytes(
                                 bid.expect("invariant: a receive with bytes names its buffer"),
                                 n.unsigned_abs() as usize,
                             ),
                         };
-                        if let Some(tls) = conn.tls.as_mut() {
-                            self.tls_plain.clear();
-                            match tls.receive(bytes, &mut self.tls_plain) {
-                                Ok(Received::Open) => {}
-                                Ok(Received::Closed) => conn.peer_closed = true,
-                                Err(_) => {
-                                    // Handshake failure, bad record, plaintext on a TLS port:
-                                    // send the alert rustls queued, then close. Nobody else
-                                    // is affected.
-                                    conn.tls_done = true;
-                                    conn.closing = true;
-                                }
-                            }
-                            bytes = &self.tls_plain;
+                        if conn.core.tls.is_none() {
+                            conn.core.deliver(bytes, &mut ctx, now, in_flight);
+                        } else if conn.core.receive_tls(bytes, &mut ctx, now, in_flight).is_err() {
+                            // The alert rustls queued goes out, then the close.
+                            conn.tls_done = true;
                         }
-                        deliver(conn, bytes, &mut ctx, now);
                         // A large message under way: the rest goes straight into the input
                         // once this multishot receive has ended.
                         let bulk = wants_bulk(conn);
@@ -1366,7 +1311,7 @@ impl UringWorker {
                             conn.one_shot = conn.one_shot.saturating_sub(1);
                         }
                     }
-                    0 => conn.peer_closed = true,
+                    0 => conn.core.input_ended = true,
                     e if e == -libc::ENOBUFS => {
                         conn.own_buffer = Some(Vec::with_capacity(RECV_BUFFER_SIZE as usize));
                     }
@@ -1375,7 +1320,7 @@ impl UringWorker {
                         // A kernel without multishot receive: one receive per completion.
                         self.multishot_recv = false;
                     }
-                    _ => conn.failed = true,
+                    _ => conn.core.phase = Phase::Failed,
                 }
             }
             if switch_to_bulk {
@@ -1429,10 +1374,10 @@ impl UringWorker {
             match result {
                 n if n > 0 => {
                     conn.sending.advance(n.unsigned_abs() as usize);
-                    conn.clocks.last_progress = now;
+                    conn.core.clocks.last_progress = now;
                 }
                 e if e == -libc::EOPNOTSUPP && !conn.dead => zc_unsupported = true,
-                _ => conn.failed = true,
+                _ => conn.core.phase = Phase::Failed,
             }
             if conn.sending.is_empty() && conn.zc_notifs > 0 {
                 // All sent, but zero-copy pages may still be read: park the buffer (its
@@ -1460,75 +1405,57 @@ impl UringWorker {
             }
             return;
         }
-        if conn.backlog
-            && !conn.closing
-            && !conn.failed
-            && conn.pending() <= OUTPUT_HIGH_WATER
-            && !conn.session.is_saturated(Some(&self.serving.sink))
-        {
-            let mut ctx = self.serving.context(shared, key, conn.generation);
-            feed_input(conn, &mut ctx);
+        let in_flight = conn.in_flight();
+        if conn.core.is_backlogged() {
+            let mut ctx = self.serving.context(shared, key, conn.core.generation);
+            conn.core.feed_backlog(&mut ctx, in_flight);
         }
-        if conn.peer_closed && !conn.closing && !conn.backlog && !conn.failed {
-            // Half-closed by the client: what it sent is answered, the rest is never coming.
-            let mut ctx = self.serving.context(shared, key, conn.generation);
-            conn.session.end_of_input(&conn.input, &mut conn.out, &mut ctx);
-            conn.closing = true;
+        if conn.core.input_ended && conn.core.phase == Phase::Open {
+            let mut ctx = self.serving.context(shared, key, conn.core.generation);
+            conn.core.answer_end_of_input(&mut ctx);
         }
-        if conn.failed {
+        if conn.core.phase == Phase::Failed {
             self.close(key);
             return;
         }
         self.start_send(key);
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if conn.closing && conn.out.is_empty() && conn.sending.is_empty() && !conn.send_inflight {
-            if let Some(tls) = conn.tls.as_mut().filter(|_| !conn.tls_done) {
+        if conn.core.is_closing() && conn.core.out.is_empty() && conn.sending.is_empty() && !conn.send_inflight {
+            if let Some(tls) = conn.core.tls.as_mut().filter(|_| !conn.tls_done) {
                 // A clean end the client can tell from a truncation; closed once it is sent.
                 tls.close();
                 conn.tls_done = true;
                 self.start_send(key);
                 return;
             }
-            let unread = !conn.input.is_empty() || conn.dropped_input;
-            if conn.peer_closed || !super::must_linger(&conn.session, unread, conn.tls.is_some()) {
+            if !conn.core.must_linger(false) {
                 self.close(key);
                 return;
             }
-            if !conn.lingering {
+            if conn.core.lingering_until().is_none() {
                 // Input may still arrive or wait unread: closing now would reset the
                 // connection and drop the replies not yet delivered.
-                conn.lingering = true;
-                conn.hard_deadline = Some(self.now + super::LINGER);
-                buffer::keep(std::mem::take(&mut conn.input));
-                conn.backlog = false;
+                conn.core.linger(self.now);
                 conn.shutdown_inflight = true;
                 let entry = opcode::Shutdown::new(types::Fixed(conn.file), libc::SHUT_WR)
                     .build()
-                    .user_data(token(Op::Shutdown, key, short_generation(conn.generation)));
+                    .user_data(token(Op::Shutdown, key, short_generation(conn.core.generation)));
                 // SAFETY: a shutdown points to no memory; its registered file stays open
                 // until it completes (`close_after_shutdown`).
                 unsafe { self.push(entry) };
             }
         }
         let Some(conn) = self.conns.get_mut(key) else { return };
-        // A client that asked for the close is still listened to until then: whatever it
-        // sends meanwhile is seen, and makes the close linger (`must_linger`).
-        let wants_input = (conn.lingering && !conn.peer_closed)
-            || (conn.closing && !conn.peer_closed && conn.session.close_was_asked())
-            || (!conn.closing
-                && !conn.peer_closed
-                && !conn.backlog
-                && conn.pending() <= OUTPUT_HIGH_WATER
-                && !conn.session.is_saturated(Some(&self.serving.sink)));
-        if !conn.closing && self.serving.sink.is_full() {
-            self.held.hold(&mut conn.held, key, conn.generation);
+        let wants_input = conn.core.wants_input(conn.in_flight(), Some(&self.serving.sink));
+        if !conn.core.is_closing() && self.serving.sink.is_full() {
+            self.held.hold(&mut conn.core.held, key, conn.core.generation);
         }
         if wants_input && !conn.recv_armed && !self.finishing {
             self.arm_recv(key);
         } else if !wants_input && conn.recv_armed && !conn.recv_cancelled {
             // Over the high-water mark (or closing): stop taking input until the output drains.
             conn.recv_cancelled = true;
-            let target = token(Op::Recv, key, short_generation(conn.generation));
+            let target = token(Op::Recv, key, short_generation(conn.core.generation));
             self.cancel(target);
         }
         let shared = &*self.shared;
@@ -1536,10 +1463,9 @@ impl UringWorker {
         if !conn.send_inflight {
             conn.sending.shrink(OUTPUT_KEEP);
         }
-        conn.out.shrink(OUTPUT_KEEP);
-        let in_head = super::head_under_way(&conn.session, &conn.input, conn.backlog, conn.tls.as_deref());
-        conn.clocks.track_head(in_head, self.now);
-        let at = deadline(conn, &shared.config);
+        conn.core.out.shrink(OUTPUT_KEEP);
+        conn.core.track_clocks(self.now);
+        let at = conn.deadline(&shared.config);
         self.schedule_scan(at);
     }
 
@@ -1550,18 +1476,7 @@ impl UringWorker {
             return;
         }
         if conn.sending.is_empty() {
-            if let Some(tls) = conn.tls.as_mut() {
-                seal_tls(tls, &mut conn.out, &mut conn.sending);
-            } else if !conn.out.has_sendable() {
-                return;
-            } else if conn.session.has_pending() {
-                // `out` holds holes for deferred replies, which must stay where the session
-                // fills them: move what precedes the first hole.
-                conn.out.move_sendable(&mut conn.sending);
-            } else {
-                // No hole anywhere: hand over the whole buffer without copying.
-                std::mem::swap(&mut conn.out, &mut conn.sending);
-            }
+            conn.core.seal_into(&mut conn.sending);
             conn.sending_bytes = conn.sending.pending();
         }
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
@@ -1595,13 +1510,14 @@ impl UringWorker {
             }
         };
         conn.send_inflight = true;
-        self.send_follow_up |= total < conn.sending.pending() || conn.out.has_sendable() || conn.backlog;
+        self.send_follow_up |=
+            total < conn.sending.pending() || conn.core.out.has_sendable() || conn.core.is_backlogged();
         if total <= SMALL_SEND {
             self.small_sends += 1;
         } else {
             self.large_send = true;
         }
-        let entry = entry.user_data(token(Op::Send, key, short_generation(conn.generation)));
+        let entry = entry.user_data(token(Op::Send, key, short_generation(conn.core.generation)));
         // SAFETY: the send reads the ranges of `conn.sending` listed in `slices` (and, when
         // vectored, `conn.msg`): heap memory that nothing writes, swaps out or frees while
         // `send_inflight`. A zero-copy send's pages are read until its notification: the
@@ -1618,8 +1534,8 @@ impl UringWorker {
             return;
         }
         conn.dead = true;
-        buffer::keep(std::mem::take(&mut conn.input));
-        let (file, generation) = (conn.file, short_generation(conn.generation));
+        buffer::keep(std::mem::take(&mut conn.core.input));
+        let (file, generation) = (conn.file, short_generation(conn.core.generation));
         let cancel_recv = conn.recv_armed && !conn.recv_cancelled;
         let cancel_send = conn.send_inflight;
         conn.recv_cancelled = true;
@@ -1640,7 +1556,7 @@ impl UringWorker {
         if self.accept_retry.is_some() {
             self.accept_retry = Some(self.now);
         }
-        if self.conns.get(key).is_some_and(Conn::is_quiet) {
+        if self.conns.get(key).is_some_and(UringConn::is_quiet) {
             self.free_slot(key);
         }
     }
@@ -1652,8 +1568,7 @@ impl UringWorker {
     fn free_slot(&mut self, key: usize) {
         let mut conn = self.conns.remove(key);
         // A receive that completed after `close` brought the input back.
-        buffer::keep(std::mem::take(&mut conn.input));
-        conn.out.release();
+        conn.core.release();
         conn.sending.release();
     }
 
@@ -1671,23 +1586,17 @@ impl UringWorker {
         let config = &self.shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
         let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
-            (!conn.dead && !conn.session.has_pending()).then(|| deadline(conn, config))
+            (!conn.dead && !conn.core.session.has_pending()).then(|| conn.deadline(config))
         });
         for key in expired {
             let Some(conn) = self.conns.get_mut(key) else { continue };
-            if conn.hard_deadline.is_some() {
-                // The goodbye did not leave in time.
+            if conn.cut_at.is_some() || conn.core.lingering_until().is_some() {
+                // The goodbye did not leave in time, or the linger is over.
                 self.close(key);
                 continue;
             }
-            // A 408 answers a request partly received; an idle connection is closed
-            // silently, or a client could read the 408 as the reply to its next request.
-            if !conn.input.is_empty() || !conn.session.is_between_requests() {
-                conn.session.time_out(&mut conn.out, self.serving.date.get());
-            }
-            conn.closing = true;
-            conn.backlog = false;
-            conn.hard_deadline = Some(now + GOODBYE_GRACE);
+            conn.core.time_out(self.serving.date.get());
+            conn.cut_at = Some(now + GOODBYE_GRACE);
             self.serve(key);
         }
         if let Some(at) = earliest {
@@ -1708,29 +1617,22 @@ impl UringWorker {
             .iter()
             // Accepted in an earlier turn: its first bytes, if any, have been received.
             .filter(|(_, c)| {
-                !c.dead
-                    && c.accepted_turn < turns
-                    && c.input.is_empty()
-                    && c.out.is_empty()
-                    && c.sending.is_empty()
-                    && !c.send_inflight
-                    && c.session.is_between_requests()
+                !c.dead && c.accepted_turn < turns && c.core.is_idle() && c.sending.is_empty() && !c.send_inflight
             })
             .map(|(key, _)| key)
             .collect();
         for key in idle {
             // A WebSocket hears why it is closed (1001); other idle connections just close.
             let Some(conn) = self.conns.get_mut(key) else { continue };
-            if conn.session.going_away(&mut conn.out) {
-                conn.closing = true;
+            if conn.core.going_away() {
                 self.serve(key);
             } else {
                 self.close(key);
             }
         }
         for (_, conn) in self.conns.iter_mut() {
-            if !conn.dead && conn.input.is_empty() && conn.session.last_reply_closes() {
-                conn.closing = true;
+            if !conn.dead {
+                conn.core.last_reply_closes();
             }
         }
         !self.conns.iter().any(|(_, c)| !c.dead) || self.drain_deadline.is_some_and(|at| self.now >= at)
@@ -1824,115 +1726,36 @@ fn fd_limit() -> u32 {
     u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX)
 }
 
-/// TLS: encrypt the replies queued in `out` (up to the first hole) into `sending`, until
-/// the plaintext is all sealed or `sending` holds a large send's worth. rustls takes a
-/// bounded amount of plaintext at a time, so this alternates sealing and draining.
-fn seal_tls(tls: &mut TlsSession, out: &mut OutBuf, sending: &mut OutBuf) {
-    struct Into<'a>(&'a mut OutBuf);
-    impl io::Write for Into<'_> {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.push(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    loop {
-        // Writing into memory cannot fail or block.
-        let _ = tls.write_to(&mut Into(sending));
-        if !out.has_sendable() || sending.pending() >= OUTPUT_HIGH_WATER {
-            return;
-        }
-        tls.seal(out);
-        if !tls.wants_write() {
-            return;
-        }
-    }
-}
-
 /// Whether the next receive of `conn` should go straight into its input: an unfinished
 /// message of at least [`BULK_MIN`] bytes is buffered or announced, and nothing else holds
 /// the input.
-fn wants_bulk(conn: &Conn) -> bool {
-    (conn.input.len() >= BULK_MIN || conn.session.input_wanted() >= BULK_MIN)
-        && conn.tls.is_none()
-        && !conn.backlog
-        && !conn.lingering
-        && !conn.closing
-        && !conn.failed
+fn wants_bulk(conn: &UringConn) -> bool {
+    let core = &conn.core;
+    (core.input.len() >= BULK_MIN || core.session.input_wanted() >= BULK_MIN)
+        && core.tls.is_none()
+        && core.phase == Phase::Open
         && !conn.dead
 }
 
 /// A receive straight into the input has completed (`result` as the kernel gave it): the
-/// input is back in place with the bytes received, which go to the session as
-/// [`deliver`] would hand them.
-fn received_into_input(conn: &mut Conn, mut input: Vec<u8>, result: i32, ctx: &mut Context<'_>, now: Instant) {
+/// input is back in place with the bytes received, which go to the session.
+fn received_into_input(conn: &mut UringConn, mut input: Vec<u8>, result: i32, ctx: &mut Context<'_>, now: Instant) {
     let read = usize::try_from(result).unwrap_or(0);
-    debug_assert!(read <= input.capacity() - input.len() && conn.input.is_empty());
+    debug_assert!(read <= input.capacity() - input.len() && conn.core.input.is_empty());
     // SAFETY: the receive initialised the first `read` bytes of the spare capacity.
     unsafe { input.set_len(input.len() + read) };
-    conn.input = input;
+    conn.core.input = input;
     if conn.dead {
         return;
     }
     match result {
         n if n > 0 => {
-            conn.clocks.last_progress = now;
-            if conn.closing || conn.failed {
-                conn.dropped_input = true;
-                conn.input.clear(); // nobody reads it any more, as `deliver` drops it
-            } else if !conn.backlog {
-                feed_input(conn, ctx);
-            }
+            let in_flight = conn.in_flight();
+            conn.core.received_in_place(read, ctx, now, in_flight);
         }
-        0 => conn.peer_closed = true,
+        0 => conn.core.input_ended = true,
         e if e == -libc::ECANCELED => {}
-        _ => conn.failed = true,
-    }
-}
-
-/// Hand received bytes to the session; keep what it leaves (an unfinished request, or
-/// requests held back while the output is full).
-fn deliver(conn: &mut Conn, bytes: &[u8], ctx: &mut Context<'_>, now: Instant) {
-    conn.clocks.last_progress = now;
-    if conn.closing || conn.failed {
-        conn.dropped_input |= !bytes.is_empty();
-        return;
-    }
-    if conn.input.is_empty() && !conn.backlog {
-        let budget = OUTPUT_HIGH_WATER.saturating_sub(conn.sending.pending());
-        let progress = conn.session.feed(bytes, &mut conn.out, ctx, budget);
-        let left = &bytes[progress.consumed..];
-        if !left.is_empty() {
-            super::reserve_input(&mut conn.input, &conn.session, left.len());
-            conn.input.extend_from_slice(left);
-        }
-        conn.closing |= progress.close;
-        conn.backlog =
-            !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
-    } else {
-        super::reserve_input(&mut conn.input, &conn.session, bytes.len());
-        conn.input.extend_from_slice(bytes);
-        if !conn.backlog {
-            feed_input(conn, ctx);
-        }
-    }
-}
-
-/// Hand the buffered input to the session. What it leaves while the output is over the
-/// high-water mark is a backlog, processed once the output drains, so that a client that
-/// reads its replies slowly cannot make the server buffer all it sends.
-fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
-    let budget = OUTPUT_HIGH_WATER.saturating_sub(conn.sending.pending());
-    conn.out.prepare(conn.input.len());
-    let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, budget);
-    conn.input.drain(..progress.consumed);
-    conn.closing |= progress.close;
-    conn.backlog =
-        !conn.input.is_empty() && (conn.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
-    if conn.input.is_empty() && conn.input.capacity() > (RECV_BUFFER_SIZE as usize) * 4 {
-        buffer::keep(std::mem::take(&mut conn.input));
+        _ => conn.core.phase = Phase::Failed,
     }
 }
 
