@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use io_uring::{cqueue, opcode, types};
 
-use super::ring::{token, Op};
+use super::ring::{short_generation, token, Op};
 use super::{UringConn, UringWorker, SCAN_GRANULARITY};
 use crate::buffer::OutBuf;
 use crate::engine::conn::Conn;
@@ -79,6 +79,20 @@ impl Accepting {
 }
 
 impl UringWorker {
+    /// Start the connections accepted beyond earlier turns' shares, up to a turn's share.
+    pub(super) fn start_accepted(&mut self) {
+        for _ in 0..crate::engine::ACCEPTS_PER_TURN {
+            let Some((key, generation)) = self.unstarted.pop_front() else {
+                return;
+            };
+            let turns = self.turns;
+            if let Some(conn) = self.conn_of(key, generation).filter(|conn| !conn.dead) {
+                conn.accepted_turn = turns;
+                self.serve(key);
+            }
+        }
+    }
+
     /// Arm each listener's accept for the next turn: the multishot one, or while a flood
     /// lasts a one-shot one (see [`Accepting`]).
     pub(super) fn arm_accept(&mut self) {
@@ -192,9 +206,21 @@ impl UringWorker {
             shutdown_inflight: false,
             close_after_shutdown: false,
         });
-        // `serve` arms the receive, or, while the worker is full, holds the connection back
-        // unread: a multishot receive would take in all the client has sent.
-        self.serve(key);
+        // A multishot accept goes on taking connections while the worker is busy: on a
+        // loaded machine thousands came in one turn, and serving them all at once kept
+        // the clients already served waiting for seconds. Beyond a turn's share they are
+        // started on the next turns, a share each.
+        let this_turn: usize = self.accepting.iter().map(|accepting| accepting.this_turn).sum();
+        if this_turn > crate::engine::ACCEPTS_PER_TURN {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.accepted_turn = u64::MAX;
+            }
+            self.unstarted.push_back((key, short_generation(self.generation)));
+        } else {
+            // `serve` arms the receive, or, while the worker is full, holds the connection
+            // back unread: a multishot receive would take in all the client has sent.
+            self.serve(key);
+        }
         let config = &self.shared.config;
         self.schedule_scan(now + config.idle_timeout.min(config.header_timeout));
     }

@@ -154,8 +154,9 @@ struct UringConn {
     cut_at: Option<Instant>,
     /// Queued in `UringWorker::touched`.
     touched: bool,
-    /// The worker's turn count when accepted (drain spares connections whose first bytes
-    /// may not have been seen yet).
+    /// The worker's turn count when accepted, or started when accepted beyond a turn's
+    /// share (`u64::MAX` until then): drain spares connections whose first bytes may not
+    /// have been seen yet.
     accepted_turn: u64,
     /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
     tls_done: bool,
@@ -223,6 +224,8 @@ pub(crate) struct UringWorker {
     backlog: VecDeque<squeue::Entry>,
     /// Connections with news, served once the completions at hand are all read.
     touched: Vec<(usize, u32)>,
+    /// Connections accepted beyond a turn's share, not yet started (see `on_accept`).
+    unstarted: VecDeque<(usize, u32)>,
     /// Connections held back while the worker awaits the most deferred calls it takes.
     held: super::HeldBack,
     cqes: Vec<cqueue::Entry>,
@@ -291,6 +294,7 @@ impl UringWorker {
             inflight: 0,
             backlog: VecDeque::new(),
             touched: Vec::new(),
+            unstarted: VecDeque::new(),
             held: super::HeldBack::default(),
             cqes: Vec::with_capacity(CQ_ENTRIES as usize),
             multishot_recv: features.multishot_recv,
@@ -343,6 +347,7 @@ impl UringWorker {
         self.now = Instant::now();
         self.serving.date.refresh(SystemTime::now());
         self.reap();
+        self.start_accepted();
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
             self.finish();
             return false;
@@ -369,7 +374,7 @@ impl UringWorker {
     }
 
     fn wait_timeout(&self) -> Option<Duration> {
-        if !self.backlog.is_empty() {
+        if !self.backlog.is_empty() || !self.unstarted.is_empty() {
             return Some(Duration::ZERO);
         }
         [self.next_scan, self.drain_deadline, self.accept_retry]
