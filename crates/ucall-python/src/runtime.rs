@@ -44,7 +44,7 @@ use pyo3::types::PyList;
 
 use ucall_core::{Deferred, Stopper, WakeHold, Worker};
 
-use crate::server::{DeferredReply, Procedure};
+use crate::procedure::{voluntary_switches, DeferredReply, Procedure};
 
 /// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
 const BLOCKED_TICKS: u32 = 2;
@@ -481,7 +481,7 @@ impl Runtime {
                 let params = job.params.as_ref().map(ParamsText::as_str);
                 let timed = self
                     .times(&job)
-                    .then(|| *switches_at_start.get_or_insert_with(crate::server::voluntary_switches));
+                    .then(|| *switches_at_start.get_or_insert_with(voluntary_switches));
                 if let Some(coroutine) = job.procedure.run(py, params, job.reply, timed) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
@@ -511,7 +511,7 @@ impl Runtime {
     fn run_inline(&self, jobs: Vec<Job>) {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
-            let timed = Some(crate::server::voluntary_switches());
+            let timed = Some(voluntary_switches());
             for job in jobs {
                 if let Some(coroutine) =
                     job.procedure
