@@ -86,6 +86,11 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 
+.PHONY: bench-workers
+bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)
+	cargo build --release -p ucall-bench --bin ucall-load
+	$(PY) benches/workers.py
+
 .PHONY: clean
 clean:  ## Remove build outputs
 	cargo clean

@@ -172,16 +172,16 @@ class Supervisor:
     def _reap(self) -> None:
         """Forget the workers that exited since the last look, logging those that were not
         told to stop; the main loop starts others until there are ``count`` again."""
-        while True:
+        # Each worker by its pid: waitpid(-1) would also reap children that the program
+        # running run(workers=N) started itself.
+        for pid in list(self.workers):
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            worker = self.workers.pop(pid, None)
-            if worker is None:
+                done, status = pid, 0
+            if done == 0:
                 continue
+            worker = self.workers.pop(pid)
             if worker.ready >= 0:
                 os.close(worker.ready)
                 worker.ready = -1
