@@ -112,6 +112,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Join other processes' listeners on the port (see [`Config::share_port`]).
+    pub fn share_port(mut self, on: bool) -> Self {
+        self.config.share_port = on;
+        self
+    }
+
     /// Serve TLS with this certificate material (see [`TlsConfig`] for a port of its own).
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.config.tls = Some(tls);
