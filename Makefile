@@ -76,6 +76,21 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 4
+
+.PHONY: fuzz
+fuzz: setup  ## Run every fuzz target for FUZZ_SECONDS each (default 60; nightly + cargo-fuzz)
+	@scripts/setup.sh fuzz
+	fuzz/run.sh $(FUZZ_SECONDS)
+
+.PHONY: fuzz-smoke
+fuzz-smoke:  ## A short pass of every fuzz target (FUZZ_SMOKE_SECONDS each), as make test runs it
+	@scripts/setup.sh fuzz
+	fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+
+test: fuzz-smoke
+
 .PHONY: clean
 clean:  ## Remove build outputs
 	cargo clean
