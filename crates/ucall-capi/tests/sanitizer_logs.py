@@ -7,13 +7,15 @@
 LOG_DIR holds ASan's log_path files, log.<executable>.<pid> (log_exe_name=1); SERVER_EXITS
 the lines "PID STATUS HOW" that tests/python/conftest.py writes as it stops each server.
 
-The sanitizer creates its file only as it starts a report (the report decorator opens it to
-ask whether it is a terminal) and writes the first line right after, so:
+ASan (log_path) creates its file only when it starts a report: the first write, or the
+report's decorator asking whether the file is a terminal, opens it, and the report's first
+line follows at once. A report therefore always has text, and:
 - a file with text is a report: the check fails and prints it;
-- an empty file means its process ended between those two steps. When the suite had to kill
-  that server (it did not stop within the time after SIGTERM), a report was cut short, and
-  the check fails; when the server exited by itself, or the process is not one of the suite's
-  servers, no report was written, and the check says so and passes.
+- an empty file was opened by a process that ended before writing its first line. When the
+  suite had to kill that server (SIGKILL after it did not stop within the time), a report
+  was cut short and the check fails. Otherwise (the server exited by itself, or the process
+  is not one of the suite's servers) nothing was reported: the check lists the file with
+  what the ledger says of its process, and passes.
 """
 
 from __future__ import annotations
