@@ -76,6 +76,26 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 
+SOAK_SECONDS ?= 600
+SOAK_SERVERS ?= rust,c,python
+SOAK_ENGINES ?= poll,uring
+
+.PHONY: soak
+soak: python  ## Soak test: each server and engine under mixed load for SOAK_SECONDS (600); SOAK_ARGS=--forever
+	cargo build --release -p ucall-examples --bin spec_server
+	cargo build --release -p ucall-capi
+	@mkdir -p $(C_OUT)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude crates/ucall-capi/tests/c/spec_server.c \
+		target/release/libucall.a $(C_LIBS) -o $(C_OUT)/spec_server_release
+	$(PY) tests/soak --seconds $(SOAK_SECONDS) --servers $(SOAK_SERVERS) --engines $(SOAK_ENGINES) $(SOAK_ARGS)
+
+.PHONY: soak-smoke
+soak-smoke:  ## A 20-second soak of the Rust test server (debug build), as make test runs it
+	cargo build -p ucall-examples --bin spec_server
+	$(PY) tests/soak --seconds 20 --servers rust --engines auto --rust target/debug/spec_server --idle 50
+
+test: soak-smoke
+
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 4
 
