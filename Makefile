@@ -64,10 +64,13 @@ bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C re
 	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
 	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
 	@# as it is rather than copying an older run's table into it.
-	@# benches/rss.py then watches the servers' memory over a million requests and adds its table.
+	@# benches/rss.py then watches the servers' memory over a million requests and adds its table;
+	@# benches/idle_memory.py adds RSS per idle connection (9,000 of them) and after they close.
 	@stamp=$$(mktemp); $(PY) benches/run.py; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
+	cargo build --release --quiet -p ucall-examples --bin sum_server && \
+	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/update_readme.py; \
 	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
