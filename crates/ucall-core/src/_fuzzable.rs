@@ -18,10 +18,11 @@ use serde_json::value::RawValue;
 
 use crate::buffer::OutBuf;
 use crate::defer::{Sink, Target};
+use crate::dispatch::{self, Deferrals};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, HeadStatus};
 use crate::jsonrpc::message::{self, Envelope};
-use crate::jsonrpc::{self, Deferrals};
+use crate::params::base64 as bytes_param;
 use crate::session::{Context, Limits, Scratch, Session};
 use crate::stream::{Frame, Framer};
 use crate::{ws, Server, ServerBuilder};
@@ -35,6 +36,7 @@ pub const TARGETS: &[&str] = &[
     "jsonrpc",
     "jsonrpc_vs_serde",
     "rest_query",
+    "bytes_params",
     "session",
 ];
 
@@ -48,6 +50,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "jsonrpc" => jsonrpc_messages(data),
         "jsonrpc_vs_serde" => jsonrpc_vs_serde(data),
         "rest_query" => rest_query(data),
+        "bytes_params" => bytes_params(data),
         "session" => session(data),
         _ => return false,
     }
@@ -255,7 +258,7 @@ fn procedures() -> ServerBuilder {
 /// value, a single request gets at most one reply and a batch at most one per element.
 pub fn jsonrpc_messages(data: &[u8]) {
     let builder = procedures();
-    let mut scratch = jsonrpc::Scratch::default();
+    let mut scratch = dispatch::Scratch::default();
     let mut next_slot = 0;
     let mut deferrals = Deferrals {
         target: None,
@@ -263,7 +266,7 @@ pub fn jsonrpc_messages(data: &[u8]) {
     };
     let mut out = Vec::new();
     let max_batch = 16;
-    let outcome = jsonrpc::process(
+    let outcome = dispatch::process(
         data,
         builder.router(),
         max_batch,
@@ -272,8 +275,8 @@ pub fn jsonrpc_messages(data: &[u8]) {
         &mut out,
     );
     match outcome {
-        jsonrpc::Outcome::Silent => assert!(out.is_empty(), "a silent outcome wrote {out:?}"),
-        jsonrpc::Outcome::Replied | jsonrpc::Outcome::ParseError => {
+        dispatch::Outcome::Silent => assert!(out.is_empty(), "a silent outcome wrote {out:?}"),
+        dispatch::Outcome::Replied | dispatch::Outcome::ParseError => {
             // The grammar only: an id is echoed as sent, and RFC 8259 §8.2 lets a string hold
             // an unpaired surrogate escape that a decoder into text may refuse.
             let text = String::from_utf8_lossy(&out);
@@ -394,6 +397,63 @@ pub fn rest_query(data: &[u8]) {
         };
         let pairs = query.split('&').filter(|p| !p.is_empty()).count();
         assert!(object.len() <= pairs, "{} members from {pairs} pairs", object.len());
+    }
+}
+
+/// `bytes` params: the one base64 decoder against the `base64` crate set to its rule (the
+/// standard alphabet, no whitespace, zero bits under the padding; padding optional, but
+/// whole when present), through each of its entry points.
+pub fn bytes_params(data: &[u8]) {
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::engine::DecodePaddingMode;
+    use base64::Engine as _;
+
+    const PADDED: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+    );
+    const UNPADDED: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::RequireNone),
+    );
+    let reference = if data.ends_with(b"=") {
+        PADDED.decode(data)
+    } else {
+        UNPADDED.decode(data)
+    }
+    .ok();
+    let text = String::from_utf8_lossy(data);
+    assert_eq!(bytes_param::decode(data), reference, "decode({text:?})");
+    if let Some(expected) = &reference {
+        assert_eq!(
+            bytes_param::decoded_len(data),
+            Some(expected.len()),
+            "decoded_len({text:?})"
+        );
+        let mut room = vec![0xa5; expected.len() + 3];
+        assert_eq!(bytes_param::decode_to_slice(data, &mut room), Some(expected.len()));
+        assert_eq!(&room[..expected.len()], expected.as_slice());
+        assert!(
+            room[expected.len()..].iter().all(|&b| b == 0xa5),
+            "wrote past the decoded bytes"
+        );
+        if !expected.is_empty() {
+            let mut short = vec![0; expected.len() - 1];
+            assert_eq!(
+                bytes_param::decode_to_slice(data, &mut short),
+                None,
+                "a buffer one byte short"
+            );
+        }
+        // Both spellings of the bytes decode to them.
+        assert_eq!(
+            bytes_param::decode(PADDED.encode(expected).as_bytes()).as_ref(),
+            Some(expected)
+        );
+        assert_eq!(
+            bytes_param::decode(UNPADDED.encode(expected).as_bytes()).as_ref(),
+            Some(expected)
+        );
     }
 }
 

@@ -23,9 +23,6 @@ fn regression_vectors_pass_their_target() {
             .and_then(|n| n.to_str())
             .expect("folder name")
             .to_owned();
-        if target == "bytes_params" {
-            continue; // a target of the front ends' decoders, replayed in their own tests
-        }
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .expect("folder")
             .map(|e| e.expect("entry").path())
