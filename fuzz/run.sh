@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs every fuzz target (or those named) for SECONDS each, one after another:
 #   fuzz/run.sh SECONDS [TARGET...]
-# The corpora grow in target/fuzz/corpus/<target>/ (seeded by fuzz/seeds.py), crashes land
-# in target/fuzz/artifacts/<target>/, and target/fuzz/summary.tsv gets one line per run:
+# The corpora grow in $FUZZ_OUT/corpus/<target>/ (seeded by fuzz/seeds.py; FUZZ_OUT is
+# target/fuzz unless set), crashes land in $FUZZ_OUT/artifacts/<target>/, and
+# $FUZZ_OUT/summary.tsv gets one line per run:
 # target, seconds, executions, coverage (libFuzzer's cov: edges, ft: features), corpus size.
 # Exits non-zero when a target finds a crash; an input it saved reproduces it with
 #   cargo +nightly fuzz run --fuzz-dir fuzz --target-dir target/fuzz/build TARGET FILE
@@ -15,18 +16,19 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
 fi
-out=target/fuzz
+out=${FUZZ_OUT:-target/fuzz}
+build=target/fuzz/build
 mkdir -p "$out"
 # Debug assertions on: an arithmetic overflow is a finding too.
 fuzz=(cargo +nightly fuzz)
-"${fuzz[@]}" build --fuzz-dir fuzz --target-dir "$out/build" --debug-assertions
+"${fuzz[@]}" build --fuzz-dir fuzz --target-dir "$build" --debug-assertions
 fuzz/seeds.py "$out/corpus"
 failed=()
 for target in "${targets[@]}"; do
     mkdir -p "$out/artifacts/$target"
     log="$out/$target.log"
     status=0
-    "${fuzz[@]}" run --fuzz-dir fuzz --target-dir "$out/build" --debug-assertions "$target" "$out/corpus/$target" -- \
+    "${fuzz[@]}" run --fuzz-dir fuzz --target-dir "$build" --debug-assertions "$target" "$out/corpus/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
         -artifact_prefix="$out/artifacts/$target/" >"$log" 2>&1 || status=$?
     runs=$(grep -oP 'stat::number_of_executed_units:\s*\K\d+' "$log" | tail -1 || true)
