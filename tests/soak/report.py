@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soak import GROWTH, Result
+from soak import GROWTH, JUDGED_FROM_SECONDS, Result
 
 
 def table(results: list[Result]) -> str:
@@ -30,7 +30,8 @@ def table(results: list[Result]) -> str:
     lines.append("")
     lines.append(
         f"Growth is the median of the last tenth of the samples against the median of the first "
-        f"tenth after the warm-up; more than {GROWTH:.0%} fails."
+        f"tenth after the warm-up; more than {GROWTH:.0%} fails a run of {JUDGED_FROM_SECONDS:.0f} s or more "
+        "(a shorter one is judged on its replies and the server's survival only)."
     )
     for r in results:
         lines.append("")
