@@ -5,7 +5,7 @@
 # The corpora grow in $FUZZ_OUT/corpus/<target>/ (seeded by fuzz/seeds.py; FUZZ_OUT is
 # target/fuzz unless set), crashes land in $FUZZ_OUT/artifacts/<target>/, and
 # $FUZZ_OUT/summary.tsv gets one line per run:
-# target, seconds, executions, coverage (libFuzzer's cov: edges, ft: features), corpus size.
+# target, seconds it ran, executions, coverage (libFuzzer's cov: edges, ft: features), corpus size.
 # Exits non-zero when a target finds a crash; an input it saved reproduces it with
 #   cargo +nightly fuzz run --fuzz-dir fuzz --target-dir target/fuzz/build TARGET FILE
 set -euo pipefail
@@ -28,15 +28,17 @@ for target in "${targets[@]}"; do
     mkdir -p "$out/artifacts/$target"
     log="$out/$target.log"
     status=0
+    started=$(date +%s)
     "${fuzz[@]}" run --fuzz-dir fuzz --target-dir "$build" --debug-assertions "$target" "$out/corpus/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
         -artifact_prefix="$out/artifacts/$target/" >"$log" 2>&1 || status=$?
+    elapsed=$(( $(date +%s) - started ))
     runs=$(grep -oP 'stat::number_of_executed_units:\s*\K\d+' "$log" | tail -1 || true)
     cov=$(grep -oP 'cov: \K\d+' "$log" | tail -1 || true)
     ft=$(grep -oP 'ft: \K\d+' "$log" | tail -1 || true)
     corpus=$(find "$out/corpus/$target" -type f | wc -l)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$seconds" "${runs:-?}" "${cov:-?}" "${ft:-?}" "$corpus" >>"$out/summary.tsv"
-    printf 'fuzz %-17s %4ss  %10s runs  cov %5s  ft %6s  corpus %5s\n' "$target" "$seconds" "${runs:-?}" "${cov:-?}" "${ft:-?}" "$corpus"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$elapsed" "${runs:-?}" "${cov:-?}" "${ft:-?}" "$corpus" >>"$out/summary.tsv"
+    printf 'fuzz %-17s %4ss  %10s runs  cov %5s  ft %6s  corpus %5s\n' "$target" "$elapsed" "${runs:-?}" "${cov:-?}" "${ft:-?}" "$corpus"
     if [ "$status" -ne 0 ]; then
         grep -E 'panicked at|ERROR: libFuzzer|SUMMARY|Test unit written' "$log" | head -20 >&2 || true
         failed+=("$target")
