@@ -227,7 +227,7 @@ fn frame_texts(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, max_len: usi
             match framer.next(&buffered, max_len) {
                 Frame::Complete(range) => {
                     assert!(range.start < range.end && range.end <= buffered.len());
-                    assert!(matches!(buffered[range.start], b'{' | b'['));
+                    assert!(!buffered[range.start].is_ascii_whitespace());
                     texts.push(buffered[range.clone()].to_vec());
                     buffered.drain(..range.end);
                     framer.reset();
@@ -239,6 +239,11 @@ fn frame_texts(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, max_len: usi
                 end @ (Frame::Invalid | Frame::TooLarge) => return (texts, Some(end)),
             }
         }
+    }
+    // A bare word (`42`) ends with the input.
+    if let Some(range) = framer.finish(&buffered) {
+        assert!(range.start < range.end && range.end <= buffered.len());
+        texts.push(buffered[range].to_vec());
     }
     (texts, None)
 }
@@ -472,10 +477,11 @@ pub fn session(data: &[u8]) {
         ..Limits::default()
     };
     let pieces = converse(input, &mut |left| splits.next_piece(left), builder.router(), &limits);
+    // An uppercase letter starts an HTTP method; anything else is raw TCP.
     let is_tcp = input
         .iter()
         .find(|c| !c.is_ascii_whitespace())
-        .is_some_and(|c| matches!(c, b'{' | b'['));
+        .is_some_and(|c| !c.is_ascii_uppercase());
     if is_tcp {
         for line in pieces.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
             assert!(
@@ -534,7 +540,19 @@ fn converse(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, router: &crate:
         );
     }
     if !closed {
-        session.end_of_input(&mut out);
+        let mut ctx = Context {
+            router,
+            limits,
+            date: &date,
+            scratch: &mut scratch,
+            defer: Some(Target {
+                sink: &sink,
+                conn: 0,
+                generation: 0,
+            }),
+            draining: false,
+        };
+        session.end_of_input(&buffered, &mut out, &mut ctx);
     }
     out.to_vec()
 }
