@@ -192,7 +192,13 @@ impl ServerBuilder {
         let tls = match &config.tls {
             None => None,
             Some(tls) => Some(TlsShared {
-                config: crate::tls::server_config(tls)?,
+                config: {
+                    let (tls, warnings) = crate::tls::server_config(tls)?;
+                    for warning in warnings {
+                        config.events.report("certificate warning", &warning);
+                    }
+                    tls
+                },
                 separate: tls
                     .port
                     .map(|port| std::sync::Mutex::new(SocketAddr::new(addr.ip(), port))),

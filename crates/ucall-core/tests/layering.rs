@@ -75,8 +75,8 @@ fn modules_import_only_downwards() {
     let mut checked = 0;
     for path in sources(&src) {
         let module = module_of(&src, &path);
-        if module == "lib" {
-            continue; // the root re-exports the API
+        if module == "lib" || module == "_fuzzable" {
+            continue; // the root re-exports the API; the fuzz entry points drive it all
         }
         let own = rank(&module).unwrap_or_else(|| panic!("{}: module {module} has no rank here", path.display()));
         let text = std::fs::read_to_string(&path).expect("a source file");
