@@ -105,6 +105,7 @@ examples-c:  ## Build the C and C++ examples against the release libucall (targe
 	cargo build --release -p ucall-capi
 	@mkdir -p $(C_OUT)/examples
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.c target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude examples/c/client.c target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/client
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.cpp target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum_cpp
 
 .PHONY: test-c
@@ -117,6 +118,8 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/spec_server.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/spec_server
 	gcc $(C_FLAGS) crates/ucall-capi/tests/c/api_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/api_test_plain
 	ASAN_OPTIONS=abort_on_error=1 $(C_OUT)/api_test 2>$(C_OUT)/api_test.log || { cat $(C_OUT)/api_test.log; exit 1; }
+	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/client_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/client_test
+	ASAN_OPTIONS=abort_on_error=1 timeout 120 $(C_OUT)/client_test 2>$(C_OUT)/client_test.log || { cat $(C_OUT)/client_test.log; exit 1; }
 	# valgrind does not model io_uring's shared rings: its run uses the poll engine. The
 	# suppressions cover ring's AES-GCM assembly only (see the file).
 	UCALL_ENGINE=poll timeout 300 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \

@@ -34,6 +34,7 @@
 pub mod panic;
 pub mod base64;
 pub mod call;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod ffi;
@@ -42,6 +43,7 @@ pub mod server;
 mod tls;
 
 pub use call::ucall_call_t;
+pub use client::{ucall_client_config_t, ucall_client_response_t, ucall_client_t};
 pub use config::ucall_config_t;
 pub use server::{ucall_callback_t, ucall_callback_tag_t, ucall_server_t, ucall_str_t};
 

@@ -5,6 +5,7 @@
 use std::mem::MaybeUninit;
 
 use serde::Serialize;
+#[cfg(feature = "simd")]
 use simdutf::{Base64Options, ErrorCode, LastChunkHandlingOptions};
 
 use crate::error::{Error, Result};
@@ -183,6 +184,7 @@ pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id:
 }
 
 /// Append `bytes` as a quoted standard base64 string (SIMD, straight into `out`).
+#[cfg(feature = "simd")]
 pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     let len = simdutf::base64_length_from_binary(bytes.len(), Base64Options::Default);
     out.reserve(len + 2);
@@ -203,6 +205,20 @@ pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// Append `bytes` as a quoted standard base64 string.
+#[cfg(not(feature = "simd"))]
+pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    use base64::Engine as _;
+    out.push(b'"');
+    let start = out.len();
+    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
+    out.push(b'"');
+}
+
 /// The length `text` decodes to as strict standard base64, `None` when it cannot be.
 #[must_use]
 pub fn base64_decoded_len(text: &[u8]) -> Option<usize> {
@@ -215,6 +231,7 @@ pub fn base64_decoded_len(text: &[u8]) -> Option<usize> {
 
 /// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
 /// `false` when `text` is not base64.
+#[cfg(feature = "simd")]
 pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
     if base64_decoded_len(text) != Some(out.len()) {
         return false;
@@ -235,6 +252,26 @@ pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
     };
     // Skipped whitespace shows as fewer bytes written: refused, as strict base64 has none.
     result.error == ErrorCode::Success && written == out.len()
+}
+
+/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
+/// `false` when `text` is not base64.
+#[cfg(not(feature = "simd"))]
+pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    use base64::Engine as _;
+    if base64_decoded_len(text) != Some(out.len()) {
+        return false;
+    }
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(text) else {
+        return false;
+    };
+    if decoded.len() != out.len() {
+        return false;
+    }
+    for (slot, byte) in out.iter_mut().zip(decoded) {
+        slot.write(byte);
+    }
+    true
 }
 
 /// A JSON-RPC error reply (or a result that is not what was asked for, code -32603).
