@@ -76,6 +76,12 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
 
+.PHONY: bench-client
+bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust and C clients beside grpcio and httpx
+	@scripts/setup.sh bench
+	@benches/setup_peers.sh >/dev/null || true  # grpcio's server and client; a failed install shows in the table
+	$(PY) benches/client_bench.py
+
 .PHONY: clean
 clean:  ## Remove build outputs
 	cargo clean

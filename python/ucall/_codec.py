@@ -46,12 +46,17 @@ def is_image(obj: Any) -> bool:
     return image is not None and isinstance(obj, image.Image)
 
 
-def pack_ndarray(array: Any) -> str:
+def npy_bytes(array: Any) -> bytes:
+    """``array`` as a ``.npy`` file."""
     import numpy as np
 
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
-    return b64encode(buffer.getbuffer())
+    return buffer.getvalue()
+
+
+def pack_ndarray(array: Any) -> str:
+    return b64encode(npy_bytes(array))
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -135,6 +140,7 @@ __all__ = [
     "b64decode",
     "b64encode",
     "encode",
+    "npy_bytes",
     "pack",
     "pack_image",
     "pack_ndarray",

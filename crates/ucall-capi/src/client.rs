@@ -97,6 +97,11 @@ unsafe impl Handle for CClient {
 
 const EMPTY: &std::ffi::CStr = c"";
 
+/// A NUL-terminated UTF-8 config string, `None` for NULL (or, with the reason recorded,
+/// for text that is not UTF-8).
+///
+/// # Safety
+/// `ptr` must be NULL or point to a NUL-terminated string that stays unchanged for `'a`.
 unsafe fn text<'a>(ptr: ucall_str_t, what: &str, function: &str) -> Option<&'a str> {
     // SAFETY: the exported function's contract (NULL or a NUL-terminated string).
     let text = unsafe { ffi::c_str_arg(ptr) }?;
@@ -111,8 +116,7 @@ unsafe fn text<'a>(ptr: ucall_str_t, what: &str, function: &str) -> Option<&'a s
 
 fn endpoint(config: &ucall_client_config_t) -> Result<Endpoint, String> {
     const F: &str = "ucall_client_new";
-    // SAFETY (each `text` below): `ucall_client_new`'s contract: config strings are NULL
-    // or NUL-terminated.
+    // SAFETY: `ucall_client_new`'s contract: config strings are NULL or NUL-terminated.
     let url = unsafe { text(config.url, "config.url", F) }.unwrap_or("http://127.0.0.1:8545/");
     let mut endpoint = Endpoint::parse(url).map_err(|e| format!("{F}: config.url: {e}"))?;
     if config.timeout_micro_seconds > 0 {

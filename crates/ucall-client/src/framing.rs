@@ -544,7 +544,10 @@ impl ReplyReader {
     /// A protocol error when the bytes are not a valid reply stream; the connection is
     /// then unusable.
     pub fn next_reply(&mut self) -> Result<Option<Reply>> {
-        if self.eof && self.buffered().starts_with(b"\x15\x03") && matches!(self.state, State::Head) {
+        // No reply starts with 0x15 (a TLS alert record): a TLS port answering plaintext.
+        let at_head = matches!(self.state, State::Head) && !self.json.in_text() && !self.in_message;
+        if at_head && (!self.opened || self.protocol != Protocol::WebSocket) && self.buffered().starts_with(b"\x15\x03")
+        {
             return Err(Error::protocol(
                 "the server answered with a TLS alert and closed: the port speaks TLS (use tls=True, https:// or --tls)",
             ));

@@ -7,6 +7,7 @@
 //! `python/ucall/`.
 
 mod base64;
+mod client;
 mod convert;
 mod params;
 mod runtime;
@@ -51,6 +52,8 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<server::DeferredReply>()?;
+    m.add_class::<client::NativeClient>()?;
+    m.add_class::<client::NativeMux>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
     Ok(())
