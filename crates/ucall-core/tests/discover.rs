@@ -187,6 +187,14 @@ fn descriptions_in_json_are_checked() {
     let doc = MethodDoc::from_json(r#"{"name": "f", "params": [{"name": "x", "schema": {"type": "string"}}]}"#)
         .expect("a valid description");
     assert_eq!(doc.params[0].name, "x");
+    assert_eq!(doc.params[0].default, None);
+    // A null default (or example result) is a value, not an absence.
+    let doc = MethodDoc::from_json(
+        r#"{"params": [{"name": "x", "default": null}], "examples": [{"params": {}, "result": null}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(doc.params[0].default, Some(Value::Null));
+    assert_eq!(doc.examples[0].result, Some(Value::Null));
     let error = MethodDoc::from_json(r#"{"name": "f", "parms": []}"#).expect_err("a misspelt member");
     assert!(error.contains("unknown field `parms`"), "{error}");
     let error = Discovery::from_json(r#"{"docs_path": "docs"}"#).expect_err("a relative path");

@@ -131,8 +131,8 @@ pub struct ParamDoc {
     pub schema: Value,
     /// Whether the call must give it.
     pub required: bool,
-    /// The value taken when it is not given.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The value taken when it is not given (`null` included).
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub default: Option<Value>,
     /// Whether it is on its way out.
     pub deprecated: bool,
@@ -160,7 +160,7 @@ pub struct ErrorDoc {
     /// Its message.
     pub message: String,
     /// Its `data`, if it has a fixed one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub data: Option<Value>,
 }
 
@@ -175,9 +175,14 @@ pub struct ExampleDoc {
     pub summary: Option<String>,
     /// The params: an object by name, or an array by position.
     pub params: Value,
-    /// The result this call answers, when it is fixed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The result this call answers, when it is fixed (`null` included).
+    #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub result: Option<Value>,
+}
+
+/// A member that is there, even as `null`, is `Some` (serde reads `null` as `None`).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 /// What a procedure takes and returns: the input of every self-description document.

@@ -24,10 +24,16 @@ pub(super) fn document(
     }
     let mut paths = Map::new();
     paths.insert("/".into(), jsonrpc_endpoint());
+    let mut ids = std::collections::HashSet::new();
     for doc in methods {
         // A REST call passes named params: a method that takes them only by position has no route.
         if doc.param_structure != ParamStructure::ByPosition {
-            paths.insert(format!("/{}", path_segment(&doc.name)), route(doc));
+            // Operation ids are unique (OpenAPI 3.1 §4.8.10.1): `a.b` and `a_b` both read `a_b`.
+            let mut id = operation_id(&doc.name);
+            while !ids.insert(id.clone()) {
+                id.push('_');
+            }
+            paths.insert(format!("/{}", path_segment(&doc.name)), route(doc, &id));
         }
     }
     let mut schemas = components.clone();
@@ -64,7 +70,7 @@ fn jsonrpc_endpoint() -> Value {
     }})
 }
 
-fn route(doc: &MethodDoc) -> Value {
+fn route(doc: &MethodDoc, id: &str) -> Value {
     let mut properties = Map::new();
     let mut required = Vec::new();
     let mut query = Vec::new();
@@ -102,7 +108,6 @@ fn route(doc: &MethodDoc) -> Value {
         "default": {"description": "A JSON-RPC error object: 400 for invalid params, 404 for an unknown method, 500 otherwise",
                     "content": {"application/json": {"schema": {"$ref": format!("{COMPONENTS}{ERROR}")}}}},
     });
-    let id = operation_id(&doc.name);
     let mut get = json!({"operationId": format!("{id}_get"), "parameters": query, "responses": responses});
     let mut post = json!({
         "operationId": format!("{id}_post"),
