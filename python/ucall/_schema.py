@@ -166,7 +166,13 @@ def _error(error: Any) -> dict[str, Any]:
     raise TypeError(f"an error is an RPCError, a (code, message) pair or a dict with a code, got {error!r}")
 
 
-_BASE64 = {"type": "string", "contentEncoding": "base64"}
+# Standard base64 with its padding, as `_codec.b64decode` takes it: `contentEncoding` alone
+# is a note that validators do not check.
+_BASE64 = {
+    "type": "string",
+    "contentEncoding": "base64",
+    "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+}
 
 
 def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Definitions | None = None) -> Schema:

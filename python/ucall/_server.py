@@ -261,7 +261,7 @@ class Server:
     ) -> F | Callable[[F], F]:
         """``@server`` registers a function under its own name and returns it unchanged;
         ``@server(examples=[...], errors=[...])`` describes it further (see ``route``)."""
-        describe = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if func is None:
             return lambda f: self.route(f, name=name, **describe)
         return self.route(func, name=name, **describe)
@@ -293,7 +293,7 @@ class Server:
     ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
-        describe = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if callable(name):  # used without parentheses: the function came as the name
             return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
 

@@ -376,9 +376,9 @@ def _describe(document: Any, name: str | None) -> str:
     methods = {m["name"]: m for m in document["methods"] if isinstance(m, dict) and "name" in m}
     if name is None:
         lines = []
-        for method in methods.values():
-            summary = f"  # {method['summary']}" if method.get("summary") else ""
-            lines.append(_signature_of(method, document) + summary)
+        for each in methods.values():
+            summary = f"  # {each['summary']}" if each.get("summary") else ""
+            lines.append(_signature_of(each, document) + summary)
         return "\n".join(lines) if lines else "(no methods)"
     method = methods.get(name)
     if method is None:
