@@ -8,9 +8,10 @@ use std::collections::VecDeque;
 
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
-use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
+use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::router::{Call, Router};
 use crate::stream::{Frame, Framer};
 use crate::ws;
@@ -46,7 +47,7 @@ impl Default for Limits {
 /// Buffers reused across requests and connections of one worker.
 #[derive(Default)]
 pub struct Scratch {
-    jsonrpc: jsonrpc::Scratch,
+    jsonrpc: dispatch::Scratch,
     name: Vec<u8>,
     params: Vec<u8>,
     decoded: Vec<u8>,
@@ -464,7 +465,7 @@ impl Session {
                     next_slot: &mut self.next_slot,
                 };
                 let scratch = &mut ctx.scratch.jsonrpc;
-                let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
+                let outcome = dispatch::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
                 if outcome != Outcome::Silent {
                     one_line(&mut data[start..]);
                     data.push(b'\n');
@@ -684,7 +685,7 @@ impl Session {
             next_slot: &mut self.next_slot,
         };
         let scratch = &mut ctx.scratch.jsonrpc;
-        let outcome = jsonrpc::process(
+        let outcome = dispatch::process(
             &message,
             ctx.router,
             ctx.limits.max_batch,
@@ -752,7 +753,7 @@ impl Session {
         http1::respond(out, persistence, ctx.date, |data| {
             let start = data.len();
             let status = if is_jsonrpc {
-                match jsonrpc::process(
+                match dispatch::process(
                     body,
                     ctx.router,
                     ctx.limits.max_batch,
@@ -858,7 +859,7 @@ fn rest_call(
         }
     };
     let call = Call::new(name, params, Some("null"));
-    match jsonrpc::invoke(handler, &call, deferrals, data) {
+    match dispatch::invoke(handler, &call, deferrals, data) {
         Ok(Invoked::Done) => Status::Ok,
         Ok(Invoked::Deferred(slot)) => {
             scratch.jsonrpc.deferred.push(DeferredAt {
