@@ -307,7 +307,15 @@ def call(
         raise click.UsageError(str(error)) from None
     try:
         if list_methods or describe:
-            document = client.call_with_progress("rpc.discover", None).json
+            try:
+                document = client.call_with_progress("rpc.discover", None).json
+            except (UCallError, OSError) as error:
+                if list_methods:
+                    raise
+                # No server to ask (or one that does not describe itself): the command's help.
+                click.echo(ctx.get_help())
+                click.secho(f"ucall: {method!r} is not described here: {error}", fg="yellow", err=True)
+                return
             click.echo(_describe(document, None if list_methods else method))
             return
         assert method is not None

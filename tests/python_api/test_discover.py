@@ -602,7 +602,9 @@ def test_cli_lists_and_describes_methods(engine):
         assert "Example: ucall sum --positional :=40 :=2  # 42" in out
         code, _, err = run_cli("nope", "--help", "-p", port)
         assert code == 2 and "no method 'nope'" in err
-        # Without a method, --help is the command's own.
+        # Without a method, or a server to describe it, --help is the command's own.
+        code, out, err = run_cli("sum", "--help", "-p", 1, "--timeout", 2)
+        assert code == 0 and "--positional" in out and "not described here" in err
         code, out, _ = run_cli("call", "--help")
         assert code == 0 and "--list" in out
         code, _, err = run_cli("call", "-p", port)
