@@ -50,8 +50,13 @@ if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
     cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --quiet
 fi
 
-# Node clients for the WebSocket interop tests (versions pinned by the lock file).
-if [ ! -d tests/node/node_modules ]; then
+# The /docs page is tested in Debian's headless Chromium, driven by Playwright (from
+# requirements-dev.txt) with no browser download of its own.
+apt_install chromium
+
+# Node clients for the WebSocket interop tests and the OpenRPC meta-schema the documents
+# are checked against (versions pinned by the lock file); installed again when it changes.
+if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     say "installing Node test clients"
     (cd tests/node && npm ci --no-audit --no-fund --silent)

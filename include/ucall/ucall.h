@@ -285,6 +285,13 @@ typedef struct ucall_config_t {
    * written back into `ssl_port`.
    */
   bool ssl_ephemeral_port;
+  /**
+   * How the server describes itself, as JSON: `{"title": "...", "version": "...",
+   * "description": "...", "rpc_discover": true, "openrpc_path": "/openrpc.json",
+   * "openapi_path": "/openapi.json", "docs_path": "/docs"}`, each member optional and a
+   * path `null` to turn it off. NULL (default): all of it on, with those paths.
+   */
+  const char *discovery;
 } ucall_config_t;
 
 /**
@@ -708,6 +715,34 @@ void ucall_add_procedure(ucall_server_t server,
                          ucall_str_t name,
                          ucall_callback_t callback,
                          ucall_callback_tag_t tag);
+
+/**
+ * `ucall_add_procedure()` with a description of the procedure, as JSON, for the method
+ * `rpc.discover` and the pages `GET /openrpc.json`, `/openapi.json` and `/docs`:
+ *
+ * ```json
+ * {"summary": "Add two integers",
+ *  "params": [{"name": "a", "schema": {"type": "integer"}, "required": true},
+ *             {"name": "b", "schema": {"type": "integer"}, "required": true}],
+ *  "result": {"schema": {"type": "integer"}},
+ *  "errors": [{"code": 1, "message": "overflow"}],
+ *  "examples": [{"params": {"a": 1, "b": 2}, "result": 3}],
+ *  "paramStructure": "either"}
+ * ```
+ *
+ * Schemas are JSON Schema (draft-07); `"name"` may be left out (it is `name`). A
+ * procedure added with `ucall_add_procedure()` is listed by name only. A NULL, non-UTF-8
+ * or malformed description (an unknown member, a wrong type) is refused like a bad name:
+ * nothing is registered and `ucall_last_error()` says why.
+ *
+ * # Safety
+ * As `ucall_add_procedure()`; `description` NULL or NUL-terminated.
+ */
+void ucall_add_procedure_described(ucall_server_t server,
+                                   ucall_str_t name,
+                                   ucall_callback_t callback,
+                                   ucall_callback_tag_t tag,
+                                   ucall_str_t description);
 
 /**
  * Serve the connections of `thread_idx` for one round: wait up to 10 ms for something to

@@ -104,6 +104,9 @@ def encode(obj: Any) -> Any:
         return obj.item()
     if is_image(obj):
         return pack_image(obj)
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(obj, pydantic.BaseModel):
+        return obj.model_dump(mode="json")
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):

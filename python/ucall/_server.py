@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import json
 import signal
 import struct
 import sys
@@ -17,7 +18,7 @@ import warnings
 import weakref
 from typing import Any, Callable, TypeVar, overload
 
-from ucall import _codec, _signature, _ucall
+from ucall import _codec, _schema, _signature, _ucall
 from ucall.exceptions import RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,15 +39,21 @@ def _describe(error: BaseException, trace: types.TracebackType | None) -> str:
 
 
 class _Procedure:
-    __slots__ = ("func", "ignore_extra_params", "localns", "name")
+    __slots__ = ("description", "func", "ignore_extra_params", "localns", "name")
 
     def __init__(
-        self, name: str, func: Callable[..., Any], ignore_extra_params: bool | None, localns: dict[str, Any] | None
+        self,
+        name: str,
+        func: Callable[..., Any],
+        ignore_extra_params: bool | None,
+        localns: dict[str, Any] | None,
+        description: dict[str, Any],
     ) -> None:
         self.name = name
         self.func = func
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
+        self.description = description
 
 
 def _user_frame() -> tuple[types.FrameType | None, int]:
@@ -130,6 +137,11 @@ class Server:
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
         quiet: do not log the start-up line (the engine in force) on stderr.
+        docs: describe the server: the method ``rpc.discover`` and ``GET openrpc_path``
+            answer the OpenRPC document, ``GET openapi_path`` the OpenAPI 3.1 document of
+            the REST routes, ``GET docs_path`` a page that lists and calls the methods.
+            ``False`` turns all of it off; a path of ``None`` turns that one off.
+        title, version, description: the documents' ``info``.
     """
 
     def __init__(
@@ -154,6 +166,13 @@ class Server:
         tls_client_ca: str | None = None,
         tls_port: int | None = None,
         quiet: bool = False,
+        docs: bool = True,
+        title: str = "UCall server",
+        version: str = "1.0.0",
+        description: str | None = None,
+        openrpc_path: str | None = "/openrpc.json",
+        openapi_path: str | None = "/openapi.json",
+        docs_path: str | None = "/docs",
     ) -> None:
         _check_options(
             port=port,
@@ -189,6 +208,19 @@ class Server:
             "tls_port": tls_port,
             "quiet": quiet,
         }
+        self._discovery: dict[str, Any] = {
+            "title": title,
+            "version": version,
+            "description": description,
+            "rpc_discover": bool(docs),
+            "openrpc_path": openrpc_path if docs else None,
+            "openapi_path": openapi_path if docs else None,
+            "docs_path": docs_path if docs else None,
+        }
+        for option in ("openrpc_path", "openapi_path", "docs_path"):
+            path = self._discovery[option]
+            if path is not None and (not isinstance(path, str) or not path.startswith("/")):
+                raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
         # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
         # leaves the extension's default. Tests lower it, so that a busy host, which breaks
         # streaks, still lets one finish.
@@ -204,33 +236,91 @@ class Server:
     def __call__(self, func: F, /) -> F: ...
 
     @overload
-    def __call__(self, func: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+    def __call__(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Callable[[F], F]: ...
 
-    def __call__(self, func: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
-        """``@server`` registers a function under its own name and returns it unchanged."""
+    def __call__(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F | Callable[[F], F]:
+        """``@server`` registers a function under its own name and returns it unchanged;
+        ``@server(examples=[...], errors=[...])`` describes it further (see ``route``)."""
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if func is None:
-            return lambda f: self.route(f, name=name)
-        return self.route(func, name=name)
+            return lambda f: self.route(f, name=name, **describe)
+        return self.route(func, name=name, **describe)
 
     @overload
     def method(self, name: F, /) -> F: ...
 
     @overload
-    def method(self, name: str, *, ignore_extra_params: bool | None = None) -> Callable[[F], F]: ...
+    def method(
+        self,
+        name: str,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Callable[[F], F]: ...
 
-    def method(self, name: str | F, *, ignore_extra_params: bool | None = None) -> F | Callable[[F], F]:
+    def method(
+        self,
+        name: str | F,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if callable(name):  # used without parentheses: the function came as the name
-            return self.route(name, ignore_extra_params=ignore_extra_params)
+            return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
 
         def register(func: F) -> F:
-            return self.route(func, name=name, ignore_extra_params=ignore_extra_params)
+            return self.route(func, name=name, ignore_extra_params=ignore_extra_params, **describe)
 
         return register
 
-    def route(self, func: F, name: str | None = None, *, ignore_extra_params: bool | None = None) -> F:
-        """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged."""
+    def route(
+        self,
+        func: F,
+        name: str | None = None,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F:
+        """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
+
+        Its description (``rpc.discover``, ``/openrpc.json``, ``/openapi.json``, ``/docs``)
+        comes from its type hints and docstring; ``summary`` and ``description`` replace
+        the docstring's, ``examples`` are ``{"params": {...} or [...], "result": ...}``
+        dicts (also ``"name"``, ``"summary"``), ``errors`` are ``RPCError`` instances or
+        ``(code, message)`` pairs it may answer with.
+        """
         if not callable(func):
             raise TypeError(f"a procedure must be callable, got {func!r}")
         name = name if name is not None else getattr(func, "__name__", None)
@@ -238,6 +328,9 @@ class Server:
             raise ValueError("the procedure needs a name: use @server.method('name')")
         localns = _caller_locals()
         _signature.plan(func, localns)  # fail now, at the decorator, on hints that cannot be honoured
+        description_ = _schema.describe(
+            name, func, localns, summary=summary, description=description, examples=examples, errors=errors
+        )
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("register procedures before the server starts")
@@ -249,7 +342,7 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_)
         return func
 
     @property
@@ -286,7 +379,9 @@ class Server:
                 **self._native_options(),
             )
             try:
+                native.discovery(json.dumps(self._discovery))
                 for procedure in self._procedures.values():
+                    native.describe(json.dumps(procedure.description))
                     func = procedure.func
                     ignore = procedure.ignore_extra_params
                     native.add(

@@ -280,6 +280,8 @@ def converter(hint: Any, localns: dict[str, Any] | None = None) -> Converter:
         return _typeddict(hint, localns)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _dataclass(hint, localns)
+    if _is_pydantic_model(hint):
+        return _pydantic_model(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum(hint)
     if isinstance(hint, type):
@@ -446,6 +448,29 @@ def _typeddict(cls: type, localns: dict[str, Any] | None) -> Converter:
     hints = _class_hints(cls, localns, include_extras=False)
     required = set(getattr(cls, "__required_keys__", hints if getattr(cls, "__total__", True) else ()))
     return _fields(hints, required, dict, localns)
+
+
+def _is_pydantic_model(hint: Any) -> bool:
+    """A pydantic model class (pydantic is imported by then: the hint names one of its classes)."""
+    pydantic = sys.modules.get("pydantic")
+    base = getattr(pydantic, "BaseModel", None)
+    return base is not None and isinstance(hint, type) and issubclass(hint, base)
+
+
+def _pydantic_model(cls: Any) -> Converter:
+    """pydantic validates the value, as its users expect; its first error says where and why."""
+
+    def convert(value: Any) -> Any:
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            path = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in first.get("loc", ()))
+            raise ConversionError(str(first.get("msg", "invalid value")), path) from None
+
+    return convert
 
 
 def _enum(cls: type[enum.Enum]) -> Converter:

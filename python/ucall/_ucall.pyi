@@ -65,6 +65,12 @@ class NativeServer:
         is_async: bool = False,
     ) -> None:
         """Register ``func`` under ``name``; only before ``start``."""
+    def describe(self, description: str) -> None:
+        """Describe a procedure (the JSON form of the core's MethodDoc); only before ``start``.
+        Raises ``ValueError`` for a malformed description."""
+    def discovery(self, settings: str) -> None:
+        """Where and whether the server describes itself (JSON: title, version, description,
+        rpc_discover, openrpc_path, openapi_path, docs_path); only before ``start``."""
     def start(self) -> int:
         """Bind and serve on background threads; the bound port. Raises ``OSError``."""
     def wait(self, timeout: Optional[float] = None) -> bool:

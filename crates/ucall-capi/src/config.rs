@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use ucall_core::{Config, EngineKind, EventLog, TlsConfig};
+use ucall_core::{Config, Discovery, EngineKind, EventLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
 use crate::log::Logger;
@@ -103,6 +103,11 @@ pub struct ucall_config_t {
     /// When true (with `use_ssl`), TLS gets a port of its own that the system picks,
     /// written back into `ssl_port`.
     pub ssl_ephemeral_port: bool,
+    /// How the server describes itself, as JSON: `{"title": "...", "version": "...",
+    /// "description": "...", "rpc_discover": true, "openrpc_path": "/openrpc.json",
+    /// "openapi_path": "/openapi.json", "docs_path": "/docs"}`, each member optional and a
+    /// path `null` to turn it off. NULL (default): all of it on, with those paths.
+    pub discovery: *const c_char,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -135,6 +140,8 @@ pub(crate) struct Settings {
     pub(crate) logs: Option<(i32, LogFormat)>,
     /// With TLS: the certificate chain `core.tls` names, kept until the server is bound.
     pub(crate) tls_chain: Option<Chain>,
+    /// How the server describes itself (`config.discovery`).
+    pub(crate) discovery: Discovery,
 }
 
 fn micros(value: u32, default: Duration) -> Duration {
@@ -244,11 +251,16 @@ impl ucall_config_t {
         } else {
             None
         };
+        let discovery = match text_field("discovery", self.discovery)? {
+            Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
+            None => Discovery::default(),
+        };
         Ok(Settings {
             core,
             max_callbacks: usize::from(self.max_callbacks),
             logs,
             tls_chain,
+            discovery,
         })
     }
 
@@ -360,6 +372,7 @@ mod tests {
             ssl_client_ca_path: std::ptr::null(),
             ssl_port: 0,
             ssl_ephemeral_port: false,
+            discovery: std::ptr::null(),
         }
     }
 

@@ -54,6 +54,7 @@ pub mod buffer;
 mod date;
 #[doc(hidden)]
 pub mod defer;
+mod discover;
 #[doc(hidden)]
 pub mod dispatch;
 #[doc(hidden)]
@@ -76,6 +77,7 @@ mod tls;
 pub mod ws;
 
 pub use defer::{Deferred, WakeHold};
+pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;
 pub use jsonrpc::{ErrorCode, RpcError};

@@ -202,7 +202,7 @@ pub(crate) struct TlsShared {
 pub struct ServerBuilder {
     /// Boxed: the builder moves through every chained call.
     config: Box<Config>,
-    router: Router,
+    pub(crate) router: Router,
 }
 
 impl ServerBuilder {
@@ -476,6 +476,8 @@ impl Server {
 
     /// Freeze the procedures and give every worker the table.
     fn hand_out_router(&mut self) {
+        let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
+        self.router.publish(self.local_addr, speaks_tls);
         let router = Arc::new(std::mem::take(&mut self.router));
         for worker in &mut self.workers {
             worker.set_router(Arc::clone(&router));

@@ -13,7 +13,9 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
-use ucall_core::{Call, Config, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder, TlsConfig};
+use ucall_core::{
+    Call, Config, Discovery, EngineKind, Handler, MethodDoc, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+};
 
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
@@ -91,6 +93,18 @@ fn engine(name: &str) -> PyResult<EngineKind> {
 fn secs(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value)
         .map_err(|_| PyValueError::new_err(format!("{what} must be a positive number of seconds")))
+}
+
+impl NativeServer {
+    /// Change the builder, before the server starts.
+    fn configure(&self, change: impl FnOnce(ServerBuilder) -> ServerBuilder) -> PyResult<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
+            return Err(PyRuntimeError::new_err("the server is already started"));
+        };
+        *state = State::Configuring(change(builder));
+        Ok(())
+    }
 }
 
 #[pymethods]
@@ -206,6 +220,19 @@ impl NativeServer {
         };
         *state = State::Configuring(builder.handler(name, procedure));
         Ok(())
+    }
+
+    /// Describe a procedure with the JSON form of `ucall_core::MethodDoc` (built by
+    /// `ucall._schema`), for `rpc.discover`, `/openrpc.json`, `/openapi.json` and `/docs`.
+    fn describe(&self, description: &str) -> PyResult<()> {
+        let doc = MethodDoc::from_json(description).map_err(PyValueError::new_err)?;
+        self.configure(|builder| builder.describe(doc))
+    }
+
+    /// Where and whether the server describes itself: the JSON form of `ucall_core::Discovery`.
+    fn discovery(&self, settings: &str) -> PyResult<()> {
+        let discovery = Discovery::from_json(settings).map_err(PyValueError::new_err)?;
+        self.configure(|builder| builder.discovery(discovery))
     }
 
     /// Bind and serve on background threads; returns the port.

@@ -415,6 +415,18 @@ pub fn respond_out(
     date: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
+    respond_typed(out, persistence, date, b"application/json", write_body);
+}
+
+/// [`respond_out`] with a body of another `Content-Type` (a page, a document): a short
+/// constant (the head must fit in `HEAD_ROOM`).
+pub fn respond_typed(
+    out: &mut OutBuf,
+    persistence: Persistence,
+    date: &[u8],
+    content_type: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
+) {
     let reserved = out.data().len();
     out.data().resize(reserved + HEAD_ROOM, 0);
     let body_start = reserved + HEAD_ROOM;
@@ -436,7 +448,9 @@ pub fn respond_out(
     };
     put(status.status_line());
     if status != Status::NoContent {
-        put(b"Content-Type: application/json\r\nContent-Length: ");
+        put(b"Content-Type: ");
+        put(content_type);
+        put(b"\r\nContent-Length: ");
         put(itoa::Buffer::new().format(body_len).as_bytes());
         put(b"\r\n");
     }
