@@ -5,6 +5,8 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 VENV := .venv
 PY := $(VENV)/bin/python
+# The benchmark driver, benches/ucallbench (benches/run.py is the same under its old name).
+BENCH := PYTHONPATH=benches $(PY) -m ucallbench
 
 .PHONY: help
 help:  ## List the targets
@@ -61,22 +63,24 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C reference and peers, then memory
+bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor and peers, memory, hostile clients; writes docs/benchmarks.md
 	@scripts/setup.sh bench
-	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
-	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
-	@# as it is rather than copying an older run's table into it.
-	@# benches/rss.py then watches the servers' memory over a million requests and adds its table.
-	@stamp=$$(mktemp); $(PY) benches/run.py; status=$$?; \
+	@# The tables show what failed, so they are published either way; the status is the run's.
+	@# A run that stopped before writing its tables (an error before measuring, a signal)
+	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
+	@# requests) and hostile.py (bad clients beside a good one) add their tables to the brief,
+	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
+	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
-	$(PY) benches/update_readme.py; \
-	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
+	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
+	$(BENCH) publish || status=1; \
+	else echo "make bench: no new tables, docs/benchmarks.md and README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
 .PHONY: bench-quick
-bench-quick: python  ## Short benchmark pass (about 4 minutes)
+bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothing
 	@scripts/setup.sh bench
-	$(PY) benches/run.py --quick
+	$(BENCH) --quick
 
 .PHONY: bench-client
 bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust and C clients beside grpcio and httpx

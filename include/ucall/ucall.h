@@ -45,7 +45,7 @@
 /**
  * Minor version of this library.
  */
-#define UCALL_VERSION_MINOR 1
+#define UCALL_VERSION_MINOR 6
 
 /**
  * Patch version of this library.

@@ -136,7 +136,8 @@ class Server:
             raw TCP); with ``tls_port`` the port stays plaintext and TLS listens there too
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
-        quiet: do not log the start-up line (the engine in force) on stderr.
+        quiet: do not log the start-up lines on stderr (the engine in force; and, from
+            ``run()`` without a ``ready`` callback, the address and the procedures).
         docs: describe the server: the method ``rpc.discover`` and ``GET openrpc_path``
             answer the OpenRPC document, ``GET openapi_path`` the OpenAPI 3.1 document of
             the REST routes, ``GET docs_path`` a page that lists and calls the methods.
@@ -436,7 +437,8 @@ class Server:
         give ``max_seconds`` too for a bound in time.
 
         ``ready(server)`` is called once serving, with the signal handlers in place: the
-        moment to announce the port.
+        moment to announce the port. Without it, and unless ``quiet``, a line on stderr
+        says where the server listens, on which engine, and its procedures.
         """
         deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
         terminated = threading.Event()
@@ -450,6 +452,8 @@ class Server:
             assert native is not None
             if ready is not None:
                 ready(self)
+            elif not self._limits["quiet"]:
+                print(self._listening_line(), file=sys.stderr, flush=True)
             while not terminated.is_set():
                 timeout = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
                 if native.wait(timeout):
@@ -464,6 +468,15 @@ class Server:
             self.stop()
             if restore is not None:
                 signal.signal(signal.SIGTERM, restore)
+
+    def _listening_line(self) -> str:
+        """What ``run()`` says once serving, as uvicorn does: where, how and what."""
+        names = sorted(self._procedures)
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        tls = f", TLS on port {self.tls_port}" if self._limits["tls_port"] is not None else ""
+        procedures = f"{len(names)} procedure{'s' if len(names) != 1 else ''}" + (f": {shown}" if names else "")
+        return f"ucall: listening on {self.url} (engine {self.engine}, {threads}{tls}; {procedures}; Ctrl-C stops)"
 
     def __enter__(self) -> Server:
         if self._native is None:

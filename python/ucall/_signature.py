@@ -196,7 +196,24 @@ def _to_bytes(value: Any) -> bytes:
     try:
         return _codec.b64decode(value)
     except ValueError:
-        raise ConversionError("expected a base64 string, got a string that is not base64") from None
+        raise ConversionError(f"expected a base64 string: {_base64_problem(value)}") from None
+
+
+_BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _base64_problem(text: str) -> str:
+    """What makes ``text`` not standard base64 (RFC 4648 section 4), in words."""
+    for at, char in enumerate(text):
+        if char not in _BASE64_ALPHABET:
+            hint = " (URL-safe base64 is not taken: use + and /)" if char in "-_" else ""
+            return f"{char!r} at index {at} is not a base64 character{hint}"
+    data = text.rstrip("=")
+    if "=" in data:
+        return f"'=' at index {data.index('=')} pads the middle of the text"
+    if len(text) % 4:
+        return f"its length, {len(text)}, is not a multiple of 4 (is the '=' padding missing?)"
+    return "its padding is wrong"
 
 
 def _is_numpy_array_type(hint: Any) -> bool:

@@ -28,7 +28,7 @@ import re
 import shlex
 import ssl
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -197,6 +197,9 @@ def main() -> None:
 
     The options of a call (ucall call --help) go before or after METHOD, and -- ends
     them. A method named serve or call is called as ucall call METHOD.
+
+    Environment: UCALL_URI and UCALL_PORT give a call's --uri and -p, UCALL_HOST and
+    UCALL_PORT the --host and --port of serve; an option on the command line wins.
     """
 
 
@@ -212,9 +215,12 @@ def main() -> None:
     default="127.0.0.1",
     show_default=True,
     envvar="UCALL_URI",
+    show_envvar=True,
     help="Server host, or a URL: http://, https://, ws:// or wss:// (a port or path in it wins over -p).",
 )
-@click.option("-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", help="Server port.")
+@click.option(
+    "-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", show_envvar=True, help="Server port."
+)
 @click.option("--tcp", is_flag=True, help="Raw TCP instead of HTTP.")
 @click.option("--tls", is_flag=True, help="Speak TLS (HTTPS; TLS over raw TCP with --tcp).")
 @click.option(
@@ -481,15 +487,34 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
 
         known = os.path.splitext(output)[1].lower() in Image.registered_extensions()
         image.save(output, format=None if known else image.format)
+    elif sys.stdout.isatty():
+        size = f"{image.size[0]}x{image.size[1]}"
+        click.echo(f"{image.format or 'image'} {image.mode} {size} (-o FILE, or a pipe, gets the image itself)")
     else:
-        click.echo(f"{image.format or 'image'} {image.mode} {image.size[0]}x{image.size[1]}")
+        # The image as received, so that `ucall ... --format image > out.png` saves it.
+        sys.stdout.buffer.write(response.bytes)
+        sys.stdout.flush()
+
+
+def _cannot_serve(message: str) -> NoReturn:
+    """One line on stderr and exit 2: the command was well formed, its MODULE:SERVER is not
+    (so no usage block)."""
+    click.secho(f"ucall serve: {message}", fg="red", err=True)
+    sys.exit(2)
 
 
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
-@click.option("--host", default=None, envvar="UCALL_HOST", help="Address to listen on (default: the server's).")
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=None, envvar="UCALL_PORT", help="Port (default: the server's)."
+    "--host", default=None, envvar="UCALL_HOST", show_envvar=True, help="Address to listen on (default: the server's)."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="UCALL_PORT",
+    show_envvar=True,
+    help="Port (default: the server's).",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Worker threads (default: the server's).")
 def serve(target: str, host: str | None, port: int | None, threads: int | None) -> None:
@@ -501,17 +526,15 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}", param_hint="MODULE") from None
+        _cannot_serve(f"cannot import {module_name!r}: {error}")
     except Exception as error:  # the module's own code failed: a syntax error, an exception at import
-        why = f"{type(error).__name__}: {error}"
-        raise click.BadParameter(f"cannot import {module_name!r}: {why}", param_hint="MODULE") from None
+        _cannot_serve(f"cannot import {module_name!r}: {type(error).__name__}: {error}")
     name = attribute or "server"
     if not hasattr(module, name):
-        raise click.BadParameter(f"module {module_name!r} has no {name!r}", param_hint="MODULE:SERVER")
+        _cannot_serve(f"module {module_name!r} has no {name!r}")
     server = getattr(module, name)
     if not isinstance(server, Server):
-        kind = type(server).__name__
-        raise click.BadParameter(f"{module_name}:{name} is a {kind}, not a ucall Server", param_hint="MODULE:SERVER")
+        _cannot_serve(f"{module_name}:{name} is a {type(server).__name__}, not a ucall Server")
     if host is not None:
         server.host = host
     if port is not None:

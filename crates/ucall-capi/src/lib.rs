@@ -49,11 +49,11 @@ pub use server::{ucall_callback_t, ucall_callback_tag_t, ucall_server_t, ucall_s
 /// Major version of this library (the crate's); see also `ucall_version()`.
 pub const UCALL_VERSION_MAJOR: u32 = 0;
 /// Minor version of this library.
-pub const UCALL_VERSION_MINOR: u32 = 1;
+pub const UCALL_VERSION_MINOR: u32 = 6;
 /// Patch version of this library.
 pub const UCALL_VERSION_PATCH: u32 = 0;
 /// NUL-terminated copy of the version, for `ucall_version()`.
-const VERSION_C: &std::ffi::CStr = c"0.1.0";
+const VERSION_C: &std::ffi::CStr = c"0.6.0";
 
 /// The version of the library linked at run time, `"MAJOR.MINOR.PATCH"`, to compare with
 /// the `UCALL_VERSION` the program was compiled against. Static storage: never free it.

@@ -588,7 +588,7 @@ impl Session {
                     Err(error) => {
                         let reject = match error {
                             ChunkError::Malformed => http1::reject(Status::BadRequest, "malformed chunked body"),
-                            ChunkError::TooLarge => http1::reject(Status::PayloadTooLarge, "request body too large"),
+                            ChunkError::TooLarge => http1::body_too_large(limits.max_body_bytes),
                             ChunkError::TrailersTooLarge => {
                                 http1::reject(Status::HeadersTooLarge, "trailers too large")
                             }
@@ -905,7 +905,7 @@ fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
             Status::MethodNotAllowed => ErrorCode::MethodNotFound,
             _ => ErrorCode::InvalidRequest,
         };
-        let message = format!("{}: {}", reject.status.code(), reject.reason);
+        let message = reject.message();
         jsonrpc::write_error_object(data, code.code(), &message, None);
         Some(reject.status)
     });

@@ -118,6 +118,25 @@ pub struct Reject {
     pub reason: &'static str,
     /// The request was `HEAD`: the answer has no content (RFC 9110 §9.3.2).
     pub to_head: bool,
+    /// The limit the request went over, as its setting's name and value, so that the
+    /// message says which setting to raise.
+    pub limit: Option<(&'static str, usize)>,
+}
+
+impl Reject {
+    /// The error object's message: the status, the reason, and the limit when one was passed
+    /// (`413: request body too large: more than max_body_bytes = 1024 bytes`).
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self.limit {
+            Some((name, value)) => format!(
+                "{}: {}: more than {name} = {value} bytes",
+                self.status.code(),
+                self.reason
+            ),
+            None => format!("{}: {}", self.status.code(), self.reason),
+        }
+    }
 }
 
 /// A refusal with `status` for `reason`.
@@ -126,6 +145,15 @@ pub(crate) const fn reject(status: Status, reason: &'static str) -> Reject {
         status,
         reason,
         to_head: false,
+        limit: None,
+    }
+}
+
+/// A 413: the body (announced, or decoded so far) is over `max_body_bytes`.
+pub(crate) const fn body_too_large(max_body_bytes: usize) -> Reject {
+    Reject {
+        limit: Some(("max_body_bytes", max_body_bytes)),
+        ..reject(Status::PayloadTooLarge, "request body too large")
     }
 }
 
@@ -281,7 +309,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             return HeadStatus::Rejected(reject(Status::BadRequest, "both Content-Length and Transfer-Encoding"))
         }
         (Some(length), false) if length > max_body_bytes => {
-            return HeadStatus::Rejected(reject(Status::PayloadTooLarge, "request body too large"))
+            return HeadStatus::Rejected(body_too_large(max_body_bytes))
         }
         (Some(0) | None, false) => Framing::None,
         (Some(length), false) => Framing::Length(length),
@@ -328,10 +356,14 @@ fn as_http_1_1(input: &[u8], max_head_bytes: usize) -> Option<Vec<u8>> {
 /// it (RFC 9112 §3: a request-target longer than the server takes), else 431.
 fn too_large(input: &[u8], max_head_bytes: usize) -> Reject {
     let request_line = memchr::memchr(b'\n', input).unwrap_or(input.len());
-    if request_line > max_head_bytes {
+    let refused = if request_line > max_head_bytes {
         reject(Status::UriTooLong, "request-target too long")
     } else {
         reject(Status::HeadersTooLarge, "request head too large")
+    };
+    Reject {
+        limit: Some(("max_head_bytes", max_head_bytes)),
+        ..refused
     }
 }
 
@@ -490,6 +522,29 @@ mod tests {
 
     fn status(text: &str) -> u16 {
         head(text).expect_err("should be rejected").status.code()
+    }
+
+    #[test]
+    fn a_refusal_over_a_limit_names_the_setting_and_its_value() {
+        let refused = head("POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n").expect_err("over max_body_bytes");
+        assert_eq!(
+            refused.message(),
+            "413: request body too large: more than max_body_bytes = 1000 bytes"
+        );
+        let mut target = String::new();
+        let long = format!("POST / HTTP/1.1\r\nX: {}", "a".repeat(9000));
+        let HeadStatus::Rejected(refused) = parse_head(long.as_bytes(), 8192, 10, &mut target) else {
+            panic!("a head over max_head_bytes is refused");
+        };
+        assert_eq!(
+            refused.message(),
+            "431: request head too large: more than max_head_bytes = 8192 bytes"
+        );
+        // Without a limit involved, the message is the status and the reason.
+        assert_eq!(
+            head("PUT / HTTP/1.1\r\n\r\n").expect_err("405").message(),
+            "405: only GET and POST are served"
+        );
     }
 
     #[test]
