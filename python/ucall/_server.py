@@ -15,7 +15,7 @@ import traceback
 import types
 import warnings
 import weakref
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, Sequence, TypeVar, overload
 
 from ucall import _codec, _signature, _ucall
 from ucall.exceptions import RPCError
@@ -130,6 +130,11 @@ class Server:
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
         quiet: do not log the start-up line (the engine in force) on stderr.
+        cors_origins: let pages from these origins call from a browser (CORS; off by
+            default): ``["https://app.example.com"]``, or ``["*"]`` for any. Preflight
+            ``OPTIONS`` requests are answered and replies carry the CORS headers.
+        cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
+            ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
     """
 
     def __init__(
@@ -154,6 +159,10 @@ class Server:
         tls_client_ca: str | None = None,
         tls_port: int | None = None,
         quiet: bool = False,
+        cors_origins: Sequence[str] | None = None,
+        cors_methods: Sequence[str] | None = None,
+        cors_headers: Sequence[str] | None = None,
+        cors_max_age: int | None = None,
     ) -> None:
         _check_options(
             port=port,
@@ -189,6 +198,18 @@ class Server:
             "tls_port": tls_port,
             "quiet": quiet,
         }
+        cors = {"cors_origins": cors_origins, "cors_methods": cors_methods, "cors_headers": cors_headers}
+        for name, values in cors.items():
+            if isinstance(values, str):
+                raise TypeError(f"{name} takes a list of strings, not one string")
+            if values is not None:
+                self._limits[name] = [str(v) for v in values]
+        if cors_origins is None and (cors_methods is not None or cors_headers is not None or cors_max_age is not None):
+            raise ValueError("CORS settings need cors_origins, the origins allowed")
+        if cors_max_age is not None:
+            if not 0 <= cors_max_age <= 0xFFFFFFFF:
+                raise ValueError(f"cors_max_age must be from 0 to 4294967295, got {cors_max_age}")
+            self._limits["cors_max_age"] = cors_max_age
         # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
         # leaves the extension's default. Tests lower it, so that a busy host, which breaks
         # streaks, still lets one finish.

@@ -73,6 +73,7 @@ pub mod ws;
 pub use defer::{Deferred, WakeHold};
 pub use engine::Worker;
 pub use error::Error;
+pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use router::{Call, Handler, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
