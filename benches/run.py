@@ -476,6 +476,26 @@ WORKLOADS: list[Workload] = [
     ),
 ]
 
+# One connection that keeps 1,000 requests in flight (written at once, then one per reply):
+# each engine must answer a deep pipeline without pausing between groups of replies.
+WORKLOADS += [
+    Workload(
+        f"{prefix}sum-1conn-pipe1000",
+        f"sum{over}, 1 connection, 1,000 pipelined",
+        proto,
+        "rps",
+        ("--connections", "1", "--pipeline", "1000"),
+        group=group,
+        dialects=("jsonrpc",),
+        only=("ucall-rust-poll", "ucall-rust-uring"),
+    )
+    for prefix, over, proto, group in [
+        ("", "", "http", "sum"),
+        ("tcp-", " over raw TCP", "tcp", "tcp"),
+        ("ws-", " over WebSocket", "ws", "ws"),
+    ]
+]
+
 GROUPS = {
     "sum": "sum(a, b) over HTTP",
     "echo": "echo",

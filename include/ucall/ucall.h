@@ -402,7 +402,8 @@ bool ucall_param_positional_json(ucall_call_t call,
                                  size_t *output_length);
 
 /**
- * Read a bytes parameter: a JSON string of base64 (RFC 4648 §4, padding optional),
+ * Read a bytes parameter: a JSON string of base64 (RFC 4648 §4, padding optional, the
+ * rule every front end shares: docs/design.md, "Bytes params: one base64 rule"),
  * decoded into `buffer`; `*output_length` receives the number of bytes written.
  *
  * `buffer_capacity` bytes are available at `buffer`;

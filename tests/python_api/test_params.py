@@ -168,8 +168,10 @@ def test_bytes_travel_as_base64(make_server, wire):
         "QUJD    QUJD",  # even when the length stays a multiple of four
         " QUJD",
         "QUJD\n",
-        "QUJDQQ",  # padding is required
+        "QUJDQ",  # 4n+1 characters are never base64
+        "QUJDQQ=",  # padding, when present, completes the last group of four
         "QR==",  # and the bits it drops must be zero
+        "QR",  # with or without padding
         "QUJDQ===",
         "QUJD-_",  # the URL-safe alphabet is another format
     ],
@@ -184,6 +186,21 @@ def test_bytes_params_are_strict_base64(make_server, wire, text):
     error = wire(server).error("size", {"data": text})
     assert error["code"] == INVALID_PARAMS
     assert "'data'" in error["message"] and "base64" in error["message"]
+
+
+def test_bytes_params_may_leave_padding_out(make_server, wire):
+    """The rule the C and Rust APIs share (docs/design.md, "Bytes params: one base64 rule")."""
+    server = make_server()
+
+    @server
+    def same(data: bytes) -> bytes:
+        return data
+
+    client = wire(server)
+    for n in range(8):
+        payload = bytes(range(n))
+        padded = base64.b64encode(payload).decode()
+        assert client.result("same", {"data": padded.rstrip("=")}) == padded, n
 
 
 def test_bytes_of_every_short_length_round_trip(make_server, wire):

@@ -229,6 +229,69 @@ def test_blocking_handlers_do_not_stall_others(make_server, wire):
     assert elapsed < 0.78, elapsed
 
 
+def test_a_blocking_call_does_not_stall_others_after_the_server_was_idle(make_server):
+    """The other calls go on while one blocks, in every round, also after the server sat
+    idle long enough (over 2 s) for a spare thread to end. `blocking` waits until the test
+    lets it go, which it does only once `add` has answered: were `add` held up behind it,
+    `blocking` would give up waiting and say so (False)."""
+    server = make_server(threads=1)
+    started = threading.Event()
+    release = threading.Event()
+
+    @server
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def blocking(seconds: float) -> bool:
+        started.set()
+        return release.wait(seconds)
+
+    server.start()
+    with ThreadPoolExecutor(1) as pool:
+        for round_ in range(3):
+            if round_:
+                time.sleep(2.2)  # idle: longer than a spare thread is kept
+            started.clear()
+            release.clear()
+            sleeper = pool.submit(once, server.port, "blocking", [5.0])
+            assert started.wait(5), f"round {round_}: the blocking call never started"
+            added = once(server.port, "add", [1, 2])
+            time.sleep(0.2)  # the thread that ran add goes idle first
+            release.set()
+            assert added == 3
+            assert sleeper.result(timeout=10) is True, f"round {round_}: add waited for the blocking call"
+
+
+def test_calls_go_on_through_an_idle_gap_while_one_call_stays_blocked(make_server):
+    """A call blocked for longer than a spare thread is kept: the calls after an idle gap
+    still find a thread free to run them."""
+    server = make_server(threads=1)
+    started = threading.Event()
+    release = threading.Event()
+
+    @server
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    def blocking(seconds: float) -> bool:
+        started.set()
+        return release.wait(seconds)
+
+    server.start()
+    with ThreadPoolExecutor(1) as pool:
+        sleeper = pool.submit(once, server.port, "blocking", [8.0])
+        try:
+            assert started.wait(5), "the blocking call never started"
+            assert once(server.port, "add", [1, 2]) == 3
+            time.sleep(2.2)  # idle, but for the blocked call: longer than a spare thread is kept
+            assert once(server.port, "add", [2, 3]) == 5
+        finally:
+            release.set()
+        assert sleeper.result(timeout=10) is True, "add waited for the blocking call"
+
+
 def compute_then_sleep(spin: float, nap: float) -> None:
     """Stay on a core for `spin` seconds, then sleep for `nap`."""
     end = time.perf_counter() + spin

@@ -82,8 +82,8 @@ fn with_serde_json(text: &[u8], args: Args) -> u64 {
             Args::TwoInts => (call.get::<i64>(0, "a").unwrap() + call.get::<i64>(1, "b").unwrap()) as u64,
             Args::Struct => call.get::<Complex<'_>>(0, "a").unwrap().id,
             Args::ThousandInts => {
-                let raw = call.params().raw_at(0, "a").unwrap();
-                ucall_core::jsonrpc::scan::Elements::new(raw).map(|n| n.parse::<u64>().unwrap()).sum()
+                let list = call.params().at(0, "a").unwrap();
+                list.elements().map(|n| n.raw().parse::<u64>().unwrap()).sum()
             }
             Args::BigString => call.get::<&str>(0, "a").unwrap().len() as u64,
         }

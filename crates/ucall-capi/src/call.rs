@@ -16,12 +16,12 @@
 //! - a callback that returns without replying answers `-32603` ("sent no reply");
 //!   for a notification nothing is sent either way.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ucall_core::jsonrpc::scan::{cold_decode_string, key_equals, Elements, Members};
-use ucall_core::{Call, ErrorCode, Handler, Reply, RpcError};
+use ucall_core::{Call, ErrorCode, Handler, Param, Reply, RpcError};
 
 use crate::ffi;
 use crate::server::{ucall_callback_tag_t, ucall_str_t};
@@ -75,9 +75,9 @@ unsafe fn context<'x>(call: ucall_call_t) -> Option<&'x mut CallContext<'x, 'x, 
 }
 
 impl<'a> CallContext<'_, 'a, '_> {
-    /// Raw JSON text of the named parameter; a name starting with `/` is a JSON Pointer
-    /// (RFC 6901) into the params, so `/point/x` and `/0` reach nested values.
-    fn named(&self, name: &[u8]) -> Option<&'a str> {
+    /// The named parameter; a name starting with `/` is a JSON Pointer (RFC 6901) into
+    /// the params, so `/point/x` and `/0` reach nested values.
+    fn named(&self, name: &[u8]) -> Option<Param<'a>> {
         // Names are short and almost always ASCII: a byte check costs a fifth of what full
         // UTF-8 validation of a few bytes does (callgrind), on every parameter read.
         let name = if name.is_ascii() {
@@ -86,27 +86,25 @@ impl<'a> CallContext<'_, 'a, '_> {
         } else {
             std::str::from_utf8(name).ok()?
         };
-        match name.strip_prefix('/') {
-            Some(pointer) => pointer_get(self.call.params().raw()?, pointer),
-            None => self.call.params().named_raw(name),
+        if name.starts_with('/') {
+            self.call.params().pointer(name)
+        } else {
+            self.call.params().named(name)
         }
     }
 
-    fn positional(&self, position: usize) -> Option<&'a str> {
-        self.call.params().positional_raw(position)
+    fn positional(&self, position: usize) -> Option<Param<'a>> {
+        self.call.params().positional(position)
     }
 
-    /// The content of the JSON string `raw`: borrowed when it has no escapes, else decoded
+    /// The content of the string `param`: borrowed when it has no escapes, else decoded
     /// into storage that lives until the callback returns.
-    fn string(&mut self, raw: &'a str) -> Option<(*const c_char, usize)> {
-        let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-        if inner.is_empty() {
-            return Some((EMPTY.as_ptr(), 0));
-        }
-        if !inner.contains('\\') {
-            return Some((inner.as_ptr().cast(), inner.len()));
-        }
-        let decoded: Box<str> = cold_decode_string(raw)?.into_boxed_str();
+    fn string(&mut self, param: Param<'a>) -> Option<(*const c_char, usize)> {
+        let decoded = match param.as_str()? {
+            Cow::Borrowed("") => return Some((EMPTY.as_ptr(), 0)),
+            Cow::Borrowed(inner) => return Some((inner.as_ptr().cast(), inner.len())),
+            Cow::Owned(decoded) => decoded.into_boxed_str(),
+        };
         let out = if decoded.is_empty() {
             (EMPTY.as_ptr(), 0)
         } else {
@@ -123,32 +121,6 @@ impl<'a> CallContext<'_, 'a, '_> {
             self.answer = answer(self.reply);
         }
     }
-}
-
-/// Follow the JSON Pointer `pointer` (without its leading `/`) from the raw JSON `raw`.
-fn pointer_get<'a>(raw: &'a str, pointer: &str) -> Option<&'a str> {
-    let mut current = raw.trim();
-    for token in pointer.split('/') {
-        let token = if token.contains('~') {
-            std::borrow::Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-        } else {
-            std::borrow::Cow::Borrowed(token)
-        };
-        current = match current.as_bytes().first()? {
-            b'{' => Members::new(current).find(|(key, _)| key_equals(key, &token))?.1,
-            b'[' => {
-                // RFC 6901 §4: an array index is 0 or digits without a leading zero.
-                let valid = token == "0" || (!token.starts_with('0') && token.bytes().all(|b| b.is_ascii_digit()));
-                if !valid || token.is_empty() {
-                    return None;
-                }
-                Elements::new(current).nth(token.parse().ok()?)?
-            }
-            _ => return None,
-        }
-        .trim();
-    }
-    Some(current)
 }
 
 // ------------------------------------------------------------------ the procedure
@@ -254,8 +226,8 @@ fn invalid_json(method: &str) -> RpcError {
 /// `call` as for [`context`].
 unsafe fn with_param<'x, T>(
     call: ucall_call_t,
-    find: impl FnOnce(&CallContext<'x, 'x, 'x>) -> Option<&'x str>,
-    convert: impl FnOnce(&mut CallContext<'x, 'x, 'x>, &'x str) -> Option<T>,
+    find: impl FnOnce(&CallContext<'x, 'x, 'x>) -> Option<Param<'x>>,
+    convert: impl FnOnce(&mut CallContext<'x, 'x, 'x>, Param<'x>) -> Option<T>,
 ) -> Option<T> {
     // SAFETY: the caller's contract.
     let context = unsafe { context(call) }?;
@@ -272,34 +244,6 @@ unsafe fn name_arg<'x>(name: ucall_str_t, name_length: usize) -> Option<&'x [u8]
     unsafe { ffi::text_arg(name, name_length) }
 }
 
-fn is_number(raw: &str) -> bool {
-    matches!(raw.as_bytes().first(), Some(b'-' | b'0'..=b'9'))
-}
-
-fn to_bool(raw: &str) -> Option<bool> {
-    match raw {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
-    }
-}
-
-fn to_i64(raw: &str) -> Option<i64> {
-    if is_number(raw) {
-        raw.parse().ok()
-    } else {
-        None
-    }
-}
-
-fn to_f64(raw: &str) -> Option<f64> {
-    if is_number(raw) {
-        raw.parse::<f64>().ok().filter(|v| v.is_finite())
-    } else {
-        None
-    }
-}
-
 /// A named scalar getter: look up, convert, write the out-parameter.
 ///
 /// # Safety
@@ -310,14 +254,14 @@ unsafe fn named_scalar<T>(
     name: ucall_str_t,
     name_length: usize,
     output: *mut T,
-    convert: fn(&str) -> Option<T>,
+    convert: fn(Param<'_>) -> Option<T>,
 ) -> bool {
     // SAFETY: the caller's contract.
     let Some(name) = (unsafe { name_arg(name, name_length) }) else {
         return false;
     };
     // SAFETY: the caller's contract.
-    match unsafe { with_param(call, |c| c.named(name), |_, raw| convert(raw)) } {
+    match unsafe { with_param(call, |c| c.named(name), |_, param| convert(param)) } {
         // SAFETY: the caller's contract.
         Some(value) => unsafe { ffi::write_out(output, value) },
         None => false,
@@ -332,10 +276,10 @@ unsafe fn positional_scalar<T>(
     call: ucall_call_t,
     position: usize,
     output: *mut T,
-    convert: fn(&str) -> Option<T>,
+    convert: fn(Param<'_>) -> Option<T>,
 ) -> bool {
     // SAFETY: the caller's contract.
-    match unsafe { with_param(call, |c| c.positional(position), |_, raw| convert(raw)) } {
+    match unsafe { with_param(call, |c| c.positional(position), |_, param| convert(param)) } {
         // SAFETY: the caller's contract.
         Some(value) => unsafe { ffi::write_out(output, value) },
         None => false,
@@ -361,7 +305,7 @@ pub unsafe extern "C" fn ucall_param_named_bool(
 ) -> bool {
     ffi_panic_boundary! {"ucall_param_named_bool",
         // SAFETY: the caller's contract.
-        unsafe { named_scalar(call, name, name_length, output, to_bool) }
+        unsafe { named_scalar(call, name, name_length, output, |p| p.as_bool()) }
     }
 }
 
@@ -377,7 +321,7 @@ pub unsafe extern "C" fn ucall_param_named_bool(
 pub unsafe extern "C" fn ucall_param_positional_bool(call: ucall_call_t, position: usize, output: *mut bool) -> bool {
     ffi_panic_boundary! {"ucall_param_positional_bool",
         // SAFETY: the caller's contract.
-        unsafe { positional_scalar(call, position, output, to_bool) }
+        unsafe { positional_scalar(call, position, output, |p| p.as_bool()) }
     }
 }
 
@@ -401,7 +345,7 @@ pub unsafe extern "C" fn ucall_param_named_i64(
 ) -> bool {
     ffi_panic_boundary! {"ucall_param_named_i64",
         // SAFETY: the caller's contract.
-        unsafe { named_scalar(call, name, name_length, output, to_i64) }
+        unsafe { named_scalar(call, name, name_length, output, |p| p.as_i64()) }
     }
 }
 
@@ -418,7 +362,7 @@ pub unsafe extern "C" fn ucall_param_named_i64(
 pub unsafe extern "C" fn ucall_param_positional_i64(call: ucall_call_t, position: usize, output: *mut i64) -> bool {
     ffi_panic_boundary! {"ucall_param_positional_i64",
         // SAFETY: the caller's contract.
-        unsafe { positional_scalar(call, position, output, to_i64) }
+        unsafe { positional_scalar(call, position, output, |p| p.as_i64()) }
     }
 }
 
@@ -441,7 +385,7 @@ pub unsafe extern "C" fn ucall_param_named_f64(
 ) -> bool {
     ffi_panic_boundary! {"ucall_param_named_f64",
         // SAFETY: the caller's contract.
-        unsafe { named_scalar(call, name, name_length, output, to_f64) }
+        unsafe { named_scalar(call, name, name_length, output, |p| p.as_f64()) }
     }
 }
 
@@ -457,7 +401,7 @@ pub unsafe extern "C" fn ucall_param_named_f64(
 pub unsafe extern "C" fn ucall_param_positional_f64(call: ucall_call_t, position: usize, output: *mut f64) -> bool {
     ffi_panic_boundary! {"ucall_param_positional_f64",
         // SAFETY: the caller's contract.
-        unsafe { positional_scalar(call, position, output, to_f64) }
+        unsafe { positional_scalar(call, position, output, |p| p.as_f64()) }
     }
 }
 
@@ -577,36 +521,30 @@ pub unsafe extern "C" fn ucall_param_positional_json(
 }
 
 /// Hand out a parameter's raw JSON text, remembering it (see `CallContext::last_json`).
-fn handed_json(context: &mut CallContext<'_, '_, '_>, raw: &str) -> Option<(ucall_str_t, usize)> {
+fn handed_json(context: &mut CallContext<'_, '_, '_>, param: Param<'_>) -> Option<(ucall_str_t, usize)> {
+    let raw = param.raw();
     context.last_json = Some((raw.as_ptr() as usize, raw.len()));
     Some((raw.as_ptr().cast(), raw.len()))
 }
 
-/// Decode the base64 of the JSON string `raw` into the caller's buffer.
+/// Decode the base64 string `param` into the caller's buffer (`ucall_core::params::base64`
+/// holds the rule).
 ///
 /// # Safety
 /// `buffer` NULL or `capacity` writable bytes; `output_length` NULL or writable.
-unsafe fn write_bytes<'a>(
-    context: &mut CallContext<'_, 'a, '_>,
-    raw: &'a str,
-    buffer: *mut u8,
-    capacity: usize,
-    output_length: *mut usize,
-) -> Option<bool> {
-    let (text, length) = context.string(raw)?;
-    // SAFETY: `string` returned a pointer to `length` bytes alive until the callback ends.
-    let text = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), length) };
-    if output_length.is_null() || crate::base64::decoded_len(text)? > capacity {
+unsafe fn write_bytes(param: Param<'_>, buffer: *mut u8, capacity: usize, output_length: *mut usize) -> Option<bool> {
+    if output_length.is_null() {
         return None;
     }
     // SAFETY: the caller's contract.
     let out = unsafe { ffi::buffer_arg(buffer, capacity) }?;
-    let written = crate::base64::decode(text, out)?;
+    let written = param.bytes_into(out)?;
     // SAFETY: checked non-NULL above; writable by the caller's contract.
     Some(unsafe { ffi::write_out(output_length, written) })
 }
 
-/// Read a bytes parameter: a JSON string of base64 (RFC 4648 §4, padding optional),
+/// Read a bytes parameter: a JSON string of base64 (RFC 4648 §4, padding optional, the
+/// rule every front end shares: docs/design.md, "Bytes params: one base64 rule"),
 /// decoded into `buffer`; `*output_length` receives the number of bytes written.
 ///
 /// `buffer_capacity` bytes are available at `buffer`;
@@ -633,7 +571,7 @@ pub unsafe extern "C" fn ucall_param_named_bytes(
         let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
         // SAFETY: the caller's contract (for `call`, `buffer`, `output_length`).
         unsafe {
-            with_param(call, |c| c.named(name), |c, raw| write_bytes(c, raw, buffer, buffer_capacity, output_length))
+            with_param(call, |c| c.named(name), |_, param| write_bytes(param, buffer, buffer_capacity, output_length))
         }
         .unwrap_or(false)
     }
@@ -655,8 +593,8 @@ pub unsafe extern "C" fn ucall_param_positional_bytes(
     ffi_panic_boundary! {"ucall_param_positional_bytes",
         // SAFETY: the caller's contract (for `call`, `buffer`, `output_length`).
         unsafe {
-            with_param(call, |c| c.positional(position), |c, raw| {
-                write_bytes(c, raw, buffer, buffer_capacity, output_length)
+            with_param(call, |c| c.positional(position), |_, param| {
+                write_bytes(param, buffer, buffer_capacity, output_length)
             })
         }
         .unwrap_or(false)
@@ -694,12 +632,8 @@ pub unsafe extern "C" fn ucall_param_name(
     ffi_panic_boundary! {"ucall_param_name",
         // SAFETY: the caller's contract.
         let Some(context) = (unsafe { context(call) }) else { return false };
-        let params = context.call.params();
-        let Some(key) = params.raw().filter(|_| params.is_named()).and_then(|raw| Members::new(raw).nth(position))
-        else {
-            return false;
-        };
-        match context.string(key.0) {
+        let Some(key) = context.call.params().name_at(position) else { return false };
+        match context.string(key) {
             // SAFETY: the caller's contract.
             Some(text) => unsafe { write_text(output, output_length, text) },
             None => false,
@@ -929,18 +863,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_pointer_reaches_nested_values() {
-        let raw = r#"{"a": {"b/c": [10, {"~d": "x"}]}, "": 1}"#;
-        assert_eq!(pointer_get(raw, "a/b~1c/0"), Some("10"));
-        assert_eq!(pointer_get(raw, "a/b~1c/1/~0d"), Some("\"x\""));
-        assert_eq!(pointer_get(raw, ""), Some("1"));
-        assert_eq!(pointer_get(raw, "a/b~1c/01"), None);
-        assert_eq!(pointer_get(raw, "a/b~1c/2"), None);
-        assert_eq!(pointer_get(raw, "a/missing"), None);
-        assert_eq!(pointer_get("[1, [2, 3]]", "1/1"), Some("3"));
-    }
-
-    #[test]
     fn plain_scalars_are_recognised_exactly() {
         for ok in [
             "0", "-0", "3", "-42", "1.5", "1e3", "-2.5E-7", "true", "false", "null", "\"\"",
@@ -980,19 +902,5 @@ mod tests {
                 assert!(!is_plain_scalar(&text), "{bad:#x} at {at}");
             }
         }
-    }
-
-    #[test]
-    fn conversions_are_strict() {
-        assert_eq!(to_i64("-42"), Some(-42));
-        assert_eq!(to_i64("1.0"), None);
-        assert_eq!(to_i64("1e3"), None);
-        assert_eq!(to_i64("9223372036854775808"), None);
-        assert_eq!(to_f64("1e3"), Some(1000.0));
-        assert_eq!(to_f64("1e400"), None);
-        assert_eq!(to_f64("true"), None);
-        assert_eq!(to_f64("\"1\""), None);
-        assert_eq!(to_bool("true"), Some(true));
-        assert_eq!(to_bool("1"), None);
     }
 }

@@ -32,7 +32,6 @@
 
 #[macro_use]
 pub mod panic;
-pub mod base64;
 pub mod call;
 pub mod config;
 pub mod error;

@@ -89,10 +89,9 @@ fn certificates(pem: &[u8]) -> Result<Vec<&[u8]>, String> {
             .copied()
             .filter(|c| !c.is_ascii_whitespace())
             .collect();
-        let mut der = vec![0; crate::base64::decoded_len(&body).unwrap_or(0)];
         // A certificate is a DER SEQUENCE: its first byte is 0x30.
-        match crate::base64::decode(&body, &mut der) {
-            Some(length) if length > 0 && der[0] == 0x30 => {}
+        match ucall_core::params::base64::decode(&body) {
+            Some(der) if der.first() == Some(&0x30) => {}
             _ => return Err(format!("certificate {number} is not base64 of a DER certificate")),
         }
         found.push(&block[..end]);

@@ -30,8 +30,10 @@
 //! ```text
 //!  socket bytes ─► engine (poll: epoll/kqueue through mio; a thread per core)
 //!                   ─► session: sniffs the first byte → http1 | stream (raw TCP)
-//!                        ─► jsonrpc: request / batch → borrowed views, validated
+//!                        ─► dispatch: each call of a request / batch, in order
 //!                             ─► router: method name → handler → reply bytes
+//!                                  ─► defer, params: deferred replies; typed params
+//!                                       ─► jsonrpc: the codec (borrowed views, writers)
 //! ```
 //!
 //! Protocol code (`http1`, `stream`, `jsonrpc`, `session`) is sans-I/O: bytes in, events
@@ -53,12 +55,15 @@ mod date;
 #[doc(hidden)]
 pub mod defer;
 #[doc(hidden)]
+pub mod dispatch;
+#[doc(hidden)]
 pub mod engine;
 mod error;
 #[doc(hidden)]
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+pub mod params;
 #[doc(hidden)]
 pub mod router;
 mod server;
@@ -75,6 +80,7 @@ pub use engine::Worker;
 pub use error::Error;
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
+pub use params::Param;
 pub use router::{Call, Handler, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Method name → handler, and the views a handler works with: [`Call`] to read the
-//! request, [`Reply`] to write the result straight into the connection's output buffer.
+//! request (its [`Params`] come from `params`), [`Reply`] to write the result straight
+//! into the connection's output buffer.
 
 use std::sync::Arc;
 
@@ -9,8 +10,8 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::defer::{Deferred, Target};
-use crate::jsonrpc::scan::{key_equals, Elements, Members};
 use crate::jsonrpc::RpcError;
+pub use crate::params::Params;
 
 /// A procedure: reads its call, writes its result into `reply` or returns an error.
 ///
@@ -80,7 +81,7 @@ impl<'a> Call<'a> {
     pub fn new(method: &'a str, params: Option<&'a str>, id: Option<&'a str>) -> Self {
         Call {
             method,
-            params: Params { raw: params },
+            params: Params::new(params),
             id,
         }
     }
@@ -121,151 +122,6 @@ impl<'a> Call<'a> {
     pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
         self.params.get(position, name)
     }
-}
-
-/// The `params` of a call: an array (positional), an object (named) or absent.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Params<'a> {
-    raw: Option<&'a str>,
-}
-
-impl<'a> Params<'a> {
-    /// The raw JSON text, if params were sent.
-    #[must_use]
-    pub fn raw(&self) -> Option<&'a str> {
-        self.raw
-    }
-
-    /// Whether params are an object.
-    #[must_use]
-    pub fn is_named(&self) -> bool {
-        self.raw.is_some_and(|r| r.starts_with('{'))
-    }
-
-    /// Whether params are an array.
-    #[must_use]
-    pub fn is_positional(&self) -> bool {
-        self.raw.is_some_and(|r| r.starts_with('['))
-    }
-
-    /// Number of parameters sent.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        match self.raw {
-            Some(raw) if raw.starts_with('{') => Members::new(raw).count(),
-            Some(raw) => Elements::new(raw).count(),
-            None => 0,
-        }
-    }
-
-    /// Whether no parameter was sent.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Raw text of the named parameter, when params are an object holding it.
-    #[must_use]
-    pub fn named_raw(&self, name: &str) -> Option<&'a str> {
-        let raw = self.raw.filter(|r| r.starts_with('{'))?;
-        Members::new(raw)
-            .find(|(key, _)| key_equals(key, name))
-            .map(|(_, value)| value)
-    }
-
-    /// Raw text of the parameter at `position`, when params are an array that long.
-    #[must_use]
-    pub fn positional_raw(&self, position: usize) -> Option<&'a str> {
-        let raw = self.raw.filter(|r| r.starts_with('['))?;
-        Elements::new(raw).nth(position)
-    }
-
-    /// Raw text of parameter `name` (object params) or `position` (array params).
-    #[must_use]
-    pub fn raw_at(&self, position: usize, name: &str) -> Option<&'a str> {
-        if self.is_named() {
-            self.named_raw(name)
-        } else {
-            self.positional_raw(position)
-        }
-    }
-
-    /// Decode parameter `name` (object params) or `position` (array params).
-    ///
-    /// # Errors
-    /// `-32602` naming the parameter when it is missing or cannot be decoded as `T`.
-    pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
-        let raw = self.raw_at(position, name).ok_or_else(|| missing(name))?;
-        decode(raw, name)
-    }
-
-    /// Like [`Params::get`], but `Ok(None)` when the parameter is absent.
-    ///
-    /// # Errors
-    /// `-32602` naming the parameter when it cannot be decoded as `T`.
-    pub fn get_optional<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<Option<T>, RpcError> {
-        self.raw_at(position, name).map(|raw| decode(raw, name)).transpose()
-    }
-
-    /// Check that no parameter beyond `names` was sent (by name, or by count for arrays).
-    ///
-    /// # Errors
-    /// `-32602` naming the first unexpected parameter.
-    pub fn expect_only(&self, names: &[&str]) -> Result<(), RpcError> {
-        match self.raw {
-            Some(raw) if raw.starts_with('{') => {
-                for (key, _) in Members::new(raw) {
-                    if !names.iter().any(|n| key_equals(key, n)) {
-                        return Err(RpcError::invalid_params(format!(
-                            "Invalid params: unexpected parameter {key}"
-                        )));
-                    }
-                }
-                Ok(())
-            }
-            Some(raw) => match Elements::new(raw).count() {
-                n if n > names.len() => Err(RpcError::invalid_params(format!(
-                    "Invalid params: expected at most {} positional parameters, got {n}",
-                    names.len()
-                ))),
-                _ => Ok(()),
-            },
-            None => Ok(()),
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn missing(name: &str) -> RpcError {
-    RpcError::invalid_params(format!("Invalid params: missing parameter '{name}'"))
-}
-
-fn decode<'a, T: Deserialize<'a>>(raw: &'a str, name: &str) -> Result<T, RpcError> {
-    serde_json::from_str(raw).or_else(|e| {
-        // serde_json reads `-0` as the float -0.0 (to keep its sign), which an integer
-        // refuses; it is an integer in JSON's grammar, so an integer parameter takes 0.
-        if raw.trim_ascii() == "-0" {
-            if let Ok(value) = serde_json::from_str("0") {
-                return Ok(value);
-            }
-        }
-        Err(wrong_type(&e, name))
-    })
-}
-
-#[cold]
-#[inline(never)]
-fn wrong_type(error: &serde_json::Error, name: &str) -> RpcError {
-    let text = error.to_string();
-    let reason = if text.contains("expected a borrowed string") {
-        // The client sent a valid string; the handler asked for a `&str`, which cannot
-        // borrow one with escapes. Say so, for the one who wrote the handler.
-        "a string with escapes, which a `&str` cannot borrow (the procedure should take a String or Cow<str>)"
-    } else {
-        text.split(" at line ").next().unwrap_or(&text)
-    };
-    RpcError::invalid_params(format!("Invalid params: parameter '{name}': {reason}"))
 }
 
 /// Where a handler writes its result: straight into the connection's output buffer.

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 //! One connection's protocol state, sans-I/O: bytes in, reply bytes out.
 //!
-//! The first non-whitespace byte picks the protocol for the connection's lifetime: `{` or
-//! `[` is a raw TCP stream of JSON texts, anything else is HTTP/1.1.
+//! The first non-whitespace byte picks the protocol for the connection's lifetime: an
+//! uppercase ASCII letter, as every HTTP method starts (RFC 9110 §9), is HTTP/1.1; anything
+//! else is a raw TCP stream of JSON texts.
 
 use std::collections::VecDeque;
 
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
-use crate::jsonrpc::{self, Deferrals, DeferredAt, ErrorCode, Invoked, Outcome, RpcError};
+use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::router::{Call, Router};
 use crate::stream::{Frame, Framer};
 use crate::ws;
@@ -51,7 +53,7 @@ impl Default for Limits {
 /// Buffers reused across requests and connections of one worker.
 #[derive(Default)]
 pub struct Scratch {
-    jsonrpc: jsonrpc::Scratch,
+    jsonrpc: dispatch::Scratch,
     name: Vec<u8>,
     params: Vec<u8>,
     decoded: Vec<u8>,
@@ -227,8 +229,8 @@ impl Session {
             let (used, step) = match self.protocol {
                 Protocol::Unknown => {
                     match rest.iter().position(|c| !c.is_ascii_whitespace()) {
-                        Some(i) if matches!(rest[i], b'{' | b'[') => self.protocol = Protocol::Stream,
-                        Some(_) => self.protocol = Protocol::Http,
+                        Some(i) if rest[i].is_ascii_uppercase() => self.protocol = Protocol::Http,
+                        Some(_) => self.protocol = Protocol::Stream,
                         None => {}
                     }
                     (
@@ -444,9 +446,18 @@ impl Session {
     }
 
     /// The peer will send nothing more (TCP half-close), and the input fed so far has been
-    /// consumed as far as it can be. A raw TCP text cut short can never be completed: it
-    /// is answered `-32700` (id `null`). The session closes either way.
-    pub fn end_of_input(&mut self, out: &mut OutBuf) {
+    /// consumed as far as it can be; `rest` is what is left of it. Over raw TCP, a bare
+    /// word (`42`, `null`) ends with the input and is answered as any text; any other text
+    /// cut short can never be completed: it is answered `-32700` (id `null`). The session
+    /// closes either way.
+    pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+        if self.protocol == Protocol::Stream && !self.closing {
+            if let Some(range) = self.framer.finish(rest) {
+                self.answer_text(&rest[range], out, ctx);
+                self.closing = true;
+                return;
+            }
+        }
         if self.protocol == Protocol::Stream && !self.closing && self.framer.in_text() {
             let data = out.data();
             let start = data.len();
@@ -467,35 +478,8 @@ impl Session {
     fn step_stream(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
         match self.framer.next(rest, ctx.limits.max_body_bytes) {
             Frame::Complete(range) => {
-                self.framer.reset();
-                let data = out.data();
-                let start = data.len();
-                let text = &rest[range.clone()];
-                let mut deferrals = Deferrals {
-                    target: ctx.defer,
-                    next_slot: &mut self.next_slot,
-                };
-                let scratch = &mut ctx.scratch.jsonrpc;
-                let outcome = jsonrpc::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
-                if outcome != Outcome::Silent {
-                    one_line(&mut data[start..]);
-                    data.push(b'\n');
-                }
-                if scratch.deferred.is_empty() {
-                    let end = data.len();
-                    out.commit(start..end);
-                } else {
-                    self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
-                }
-                let last = self.count_exchange(ctx);
-                (
-                    range.end,
-                    if outcome == Outcome::ParseError || last {
-                        Step::Close
-                    } else {
-                        Step::Progressed
-                    },
-                )
+                let step = self.answer_text(&rest[range.clone()], out, ctx);
+                (range.end, step)
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
             Frame::Invalid => {
@@ -505,7 +489,7 @@ impl Session {
                     data,
                     None,
                     ErrorCode::ParseError.code(),
-                    "Parse error: expected a JSON object or array",
+                    "Parse error: not the start of a JSON text",
                     None,
                 );
                 data.push(b'\n');
@@ -523,6 +507,35 @@ impl Session {
                 out.commit(start..end);
                 (0, Step::Close)
             }
+        }
+    }
+
+    /// Answer one raw TCP text with one reply line (none for notifications).
+    fn answer_text(&mut self, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.framer.reset();
+        let data = out.data();
+        let start = data.len();
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut self.next_slot,
+        };
+        let scratch = &mut ctx.scratch.jsonrpc;
+        let outcome = dispatch::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
+        if outcome != Outcome::Silent {
+            one_line(&mut data[start..]);
+            data.push(b'\n');
+        }
+        if scratch.deferred.is_empty() {
+            let end = data.len();
+            out.commit(start..end);
+        } else {
+            self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
+        }
+        let last = self.count_exchange(ctx);
+        if outcome == Outcome::ParseError || last {
+            Step::Close
+        } else {
+            Step::Progressed
         }
     }
 
@@ -706,7 +719,7 @@ impl Session {
             next_slot: &mut self.next_slot,
         };
         let scratch = &mut ctx.scratch.jsonrpc;
-        let outcome = jsonrpc::process(
+        let outcome = dispatch::process(
             &message,
             ctx.router,
             ctx.limits.max_batch,
@@ -776,7 +789,7 @@ impl Session {
             let data = out.data();
             let start = data.len();
             let status = if is_jsonrpc {
-                match jsonrpc::process(
+                match dispatch::process(
                     body,
                     ctx.router,
                     ctx.limits.max_batch,
@@ -902,7 +915,7 @@ fn rest_call(
         }
     };
     let call = Call::new(name, params, Some("null"));
-    match jsonrpc::invoke(handler, &call, deferrals, data) {
+    match dispatch::invoke(handler, &call, deferrals, data) {
         Ok(Invoked::Done) => Status::Ok,
         Ok(Invoked::Deferred(slot)) => {
             scratch.jsonrpc.deferred.push(DeferredAt {

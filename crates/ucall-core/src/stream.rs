@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Raw TCP: a connection carries JSON texts (objects or arrays) back to back or separated
-//! by whitespace; this finds where each one ends, across any number of segments.
+//! Raw TCP: a connection carries JSON texts back to back or separated by whitespace; this
+//! finds where each one ends, across any number of segments. Requests are objects or
+//! arrays; a scalar text (`"hi"`, `42`, `null`) is framed too, so that it can be answered
+//! `-32600` like any other invalid Request, and the stream goes on after it.
 //!
-//! The framer only tracks nesting and strings; the JSON parser validates each text it
-//! delimits. State is kept between calls, so a text arriving in many pieces is scanned once.
+//! The framer only tracks nesting, strings and the extent of bare words (numbers and
+//! literals); the JSON parser validates each text it delimits. State is kept between calls, so a text arriving in many pieces is scanned once.
 #![forbid(unsafe_code)]
 
 use std::ops::Range;
@@ -18,7 +20,7 @@ pub enum Frame {
         /// Leading whitespace that can be consumed already.
         skip: usize,
     },
-    /// The next non-whitespace byte cannot start a JSON object or array.
+    /// The next non-whitespace byte cannot start a JSON text.
     Invalid,
     /// The text has grown beyond the limit without ending.
     TooLarge,
@@ -32,7 +34,21 @@ pub struct Framer {
     depth: usize,
     in_string: bool,
     escaped: bool,
+    /// The text is a bare word (a number or `true`, `false`, `null`): it ends at the first
+    /// byte that no number or literal holds (whitespace, a structural byte), which must be
+    /// seen first, or at the end of the input (see [`Framer::finish`]).
+    word: bool,
 }
+
+/// Whether `byte` ends a bare word (RFC 8259 §3, §6: literals are lowercase letters,
+/// numbers digits, signs, `.` and `e`/`E`).
+fn ends_word(byte: u8) -> bool {
+    !(byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'-' | b'.'))
+}
+
+/// Longest bare word framed: far beyond any literal or sensible number, and a bound on
+/// what a client that sends digits without end makes the server buffer.
+const MAX_WORD: usize = 1024;
 
 impl Framer {
     /// Find the next text in `input`, which starts at the first byte not yet consumed and
@@ -44,8 +60,10 @@ impl Framer {
                 let Some(start) = input.iter().position(|c| !c.is_ascii_whitespace()) else {
                     return Frame::Incomplete { skip: input.len() };
                 };
-                if !matches!(input[start], b'{' | b'[') {
-                    return Frame::Invalid;
+                match input[start] {
+                    b'{' | b'[' | b'"' => {}
+                    b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => self.word = true,
+                    _ => return Frame::Invalid,
                 }
                 self.start = Some(start);
                 self.scanned = start;
@@ -53,6 +71,17 @@ impl Framer {
             }
         };
         let mut i = self.scanned;
+        if self.word {
+            let max_len = max_len.min(MAX_WORD);
+            if let Some(end) = input[i..].iter().position(|&c| ends_word(c)) {
+                return Self::complete(start, i + end, max_len);
+            }
+            if input.len() - start > max_len {
+                return Frame::TooLarge;
+            }
+            self.scanned = input.len();
+            return Frame::Incomplete { skip: 0 };
+        }
         while i < input.len() {
             if self.in_string {
                 if self.escaped {
@@ -70,6 +99,10 @@ impl Framer {
                     self.escaped = true;
                 } else {
                     self.in_string = false;
+                    if self.depth == 0 {
+                        // A string text, outside any object or array.
+                        return Self::complete(start, i + 1, max_len);
+                    }
                 }
                 i += 1;
                 continue;
@@ -80,11 +113,7 @@ impl Framer {
                 b'}' | b']' => {
                     self.depth -= 1;
                     if self.depth == 0 {
-                        // Over the limit is refused even when the text came whole in one read.
-                        if i + 1 - start > max_len {
-                            return Frame::TooLarge;
-                        }
-                        return Frame::Complete(start..i + 1);
+                        return Self::complete(start, i + 1, max_len);
                     }
                 }
                 _ => {}
@@ -96,6 +125,23 @@ impl Framer {
             return Frame::TooLarge;
         }
         Frame::Incomplete { skip: 0 }
+    }
+
+    /// The text `start..end`, unless it is over the limit, which is refused even when the
+    /// text came whole in one read.
+    fn complete(start: usize, end: usize, max_len: usize) -> Frame {
+        if end - start > max_len {
+            Frame::TooLarge
+        } else {
+            Frame::Complete(start..end)
+        }
+    }
+
+    /// The input has ended (the peer closed its sending side): a bare word under way is
+    /// whole, and this is its range in `input`; any other text is cut short (`None`).
+    #[must_use]
+    pub fn finish(&self, input: &[u8]) -> Option<Range<usize>> {
+        self.start.filter(|_| self.word).map(|start| start..input.len())
     }
 
     /// Forget the text just consumed.
@@ -170,9 +216,47 @@ mod tests {
     }
 
     #[test]
-    fn refuses_what_cannot_be_a_request() {
-        assert_eq!(Framer::default().next(b"  x{}", 100), Frame::Invalid);
-        assert_eq!(Framer::default().next(b"123", 100), Frame::Invalid);
+    fn refuses_what_cannot_start_a_json_text() {
+        for input in [&b"  x{}"[..], b"}", b",1", b"\x00{}", b"\xff", b"hello\n"] {
+            assert_eq!(Framer::default().next(input, 100), Frame::Invalid, "{input:?}");
+        }
         assert_eq!(Framer::default().next(b"[[[[[[[[[[[[", 4), Frame::TooLarge);
+        assert_eq!(Framer::default().next(b"123456789", 4), Frame::TooLarge);
+        assert_eq!(
+            Framer::default().next(&[b'1'; MAX_WORD + 1], 1 << 20),
+            Frame::TooLarge,
+            "a word has a limit of its own"
+        );
+    }
+
+    #[test]
+    fn frames_scalar_texts_which_the_parser_then_judges() {
+        // A string ends at its closing quote; a number or literal at the first byte that
+        // cannot continue it, so only once one follows (or the input ends).
+        for (input, frame) in [
+            (&b" \"hi\" "[..], Frame::Complete(1..5)),
+            (b"\"a\\\"b\"{}", Frame::Complete(0..6)),
+            (b"42\n", Frame::Complete(0..2)),
+            (b"-1.5e3{\"a\":1}", Frame::Complete(0..6)),
+            (b"null[1]", Frame::Complete(0..4)),
+            (b"true\"x\"", Frame::Complete(0..4)),
+            (b"false,", Frame::Complete(0..5)),
+            (b"nonsense ", Frame::Complete(0..8)),
+            (b"4@", Frame::Complete(0..1)),
+            (b"1.5E+3;", Frame::Complete(0..6)),
+            (b"42", Frame::Incomplete { skip: 0 }),
+            (b"\"open", Frame::Incomplete { skip: 0 }),
+        ] {
+            assert_eq!(Framer::default().next(input, 100), frame, "{input:?}");
+        }
+        let mut framer = Framer::default();
+        assert_eq!(framer.next(b"12", 100), Frame::Incomplete { skip: 0 });
+        assert_eq!(framer.next(b"123 ", 100), Frame::Complete(0..3), "resumed");
+        let mut framer = Framer::default();
+        assert_eq!(framer.next(b" 12", 100), Frame::Incomplete { skip: 0 });
+        assert_eq!(framer.finish(b" 12"), Some(1..3), "the end of input ends a number");
+        let mut framer = Framer::default();
+        assert_eq!(framer.next(b"{\"a\"", 100), Frame::Incomplete { skip: 0 });
+        assert_eq!(framer.finish(b"{\"a\""), None, "but not an object");
     }
 }

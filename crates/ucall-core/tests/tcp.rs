@@ -143,7 +143,9 @@ fn many_requests_in_one_write_are_answered_in_order() {
 fn garbage_after_valid_requests() {
     common::for_each_engine(|engine| {
         let server = common::serve(engine);
-        for garbage in ["@@@ this is not JSON\n", "}", "\"a string\"", "123", "nul", "{\"a\":1]"] {
+        // (A scalar that is JSON is an invalid Request instead, and the stream goes on:
+        // see `the_first_byte_is_http_only_when_it_can_start_a_method`.)
+        for garbage in ["@@@ this is not JSON\n", "}", "nul\n", "1.2.3 ", "tru e", "{\"a\":1]"] {
             let mut conn = Conn::to(&server);
             conn.send(format!("{}\n{}\n{garbage}", subtract(3, 1, 1), subtract(4, 1, 2)).as_bytes());
             read_subtract(&mut conn, 3, 1, 1);
@@ -268,5 +270,44 @@ fn a_text_over_the_size_limit_is_refused() {
         conn.send(format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"#, "x".repeat(5000)).as_bytes());
         assert_error(&conn.read_line(), -32600, "null");
         conn.expect_closed(common::IO_TIMEOUT);
+    });
+}
+
+#[test]
+fn the_first_byte_is_http_only_when_it_can_start_a_method() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        // A scalar text opens a raw TCP stream: it is an invalid Request (-32600), framed
+        // like any text, and the stream goes on after it.
+        for scalar in ["\"hi\"", "42", "-1.5", "null", "true", "false"] {
+            let mut conn = Conn::to(&server);
+            conn.send(format!("{scalar}\n{}", subtract(5, 3, 1)).as_bytes());
+            assert_error(&conn.read_line(), -32600, "null");
+            read_subtract(&mut conn, 5, 3, 1);
+        }
+        // A bare word is whole when the input ends.
+        let mut conn = Conn::to(&server);
+        conn.send(b"  42");
+        conn.shutdown_write();
+        assert_error(&conn.read_line(), -32600, "null");
+        conn.expect_closed(common::IO_TIMEOUT);
+        // Bytes that cannot start a JSON text: -32700, then the connection closes.
+        for garbage in [
+            &b"hello\n"[..],
+            b"}{",
+            b"\x00\x01\x02",
+            b"\xff\xfe",
+            b"get / HTTP/1.1\r\n\r\n",
+        ] {
+            let mut conn = Conn::to(&server);
+            conn.send(garbage);
+            assert_error(&conn.read_line(), -32700, "null");
+            conn.expect_closed(common::IO_TIMEOUT);
+        }
+        // An uppercase letter is HTTP, as before.
+        let mut conn = Conn::to(&server);
+        conn.send(b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n");
+        let response = conn.read_response();
+        assert!(response.status >= 400, "{response:?}");
     });
 }

@@ -469,7 +469,15 @@ fn vectors_in_memory() {
             } else {
                 // Cut short: only the end of input tells.
                 let mut end = OutBuf::new();
-                session.end_of_input(&mut end);
+                let mut ctx = Context {
+                    router,
+                    limits: &limits,
+                    date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+                    scratch: &mut scratch,
+                    defer: None,
+                    draining: false,
+                };
+                session.end_of_input(&input, &mut end, &mut ctx);
                 let mut all = out;
                 all.extend_from_slice(&end.to_vec());
                 (all, true)
@@ -616,6 +624,10 @@ fn vectors_pipelined_on_one_tcp_connection() {
         let mut stream = Vec::new();
         for vector in &usable {
             stream.extend_from_slice(&vector.request);
+            if vector.request.last().is_some_and(u8::is_ascii_alphanumeric) {
+                // A bare word (`42`, `null`) runs on into a word after it: end it.
+                stream.push(b'\n');
+            }
         }
         stream.extend_from_slice(follow_up().as_bytes());
         conn.send(&stream);

@@ -2,7 +2,7 @@
 //! JSON text ↔ Python objects, without an intermediate tree.
 //!
 //! Request params arrive as JSON text the core has already validated; [`to_python`] walks
-//! it with the core's scanner and builds Python objects directly. Integers of any size
+//! it with the core's params layer ([`Param`]) and builds Python objects directly. Integers of any size
 //! stay exact. [`write_json`] serializes a handler's result straight into the reply
 //! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
 //! Python `encode` hook that turns them into plain JSON values first.
@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use ucall_core::jsonrpc::scan::{Elements, Members};
+use ucall_core::Param;
 
 use crate::base64;
 
@@ -35,15 +35,15 @@ fn value<'py>(py: Python<'py>, raw: &str, depth: usize) -> PyResult<Bound<'py, P
         Some(b'"') => Ok(string(py, raw)?.into_any()),
         Some(b'{') => {
             let dict = PyDict::new(py);
-            for (key, item) in Members::new(raw) {
-                dict.set_item(string(py, key)?, value(py, item, depth + 1)?)?;
+            for (key, item) in Param::new(raw).members() {
+                dict.set_item(string(py, key.raw())?, value(py, item.raw(), depth + 1)?)?;
             }
             Ok(dict.into_any())
         }
         Some(b'[') => {
             let list = PyList::empty(py);
-            for item in Elements::new(raw) {
-                list.append(value(py, item, depth + 1)?)?;
+            for item in Param::new(raw).elements() {
+                list.append(value(py, item.raw(), depth + 1)?)?;
             }
             Ok(list.into_any())
         }
@@ -66,10 +66,10 @@ fn number<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyAny>> {
         let float: f64 = raw.parse().map_err(|_| invalid())?;
         return Ok(PyFloat::new(py, float).into_any());
     }
-    match raw.parse::<i64>() {
-        Ok(int) => Ok(int.into_pyobject(py)?.into_any()),
+    match Param::new(raw).as_i64() {
+        Some(int) => Ok(int.into_pyobject(py)?.into_any()),
         // Beyond 64 bits: Python's own parser keeps every digit.
-        Err(_) => big_int(py, raw),
+        None => big_int(py, raw),
     }
 }
 
@@ -84,15 +84,8 @@ fn big_int<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyAny>> {
 
 /// The Python string of a raw JSON string (with its quotes).
 pub fn string<'py>(py: Python<'py>, raw: &str) -> PyResult<Bound<'py, PyString>> {
-    let inner = raw
-        .get(1..raw.len().saturating_sub(1))
-        .filter(|_| raw.len() >= 2)
-        .ok_or_else(invalid)?;
-    if !inner.contains('\\') {
-        return Ok(PyString::new(py, inner));
-    }
-    let decoded: String = serde_json::from_str(raw).map_err(|_| invalid())?;
-    Ok(PyString::new(py, &decoded))
+    let text = Param::new(raw).as_str().ok_or_else(invalid)?;
+    Ok(PyString::new(py, &text))
 }
 
 /// Why a value cannot be written as JSON.

@@ -2,13 +2,15 @@
 //! `ucall._ucall`: the private extension module behind the `ucall` Python package.
 //!
 //! Thin glue over `ucall-core`: a server whose procedures are Python callables
-//! ([`server::NativeServer`]), the JSON reader and writer they use ([`convert`]), and
-//! Python's parameter binding rules ([`params`]). The public API is pure Python in
-//! `python/ucall/`.
+//! ([`server::NativeServer`]), each registered function with its hooks ([`procedure`]),
+//! the threads that run them ([`runtime`]), the JSON reader and writer they use
+//! ([`convert`]), and Python's parameter binding rules ([`params`]). The public API is
+//! pure Python in `python/ucall/`.
 
 mod base64;
 mod convert;
 mod params;
+mod procedure;
 mod runtime;
 mod server;
 
@@ -50,7 +52,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MIN", SERVER_ERROR_MIN)?;
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     m.add_class::<server::NativeServer>()?;
-    m.add_class::<server::DeferredReply>()?;
+    m.add_class::<procedure::DeferredReply>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
     Ok(())

@@ -3,16 +3,18 @@
 //!
 //! The pure-Python layer reads the signature and type hints once, at registration, and
 //! hands over a [`Plan`]: each parameter's name, kind, default and check. Common checks
-//! (`int`, `float`, `bool`, `str`, none) run here on the raw JSON text; any other type
-//! hint is a Python converter called with the decoded value.
+//! (`int`, `float`, `bool`, `str`, `bytes`, none) run here with the core's params layer
+//! ([`Value`]), so their rules are those of the C and Rust APIs; Python adds its own on
+//! top (an integral float is an `int`, integers have no size limit). Any other type hint
+//! is a Python converter called with the decoded value.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
-use ucall_core::jsonrpc::scan::{key_equals, Elements, Members};
-use ucall_core::RpcError;
+use ucall_core::params::base64;
+use ucall_core::{Param as Value, RpcError};
 
-use crate::{base64, convert};
+use crate::convert;
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,24 +165,25 @@ impl Plan {
         let mut extra_keywords: Option<Bound<'py, PyDict>> = None;
         match params {
             Some(raw) if raw.starts_with('[') => {
-                for (index, item) in Elements::new(raw).enumerate() {
+                for (index, item) in Value::new(raw).elements().map(Value::raw).enumerate() {
                     if index < self.positional {
                         slots[index] = Some(convert_param(py, &self.params[index], item, Given::Named)?);
                     } else if let Some(var) = &self.var_positional {
                         extra_positional.push(convert_param(py, var, item, Given::At(index))?);
                     } else if !self.ignore_extra {
-                        return Err(too_many(self.positional, Elements::new(raw).count()));
+                        return Err(too_many(self.positional, Value::new(raw).elements().count()));
                     } else {
                         break;
                     }
                 }
             }
             Some(raw) if raw.starts_with('{') => {
-                for (key, item) in Members::new(raw) {
+                for (key, item) in Value::new(raw).members() {
+                    let (key, item) = (key.raw(), item.raw());
                     let found = self
                         .params
                         .iter()
-                        .position(|p| p.kind != Kind::PositionalOnly && key_equals(key, &p.name));
+                        .position(|p| p.kind != Kind::PositionalOnly && Value::new(key).str_equals(&p.name));
                     if let Some(index) = found {
                         slots[index] = Some(convert_param(py, &self.params[index], item, Given::Named)?);
                     } else if let Some(var) = &self.var_keyword {
@@ -224,27 +227,27 @@ fn convert_param<'py>(
     given: Given<'_>,
 ) -> Result<Bound<'py, PyAny>, RpcError> {
     let raw = raw.trim();
-    let first = raw.as_bytes().first().copied().unwrap_or(b' ');
-    let is_number = first == b'-' || first.is_ascii_digit();
+    let value = Value::new(raw);
     let fail = |what: &str| wrong_type(param, given, what, raw);
     match param.check {
         Check::Any => convert::to_python(py, raw).map_err(|_| fail("a JSON value")),
-        Check::Int if is_number => int(py, raw).ok_or_else(|| fail("an integer")),
-        Check::Float if is_number => raw
-            .parse::<f64>()
+        Check::Int if value.is_number() => int(py, value).ok_or_else(|| fail("an integer")),
+        Check::Float if value.is_number() => value
+            .as_f64()
             .map(|f| PyFloat::new(py, f).into_any())
-            .map_err(|_| fail("a number")),
-        Check::Bool if raw == "true" || raw == "false" => convert::to_python(py, raw).map_err(|_| fail("a boolean")),
-        Check::Str if first == b'"' => convert::string(py, raw)
+            .ok_or_else(|| fail("a number")),
+        Check::Bool => value
+            .as_bool()
+            .map(|b| PyBool::new(py, b).to_owned().into_any())
+            .ok_or_else(|| fail("a boolean")),
+        Check::Str if value.is_string() => convert::string(py, raw)
             .map(Bound::into_any)
             .map_err(|_| fail("a string")),
-        Check::Bytes | Check::ByteArray if first == b'"' => {
-            base64_param(py, raw, param.check == Check::ByteArray).ok_or_else(|| fail("a base64 string"))
-        }
-        Check::Bytes | Check::ByteArray => Err(fail("a base64 string")),
+        Check::Bytes | Check::ByteArray => value
+            .with_base64(|text| decode_base64(py, text, param.check == Check::ByteArray))
+            .ok_or_else(|| fail("a base64 string")),
         Check::Int => Err(fail("an integer")),
         Check::Float => Err(fail("a number")),
-        Check::Bool => Err(fail("a boolean")),
         Check::Str => Err(fail("a string")),
         Check::Custom => {
             let value = convert::to_python(py, raw).map_err(|_| fail("a JSON value"))?;
@@ -257,19 +260,9 @@ fn convert_param<'py>(
     }
 }
 
-/// A base64 JSON string (standard alphabet, padded; JSON escapes allowed) decoded into a
-/// new `bytes` (or `bytearray`). SIMD decoding writes straight into the Python object:
-/// a 1.6 MB payload is neither copied nor zeroed on the way.
-fn base64_param<'py>(py: Python<'py>, raw: &str, bytearray: bool) -> Option<Bound<'py, PyAny>> {
-    let inner = raw.get(1..raw.len().checked_sub(1)?)?;
-    // A backslash is no base64 character: decoding fails on an escaped string, which is
-    // then unescaped and decoded again. Looking for escapes first would cost a pass.
-    decode_base64(py, inner.as_bytes(), bytearray).or_else(|| {
-        let unescaped: String = serde_json::from_str(raw).ok()?;
-        decode_base64(py, unescaped.as_bytes(), bytearray)
-    })
-}
-
+/// Base64 `text` (the core's rule: `ucall_core::params::base64`) decoded into a new
+/// `bytes` (or `bytearray`). SIMD decoding writes straight into the Python object: a
+/// 1.6 MB payload is neither copied nor zeroed on the way.
 fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let len = base64::decoded_len(text)?;
     if bytearray {
@@ -299,12 +292,13 @@ fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<B
     }
 }
 
-/// An integer from JSON number text: exact at any size; an integral float is accepted.
-fn int<'py>(py: Python<'py>, raw: &str) -> Option<Bound<'py, PyAny>> {
+/// An integer from a JSON number: exact at any size; an integral float is accepted.
+fn int<'py>(py: Python<'py>, value: Value<'_>) -> Option<Bound<'py, PyAny>> {
+    if let Some(small) = value.as_i64() {
+        return small.into_pyobject(py).ok().map(Bound::into_any);
+    }
+    let raw = value.raw();
     if !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-        if let Ok(small) = raw.parse::<i64>() {
-            return small.into_pyobject(py).ok().map(Bound::into_any);
-        }
         return convert::to_python(py, raw).ok();
     }
     let float: f64 = raw.parse().ok()?;

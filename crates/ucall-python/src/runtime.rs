@@ -16,9 +16,10 @@
 //! Engines whose workers must stay on one thread (io_uring rings set up for a single
 //! issuer) are *pinned*: the turner hands each group to the lane's executor threads, which
 //! run it with the GIL. When an executor's call blocks (by the same rule), the monitor
-//! starts another executor; executors left idle for [`EXECUTOR_IDLE`] exit (one always stays). A
-//! procedure whose calls have all been quick for a while is trusted: the turner runs its
-//! calls itself, saving two thread switches per group. A slow call (1 ms or more) that gave
+//! starts another executor, once per blocked call; an executor left idle for
+//! [`EXECUTOR_IDLE`] exits while another one waits for work (one always stays free unless
+//! all are blocked). A procedure whose calls have all been quick for a while is trusted:
+//! the turner runs its calls itself, saving two thread switches per group. A slow call (1 ms or more) that gave
 //! up its core (slept, waited) withdraws the trust for good; one that was only preempted
 //! or computed for long makes the procedure earn it again (see `Procedure::run`).
 //!
@@ -43,7 +44,7 @@ use pyo3::types::PyList;
 
 use ucall_core::{Deferred, Stopper, WakeHold, Worker};
 
-use crate::server::{DeferredReply, Procedure};
+use crate::procedure::{voluntary_switches, DeferredReply, Procedure};
 
 /// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
 const BLOCKED_TICKS: u32 = 2;
@@ -176,8 +177,13 @@ struct Lane {
     threads: AtomicUsize,
     /// Pinned lanes: wakes an executor when a group is queued.
     work: Condvar,
-    /// Pinned lanes: the executor already helped (its tag), so it is helped only once.
+    /// Pinned lanes: the blocked call already helped (its number in `calls`), so that each
+    /// blocked call gets one more executor. Keyed by call, not by executor: the executor
+    /// that blocked outlives the spare it got when that spare idles out, and keyed by it,
+    /// its every later blocking call would go without help.
     helped: AtomicU64,
+    /// Pinned lanes: executors waiting for a group (changed with `jobs` locked).
+    waiting: AtomicUsize,
     /// Pinned lanes: the worker has finished; executors exit once the queue is empty.
     done: AtomicBool,
     /// The turner completes its group's calls without waking the worker: it turns next,
@@ -231,6 +237,7 @@ impl Runtime {
                     threads: AtomicUsize::new(0),
                     work: Condvar::new(),
                     helped: AtomicU64::new(u64::MAX),
+                    waiting: AtomicUsize::new(0),
                     done: AtomicBool::new(false),
                 })
                 .collect(),
@@ -348,13 +355,18 @@ impl Runtime {
                             lane.threads.fetch_sub(1, Ordering::SeqCst);
                             return;
                         }
+                        lane.waiting.fetch_add(1, Ordering::SeqCst);
                         let (guard, waited) = lane
                             .work
                             .wait_timeout(jobs, EXECUTOR_IDLE)
                             .unwrap_or_else(PoisonError::into_inner);
                         jobs = guard;
-                        if waited.timed_out() && jobs.is_empty() && lane.threads.load(Ordering::SeqCst) > 1 {
-                            // A spare left from a blocked call: the lane keeps one executor.
+                        // Counted under the queue's lock, so two spares never both leave.
+                        let others_waiting = lane.waiting.fetch_sub(1, Ordering::SeqCst) - 1;
+                        if waited.timed_out() && jobs.is_empty() && others_waiting > 0 {
+                            // A spare left from a blocked call. It leaves only when another
+                            // executor waits for work too: one still blocked (a long sleep)
+                            // would leave the next calls nobody to run them.
                             lane.threads.fetch_sub(1, Ordering::SeqCst);
                             return;
                         }
@@ -469,7 +481,7 @@ impl Runtime {
                 let params = job.params.as_ref().map(ParamsText::as_str);
                 let timed = self
                     .times(&job)
-                    .then(|| *switches_at_start.get_or_insert_with(crate::server::voluntary_switches));
+                    .then(|| *switches_at_start.get_or_insert_with(voluntary_switches));
                 if let Some(coroutine) = job.procedure.run(py, params, job.reply, timed) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
@@ -499,7 +511,7 @@ impl Runtime {
     fn run_inline(&self, jobs: Vec<Job>) {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
-            let timed = Some(crate::server::voluntary_switches());
+            let timed = Some(voluntary_switches());
             for job in jobs {
                 if let Some(coroutine) =
                     job.procedure
@@ -565,16 +577,16 @@ impl Runtime {
                     }
                 }
                 if self.pinned {
-                    // Another executor, once per blocked one, when calls wait for it. A slow
+                    // Another executor, once per blocked call, when calls wait for it. A slow
                     // call with none waiting needs no thread: spawning one for each slow
                     // call kept 40 threads alive under one connection of 4 ms calls, each
                     // with memory of its own in the allocator.
-                    if lane.helped.load(Ordering::SeqCst) != tag
+                    if lane.helped.load(Ordering::SeqCst) != calls
                         && lane.threads.load(Ordering::SeqCst) < self.max_threads
                         && !lane.done.load(Ordering::SeqCst)
                         && !lock(&lane.jobs).is_empty()
                     {
-                        lane.helped.store(tag, Ordering::SeqCst);
+                        lane.helped.store(calls, Ordering::SeqCst);
                         let _ = self.spawn_executor(index);
                     }
                     continue;

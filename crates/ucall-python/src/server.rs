@@ -6,70 +6,19 @@
 //! Params are bound, the function called and the result serialized with the GIL held;
 //! everything else runs without it.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyList, PyType};
 
-use ucall_core::{
-    Call, Config, Cors, Deferred, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder, TlsConfig,
-};
+use ucall_core::{Call, Config, Cors, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder, TlsConfig};
 
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
+use crate::procedure::{Hooks, Procedure};
 use crate::runtime::{self, Runtime};
-
-/// Python objects every procedure of one server needs.
-pub struct Hooks {
-    /// `encode(obj) -> plain JSON value`, for result types the writer does not know.
-    encode: Py<PyAny>,
-    /// `ucall.RPCError`: raising it sends that error.
-    rpc_error: Py<PyType>,
-    /// `describe(exc, traceback) -> str`: the text of a failed handler's traceback (debug mode).
-    describe: Option<Py<PyAny>>,
-    /// `submit([(coroutine, reply), ...])`: start coroutines on the server's asyncio loop.
-    submit: Option<Py<PyAny>>,
-    /// Quick calls in a row before a procedure is trusted to run on a pinned turner (1000
-    /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
-    /// one finish).
-    trust_after: u32,
-}
-
-/// One Python function behind a method name.
-pub struct Procedure {
-    func: Py<PyAny>,
-    plan: Plan,
-    hooks: Arc<Hooks>,
-    is_async: bool,
-    /// Calls in a row that were quick (saturating); see [`Procedure::trusted`].
-    quick_streak: AtomicU32,
-    /// A call gave up its core while it ran (it may block again): never trusted again.
-    slow: AtomicBool,
-    /// The streak once reached `trust_after`; see [`Procedure::runs_at_once`].
-    proven: AtomicBool,
-}
-
-/// A call at least this long is slow, plus [`SLOW_CALL_PER_BYTE`] for each byte of its
-/// params.
-const SLOW_CALL: Duration = Duration::from_millis(1);
-/// Binding large params takes time without blocking anything (decoding a 2 MB base64
-/// payload takes about 0.3 ms): 1 ms more per megabyte.
-const SLOW_CALL_PER_BYTE: Duration = Duration::from_nanos(1);
-
-/// Times this thread has given up its core by itself (slept, waited for I/O or a lock):
-/// `ru_nvcsw`. Being preempted counts elsewhere (`ru_nivcsw`).
-pub fn voluntary_switches() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `getrusage` fills the `rusage` it is given; a zeroed one is valid too.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    u64::try_from(usage.ru_nvcsw).unwrap_or(0)
-}
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
 const STOP_SLACK: Duration = Duration::from_secs(1);
@@ -108,237 +57,6 @@ impl Handler for Entry {
             });
         }
         Ok(())
-    }
-}
-
-impl Procedure {
-    /// Bind and call; the function's return value.
-    fn call<'py>(&self, py: Python<'py>, params: Option<&str>) -> Result<Bound<'py, PyAny>, RpcError> {
-        let (args, kwargs) = self.plan.bind(py, params)?;
-        self.func
-            .bind(py)
-            .call(args, kwargs.as_ref())
-            .map_err(|e| self.hooks.error(py, &e))
-    }
-
-    /// Bind, call, serialize the result into `out`.
-    fn invoke(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        let result = self.call(py, params)?;
-        self.hooks.serialize(&result, out)
-    }
-
-    /// Whether this procedure is an `async def` (its calls start coroutines and return).
-    pub fn is_async(&self) -> bool {
-        self.is_async
-    }
-
-    /// Whether this procedure's calls have all been quick for a while, so that a pinned
-    /// worker's thread may run them itself.
-    pub fn trusted(&self) -> bool {
-        self.quick_streak.load(Ordering::Relaxed) >= self.hooks.trust_after && !self.slow.load(Ordering::Relaxed)
-    }
-
-    /// Whether a call with large params may run during the turn that parsed it: the
-    /// procedure was trusted once and no call has given up its core since. Unlike
-    /// [`Procedure::trusted`], a call that was only preempted or computed for long does
-    /// not take this back: the call would run on this thread right after the turn anyway,
-    /// and on a busy machine the streak would rarely last.
-    fn runs_at_once(&self) -> bool {
-        !self.is_async && self.proven() && !self.slow.load(Ordering::Relaxed)
-    }
-
-    /// Whether the streak of quick calls has ever reached `trust_after`.
-    pub fn proven(&self) -> bool {
-        self.proven.load(Ordering::Relaxed)
-    }
-
-    /// Run one deferred call and complete its reply. For an `async def` procedure, returns
-    /// `(coroutine, reply)` to be started on the asyncio loop instead.
-    ///
-    /// `timed`: measure the call for trust (which calls: `Runtime::times`; reading the
-    /// clock costs more than the rest of a quick call's bookkeeping), with the thread's
-    /// [`voluntary_switches`] when its group started.
-    pub fn run<'py>(
-        &self,
-        py: Python<'py>,
-        params: Option<&str>,
-        reply: Deferred,
-        timed: Option<u64>,
-    ) -> Option<Bound<'py, PyAny>> {
-        match timed {
-            Some(switches_at_group_start) => {
-                self.timing(switches_at_group_start, params, || self.run_deferred(py, params, reply))
-            }
-            None => self.run_deferred(py, params, reply),
-        }
-    }
-
-    /// Run a call of large params during the turn that parsed it, writing its reply into
-    /// `out`; timed, so that a call that turns out slow withdraws the trust it relied on.
-    fn run_at_once(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        self.timing(voluntary_switches(), params, || self.invoke(py, params, out))
-    }
-
-    /// Run `call` (of `params`), and keep [`Procedure::trusted`] and
-    /// [`Procedure::runs_at_once`] up to date with how long it took.
-    fn timing<T>(&self, switches_at_group_start: u64, params: Option<&str>, call: impl FnOnce() -> T) -> T {
-        let started = Instant::now();
-        let out = call();
-        let bytes = u32::try_from(params.map_or(0, str::len)).unwrap_or(u32::MAX);
-        if started.elapsed() >= SLOW_CALL + SLOW_CALL_PER_BYTE * bytes {
-            // A call that slept or waited (I/O, a lock) gave up its core, and may block
-            // again: never trusted again. One that only lost the core to another process,
-            // or computed for long, starts its streak over, so that a busy machine does
-            // not take the quick path from a quick procedure for good.
-            if voluntary_switches() != switches_at_group_start {
-                self.slow.store(true, Ordering::Relaxed);
-            }
-            self.quick_streak.store(0, Ordering::Relaxed);
-        } else if self.quick_streak.load(Ordering::Relaxed) < self.hooks.trust_after
-            && self.quick_streak.fetch_add(1, Ordering::Relaxed) + 1 == self.hooks.trust_after
-        {
-            self.proven.store(true, Ordering::Relaxed);
-        }
-        out
-    }
-
-    fn run_deferred<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
-        match self.call(py, params) {
-            Err(error) => reply.error(error),
-            Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
-                let reply = DeferredReply {
-                    deferred: Mutex::new(Some(reply)),
-                    hooks: Arc::clone(&self.hooks),
-                };
-                return Bound::new(py, reply)
-                    .and_then(|reply| PyTuple::new(py, [result, reply.into_any()]))
-                    .map(Bound::into_any)
-                    .ok();
-            }
-            Ok(result) => {
-                let mut out = Vec::with_capacity(32);
-                reply.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
-            }
-        }
-        None
-    }
-}
-
-fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
-    obj.hasattr("__await__").unwrap_or(false)
-}
-
-/// The reply of an `async def` call, completed when its task finishes.
-#[pyclass(module = "ucall._ucall", frozen)]
-pub struct DeferredReply {
-    deferred: Mutex<Option<Deferred>>,
-    hooks: Arc<Hooks>,
-}
-
-#[pymethods]
-impl DeferredReply {
-    /// Complete the reply from a finished `asyncio.Task` (a done-callback).
-    fn settle(&self, py: Python<'_>, task: &Bound<'_, PyAny>) {
-        let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() else {
-            return;
-        };
-        if task
-            .call_method0("cancelled")
-            .and_then(|c| c.is_truthy())
-            .unwrap_or(false)
-        {
-            deferred.error(RpcError::internal("Internal error: the call was cancelled"));
-            return;
-        }
-        match task.call_method0("exception") {
-            Ok(exception) if !exception.is_none() => {
-                deferred.error(self.hooks.error(py, &PyErr::from_value(exception)));
-            }
-            Ok(_) => match task.call_method0("result") {
-                Ok(result) => {
-                    let mut out = Vec::with_capacity(32);
-                    deferred.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
-                }
-                Err(e) => deferred.error(self.hooks.error(py, &e)),
-            },
-            Err(e) => deferred.error(self.hooks.error(py, &e)),
-        }
-    }
-}
-
-impl DeferredReply {
-    /// Answer with the error `error` (the coroutine could not be started).
-    pub fn fail(&self, py: Python<'_>, error: &PyErr) {
-        if let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            deferred.error(self.hooks.error(py, error));
-        }
-    }
-}
-
-impl Hooks {
-    /// Serialize a handler's result into `out`.
-    fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        let start = out.len();
-        write_json(result, Some(self.encode.bind(result.py())), out).map_err(|e| {
-            out.truncate(start);
-            RpcError::internal(format!("Internal error: result cannot be serialized: {}", e.0))
-        })
-    }
-
-    /// The JSON-RPC error for an exception raised by a handler.
-    #[cold]
-    #[inline(never)]
-    fn error(&self, py: Python<'_>, error: &PyErr) -> RpcError {
-        let value = error.value(py);
-        if value.is_instance(self.rpc_error.bind(py).as_any()).unwrap_or(false) {
-            let code = value
-                .getattr("code")
-                .and_then(|c| c.extract::<i32>())
-                .unwrap_or(ucall_core::ErrorCode::InternalError.code());
-            let message = value
-                .getattr("message")
-                .map_or_else(|_| value.to_string(), |m| m.to_string());
-            let rpc = RpcError::new(code, message);
-            let data = match value.getattr("data") {
-                Ok(data) if !data.is_none() => data,
-                _ => return rpc,
-            };
-            let mut json = Vec::new();
-            // As for a result: data with no JSON form is the handler's bug, said so rather
-            // than dropped without a word.
-            if let Err(e) = write_json(&data, Some(self.encode.bind(py)), &mut json) {
-                return RpcError::internal(format!(
-                    "Internal error: the data of RPCError {code} cannot be serialized: {}",
-                    e.0
-                ));
-            }
-            return String::from_utf8(json)
-                .ok()
-                .and_then(|j| rpc.clone().with_raw_data(&j))
-                .unwrap_or(rpc);
-        }
-        let kind = value
-            .get_type()
-            .name()
-            .map_or_else(|_| "Exception".into(), |n| n.to_string());
-        let text = value.to_string();
-        let message = if text.is_empty() {
-            format!("Internal error: {kind}")
-        } else {
-            format!("Internal error: {kind}: {text}")
-        };
-        let rpc = RpcError::internal(message);
-        match &self.describe {
-            Some(describe) => match describe
-                .bind(py)
-                .call1((value, error.traceback(py)))
-                .and_then(|t| t.extract::<String>())
-            {
-                Ok(trace) => rpc.with_data(&trace),
-                Err(_) => rpc,
-            },
-            None => rpc,
-        }
     }
 }
 
@@ -496,15 +214,7 @@ impl NativeServer {
         is_async: bool,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
-        let procedure = Entry(Arc::new(Procedure {
-            func,
-            plan,
-            hooks: Arc::clone(&self.hooks),
-            is_async,
-            quick_streak: AtomicU32::new(0),
-            slow: AtomicBool::new(false),
-            proven: AtomicBool::new(false),
-        }));
+        let procedure = Entry(Arc::new(Procedure::new(func, plan, Arc::clone(&self.hooks), is_async)));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
             return Err(PyRuntimeError::new_err(

@@ -26,6 +26,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             Ok(("hello", 5))
         })
         .procedure("echo", |call| Ok(call.get::<&RawValue>(0, "data")?.to_owned()))
+        .procedure("hex", |call| Ok(hex(&call.params().bytes(0, "data")?)))
         .procedure("fail", |_| -> Result<(), RpcError> {
             Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))
         })
@@ -44,19 +45,16 @@ fn number(value: f64) -> serde_json::Value {
 /// The sum of every parameter, by position or by name: integers stay exact integers.
 fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
     let params = call.params();
-    let values: Vec<&str> = match params.raw() {
-        Some(raw) if params.is_named() => ucall_core::jsonrpc::scan::Members::new(raw).map(|(_, v)| v).collect(),
-        Some(raw) => ucall_core::jsonrpc::scan::Elements::new(raw).collect(),
-        None => Vec::new(),
-    };
-    let integers: Option<Vec<i64>> = values.iter().map(|v| v.parse::<i64>().ok()).collect();
+    let values: Vec<ucall_core::Param<'_>> = params.values().collect();
+    let integers: Option<Vec<i64>> = values.iter().map(|v| v.as_i64()).collect();
     if let Some(total) = integers.and_then(|ints| ints.into_iter().try_fold(0i64, i64::checked_add)) {
         return Ok(total.into());
     }
     let mut total = 0.0;
-    for (i, raw) in values.iter().enumerate() {
-        total += serde_json::from_str::<f64>(raw)
-            .map_err(|_| RpcError::invalid_params(format!("Invalid params: parameter {i} is not a number")))?;
+    for (i, value) in values.iter().enumerate() {
+        total += value
+            .as_f64()
+            .ok_or_else(|| RpcError::invalid_params(format!("Invalid params: parameter {i} is not a number")))?;
     }
     if !total.is_finite() {
         // JSON has no infinity: serde_json would write null.
@@ -65,4 +63,9 @@ fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
         ));
     }
     Ok(total.into())
+}
+
+/// Bytes as lowercase hex, so that a vector shows what a bytes parameter decoded to.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -231,6 +231,39 @@ static void echo(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, json, length);
 }
 
+/* Bytes by position or name (base64, padded or not), answered as lowercase hex. */
+static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t text;
+    size_t text_length, length, i;
+    unsigned char* bytes;
+    char* reply;
+    (void)tag;
+    if (!ucall_param_named_str(call, "data", 0, &text, &text_length) &&
+        !ucall_param_positional_str(call, 0, &text, &text_length)) {
+        reply_invalid_params(call, "expected a base64 string for parameter", "data");
+        return;
+    }
+    bytes = malloc(UCALL_BASE64_DECODED_CAPACITY(text_length) + 1);
+    reply = bytes ? malloc(2 * UCALL_BASE64_DECODED_CAPACITY(text_length) + 3) : NULL;
+    if (!reply) {
+        free(bytes);
+        ucall_call_reply_error_out_of_memory(call);
+        return;
+    }
+    if (!ucall_param_named_bytes(call, "data", 0, bytes, UCALL_BASE64_DECODED_CAPACITY(text_length), &length) &&
+        !ucall_param_positional_bytes(call, 0, bytes, UCALL_BASE64_DECODED_CAPACITY(text_length), &length)) {
+        reply_invalid_params(call, "expected a base64 string for parameter", "data");
+    } else {
+        reply[0] = '"';
+        for (i = 0; i != length; ++i)
+            snprintf(reply + 1 + 2 * i, 3, "%02x", bytes[i]);
+        reply[1 + 2 * length] = '"';
+        ucall_call_reply_content(call, reply, 2 + 2 * length);
+    }
+    free(reply);
+    free(bytes);
+}
+
 static void fail(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_reply_error_data(call, -32001, "boom", 0, "{\"why\":\"asked to fail\"}", 0);
@@ -340,6 +373,7 @@ int main(int argc, char** argv) {
     ucall_add_procedure(server, "notify_sum", returns_null, NULL);
     ucall_add_procedure(server, "get_data", get_data, NULL);
     ucall_add_procedure(server, "echo", echo, NULL);
+    ucall_add_procedure(server, "hex", hex, NULL);
     ucall_add_procedure(server, "fail", fail, NULL);
     ucall_add_procedure(server, "panic", panic_procedure, NULL);
 

@@ -5,6 +5,9 @@
 //! connections), its connections and its buffers; workers share only the router, the
 //! configuration and a few counters.
 
+mod conn;
+#[cfg(test)]
+mod conn_tests;
 mod poll;
 #[cfg(target_os = "linux")]
 mod uring;
@@ -62,6 +65,18 @@ impl Worker {
             Inner::Poll(worker) => worker.turn(wait),
             #[cfg(target_os = "linux")]
             Inner::Uring(worker) => worker.turn(wait),
+        }
+    }
+
+    /// How many of this worker's waits ended because their time ran out rather than on
+    /// an event: a diagnostic. While a connection has input buffered and its output can
+    /// take more, no wait may end that way (the tests count it on a deep pipeline).
+    #[must_use]
+    pub fn waits_timed_out(&self) -> u64 {
+        match &self.inner {
+            Inner::Poll(worker) => worker.waits_timed_out,
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.waits_timed_out,
         }
     }
 

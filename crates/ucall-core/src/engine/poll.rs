@@ -15,13 +15,13 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use super::{Clocks, ACCEPTS_PER_TURN};
-use crate::buffer::{self, OutBuf};
+use super::conn::{Conn, TlsFailed, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::ACCEPTS_PER_TURN;
 use crate::defer::{Completion, Sink};
 use crate::error::Error;
 use crate::server::Shared;
-use crate::session::{Context, Session};
-use crate::tls::{Received, TlsSession};
+use crate::session::Context;
+use crate::tls::TlsSession;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -31,47 +31,19 @@ const FIRST_CONNECTION: usize = 3;
 
 /// Size of the per-worker read buffer, and of each read.
 const READ_CHUNK: usize = 64 << 10;
-/// Stop processing a connection's requests while this much output waits to be sent.
-const OUTPUT_HIGH_WATER: usize = 1 << 20;
 /// Reads per connection per wake-up before other connections get a turn.
 const READS_PER_TURN: usize = 16;
-/// Output capacity a connection keeps after a large reply has gone.
-const OUTPUT_KEEP: usize = 64 << 10;
-/// Slices per vectored write.
-const MAX_IOV: usize = 64;
-/// Least time between two time-out scans.
-const SCAN_GRANULARITY: Duration = Duration::from_millis(50);
 
-struct Conn {
+/// A connection: its socket and what the edge-triggered poller said of it; the rest is
+/// the engine-independent [`Conn`].
+struct PollConn {
     stream: TcpStream,
-    session: Session,
-    /// Unconsumed input (the tail of an unfinished request), empty when between requests.
-    input: Vec<u8>,
-    out: OutBuf,
     /// Edge-triggered: the socket may hold unread bytes.
     readable: bool,
     /// An event reported the peer's close or an error: read until the end, since no
     /// further edge will announce it.
     hang_up: bool,
-    /// `input` may hold whole requests, left unprocessed while the output was full: they
-    /// go first, before anything more is read.
-    backlog: bool,
-    /// The peer shut its sending side.
-    peer_closed: bool,
-    /// Close once the output is flushed.
-    closing: bool,
-    /// Time-out clocks (idle, header).
-    clocks: Clocks,
-    /// Tells this connection from an earlier one in the same slab slot, so that a late
-    /// deferred reply never reaches the wrong client.
-    generation: u64,
-    /// TLS state, on a TLS port: ciphertext in `stream`, plaintext in `input` and `out`.
-    tls: Option<Box<TlsSession>>,
-    /// Closing in stages (see [`super::LINGER`]): the sending side is shut, what arrives is
-    /// read and dropped until the client closes or this time passes.
-    lingering: Option<Instant>,
-    /// Listed in the worker's `held` (see [`super::HeldBack`]).
-    held: bool,
+    conn: Conn,
 }
 
 pub(crate) struct PollWorker {
@@ -81,7 +53,7 @@ pub(crate) struct PollWorker {
     listener: Option<TcpListener>,
     /// A separate TLS port's listener.
     tls_listener: Option<TcpListener>,
-    conns: Slab<Conn>,
+    conns: Slab<PollConn>,
     read_buf: Vec<u8>,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
@@ -101,6 +73,8 @@ pub(crate) struct PollWorker {
     /// The clock read once per turn, after the wait: progress and time-outs are counted in
     /// seconds, and a clock read per read and write cost 2–3 % of a small request.
     now: Instant,
+    /// Waits that ended on their time-out (see [`super::Worker::waits_timed_out`]).
+    pub(crate) waits_timed_out: u64,
 }
 
 pub(crate) fn register_wakers(shared: &Shared, workers: &[&PollWorker]) {
@@ -158,6 +132,7 @@ impl PollWorker {
             completions: Vec::new(),
             next_generation: 0,
             now: Instant::now(),
+            waits_timed_out: 0,
         })
     }
 
@@ -181,6 +156,9 @@ impl PollWorker {
             self.shared.report("worker stopped", &format!("poll failed: {e}"));
             self.finish();
             return false;
+        }
+        if self.events.is_empty() && timeout.is_some_and(|t| !t.is_zero()) {
+            self.waits_timed_out += 1;
         }
         self.now = Instant::now();
         self.serving.date.refresh(SystemTime::now());
@@ -292,25 +270,11 @@ impl PollWorker {
             }
             let now = self.now;
             self.next_generation += 1;
-            entry.insert(Conn {
-                generation: self.next_generation,
+            entry.insert(PollConn {
                 stream,
-                session: Session::new(),
-                input: Vec::new(),
-                out: OutBuf::new(),
                 readable: true,
                 hang_up: false,
-                backlog: false,
-                peer_closed: false,
-                closing: false,
-                // The handshake must finish within the header time-out.
-                clocks: Clocks {
-                    last_progress: now,
-                    head_started: tls.is_some().then_some(now),
-                },
-                tls,
-                lingering: None,
-                held: false,
+                conn: Conn::new(self.next_generation, tls, now),
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
@@ -322,41 +286,41 @@ impl PollWorker {
     fn serve(&mut self, key: usize) {
         let shared = &*self.shared;
         let now = self.now;
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        if let Some(until) = conn.lingering {
-            if discard_input(conn, &mut self.read_buf) {
+        let Some(pc) = self.conns.get_mut(key) else { return };
+        if let Some(until) = pc.conn.lingering_until() {
+            if discard_input(pc, &mut self.read_buf) {
                 self.close(key);
                 return;
             }
-            if conn.readable {
+            if pc.readable {
                 // More to drop than one turn reads: the rest next turn.
                 self.again.push(key);
             }
             self.schedule_scan(until);
             return;
         }
-        let mut ctx = self.serving.context(shared, key, conn.generation);
+        let mut ctx = self.serving.context(shared, key, pc.conn.generation);
         let mut reads = 0;
         let mut failed = false;
         loop {
-            if has_output(conn) && flush(conn, now).is_err() {
+            if pc.conn.has_output() && flush(pc, now).is_err() {
                 failed = true;
                 break;
             }
-            if conn.closing {
+            if pc.conn.is_closing() {
                 break;
             }
-            if conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()) {
+            if !pc.conn.has_room(0, ctx.worker()) {
                 if ctx.worker().is_some_and(Sink::is_full) {
-                    self.held.hold(&mut conn.held, key, conn.generation);
+                    self.held.hold(&mut pc.conn.held, key, pc.conn.generation);
                 }
                 break;
             }
-            if conn.backlog {
-                feed_input(conn, &mut ctx);
+            if pc.conn.is_backlogged() {
+                pc.conn.feed(&mut ctx, 0);
                 continue;
             }
-            if !conn.readable {
+            if !pc.readable {
                 break;
             }
             if reads == READS_PER_TURN {
@@ -364,38 +328,27 @@ impl PollWorker {
                 break;
             }
             reads += 1;
-            match read_and_feed(conn, &mut self.read_buf, &mut ctx, now) {
-                Ok(()) => {}
-                Err(_) => {
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        if !failed && conn.peer_closed && !conn.closing && !conn.backlog {
-            // Half-closed by the client: what it sent is answered, the rest is never coming.
-            conn.session.end_of_input(&mut conn.out);
-            conn.closing = true;
-            // Replies still awaited (holes) keep the connection open until they are sent.
-            if has_output(conn) && flush(conn, now).is_err() {
+            if read_and_feed(pc, &mut self.read_buf, &mut ctx, now).is_err() {
                 failed = true;
+                break;
             }
         }
-        let done = failed || (conn.closing && conn.out.is_empty() && !has_output(conn));
+        // Replies still awaited (holes) keep a half-closed connection open until sent.
+        if !failed && pc.conn.answer_end_of_input(&mut ctx) && pc.conn.has_output() && flush(pc, now).is_err() {
+            failed = true;
+        }
+        let done = failed || (pc.conn.is_closing() && pc.conn.out.is_empty() && !pc.conn.has_output());
         // Edge-triggered: `readable` means the socket may hold more than was read.
-        let unread = conn.readable || !conn.input.is_empty();
-        if done && !failed && !conn.peer_closed && super::must_linger(&conn.session, unread, conn.tls.is_some()) {
+        if done && !failed && pc.conn.must_linger(pc.readable) {
             // Input may still arrive or wait unread: closing now would reset the
             // connection and drop the replies not yet delivered.
-            if let Some(tls) = conn.tls.as_mut() {
+            if let Some(tls) = pc.conn.tls.as_mut() {
                 tls.close();
-                let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
+                let _ = tls.write_to(&mut NoSigPipe(&pc.stream));
             }
-            let _ = conn.stream.shutdown(Shutdown::Write);
-            let until = now + super::LINGER;
-            conn.lingering = Some(until);
-            buffer::keep(std::mem::take(&mut conn.input));
-            conn.readable = true;
+            let _ = pc.stream.shutdown(Shutdown::Write);
+            pc.conn.linger(now);
+            pc.readable = true;
             self.serve(key);
             return;
         }
@@ -403,10 +356,9 @@ impl PollWorker {
             self.close(key);
             return;
         }
-        conn.out.shrink(OUTPUT_KEEP);
-        let in_head = super::head_under_way(&conn.session, &conn.input, conn.backlog, conn.tls.as_deref());
-        conn.clocks.track_head(in_head, now);
-        let deadline = conn.clocks.deadline(&self.shared.config);
+        pc.conn.out.shrink(OUTPUT_KEEP);
+        pc.conn.track_clocks(now);
+        let deadline = pc.conn.clocks.deadline(&self.shared.config);
         self.schedule_scan(deadline);
     }
 
@@ -417,18 +369,17 @@ impl PollWorker {
         let awaited = self.serving.sink.drain(&mut completions);
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
-            let Some(conn) = self.conns.get_mut(completion.conn) else {
+            let Some(pc) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
-            if conn.generation != completion.generation {
+            if pc.conn.generation != completion.generation {
                 continue;
             }
-            if conn.session.complete(
-                completion.slot,
-                completion.outcome,
-                &mut conn.out,
-                self.serving.date.get(),
-            ) {
+            // Input held back while replies were awaited may go on (`complete`).
+            if pc
+                .conn
+                .complete(completion.slot, completion.outcome, self.serving.date.get())
+            {
                 touched.push(completion.conn);
             }
         }
@@ -436,15 +387,12 @@ impl PollWorker {
         touched.sort_unstable();
         touched.dedup();
         for key in touched {
-            if let Some(conn) = self.conns.get_mut(key) {
-                conn.backlog |= !conn.input.is_empty();
-            }
             self.serve(key);
         }
         while let Some((key, generation)) = self.held.next(&self.serving.sink) {
-            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.generation == generation) {
-                conn.held = false;
-                conn.backlog |= !conn.input.is_empty();
+            if let Some(pc) = self.conns.get_mut(key).filter(|pc| pc.conn.generation == generation) {
+                pc.conn.held = false;
+                pc.conn.mark_backlog();
                 self.serve(key);
             }
         }
@@ -463,19 +411,11 @@ impl PollWorker {
         self.next_scan = None;
         let config = &self.shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
-        let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
-            conn.lingering
-                .or_else(|| (!conn.session.has_pending()).then(|| conn.clocks.deadline(config)))
-        });
+        let (expired, earliest) = super::due(self.conns.iter(), now, |pc| pc.conn.deadline(config));
         for key in expired {
-            if let Some(conn) = self.conns.get_mut(key).filter(|conn| conn.lingering.is_none()) {
-                // A 408 answers a request partly received; an idle connection is closed
-                // silently, or a client could read the 408 as the reply to its next request.
-                if !conn.input.is_empty() || !conn.session.is_between_requests() {
-                    conn.session.time_out(&mut conn.out, self.serving.date.get());
-                }
-                conn.closing = true;
-                let _ = flush(conn, now);
+            if let Some(pc) = self.conns.get_mut(key).filter(|pc| pc.conn.lingering_until().is_none()) {
+                pc.conn.time_out(self.serving.date.get());
+                let _ = flush(pc, now);
             }
             self.close(key);
         }
@@ -498,41 +438,40 @@ impl PollWorker {
             .conns
             .iter()
             // Not `readable`: bytes may wait in the socket (a connection accepted just now).
-            .filter(|(_, c)| !c.readable && c.input.is_empty() && c.out.is_empty() && c.session.is_between_requests())
+            .filter(|(_, pc)| !pc.readable && pc.conn.is_idle())
             .map(|(key, _)| key)
             .collect();
         for key in idle {
             // A WebSocket hears why it is closed (1001); other idle connections just close.
-            let Some(conn) = self.conns.get_mut(key) else { continue };
-            if conn.session.going_away(&mut conn.out) {
-                conn.closing = true;
+            let Some(pc) = self.conns.get_mut(key) else { continue };
+            if pc.conn.going_away() {
                 self.serve(key);
             } else {
                 self.close(key);
             }
         }
-        for (_, conn) in self.conns.iter_mut() {
-            if !conn.readable && conn.input.is_empty() && conn.session.last_reply_closes() {
-                conn.closing = true;
+        for (_, pc) in self.conns.iter_mut() {
+            if !pc.readable {
+                pc.conn.last_reply_closes();
             }
         }
         self.conns.is_empty() || self.drain_deadline.is_some_and(|at| Instant::now() >= at)
     }
 
     fn close(&mut self, key: usize) {
-        if let Some(mut conn) = self.conns.try_remove(key) {
-            buffer::keep(std::mem::take(&mut conn.input));
-            conn.out.release();
-            if let Some(tls) = conn.tls.as_mut().filter(|_| conn.lingering.is_none()) {
+        if let Some(mut pc) = self.conns.try_remove(key) {
+            pc.conn.release();
+            let lingering = pc.conn.lingering_until().is_some();
+            if let Some(tls) = pc.conn.tls.as_mut().filter(|_| !lingering) {
                 // Best effort: a clean end the client can tell from a truncation.
                 tls.close();
-                let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
+                let _ = tls.write_to(&mut NoSigPipe(&pc.stream));
             }
             // Dropping the stream closes it, which also takes it out of the epoll set (it
             // is never duplicated): a deregister and a `shutdown` first cost two system
             // calls per connection, one of which failed with ENOTCONN when the client had
             // closed first.
-            drop(conn);
+            drop(pc);
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -540,16 +479,16 @@ impl PollWorker {
 
 /// A lingering connection: read and drop what arrives. Whether the client has closed (or
 /// the connection failed), so that it can be closed now.
-fn discard_input(conn: &mut Conn, read_buf: &mut [u8]) -> bool {
-    if !conn.readable {
+fn discard_input(pc: &mut PollConn, read_buf: &mut [u8]) -> bool {
+    if !pc.readable {
         return false;
     }
     for _ in 0..READS_PER_TURN {
-        match conn.stream.read(read_buf) {
+        match pc.stream.read(read_buf) {
             Ok(0) => return true,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                conn.readable = false;
+                pc.readable = false;
                 return false;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -559,16 +498,16 @@ fn discard_input(conn: &mut Conn, read_buf: &mut [u8]) -> bool {
     false
 }
 
-/// Read once and hand the bytes to the session. Reads go to the worker's buffer; only an
-/// unfinished request's tail is kept in the connection.
-fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, now: Instant) -> io::Result<()> {
-    if conn.tls.is_some() {
-        return read_tls_and_feed(conn, read_buf, ctx, now);
+/// Read once and hand the bytes to the connection. Reads go to the worker's buffer; only
+/// an unfinished request's tail is kept in the connection.
+fn read_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'_>, now: Instant) -> io::Result<()> {
+    if pc.conn.tls.is_some() {
+        return read_tls_and_feed(pc, read_buf, ctx, now);
     }
+    let conn = &mut pc.conn;
     let mut asked = READ_CHUNK;
-    let result = if conn.input.is_empty() {
-        conn.stream.read(read_buf)
-    } else {
+    let in_place = !conn.input.is_empty();
+    let result = if in_place {
         // Into the spare capacity, not a zeroed extension: zeroing 64 KiB per read cost
         // as much as the rest of a 1.6 MB request's handling (callgrind). All of it: a
         // large request arrives in a few reads rather than one per 64 KiB.
@@ -576,17 +515,19 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, no
         super::reserve_input(&mut conn.input, &conn.session, READ_CHUNK);
         let spare = conn.input.spare_capacity_mut();
         asked = spare.len();
-        let result = socket2::SockRef::from(&conn.stream).recv(spare);
+        let result = socket2::SockRef::from(&pc.stream).recv(spare);
         if let Ok(read) = result {
             // SAFETY: `recv` initialised the first `read` bytes of the spare capacity.
             unsafe { conn.input.set_len(len + read) };
         }
         result
+    } else {
+        pc.stream.read(read_buf)
     };
     let read = match result {
         Ok(0) => {
-            conn.readable = false;
-            conn.peer_closed = true;
+            pc.readable = false;
+            conn.input_ended = true;
             0
         }
         Ok(n) => {
@@ -594,96 +535,58 @@ fn read_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, no
             // registers EPOLLRDHUP too, so a later close does as well). Reading again only
             // to get EAGAIN would cost a system call per request. A close or reset already
             // reported must still be read to the end.
-            if n < asked && !conn.hang_up {
-                conn.readable = false;
+            if n < asked && !pc.hang_up {
+                pc.readable = false;
             }
             n
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            conn.readable = false;
+            pc.readable = false;
             0
         }
         Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
         Err(e) => return Err(e),
     };
-    if read > 0 {
-        conn.clocks.last_progress = now;
-    }
-    if conn.input.is_empty() {
-        if read > 0 {
-            let progress = conn
-                .session
-                .feed(&read_buf[..read], &mut conn.out, ctx, OUTPUT_HIGH_WATER);
-            let left = &read_buf[progress.consumed..read];
-            if !left.is_empty() {
-                super::reserve_input(&mut conn.input, &conn.session, left.len());
-                conn.input.extend_from_slice(left);
-            }
-            conn.closing |= progress.close;
-            conn.backlog = !conn.input.is_empty()
-                && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
-        }
-    } else {
-        feed_input(conn, ctx);
+    if in_place {
+        conn.received_in_place(read, ctx, now, 0);
+    } else if read > 0 {
+        conn.deliver(&read_buf[..read], ctx, now, 0);
     }
     Ok(())
 }
 
-/// Hand the buffered input to the session. What it leaves while the output is over the
-/// high-water mark is a backlog, processed before the socket is read again, so that a
-/// client that reads its replies slowly cannot make the server buffer all it sends.
-fn feed_input(conn: &mut Conn, ctx: &mut Context<'_>) {
-    conn.out.prepare(conn.input.len());
-    let progress = conn.session.feed(&conn.input, &mut conn.out, ctx, OUTPUT_HIGH_WATER);
-    conn.input.drain(..progress.consumed);
-    conn.closing |= progress.close;
-    conn.backlog =
-        !conn.input.is_empty() && (conn.out.pending() > OUTPUT_HIGH_WATER || conn.session.is_saturated(ctx.worker()));
-    if conn.input.is_empty() && conn.input.capacity() > READ_CHUNK * 2 {
-        buffer::keep(std::mem::take(&mut conn.input));
-    }
-}
-
 /// TLS: read ciphertext into the worker's buffer, decrypt it into the connection's input,
 /// and hand that to the session.
-fn read_tls_and_feed(conn: &mut Conn, read_buf: &mut [u8], ctx: &mut Context<'_>, now: Instant) -> io::Result<()> {
-    let read = match conn.stream.read(read_buf) {
+fn read_tls_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'_>, now: Instant) -> io::Result<()> {
+    let read = match pc.stream.read(read_buf) {
         Ok(0) => {
-            conn.readable = false;
-            conn.peer_closed = true;
+            pc.readable = false;
+            pc.conn.input_ended = true;
             return Ok(());
         }
         Ok(n) => {
-            if n < READ_CHUNK && !conn.hang_up {
-                conn.readable = false;
+            if n < READ_CHUNK && !pc.hang_up {
+                pc.readable = false;
             }
             n
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            conn.readable = false;
+            pc.readable = false;
             return Ok(());
         }
         Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
         Err(e) => return Err(e),
     };
-    conn.clocks.last_progress = now;
-    let tls = conn.tls.as_mut().expect("invariant: called for TLS connections");
-    // The plaintext is never longer than the records it came in.
-    super::reserve_input(&mut conn.input, &conn.session, read);
-    match tls.receive(&read_buf[..read], &mut conn.input) {
-        Ok(Received::Open) => {}
-        Ok(Received::Closed) => conn.peer_closed = true,
-        Err(_) => {
-            // Handshake failure, bad record, plaintext on a TLS port: send the alert rustls
-            // queued, then close. Nobody else is affected.
-            let _ = tls.write_to(&mut NoSigPipe(&conn.stream));
-            return Err(io::ErrorKind::InvalidData.into());
+    match pc.conn.receive_tls(&read_buf[..read], ctx, now, 0) {
+        Ok(()) => Ok(()),
+        Err(TlsFailed) => {
+            // Send the alert rustls queued, then close. Nobody else is affected.
+            if let Some(tls) = pc.conn.tls.as_mut() {
+                let _ = tls.write_to(&mut NoSigPipe(&pc.stream));
+            }
+            Err(io::ErrorKind::InvalidData.into())
         }
     }
-    if !conn.input.is_empty() {
-        feed_input(conn, ctx);
-    }
-    Ok(())
 }
 
 /// Writes to a socket with `MSG_NOSIGNAL`: a peer that has gone yields `EPIPE` instead of
@@ -712,19 +615,15 @@ impl Write for NoSigPipe<'_> {
     }
 }
 
-/// Whether anything waits to be written: plaintext before the first hole, or ciphertext.
-fn has_output(conn: &Conn) -> bool {
-    conn.out.has_sendable() || conn.tls.as_ref().is_some_and(|tls| tls.wants_write())
-}
-
 /// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
 /// writable event).
-fn flush(conn: &mut Conn, now: Instant) -> io::Result<()> {
+fn flush(pc: &mut PollConn, now: Instant) -> io::Result<()> {
+    let conn = &mut pc.conn;
     if let Some(tls) = conn.tls.as_mut() {
         // Encrypt only as the socket takes it: rustls bounds what it buffers, so the
         // output high-water mark keeps holding back a client that does not read.
         loop {
-            tls.write_to(&mut NoSigPipe(&conn.stream))?;
+            tls.write_to(&mut NoSigPipe(&pc.stream))?;
             if tls.wants_write() || !conn.out.has_sendable() {
                 conn.clocks.last_progress = now;
                 return Ok(());
@@ -735,7 +634,7 @@ fn flush(conn: &mut Conn, now: Instant) -> io::Result<()> {
     while conn.out.has_sendable() {
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let count = conn.out.io_slices(&mut slices);
-        match NoSigPipe(&conn.stream).write_vectored(&slices[..count]) {
+        match NoSigPipe(&pc.stream).write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 conn.out.advance(n);

@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Running the calls of one message (a request or a batch): each is looked up in the
+//! router, its handler run (a panic becomes `-32603`), and its reply appended in request
+//! order; a deferred reply's place is noted for the session to hold.
+//!
+//! Above `router` and `defer`, below `session`: the codec (`jsonrpc`) knows nothing of
+//! handlers.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::defer::Target;
+use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
+use crate::jsonrpc::{as_text, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
+use crate::router::{Call, Handler, Reply, Router};
+
+/// What processing one message produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A reply (object or array) was appended.
+    Replied,
+    /// Nothing is to be sent: notifications only (§4.1, §6).
+    Silent,
+    /// The message was not JSON: a `-32700` reply was appended.
+    ParseError,
+}
+
+/// Per-worker state reused from message to message, so that steady state allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    elements: Vec<Element>,
+    /// Replies of the last message that will come later, in order of their place.
+    pub(crate) deferred: Vec<DeferredAt>,
+}
+
+/// A deferred reply's place in the message's output.
+#[derive(Debug)]
+pub(crate) struct DeferredAt {
+    /// Offset in the output where the reply goes.
+    pub(crate) offset: usize,
+    /// The [`crate::Deferred`] slot that will bring it.
+    pub(crate) slot: u64,
+    /// The request's raw id (`None`: REST, where the bare result goes).
+    pub(crate) id: Option<Box<str>>,
+}
+
+/// Where handlers of one connection may defer replies to (see [`crate::Deferred`]).
+pub struct Deferrals<'a> {
+    /// The connection's identity and its worker's sink; `None` when deferring is unavailable.
+    pub target: Option<Target<'a>>,
+    /// The connection's counter of deferred replies.
+    pub next_slot: &'a mut u64,
+}
+
+/// What running a handler produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invoked {
+    /// The result was appended.
+    Done,
+    /// The handler deferred; the result will come with this slot.
+    Deferred(u64),
+}
+
+/// Process one JSON text (a request or a batch), appending the reply to `out`.
+///
+/// Replies that handlers defer are not written: their places are listed in
+/// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
+pub fn process(
+    text: &[u8],
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    scratch.deferred.clear();
+    // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
+    // works on `str` and every slice it hands out is text already.
+    let Some(text) = as_text(text) else {
+        write_parse_error(out);
+        return Outcome::ParseError;
+    };
+    if !message::is_batch(text.as_bytes()) {
+        return match message::parse_request(text) {
+            Ok(envelope) => {
+                if answer(&envelope, router, deferrals, &mut scratch.deferred, out) {
+                    Outcome::Replied
+                } else {
+                    Outcome::Silent
+                }
+            }
+            Err(ParseError) => {
+                write_parse_error(out);
+                Outcome::ParseError
+            }
+        };
+    }
+    scratch.elements.clear();
+    if message::parse_batch(text, &mut scratch.elements).is_err() {
+        write_parse_error(out);
+        return Outcome::ParseError;
+    }
+    // §6: "If the batch rpc call itself fails to be recognized as an valid JSON or as an
+    // Array with at least one value, the response from the Server MUST be a single
+    // Response object."
+    if scratch.elements.is_empty() {
+        write_error(
+            out,
+            None,
+            ErrorCode::InvalidRequest.code(),
+            "Invalid Request: empty batch",
+            None,
+        );
+        return Outcome::Replied;
+    }
+    if scratch.elements.len() > max_batch {
+        let message = format!(
+            "Invalid Request: batch of {} exceeds the limit of {max_batch}",
+            scratch.elements.len()
+        );
+        write_error(out, None, ErrorCode::InvalidRequest.code(), &message, None);
+        return Outcome::Replied;
+    }
+    let opening = out.len();
+    out.push(b'[');
+    let mut replies = 0usize;
+    for element in &scratch.elements {
+        let comma_at = out.len();
+        if replies > 0 {
+            out.push(b',');
+        }
+        if answer(&element.envelope(text), router, deferrals, &mut scratch.deferred, out) {
+            replies += 1;
+        } else {
+            out.truncate(comma_at);
+        }
+    }
+    if replies == 0 {
+        // §6: "If there are no Response objects contained within the Response array as it
+        // is to be sent to the client, the server MUST NOT return an empty Array".
+        out.truncate(opening);
+        return Outcome::Silent;
+    }
+    out.push(b']');
+    Outcome::Replied
+}
+
+/// Answer one element; returns whether a reply was appended.
+fn answer(
+    envelope: &Envelope<'_>,
+    router: &Router,
+    deferrals: &mut Deferrals<'_>,
+    deferred: &mut Vec<DeferredAt>,
+    out: &mut Vec<u8>,
+) -> bool {
+    match envelope {
+        Envelope::Invalid { id, reason } => {
+            let message = format!("Invalid Request: {reason}");
+            write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
+            true
+        }
+        Envelope::Request(request) => call(request, router, deferrals, deferred, out),
+    }
+}
+
+fn call(
+    request: &Request<'_>,
+    router: &Router,
+    deferrals: &mut Deferrals<'_>,
+    deferred: &mut Vec<DeferredAt>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let start = out.len();
+    let id = request.id;
+    let outcome = match router.get(&request.method) {
+        Some(handler) => {
+            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            out.extend_from_slice(id.unwrap_or("null").as_bytes());
+            out.extend_from_slice(b",\"result\":");
+            let call = Call::new(&request.method, request.params, id);
+            invoke(handler, &call, deferrals, out)
+        }
+        None => Err(RpcError::method_not_found(&request.method)),
+    };
+    if id.is_none() {
+        // §4.1: "The Server MUST NOT reply to a Notification".
+        out.truncate(start);
+        return false;
+    }
+    match outcome {
+        Ok(Invoked::Done) => out.push(b'}'),
+        Ok(Invoked::Deferred(slot)) => {
+            out.truncate(start);
+            deferred.push(DeferredAt {
+                offset: start,
+                slot,
+                id: id.map(Box::from),
+            });
+        }
+        Err(error) => {
+            out.truncate(start);
+            write_rpc_error(out, id, &error);
+        }
+    }
+    true
+}
+
+/// Run `handler`, appending its result (`null` when it wrote none) to `out`.
+///
+/// On error nothing the handler wrote is kept; a panic becomes `-32603`.
+///
+/// # Errors
+/// The handler's error, or `-32603` when it panicked.
+pub fn invoke(
+    handler: &dyn Handler,
+    call: &Call<'_>,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Invoked, RpcError> {
+    let start = out.len();
+    let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
+    let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
+        .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
+    let deferred = reply.deferred();
+    match result {
+        Ok(()) => {
+            if let Some(slot) = deferred {
+                out.truncate(start);
+                return Ok(Invoked::Deferred(slot));
+            }
+            if out.len() == start {
+                out.extend_from_slice(b"null");
+            }
+            Ok(Invoked::Done)
+        }
+        Err(error) => {
+            out.truncate(start);
+            Err(error)
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(payload: &Box<dyn std::any::Any + Send>, method: &str) -> RpcError {
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panic");
+    RpcError::internal(format!("Internal error: procedure '{method}' failed: {what}"))
+}

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Whole conversations with one [`Conn`], in memory: bytes in, bytes out, no sockets
+//! (as quiche's `Pipe` tests do). Each case is a table of steps and what must hold after.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::conn::*;
+use super::{Context, Sink};
+use crate::buffer::OutBuf;
+use crate::defer::{Completion, Deferred, Target};
+use crate::session::{Limits, Scratch};
+use crate::{Config, Server, ServerBuilder};
+
+const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
+
+/// One connection and what its worker would hand it.
+struct Pipe {
+    conn: Conn,
+    procedures: ServerBuilder,
+    limits: Limits,
+    scratch: Scratch,
+    sink: Arc<Sink>,
+    /// Calls deferred by `later`, completed by the test.
+    deferred: Arc<Mutex<Vec<Deferred>>>,
+    now: Instant,
+    config: Config,
+    /// Everything the connection has sent so far.
+    sent: Vec<u8>,
+}
+
+/// What the test does next.
+#[derive(Debug, Clone, Copy)]
+enum Step<'a> {
+    /// The client's bytes arrive.
+    Send(&'a [u8]),
+    /// The client shuts its sending side.
+    Eof,
+    /// The engine sends everything queued (as much as `Some(n)` bytes).
+    Flush(Option<usize>),
+    /// Every deferred call completes with `true`.
+    CompleteDeferred,
+    /// Time passes; then the engine checks the deadline.
+    Wait(Duration),
+}
+
+impl Pipe {
+    fn new() -> Self {
+        let deferred = Arc::new(Mutex::new(Vec::new()));
+        let parked = Arc::clone(&deferred);
+        let procedures = Server::builder()
+            .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+            .procedure("echo", |call| call.get::<String>(0, "data"))
+            .handler("later", move |_: &crate::Call<'_>, reply: &mut crate::Reply<'_>| {
+                let handle = reply.defer()?;
+                parked.lock().expect("not poisoned").push(handle);
+                Ok(())
+            });
+        let now = Instant::now();
+        let config = Config {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            ..Config::default()
+        };
+        Pipe {
+            conn: Conn::new(1, None, now),
+            procedures,
+            limits: Limits::default(),
+            scratch: Scratch::default(),
+            sink: Sink::new(|| {}),
+            deferred,
+            now,
+            config,
+            sent: Vec::new(),
+        }
+    }
+
+    /// Do `step`, then what an engine does after news: feed a backlog there is room for,
+    /// answer the end of input.
+    fn step(&mut self, step: Step<'_>) {
+        let mut ctx = Context {
+            router: self.procedures.router(),
+            limits: &self.limits,
+            date: DATE,
+            scratch: &mut self.scratch,
+            defer: Some(Target {
+                sink: &self.sink,
+                conn: 0,
+                generation: self.conn.generation,
+            }),
+            draining: false,
+        };
+        match step {
+            Step::Send(bytes) => self.conn.deliver(bytes, &mut ctx, self.now, 0),
+            Step::Eof => self.conn.input_ended = true,
+            Step::Flush(limit) => {
+                let mut sending = OutBuf::new();
+                self.conn.seal_into(&mut sending);
+                let bytes = sending.to_vec();
+                let sent = limit.map_or(bytes.len(), |n| n.min(bytes.len()));
+                self.sent.extend_from_slice(&bytes[..sent]);
+                sending.advance(sent);
+                // What was not sent goes back in front of what came meanwhile.
+                let rest = sending.to_vec();
+                if !rest.is_empty() {
+                    let mut out = OutBuf::new();
+                    out.push(&rest);
+                    let queued = std::mem::replace(&mut self.conn.out, out);
+                    self.conn.out.push(&queued.to_vec());
+                }
+            }
+            Step::CompleteDeferred => {
+                for handle in self.deferred.lock().expect("not poisoned").drain(..) {
+                    handle.json(&true);
+                }
+                let mut completions: Vec<Completion> = Vec::new();
+                self.sink.drain(&mut completions);
+                for completion in completions {
+                    self.conn.complete(completion.slot, completion.outcome, DATE);
+                }
+            }
+            Step::Wait(time) => {
+                self.now += time;
+                if self.conn.deadline(&self.config).is_some_and(|at| at <= self.now) {
+                    self.conn.time_out(DATE);
+                }
+            }
+        }
+        self.conn.feed_backlog(&mut ctx, 0);
+        self.conn.answer_end_of_input(&mut ctx);
+        self.conn.track_clocks(self.now);
+    }
+
+    /// How many replies have been sent, counted by `marker` (once in each).
+    fn replies(&self, marker: &str) -> usize {
+        self.sent
+            .windows(marker.len())
+            .filter(|w| *w == marker.as_bytes())
+            .count()
+    }
+}
+
+fn post(body: &str) -> Vec<u8> {
+    format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn call(method: &str, params: &str, id: u32) -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params},"id":{id}}}"#)
+}
+
+/// What holds at the end of a conversation.
+struct Expect {
+    phase: fn(Phase) -> bool,
+    /// Replies sent, each counted by this marker.
+    replies: (&'static str, usize),
+    /// Whether, once all is sent, the close must linger.
+    linger: Option<bool>,
+    /// Whether the connection wants more input.
+    wants_input: bool,
+}
+
+fn open(phase: Phase) -> bool {
+    phase == Phase::Open
+}
+
+fn closing(phase: Phase) -> bool {
+    phase == Phase::Closing
+}
+
+fn backlogged(phase: Phase) -> bool {
+    phase == Phase::Backlogged
+}
+
+#[test]
+fn conversations() {
+    let three_sums: Vec<u8> = (1..=3).flat_map(|id| post(&call("sum", "[1,2]", id))).collect();
+    let body = call("sum", "[1,2]", 1);
+    let close_asked = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes();
+    let mut close_then_more = close_asked.clone();
+    close_then_more.extend(post(&call("sum", "[1,2]", 2)));
+    let big = "x".repeat(300 << 10);
+    let five_big: Vec<u8> = (1..=5)
+        .flat_map(|id| post(&call("echo", &format!(r#"["{big}"]"#), id)))
+        .collect();
+    let tcp_three = format!(
+        "{}\n{}\n{}\n",
+        call("sum", "[1,2]", 1),
+        call("sum", "[1,2]", 2),
+        call("sum", "[1,2]", 3)
+    );
+    let later_then_sum = format!("{}{}", call("later", "[]", 1), call("sum", "[1,2]", 2));
+    let half_head = b"POST / HTTP/1.1\r\nHost: x\r\n".as_slice();
+
+    let cases: Vec<(&str, Vec<Step<'_>>, Expect)> = vec![
+        (
+            "pipelined requests are answered in order in one go",
+            vec![Step::Send(&three_sums), Step::Flush(None)],
+            Expect {
+                phase: open,
+                replies: ("\"result\":3", 3),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "a request split anywhere waits for its end",
+            vec![
+                Step::Send(&three_sums[..7]),
+                Step::Flush(None),
+                Step::Send(&three_sums[7..90]),
+                Step::Send(&three_sums[90..]),
+                Step::Flush(None),
+            ],
+            Expect {
+                phase: open,
+                replies: ("\"result\":3", 3),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "a half-close is answered, then the connection closes without lingering",
+            vec![Step::Send(&three_sums), Step::Eof, Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("\"result\":3", 3),
+                linger: Some(false),
+                wants_input: false,
+            },
+        ),
+        (
+            "raw TCP: a number cut by the end of input is an invalid Request",
+            vec![Step::Send(b"42"), Step::Eof, Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("-32600", 1),
+                linger: Some(false),
+                wants_input: false,
+            },
+        ),
+        (
+            "Connection: close with nothing after it closes at once, still listening meanwhile",
+            vec![Step::Send(&close_asked), Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("\"result\":3", 1),
+                linger: Some(false),
+                wants_input: true,
+            },
+        ),
+        (
+            "Connection: close with a request after it lingers",
+            vec![Step::Send(&close_then_more), Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("\"result\":3", 1),
+                linger: Some(true),
+                wants_input: true,
+            },
+        ),
+        (
+            "output over the high-water mark holds the rest back",
+            vec![Step::Send(&five_big)],
+            Expect {
+                phase: backlogged,
+                replies: ("\"result\"", 0),
+                linger: None,
+                wants_input: false,
+            },
+        ),
+        (
+            "a backlog goes on as the output drains, in pieces",
+            vec![
+                Step::Send(&five_big),
+                Step::Flush(Some(100_000)),
+                Step::Flush(None),
+                Step::Flush(None),
+                Step::Flush(None),
+            ],
+            Expect {
+                phase: open,
+                replies: ("\"result\"", 5),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "raw TCP texts back to back",
+            vec![Step::Send(tcp_three.as_bytes()), Step::Flush(None)],
+            Expect {
+                phase: open,
+                replies: ("\"result\":3", 3),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "a deferred reply keeps its place before a later one",
+            vec![Step::Send(later_then_sum.as_bytes()), Step::Flush(None)],
+            Expect {
+                phase: open,
+                replies: ("\"result\"", 0),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "and both leave once it completes",
+            vec![
+                Step::Send(later_then_sum.as_bytes()),
+                Step::Flush(None),
+                Step::CompleteDeferred,
+                Step::Flush(None),
+            ],
+            Expect {
+                phase: open,
+                replies: ("\"result\"", 2),
+                linger: None,
+                wants_input: true,
+            },
+        ),
+        (
+            "a head not finished within the header time-out gets a 408",
+            vec![
+                Step::Send(half_head),
+                Step::Wait(Duration::from_secs(6)),
+                Step::Flush(None),
+            ],
+            Expect {
+                phase: closing,
+                replies: ("HTTP/1.1 408", 1),
+                linger: Some(true),
+                wants_input: false,
+            },
+        ),
+        (
+            "an idle connection times out silently",
+            vec![Step::Wait(Duration::from_secs(61)), Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("HTTP", 0),
+                linger: Some(true),
+                wants_input: false,
+            },
+        ),
+        (
+            "garbage on raw TCP: -32700, then the close",
+            vec![Step::Send(b"hello\n"), Step::Flush(None)],
+            Expect {
+                phase: closing,
+                replies: ("-32700", 1),
+                linger: Some(true),
+                wants_input: false,
+            },
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, steps, expect) in cases {
+        let mut pipe = Pipe::new();
+        for step in &steps {
+            pipe.step(*step);
+        }
+        let (marker, count) = expect.replies;
+        let phase = pipe.conn.phase;
+        let mut problems = Vec::new();
+        if !(expect.phase)(phase) {
+            problems.push(format!("phase {phase:?}"));
+        }
+        if pipe.replies(marker) != count {
+            problems.push(format!("{} replies with {marker:?}, not {count}", pipe.replies(marker)));
+        }
+        if let Some(linger) = expect.linger {
+            if pipe.conn.must_linger(false) != linger {
+                problems.push(format!("must_linger is {}", !linger));
+            }
+        }
+        if pipe.conn.wants_input(0, Some(&pipe.sink)) != expect.wants_input {
+            problems.push(format!("wants_input is {}", !expect.wants_input));
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{name}: {}", problems.join(", ")));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn lingering_drops_input_until_its_deadline() {
+    let mut pipe = Pipe::new();
+    pipe.conn.phase = Phase::Closing;
+    let now = pipe.now;
+    pipe.conn.linger(now);
+    assert_eq!(pipe.conn.lingering_until(), Some(now + super::LINGER));
+    pipe.step(Step::Send(b"more"));
+    assert!(pipe.conn.input.is_empty() && pipe.conn.dropped_input);
+    assert!(pipe.conn.wants_input(0, None), "listens for the client's close");
+    assert_eq!(pipe.conn.deadline(&pipe.config), Some(now + super::LINGER));
+}

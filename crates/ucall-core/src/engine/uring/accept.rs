@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Taking in connections: a multishot accept per listener, metered to one one-shot
+//! accept per turn while a flood lasts ([`Accepting`]).
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr;
+use std::sync::atomic::Ordering;
+
+use io_uring::{cqueue, opcode, types};
+
+use super::ring::{short_generation, token, Op};
+use super::{UringConn, UringWorker, SCAN_GRANULARITY};
+use crate::buffer::OutBuf;
+use crate::engine::conn::Conn;
+use crate::tls::TlsSession;
+
+/// An accept's token holds the listener (0 plain, 1 TLS) as its slot, and its kind as its
+/// generation.
+pub(super) const MULTISHOT: u32 = 0;
+pub(super) const ONE_SHOT: u32 = 1;
+
+/// How one listener takes in connections.
+///
+/// A multishot accept takes every connection waiting, the whole listen backlog at once.
+/// Under a flood (connections that each queue much work, faster than the worker can serve
+/// them) that left thousands open, and every turn went to the newest of them while the
+/// clients already served waited: a Python server answered its other client 170 times in
+/// 5 s. So a turn that takes in [`crate::engine::ACCEPTS_PER_TURN`] connections or more ends the
+/// multishot accept, and the listener is then *metered*: one one-shot accept per turn,
+/// the rest waiting in the backlog, until a turn's accept finds no connection waiting.
+#[derive(Debug, Default)]
+pub(super) struct Accepting {
+    /// A multishot accept is armed.
+    multishot: bool,
+    /// A one-shot accept is armed.
+    one_shot: bool,
+    /// A flood is on: one connection per turn.
+    metered: bool,
+    /// Connections accepted since the last turn's end.
+    this_turn: usize,
+}
+
+impl Accepting {
+    /// An accept completed: `accepted` a connection or not, and `ended` it (a one-shot
+    /// accept always does), so that it is no longer armed.
+    pub(super) fn completed(&mut self, one_shot: bool, ended: bool, accepted: bool) {
+        if one_shot {
+            self.one_shot = false;
+        } else if ended {
+            self.multishot = false;
+        }
+        self.this_turn += usize::from(accepted);
+    }
+
+    /// At a turn's end: whether to cancel the multishot accept (a flood began), and which
+    /// accept to arm ([`MULTISHOT`] or [`ONE_SHOT`]), if one is missing.
+    pub(super) fn next_turn(&mut self) -> (bool, Option<u32>) {
+        let flood = std::mem::take(&mut self.this_turn) >= crate::engine::ACCEPTS_PER_TURN;
+        let mut cancel_multishot = false;
+        if flood && !self.metered {
+            self.metered = true;
+            cancel_multishot = self.multishot;
+        } else if self.metered && self.one_shot {
+            // Last turn's one-shot accept found no connection waiting: the flood is over.
+            self.metered = false;
+        }
+        let arm = if self.metered && !self.one_shot {
+            self.one_shot = true;
+            Some(ONE_SHOT)
+        } else if !self.metered && !self.multishot {
+            self.multishot = true;
+            Some(MULTISHOT)
+        } else {
+            None
+        };
+        (cancel_multishot, arm)
+    }
+}
+
+impl UringWorker {
+    /// Start the connections accepted beyond earlier turns' shares, up to a turn's share.
+    pub(super) fn start_accepted(&mut self) {
+        for _ in 0..crate::engine::ACCEPTS_PER_TURN {
+            let Some((key, generation)) = self.unstarted.pop_front() else {
+                return;
+            };
+            let turns = self.turns;
+            if let Some(conn) = self.conn_of(key, generation).filter(|conn| !conn.dead) {
+                conn.accepted_turn = turns;
+                self.serve(key);
+            }
+        }
+    }
+
+    /// Arm each listener's accept for the next turn: the multishot one, or while a flood
+    /// lasts a one-shot one (see [`Accepting`]).
+    pub(super) fn arm_accept(&mut self) {
+        for port in 0..self.listeners.len() {
+            let Some(fd) = self.listeners[port].as_ref().map(AsRawFd::as_raw_fd) else {
+                continue;
+            };
+            let (cancel_multishot, arm) = self.accepting[port].next_turn();
+            if cancel_multishot {
+                self.cancel(token(Op::Accept, port, MULTISHOT));
+            }
+            let Some(kind) = arm else { continue };
+            let entry = if kind == ONE_SHOT {
+                opcode::Accept::new(types::Fd(fd), ptr::null_mut(), ptr::null_mut())
+                    .file_index(Some(types::DestinationSlot::auto_target()))
+                    .build()
+            } else {
+                opcode::AcceptMulti::new(types::Fd(fd))
+                    .allocate_file_index(true)
+                    .build()
+            };
+            let entry = entry.user_data(token(Op::Accept, port, kind));
+            // SAFETY: accept points to no memory (no address is asked for); the listener's
+            // descriptor is held by the kernel's own reference while the accept is armed.
+            unsafe { self.push(entry) };
+        }
+        self.accept_retry = None;
+    }
+
+    /// Whether the listeners are still up (until `stop_accepting`).
+    pub(super) fn listening(&self) -> bool {
+        self.listeners.iter().any(Option::is_some)
+    }
+
+    /// Stop accepting: drop the listeners, cancelling their accepts.
+    pub(super) fn stop_accepting(&mut self) {
+        for port in 0..self.listeners.len() {
+            if self.listeners[port].take().is_none() {
+                continue;
+            }
+            let Accepting {
+                multishot, one_shot, ..
+            } = self.accepting[port];
+            for (armed, kind) in [(multishot, MULTISHOT), (one_shot, ONE_SHOT)] {
+                if armed {
+                    self.cancel(token(Op::Accept, port, kind));
+                }
+            }
+        }
+        self.accept_retry = None;
+    }
+
+    /// A connection accepted on the plain listener, or with `tls_port` the separate TLS one.
+    pub(super) fn on_accept(&mut self, tls_port: bool, one_shot: bool, result: i32, flags: u32) {
+        let ended = one_shot || !cqueue::more(flags);
+        self.accepting[usize::from(tls_port)].completed(one_shot, ended, result >= 0);
+        if result < 0 {
+            if ended
+                && !matches!(
+                    -result,
+                    libc::ECANCELED | libc::EINTR | libc::EAGAIN | libc::ECONNABORTED
+                )
+            {
+                // Out of registered files or memory: retry after a close or a moment.
+                self.accept_retry = Some(self.now + SCAN_GRANULARITY);
+                if result != -libc::ENFILE {
+                    self.shared
+                        .report_accept_failure(&io::Error::from_raw_os_error(-result));
+                }
+            }
+            return;
+        }
+        let file = result.unsigned_abs();
+        if !self.listening() || !crate::engine::admit(&self.shared) {
+            self.close_file(file, 0, 0);
+            return;
+        }
+        let tls = match self.shared.tls.as_ref() {
+            Some(tls) if tls_port || tls.separate.is_none() => match TlsSession::new(&tls.config) {
+                Ok(session) => Some(Box::new(session)),
+                Err(_) => {
+                    self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+                    self.close_file(file, 0, 0);
+                    return;
+                }
+            },
+            _ => None,
+        };
+        self.generation += 1;
+        let now = self.now;
+        let key = self.conns.insert(UringConn {
+            file,
+            core: Conn::new(self.generation, tls, now),
+            receiving: None,
+            one_shot: 0,
+            own_buffer: None,
+            sending: OutBuf::new(),
+            sending_bytes: 0,
+            parked: Vec::new(),
+            parked_bytes: 0,
+            msg: None,
+            recv_armed: false,
+            recv_cancelled: false,
+            send_inflight: false,
+            zc_notifs: 0,
+            dead: false,
+            cut_at: None,
+            touched: false,
+            accepted_turn: self.turns,
+            tls_done: false,
+            shutdown_inflight: false,
+            close_after_shutdown: false,
+        });
+        // A multishot accept goes on taking connections while the worker is busy: on a
+        // loaded machine thousands came in one turn, and serving them all at once kept
+        // the clients already served waiting for seconds. Beyond a turn's share they are
+        // started on the next turns, a share each.
+        let this_turn: usize = self.accepting.iter().map(|accepting| accepting.this_turn).sum();
+        if this_turn > crate::engine::ACCEPTS_PER_TURN {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.accepted_turn = u64::MAX;
+            }
+            self.unstarted.push_back((key, short_generation(self.generation)));
+        } else {
+            // `serve` arms the receive, or, while the worker is full, holds the connection
+            // back unread: a multishot receive would take in all the client has sent.
+            self.serve(key);
+        }
+        let config = &self.shared.config;
+        self.schedule_scan(now + config.idle_timeout.min(config.header_timeout));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ACCEPTS_PER_TURN;
+
+    #[test]
+    fn a_flood_meters_the_accepts_until_the_backlog_is_empty() {
+        let mut accepting = Accepting::default();
+        assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "multishot at start");
+        for _ in 1..ACCEPTS_PER_TURN {
+            accepting.completed(false, false, true);
+        }
+        assert_eq!(accepting.next_turn(), (false, None), "below a flood: multishot stays");
+        for _ in 0..ACCEPTS_PER_TURN {
+            accepting.completed(false, false, true);
+        }
+        assert_eq!(
+            accepting.next_turn(),
+            (true, Some(ONE_SHOT)),
+            "a flood: cancel, one-shot"
+        );
+        // The multishot's cancellation arrives; each turn's one-shot accept takes one.
+        accepting.completed(false, true, false);
+        for _ in 0..3 {
+            accepting.completed(true, true, true);
+            assert_eq!(accepting.next_turn(), (false, Some(ONE_SHOT)), "still metered");
+        }
+        // A turn whose one-shot accept is still armed: nobody was waiting.
+        assert_eq!(accepting.next_turn(), (false, Some(MULTISHOT)), "the flood is over");
+        assert!(accepting.one_shot && accepting.multishot && !accepting.metered);
+        accepting.completed(true, true, true);
+        assert_eq!(accepting.next_turn(), (false, None));
+    }
+}
