@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // HTTP transport: one POST per message through the platform's fetch.
 
-import { HttpStatus, NotSent, type Transport } from "./base.js";
+import { HttpStatus, NotSent, type Message, type Transport } from "./base.js";
 
 /** Options of the HTTP transport. */
 export interface HttpOptions {
@@ -35,10 +35,11 @@ export class HttpTransport implements Transport {
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
-  async send(text: string, signal: AbortSignal, written: () => void): Promise<string> {
+  async send(text: string, message: Message, written: () => void): Promise<string> {
     written();
     let response: Response;
     try {
+      const { signal } = (message.stop = new AbortController());
       response = await this.fetch(this.url, { method: "POST", headers: this.headers, body: text, signal });
     } catch (error) {
       throw neverConnected(error) ? new NotSent(String(error), { cause: error }) : error;

@@ -2,7 +2,7 @@
 // A transport over one long-lived connection (WebSocket, raw TCP): connects on demand,
 // writes messages as they come, and reports replies and drops to its client.
 
-import { NotSent, type Sink, type Transport } from "./base.js";
+import { NotSent, type Message, type Sink, type Transport } from "./base.js";
 
 /** An open connection. */
 export interface Link {
@@ -23,8 +23,12 @@ export class StreamTransport implements Transport {
     private readonly sink: Sink,
   ) {}
 
-  async send(text: string, _signal: AbortSignal, written: () => void): Promise<undefined> {
-    const link = this.link ?? (await this.open());
+  send(text: string, _message: Message, written: () => void): Promise<undefined> | undefined {
+    if (this.link) return this.write(this.link, text, written);
+    return this.open().then((link) => this.write(link, text, written));
+  }
+
+  private write(link: Link, text: string, written: () => void): undefined {
     if (this.closed) throw new NotSent("the client was closed");
     written();
     link.write(text);
