@@ -50,6 +50,18 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 	$(PY) -m pytest tests/python_api -q
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
+.PHONY: test-js
+test-js: python  ## JS client (js/): build, then node --test against live Rust and Python servers
+	cargo build -p ucall-examples --bin spec_server --bin sum_server
+	cd js && npm run --silent build && UCALL_JS_SERVERS=rust,python node --test test/
+
+test: test-js
+
+.PHONY: bench-js
+bench-js: setup  ## JS client: calls/s with 1,000 in flight (16-byte echo) beside jayson and json-rpc-2.0
+	cargo build --release -p ucall-examples --bin bench_server
+	cd js && npm run --silent build && node bench/echo.mjs
+
 .PHONY: lint
 lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check

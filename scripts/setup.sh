@@ -62,6 +62,17 @@ if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/
     (cd tests/node && npm ci --no-audit --no-fund --silent)
 fi
 
+# The JavaScript client (js/): its build and test tools, pinned by js/package-lock.json, and
+# Debian's Chromium for its browser tests. Reinstalled whenever the lock file changes.
+apt_install chromium
+wanted=$(sha256sum js/package-lock.json | cut -d' ' -f1)
+if [ "$(cat js/node_modules/.package-lock.sha256 2>/dev/null)" != "$wanted" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "installing the JS client's tools"
+    (cd js && npm ci --no-audit --no-fund --silent)
+    echo "$wanted" > js/node_modules/.package-lock.sha256
+fi
+
 if [ "${1:-}" = "bench" ]; then
     apt_install wrk util-linux
 fi

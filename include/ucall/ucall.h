@@ -292,6 +292,26 @@ typedef struct ucall_config_t {
    * path `null` to turn it off. NULL (default): all of it on, with those paths.
    */
   const char *discovery;
+  /**
+   * CORS, so that pages from other origins can call the server from a browser: the
+   * allowed origins, comma-separated, as browsers send them
+   * (`"https://app.example.com,http://localhost:3000"`), or `"*"` for any. NULL
+   * (default): CORS is off, `OPTIONS` requests get 405. Read during `ucall_init()` only.
+   */
+  const char *cors_allowed_origins;
+  /**
+   * CORS: the methods a preflight allows, comma-separated, or `"*"`. NULL: `"GET, POST"`.
+   */
+  const char *cors_allowed_methods;
+  /**
+   * CORS: the request headers a preflight allows, comma-separated, or `"*"` (which does
+   * not cover `Authorization`). NULL: `"Content-Type"`.
+   */
+  const char *cors_allowed_headers;
+  /**
+   * CORS: seconds a browser may cache a preflight's answer. 0 (default): not said.
+   */
+  uint32_t cors_max_age_seconds;
 } ucall_config_t;
 
 /**

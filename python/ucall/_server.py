@@ -16,7 +16,7 @@ import traceback
 import types
 import warnings
 import weakref
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, Sequence, TypeVar, overload
 
 from ucall import _codec, _schema, _signature, _ucall
 from ucall.exceptions import RPCError
@@ -143,6 +143,11 @@ class Server:
             the REST routes, ``GET docs_path`` a page that lists and calls the methods.
             ``False`` turns all of it off; a path of ``None`` turns that one off.
         title, version, description: the documents' ``info``.
+        cors_origins: let pages from these origins call from a browser (CORS; off by
+            default): ``["https://app.example.com"]``, or ``["*"]`` for any. Preflight
+            ``OPTIONS`` requests are answered and replies carry the CORS headers.
+        cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
+            ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
     """
 
     def __init__(
@@ -174,6 +179,10 @@ class Server:
         openrpc_path: str | None = "/openrpc.json",
         openapi_path: str | None = "/openapi.json",
         docs_path: str | None = "/docs",
+        cors_origins: Sequence[str] | None = None,
+        cors_methods: Sequence[str] | None = None,
+        cors_headers: Sequence[str] | None = None,
+        cors_max_age: int | None = None,
     ) -> None:
         _check_options(
             port=port,
@@ -222,6 +231,18 @@ class Server:
             path = self._discovery[option]
             if path is not None and (not isinstance(path, str) or not path.startswith("/")):
                 raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
+        cors = {"cors_origins": cors_origins, "cors_methods": cors_methods, "cors_headers": cors_headers}
+        for name, values in cors.items():
+            if isinstance(values, str):
+                raise TypeError(f"{name} takes a list of strings, not one string")
+            if values is not None:
+                self._limits[name] = [str(v) for v in values]
+        if cors_origins is None and (cors_methods is not None or cors_headers is not None or cors_max_age is not None):
+            raise ValueError("CORS settings need cors_origins, the origins allowed")
+        if cors_max_age is not None:
+            if not 0 <= cors_max_age <= 0xFFFFFFFF:
+                raise ValueError(f"cors_max_age must be from 0 to 4294967295, got {cors_max_age}")
+            self._limits["cors_max_age"] = cors_max_age
         # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
         # leaves the extension's default. Tests lower it, so that a busy host, which breaks
         # streaks, still lets one finish.

@@ -55,6 +55,10 @@ class NativeServer:
         tls_port: Optional[int] = None,
         quiet: bool = False,
         trust_after: int = 1000,
+        cors_origins: Optional[list[str]] = None,
+        cors_methods: Optional[list[str]] = None,
+        cors_headers: Optional[list[str]] = None,
+        cors_max_age: Optional[int] = None,
     ) -> "NativeServer": ...
     def add(
         self,

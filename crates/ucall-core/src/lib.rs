@@ -80,6 +80,7 @@ pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;
+pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use params::Param;
 pub use router::{Call, Handler, Params, Reply, Router};

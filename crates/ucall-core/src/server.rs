@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::engine::{self, Worker};
 
 use crate::error::Error;
+use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
 use crate::session::Limits;
@@ -258,6 +259,13 @@ impl ServerBuilder {
     /// before it is closed cleanly; see [`Limits::max_exchanges_per_connection`].
     pub fn max_exchanges_per_connection(mut self, exchanges: u32) -> Self {
         self.config.limits.max_exchanges_per_connection = Some(exchanges);
+        self
+    }
+
+    /// Let pages from other origins call the server (CORS, off by default): preflight
+    /// `OPTIONS` requests are answered and replies carry `Access-Control-Allow-Origin`.
+    pub fn cors(mut self, cors: Cors) -> Self {
+        self.config.limits.cors = Some(cors);
         self
     }
 

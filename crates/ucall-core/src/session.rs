@@ -11,14 +11,15 @@ use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
+use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::router::{Call, Router};
 use crate::stream::{Frame, Framer};
 use crate::ws;
 
-/// Protocol limits (a subset of the server configuration).
-#[derive(Debug, Clone, Copy)]
+/// Protocol limits and rules (a subset of the server configuration).
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest request body (HTTP) or JSON text (raw TCP), in bytes.
     pub max_body_bytes: usize,
@@ -32,6 +33,9 @@ pub struct Limits {
     /// 1000 after it, and the connection closes once its replies are flushed; requests the
     /// client sent beyond it are not read. `None` (the default): no limit.
     pub max_exchanges_per_connection: Option<u32>,
+    /// Cross-origin requests from browsers (CORS); `None` (the default): none are allowed
+    /// and `OPTIONS` gets 405.
+    pub cors: Option<Cors>,
 }
 
 impl Default for Limits {
@@ -41,6 +45,7 @@ impl Default for Limits {
             max_head_bytes: 16 << 10,
             max_batch: 1024,
             max_exchanges_per_connection: None,
+            cors: None,
         }
     }
 }
@@ -91,6 +96,8 @@ struct PendingMessage {
     hole: u64,
     kind: MessageKind,
     text: Vec<u8>,
+    /// HTTP: header lines the reply's head carries (CORS).
+    headers: Vec<u8>,
     /// In ascending slot order (slots are numbered as calls defer).
     slots: Vec<PendingSlot>,
     /// Slots still without an outcome.
@@ -165,6 +172,8 @@ pub struct Session {
     exchanges: u32,
     /// The last HTTP request asked to close the connection after its reply.
     close_asked: bool,
+    /// HTTP: the CORS header lines for the reply to the current request.
+    cors_headers: Vec<u8>,
 }
 
 impl Default for Session {
@@ -193,6 +202,7 @@ impl Session {
             ws_frame_len: 0,
             exchanges: 0,
             close_asked: false,
+            cors_headers: Vec::new(),
         }
     }
 
@@ -347,7 +357,7 @@ impl Session {
     /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
     fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
         let text = out.data().split_off(start);
-        self.hold_text(out, text, start, kind, deferred);
+        self.hold_text(out, text, start, kind, Vec::new(), deferred);
     }
 
     /// Like [`Session::hold`] for a message whose `text` was taken out already; `base` is
@@ -358,6 +368,7 @@ impl Session {
         text: Vec<u8>,
         base: usize,
         kind: MessageKind,
+        headers: Vec<u8>,
         deferred: &mut Vec<DeferredAt>,
     ) {
         let slots: Vec<PendingSlot> = deferred
@@ -385,6 +396,7 @@ impl Session {
             hole,
             kind,
             text,
+            headers,
             awaited: slots.len(),
             slots,
         });
@@ -550,6 +562,16 @@ impl Session {
                     (used, Step::Progressed)
                 }
                 HeadStatus::Complete(head, used) => {
+                    self.cors_headers.clear();
+                    match &ctx.limits.cors {
+                        Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
+                        None if head.method == Method::Options => {
+                            let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
+                            respond_rejection(out, ctx.date, reject);
+                            return (0, Step::Close);
+                        }
+                        None => {}
+                    }
                     let body_bytes = rest.len() - used;
                     match head.framing {
                         Framing::None => return (used, self.answer_http(&head, &[], out, ctx)),
@@ -715,6 +737,7 @@ impl Session {
                 text,
                 start,
                 MessageKind::WebSocket,
+                Vec::new(),
                 &mut ctx.scratch.jsonrpc.deferred,
             );
             return;
@@ -745,11 +768,19 @@ impl Session {
             (true, 0) => Persistence::KeepAliveLegacy,
             (true, _) => Persistence::KeepAlive,
         };
+        if head.method == Method::Options {
+            // A CORS preflight: the headers say it all (none when refused, which the browser
+            // reads as a refusal).
+            http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |_| {
+                Some(Status::NoContent)
+            });
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
         if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
-            http1::respond_typed(out, persistence, ctx.date, page.content_type, |out| {
+            http1::respond_typed(out, persistence, &self.cors_headers, ctx.date, page.content_type, |out| {
                 out.data().extend_from_slice(page.body);
                 Some(Status::Ok)
             });
@@ -762,7 +793,8 @@ impl Session {
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
-        http1::respond(out, persistence, ctx.date, |data| {
+        http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
+            let data = out.data();
             let start = data.len();
             let status = if is_jsonrpc {
                 match dispatch::process(
@@ -787,11 +819,13 @@ impl Session {
             }
         });
         if let Some((text, base)) = held {
+            let headers = std::mem::take(&mut self.cors_headers);
             self.hold_text(
                 out,
                 text,
                 base,
                 MessageKind::Http(persistence),
+                headers,
                 &mut ctx.scratch.jsonrpc.deferred,
             );
         }
@@ -799,6 +833,24 @@ impl Session {
             Step::Progressed
         } else {
             Step::Close
+        }
+    }
+}
+
+/// The CORS header lines for the reply to `head` (parsed from `bytes`): a preflight's, or
+/// those of any other request from an allowed origin.
+fn cross_origin(cors: &Cors, head: &RequestHead, bytes: &[u8], out: &mut Vec<u8>) {
+    let Some(origin) = cors::Fields::get(bytes, head.cors.origin) else {
+        return; // same-origin, or not from a browser
+    };
+    let method = cors::Fields::get(bytes, head.cors.request_method);
+    match method {
+        Some(method) if head.method == Method::Options => {
+            let requested = cors::Fields::get(bytes, head.cors.request_headers);
+            let _ = cors.preflight(origin, method, requested, out);
+        }
+        _ => {
+            cors.write_response_headers(origin, out);
         }
     }
 }
@@ -932,6 +984,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         hole,
         kind,
         text,
+        headers,
         slots,
         ..
     } = message;
@@ -950,7 +1003,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(persistence) => http1::respond_out(out, persistence, date, |out| {
+        MessageKind::Http(persistence) => http1::respond_out(out, persistence, &headers, date, |out| {
             Some(write_completed(&text, slots, out, true))
         }),
     });

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
 use ucall_core::{
-    Call, Config, Discovery, EngineKind, Handler, MethodDoc, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+    Call, Config, Cors, Discovery, EngineKind, Handler, MethodDoc, Reply, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
 use crate::convert::{self, write_json};
@@ -116,7 +116,7 @@ impl NativeServer {
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
-        trust_after=1000,
+        trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -142,6 +142,10 @@ impl NativeServer {
         tls_port: Option<u16>,
         quiet: bool,
         trust_after: u32,
+        cors_origins: Option<Vec<String>>,
+        cors_methods: Option<Vec<String>>,
+        cors_headers: Option<Vec<String>>,
+        cors_max_age: Option<u32>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -171,6 +175,19 @@ impl NativeServer {
         }
         if let Some(v) = shutdown_timeout {
             config.shutdown_timeout = secs(v, "shutdown_timeout")?;
+        }
+        if let Some(origins) = cors_origins {
+            let mut cors = Cors::new(origins);
+            if let Some(methods) = cors_methods {
+                cors = cors.allow_methods(methods);
+            }
+            if let Some(headers) = cors_headers {
+                cors = cors.allow_headers(headers);
+            }
+            if let Some(seconds) = cors_max_age {
+                cors = cors.max_age(seconds);
+            }
+            config.limits.cors = Some(cors);
         }
         match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => {

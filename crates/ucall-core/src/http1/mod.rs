@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chunked;
+pub mod cors;
 pub mod rest;
 
 use crate::buffer::OutBuf;
@@ -15,6 +16,8 @@ pub enum Method {
     Get,
     /// `POST`: a JSON-RPC body, or a REST-style call with named params.
     Post,
+    /// `OPTIONS`: a CORS preflight where [`cors::Cors`] is configured, else refused with 405.
+    Options,
 }
 
 /// How the request body is delimited (RFC 9112 §6.3).
@@ -44,6 +47,8 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// A valid WebSocket opening handshake (RFC 6455 §4.2.1): the client's key.
     pub websocket_key: Option<[u8; 24]>,
+    /// Where the CORS request headers are in the head's bytes.
+    pub cors: cors::Fields,
 }
 
 /// Response status codes the server sends.
@@ -207,8 +212,9 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 ..reject(Status::MethodNotAllowed, "only GET and POST are served")
             })
         }
+        Some("OPTIONS") => Method::Options,
         // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
-        Some("PUT" | "DELETE" | "OPTIONS" | "PATCH" | "CONNECT" | "TRACE") => {
+        Some("PUT" | "DELETE" | "PATCH" | "CONNECT" | "TRACE") => {
             return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served"))
         }
         _ => return HeadStatus::Rejected(reject(Status::NotImplemented, "unknown method")),
@@ -285,6 +291,13 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
             6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
                 head.expect_continue = minor_version >= 1;
+            }
+            6 if name.eq_ignore_ascii_case("origin") => head.cors.origin = span(input, value),
+            29 if name.eq_ignore_ascii_case("access-control-request-method") => {
+                head.cors.request_method = span(input, value);
+            }
+            30 if name.eq_ignore_ascii_case("access-control-request-headers") => {
+                head.cors.request_headers = span(input, value);
             }
             _ => {}
         }
@@ -392,6 +405,12 @@ fn parse_content_length(value: &[u8]) -> Option<usize> {
         .try_fold(0usize, |n, d| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
 }
 
+/// Where `value`, a slice of `input`, lies in it.
+fn span(input: &[u8], value: &[u8]) -> Option<(u32, u32)> {
+    let start = (value.as_ptr() as usize).checked_sub(input.as_ptr() as usize)?;
+    Some((u32::try_from(start).ok()?, u32::try_from(value.len()).ok()?))
+}
+
 fn trim(value: &[u8]) -> &[u8] {
     let start = value
         .iter()
@@ -436,18 +455,20 @@ pub fn respond(
     date: &[u8],
     write_body: impl FnOnce(&mut Vec<u8>) -> Option<Status>,
 ) {
-    respond_out(out, persistence, date, |out| write_body(out.data()));
+    respond_out(out, persistence, b"", date, |out| write_body(out.data()));
 }
 
 /// [`respond`] for a body writer that may also attach buffers ([`OutBuf::attach`]):
-/// they count in the `Content-Length` and go out in their places.
+/// they count in the `Content-Length` and go out in their places. `headers` are more
+/// header lines for the head, each ending with CRLF (CORS headers, say).
 pub fn respond_out(
     out: &mut OutBuf,
     persistence: Persistence,
+    headers: &[u8],
     date: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
-    respond_typed(out, persistence, date, b"application/json", write_body);
+    respond_typed(out, persistence, headers, date, b"application/json", write_body);
 }
 
 /// [`respond_out`] with a body of another `Content-Type` (a page, a document): a short
@@ -455,13 +476,15 @@ pub fn respond_out(
 pub fn respond_typed(
     out: &mut OutBuf,
     persistence: Persistence,
+    headers: &[u8],
     date: &[u8],
     content_type: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
+    let room = HEAD_ROOM + headers.len();
     let reserved = out.data().len();
-    out.data().resize(reserved + HEAD_ROOM, 0);
-    let body_start = reserved + HEAD_ROOM;
+    out.data().resize(reserved + room, 0);
+    let body_start = reserved + room;
     let Some(status) = write_body(out) else {
         out.truncate(reserved);
         return;
@@ -494,9 +517,11 @@ pub fn respond_typed(
         Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
         Persistence::Close => put(b"Connection: close\r\n"),
     }
-    put(b"\r\n");
-    let head_start = body_start - len;
-    data[head_start..body_start].copy_from_slice(&head[..len]);
+    // The head ends right where the body starts: its own fields, the extra ones, a blank line.
+    let head_start = body_start - len - headers.len() - 2;
+    data[head_start..head_start + len].copy_from_slice(&head[..len]);
+    data[head_start + len..body_start - 2].copy_from_slice(headers);
+    data[body_start - 2..body_start].copy_from_slice(b"\r\n");
     let end = data.len();
     out.commit(head_start..end);
 }
