@@ -780,10 +780,17 @@ impl Session {
         let target = self.target.as_str();
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
         if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
-            http1::respond_typed(out, persistence, &self.cors_headers, ctx.date, page.content_type, |out| {
-                out.data().extend_from_slice(page.body);
-                Some(Status::Ok)
-            });
+            http1::respond_typed(
+                out,
+                persistence,
+                &self.cors_headers,
+                ctx.date,
+                page.content_type,
+                |out| {
+                    out.data().extend_from_slice(page.body);
+                    Some(Status::Ok)
+                },
+            );
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
