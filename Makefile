@@ -48,6 +48,16 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 	$(PY) -m pytest tests/python_api -q
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 
+.PHONY: scale-test
+scale-test: python  ## Fault injection behind HAProxy, then nginx: 300 calls/s for 60 s each (deploy/, loopback)
+	$(PY) tests/scale/scale_test.py --balancer both --rate 300 --seconds 60
+
+.PHONY: test-scale
+test-scale: python  ## The scale test's short pass: behind HAProxy, 100 calls/s for 25 s
+	$(PY) tests/scale/scale_test.py --balancer haproxy --rate 100 --seconds 25
+
+test: test-scale
+
 .PHONY: lint
 lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check
@@ -79,6 +89,11 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothing
 	@scripts/setup.sh bench
 	$(BENCH) --quick
+
+.PHONY: bench-workers
+bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)
+	cargo build --release -p ucall-bench --bin ucall-load
+	$(PY) benches/workers.py
 
 .PHONY: clean
 clean:  ## Remove build outputs
