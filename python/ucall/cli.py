@@ -498,13 +498,6 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
         sys.stdout.flush()
 
 
-def _cannot_serve(message: str) -> NoReturn:
-    """One line on stderr and exit 2: the command was well formed, its MODULE:SERVER is not
-    (so no usage block)."""
-    click.secho(f"ucall serve: {message}", fg="red", err=True)
-    sys.exit(2)
-
-
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
 @click.option(
@@ -524,6 +517,7 @@ def _cannot_serve(message: str) -> NoReturn:
     type=click.IntRange(min=1),
     default=None,
     envvar="UCALL_WORKERS",
+    show_envvar=True,
     help="Serve from N processes sharing the port, under a supervisor that restarts them "
     "(SIGHUP: one at a time; SIGTERM: all stop).",
 )
