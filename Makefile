@@ -58,6 +58,16 @@ bench-js: setup  ## JS client: calls/s with 1,000 in flight (16-byte echo) besid
 	cargo build --release -p ucall-examples --bin bench_server
 	cd js && npm run --silent build && node bench/echo.mjs
 
+.PHONY: scale-test
+scale-test: python  ## Fault injection behind HAProxy, then nginx: 300 calls/s for 60 s each (deploy/, loopback)
+	$(PY) tests/scale/scale_test.py --balancer both --rate 300 --seconds 60
+
+.PHONY: test-scale
+test-scale: python  ## The scale test's short pass: behind HAProxy, 100 calls/s for 25 s
+	$(PY) tests/scale/scale_test.py --balancer haproxy --rate 100 --seconds 25
+
+test: test-scale
+
 .PHONY: lint
 lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check
@@ -87,6 +97,11 @@ bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C re
 bench-quick: python  ## Short benchmark pass (about 4 minutes)
 	@scripts/setup.sh bench
 	$(PY) benches/run.py --quick
+
+.PHONY: bench-workers
+bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)
+	cargo build --release -p ucall-bench --bin ucall-load
+	$(PY) benches/workers.py
 
 .PHONY: clean
 clean:  ## Remove build outputs

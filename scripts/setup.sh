@@ -68,6 +68,19 @@ if [ "$(cat js/node_modules/.package-lock.sha256 2>/dev/null)" != "$wanted" ]; t
     echo "$wanted" > js/node_modules/.package-lock.sha256
 fi
 
+# The load balancers of the scale-out recipe (deploy/), which make scale-test runs on
+# loopback: HAProxy 2.6 and nginx 1.22 with its stream module (raw TCP). Their packages
+# would start the system services; a policy-rc.d (Debian's switch for that) keeps them off.
+if ! dpkg -s haproxy nginx libnginx-mod-stream >/dev/null 2>&1; then
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ "$(id -u)" -eq 0 ]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+    fi
+    apt_install haproxy nginx libnginx-mod-stream
+    [ -n "$policy" ] && rm -f "$policy"
+fi
+
 if [ "${1:-}" = "bench" ]; then
     apt_install wrk util-linux
 fi

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import os
 import signal
 import struct
 import sys
@@ -25,6 +26,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["Server"]
 
 _running: weakref.WeakSet[Server] = weakref.WeakSet()
+
+#: The readiness method every server answers (``GET /rpc.health`` over HTTP).
+HEALTH = "rpc.health"
 
 
 @atexit.register
@@ -130,11 +134,19 @@ class Server:
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
         quiet: do not log the start-up line (the engine in force) on stderr.
+        drain_delay: seconds ``run()`` keeps serving after SIGTERM with ``rpc.health``
+            answering "draining", so that load balancers stop sending new calls before
+            the server stops accepting them.
         cors_origins: let pages from these origins call from a browser (CORS; off by
             default): ``["https://app.example.com"]``, or ``["*"]`` for any. Preflight
             ``OPTIONS`` requests are answered and replies carry the CORS headers.
         cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
             ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
+
+    Every server answers ``rpc.health`` (also ``GET /rpc.health`` over HTTP):
+    ``{"status": "serving"}`` while it serves and every check added with
+    ``@server.readiness_check`` passes, else an error (HTTP 500) whose ``data`` says
+    why. Load balancers and Kubernetes probes check it.
     """
 
     def __init__(
@@ -163,6 +175,7 @@ class Server:
         cors_methods: Sequence[str] | None = None,
         cors_headers: Sequence[str] | None = None,
         cors_max_age: int | None = None,
+        drain_delay: float = 0.0,
     ) -> None:
         _check_options(
             port=port,
@@ -184,6 +197,14 @@ class Server:
         self.ignore_extra_params = ignore_extra_params
         self.debug = debug
         self._requested_port = port
+        if drain_delay < 0:
+            raise ValueError(f"drain_delay must be at least 0, got {drain_delay}")
+        self.drain_delay = drain_delay
+        self._draining = False
+        self._checks: list[Callable[[], Any]] = []
+        # Set in a worker process: the port is shared with the other workers, and the
+        # worker stops when its supervisor (this pid) is gone.
+        self._supervisor: int | None = None
         self._limits: dict[str, Any] = {
             "max_body_bytes": max_body_bytes,
             "max_head_bytes": max_head_bytes,
@@ -278,9 +299,35 @@ class Server:
         """Registered functions by method name."""
         return {name: p.func for name, p in self._procedures.items()}
 
+    def readiness_check(self, func: F) -> F:
+        """Register ``func()`` as a readiness check (a model loaded, a database reachable):
+        ``rpc.health`` answers "serving" only while every check returns a true value.
+        A check that returns false or raises makes it answer an error naming the check.
+        Checks run on each ``rpc.health`` call, so keep them quick. Returns ``func``."""
+        if not callable(func):
+            raise TypeError(f"a readiness check must be callable, got {func!r}")
+        self._checks.append(func)
+        return func
+
+    def _health(self) -> dict[str, str]:
+        """``rpc.health``: whether this server should be sent new calls."""
+        if self._draining:
+            raise RPCError("draining", data={"status": "draining"})
+        for check in self._checks:
+            name = getattr(check, "__name__", repr(check))
+            try:
+                passed = check()
+            except Exception as error:  # noqa: BLE001 - a failed check is an answer, not a crash
+                raise RPCError("not ready", data={"status": "not ready", "check": name, "error": str(error)}) from None
+            if not passed:
+                raise RPCError("not ready", data={"status": "not ready", "check": name})
+        return {"status": "serving"}
+
     def _native_options(self) -> dict[str, Any]:
         """The extension server's keyword options: the limits, and what tests set."""
         options = dict(self._limits)
+        if self._supervisor is not None:
+            options["share_port"] = True
         if self._trust_after is not None:
             options["trust_after"] = self._trust_after
         return options
@@ -317,6 +364,8 @@ class Server:
                         self.ignore_extra_params if ignore is None else ignore,
                         _is_async(func),
                     )
+                if HEALTH not in self._procedures:
+                    native.add(HEALTH, self._health, _signature.plan(self._health, None), True, False)
                 native.start()
             except BaseException:
                 if loop is not None:
@@ -352,6 +401,7 @@ class Server:
         max_seconds: float = -1,
         *,
         ready: Callable[[Server], None] | None = None,
+        workers: int | None = None,
     ) -> None:
         """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles``, when
         positive), then stop gracefully. Starts the server if needed.
@@ -361,14 +411,27 @@ class Server:
         server's loops sleep without turning, so only traffic brings ``max_cycles`` nearer:
         give ``max_seconds`` too for a bound in time.
 
+        On SIGTERM with ``drain_delay``, ``rpc.health`` answers "draining" at once and the
+        server goes on serving for ``drain_delay`` seconds before it stops.
+
         ``ready(server)`` is called once serving, with the signal handlers in place: the
         moment to announce the port.
+
+        ``workers=N`` serves from N processes (forked from this one) that share the port,
+        under a supervisor that starts a worker again when one dies; SIGHUP restarts them
+        one at a time, each old one stopped once its replacement serves; SIGTERM or Ctrl-C
+        stops them all. It needs the main thread; ``max_cycles`` and ``max_seconds`` do
+        not apply.
         """
+        if workers is not None:
+            self._run_workers(workers, ready)
+            return
         deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
         terminated = threading.Event()
         restore = None
         if threading.current_thread() is threading.main_thread():
             restore = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+        drained_at: float | None = None
         try:
             if self._native is None:
                 self.start()
@@ -376,7 +439,13 @@ class Server:
             assert native is not None
             if ready is not None:
                 ready(self)
-            while not terminated.is_set():
+            while True:
+                if terminated.is_set():
+                    if drained_at is None:
+                        self._draining = True
+                        drained_at = time.monotonic() + self.drain_delay
+                    if time.monotonic() >= drained_at:
+                        break
                 timeout = 0.1 if deadline is None else min(0.1, max(deadline - time.monotonic(), 0))
                 if native.wait(timeout):
                     break
@@ -384,12 +453,55 @@ class Server:
                     break
                 if max_cycles is not None and max_cycles > 0 and native.cycles >= max_cycles:
                     break
+                if self._supervisor is not None and os.getppid() != self._supervisor:
+                    break  # the supervisor is gone: nobody would stop or replace this worker
         except KeyboardInterrupt:
             pass
         finally:
             self.stop()
+            self._draining = False
             if restore is not None:
                 signal.signal(signal.SIGTERM, restore)
+
+    def _stop_timeout(self) -> float:
+        """How long a worker told to stop may take before its supervisor kills it."""
+        shutdown = self._limits["shutdown_timeout"]
+        return self.drain_delay + (5.0 if shutdown is None else shutdown) + 2.0
+
+    def _run_workers(self, workers: int, ready: Callable[[Server], None] | None) -> None:
+        from ucall import _workers
+
+        if self._native is not None:
+            raise RuntimeError("run(workers=N) starts the workers itself: call it on a server not started")
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("run(workers=N) needs the main thread: it handles the signals")
+        requested = self._requested_port, self._limits["tls_port"]
+        reserved = [_workers.reserve_port(self.host, self._requested_port)]
+        try:
+            self._requested_port = reserved[0].getsockname()[1]
+            if self._limits["tls_port"] is not None:
+                reserved.append(_workers.reserve_port(self.host, self._limits["tls_port"]))
+                self._limits["tls_port"] = reserved[1].getsockname()[1]
+            supervisor = _workers.Supervisor(self._serve_as_worker, workers, stop_timeout=self._stop_timeout())
+            status = supervisor.run(None if ready is None else lambda _pids: ready(self))
+        finally:
+            self._requested_port, self._limits["tls_port"] = requested
+            for sock in reserved:
+                sock.close()
+        if status != 0:
+            raise RuntimeError("the workers did not start serving (their errors are above)")
+
+    def _serve_as_worker(self, ready_fd: int) -> int:
+        """Serve as one of a supervisor's workers: the port shared, one byte written to
+        ``ready_fd`` once serving. Returns the exit status."""
+        self._supervisor = os.getppid()
+
+        def announce(_server: Server) -> None:
+            os.write(ready_fd, b"r")
+            os.close(ready_fd)
+
+        self.run(ready=announce)
+        return 0
 
     def __enter__(self) -> Server:
         if self._native is None:

@@ -43,6 +43,7 @@ class NativeServer:
         tls_client_ca: Optional[str] = None,
         tls_port: Optional[int] = None,
         quiet: bool = False,
+        share_port: bool = False,
         trust_after: int = 1000,
         cors_origins: Optional[list[str]] = None,
         cors_methods: Optional[list[str]] = None,

@@ -11,6 +11,7 @@
     ucall -p 8545 --format json sum a=1 b=2    # options go before or after the method
     ucall call serve                           # a method named serve (or call)
     ucall serve app:server --port 8545         # run a Server object, as uvicorn does
+    ucall serve app:server --workers 4         # four processes on one port, supervised
 
 Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
 transport error.
@@ -28,6 +29,7 @@ from typing import Any
 
 import click
 
+from ucall._server import Server
 from ucall._ucall import __version__
 from ucall.client import Client, Response
 from ucall.exceptions import ConnectError, RPCError, UCallError
@@ -375,10 +377,66 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
     "--port", type=click.IntRange(0, 65535), default=None, envvar="UCALL_PORT", help="Port (default: the server's)."
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Worker threads (default: the server's).")
-def serve(target: str, host: str | None, port: int | None, threads: int | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    envvar="UCALL_WORKERS",
+    help="Serve from N processes sharing the port, under a supervisor that restarts them "
+    "(SIGHUP: one at a time; SIGTERM: all stop).",
+)
+@click.option("--reload", is_flag=True, help="Restart the workers when a .py file under the current folder changes.")
+@click.option(
+    "--drain-delay",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to go on serving after SIGTERM, rpc.health answering 'draining' (default: the server's).",
+)
+@click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
+def serve(
+    target: str,
+    host: str | None,
+    port: int | None,
+    threads: int | None,
+    workers: int | None,
+    reload: bool,
+    drain_delay: float | None,
+    ready_fd: int | None,
+) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
-    from ucall._server import Server
+    server = _load_server(target)
+    if host is not None:
+        server.host = host
+    if port is not None:
+        server._requested_port = port
+    if threads is not None:
+        server.threads = threads
+    if drain_delay is not None:
+        server.drain_delay = drain_delay
+    if ready_fd is not None:
+        try:
+            server._serve_as_worker(ready_fd)
+        except (OSError, ValueError) as error:
+            click.secho(f"ucall: {error}", fg="red", err=True)
+            sys.exit(2)
+        return
+    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
+    if workers is None and not reload:
 
+        def ready(s: Server) -> None:
+            click.echo(f"listening on {shown_host}:{s.port} ({len(s.procedures)} procedures)")
+            sys.stdout.flush()
+
+        try:
+            server.run(ready=ready)
+        except (OSError, ValueError) as error:  # the address in use, an option the core refuses
+            click.secho(f"ucall: {error}", fg="red", err=True)
+            sys.exit(2)
+        return
+    sys.exit(_supervise(server, target, workers or 1, reload, threads))
+
+
+def _load_server(target: str) -> Server:
     module_name, _, attribute = target.partition(":")
     sys.path.insert(0, os.getcwd())
     try:
@@ -395,23 +453,48 @@ def serve(target: str, host: str | None, port: int | None, threads: int | None) 
     if not isinstance(server, Server):
         kind = type(server).__name__
         raise click.BadParameter(f"{module_name}:{name} is a {kind}, not a ucall Server", param_hint="MODULE:SERVER")
-    if host is not None:
-        server.host = host
-    if port is not None:
-        server._requested_port = port
-    if threads is not None:
-        server.threads = threads
-    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
+    return server
 
-    def ready(s: Server) -> None:
-        click.echo(f"listening on {shown_host}:{s.port} ({len(s.procedures)} procedures)")
-        sys.stdout.flush()
+
+def _supervise(server: Server, target: str, workers: int, reload: bool, threads: int | None) -> int:
+    """Run ``workers`` processes of ``ucall serve TARGET`` on one port under a supervisor.
+    Each worker imports the module afresh, so a restart (SIGHUP, --reload) serves the
+    code as it is now."""
+    from ucall import _workers
 
     try:
-        server.run(ready=ready)
-    except (OSError, ValueError) as error:  # the address in use, an option the core refuses
+        reserved = _workers.reserve_port(server.host, server.port)
+    except OSError as error:
         click.secho(f"ucall: {error}", fg="red", err=True)
-        sys.exit(2)
+        return 2
+    port = reserved.getsockname()[1]
+    command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
+    command += ["--drain-delay", repr(server.drain_delay)]
+    if threads is not None:
+        command += ["--threads", str(threads)]
+
+    def start_worker(ready_fd: int) -> int:
+        os.set_inheritable(ready_fd, True)
+        os.execv(sys.executable, [*command, "--ready-fd", str(ready_fd)])
+        return 1  # not reached: execv returns only by raising
+
+    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
+
+    def ready(pids: list[int]) -> None:
+        listed = ", ".join(str(pid) for pid in pids)
+        click.echo(f"listening on {shown_host}:{port} ({len(server.procedures)} procedures; workers {listed})")
+        sys.stdout.flush()
+
+    supervisor = _workers.Supervisor(
+        start_worker,
+        workers,
+        stop_timeout=server._stop_timeout(),
+        reload_roots=[os.getcwd()] if reload else None,
+    )
+    try:
+        return supervisor.run(ready)
+    finally:
+        reserved.close()
 
 
 if __name__ == "__main__":

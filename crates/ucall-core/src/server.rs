@@ -84,6 +84,10 @@ pub struct Config {
     /// Do not log the start-up line (the engine in force) on stderr. Errors that stop a
     /// worker are still reported, through `events`.
     pub quiet: bool,
+    /// Join the listeners that other processes of this user keep on the port
+    /// (`SO_REUSEPORT`) instead of refusing a port in use: worker processes of one server
+    /// share its port this way, and the kernel spreads connections between them. Off by default.
+    pub share_port: bool,
     /// Where the engines report what they cannot return as an error: a failed accept, a
     /// worker that stops. Default: a line on stderr.
     pub events: EventLog,
@@ -140,6 +144,7 @@ impl Default for Config {
             tls: None,
             sqpoll: false,
             quiet: false,
+            share_port: false,
             events: EventLog::default(),
         }
     }
@@ -296,6 +301,12 @@ impl ServerBuilder {
     /// `uring` engine: poll the submission queue from a kernel thread (`SQPOLL`).
     pub fn sqpoll(mut self, on: bool) -> Self {
         self.config.sqpoll = on;
+        self
+    }
+
+    /// Join other processes' listeners on the port (see [`Config::share_port`]).
+    pub fn share_port(mut self, on: bool) -> Self {
+        self.config.share_port = on;
         self
     }
 

@@ -171,3 +171,53 @@ fn a_port_another_server_listens_on_is_refused() {
         .expect("the port is free again");
     assert_eq!(again.local_addr().port(), port);
 }
+
+/// Worker processes of one server share its port on purpose: with `share_port` a second
+/// server joins the first one's port, and the kernel hands each some of the connections.
+#[test]
+fn share_port_joins_a_port_in_use_and_both_servers_answer() {
+    let sum = |call: &ucall_core::Call<'_>| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?);
+    let first = Server::builder()
+        .port(0)
+        .threads(1)
+        .share_port(true)
+        .procedure("sum", sum);
+    let first = first.bind().expect("bind").spawn().expect("spawn");
+    let addr = first.local_addr();
+    let second = Server::builder()
+        .port(addr.port())
+        .threads(1)
+        .share_port(true)
+        .procedure("sum", sum);
+    let second = second
+        .bind()
+        .expect("a server with share_port joins the port")
+        .spawn()
+        .expect("spawn");
+    for i in 0..20 {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        writeln!(
+            stream,
+            r#"{{"jsonrpc":"2.0","method":"sum","params":[{i},1],"id":{i}}}"#
+        )
+        .unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).expect("reply");
+        assert_eq!(
+            line.trim_end(),
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"result\":{}}}", i + 1)
+        );
+    }
+    first.stop();
+    first.join();
+    // The port stays served by the second server alone.
+    let mut stream = TcpStream::connect(addr).expect("connect after the first stopped");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(stream, r#"{{"jsonrpc":"2.0","method":"sum","params":[2,2],"id":1}}"#).unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).expect("reply");
+    assert_eq!(line.trim_end(), r#"{"jsonrpc":"2.0","id":1,"result":4}"#);
+    second.stop();
+    second.join();
+}

@@ -102,7 +102,7 @@ impl NativeServer {
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
-        trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
+        share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -127,6 +127,7 @@ impl NativeServer {
         tls_client_ca: Option<std::path::PathBuf>,
         tls_port: Option<u16>,
         quiet: bool,
+        share_port: bool,
         trust_after: u32,
         cors_origins: Option<Vec<String>>,
         cors_methods: Option<Vec<String>>,
@@ -139,6 +140,7 @@ impl NativeServer {
             threads,
             engine: engine(engine_name)?,
             quiet,
+            share_port,
             ..Config::default()
         };
         if let Some(v) = max_body_bytes {

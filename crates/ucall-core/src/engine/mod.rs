@@ -180,9 +180,11 @@ pub(crate) fn bind_workers(
     shared: &Arc<Shared>,
     addr: SocketAddr,
 ) -> Result<(Vec<Worker>, SocketAddr), Error> {
-    refuse_taken(addr)?;
-    if let Some(tls) = shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) {
-        refuse_taken(*tls.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+    if !shared.config.share_port {
+        refuse_taken(addr)?;
+        if let Some(tls) = shared.tls.as_ref().and_then(|tls| tls.separate.as_ref()) {
+            refuse_taken(*tls.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        }
     }
     let mut workers = Vec::with_capacity(shared.config.threads);
     let mut bound = addr;
