@@ -86,10 +86,13 @@ bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C re
 	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
 	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
 	@# as it is rather than copying an older run's table into it.
-	@# benches/rss.py then watches the servers' memory over a million requests and adds its table.
+	@# benches/rss.py then watches the servers' memory over a million requests and adds its table;
+	@# benches/idle_memory.py adds RSS per idle connection (9,000 of them) and after they close.
 	@stamp=$$(mktemp); $(PY) benches/run.py; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
+	cargo build --release --quiet -p ucall-examples --bin sum_server && \
+	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/update_readme.py; \
 	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
@@ -102,6 +105,41 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes)
 bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)
 	cargo build --release -p ucall-bench --bin ucall-load
 	$(PY) benches/workers.py
+
+SOAK_SECONDS ?= 600
+SOAK_SERVERS ?= rust,c,python
+SOAK_ENGINES ?= poll,uring
+
+.PHONY: soak
+soak: python  ## Soak test: each server and engine under mixed load for SOAK_SECONDS (600); SOAK_ARGS=--forever
+	cargo build --release -p ucall-examples --bin spec_server
+	cargo build --release -p ucall-capi
+	@mkdir -p $(C_OUT)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude crates/ucall-capi/tests/c/spec_server.c \
+		target/release/libucall.a $(C_LIBS) -o $(C_OUT)/spec_server_release
+	$(PY) tests/soak --seconds $(SOAK_SECONDS) --servers $(SOAK_SERVERS) --engines $(SOAK_ENGINES) $(SOAK_ARGS)
+
+.PHONY: soak-smoke
+soak-smoke:  ## A 20-second soak of the Rust test server (debug build), as make test runs it
+	cargo build -p ucall-examples --bin spec_server
+	$(PY) tests/soak --seconds 20 --servers rust --engines auto --rust target/debug/spec_server --idle 50
+
+test: soak-smoke
+
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 4
+
+.PHONY: fuzz
+fuzz: setup  ## Run every fuzz target for FUZZ_SECONDS each (default 60; nightly + cargo-fuzz)
+	@scripts/setup.sh fuzz
+	fuzz/run.sh $(FUZZ_SECONDS)
+
+.PHONY: fuzz-smoke
+fuzz-smoke:  ## A short pass of every fuzz target (FUZZ_SMOKE_SECONDS each), as make test runs it
+	@scripts/setup.sh fuzz
+	fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+
+test: fuzz-smoke
 
 .PHONY: clean
 clean:  ## Remove build outputs
@@ -150,9 +188,13 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 		--suppressions=crates/ucall-capi/tests/valgrind.supp $(C_OUT)/api_test_plain 2>$(C_OUT)/valgrind.log || { cat $(C_OUT)/valgrind.log; exit 1; }
 	cargo build -p ucall-examples --bin sum_server  # tests/python runs the Rust example too
 	# The shared suite on the C spec server, on each engine, two threads in ucall_take_calls.
-	ASAN_OPTIONS=abort_on_error=1:log_path=$(CURDIR)/$(C_OUT)/asan/log UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	# Reports go to asan/log.spec_server.PID; the suite notes how each server ended, which
+	# tells an empty log (no report) from a report cut short (see sanitizer_logs.py).
+	@rm -f $(C_OUT)/server-exits
+	ASAN_OPTIONS=abort_on_error=1:log_exe_name=1:log_path=$(CURDIR)/$(C_OUT)/asan/log \
+		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 UCALL_SERVER_EXITS=$(CURDIR)/$(C_OUT)/server-exits \
 		UCALL_SPEC_SERVER=$(C_OUT)/spec_server $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
-	@if ls $(C_OUT)/asan/log* >/dev/null 2>&1; then cat $(C_OUT)/asan/log*; echo "sanitizer reports above" >&2; exit 1; fi
+	$(PY) crates/ucall-capi/tests/sanitizer_logs.py $(C_OUT)/asan $(C_OUT)/server-exits
 	crates/ucall-capi/tests/install_test.sh
 
 .PHONY: install

@@ -3,6 +3,7 @@
 # Installs what the build and the tests need and is missing. Safe to run again.
 #   scripts/setup.sh          Rust toolchain check + Python .venv with the test tools
 #   scripts/setup.sh bench    also the benchmark tools (wrk, the reference server's compiler)
+#   scripts/setup.sh fuzz     also the nightly toolchain and cargo-fuzz (make fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,6 +80,19 @@ if ! dpkg -s haproxy nginx libnginx-mod-stream >/dev/null 2>&1; then
     fi
     apt_install haproxy nginx libnginx-mod-stream
     [ -n "$policy" ] && rm -f "$policy"
+fi
+
+if [ "${1:-}" = "fuzz" ]; then
+    # libFuzzer's instrumentation needs nightly Rust; cargo-fuzz drives it.
+    if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+        say "installing the nightly Rust toolchain"
+        rustup toolchain install nightly --profile minimal
+    fi
+    CARGO_FUZZ_VERSION=0.13.2
+    if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
+        say "installing cargo-fuzz $CARGO_FUZZ_VERSION with cargo"
+        cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --quiet
+    fi
 fi
 
 if [ "${1:-}" = "bench" ]; then

@@ -7,6 +7,9 @@ Environment:
   UCALL_ENGINES      comma-separated engines to run every test against (default poll,
                      plus uring where the test server can run it here)
   UCALL_THREADS      --threads for the servers (default 2)
+  UCALL_SERVER_EXITS a file that gets one line per server stopped: "PID STATUS HOW", HOW
+                     being "exited" (on its own or after SIGTERM) or "killed" (SIGKILL after
+                     STOP_TIMEOUT); `make test-c` reads it beside the sanitizer logs
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ STOP_TIMEOUT = 5.0
 LISTENING = re.compile(r"listening on (\S+):(\d+)(?: .*)?")
 
 
+def record_exit(proc: subprocess.Popen, how: str) -> None:
+    """Note how a server ended in UCALL_SERVER_EXITS, when that is set."""
+    ledger = os.environ.get("UCALL_SERVER_EXITS")
+    if ledger and proc.returncode is not None:
+        with open(ledger, "a", encoding="utf-8") as out:
+            out.write(f"{proc.pid} {proc.returncode} {how}\n")
+
+
 def server_binary() -> Path:
     path = Path(os.environ.get("UCALL_SPEC_SERVER", "target/debug/spec_server"))
     return path if path.is_absolute() else REPO_ROOT / path
@@ -52,6 +63,7 @@ def uring_problem() -> str | None:
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=STOP_TIMEOUT)
+        record_exit(proc, "exited")
     if LISTENING.fullmatch(line.strip()):
         return None
     return err.decode("utf-8", "replace").strip() or "the server did not start"
@@ -151,9 +163,13 @@ class ServerProcess:
             self.proc.terminate()
             try:
                 self.proc.wait(STOP_TIMEOUT)
+                record_exit(self.proc, "exited")
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(STOP_TIMEOUT)
+                record_exit(self.proc, "killed")
+        elif self.proc is not None and self._stderr_text is None:
+            record_exit(self.proc, "exited")
         if self._reader is not None:
             self._reader.join(STOP_TIMEOUT)
         if self.proc is not None and self.proc.stdout is not None:

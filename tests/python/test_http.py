@@ -265,6 +265,16 @@ def test_a_request_target_over_the_head_limit_is_414(server):
         assert conn.final_response(timeout=3).status == 414
 
 
+@pytest.mark.parametrize("version", [b"HTTP/1.2", b"HTTP/1.9"])
+def test_a_request_target_over_the_head_limit_with_a_later_minor_version_is_414(server, version):
+    """Found by fuzzing: read as 1.1, such a line once made the server exit."""
+    with HttpConn(server) as conn:
+        conn.send(b"GET /" + b"a" * 20000 + b" " + version + b"\r\nHost: x\r\n\r\n")
+        assert conn.final_response(timeout=3).status == 414
+    with HttpConn(server) as conn:
+        assert conn.call(b'{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}')["result"] == 3
+
+
 def test_body_over_limit_is_413_without_waiting_for_it(spawn_server):
     server = spawn_server("--max-body-bytes", "1024")
     with HttpConn(server.address) as conn:

@@ -152,3 +152,86 @@ def test_node_ws_package_over_wss(tls_server, certs):
     seen = node_client(f"wss://localhost:{port}/", str(certs / "cert.pem"))
     assert seen["code"] == 1000 and len(seen["replies"]) == 3, seen
     assert seen["replies"][0]["reply"] == {"jsonrpc": "2.0", "id": 1, "result": 19}
+
+
+# ---------------------------------------------------------------- certificates as UCall made them
+
+LEGACY_CA_CONFIG = """\
+[ca]
+default_ca = local
+[local]
+database = {dir}/index.txt
+new_certs_dir = {dir}
+serial = {dir}/serial
+default_md = sha256
+policy = any_name
+[any_name]
+commonName = supplied
+"""
+
+
+def legacy_certificate(directory: Path, name: str, start: str, end: str) -> tuple[Path, Path]:
+    """A self-signed X.509 v1 certificate (no extensions) and its RSA key, valid from
+    `start` to `end` (YYYYMMDDHHMMSSZ): what UCall 0.5.4's examples/login/certs/gen.sh makes
+    with `openssl x509 -req -signkey`, but with chosen dates. Returns (cert, key)."""
+    where = directory / name
+    where.mkdir()
+    (where / "index.txt").touch()
+    (where / "serial").write_text("01\n")
+    (where / "ca.cnf").write_text(LEGACY_CA_CONFIG.format(dir=where))
+    key, request, cert = where / "key.pem", where / "request.csr", where / "cert.pem"
+    for command in (
+        ["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(key)],
+        ["openssl", "req", "-new", "-key", str(key), "-subj", "/CN=localhost", "-out", str(request)],
+        ["openssl", "ca", "-batch", "-config", str(where / "ca.cnf"), "-selfsign", "-keyfile", str(key),
+         "-in", str(request), "-startdate", start, "-enddate", end, "-notext", "-out", str(cert)],
+    ):
+        subprocess.run(command, check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def legacy_certs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    directory = tmp_path_factory.mktemp("legacy-tls")
+    return {
+        # The dates of UCall's own example certificate: a year that ended in 2024.
+        "expired": legacy_certificate(directory, "expired", "20230403134517Z", "20240402134517Z"),
+        "not valid yet": legacy_certificate(directory, "future", "20990101000000Z", "21000101000000Z"),
+    }
+
+
+def der_of(pem: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.read_text())
+
+
+@pytest.mark.parametrize("validity", ["expired", "not valid yet"])
+def test_a_v1_certificate_out_of_its_dates_is_served_with_warnings(legacy_certs, engine, validity):
+    cert, key = legacy_certs[validity]
+    version = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-text"], capture_output=True,
+                             text=True, check=True).stdout
+    assert "Version: 1 (0x0)" in version, "the fixture is an X.509 v1 certificate"
+    server = ServerProcess(engine, ("--tls-cert", str(cert), "--tls-key", str(key))).start()
+    try:
+        # Whom to trust is the client's choice: this one checks nothing.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        reply, sock = https_call(ctx, server.address)
+        assert reply == {"jsonrpc": "2.0", "id": 1, "result": 19}
+        assert sock.getpeercert(binary_form=True) == der_of(cert), "the server serves that certificate"
+        sock.close()
+    finally:
+        server.stop()
+    stderr = server.stderr_text()
+    assert "is X.509 v1" in stderr, stderr
+    expected = "has expired: not after Apr  2 13:45:17 2024" if validity == "expired" else "is not valid yet"
+    assert expected in stderr, stderr
+
+
+def test_a_key_that_is_not_the_certificates_is_refused(legacy_certs, engine):
+    cert, _ = legacy_certs["expired"]
+    _, other_key = legacy_certs["not valid yet"]
+    server = ServerProcess(engine, ("--tls-cert", str(cert), "--tls-key", str(other_key)))
+    with pytest.raises(RuntimeError, match="server exited before listening") as refused:
+        server.start()
+    assert "do not make a usable pair: the private key is not the certificate's" in str(refused.value)

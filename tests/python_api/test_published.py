@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """UCall's published Python surface keeps working unchanged."""
 
+import http.client
 import ssl
 import subprocess
 import threading
@@ -11,6 +12,7 @@ from conftest import once
 import ucall.posix
 import ucall.rich_posix
 import ucall.rich_uring
+import ucall.server
 import ucall.uring
 from ucall.client import ClientTLS
 
@@ -53,6 +55,39 @@ def test_run_with_max_cycles_returns(engine, monkeypatch):
     once(server.port, "one")
     server.run(max_cycles=1, max_seconds=5)  # already past one cycle: returns at once
     assert not server.running
+
+
+def test_newer_readme_server_module(engine, monkeypatch):
+    """UCall's newer README: ``from ucall.server import Server``, ``uring_if_possible`` and
+    ``@server.get("/sum")``, answered over REST and JSON-RPC."""
+    from ucall.server import Server
+
+    assert ucall.server.__all__ == ["Server"]
+    monkeypatch.delenv("UCALL_ENGINE", raising=False)
+    portable = Server(uring_if_possible=False, epoll_if_possible=True, port=0, quiet=True)
+    portable.route(lambda: 1, name="one")
+    with portable:
+        assert portable.engine == "poll"
+    monkeypatch.setenv("UCALL_ENGINE", engine)
+    server = Server(uring_if_possible=True, hostname="127.0.0.1", port=0, quiet=True)
+
+    @server.get("/sum")
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    assert sum(1, 2) == 3, "the function is returned unchanged"
+    with pytest.raises(ValueError, match="one segment"):
+        server.get("/a/b")
+    with server:
+        assert server.engine == engine
+        assert once(server.port, "sum", {"a": 2, "b": 3}) == 5
+        rest = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        try:
+            rest.request("GET", "/sum?a=20&b=22")
+            reply = rest.getresponse()
+            assert (reply.status, reply.read()) == (200, b"42")
+        finally:
+            rest.close()
 
 
 @pytest.fixture(scope="module")

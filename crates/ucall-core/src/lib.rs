@@ -49,6 +49,9 @@
 
 // The building blocks below are public for the C and Python front ends and the in-memory
 // tests; the API is what the crate root re-exports.
+/// Entry points for the fuzz targets (`fuzz/`) and the replay of their vectors.
+#[doc(hidden)]
+pub mod _fuzzable;
 #[doc(hidden)]
 pub mod buffer;
 mod date;

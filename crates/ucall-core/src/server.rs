@@ -94,8 +94,9 @@ pub struct Config {
 }
 
 /// Receives the events the engines cannot return as an error: `(event, error)`, with
-/// `event` one of `"accept failed"` (at most one a second per server), `"worker stopped"`
-/// and `"buffers leaked"`.
+/// `event` one of `"accept failed"` (at most one a second per server), `"worker stopped"`,
+/// `"buffers leaked"` and `"certificate warning"` (at start: the TLS certificate is X.509 v1,
+/// expired or not valid yet, and is served all the same).
 ///
 /// The default writes `ucall: <event>: <error>` to stderr; a front end with a log of its
 /// own (the C API, which must not write to stderr) passes [`EventLog::new`].
@@ -384,7 +385,13 @@ impl ServerBuilder {
         let tls = match &config.tls {
             None => None,
             Some(tls) => Some(TlsShared {
-                config: crate::tls::server_config(tls)?,
+                config: {
+                    let (tls, warnings) = crate::tls::server_config(tls)?;
+                    for warning in warnings {
+                        config.events.report("certificate warning", &warning);
+                    }
+                    tls
+                },
                 separate: tls
                     .port
                     .map(|port| std::sync::Mutex::new(SocketAddr::new(addr.ip(), port))),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
 
 use crate::buffer::OutBuf;
@@ -46,7 +47,8 @@ impl TlsConfig {
 }
 
 /// Build the rustls configuration, failing with a message that names the file at fault.
-pub(crate) fn server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, Error> {
+/// Also returns what is odd about the server's certificate, for the server to warn of.
+pub(crate) fn server_config(config: &TlsConfig) -> Result<(Arc<ServerConfig>, Vec<String>), Error> {
     for (path, what) in [
         (&config.cert_chain, "certificate chain"),
         (&config.private_key, "private key"),
@@ -66,6 +68,11 @@ pub(crate) fn server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, Err
         ))
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| Error::config(format!("TLS private key {}: {e}", config.private_key.display())))?;
+    let warnings = check_leaf(config, &chain[0], key.as_ref())?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| Error::config(format!("TLS: {e}")))?;
@@ -84,17 +91,66 @@ pub(crate) fn server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, Err
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut server = builder.with_single_cert(chain, key).map_err(|e| {
-        Error::config(format!(
-            "TLS certificate {} and key {} do not make a usable pair: {e}",
-            config.cert_chain.display(),
-            config.private_key.display()
-        ))
-    })?;
+    // Not `with_single_cert`: it checks the pair by parsing the certificate with webpki, which
+    // refuses X.509 v1 (`UnsupportedCertVersion`); `check_leaf` did that check already.
+    let certified = CertifiedKey::new(chain, key);
+    let mut server = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     // Resumption: stateful (the default in-memory cache) and stateless (tickets).
     server.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| Error::config(format!("TLS tickets: {e}")))?;
-    Ok(Arc::new(server))
+    Ok((Arc::new(server), warnings))
+}
+
+/// Check that `key` is the leaf certificate's and list what is odd about the certificate.
+///
+/// The server's own certificate is its operator's choice and each client decides whether to
+/// trust it, so an X.509 v1 certificate (what `openssl x509 -req` makes without extensions,
+/// as in UCall's examples) or one outside its validity period is served with a warning. A
+/// key that is not the certificate's cannot serve anyone and is refused.
+fn check_leaf(config: &TlsConfig, leaf: &CertificateDer<'_>, key: &dyn SigningKey) -> Result<Vec<String>, Error> {
+    let path = config.cert_chain.display();
+    let unusable = |why: &str| {
+        Error::config(format!(
+            "TLS certificate {path} and key {} do not make a usable pair: {why}",
+            config.private_key.display()
+        ))
+    };
+    let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref())
+        .map_err(|e| unusable(&format!("the first certificate is not valid X.509 ({e})")))?;
+    let mut warnings = Vec::new();
+    match key.public_key() {
+        Some(spki) if spki.as_ref() != certificate.public_key().raw => {
+            return Err(unusable(
+                "the private key is not the certificate's (their public keys differ)",
+            ));
+        }
+        Some(_) => {}
+        None => warnings.push(format!(
+            "TLS certificate {path}: cannot tell whether the private key is the certificate's"
+        )),
+    }
+    let version = certificate.version().0 + 1;
+    if version < 3 {
+        warnings.push(format!(
+            "TLS certificate {path} is X.509 v{version}: clients that check certificates \
+             with webpki (rustls) refuse it; make a v3 one (openssl req -x509)"
+        ));
+    }
+    let validity = certificate.validity();
+    let now = x509_parser::time::ASN1Time::now();
+    if now < validity.not_before {
+        warnings.push(format!(
+            "TLS certificate {path} is not valid yet: not before {}",
+            validity.not_before
+        ));
+    }
+    if now > validity.not_after {
+        warnings.push(format!(
+            "TLS certificate {path} has expired: not after {}",
+            validity.not_after
+        ));
+    }
+    Ok(warnings)
 }
 
 fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
@@ -262,5 +318,88 @@ impl TlsSession {
     /// Queue `close_notify` (a clean end the client can tell from a truncation).
     pub(crate) fn close(&mut self) {
         self.conn.send_close_notify();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate for `localhost` valid from `from` to `until` (years), and
+    /// the files of it and its key in a fresh directory.
+    fn certificate(name: &str, from: i32, until: i32) -> (TlsConfig, KeyPairFiles) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).expect("params");
+        params.not_before = rcgen::date_time_ymd(from, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        let cert = params.self_signed(&key).expect("certificate");
+        let dir = std::env::temp_dir().join(format!("ucall-tls-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("cert.pem"), cert.pem()).expect("write");
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
+        (
+            TlsConfig::new(dir.join("cert.pem"), dir.join("key.pem")),
+            KeyPairFiles(dir),
+        )
+    }
+
+    /// Removes the directory of [`certificate`] when dropped.
+    struct KeyPairFiles(PathBuf);
+
+    impl Drop for KeyPairFiles {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn warnings(config: &TlsConfig) -> Vec<String> {
+        match server_config(config) {
+            Ok((_, warnings)) => warnings,
+            Err(e) => panic!("refused: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_current_v3_certificate_has_no_warning() {
+        let (config, _files) = certificate("current", 2020, 2200);
+        assert_eq!(warnings(&config), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_expired_certificate_is_served_with_a_warning() {
+        let (config, _files) = certificate("expired", 2023, 2024);
+        let warnings = warnings(&config);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("has expired: not after Jan  1 00:00:00 2024"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_certificate_not_valid_yet_is_served_with_a_warning() {
+        let (config, _files) = certificate("future", 2190, 2200);
+        let warnings = warnings(&config);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("is not valid yet: not before Jan  1 00:00:00 2190"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused() {
+        let (mut config, _files) = certificate("mismatch-a", 2020, 2200);
+        let (other, _other_files) = certificate("mismatch-b", 2020, 2200);
+        config.private_key = other.private_key.clone();
+        let error = server_config(&config)
+            .map(|_| ())
+            .expect_err("a key of another certificate");
+        assert!(
+            error
+                .to_string()
+                .contains("do not make a usable pair: the private key is not the certificate's"),
+            "{error}"
+        );
     }
 }

@@ -307,6 +307,9 @@ int main(int argc, char** argv) {
     memset(&config, 0, sizeof config);
     config.hostname = "127.0.0.1";
     config.max_threads = 1;
+    /* The server's events (a certificate warning, a failed accept) on stderr, where the
+       Rust and Python spec servers write theirs. */
+    config.logs_file_descriptor = 2;
     config.ssl_certificates_paths = certificates;
     for (i = 1; i < argc; i += 2) {
         char const* flag = argv[i];
