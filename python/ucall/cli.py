@@ -498,6 +498,13 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
         sys.stdout.flush()
 
 
+def _cannot_serve(message: str) -> NoReturn:
+    """One line on stderr and exit 2: the command was well formed, its MODULE:SERVER is not
+    (so no usage block)."""
+    click.secho(f"ucall serve: {message}", fg="red", err=True)
+    sys.exit(2)
+
+
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
 @click.option(
