@@ -142,7 +142,16 @@ def test_program(block: Block, engine: str, tmp_path: Path) -> None:
     port = free_port()
     code = block.text.replace("8545", str(port))
     env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1")
-    if block.lang == "python" and "Server(" in code:
+    if block.lang == "python" and "Server(" in code and "with server" in code:
+        # Starts its own server on a free port, checks what it shows and exits: run it whole.
+        (tmp_path / "script.py").write_text(code)
+        result = subprocess.run(
+            [sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        for fragment in promised(block.text):
+            assert fragment in result.stdout, (fragment, result.stdout)
+    elif block.lang == "python" and "Server(" in code:
         (tmp_path / "server.py").write_text(code)
         serve_and_stop([sys.executable, str(tmp_path / "server.py")], block, port, env, stop_exits_cleanly=True)
     elif block.lang == "python":
