@@ -7,6 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # The benchmark driver, benches/ucallbench (benches/run.py is the same under its old name).
 BENCH := PYTHONPATH=benches $(PY) -m ucallbench
+# A clean build (CI) gains nothing from incremental state, which would double target/debug.
+ifdef CI
+export CARGO_INCREMENTAL := 0
+endif
 
 .PHONY: help
 help:  ## List the targets
