@@ -5,6 +5,12 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 VENV := .venv
 PY := $(VENV)/bin/python
+# The benchmark driver, benches/ucallbench (benches/run.py is the same under its old name).
+BENCH := PYTHONPATH=benches $(PY) -m ucallbench
+# A clean build (CI) gains nothing from incremental state, which would double target/debug.
+ifdef CI
+export CARGO_INCREMENTAL := 0
+endif
 
 .PHONY: help
 help:  ## List the targets
@@ -43,8 +49,22 @@ test-python:  ## Python suite against the live spec server, on each engine
 
 .PHONY: test-python-api
 test-python-api: python  ## The Python package's suite (tests/python_api), then the shared vectors against a Python server
+	@# The Rust server whose documents and /docs page tests/python_api checks beside the Python one's.
+	cargo build -p ucall-examples --bin described_server
 	$(PY) -m pytest tests/python_api -q
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
+
+.PHONY: test-js
+test-js: python  ## JS client (js/): build, then node --test against live Rust and Python servers
+	cargo build -p ucall-examples --bin spec_server --bin sum_server
+	cd js && npm run --silent build && UCALL_JS_SERVERS=rust,python node --test test/
+
+test: test-js
+
+.PHONY: bench-js
+bench-js: setup  ## JS client: calls/s with 1,000 in flight (16-byte echo) beside jayson and json-rpc-2.0
+	cargo build --release -p ucall-examples --bin bench_server
+	cd js && npm run --silent build && node bench/echo.mjs
 
 .PHONY: scale-test
 scale-test: python  ## Fault injection behind HAProxy, then nginx: 300 calls/s for 60 s each (deploy/, loopback)
@@ -69,25 +89,33 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench: python  ## Full benchmark table (about 30 minutes): UCall beside the C reference and peers, then memory
+bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor and peers, memory, hostile clients; writes docs/benchmarks.md
 	@scripts/setup.sh bench
-	@# The table shows what failed, so README.md gets it either way; the status is run.py's. A run
-	@# that stopped before writing its table (an error before measuring, a signal) leaves README.md
-	@# as it is rather than copying an older run's table into it.
-	@# benches/rss.py then watches the servers' memory over a million requests and adds its table;
-	@# benches/idle_memory.py adds RSS per idle connection (9,000 of them) and after they close.
-	@stamp=$$(mktemp); $(PY) benches/run.py; status=$$?; \
+	@# The tables show what failed, so they are published either way; the status is the run's.
+	@# A run that stopped before writing its tables (an error before measuring, a signal)
+	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
+	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
+	@# 9,000 of them, and after they close) add their tables to the brief,
+	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
+	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
 	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
-	$(PY) benches/update_readme.py; \
-	else echo "make bench: no new table, README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
+	$(BENCH) publish || status=1; \
+	else echo "make bench: no new tables, docs/benchmarks.md and README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 
 .PHONY: bench-quick
-bench-quick: python  ## Short benchmark pass (about 4 minutes)
+bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothing
 	@scripts/setup.sh bench
-	$(PY) benches/run.py --quick
+	$(BENCH) --quick
+
+.PHONY: bench-client
+bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust and C clients beside grpcio and httpx
+	@scripts/setup.sh bench
+	@benches/setup_peers.sh >/dev/null || true  # grpcio's server and client; a failed install shows in the table
+	$(PY) benches/client_bench.py
 
 .PHONY: bench-workers
 bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)
@@ -158,6 +186,7 @@ examples-c:  ## Build the C and C++ examples against the release libucall (targe
 	cargo build --release -p ucall-capi
 	@mkdir -p $(C_OUT)/examples
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.c target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror -Iinclude examples/c/client.c target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/client
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -Iinclude examples/c/sum.cpp target/release/libucall.a $(C_LIBS) -o $(C_OUT)/examples/sum_cpp
 
 .PHONY: test-c
@@ -170,6 +199,8 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/spec_server.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/spec_server
 	gcc $(C_FLAGS) crates/ucall-capi/tests/c/api_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/api_test_plain
 	ASAN_OPTIONS=abort_on_error=1 $(C_OUT)/api_test 2>$(C_OUT)/api_test.log || { cat $(C_OUT)/api_test.log; exit 1; }
+	gcc $(C_FLAGS) $(C_SANITIZE) crates/ucall-capi/tests/c/client_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/client_test
+	ASAN_OPTIONS=abort_on_error=1 timeout 120 $(C_OUT)/client_test 2>$(C_OUT)/client_test.log || { cat $(C_OUT)/client_test.log; exit 1; }
 	# valgrind does not model io_uring's shared rings: its run uses the poll engine. The
 	# suppressions cover ring's AES-GCM assembly only (see the file).
 	UCALL_ENGINE=poll timeout 300 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \

@@ -42,9 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import rss  # noqa: E402  (benches/rss.py: the sum call and how ucall-load runs it)
-import run  # noqa: E402  (benches/run.py: the servers, process groups, the load generator)
+from ucallbench import config, measure, processes, servers
 
 DEFAULT_SERVERS = ("ucall-rust-poll", "ucall-rust-uring", "ucall-python", "ucall-python-uring")
 THREADS_PER_KIND = 2
@@ -193,8 +191,8 @@ def status(pid: int) -> dict[str, int]:
         return {}
 
 
-def attack(server: run.Server, kind: str, seconds: float, light_call: rss.Call) -> dict:
-    proc = run.ServerProcess(server, "http", run.BENCH_DIR / "logs")
+def attack(server: servers.Server, kind: str, seconds: float, light_call: measure.Call) -> dict:
+    proc = processes.ServerProcess(server, "http", config.BENCH_DIR / "logs")
     try:
         host, port = proc.addr.rsplit(":", 1)
         addr = (host, int(port))
@@ -215,8 +213,8 @@ def attack(server: run.Server, kind: str, seconds: float, light_call: rss.Call) 
         for t in threads:
             t.start()
         try:
-            report = rss.load(proc.addr, light_call, 1, seconds)
-        except run.BenchError:
+            report = measure.load_seconds(proc.addr, light_call, 1, seconds)
+        except processes.BenchError:
             report = {}  # the well-behaved client could not even start: shown as no calls
         peak_files = status(pid).get("files", -1)
         for t in threads:
@@ -246,7 +244,9 @@ def latency(us: float | None) -> str:
 
 def table(rows: list[dict], seconds: float) -> str:
     lines = [
-        f"`benches/hostile.py` at commit {run.git_commit()}, {seconds:g} s per kind, "
+        "### Hostile clients",
+        "",
+        f"`benches/hostile.py` at commit {measure.git_commit()}, {seconds:g} s per kind, "
         f"{THREADS_PER_KIND} hostile threads; the well-behaved client is `ucall-load`, 1 connection.",
         "",
         "| server | hostile kind | hostile rounds | server lived | calls answered | errors | p50 | p99 | max "
@@ -270,37 +270,42 @@ def table(rows: list[dict], seconds: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--servers", default=",".join(DEFAULT_SERVERS), help="names from benches/run.py")
+    ap.add_argument("--servers", default=",".join(DEFAULT_SERVERS), help="names from python -m ucallbench --help")
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"of: {', '.join(KINDS)}")
     ap.add_argument("--seconds", type=float, default=6.0, help="per server and kind")
+    ap.add_argument("--append", type=Path, help="add the table to this Markdown file")
     args = ap.parse_args()
-    for sig in run.STOP_SIGNALS:
-        signal.signal(sig, run.on_stop_signal)
-    atexit.register(run.kill_children)
-    known = {s.name: s for s in run.SERVERS}
+    for sig in processes.STOP_SIGNALS:
+        signal.signal(sig, processes.on_stop_signal)
+    atexit.register(processes.kill_children)
+    known = {s.name: s for s in servers.SERVERS}
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [n for n in names if n not in known] + [k for k in kinds if k not in KINDS]
     if unknown:
         print(f"hostile: unknown servers or kinds {unknown}", file=sys.stderr)
         return 2
-    if not run.LOAD_BIN.exists():
-        print(f"hostile: {run.LOAD_BIN} is missing: cargo build --release -p ucall-bench", file=sys.stderr)
+    if not config.LOAD_BIN.exists():
+        print(f"hostile: {config.LOAD_BIN} is missing: cargo build --release -p ucall-bench", file=sys.stderr)
         return 2
-    os.sched_setaffinity(0, {run.CLIENT_CPU})
-    light_call, _ = rss.calls()
+    os.sched_setaffinity(0, {config.CLIENT_CPU})
+    light_call, _ = measure.sum_and_echo_calls()
     rows = []
     try:
         for name in names:
             for kind in kinds:
-                run.say(f"hostile: {name}: {kind} for {args.seconds:g} s")
+                processes.say(f"hostile: {name}: {kind} for {args.seconds:g} s")
                 rows.append(attack(known[name], kind, args.seconds, light_call))
-    except run.BenchError as e:
+    except processes.BenchError as e:
         print(f"hostile: error: {e}", file=sys.stderr)
         return 1
     finally:
-        run.kill_children()
-    print(table(rows, args.seconds))
+        processes.kill_children()
+    text = table(rows, args.seconds)
+    print(text)
+    if args.append:
+        with open(args.append, "a") as out:
+            out.write("\n" + text + "\n")
     return 0 if all(r["alive"] for r in rows) else 1
 
 

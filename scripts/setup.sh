@@ -51,11 +51,27 @@ if [ "$(cbindgen --version 2>/dev/null)" != "cbindgen $CBINDGEN_VERSION" ]; then
     cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --quiet
 fi
 
-# Node clients for the WebSocket interop tests (versions pinned by the lock file).
-if [ ! -d tests/node/node_modules ]; then
+# The /docs page is tested in Debian's headless Chromium, driven by Playwright (from
+# requirements-dev.txt) with no browser download of its own.
+apt_install chromium
+
+# Node clients for the WebSocket interop tests and the OpenRPC meta-schema the documents
+# are checked against (versions pinned by the lock file); installed again when it changes.
+if [ ! -d tests/node/node_modules ] || [ tests/node/package-lock.json -nt tests/node/node_modules ]; then
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     say "installing Node test clients"
     (cd tests/node && npm ci --no-audit --no-fund --silent)
+fi
+
+# The JavaScript client (js/): its build and test tools, pinned by js/package-lock.json, and
+# Debian's Chromium for its browser tests. Reinstalled whenever the lock file changes.
+apt_install chromium
+wanted=$(sha256sum js/package-lock.json | cut -d' ' -f1)
+if [ "$(cat js/node_modules/.package-lock.sha256 2>/dev/null)" != "$wanted" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "installing the JS client's tools"
+    (cd js && npm ci --no-audit --no-fund --silent)
+    echo "$wanted" > js/node_modules/.package-lock.sha256
 fi
 
 # The load balancers of the scale-out recipe (deploy/), which make scale-test runs on

@@ -23,6 +23,11 @@
 
 static ucall_server_t volatile server = NULL;
 
+static const char USAGE[] =
+    "usage: sum [--host H] [--port P] [--threads N] [--engine auto|poll|uring]\n"
+    "           [--tls-cert CHAIN.pem --tls-key KEY.pem]\n"
+    "Serves sum(a, b) and echo(data) over HTTP, raw TCP and WebSocket; P 0 picks a free port.\n";
+
 /* Write `value` in decimal at the end of `buffer`; returns where the text starts. The reply
  * is on the hot path, and snprintf costs more than everything else sum() does. */
 static char* format_i64(int64_t value, char* buffer_end) {
@@ -43,9 +48,12 @@ static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
     char buffer[24];
     char* text;
     (void)tag;
-    if ((!ucall_param_named_i64(call, "a", 1, &a) && !ucall_param_positional_i64(call, 0, &a)) ||
-        (!ucall_param_named_i64(call, "b", 1, &b) && !ucall_param_positional_i64(call, 1, &b))) {
-        ucall_call_reply_error_invalid_params(call);
+    if (!ucall_param_named_i64(call, "a", 1, &a) && !ucall_param_positional_i64(call, 0, &a)) {
+        ucall_call_reply_error(call, -32602, "Invalid params: parameter 'a' is missing or not a 64-bit integer", 0);
+        return;
+    }
+    if (!ucall_param_named_i64(call, "b", 1, &b) && !ucall_param_positional_i64(call, 1, &b)) {
+        ucall_call_reply_error(call, -32602, "Invalid params: parameter 'b' is missing or not a 64-bit integer", 0);
         return;
     }
     /* Wraps on overflow, like the Rust example in release builds (unsigned: no undefined behaviour). */
@@ -85,26 +93,37 @@ int main(int argc, char** argv) {
     int i;
 
     memset(&config, 0, sizeof config); /* zero means "the default" */
-    for (i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--host"))
-            config.hostname = argv[i + 1];
-        else if (!strcmp(argv[i], "--port")) {
-            config.port = (uint16_t)atoi(argv[i + 1]);
+    for (i = 1; i < argc; ++i) {
+        const char* flag = argv[i];
+        const char* value;
+        if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+            printf("%s", USAGE);
+            return 0;
+        }
+        if (strncmp(flag, "--", 2) || i + 1 == argc) {
+            fprintf(stderr, strncmp(flag, "--", 2) ? "unexpected argument %s\n%s" : "%s needs a value\n%s", flag, USAGE);
+            return 2;
+        }
+        value = argv[++i];
+        if (!strcmp(flag, "--host"))
+            config.hostname = value;
+        else if (!strcmp(flag, "--port")) {
+            config.port = (uint16_t)atoi(value);
             config.ephemeral_port = config.port == 0;
-        } else if (!strcmp(argv[i], "--threads"))
-            config.max_threads = (uint16_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--engine"))
-            config.engine = argv[i + 1];
-        else if (!strcmp(argv[i], "--tls-cert")) {
-            certificates[0] = argv[i + 1];
+        } else if (!strcmp(flag, "--threads"))
+            config.max_threads = (uint16_t)atoi(value);
+        else if (!strcmp(flag, "--engine"))
+            config.engine = value;
+        else if (!strcmp(flag, "--tls-cert")) {
+            certificates[0] = value;
             config.ssl_certificates_paths = certificates;
             config.ssl_certificates_count = 1;
             config.use_ssl = true;
-        } else if (!strcmp(argv[i], "--tls-key")) {
-            config.ssl_private_key_path = argv[i + 1];
+        } else if (!strcmp(flag, "--tls-key")) {
+            config.ssl_private_key_path = value;
             config.use_ssl = true;
         } else {
-            fprintf(stderr, "unknown option %s\n", argv[i]);
+            fprintf(stderr, "unknown option %s\n%s", flag, USAGE);
             return 2;
         }
     }

@@ -45,7 +45,7 @@
 /**
  * Minor version of this library.
  */
-#define UCALL_VERSION_MINOR 1
+#define UCALL_VERSION_MINOR 6
 
 /**
  * Patch version of this library.
@@ -66,6 +66,86 @@ typedef const char *ucall_str_t;
  * `ucall_param_name`, `ucall_call_reply_*`.
  */
 typedef void *ucall_call_t;
+
+/**
+ * How `ucall_client_new()` connects. Zero (or NULL) in a field means its default.
+ */
+typedef struct ucall_client_config_t {
+  /**
+   * Where to call, NUL-terminated: `http://host:port/path`, `https://`, `ws://`,
+   * `wss://`, `tcp://host:port` (raw TCP) or `tls://host:port` (raw TCP over TLS).
+   * Default `"http://127.0.0.1:8545/"`.
+   */
+  ucall_str_t url;
+  /**
+   * Longest wait for a connection or a reply, in microseconds. Default 30 s.
+   */
+  uint64_t timeout_micro_seconds;
+  /**
+   * TLS: a PEM bundle of the CAs to trust instead of the system's. Default NULL.
+   */
+  ucall_str_t ssl_ca_path;
+  /**
+   * TLS: accept any certificate (tests only: it gives up authentication).
+   */
+  bool ssl_insecure;
+  /**
+   * TLS: the client's certificate chain (PEM), for servers that require one.
+   */
+  ucall_str_t ssl_certificate_path;
+  /**
+   * TLS: the client's private key (PEM); default: in `ssl_certificate_path`.
+   */
+  ucall_str_t ssl_private_key_path;
+} ucall_client_config_t;
+
+/**
+ * A client handle, made by `ucall_client_new()` and released by `ucall_client_free()`.
+ *
+ * Methods: `ucall_client_call()`, `ucall_client_notify()`, `ucall_client_free()`.
+ * One connection, opened by the first call and again after the server closed it. Calls
+ * on one client are serialized (a mutex): use one client per thread for parallel calls.
+ */
+typedef void *ucall_client_t;
+
+/**
+ * One reply, as `ucall_client_call()` writes it. Strings are not NUL-terminated and
+ * stay valid until the next call on the same client or `ucall_client_free()`.
+ */
+typedef struct ucall_client_response_t {
+  /**
+   * `true`: the call returned `result`; `false`: the server answered an error.
+   */
+  bool ok;
+  /**
+   * The result's JSON text (when `ok`).
+   */
+  ucall_str_t result;
+  /**
+   * Its length in bytes.
+   */
+  size_t result_length;
+  /**
+   * The error code (when not `ok`), from JSON-RPC 2.0 §5.1 or the server's own.
+   */
+  int64_t error_code;
+  /**
+   * The error message, decoded from JSON (UTF-8).
+   */
+  ucall_str_t error_message;
+  /**
+   * Its length in bytes.
+   */
+  size_t error_message_length;
+  /**
+   * The error's `data` member as JSON text; length 0 when absent.
+   */
+  ucall_str_t error_data;
+  /**
+   * Its length in bytes.
+   */
+  size_t error_data_length;
+} ucall_client_response_t;
 
 /**
  * Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
@@ -205,6 +285,33 @@ typedef struct ucall_config_t {
    * written back into `ssl_port`.
    */
   bool ssl_ephemeral_port;
+  /**
+   * How the server describes itself, as JSON: `{"title": "...", "version": "...",
+   * "description": "...", "rpc_discover": true, "openrpc_path": "/openrpc.json",
+   * "openapi_path": "/openapi.json", "docs_path": "/docs"}`, each member optional and a
+   * path `null` to turn it off. NULL (default): all of it on, with those paths.
+   */
+  const char *discovery;
+  /**
+   * CORS, so that pages from other origins can call the server from a browser: the
+   * allowed origins, comma-separated, as browsers send them
+   * (`"https://app.example.com,http://localhost:3000"`), or `"*"` for any. NULL
+   * (default): CORS is off, `OPTIONS` requests get 405. Read during `ucall_init()` only.
+   */
+  const char *cors_allowed_origins;
+  /**
+   * CORS: the methods a preflight allows, comma-separated, or `"*"`. NULL: `"GET, POST"`.
+   */
+  const char *cors_allowed_methods;
+  /**
+   * CORS: the request headers a preflight allows, comma-separated, or `"*"` (which does
+   * not cover `Authorization`). NULL: `"Content-Type"`.
+   */
+  const char *cors_allowed_headers;
+  /**
+   * CORS: seconds a browser may cache a preflight's answer. 0 (default): not said.
+   */
+  uint32_t cors_max_age_seconds;
 } ucall_config_t;
 
 /**
@@ -515,6 +622,62 @@ void ucall_call_reply_error_out_of_memory(ucall_call_t call);
 void ucall_call_reply_error_unknown(ucall_call_t call);
 
 /**
+ * Make a client as `config` says (NULL: every default); nothing is connected until the
+ * first call. On success writes the handle to `*client` and returns `true`; otherwise
+ * `*client` is untouched and `ucall_last_error()` says why (a malformed URL, a TLS file
+ * missing or without PEM in it).
+ *
+ * # Safety
+ * `config` must be NULL or point to a readable `ucall_client_config_t` whose strings are
+ * NULL or NUL-terminated; `client` must be NULL or writable.
+ */
+bool ucall_client_new(const struct ucall_client_config_t *config, ucall_client_t *client);
+
+/**
+ * Call `method` with `params`, JSON text (an array or an object; NULL: no params), and
+ * wait for the reply. Strings are `(pointer, length)`, length 0 meaning NUL-terminated.
+ *
+ * Returns `true` when a reply came: a result (`response->ok`) or a JSON-RPC error
+ * (`error_code`, `error_message`, `error_data`). Returns `false`, `*response`
+ * untouched, when there is no reply: params that are not JSON, no connection, a time-out,
+ * a lost connection (`ucall_last_error()` says which, and whether the call may have run:
+ * a call is sent again only when it cannot have run).
+ *
+ * # Safety
+ * `client` must be a handle from `ucall_client_new()` not yet freed; `method` and
+ * `params` must be NULL or readable as their lengths say; `response` must be NULL or
+ * writable.
+ */
+bool ucall_client_call(ucall_client_t client,
+                       ucall_str_t method,
+                       size_t method_length,
+                       ucall_str_t params,
+                       size_t params_length,
+                       struct ucall_client_response_t *response);
+
+/**
+ * Send a notification (no id, no reply; over HTTP the server's `204` is awaited).
+ * `false` when it could not be sent (`ucall_last_error()` says why).
+ *
+ * # Safety
+ * As `ucall_client_call()`.
+ */
+bool ucall_client_notify(ucall_client_t client,
+                         ucall_str_t method,
+                         size_t method_length,
+                         ucall_str_t params,
+                         size_t params_length);
+
+/**
+ * Close the client's connection and release it. `ucall_client_free(NULL)` does nothing.
+ *
+ * # Safety
+ * `client` must be NULL or a handle from `ucall_client_new()` not yet freed, and no other
+ * thread may be using it.
+ */
+void ucall_client_free(ucall_client_t client);
+
+/**
  * Copy the text of this thread's last error into `buffer`, `snprintf`-style.
  *
  * `ucall_init()`, `ucall_add_procedure()`, `ucall_take_call(s)()` and `ucall_free()`
@@ -572,6 +735,34 @@ void ucall_add_procedure(ucall_server_t server,
                          ucall_str_t name,
                          ucall_callback_t callback,
                          ucall_callback_tag_t tag);
+
+/**
+ * `ucall_add_procedure()` with a description of the procedure, as JSON, for the method
+ * `rpc.discover` and the pages `GET /openrpc.json`, `/openapi.json` and `/docs`:
+ *
+ * ```json
+ * {"summary": "Add two integers",
+ *  "params": [{"name": "a", "schema": {"type": "integer"}, "required": true},
+ *             {"name": "b", "schema": {"type": "integer"}, "required": true}],
+ *  "result": {"schema": {"type": "integer"}},
+ *  "errors": [{"code": 1, "message": "overflow"}],
+ *  "examples": [{"params": {"a": 1, "b": 2}, "result": 3}],
+ *  "paramStructure": "either"}
+ * ```
+ *
+ * Schemas are JSON Schema (draft-07); `"name"` may be left out (it is `name`). A
+ * procedure added with `ucall_add_procedure()` is listed by name only. A NULL, non-UTF-8
+ * or malformed description (an unknown member, a wrong type) is refused like a bad name:
+ * nothing is registered and `ucall_last_error()` says why.
+ *
+ * # Safety
+ * As `ucall_add_procedure()`; `description` NULL or NUL-terminated.
+ */
+void ucall_add_procedure_described(ucall_server_t server,
+                                   ucall_str_t name,
+                                   ucall_callback_t callback,
+                                   ucall_callback_tag_t tag,
+                                   ucall_str_t description);
 
 /**
  * Serve the connections of `thread_idx` for one round: wait up to 10 ms for something to

@@ -46,12 +46,17 @@ def is_image(obj: Any) -> bool:
     return image is not None and isinstance(obj, image.Image)
 
 
-def pack_ndarray(array: Any) -> str:
+def npy_bytes(array: Any) -> bytes:
+    """``array`` as a ``.npy`` file."""
     import numpy as np
 
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
-    return b64encode(buffer.getbuffer())
+    return buffer.getvalue()
+
+
+def pack_ndarray(array: Any) -> str:
+    return b64encode(npy_bytes(array))
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -99,6 +104,9 @@ def encode(obj: Any) -> Any:
         return obj.item()
     if is_image(obj):
         return pack_image(obj)
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(obj, pydantic.BaseModel):
+        return obj.model_dump(mode="json")
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):
@@ -135,6 +143,7 @@ __all__ = [
     "b64decode",
     "b64encode",
     "encode",
+    "npy_bytes",
     "pack",
     "pack_image",
     "pack_ndarray",

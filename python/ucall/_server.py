@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import json
 import os
 import signal
 import struct
@@ -16,9 +17,9 @@ import traceback
 import types
 import warnings
 import weakref
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, Sequence, TypeVar, overload
 
-from ucall import _codec, _signature, _ucall
+from ucall import _codec, _schema, _signature, _ucall
 from ucall.exceptions import RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,15 +43,21 @@ def _describe(error: BaseException, trace: types.TracebackType | None) -> str:
 
 
 class _Procedure:
-    __slots__ = ("func", "ignore_extra_params", "localns", "name")
+    __slots__ = ("description", "func", "ignore_extra_params", "localns", "name")
 
     def __init__(
-        self, name: str, func: Callable[..., Any], ignore_extra_params: bool | None, localns: dict[str, Any] | None
+        self,
+        name: str,
+        func: Callable[..., Any],
+        ignore_extra_params: bool | None,
+        localns: dict[str, Any] | None,
+        description: dict[str, Any],
     ) -> None:
         self.name = name
         self.func = func
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
+        self.description = description
 
 
 def _user_frame() -> tuple[types.FrameType | None, int]:
@@ -133,7 +140,18 @@ class Server:
             raw TCP); with ``tls_port`` the port stays plaintext and TLS listens there too
             (``0`` picks one; see ``tls_port`` once started). ``tls_client_ca``: require
             client certificates from these CAs.
-        quiet: do not log the start-up line (the engine in force) on stderr.
+        quiet: do not log the start-up lines on stderr (the engine in force; and, from
+            ``run()`` without a ``ready`` callback, the address and the procedures).
+        docs: describe the server: the method ``rpc.discover`` and ``GET openrpc_path``
+            answer the OpenRPC document, ``GET openapi_path`` the OpenAPI 3.1 document of
+            the REST routes, ``GET docs_path`` a page that lists and calls the methods.
+            ``False`` turns all of it off; a path of ``None`` turns that one off.
+        title, version, description: the documents' ``info``.
+        cors_origins: let pages from these origins call from a browser (CORS; off by
+            default): ``["https://app.example.com"]``, or ``["*"]`` for any. Preflight
+            ``OPTIONS`` requests are answered and replies carry the CORS headers.
+        cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
+            ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
         drain_delay: seconds ``run()`` keeps serving after SIGTERM with ``rpc.health``
             answering "draining", so that load balancers stop sending new calls before
             the server stops accepting them.
@@ -166,6 +184,17 @@ class Server:
         tls_client_ca: str | None = None,
         tls_port: int | None = None,
         quiet: bool = False,
+        docs: bool = True,
+        title: str = "UCall server",
+        version: str = "1.0.0",
+        description: str | None = None,
+        openrpc_path: str | None = "/openrpc.json",
+        openapi_path: str | None = "/openapi.json",
+        docs_path: str | None = "/docs",
+        cors_origins: Sequence[str] | None = None,
+        cors_methods: Sequence[str] | None = None,
+        cors_headers: Sequence[str] | None = None,
+        cors_max_age: int | None = None,
         drain_delay: float = 0.0,
     ) -> None:
         _check_options(
@@ -210,6 +239,31 @@ class Server:
             "tls_port": tls_port,
             "quiet": quiet,
         }
+        self._discovery: dict[str, Any] = {
+            "title": title,
+            "version": version,
+            "description": description,
+            "rpc_discover": bool(docs),
+            "openrpc_path": openrpc_path if docs else None,
+            "openapi_path": openapi_path if docs else None,
+            "docs_path": docs_path if docs else None,
+        }
+        for option in ("openrpc_path", "openapi_path", "docs_path"):
+            path = self._discovery[option]
+            if path is not None and (not isinstance(path, str) or not path.startswith("/")):
+                raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
+        cors = {"cors_origins": cors_origins, "cors_methods": cors_methods, "cors_headers": cors_headers}
+        for name, values in cors.items():
+            if isinstance(values, str):
+                raise TypeError(f"{name} takes a list of strings, not one string")
+            if values is not None:
+                self._limits[name] = [str(v) for v in values]
+        if cors_origins is None and (cors_methods is not None or cors_headers is not None or cors_max_age is not None):
+            raise ValueError("CORS settings need cors_origins, the origins allowed")
+        if cors_max_age is not None:
+            if not 0 <= cors_max_age <= 0xFFFFFFFF:
+                raise ValueError(f"cors_max_age must be from 0 to 4294967295, got {cors_max_age}")
+            self._limits["cors_max_age"] = cors_max_age
         # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
         # leaves the extension's default. Tests lower it, so that a busy host, which breaks
         # streaks, still lets one finish.
@@ -225,33 +279,91 @@ class Server:
     def __call__(self, func: F, /) -> F: ...
 
     @overload
-    def __call__(self, func: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+    def __call__(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Callable[[F], F]: ...
 
-    def __call__(self, func: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
-        """``@server`` registers a function under its own name and returns it unchanged."""
+    def __call__(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F | Callable[[F], F]:
+        """``@server`` registers a function under its own name and returns it unchanged;
+        ``@server(examples=[...], errors=[...])`` describes it further (see ``route``)."""
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if func is None:
-            return lambda f: self.route(f, name=name)
-        return self.route(func, name=name)
+            return lambda f: self.route(f, name=name, **describe)
+        return self.route(func, name=name, **describe)
 
     @overload
     def method(self, name: F, /) -> F: ...
 
     @overload
-    def method(self, name: str, *, ignore_extra_params: bool | None = None) -> Callable[[F], F]: ...
+    def method(
+        self,
+        name: str,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Callable[[F], F]: ...
 
-    def method(self, name: str | F, *, ignore_extra_params: bool | None = None) -> F | Callable[[F], F]:
+    def method(
+        self,
+        name: str | F,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
         if callable(name):  # used without parentheses: the function came as the name
-            return self.route(name, ignore_extra_params=ignore_extra_params)
+            return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
 
         def register(func: F) -> F:
-            return self.route(func, name=name, ignore_extra_params=ignore_extra_params)
+            return self.route(func, name=name, ignore_extra_params=ignore_extra_params, **describe)
 
         return register
 
-    def route(self, func: F, name: str | None = None, *, ignore_extra_params: bool | None = None) -> F:
-        """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged."""
+    def route(
+        self,
+        func: F,
+        name: str | None = None,
+        *,
+        ignore_extra_params: bool | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> F:
+        """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
+
+        Its description (``rpc.discover``, ``/openrpc.json``, ``/openapi.json``, ``/docs``)
+        comes from its type hints and docstring; ``summary`` and ``description`` replace
+        the docstring's, ``examples`` are ``{"params": {...} or [...], "result": ...}``
+        dicts (also ``"name"``, ``"summary"``), ``errors`` are ``RPCError`` instances or
+        ``(code, message)`` pairs it may answer with.
+        """
         if not callable(func):
             raise TypeError(f"a procedure must be callable, got {func!r}")
         name = name if name is not None else getattr(func, "__name__", None)
@@ -259,6 +371,9 @@ class Server:
             raise ValueError("the procedure needs a name: use @server.method('name')")
         localns = _caller_locals()
         _signature.plan(func, localns)  # fail now, at the decorator, on hints that cannot be honoured
+        description_ = _schema.describe(
+            name, func, localns, summary=summary, description=description, examples=examples, errors=errors
+        )
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("register procedures before the server starts")
@@ -270,7 +385,7 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_)
         return func
 
     @property
@@ -333,7 +448,9 @@ class Server:
                 **self._native_options(),
             )
             try:
+                native.discovery(json.dumps(self._discovery))
                 for procedure in self._procedures.values():
+                    native.describe(json.dumps(procedure.description))
                     func = procedure.func
                     ignore = procedure.ignore_extra_params
                     native.add(
@@ -394,7 +511,8 @@ class Server:
         server goes on serving for ``drain_delay`` seconds before it stops.
 
         ``ready(server)`` is called once serving, with the signal handlers in place: the
-        moment to announce the port.
+        moment to announce the port. Without it, and unless ``quiet``, a line on stderr
+        says where the server listens, on which engine, and its procedures.
 
         ``workers=N`` serves from N processes (forked from this one) that share the port,
         under a supervisor that starts a worker again when one dies; SIGHUP restarts them
@@ -418,6 +536,8 @@ class Server:
             assert native is not None
             if ready is not None:
                 ready(self)
+            elif not self._limits["quiet"]:
+                print(self._listening_line(), file=sys.stderr, flush=True)
             while True:
                 if terminated.is_set():
                     if drained_at is None:
@@ -441,6 +561,15 @@ class Server:
             self._draining = False
             if restore is not None:
                 signal.signal(signal.SIGTERM, restore)
+
+    def _listening_line(self) -> str:
+        """What ``run()`` says once serving, as uvicorn does: where, how and what."""
+        names = sorted(self._procedures)
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        tls = f", TLS on port {self.tls_port}" if self._limits["tls_port"] is not None else ""
+        procedures = f"{len(names)} procedure{'s' if len(names) != 1 else ''}" + (f": {shown}" if names else "")
+        return f"ucall: listening on {self.url} (engine {self.engine}, {threads}{tls}; {procedures}; Ctrl-C stops)"
 
     def _stop_timeout(self) -> float:
         """How long a worker told to stop may take before its supervisor kills it."""

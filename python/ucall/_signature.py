@@ -196,7 +196,24 @@ def _to_bytes(value: Any) -> bytes:
     try:
         return _codec.b64decode(value)
     except ValueError:
-        raise ConversionError("expected a base64 string, got a string that is not base64") from None
+        raise ConversionError(f"expected a base64 string: {_base64_problem(value)}") from None
+
+
+_BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _base64_problem(text: str) -> str:
+    """What makes ``text`` not standard base64 (RFC 4648 section 4), in words."""
+    for at, char in enumerate(text):
+        if char not in _BASE64_ALPHABET:
+            hint = " (URL-safe base64 is not taken: use + and /)" if char in "-_" else ""
+            return f"{char!r} at index {at} is not a base64 character{hint}"
+    data = text.rstrip("=")
+    if "=" in data:
+        return f"'=' at index {data.index('=')} pads the middle of the text"
+    if len(text) % 4:
+        return f"its length, {len(text)}, is not a multiple of 4 (is the '=' padding missing?)"
+    return "its padding is wrong"
 
 
 def _is_numpy_array_type(hint: Any) -> bool:
@@ -280,6 +297,8 @@ def converter(hint: Any, localns: dict[str, Any] | None = None) -> Converter:
         return _typeddict(hint, localns)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _dataclass(hint, localns)
+    if _is_pydantic_model(hint):
+        return _pydantic_model(hint)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _enum(hint)
     if isinstance(hint, type):
@@ -446,6 +465,29 @@ def _typeddict(cls: type, localns: dict[str, Any] | None) -> Converter:
     hints = _class_hints(cls, localns, include_extras=False)
     required = set(getattr(cls, "__required_keys__", hints if getattr(cls, "__total__", True) else ()))
     return _fields(hints, required, dict, localns)
+
+
+def _is_pydantic_model(hint: Any) -> bool:
+    """A pydantic model class (pydantic is imported by then: the hint names one of its classes)."""
+    pydantic = sys.modules.get("pydantic")
+    base = getattr(pydantic, "BaseModel", None)
+    return base is not None and isinstance(hint, type) and issubclass(hint, base)
+
+
+def _pydantic_model(cls: Any) -> Converter:
+    """pydantic validates the value, as its users expect; its first error says where and why."""
+
+    def convert(value: Any) -> Any:
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            path = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in first.get("loc", ()))
+            raise ConversionError(str(first.get("msg", "invalid value")), path) from None
+
+    return convert
 
 
 def _enum(cls: type[enum.Enum]) -> Converter:

@@ -1,9 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """The private extension module behind ``ucall`` (Rust, PyO3). Use the public API instead."""
 
-from typing import Any, Callable, Optional, Sequence, final
+from typing import Any, Callable, List, Optional, Sequence, Tuple, final
 
-__all__ = ["DeferredReply", "ERROR_CODES", "NativeServer", "SERVER_ERROR_MAX", "SERVER_ERROR_MIN", "__version__", "dumps", "loads"]
+__all__ = [
+    "DeferredReply",
+    "ERROR_CODES",
+    "NativeClient",
+    "NativeMux",
+    "NativeServer",
+    "SERVER_ERROR_MAX",
+    "SERVER_ERROR_MIN",
+    "__version__",
+    "dumps",
+    "loads",
+]
 
 __version__: str
 #: The pre-defined JSON-RPC error codes by name (``"INVALID_PARAMS": -32602``...), from the core's table.
@@ -45,6 +56,10 @@ class NativeServer:
         quiet: bool = False,
         share_port: bool = False,
         trust_after: int = 1000,
+        cors_origins: Optional[list[str]] = None,
+        cors_methods: Optional[list[str]] = None,
+        cors_headers: Optional[list[str]] = None,
+        cors_max_age: Optional[int] = None,
     ) -> "NativeServer": ...
     def add(
         self,
@@ -55,6 +70,12 @@ class NativeServer:
         is_async: bool = False,
     ) -> None:
         """Register ``func`` under ``name``; only before ``start``."""
+    def describe(self, description: str) -> None:
+        """Describe a procedure (the JSON form of the core's MethodDoc); only before ``start``.
+        Raises ``ValueError`` for a malformed description."""
+    def discovery(self, settings: str) -> None:
+        """Where and whether the server describes itself (JSON: title, version, description,
+        rpc_discover, openrpc_path, openapi_path, docs_path); only before ``start``."""
     def start(self) -> int:
         """Bind and serve on background threads; the bound port. Raises ``OSError``."""
     def wait(self, timeout: Optional[float] = None) -> bool:
@@ -90,3 +111,34 @@ def dumps(obj: Any, encode: Optional[Callable[[Any], Any]] = None) -> str:
 
 def loads(text: str) -> Any:
     """Parse JSON as the server does (integers of any size stay exact)."""
+
+@final
+class NativeClient:
+    """A blocking client's connection (plain HTTP, raw TCP or WebSocket); the GIL is
+    released while it waits."""
+
+    def __new__(cls, host: str, port: int, protocol: str, path: str, timeout: Optional[float]) -> "NativeClient": ...
+    def calls(
+        self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
+    ) -> List[Tuple[Optional[int], bytes, bool]]:
+        """Send ``(method, params, id)`` calls back to back, reading while writing."""
+    def send(
+        self, requests: Sequence[Any], replies: int, encode: Callable[[Any], Any], timeout: Optional[float]
+    ) -> List[Tuple[Optional[int], bytes, bool]]:
+        """Send request objects and read ``replies`` replies."""
+    def close(self) -> None: ...
+
+@final
+class NativeMux:
+    """One connection with many calls in flight and an I/O thread of its own."""
+
+    def __new__(
+        cls, host: str, port: int, protocol: str, path: str, timeout: Optional[float], notify_fd: int
+    ) -> "NativeMux": ...
+    def call(self, method: str, params: Any, id: Optional[int], encode: Callable[[Any], Any]) -> int: ...
+    def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
+    def take(self) -> List[Tuple[int, Optional[int], Optional[bytes], bool, Optional[BaseException]]]:
+        """Every completion so far: ``(ticket, status, body, close, error)``."""
+    def reset(self, message: str, timeout: bool) -> None: ...
+    def in_flight(self) -> int: ...
+    def close(self) -> None: ...

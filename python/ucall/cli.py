@@ -11,6 +11,8 @@
     ucall -p 8545 --format json sum a=1 b=2    # options go before or after the method
     ucall call serve                           # a method named serve (or call)
     ucall serve app:server --port 8545         # run a Server object, as uvicorn does
+    ucall -p 8545 --list                       # the server's methods, from rpc.discover
+    ucall sum --help                           # one method's params, from rpc.discover
     ucall serve app:server --workers 4         # four processes on one port, supervised
 
 Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
@@ -19,13 +21,15 @@ transport error.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 import re
+import shlex
 import ssl
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -176,6 +180,11 @@ class _Call(click.Command):
             HIDDEN + a if i < end and NEGATIVE.match(a) and (i == 0 or args[i - 1] not in valued) else a
             for i, a in enumerate(args)
         ]
+        # `ucall METHOD --help` describes the method (from the server): the flag is read
+        # here rather than by click, which would print the command's own help instead.
+        if any(a in ("-h", "--help") for a in hidden[:end]) and _first_positional(hidden, self, ctx) is not None:
+            hidden = [a for i, a in enumerate(hidden) if i >= end or a not in ("-h", "--help")]
+            ctx.meta["ucall.describe"] = True
         rest = super().parse_args(ctx, hidden)
         if ctx.params.get("method") is not None:  # None when shell completion parses a partial line
             ctx.params["method"] = ctx.params["method"].removeprefix(HIDDEN)
@@ -190,23 +199,30 @@ def main() -> None:
 
     The options of a call (ucall call --help) go before or after METHOD, and -- ends
     them. A method named serve or call is called as ucall call METHOD.
+
+    Environment: UCALL_URI and UCALL_PORT give a call's --uri and -p, UCALL_HOST and
+    UCALL_PORT the --host and --port of serve; an option on the command line wins.
     """
 
 
 @main.command("call", cls=_Call)
-@click.argument("method")
+@click.argument("method", required=False)
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
 @click.option("-f", "--file", "files", multiple=True, metavar="KEY=PATH", help="Send a file's bytes (base64).")
 @click.option("-i", "--image", "images", multiple=True, metavar="KEY=PATH", help="Send an image (PIL).")
 @click.option("--positional", is_flag=True, help="Pass the values by position: VALUE or VALUE:TYPE.")
+@click.option("--list", "list_methods", is_flag=True, help="List the server's methods (from rpc.discover) and exit.")
 @click.option(
     "--uri",
     default="127.0.0.1",
     show_default=True,
     envvar="UCALL_URI",
+    show_envvar=True,
     help="Server host, or a URL: http://, https://, ws:// or wss:// (a port or path in it wins over -p).",
 )
-@click.option("-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", help="Server port.")
+@click.option(
+    "-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", show_envvar=True, help="Server port."
+)
 @click.option("--tcp", is_flag=True, help="Raw TCP instead of HTTP.")
 @click.option("--tls", is_flag=True, help="Speak TLS (HTTPS; TLS over raw TCP with --tcp).")
 @click.option(
@@ -244,11 +260,12 @@ def main() -> None:
     "(as received when it names none).",
 )
 def call(
-    method: str,
+    method: str | None,
     arguments: tuple[str, ...],
     files: tuple[str, ...],
     images: tuple[str, ...],
     positional: bool,
+    list_methods: bool,
     uri: str,
     port: int,
     tcp: bool,
@@ -262,7 +279,11 @@ def call(
     output: str | None,
 ) -> None:
     """Call METHOD with KEY=VALUE, KEY:TYPE=VALUE or KEY:=JSON params (TYPE: int, float,
-    str, bool, json, bytes, image)."""
+    str, bool, json, bytes, image). METHOD --help describes it, --list lists them all."""
+    ctx = click.get_current_context()
+    describe = bool(ctx.meta.get("ucall.describe"))
+    if method is None and not list_methods:
+        raise click.UsageError("Missing argument 'METHOD' (or --list).")
     params: Any
     if positional:
         params = [_positional(a) for a in arguments]
@@ -293,6 +314,19 @@ def call(
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
     try:
+        if list_methods or describe:
+            try:
+                document = client.call_with_progress("rpc.discover", None).json
+            except (UCallError, OSError) as error:
+                if list_methods:
+                    raise
+                # No server to ask (or one that does not describe itself): the command's help.
+                click.echo(ctx.get_help())
+                click.secho(f"ucall: {method!r} is not described here: {error}", fg="yellow", err=True)
+                return
+            click.echo(_describe(document, None if list_methods else method))
+            return
+        assert method is not None
         response = _send(client, method, params)
         _show(response, output_format, output)
     except RPCError as error:
@@ -307,6 +341,95 @@ def call(
         sys.exit(2)
     finally:
         client.close()
+
+
+def _type(schema: Any, document: dict[str, Any], depth: int = 0) -> str:
+    """A schema of the OpenRPC document in a few words (``integer``, ``list[str]``, ``Point``)."""
+    if not isinstance(schema, dict) or not schema or depth > 5:
+        return "any"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return ref.rsplit("/", 1)[-1]
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return " | ".join(_type(s, document, depth + 1) for s in options)
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        return " | ".join(kind)
+    if kind == "string" and schema.get("contentEncoding") == "base64":
+        return "bytes (base64)"
+    if kind == "array":
+        items = schema.get("items")
+        if isinstance(items, list):
+            return "[" + ", ".join(_type(s, document, depth + 1) for s in items) + "]"
+        return f"list[{_type(items, document, depth + 1)}]" if items else "list"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return f"dict[str, {_type(schema['additionalProperties'], document, depth + 1)}]"
+    return str(kind)
+
+
+def _signature_of(method: dict[str, Any], document: dict[str, Any]) -> str:
+    if method.get("x-undescribed"):
+        return f"{method['name']}(...)"
+    params = []
+    for param in method.get("params", []):
+        text = f"{param['name']}: {_type(param.get('schema'), document)}"
+        if "default" in param.get("schema", {}):
+            text += f" = {json.dumps(param['schema']['default'])}"
+        elif not param.get("required"):
+            text += " = (optional)"
+        params.append(text)
+    result = f" -> {_type(method['result'].get('schema'), document)}" if "result" in method else ""
+    return f"{method['name']}({', '.join(params)}){result}"
+
+
+def _describe(document: Any, name: str | None) -> str:
+    """The methods of an OpenRPC document, one a line; or one method (``name``) in full."""
+    if not isinstance(document, dict) or not isinstance(document.get("methods"), list):
+        raise ValueError("rpc.discover did not answer an OpenRPC document")
+    methods = {m["name"]: m for m in document["methods"] if isinstance(m, dict) and "name" in m}
+    if name is None:
+        lines = []
+        for each in methods.values():
+            summary = f"  # {each['summary']}" if each.get("summary") else ""
+            lines.append(_signature_of(each, document) + summary)
+        return "\n".join(lines) if lines else "(no methods)"
+    method = methods.get(name)
+    if method is None:
+        raise ValueError(f"the server has no method {name!r} (ucall --list shows them)")
+    lines = [_signature_of(method, document)]
+    for key in ("summary", "description"):
+        if method.get(key):
+            lines += ["", method[key]]
+    params = method.get("params", [])
+    if params:
+        lines += ["", f"Params ({method.get('paramStructure', 'either')}):"]
+        width = max(len(p["name"]) for p in params)
+        for param in params:
+            schema = param.get("schema", {})
+            notes = ["required" if param.get("required") else "optional"]
+            if "default" in schema:
+                notes.append(f"default {json.dumps(schema['default'])}")
+            about = param.get("description") or param.get("summary")
+            if about:
+                notes.append(about)
+            lines.append(f"  {param['name']:<{width}}  {_type(schema, document)}  ({', '.join(notes)})")
+    if "result" in method:
+        lines += ["", f"Result: {_type(method['result'].get('schema'), document)}"]
+    for error in method.get("errors", []):
+        lines.append(f"Error {error.get('code')}: {error.get('message')}")
+    for example in method.get("examples", [])[:3]:
+        values = example.get("params", [])
+        compact = functools.partial(json.dumps, separators=(",", ":"))
+        if example.get("x-by-position"):
+            args = " ".join(["--positional", *(shlex.quote(f":={compact(p['value'])}") for p in values)])
+        else:
+            args = " ".join(shlex.quote(f"{p['name']}:={compact(p['value'])}") for p in values)
+        answer = f"  # {json.dumps(example['result']['value'])}" if "result" in example else ""
+        lines += ["", f"Example: ucall {name} {args}".rstrip() + answer]
+    return "\n".join(lines)
 
 
 def _send(client: Client, method: str, params: Any) -> Response:
@@ -366,15 +489,34 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
 
         known = os.path.splitext(output)[1].lower() in Image.registered_extensions()
         image.save(output, format=None if known else image.format)
+    elif sys.stdout.isatty():
+        size = f"{image.size[0]}x{image.size[1]}"
+        click.echo(f"{image.format or 'image'} {image.mode} {size} (-o FILE, or a pipe, gets the image itself)")
     else:
-        click.echo(f"{image.format or 'image'} {image.mode} {image.size[0]}x{image.size[1]}")
+        # The image as received, so that `ucall ... --format image > out.png` saves it.
+        sys.stdout.buffer.write(response.bytes)
+        sys.stdout.flush()
+
+
+def _cannot_serve(message: str) -> NoReturn:
+    """One line on stderr and exit 2: the command was well formed, its MODULE:SERVER is not
+    (so no usage block)."""
+    click.secho(f"ucall serve: {message}", fg="red", err=True)
+    sys.exit(2)
 
 
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
-@click.option("--host", default=None, envvar="UCALL_HOST", help="Address to listen on (default: the server's).")
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=None, envvar="UCALL_PORT", help="Port (default: the server's)."
+    "--host", default=None, envvar="UCALL_HOST", show_envvar=True, help="Address to listen on (default: the server's)."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="UCALL_PORT",
+    show_envvar=True,
+    help="Port (default: the server's).",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Worker threads (default: the server's).")
 @click.option(
@@ -382,6 +524,7 @@ def _show(response: Response, output_format: str, output: str | None) -> None:
     type=click.IntRange(min=1),
     default=None,
     envvar="UCALL_WORKERS",
+    show_envvar=True,
     help="Serve from N processes sharing the port, under a supervisor that restarts them "
     "(SIGHUP: one at a time; SIGTERM: all stop).",
 )
@@ -442,17 +585,15 @@ def _load_server(target: str) -> Server:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}", param_hint="MODULE") from None
+        _cannot_serve(f"cannot import {module_name!r}: {error}")
     except Exception as error:  # the module's own code failed: a syntax error, an exception at import
-        why = f"{type(error).__name__}: {error}"
-        raise click.BadParameter(f"cannot import {module_name!r}: {why}", param_hint="MODULE") from None
+        _cannot_serve(f"cannot import {module_name!r}: {type(error).__name__}: {error}")
     name = attribute or "server"
     if not hasattr(module, name):
-        raise click.BadParameter(f"module {module_name!r} has no {name!r}", param_hint="MODULE:SERVER")
+        _cannot_serve(f"module {module_name!r} has no {name!r}")
     server = getattr(module, name)
     if not isinstance(server, Server):
-        kind = type(server).__name__
-        raise click.BadParameter(f"{module_name}:{name} is a {kind}, not a ucall Server", param_hint="MODULE:SERVER")
+        _cannot_serve(f"{module_name}:{name} is a {type(server).__name__}, not a ucall Server")
     return server
 
 

@@ -40,6 +40,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Iterable, Union, overload
 
 from ucall import _codec
+from ucall._ucall import NativeClient, NativeMux
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
 
@@ -160,6 +161,23 @@ def _complete(request: dict[str, Any], next_id: Callable[[], int]) -> dict[str, 
     if request.get("params") is not None:
         request["params"] = _codec.pack(request["params"])
     return request
+
+
+def _native_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Params for the native writer, which packs rich values itself (see ``_native_encode``)."""
+    if args and kwargs:
+        raise TypeError("pass params either by position or by name, not both")
+    return kwargs or args or None
+
+
+def _native_encode(obj: Any) -> Any:
+    """The native writer's hook for types it does not know: a numpy array becomes its
+    ``.npy`` bytes, which the writer turns into base64 straight in the request."""
+    if _codec.is_ndarray(obj):
+        if obj.dtype.hasobject:
+            raise TypeError("a numpy array of Python objects (no .npy form without pickle)")
+        return _codec.npy_bytes(obj)
+    return _codec.encode(obj)
 
 
 def _decode(reply: Reply) -> Any:
@@ -307,6 +325,11 @@ class _Endpoint:
         self.ssl_context = ssl_context if self.tls else None
         self.server_hostname = server_hostname or uri
         self._ids = itertools.count(1)
+        # Plain HTTP and raw TCP run on the native transport (ucall-client): requests
+        # written and replies framed in Rust, the GIL released while waiting. TLS stays on
+        # Python's ssl (ssl_context=, session resumption, the certificate-error chain) and
+        # WebSocket on the websockets package, whose behaviour the clients document.
+        self._native_protocol = None if self.tls or self.websocket else ("http" if self.use_http else "tcp")
 
     @property
     def url(self) -> str:
@@ -411,6 +434,9 @@ class Client(_Endpoint):
         self.session_resumption = session_resumption
         self.session: ssl.SSLSession | None = None  # the TLS session kept for resumption
         self._reader: Framer = ReplyReader(self.use_http)
+        self._native: NativeClient | None = None
+        if self._native_protocol is not None:
+            self._native = NativeClient(self.uri, self.port, self._native_protocol, self.path, timeout)
 
     # ------------------------------------------------------------ calling
 
@@ -426,6 +452,8 @@ class Client(_Endpoint):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
+        if self._native is not None:
+            return self._native_calls([(method, _native_params(args, kwargs))])[0]
         request = _request(method, _params(args, kwargs), self.next_id())
         response: Response = self._exchange(request)
         return response
@@ -456,16 +484,31 @@ class Client(_Endpoint):
         return Batch(self)
 
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
-        """Send every ``(method, params)`` back to back, then read the replies in order."""
+        """Send every ``(method, params)`` back to back and read the replies in order,
+        reading while writing: any number of calls of any size completes."""
+        if self._native is not None:
+            return self._native_calls(list(calls))
         requests = self._requests(calls)
         replies = self._roundtrip([dumps(r) for r in requests], len(requests))
         return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
 
     # ------------------------------------------------------------ transport
 
+    def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
+        assert self._native is not None
+        items = [(method, params, self.next_id()) for method, params in calls]
+        replies = self._native.calls(items, _native_encode, self.timeout)
+        return [
+            self._check(Response(_decode(Reply(*reply))), {"id": item[2]}) for reply, item in zip(replies, items)
+        ]
+
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
         expected = 1 if self.expects_reply(request) else 0
-        replies = self._roundtrip([dumps(request)], expected, progress)
+        if self._native is not None and progress is None:
+            # (An upload with progress reports goes on a Python socket of its own.)
+            replies = [Reply(*r) for r in self._native.send([request], expected, _native_encode, self.timeout)]
+        else:
+            replies = self._roundtrip([dumps(request)], expected, progress)
         if not replies:
             return None
         data = _decode(replies[0])
@@ -608,6 +651,8 @@ class Client(_Endpoint):
 
     def close(self) -> None:
         """Close the connection (a WebSocket with its closing frame); calls re-open it."""
+        if self._native is not None:
+            self._native.close()
         sock = self.sock
         if sock is not None and isinstance(self._reader, WebSocketReader):
             try:
@@ -859,6 +904,7 @@ class AsyncClient(_Endpoint):
         self._waiting: deque[asyncio.Future[Reply]] = deque()
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
+        self._mux: _Mux | None = None
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -871,6 +917,11 @@ class AsyncClient(_Endpoint):
         return call
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
+        if self._native_protocol is not None:
+            request_id = self.next_id()
+            mux = self._native_mux()
+            reply = await mux.wait(mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode))
+            return Client._check(Response(_decode(reply)), {"id": request_id})
         request = _request(method, _params(args, kwargs), self.next_id())
         return await self._exchange(request)  # type: ignore[no-any-return]
 
@@ -902,7 +953,23 @@ class AsyncClient(_Endpoint):
         requests = self._requests(calls)
         return list(await asyncio.gather(*(self._exchange(r) for r in requests)))
 
+    def _native_mux(self) -> _Mux:
+        loop = asyncio.get_running_loop()
+        mux = self._mux
+        if mux is None or mux.loop is not loop:
+            if mux is not None:
+                mux.close(TransportError("the client moved to another event loop"))
+            mux = self._mux = _Mux(self, loop)
+        return mux
+
     async def _exchange(self, request: Any) -> Any:
+        if self._native_protocol is not None:
+            mux = self._native_mux()
+            expects = self.expects_reply(request)
+            reply = await mux.wait(mux.native.send(request, expects, _native_encode))
+            if not expects:
+                return None
+            return self._settle(request, reply)
         writer, framer = await self._connect()
         future: asyncio.Future[Reply] | None = None
         if self.expects_reply(request):
@@ -918,6 +985,10 @@ class AsyncClient(_Endpoint):
             late = TimeoutError(f"no reply from {self._where} within {self.timeout} s")
             self._drop(late)
             raise late from None
+        return self._settle(request, reply)
+
+    @staticmethod
+    def _settle(request: Any, reply: Reply) -> Any:
         data = _decode(reply)
         if isinstance(request, list):
             return _match_batch(request, data)
@@ -1013,6 +1084,9 @@ class AsyncClient(_Endpoint):
 
     async def close(self) -> None:
         """Close the connection (a WebSocket with its closing frame); calls re-open it."""
+        mux, self._mux = self._mux, None
+        if mux is not None:
+            mux.close(TransportError("the client closed the connection"))
         writer, task, framer = self._writer, self._reader_task, self._framer_in_use
         if writer is not None and isinstance(framer, WebSocketReader) and not writer.is_closing():
             writer.write(framer.close())
@@ -1033,3 +1107,87 @@ class AsyncClient(_Endpoint):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class _Mux:
+    """An ``AsyncClient``'s native connection on one event loop: calls are submitted to
+    its I/O thread, which writes a byte to a socket the loop watches when replies are
+    waiting; the loop then settles every waiting future at once. Replies come in request
+    order, so the oldest call's deadline is the only one a timer needs to watch."""
+
+    def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.loop = loop
+        self.waiting: dict[int, tuple[asyncio.Future[Reply], float]] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.wake_r, wake_w = socket.socketpair()
+        for end in (self.wake_r, wake_w):
+            end.setblocking(False)
+        assert client._native_protocol is not None
+        try:
+            # The write end goes to the native side, which closes it after its I/O thread.
+            fd = wake_w.detach()
+            self.native = NativeMux(client.uri, client.port, client._native_protocol, client.path, client.timeout, fd)
+        except BaseException:
+            self.wake_r.close()
+            raise
+        loop.add_reader(self.wake_r.fileno(), self._ready)
+
+    def wait(self, ticket: int) -> asyncio.Future[Reply]:
+        future = self.loop.create_future()
+        timeout = self.client.timeout
+        deadline = self.loop.time() + timeout if timeout is not None else float("inf")
+        self.waiting[ticket] = (future, deadline)
+        if self.timer is None and timeout is not None:
+            self.timer = self.loop.call_at(deadline, self._expire)
+        return future
+
+    def _ready(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        waiting = self.waiting
+        for ticket, status, body, close, error in self.native.take():
+            entry = waiting.pop(ticket, None)
+            if entry is None or entry[0].done():
+                continue
+            if error is not None or body is None:
+                entry[0].set_exception(error or ProtocolError("no reply"))
+            else:
+                entry[0].set_result(Reply(status, body, close))
+
+    def _expire(self) -> None:
+        self.timer = None
+        if not self.waiting:
+            return
+        first = min(deadline for _, deadline in self.waiting.values())
+        if first > self.loop.time():
+            if first != float("inf"):
+                self.timer = self.loop.call_at(first, self._expire)
+            return
+        # As the Python transport does: a call without its reply in time drops the
+        # connection, and every call waiting on it fails.
+        late = TimeoutError(f"no reply from {self.client._where} within {self.client.timeout} s")
+        self.native.reset(str(late), True)
+        self._fail(late)
+
+    def _fail(self, error: Exception) -> None:
+        waiting, self.waiting = self.waiting, {}
+        for future, _ in waiting.values():
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: no "never retrieved" warning
+
+    def close(self, error: Exception) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        try:
+            self.loop.remove_reader(self.wake_r.fileno())
+        except (RuntimeError, ValueError):  # the loop is closed already
+            pass
+        self.native.close()  # joins the I/O thread: nothing writes to the pair after this
+        self.wake_r.close()
+        self._fail(error)

@@ -283,6 +283,7 @@ def test_body_over_limit_is_413_without_waiting_for_it(spawn_server):
         response = conn.final_response(timeout=3)
         assert response.status == 413, response
         assert time.monotonic() - started < 3
+        assert b"more than max_body_bytes = 1024 bytes" in response.body, response  # which setting, set to what
 
 
 def test_expect_continue_with_body_over_limit_is_413(spawn_server):
@@ -301,7 +302,8 @@ def test_chunked_body_over_limit_is_413(spawn_server):
             + b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(3))
             + b"0\r\n\r\n"
         )
-        assert conn.final_response(timeout=3).status == 413
+        response = conn.final_response(timeout=3)
+        assert response.status == 413 and b"more than max_body_bytes = 1024 bytes" in response.body, response
 
 
 def test_body_at_limit_is_accepted(spawn_server):

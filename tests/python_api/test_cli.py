@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `ucall` command: the published call form, additions, and `ucall serve`."""
 
+import io
 import json
 import os
 import signal
@@ -131,8 +132,11 @@ def test_files_images_and_rich_formats(port, tmp_path):
     assert code == 0 and out_file.read_bytes() == blob.read_bytes()
     picture = tmp_path / "p.png"
     image.new("RGB", (5, 4), (9, 8, 7)).save(picture)
-    code, out, _ = run("echo", "-i", f"data={picture}", "--format", "image", "-p", port)
-    assert code == 0 and "5x4" in out
+    # Piped (not a terminal), the image itself, as received: `> out.png` saves it.
+    result = CliRunner().invoke(main, ["echo", "-i", f"data={picture}", "--format", "image", "-p", str(port)])
+    assert result.exit_code == 0, result.stderr
+    with image.open(io.BytesIO(result.stdout_bytes)) as shown:
+        assert (shown.format, shown.size) == ("PNG", (5, 4))
     array_file = tmp_path / "a.npy"
     np.save(array_file, np.arange(4))
     code, out, _ = run("echo", f"data:bytes={array_file}", "--format", "numpy", "-p", port)
@@ -174,7 +178,7 @@ def test_serve_a_module(tmp_path, engine):
 @pytest.mark.parametrize(
     ("module", "arguments", "expected"),
     [
-        ("server = 1", ["--port", "-5"], "Invalid value for '--port': -5 is not in the range 0<=x<=65535."),
+        ("server = 1", ["--port", "-5"], "Invalid value for '--port' (env var: 'UCALL_PORT'): -5 is not in the range"),
         ("server = 1", ["--threads", "0"], "Invalid value for '--threads': 0 is not in the range x>=1."),
         ("def broken(:\n", [], "cannot import 'app': SyntaxError: invalid syntax (app.py, line 1)"),
         ("raise RuntimeError('no database')", [], "cannot import 'app': RuntimeError: no database"),
@@ -198,9 +202,26 @@ def test_serve_refuses_what_it_cannot_run_as_a_usage_error(tmp_path, module, arg
     # Exit 2, as for other usage errors (1 means the server answered an error), and no traceback.
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert [line for line in result.stderr.splitlines() if line.startswith("Error:")] == [
-        line for line in result.stderr.splitlines() if expected in line
-    ], result.stderr  # one line says what is wrong
+    if options:  # a bad option: click's usage, and one line says what is wrong
+        assert [line for line in result.stderr.splitlines() if line.startswith("Error:")] == [
+            line for line in result.stderr.splitlines() if expected in line
+        ], result.stderr
+    else:  # the command was right and MODULE:SERVER is not: that one line, no usage block
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"ucall serve: {expected}"), result.stderr
+
+
+def test_help_names_the_environment_variables():
+    for command, shown in (
+        (["--help"], ["UCALL_URI and UCALL_PORT give a call's --uri and -p", "UCALL_HOST and UCALL_PORT the --host"]),
+        (["call", "--help"], ["env var: UCALL_URI", "env var: UCALL_PORT"]),
+        (["serve", "--help"], ["env var: UCALL_HOST", "env var: UCALL_PORT"]),
+    ):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.split())  # as wrapped for any terminal width
+        for words in shown:
+            assert words in text, (command, result.output)
 
 
 def test_terminal_output_has_colour_and_an_upload_progress_bar(port, tmp_path):

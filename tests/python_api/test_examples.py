@@ -19,8 +19,9 @@ EXPECTED = {
 
 
 def test_every_example_is_covered():
-    # sum_server.py runs until signalled: test_server.py starts and stops it.
-    assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED) | {"sum_server.py"}
+    # sum_server.py and described_server.py run until signalled: test_server.py and
+    # test_discover.py start and stop them.
+    assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED) | {"sum_server.py", "described_server.py"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use ucall_core::{Config, EngineKind, EventLog, TlsConfig};
+use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
 use crate::log::Logger;
@@ -103,6 +103,23 @@ pub struct ucall_config_t {
     /// When true (with `use_ssl`), TLS gets a port of its own that the system picks,
     /// written back into `ssl_port`.
     pub ssl_ephemeral_port: bool,
+    /// How the server describes itself, as JSON: `{"title": "...", "version": "...",
+    /// "description": "...", "rpc_discover": true, "openrpc_path": "/openrpc.json",
+    /// "openapi_path": "/openapi.json", "docs_path": "/docs"}`, each member optional and a
+    /// path `null` to turn it off. NULL (default): all of it on, with those paths.
+    pub discovery: *const c_char,
+    /// CORS, so that pages from other origins can call the server from a browser: the
+    /// allowed origins, comma-separated, as browsers send them
+    /// (`"https://app.example.com,http://localhost:3000"`), or `"*"` for any. NULL
+    /// (default): CORS is off, `OPTIONS` requests get 405. Read during `ucall_init()` only.
+    pub cors_allowed_origins: *const c_char,
+    /// CORS: the methods a preflight allows, comma-separated, or `"*"`. NULL: `"GET, POST"`.
+    pub cors_allowed_methods: *const c_char,
+    /// CORS: the request headers a preflight allows, comma-separated, or `"*"` (which does
+    /// not cover `Authorization`). NULL: `"Content-Type"`.
+    pub cors_allowed_headers: *const c_char,
+    /// CORS: seconds a browser may cache a preflight's answer. 0 (default): not said.
+    pub cors_max_age_seconds: u32,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -135,6 +152,8 @@ pub(crate) struct Settings {
     pub(crate) logs: Option<(i32, LogFormat)>,
     /// With TLS: the certificate chain `core.tls` names, kept until the server is bound.
     pub(crate) tls_chain: Option<Chain>,
+    /// How the server describes itself (`config.discovery`).
+    pub(crate) discovery: Discovery,
 }
 
 fn micros(value: u32, default: Duration) -> Duration {
@@ -237,6 +256,7 @@ impl ucall_config_t {
         self.header_timeout_micro_seconds = saturating_micros(core.header_timeout);
         core.shutdown_timeout = micros(self.shutdown_timeout_micro_seconds, core.shutdown_timeout);
         self.shutdown_timeout_micro_seconds = saturating_micros(core.shutdown_timeout);
+        core.limits.cors = self.cors()?;
         let tls_chain = if self.use_ssl {
             let (tls, chain) = self.tls()?;
             core.tls = Some(tls);
@@ -244,12 +264,42 @@ impl ucall_config_t {
         } else {
             None
         };
+        let discovery = match text_field("discovery", self.discovery)? {
+            Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
+            None => Discovery::default(),
+        };
         Ok(Settings {
             core,
             max_callbacks: usize::from(self.max_callbacks),
             logs,
             tls_chain,
+            discovery,
         })
+    }
+
+    /// The CORS rules, when `cors_allowed_origins` is set.
+    fn cors(&self) -> Result<Option<Cors>, String> {
+        let list = |text: &str| -> Vec<String> {
+            text.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let Some(origins) = text_field("cors_allowed_origins", self.cors_allowed_origins)? else {
+            return Ok(None);
+        };
+        let mut cors = Cors::new(list(origins));
+        if let Some(methods) = text_field("cors_allowed_methods", self.cors_allowed_methods)? {
+            cors = cors.allow_methods(list(methods));
+        }
+        if let Some(headers) = text_field("cors_allowed_headers", self.cors_allowed_headers)? {
+            cors = cors.allow_headers(list(headers));
+        }
+        if self.cors_max_age_seconds > 0 {
+            cors = cors.max_age(self.cors_max_age_seconds);
+        }
+        Ok(Some(cors))
     }
 
     fn log_format(&self) -> Result<LogFormat, String> {
@@ -360,7 +410,34 @@ mod tests {
             ssl_client_ca_path: std::ptr::null(),
             ssl_port: 0,
             ssl_ephemeral_port: false,
+            discovery: std::ptr::null(),
+            cors_allowed_origins: std::ptr::null(),
+            cors_allowed_methods: std::ptr::null(),
+            cors_allowed_headers: std::ptr::null(),
+            cors_max_age_seconds: 0,
         }
+    }
+
+    #[test]
+    fn cors_is_off_unless_origins_are_given() {
+        let mut config = zeroed();
+        assert_eq!(config.settings().unwrap().core.limits.cors, None);
+        config.cors_allowed_origins = c" https://a.example , http://localhost:3000,".as_ptr();
+        let expected = Cors::new(["https://a.example", "http://localhost:3000"]);
+        assert_eq!(config.settings().unwrap().core.limits.cors, Some(expected.clone()));
+        config.cors_allowed_methods = c"POST".as_ptr();
+        config.cors_allowed_headers = c"content-type,x-request-id".as_ptr();
+        config.cors_max_age_seconds = 600;
+        let expected = expected
+            .allow_methods(["POST"])
+            .allow_headers(["content-type", "x-request-id"])
+            .max_age(600);
+        assert_eq!(config.settings().unwrap().core.limits.cors, Some(expected));
+        config.cors_allowed_origins = c"\xff".as_ptr();
+        assert!(config
+            .settings()
+            .unwrap_err()
+            .contains("cors_allowed_origins is not valid UTF-8"));
     }
 
     #[test]

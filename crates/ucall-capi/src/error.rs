@@ -27,6 +27,11 @@ pub(crate) fn set(message: impl Into<String>) {
     });
 }
 
+/// Whether this thread has a last error (the function just called failed).
+pub(crate) fn is_set() -> bool {
+    LAST_ERROR.with(|slot| slot.try_borrow().is_ok_and(|message| !message.is_empty()))
+}
+
 /// Forget this thread's last error.
 pub(crate) fn clear() {
     LAST_ERROR.with(|slot| {

@@ -23,6 +23,8 @@ pub struct Tag(u64);
 impl Tag {
     /// Tag of a live server (`ucall_server_t`).
     pub const SERVER: Tag = Tag(0x5543_414c_4c53_5256); // "UCALLSRV"
+    /// Tag of a live client (`ucall_client_t`).
+    pub const CLIENT: Tag = Tag(0x5543_414c_4c43_4c49); // "UCALLCLI"
     /// Written over a tag when its handle dies, so stale handles are refused.
     pub const DEAD: Tag = Tag(0);
 }

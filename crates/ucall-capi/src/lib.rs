@@ -33,6 +33,7 @@
 #[macro_use]
 pub mod panic;
 pub mod call;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod ffi;
@@ -41,17 +42,18 @@ pub mod server;
 mod tls;
 
 pub use call::ucall_call_t;
+pub use client::{ucall_client_config_t, ucall_client_response_t, ucall_client_t};
 pub use config::ucall_config_t;
 pub use server::{ucall_callback_t, ucall_callback_tag_t, ucall_server_t, ucall_str_t};
 
 /// Major version of this library (the crate's); see also `ucall_version()`.
 pub const UCALL_VERSION_MAJOR: u32 = 0;
 /// Minor version of this library.
-pub const UCALL_VERSION_MINOR: u32 = 1;
+pub const UCALL_VERSION_MINOR: u32 = 6;
 /// Patch version of this library.
 pub const UCALL_VERSION_PATCH: u32 = 0;
 /// NUL-terminated copy of the version, for `ucall_version()`.
-const VERSION_C: &std::ffi::CStr = c"0.1.0";
+const VERSION_C: &std::ffi::CStr = c"0.6.0";
 
 /// The version of the library linked at run time, `"MAJOR.MINOR.PATCH"`, to compare with
 /// the `UCALL_VERSION` the program was compiled against. Static storage: never free it.

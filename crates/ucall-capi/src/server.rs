@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use ucall_core::{EngineKind, Server, Stopper, Worker};
+use ucall_core::{EngineKind, MethodDoc, Server, Stopper, Worker};
 
 use crate::call::{CProcedure, InCallback};
 use crate::config::ucall_config_t;
@@ -184,6 +184,7 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     let chain = settings.tls_chain;
     let bound = Server::builder()
         .config(settings.core)
+        .discovery(settings.discovery)
         .bind()
         .map_err(|e| match &chain {
             Some(chain) => chain.explain(e.to_string()),
@@ -285,6 +286,71 @@ pub unsafe extern "C" fn ucall_add_procedure(
         }
         bound.router_mut().insert(name, Arc::new(CProcedure::new(callback, tag)));
         setup.procedures += usize::from(!replacing);
+    }
+}
+
+/// `ucall_add_procedure()` with a description of the procedure, as JSON, for the method
+/// `rpc.discover` and the pages `GET /openrpc.json`, `/openapi.json` and `/docs`:
+///
+/// ```json
+/// {"summary": "Add two integers",
+///  "params": [{"name": "a", "schema": {"type": "integer"}, "required": true},
+///             {"name": "b", "schema": {"type": "integer"}, "required": true}],
+///  "result": {"schema": {"type": "integer"}},
+///  "errors": [{"code": 1, "message": "overflow"}],
+///  "examples": [{"params": {"a": 1, "b": 2}, "result": 3}],
+///  "paramStructure": "either"}
+/// ```
+///
+/// Schemas are JSON Schema (draft-07); `"name"` may be left out (it is `name`). A
+/// procedure added with `ucall_add_procedure()` is listed by name only. A NULL, non-UTF-8
+/// or malformed description (an unknown member, a wrong type) is refused like a bad name:
+/// nothing is registered and `ucall_last_error()` says why.
+///
+/// # Safety
+/// As `ucall_add_procedure()`; `description` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_add_procedure_described(
+    server: ucall_server_t,
+    name: ucall_str_t,
+    callback: ucall_callback_t,
+    tag: ucall_callback_tag_t,
+    description: ucall_str_t,
+) {
+    ffi_panic_boundary! {"ucall_add_procedure_described",
+        error::clear();
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_add_procedure_described") }) else { return };
+        let refuse = |why: String| {
+            srv.log.event("procedure refused", &[("reason", &why)]);
+            error::set(format!("ucall_add_procedure_described: {why}"));
+        };
+        // SAFETY: NULL or NUL-terminated, by the caller's contract.
+        let text = unsafe { ffi::c_str_arg(description) };
+        let Some(Ok(text)) = text.map(std::ffi::CStr::to_str) else {
+            return refuse("the description is NULL or not valid UTF-8".into());
+        };
+        let mut doc = match MethodDoc::from_json(text) {
+            Ok(doc) => doc,
+            Err(why) => return refuse(why),
+        };
+        // SAFETY: the caller's contract, checked again by `ucall_add_procedure`.
+        let Some(Ok(name_text)) = (unsafe { ffi::c_str_arg(name) }).map(std::ffi::CStr::to_str) else {
+            // SAFETY: as above; it records why the name is refused.
+            return unsafe { ucall_add_procedure(server, name, callback, tag) };
+        };
+        if !doc.name.is_empty() && doc.name != name_text {
+            return refuse(format!("the description names {:?}, the procedure is {name_text:?}", doc.name));
+        }
+        doc.name = name_text.to_owned();
+        // SAFETY: the caller's contract.
+        unsafe { ucall_add_procedure(server, name, callback, tag) };
+        if error::is_set() {
+            return;
+        }
+        if let Some(bound) = srv.setup().server.as_mut() {
+            bound.router_mut().describe(doc);
+        }
     }
 }
 

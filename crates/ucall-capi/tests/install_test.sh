@@ -94,7 +94,7 @@ mkdir -p "$work/cmake"
 cat >"$work/cmake/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.16)
 project(ucall_sum C CXX)
-find_package(ucall 0.1 REQUIRED)
+find_package(ucall 0.6 REQUIRED)
 add_executable(sum_shared "$root/examples/c/sum.c")
 set_target_properties(sum_shared PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON)
 target_link_libraries(sum_shared PRIVATE ucall::ucall Threads::Threads)

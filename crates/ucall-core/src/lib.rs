@@ -57,6 +57,7 @@ pub mod buffer;
 mod date;
 #[doc(hidden)]
 pub mod defer;
+mod discover;
 #[doc(hidden)]
 pub mod dispatch;
 #[doc(hidden)]
@@ -79,8 +80,10 @@ mod tls;
 pub mod ws;
 
 pub use defer::{Deferred, WakeHold};
+pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;
+pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use params::Param;
 pub use router::{Call, Handler, Params, Reply, Router};

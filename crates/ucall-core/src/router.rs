@@ -41,6 +41,8 @@ where
 #[derive(Clone, Default)]
 pub struct Router {
     procedures: FxHashMap<Box<str>, Arc<dyn Handler>>,
+    /// What the procedures take and return, and the documents built from it.
+    pub(crate) catalog: crate::discover::Catalog,
 }
 
 impl Router {

@@ -14,6 +14,7 @@ use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 
 use crate::error::Error;
+use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
 use crate::tls::TlsConfig;
@@ -23,7 +24,7 @@ use crate::tls::TlsConfig;
 pub struct ServerBuilder {
     /// Boxed: the builder moves through every chained call.
     config: Box<Config>,
-    router: Router,
+    pub(crate) router: Router,
 }
 
 impl ServerBuilder {
@@ -79,6 +80,13 @@ impl ServerBuilder {
     /// before it is closed cleanly; see [`Limits::max_exchanges_per_connection`].
     pub fn max_exchanges_per_connection(mut self, exchanges: u32) -> Self {
         self.config.limits.max_exchanges_per_connection = Some(exchanges);
+        self
+    }
+
+    /// Let pages from other origins call the server (CORS, off by default): preflight
+    /// `OPTIONS` requests are answered and replies carry `Access-Control-Allow-Origin`.
+    pub fn cors(mut self, cors: Cors) -> Self {
+        self.config.limits.cors = Some(cors);
         self
     }
 
@@ -300,6 +308,8 @@ impl Server {
 
     /// Freeze the procedures and give every worker the table.
     fn hand_out_router(&mut self) {
+        let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
+        self.router.publish(self.local_addr, speaks_tls);
         let router = Arc::new(std::mem::take(&mut self.router));
         for worker in &mut self.workers {
             worker.set_router(Arc::clone(&router));

@@ -348,6 +348,9 @@ fn body_over_the_limit_is_413_without_reading_it() {
             let response = conn.read_response();
             assert_eq!(response.status, 413, "{response:?}");
             assert!(response.says_close(), "{response:?}");
+            // The message says which setting to raise, and to what it is set.
+            let body = String::from_utf8_lossy(&response.body);
+            assert!(body.contains("more than max_body_bytes = 1000 bytes"), "{body}");
             conn.expect_closed(common::IO_TIMEOUT);
         }
         // Chunked: refused once the decoded size passes the limit.

@@ -4,10 +4,11 @@
 //! Thin glue over `ucall-core`: a server whose procedures are Python callables
 //! ([`server::NativeServer`]), each registered function with its hooks ([`procedure`]),
 //! the threads that run them ([`runtime`]), the JSON reader and writer they use
-//! ([`convert`]), and Python's parameter binding rules ([`params`]). The public API is
-//! pure Python in `python/ucall/`.
+//! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
+//! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
 mod base64;
+mod client;
 mod convert;
 mod params;
 mod procedure;
@@ -53,6 +54,8 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
+    m.add_class::<client::NativeClient>()?;
+    m.add_class::<client::NativeMux>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
     Ok(())

@@ -13,7 +13,9 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
-use ucall_core::{Call, Config, EngineKind, Handler, Reply, RpcError, Server, ServerBuilder, TlsConfig};
+use ucall_core::{
+    Call, Config, Cors, Discovery, EngineKind, Handler, MethodDoc, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+};
 
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
@@ -93,6 +95,18 @@ fn secs(value: f64, what: &str) -> PyResult<Duration> {
         .map_err(|_| PyValueError::new_err(format!("{what} must be a positive number of seconds")))
 }
 
+impl NativeServer {
+    /// Change the builder, before the server starts.
+    fn configure(&self, change: impl FnOnce(ServerBuilder) -> ServerBuilder) -> PyResult<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
+            return Err(PyRuntimeError::new_err("the server is already started"));
+        };
+        *state = State::Configuring(change(builder));
+        Ok(())
+    }
+}
+
 #[pymethods]
 impl NativeServer {
     /// Configure a server; nothing is bound until `start`.
@@ -102,7 +116,7 @@ impl NativeServer {
         max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
-        share_port=false, trust_after=1000,
+        share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -129,6 +143,10 @@ impl NativeServer {
         quiet: bool,
         share_port: bool,
         trust_after: u32,
+        cors_origins: Option<Vec<String>>,
+        cors_methods: Option<Vec<String>>,
+        cors_headers: Option<Vec<String>>,
+        cors_max_age: Option<u32>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -159,6 +177,19 @@ impl NativeServer {
         }
         if let Some(v) = shutdown_timeout {
             config.shutdown_timeout = secs(v, "shutdown_timeout")?;
+        }
+        if let Some(origins) = cors_origins {
+            let mut cors = Cors::new(origins);
+            if let Some(methods) = cors_methods {
+                cors = cors.allow_methods(methods);
+            }
+            if let Some(headers) = cors_headers {
+                cors = cors.allow_headers(headers);
+            }
+            if let Some(seconds) = cors_max_age {
+                cors = cors.max_age(seconds);
+            }
+            config.limits.cors = Some(cors);
         }
         match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => {
@@ -208,6 +239,19 @@ impl NativeServer {
         };
         *state = State::Configuring(builder.handler(name, procedure));
         Ok(())
+    }
+
+    /// Describe a procedure with the JSON form of `ucall_core::MethodDoc` (built by
+    /// `ucall._schema`), for `rpc.discover`, `/openrpc.json`, `/openapi.json` and `/docs`.
+    fn describe(&self, description: &str) -> PyResult<()> {
+        let doc = MethodDoc::from_json(description).map_err(PyValueError::new_err)?;
+        self.configure(|builder| builder.describe(doc))
+    }
+
+    /// Where and whether the server describes itself: the JSON form of `ucall_core::Discovery`.
+    fn discovery(&self, settings: &str) -> PyResult<()> {
+        let discovery = Discovery::from_json(settings).map_err(PyValueError::new_err)?;
+        self.configure(|builder| builder.discovery(discovery))
     }
 
     /// Bind and serve on background threads; returns the port.

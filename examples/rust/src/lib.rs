@@ -23,7 +23,7 @@ pub fn config_from_args() -> Config {
             println!(
                 "options: --host H --port P --threads N --engine auto|poll|uring --max-body-bytes N \
                  --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N \
-                 --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM]"
+                 --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM] [--cors-origin ORIGIN]..."
             );
             std::process::exit(0);
         }
@@ -49,6 +49,14 @@ pub fn config_from_args() -> Config {
             "--tls-cert" => tls(&mut config).cert_chain = value.into(),
             "--tls-key" => tls(&mut config).private_key = value.into(),
             "--tls-client-ca" => tls(&mut config).client_ca = Some(value.into()),
+            "--cors-origin" => {
+                let cors = config
+                    .limits
+                    .cors
+                    .take()
+                    .unwrap_or_else(|| ucall_core::Cors::new(Vec::<String>::new()));
+                config.limits.cors = Some(cors.allow_origin(value));
+            }
             "--tls-port" => {
                 tls(&mut config).port =
                     Some(u16::try_from(number()).unwrap_or_else(|_| fail("--tls-port: out of range")));

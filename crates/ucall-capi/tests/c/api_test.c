@@ -1065,6 +1065,66 @@ static void test_tls(void) {
     run_command(command, output, sizeof output);
 }
 
+/* A procedure registered with its description appears in rpc.discover and the documents;
+ * malformed descriptions are refused; config.discovery moves or turns off the parts. */
+static void test_described(void) {
+    static char const described[] =
+        "{\"summary\":\"Reply with the tag\",\"params\":[],\"result\":{\"schema\":{\"type\":\"integer\"}},"
+        "\"examples\":[{\"params\":{},\"result\":7}]}";
+    static char const tag_text[] = "7";
+    ucall_config_t config;
+    pthread_t thread;
+    static char received[1 << 17];
+    char const* reply;
+    int fd;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.discovery = "{\"title\":\"C server\",\"openapi_path\":null}";
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init with config.discovery");
+    if (!the_server)
+        return;
+    ucall_add_procedure_described(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text, described);
+    CHECK(ucall_last_error(NULL, 0) == 0, "a valid description is taken");
+    ucall_add_procedure_described(the_server, "typo", no_reply, NULL, "{\"parms\":[]}");
+    CHECK(last_error_contains("unknown field `parms`"), "a misspelt member is refused");
+    ucall_add_procedure_described(the_server, "other", no_reply, NULL, "{\"name\":\"else\"}");
+    CHECK(last_error_contains("the description names \"else\""), "a description of another name is refused");
+    ucall_add_procedure_described(the_server, "null", no_reply, NULL, NULL);
+    CHECK(last_error_contains("the description is NULL"), "a NULL description is refused");
+    ucall_add_procedure(the_server, "plain", no_reply, NULL);
+    pthread_create(&thread, NULL, serve, NULL);
+
+    fd = connect_to(config.port);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"rpc.discover\",\"id\":1}");
+    CHECK(strstr(reply, "\"title\":\"C server\"") && strstr(reply, "\"summary\":\"Reply with the tag\"") &&
+              strstr(reply, "\"name\":\"plain\"") && !strstr(reply, "\"name\":\"typo\""),
+          "rpc.discover lists the described and the plain procedure, not the refused: %.300s", reply);
+    close(fd);
+
+    fd = connect_to(config.port);
+    write_all(fd, "GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, " 404 "),
+          "openapi_path null: no document");
+    close(fd);
+    fd = connect_to(config.port);
+    write_all(fd, "GET /docs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, "text/html") &&
+              strstr(received, "<title>C server</title>"),
+          "the /docs page");
+    close(fd);
+    ucall_free(the_server);
+    pthread_join(thread, NULL);
+    the_server = NULL;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.discovery = "{\"docs_path\":\"docs\"}";
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("config.discovery"), "a relative path is refused");
+}
+
 int main(void) {
     /* First: a process probes io_uring once, and the forked child must not inherit a
      * probe made before its filter. */
@@ -1078,6 +1138,7 @@ int main(void) {
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
     test_tls();
+    test_described();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chunked;
+pub mod cors;
 pub mod rest;
 
 use crate::buffer::OutBuf;
@@ -15,6 +16,8 @@ pub enum Method {
     Get,
     /// `POST`: a JSON-RPC body, or a REST-style call with named params.
     Post,
+    /// `OPTIONS`: a CORS preflight where [`cors::Cors`] is configured, else refused with 405.
+    Options,
 }
 
 /// How the request body is delimited (RFC 9112 §6.3).
@@ -44,6 +47,8 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// A valid WebSocket opening handshake (RFC 6455 §4.2.1): the client's key.
     pub websocket_key: Option<[u8; 24]>,
+    /// Where the CORS request headers are in the head's bytes.
+    pub cors: cors::Fields,
 }
 
 /// Response status codes the server sends.
@@ -118,6 +123,25 @@ pub struct Reject {
     pub reason: &'static str,
     /// The request was `HEAD`: the answer has no content (RFC 9110 §9.3.2).
     pub to_head: bool,
+    /// The limit the request went over, as its setting's name and value, so that the
+    /// message says which setting to raise.
+    pub limit: Option<(&'static str, usize)>,
+}
+
+impl Reject {
+    /// The error object's message: the status, the reason, and the limit when one was passed
+    /// (`413: request body too large: more than max_body_bytes = 1024 bytes`).
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self.limit {
+            Some((name, value)) => format!(
+                "{}: {}: more than {name} = {value} bytes",
+                self.status.code(),
+                self.reason
+            ),
+            None => format!("{}: {}", self.status.code(), self.reason),
+        }
+    }
 }
 
 /// A refusal with `status` for `reason`.
@@ -126,6 +150,15 @@ pub(crate) const fn reject(status: Status, reason: &'static str) -> Reject {
         status,
         reason,
         to_head: false,
+        limit: None,
+    }
+}
+
+/// A 413: the body (announced, or decoded so far) is over `max_body_bytes`.
+pub(crate) const fn body_too_large(max_body_bytes: usize) -> Reject {
+    Reject {
+        limit: Some(("max_body_bytes", max_body_bytes)),
+        ..reject(Status::PayloadTooLarge, "request body too large")
     }
 }
 
@@ -179,8 +212,9 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 ..reject(Status::MethodNotAllowed, "only GET and POST are served")
             })
         }
+        Some("OPTIONS") => Method::Options,
         // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
-        Some("PUT" | "DELETE" | "OPTIONS" | "PATCH" | "CONNECT" | "TRACE") => {
+        Some("PUT" | "DELETE" | "PATCH" | "CONNECT" | "TRACE") => {
             return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served"))
         }
         _ => return HeadStatus::Rejected(reject(Status::NotImplemented, "unknown method")),
@@ -258,6 +292,13 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
                 head.expect_continue = minor_version >= 1;
             }
+            6 if name.eq_ignore_ascii_case("origin") => head.cors.origin = span(input, value),
+            29 if name.eq_ignore_ascii_case("access-control-request-method") => {
+                head.cors.request_method = span(input, value);
+            }
+            30 if name.eq_ignore_ascii_case("access-control-request-headers") => {
+                head.cors.request_headers = span(input, value);
+            }
             _ => {}
         }
     }
@@ -281,7 +322,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             return HeadStatus::Rejected(reject(Status::BadRequest, "both Content-Length and Transfer-Encoding"))
         }
         (Some(length), false) if length > max_body_bytes => {
-            return HeadStatus::Rejected(reject(Status::PayloadTooLarge, "request body too large"))
+            return HeadStatus::Rejected(body_too_large(max_body_bytes))
         }
         (Some(0) | None, false) => Framing::None,
         (Some(length), false) => Framing::Length(length),
@@ -332,10 +373,14 @@ fn as_http_1_1(input: &[u8], max_head_bytes: usize) -> Option<Vec<u8>> {
 /// it (RFC 9112 §3: a request-target longer than the server takes), else 431.
 fn too_large(input: &[u8], max_head_bytes: usize) -> Reject {
     let request_line = memchr::memchr(b'\n', input).unwrap_or(input.len());
-    if request_line > max_head_bytes {
+    let refused = if request_line > max_head_bytes {
         reject(Status::UriTooLong, "request-target too long")
     } else {
         reject(Status::HeadersTooLarge, "request head too large")
+    };
+    Reject {
+        limit: Some(("max_head_bytes", max_head_bytes)),
+        ..refused
     }
 }
 
@@ -362,6 +407,12 @@ fn parse_content_length(value: &[u8]) -> Option<usize> {
     value
         .iter()
         .try_fold(0usize, |n, d| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
+}
+
+/// Where `value`, a slice of `input`, lies in it.
+fn span(input: &[u8], value: &[u8]) -> Option<(u32, u32)> {
+    let start = (value.as_ptr() as usize).checked_sub(input.as_ptr() as usize)?;
+    Some((u32::try_from(start).ok()?, u32::try_from(value.len()).ok()?))
 }
 
 fn trim(value: &[u8]) -> &[u8] {
@@ -408,20 +459,36 @@ pub fn respond(
     date: &[u8],
     write_body: impl FnOnce(&mut Vec<u8>) -> Option<Status>,
 ) {
-    respond_out(out, persistence, date, |out| write_body(out.data()));
+    respond_out(out, persistence, b"", date, |out| write_body(out.data()));
 }
 
 /// [`respond`] for a body writer that may also attach buffers ([`OutBuf::attach`]):
-/// they count in the `Content-Length` and go out in their places.
+/// they count in the `Content-Length` and go out in their places. `headers` are more
+/// header lines for the head, each ending with CRLF (CORS headers, say).
 pub fn respond_out(
     out: &mut OutBuf,
     persistence: Persistence,
+    headers: &[u8],
     date: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
+    respond_typed(out, persistence, headers, date, b"application/json", write_body);
+}
+
+/// [`respond_out`] with a body of another `Content-Type` (a page, a document): a short
+/// constant (the head must fit in `HEAD_ROOM`).
+pub fn respond_typed(
+    out: &mut OutBuf,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    content_type: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
+) {
+    let room = HEAD_ROOM + headers.len();
     let reserved = out.data().len();
-    out.data().resize(reserved + HEAD_ROOM, 0);
-    let body_start = reserved + HEAD_ROOM;
+    out.data().resize(reserved + room, 0);
+    let body_start = reserved + room;
     let Some(status) = write_body(out) else {
         out.truncate(reserved);
         return;
@@ -440,7 +507,9 @@ pub fn respond_out(
     };
     put(status.status_line());
     if status != Status::NoContent {
-        put(b"Content-Type: application/json\r\nContent-Length: ");
+        put(b"Content-Type: ");
+        put(content_type);
+        put(b"\r\nContent-Length: ");
         put(itoa::Buffer::new().format(body_len).as_bytes());
         put(b"\r\n");
     }
@@ -452,9 +521,11 @@ pub fn respond_out(
         Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
         Persistence::Close => put(b"Connection: close\r\n"),
     }
-    put(b"\r\n");
-    let head_start = body_start - len;
-    data[head_start..body_start].copy_from_slice(&head[..len]);
+    // The head ends right where the body starts: its own fields, the extra ones, a blank line.
+    let head_start = body_start - len - headers.len() - 2;
+    data[head_start..head_start + len].copy_from_slice(&head[..len]);
+    data[head_start + len..body_start - 2].copy_from_slice(headers);
+    data[body_start - 2..body_start].copy_from_slice(b"\r\n");
     let end = data.len();
     out.commit(head_start..end);
 }
@@ -480,6 +551,29 @@ mod tests {
 
     fn status(text: &str) -> u16 {
         head(text).expect_err("should be rejected").status.code()
+    }
+
+    #[test]
+    fn a_refusal_over_a_limit_names_the_setting_and_its_value() {
+        let refused = head("POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n").expect_err("over max_body_bytes");
+        assert_eq!(
+            refused.message(),
+            "413: request body too large: more than max_body_bytes = 1000 bytes"
+        );
+        let mut target = String::new();
+        let long = format!("POST / HTTP/1.1\r\nX: {}", "a".repeat(9000));
+        let HeadStatus::Rejected(refused) = parse_head(long.as_bytes(), 8192, 10, &mut target) else {
+            panic!("a head over max_head_bytes is refused");
+        };
+        assert_eq!(
+            refused.message(),
+            "431: request head too large: more than max_head_bytes = 8192 bytes"
+        );
+        // Without a limit involved, the message is the status and the reason.
+        assert_eq!(
+            head("PUT / HTTP/1.1\r\n\r\n").expect_err("405").message(),
+            "405: only GET and POST are served"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::{Context, MessageKind, Protocol, Scratch, Session, Step};
 use crate::buffer::OutBuf;
 use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::ChunkError;
+use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::router::{Call, Router};
@@ -35,6 +36,16 @@ impl Session {
                     (used, Step::Progressed)
                 }
                 HeadStatus::Complete(head, used) => {
+                    self.cors_headers.clear();
+                    match &ctx.limits.cors {
+                        Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
+                        None if head.method == Method::Options => {
+                            let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
+                            respond_rejection(out, ctx.date, reject);
+                            return (0, Step::Close);
+                        }
+                        None => {}
+                    }
                     let body_bytes = rest.len() - used;
                     match head.framing {
                         Framing::None => return (used, self.answer_http(&head, &[], out, ctx)),
@@ -73,7 +84,7 @@ impl Session {
                     Err(error) => {
                         let reject = match error {
                             ChunkError::Malformed => http1::reject(Status::BadRequest, "malformed chunked body"),
-                            ChunkError::TooLarge => http1::reject(Status::PayloadTooLarge, "request body too large"),
+                            ChunkError::TooLarge => http1::body_too_large(limits.max_body_bytes),
                             ChunkError::TrailersTooLarge => {
                                 http1::reject(Status::HeadersTooLarge, "trailers too large")
                             }
@@ -101,8 +112,31 @@ impl Session {
             (true, 0) => Persistence::KeepAliveLegacy,
             (true, _) => Persistence::KeepAlive,
         };
+        if head.method == Method::Options {
+            // A CORS preflight: the headers say it all (none when refused, which the browser
+            // reads as a refusal).
+            http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |_| {
+                Some(Status::NoContent)
+            });
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
+        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
+        if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
+            http1::respond_typed(
+                out,
+                persistence,
+                &self.cors_headers,
+                ctx.date,
+                page.content_type,
+                |out| {
+                    out.data().extend_from_slice(page.body);
+                    Some(Status::Ok)
+                },
+            );
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
             target: ctx.defer,
@@ -110,7 +144,8 @@ impl Session {
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
-        http1::respond(out, persistence, ctx.date, |data| {
+        http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
+            let data = out.data();
             let start = data.len();
             let status = if is_jsonrpc {
                 match dispatch::process(
@@ -135,11 +170,13 @@ impl Session {
             }
         });
         if let Some((text, base)) = held {
+            let headers = std::mem::take(&mut self.cors_headers);
             self.hold_text(
                 out,
                 text,
                 base,
                 MessageKind::Http(persistence),
+                headers,
                 &mut ctx.scratch.jsonrpc.deferred,
             );
         }
@@ -147,6 +184,24 @@ impl Session {
             Step::Progressed
         } else {
             Step::Close
+        }
+    }
+}
+
+/// The CORS header lines for the reply to `head` (parsed from `bytes`): a preflight's, or
+/// those of any other request from an allowed origin.
+fn cross_origin(cors: &Cors, head: &RequestHead, bytes: &[u8], out: &mut Vec<u8>) {
+    let Some(origin) = cors::Fields::get(bytes, head.cors.origin) else {
+        return; // same-origin, or not from a browser
+    };
+    let method = cors::Fields::get(bytes, head.cors.request_method);
+    match method {
+        Some(method) if head.method == Method::Options => {
+            let requested = cors::Fields::get(bytes, head.cors.request_headers);
+            let _ = cors.preflight(origin, method, requested, out);
+        }
+        _ => {
+            cors.write_response_headers(origin, out);
         }
     }
 }
@@ -253,7 +308,7 @@ pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
             Status::MethodNotAllowed => ErrorCode::MethodNotFound,
             _ => ErrorCode::InvalidRequest,
         };
-        let message = format!("{}: {}", reject.status.code(), reject.reason);
+        let message = reject.message();
         jsonrpc::write_error_object(data, code.code(), &message, None);
         Some(reject.status)
     });

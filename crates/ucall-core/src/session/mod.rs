@@ -15,6 +15,7 @@ use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::chunked::ChunkedDecoder;
+use crate::http1::cors::Cors;
 use crate::http1::{self, Framing, Persistence, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode};
 use crate::router::Router;
@@ -24,8 +25,8 @@ use http::{respond_rejection, rest_error};
 use tcp::one_line;
 use websocket::{commit_ws_text, reserve_ws_header};
 
-/// Protocol limits (a subset of the server configuration).
-#[derive(Debug, Clone, Copy)]
+/// Protocol limits and rules (a subset of the server configuration).
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest request body (HTTP) or JSON text (raw TCP), in bytes.
     pub max_body_bytes: usize,
@@ -39,6 +40,9 @@ pub struct Limits {
     /// 1000 after it, and the connection closes once its replies are flushed; requests the
     /// client sent beyond it are not read. `None` (the default): no limit.
     pub max_exchanges_per_connection: Option<u32>,
+    /// Cross-origin requests from browsers (CORS); `None` (the default): none are allowed
+    /// and `OPTIONS` gets 405.
+    pub cors: Option<Cors>,
 }
 
 impl Default for Limits {
@@ -48,6 +52,7 @@ impl Default for Limits {
             max_head_bytes: 16 << 10,
             max_batch: 1024,
             max_exchanges_per_connection: None,
+            cors: None,
         }
     }
 }
@@ -98,6 +103,8 @@ struct PendingMessage {
     hole: u64,
     kind: MessageKind,
     text: Vec<u8>,
+    /// HTTP: header lines the reply's head carries (CORS).
+    headers: Vec<u8>,
     /// In ascending slot order (slots are numbered as calls defer).
     slots: Vec<PendingSlot>,
     /// Slots still without an outcome.
@@ -172,6 +179,8 @@ pub struct Session {
     exchanges: u32,
     /// The last HTTP request asked to close the connection after its reply.
     close_asked: bool,
+    /// HTTP: the CORS header lines for the reply to the current request.
+    cors_headers: Vec<u8>,
 }
 
 impl Default for Session {
@@ -200,6 +209,7 @@ impl Session {
             ws_frame_len: 0,
             exchanges: 0,
             close_asked: false,
+            cors_headers: Vec::new(),
         }
     }
 
@@ -354,7 +364,7 @@ impl Session {
     /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
     fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
         let text = out.data().split_off(start);
-        self.hold_text(out, text, start, kind, deferred);
+        self.hold_text(out, text, start, kind, Vec::new(), deferred);
     }
 
     /// Like [`Session::hold`] for a message whose `text` was taken out already; `base` is
@@ -365,6 +375,7 @@ impl Session {
         text: Vec<u8>,
         base: usize,
         kind: MessageKind,
+        headers: Vec<u8>,
         deferred: &mut Vec<DeferredAt>,
     ) {
         let slots: Vec<PendingSlot> = deferred
@@ -392,6 +403,7 @@ impl Session {
             hole,
             kind,
             text,
+            headers,
             awaited: slots.len(),
             slots,
         });
@@ -479,6 +491,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         hole,
         kind,
         text,
+        headers,
         slots,
         ..
     } = message;
@@ -497,7 +510,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(persistence) => http1::respond_out(out, persistence, date, |out| {
+        MessageKind::Http(persistence) => http1::respond_out(out, persistence, &headers, date, |out| {
             Some(write_completed(&text, slots, out, true))
         }),
     });

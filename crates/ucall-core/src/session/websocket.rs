@@ -122,6 +122,7 @@ impl Session {
                 text,
                 start,
                 MessageKind::WebSocket,
+                Vec::new(),
                 &mut ctx.scratch.jsonrpc.deferred,
             );
             return;

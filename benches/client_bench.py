@@ -1,0 +1,354 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Client benchmarks: gRPCClient2.jl's two workloads against one server core.
+
+    python benches/client_bench.py [--samples N] [--only NAME,...]     (make bench-client)
+
+* smol: 1,000 echo calls of 16 bytes in flight per sample;
+* large ("batch inference"): 100 echo calls of a 32x224x224 uint8 array (1.6 MB) per sample.
+
+The UCall server is the Rust ``bench_server`` (``echo`` passes its ``data`` through), the
+gRPC server grpcio's asyncio one (``benches/peers/grpc_app.py``, its ``Echo``), each
+pinned to CPU 0; every client runs in a process of its own pinned to CPU 1, and reports
+its calls/s and its CPU time per call (all its threads). Payloads travel as each protocol
+carries bytes: base64 in JSON for UCall (``.npy`` for the array), raw for gRPC; every
+client decodes the result back to bytes (or an array), except the C client, which gets
+the result as JSON text. Clients:
+
+* ``python-async``: ``AsyncClient``, the sample's calls gathered;
+* ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
+* ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
+* ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
+* ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
+* ``httpx``: ``httpx.AsyncClient`` (HTTP/1.1, a pool of connections), calls gathered.
+
+Prints a table and the goals, and writes ``target/bench/client.json``. Every process it
+starts is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER_CPU, CLIENT_CPU = 0, 1
+OUT = ROOT / "target" / "bench"
+PEERS_PY = ROOT / "benches" / ".venv-peers" / "bin" / "python"
+GENERATED = OUT / "peers"
+WORKLOADS = {"smol": (1000, 16), "large": (100, 32 * 224 * 224)}
+UCALL_CLIENTS = ["python-async", "python-pipeline", "python-sequential", "rust", "c", "httpx"]
+CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
+SHAPE = (32, 224, 224)
+
+
+def payload(workload: str):
+    """The sample's argument: 16 bytes, or the uint8 array."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    if workload == "smol":
+        return rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
+    return rng.integers(0, 256, SHAPE, dtype=np.uint8)
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def run_samples(sample, samples: int, calls: int) -> dict:
+    sample()  # warm-up: connections open, caches warm
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(samples):
+        sample()
+    return {"calls": calls * samples, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
+
+
+def check(result, sent) -> None:
+    import numpy as np
+
+    same = np.array_equal(result, sent) if isinstance(sent, np.ndarray) else result == sent
+    if not same:
+        raise SystemExit("the echo came back different")
+
+
+def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
+    from ucall.client import AsyncClient, Client
+
+    calls, _ = WORKLOADS[workload]
+    data = payload(workload)
+    decode = (lambda r: r.bytes) if workload == "smol" else (lambda r: r.numpy)
+    if kind == "python-async":
+        loop = asyncio.new_event_loop()
+        client = AsyncClient(port=port, timeout=120)
+
+        async def gathered() -> None:
+            replies = await asyncio.gather(*(client.echo(data=data) for _ in range(calls)))
+            for reply in replies:
+                check(decode(reply), data)
+
+        try:
+            return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+        finally:
+            loop.run_until_complete(client.close())
+            loop.close()
+    with Client(port=port, timeout=120) as client:
+        if kind == "python-pipeline":
+
+            def pipelined() -> None:
+                for reply in client.pipeline([("echo", {"data": data})] * calls):
+                    check(decode(reply), data)
+
+            return run_samples(pipelined, samples, calls)
+
+        def sequential() -> None:
+            for _ in range(calls):
+                check(decode(client.echo(data=data)), data)
+
+        return run_samples(sequential, samples, calls)
+
+
+def worker_httpx(port: int, workload: str, samples: int) -> dict:
+    import httpx
+    import numpy as np
+
+    from ucall import _codec
+
+    calls, _ = WORKLOADS[workload]
+    data = payload(workload)
+    text = base64.b64encode(data).decode() if workload == "smol" else _codec.pack_ndarray(data)
+    loop = asyncio.new_event_loop()
+    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120)
+
+    async def gathered() -> None:
+        async def one(i: int):
+            body = {"jsonrpc": "2.0", "method": "echo", "params": {"data": text}, "id": i}
+            reply = (await client.post("/", json=body)).json()
+            raw = base64.b64decode(reply["result"])
+            return raw if workload == "smol" else _codec.unpack_ndarray(raw)
+
+        for result in await asyncio.gather(*(one(i) for i in range(calls))):
+            check(result, data)
+
+    try:
+        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+        del np
+
+
+def worker_grpc(port: int, workload: str, samples: int) -> dict:
+    sys.path.insert(0, str(GENERATED))
+    import bench_pb2 as pb
+    import bench_pb2_grpc as rpc
+    import grpc
+    import numpy as np
+
+    calls, _ = WORKLOADS[workload]
+    data = payload(workload)
+    raw = data if workload == "smol" else data.tobytes()
+    options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def setup():
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options)
+        return channel, rpc.BenchStub(channel)
+
+    channel, stub = loop.run_until_complete(setup())
+
+    async def gathered() -> None:
+        replies = await asyncio.gather(*(stub.Echo(pb.Blob(data=raw)) for _ in range(calls)))
+        for reply in replies:
+            result = reply.data if workload == "smol" else np.frombuffer(reply.data, np.uint8).reshape(SHAPE)
+            check(result, data)
+
+    try:
+        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+    finally:
+        loop.run_until_complete(channel.close())
+        loop.close()
+
+
+# ---------------------------------------------------------------------- driver
+
+
+class Server:
+    """A server in its own process group, pinned to SERVER_CPU, stopped by its PID."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(SERVER_CPU), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        self.port = 0
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("listening on "):
+                self.port = int(line.split()[2].rsplit(":", 1)[1])
+                break
+        if not self.port:
+            self.stop()
+            raise SystemExit(f"{argv[0]} did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def measure(python: Path | str, client: str, port: int, workload: str, samples: int) -> dict:
+    if client == "rust":
+        calls, size = WORKLOADS[workload]
+        argv = [str(ROOT / "target/release/examples/bench"), "--port", str(port), "--calls", str(calls)]
+        argv += ["--bytes", str(size), "--samples", str(samples)]
+    elif client == "c":
+        calls, size = WORKLOADS[workload]
+        # The C client calls one at a time: a tenth of the sample's calls per sample.
+        argv = [str(OUT / "client_bench_c"), str(port), str(max(calls // 10, 10)), str(size), str(samples)]
+    else:
+        argv = [str(python), __file__, "--worker", client, "--port", str(port), "--workload", workload]
+        argv += ["--samples", str(samples)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    try:
+        done = subprocess.run(
+            ["taskset", "-c", str(CLIENT_CPU), *argv], capture_output=True, text=True, timeout=600, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 600 s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:160]}
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["calls_per_second"] = figures["calls"] / figures["seconds"]
+    figures["cpu_us_per_call"] = 1e6 * figures["cpu_seconds"] / figures["calls"]
+    return figures
+
+
+def build() -> None:
+    cargo = ["cargo", "build", "--release", "--quiet"]
+    subprocess.run([*cargo, "-p", "ucall-examples", "--bin", "bench_server"], check=True, cwd=ROOT)
+    subprocess.run([*cargo, "-p", "ucall-client", "--example", "bench"], check=True, cwd=ROOT)
+    subprocess.run([*cargo, "-p", "ucall-capi"], check=True, cwd=ROOT)
+    OUT.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["cc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", str(ROOT / "benches/client_bench.c"),
+         str(ROOT / "target/release/libucall.a"), "-lpthread", "-ldl", "-lm", "-lrt", "-o", str(OUT / "client_bench_c")],
+        check=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=5, help="measured samples per client and workload")
+    parser.add_argument("--only", default="", help="comma-separated clients to run (default: all)")
+    parser.add_argument("--workloads", default="smol,large")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--workload", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        if args.worker == "grpcio-asyncio":
+            figures = worker_grpc(args.port, args.workload, args.samples)
+        elif args.worker == "httpx":
+            figures = worker_httpx(args.port, args.workload, args.samples)
+        else:
+            figures = worker_ucall(args.worker, args.port, args.workload, args.samples)
+        print(json.dumps(figures))
+        return 0
+
+    clients = [c for c in args.only.split(",") if c] or CLIENTS
+    workloads = [w for w in args.workloads.split(",") if w]
+    build()
+    results: dict[str, dict[str, dict]] = {w: {} for w in workloads}
+    ucall = Server([str(ROOT / "target/release/bench_server"), "--port", "0", "--engine", "poll"])
+    try:
+        for workload in workloads:
+            for client in [c for c in clients if c in UCALL_CLIENTS]:
+                results[workload][client] = measure(sys.executable, client, ucall.port, workload, args.samples)
+                print(workload, client, results[workload][client], flush=True)
+    finally:
+        ucall.stop()
+    if "grpcio-asyncio" in clients:
+        if not (PEERS_PY.exists() and (GENERATED / "bench_pb2.py").exists()):
+            for workload in workloads:
+                results[workload]["grpcio-asyncio"] = {"error": "no grpcio: run benches/setup_peers.sh"}
+        else:
+            grpc_server = Server([str(PEERS_PY), str(ROOT / "benches/peers/grpc_app.py"), "asyncio", str(GENERATED)])
+            try:
+                for workload in workloads:
+                    results[workload]["grpcio-asyncio"] = measure(PEERS_PY, "grpcio-asyncio", grpc_server.port, workload, args.samples)
+                    print(workload, "grpcio-asyncio", results[workload]["grpcio-asyncio"], flush=True)
+            finally:
+                grpc_server.stop()
+    (OUT / "client.json").write_text(json.dumps(results, indent=1))
+    print(table(results))
+    return 0
+
+
+def table(results: dict[str, dict[str, dict]]) -> str:
+    lines = ["| workload | client | calls/s | client CPU µs/call |", "|---|---|---:|---:|"]
+    for workload, by_client in results.items():
+        for client, figures in by_client.items():
+            if "error" in figures:
+                lines.append(f"| {workload} | {client} | failed: {figures['error']} | |")
+            else:
+                lines.append(
+                    f"| {workload} | {client} | {figures['calls_per_second']:,.0f} | {figures['cpu_us_per_call']:,.1f} |"
+                )
+    lines.append("")
+    lines += goals(results)
+    return "\n".join(lines)
+
+
+def goals(results: dict[str, dict[str, dict]]) -> list[str]:
+    def get(workload: str, client: str, key: str) -> float | None:
+        return results.get(workload, {}).get(client, {}).get(key)
+
+    out = []
+
+    def goal(text: str, value: float | None, target: float | None, at_least: bool = True) -> None:
+        if value is None or target is None:
+            out.append(f"- {text}: not measured")
+            return
+        met = value >= target if at_least else value <= target
+        out.append(f"- {text}: {value:,.1f} vs {target:,.1f}: {'met' if met else 'NOT met'}")
+
+    goal("smol AsyncClient calls/s >= 100,000", get("smol", "python-async", "calls_per_second"), 100_000)
+    goal("large AsyncClient calls/s >= 600", get("large", "python-async", "calls_per_second"), 600)
+    for workload in ("smol", "large"):
+        grpc = get(workload, "grpcio-asyncio", "cpu_us_per_call")
+        goal(
+            f"{workload} AsyncClient CPU µs/call <= a third of grpcio's",
+            get(workload, "python-async", "cpu_us_per_call"),
+            grpc / 3 if grpc else None,
+            at_least=False,
+        )
+    sequential = get("smol", "python-sequential", "calls_per_second")
+    goal(
+        "smol Client.pipeline >= 5x sequential calls",
+        get("smol", "python-pipeline", "calls_per_second"),
+        5 * sequential if sequential else None,
+    )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

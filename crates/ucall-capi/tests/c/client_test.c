@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The C client against a C server in the same process, on 127.0.0.1: calls by position
+ * and by name, error replies with their data, notifications, many calls, every
+ * transport (HTTP, raw TCP, WebSocket), the failures (params that are not JSON, no
+ * server, NULL and mixed-up handles) and their ucall_last_error() text.
+ *
+ * Prints "N passed, N failed" and exits non-zero on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ucall/ucall.h>
+
+static int passed = 0, failed = 0;
+
+#define CHECK(condition, ...)                                                                                          \
+    do {                                                                                                               \
+        if (condition)                                                                                                 \
+            ++passed;                                                                                                  \
+        else {                                                                                                         \
+            ++failed;                                                                                                  \
+            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #condition);                                     \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+static ucall_server_t the_server = NULL;
+
+static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t a, b;
+    char text[24];
+    (void)tag;
+    if ((!ucall_param_named_i64(call, "a", 0, &a) && !ucall_param_positional_i64(call, 0, &a)) ||
+        (!ucall_param_named_i64(call, "b", 0, &b) && !ucall_param_positional_i64(call, 1, &b))) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    snprintf(text, sizeof text, "%lld", (long long)(a + b));
+    ucall_call_reply_content(call, text, 0);
+}
+
+static void fail(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_error_data(call, -32001, "asked to \"fail\"", 0, "{\"why\":[1,2]}", 0);
+}
+
+static void *serve(void *unused) {
+    (void)unused;
+    ucall_take_calls(the_server, 0);
+    return NULL;
+}
+
+static int last_error_contains(char const *text) {
+    char why[512];
+    ucall_last_error(why, sizeof why);
+    return strstr(why, text) != NULL;
+}
+
+static int equals(ucall_str_t text, size_t length, char const *expected) {
+    return length == strlen(expected) && memcmp(text, expected, length) == 0;
+}
+
+static void exercise(char const *url) {
+    ucall_client_config_t config;
+    ucall_client_t client = NULL;
+    ucall_client_response_t response;
+    char big[4096];
+    int i, all = 1;
+
+    memset(&config, 0, sizeof config);
+    config.url = url;
+    config.timeout_micro_seconds = 10u * 1000u * 1000u;
+    CHECK(ucall_client_new(&config, &client) && client != NULL, "%s: a client", url);
+    if (!client)
+        return;
+
+    CHECK(ucall_client_call(client, "sum", 0, "[1,2]", 0, &response) && response.ok &&
+              equals(response.result, response.result_length, "3"),
+          "%s: sum by position", url);
+    CHECK(ucall_client_call(client, "sum", 3, "{\"a\":40,\"b\":2}xx", 14, &response) && response.ok &&
+              equals(response.result, response.result_length, "42"),
+          "%s: sum by name, lengths given", url);
+    CHECK(ucall_client_call(client, "fail", 0, NULL, 0, &response) && !response.ok && response.error_code == -32001 &&
+              equals(response.error_message, response.error_message_length, "asked to \"fail\"") &&
+              equals(response.error_data, response.error_data_length, "{\"why\":[1,2]}"),
+          "%s: an error reply with its message decoded and its data", url);
+    CHECK(ucall_client_call(client, "nope", 0, "[]", 0, &response) && !response.ok && response.error_code == -32601 &&
+              response.error_data_length == 0,
+          "%s: an unknown method", url);
+    CHECK(ucall_client_notify(client, "sum", 0, "[1,1]", 0), "%s: a notification", url);
+    for (i = 0; i < 200; ++i) {
+        char params[64], expected[32];
+        snprintf(params, sizeof params, "[%d,1]", i);
+        snprintf(expected, sizeof expected, "%d", i + 1);
+        all &= ucall_client_call(client, "sum", 0, params, 0, &response) && response.ok &&
+               equals(response.result, response.result_length, expected);
+    }
+    CHECK(all, "%s: 200 calls in a row", url);
+
+    response.result_length = 12345;
+    response.error_code = 777;
+    CHECK(!ucall_client_call(client, "sum", 0, "[1,", 0, &response) && last_error_contains("not JSON"),
+          "%s: params that are not JSON fail before sending", url);
+    CHECK(response.result_length == 12345 && response.error_code == 777, "%s: the response is untouched on failure", url);
+    memset(big, ' ', sizeof big - 1);
+    big[0] = '[';
+    big[sizeof big - 3] = '1';
+    big[sizeof big - 2] = ']';
+    big[sizeof big - 1] = 0;
+    CHECK(ucall_client_call(client, "sum", 0, big, 0, &response) && !response.ok && response.error_code == -32602,
+          "%s: whitespace in params is passed on as it is", url);
+    CHECK(!ucall_client_call(client, NULL, 0, "[]", 0, &response) && last_error_contains("method"),
+          "%s: a NULL method", url);
+    CHECK(!ucall_client_call(client, "sum", 0, "[1,2]", 0, NULL) && last_error_contains("response"),
+          "%s: a NULL response", url);
+    ucall_client_free(client);
+}
+
+int main(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    char url[128];
+    ucall_client_t client = NULL;
+    ucall_client_response_t response;
+    ucall_client_config_t client_config;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    if (!the_server) {
+        fprintf(stderr, "cannot start the server\n");
+        return 1;
+    }
+    ucall_add_procedure(the_server, "sum", sum, NULL);
+    ucall_add_procedure(the_server, "fail", fail, NULL);
+    pthread_create(&thread, NULL, serve, NULL);
+
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/", (unsigned)config.port);
+    exercise(url);
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%u", (unsigned)config.port);
+    exercise(url);
+    snprintf(url, sizeof url, "ws://127.0.0.1:%u/", (unsigned)config.port);
+    exercise(url);
+
+    /* Failures that name their cause. */
+    memset(&client_config, 0, sizeof client_config);
+    client_config.url = "gopher://127.0.0.1:1";
+    CHECK(!ucall_client_new(&client_config, &client) && client == NULL && last_error_contains("scheme"),
+          "an unknown scheme");
+    client_config.url = "http://127.0.0.1:1/";
+    client_config.ssl_ca_path = "ca.pem";
+    CHECK(!ucall_client_new(&client_config, &client) && last_error_contains("plaintext"), "TLS options on http://");
+    client_config.url = "https://127.0.0.1:1/";
+    client_config.ssl_ca_path = "/nonexistent/ca.pem";
+    CHECK(!ucall_client_new(&client_config, &client) && last_error_contains("/nonexistent/ca.pem"),
+          "a missing CA file is named");
+    CHECK(!ucall_client_new(NULL, NULL) && last_error_contains("NULL"), "a NULL out-parameter");
+    CHECK(ucall_client_new(NULL, &client) && client != NULL, "a client with every default");
+    ucall_client_free(client);
+    client_config.url = "http://127.0.0.1:1/";
+    client_config.ssl_ca_path = NULL;
+    client = NULL;
+    CHECK(ucall_client_new(&client_config, &client), "a client of a port nobody listens on");
+    CHECK(!ucall_client_call(client, "sum", 0, "[1,2]", 0, &response) && last_error_contains("cannot connect"),
+          "no server: cannot connect");
+    ucall_client_free(client);
+    CHECK(!ucall_client_call(the_server, "sum", 0, "[1,2]", 0, &response) && last_error_contains("not a client"),
+          "a server handle passed as a client is refused");
+    CHECK(!ucall_client_notify(NULL, "sum", 0, NULL, 0) && last_error_contains("not a client"), "a NULL client");
+    ucall_client_free(NULL);
+    ucall_client_free(the_server); /* not a client: nothing happens */
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

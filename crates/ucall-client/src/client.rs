@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The blocking client: calls, notifications, batches and pipelines on one kept-alive
+//! connection, and a pool of them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::conn::{Connection, Step};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, ErrorKind, Result};
+use crate::framing::Reply;
+use crate::message::{write_request, Envelope, NoParams, Response, ToParams};
+
+/// A blocking JSON-RPC client on one connection, opened on first use and again after the
+/// server closed it.
+///
+/// ```no_run
+/// use ucall_client::{Client, Endpoint, NoParams, Params};
+/// let mut client = Client::new(Endpoint::parse("http://127.0.0.1:8545")?)?;
+/// let three: i64 = client.call("sum", [1, 2])?.result()?;
+/// let echoed = client.call("echo", Params::array().bytes(b"raw bytes"))?.result_bytes()?;
+/// client.notify("log", ["hello"])?;
+/// let many = client.pipeline((0..1000).map(|i| ("sum", [i, 1])))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Retries follow one rule: a request is sent again (once, on a new connection) only when
+/// it cannot have run: the kept-alive connection failed before all of it was written and
+/// before any reply came. Once a request is written, a lost reply is an error
+/// ([`ErrorKind::Transport`], "the call may have run").
+pub struct Client {
+    conn: Connection,
+    next_id: u64,
+    timeout: Option<Duration>,
+}
+
+/// What a call of [`Client::exchange`] sends: request bodies (JSON texts) and how many
+/// replies they get.
+struct Exchange {
+    bodies: Vec<Arc<Vec<u8>>>,
+    replies: usize,
+}
+
+impl Client {
+    /// A client of `endpoint` (nothing is connected yet).
+    ///
+    /// # Errors
+    /// The TLS configuration cannot be built (a missing CA file...).
+    pub fn new(mut endpoint: Endpoint) -> Result<Self> {
+        endpoint.prepare()?;
+        let timeout = endpoint.timeout();
+        Ok(Client {
+            conn: Connection::new(endpoint)?,
+            next_id: 0,
+            timeout,
+        })
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        self.conn.endpoint()
+    }
+
+    /// Change the time-out of each call (`None` waits for ever).
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Call `method` with `params` (anything `Serialize` as an array or object, a
+    /// [`crate::Params`], or [`NoParams`]).
+    ///
+    /// # Errors
+    /// A transport failure; a JSON-RPC error reply is a `Response` (see
+    /// [`Response::result`]).
+    pub fn call(&mut self, method: &str, params: impl ToParams) -> Result<Response> {
+        let id = self.next_id();
+        let mut body = Vec::with_capacity(64);
+        write_request(&mut body, method, &params, Some(id))?;
+        let mut replies = self.exchange(vec![body], 1)?;
+        let reply = replies.pop().ok_or_else(|| Error::protocol("no reply"))?;
+        check(reply, id)
+    }
+
+    /// Send a notification: no id, no reply (over HTTP the server's `204` is awaited).
+    ///
+    /// # Errors
+    /// A transport failure.
+    pub fn notify(&mut self, method: &str, params: impl ToParams) -> Result<()> {
+        let mut body = Vec::with_capacity(64);
+        write_request(&mut body, method, &params, None)?;
+        let replies = usize::from(self.conn.replies_to_notifications());
+        self.exchange(vec![body], replies).map(drop)
+    }
+
+    /// Send `calls` back to back on the connection, reading replies while writing, and
+    /// return their responses in order. Any number of calls of any size completes: the
+    /// client never stops reading while it writes.
+    ///
+    /// # Errors
+    /// A transport failure, or a reply that answers another request.
+    pub fn pipeline<'m, P: ToParams>(
+        &mut self,
+        calls: impl IntoIterator<Item = (&'m str, P)>,
+    ) -> Result<Vec<Response>> {
+        let mut bodies = Vec::new();
+        let mut ids = Vec::new();
+        for (method, params) in calls {
+            let id = self.next_id();
+            let mut body = Vec::with_capacity(64);
+            write_request(&mut body, method, &params, Some(id))?;
+            bodies.push(body);
+            ids.push(id);
+        }
+        let replies = self.exchange(bodies, ids.len())?;
+        replies
+            .into_iter()
+            .zip(ids)
+            .map(|(reply, id)| check(reply, id))
+            .collect()
+    }
+
+    /// Send a batch (one request, one reply); responses come in call order, matched by id.
+    ///
+    /// # Errors
+    /// A transport failure, or a reply that is not the batch's.
+    pub fn batch(&mut self, batch: &Batch) -> Result<Vec<Response>> {
+        if batch.count == 0 {
+            return Ok(Vec::new());
+        }
+        let mut body = batch.body.clone();
+        body.push(b']');
+        let expects = !batch.ids.is_empty() || self.conn.replies_to_notifications();
+        let mut replies = self.exchange(vec![body], usize::from(expects))?;
+        let Some(reply) = replies.pop() else {
+            return Ok(Vec::new());
+        };
+        split_batch(&reply, &batch.ids)
+    }
+
+    /// Call with params already written as JSON text (`None`: no params).
+    ///
+    /// # Errors
+    /// As [`Client::call`], and `params` that is not JSON.
+    pub fn call_json(&mut self, method: &str, params: Option<&str>) -> Result<Response> {
+        match params {
+            None => self.call(method, NoParams),
+            Some(text) => {
+                let raw: &serde_json::value::RawValue =
+                    serde_json::from_str(text).map_err(|e| Error::invalid(format!("params are not JSON: {e}")))?;
+                self.call(method, Some(raw))
+            }
+        }
+    }
+
+    /// Send request bodies (JSON texts) and collect `replies` replies, under the retry
+    /// rule. The transport under every other method.
+    ///
+    /// # Errors
+    /// Connect, time-out, transport and protocol failures.
+    pub fn exchange(&mut self, bodies: Vec<Vec<u8>>, replies: usize) -> Result<Vec<Reply>> {
+        let exchange = Exchange {
+            bodies: bodies.into_iter().map(Arc::new).collect(),
+            replies,
+        };
+        if self.conn.is_open() && self.conn.closed_by_peer() {
+            self.conn.close(); // closed by the server between calls: an idle time-out, a restart
+        }
+        let where_ = self.conn.endpoint().authority();
+        for attempt in 0..2 {
+            let fresh = !self.conn.is_open();
+            let deadline = self.timeout.map(|t| Instant::now() + t);
+            self.conn.open(deadline)?;
+            for body in &exchange.bodies {
+                self.conn.queue_shared(body);
+            }
+            let mut got = Vec::with_capacity(exchange.replies);
+            let mut sent = false;
+            let mut heard = false;
+            let failure = loop {
+                sent = sent || self.conn.pending() == 0;
+                heard = heard || self.conn.heard();
+                if sent && got.len() >= exchange.replies {
+                    break None;
+                }
+                if let Some(why) = self.conn.ended() {
+                    if got.len() < exchange.replies {
+                        break Some(Error::transport(format!("the server closed the connection{why}")));
+                    }
+                }
+                match self.conn.step(deadline, &mut |reply| got.push(reply)) {
+                    Ok(Step::TimedOut) => {
+                        self.conn.close();
+                        let after = self
+                            .timeout
+                            .map_or(String::new(), |t| format!(" within {} s", t.as_secs_f64()));
+                        return Err(Error::timeout(format!("no reply from {where_}{after}")));
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        let (unsent, replied) = self.conn.failed();
+                        sent = sent || unsent == 0;
+                        heard = heard || replied;
+                        break Some(error);
+                    }
+                }
+            };
+            let Some(error) = failure else {
+                if got.last().is_some_and(|reply| reply.close) || self.conn.ended().is_some() {
+                    self.conn.close();
+                }
+                return Ok(got);
+            };
+            self.conn.close();
+            if error.kind() != ErrorKind::Transport {
+                return Err(error);
+            }
+            let why = error.message();
+            if sent && fresh && !heard {
+                return Err(Error::transport(format!(
+                    "{where_} closed a new connection before replying (a server at its max_connections, \
+                     or shutting down, closes new connections at once): {why}"
+                )));
+            }
+            if sent || heard || !got.is_empty() {
+                return Err(Error::transport(format!(
+                    "connection to {where_} lost after the request was sent (the call may have run): {why}"
+                )));
+            }
+            if fresh || attempt == 1 {
+                return Err(Error::transport(format!("connection to {where_} lost: {why}")));
+            }
+            // The kept-alive connection failed before the request was all written and
+            // before any reply: it cannot have run; once more on a new connection.
+        }
+        Err(Error::transport(format!("connection to {where_} lost")))
+    }
+
+    /// Close the connection (a WebSocket with its closing frame); calls re-open it.
+    pub fn close(&mut self) {
+        self.conn.close();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// A reply checked to answer request `id` (errors about the request itself carry no id).
+fn check(reply: Reply, id: u64) -> Result<Response> {
+    let response = Response::new(reply.status, reply.body);
+    let envelope = match response.envelope() {
+        Ok(envelope) => envelope,
+        Err(error) => return Err(Error::protocol(error.message)),
+    };
+    let expected = itoa::Buffer::new().format(id).to_owned();
+    match envelope.id {
+        Some(got) if got == expected => Ok(response),
+        None | Some("null") if envelope.error.is_some() => Ok(response),
+        _ => Err(Error::protocol(format!(
+            "a reply to another request: {}",
+            String::from_utf8_lossy(&response.body()[..response.body().len().min(80)])
+        ))),
+    }
+}
+
+/// Responses for a batch's calls in request order; a batch refused whole answers each.
+fn split_batch(reply: &Reply, ids: &[u64]) -> Result<Vec<Response>> {
+    let text = std::str::from_utf8(&reply.body).map_err(|_| Error::protocol("the reply is not UTF-8"))?;
+    if text.trim_start().starts_with('{') {
+        let response = Response::new(reply.status, reply.body.clone());
+        return Ok(ids.iter().map(|_| response.clone()).collect());
+    }
+    let mut by_id = std::collections::HashMap::new();
+    for element in sonic_rs::to_array_iter(text) {
+        let element = element.map_err(|_| Error::protocol("the batch reply is not JSON"))?;
+        let body = element.as_raw_str().as_bytes().to_vec();
+        let id = Envelope::parse(&body).ok().and_then(|e| e.id.map(str::to_owned));
+        if let Some(id) = id {
+            by_id.insert(id, body);
+        }
+    }
+    Ok(ids
+        .iter()
+        .map(|id| {
+            let key = itoa::Buffer::new().format(*id).to_owned();
+            let body = by_id.remove(&key).unwrap_or_else(|| {
+                format!(r#"{{"jsonrpc":"2.0","id":{key},"error":{{"code":-32603,"message":"no reply in the batch"}}}}"#)
+                    .into_bytes()
+            });
+            Response::new(reply.status, body)
+        })
+        .collect())
+}
+
+/// Calls and notifications collected for one round trip ([`Client::batch`]).
+///
+/// ```
+/// use ucall_client::{Batch, NoParams};
+/// let mut batch = Batch::new();
+/// batch.call("sum", [1, 2]).unwrap();
+/// batch.notify("log", NoParams).unwrap();
+/// assert_eq!(batch.len(), 2);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    body: Vec<u8>,
+    ids: Vec<u64>,
+    count: usize,
+}
+
+impl Batch {
+    /// An empty batch.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn open(&mut self) {
+        self.body.push(if self.count == 0 { b'[' } else { b',' });
+        self.count += 1;
+    }
+
+    /// Add a call; its response comes at this position among the calls.
+    ///
+    /// # Errors
+    /// Params with no JSON form.
+    pub fn call(&mut self, method: &str, params: impl ToParams) -> Result<()> {
+        let mark = self.body.len();
+        self.open();
+        let id = self.ids.len() as u64 + 1;
+        if let Err(error) = write_request(&mut self.body, method, &params, Some(id)) {
+            self.body.truncate(mark);
+            self.count -= 1;
+            return Err(error);
+        }
+        self.ids.push(id);
+        Ok(())
+    }
+
+    /// Add a notification (no response).
+    ///
+    /// # Errors
+    /// Params with no JSON form.
+    pub fn notify(&mut self, method: &str, params: impl ToParams) -> Result<()> {
+        let mark = self.body.len();
+        self.open();
+        if let Err(error) = write_request(&mut self.body, method, &params, None) {
+            self.body.truncate(mark);
+            self.count -= 1;
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Requests in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the batch is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Several connections to one endpoint, shared by threads: each call takes a free one.
+///
+/// ```no_run
+/// use ucall_client::{Endpoint, Pool};
+/// let pool = Pool::new(Endpoint::parse("http://127.0.0.1:8545")?, 4)?;
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| pool.call("sum", [1, 2]));
+///     }
+/// });
+/// # Ok::<(), ucall_client::Error>(())
+/// ```
+pub struct Pool {
+    clients: Vec<Mutex<Client>>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    /// `size` connections (at least one), each opened on first use.
+    ///
+    /// # Errors
+    /// As [`Client::new`].
+    pub fn new(endpoint: Endpoint, size: usize) -> Result<Self> {
+        let clients = (0..size.max(1))
+            .map(|_| Client::new(endpoint.clone()).map(Mutex::new))
+            .collect::<Result<_>>()?;
+        Ok(Pool {
+            clients,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Run `work` with a free client (or, when all are busy, the next in turn).
+    pub fn with<T>(&self, work: impl FnOnce(&mut Client) -> T) -> T {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = self.clients.len();
+        for i in 0..n {
+            if let Ok(mut client) = self.clients[(start + i) % n].try_lock() {
+                return work(&mut client);
+            }
+        }
+        let mut client = self.clients[start % n].lock().unwrap_or_else(PoisonError::into_inner);
+        work(&mut client)
+    }
+
+    /// [`Client::call`] on a free connection.
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub fn call(&self, method: &str, params: impl ToParams) -> Result<Response> {
+        self.with(|client| client.call(method, params))
+    }
+}

@@ -1,0 +1,1072 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Bytes on the wire, without I/O: requests framed into an output queue, replies framed
+//! out of whatever the socket gave.
+//!
+//! - HTTP/1.1 (RFC 9112): `POST` requests with `Content-Length`; responses framed by
+//!   `Content-Length` (§6.3), chunked coding (§7.1) or the end of the connection, `1xx`
+//!   skipped, `Connection: close` noted. Response heads are parsed by httparse.
+//! - Raw TCP: one JSON text per request, a newline after it; replies are JSON texts framed
+//!   by their own syntax (`ucall_core::stream`).
+//! - WebSocket (RFC 6455): the opening handshake (§4.1), masked text frames out (§5.3),
+//!   unmasked frames in, fragments joined (§5.4), pings answered (§5.5.2), the close
+//!   frame answered (§5.5.1).
+//!
+//! A large body is read straight into its own buffer once its length is known, so a
+//! 2 MB reply is copied once (socket to body), not twice.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+use std::io::IoSlice;
+use std::sync::Arc;
+
+use ucall_core::http1::chunked::ChunkedDecoder;
+use ucall_core::stream::{Frame, Framer};
+
+use crate::error::{Error, Result};
+
+/// Longest reply head accepted.
+pub const MAX_HEAD: usize = 64 << 10;
+/// Bodies at least this long are read straight into their own buffer.
+const DIRECT: usize = 64 << 10;
+/// Requests shorter than this are copied into one buffer with their neighbours (one
+/// write for a thousand small calls); longer ones are written from where they are.
+const COALESCE: usize = 16 << 10;
+/// Smallest room offered to a read.
+const READ_ROOM: usize = 64 << 10;
+
+/// The protocol a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 `POST`, kept alive and pipelined.
+    Http,
+    /// JSON texts back to back over the byte stream.
+    Tcp,
+    /// JSON texts as WebSocket text messages.
+    WebSocket,
+}
+
+/// One reply as framed off the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The HTTP status; `None` over raw TCP and WebSocket.
+    pub status: Option<u16>,
+    /// The JSON text (empty for `204 No Content`).
+    pub body: Vec<u8>,
+    /// The server closes the connection after this reply.
+    pub close: bool,
+}
+
+// ------------------------------------------------------------------------------ output
+
+enum Chunk {
+    Owned(Vec<u8>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Owned(bytes) => bytes,
+            Chunk::Shared(bytes) => bytes,
+        }
+    }
+}
+
+/// Bytes waiting to be written: small requests coalesced, large ones kept where they are.
+#[derive(Default)]
+pub struct OutQueue {
+    chunks: VecDeque<Chunk>,
+    /// Bytes of the front chunk already written.
+    offset: usize,
+    /// Whether the back chunk takes more small writes.
+    tail_open: bool,
+    len: usize,
+    spare: Vec<u8>,
+}
+
+impl OutQueue {
+    /// Bytes still to write.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether everything has been written.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Queue a copy of `bytes`.
+    pub fn push_slice(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.len += bytes.len();
+        if self.tail_open {
+            if let Some(Chunk::Owned(tail)) = self.chunks.back_mut() {
+                tail.extend_from_slice(bytes);
+                return;
+            }
+        }
+        let mut chunk = std::mem::take(&mut self.spare);
+        chunk.clear();
+        chunk.extend_from_slice(bytes);
+        self.chunks.push_back(Chunk::Owned(chunk));
+        self.tail_open = true;
+    }
+
+    /// Queue `bytes`, copied when short, else written from where they are.
+    pub fn push_owned(&mut self, bytes: Vec<u8>) {
+        if bytes.len() < COALESCE {
+            self.push_slice(&bytes);
+            return;
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(Chunk::Owned(bytes));
+        self.tail_open = false;
+    }
+
+    /// Queue shared bytes (kept for a resend), written from where they are when long.
+    pub fn push_shared(&mut self, bytes: &Arc<Vec<u8>>) {
+        if bytes.len() < COALESCE {
+            self.push_slice(bytes);
+            return;
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(Chunk::Shared(Arc::clone(bytes)));
+        self.tail_open = false;
+    }
+
+    /// Up to `slices.len()` slices of what is pending, for a vectored write.
+    pub fn slices<'a>(&'a self, slices: &mut [IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            if n == slices.len() {
+                break;
+            }
+            let bytes = chunk.bytes();
+            slices[n] = IoSlice::new(if i == 0 { &bytes[self.offset..] } else { bytes });
+            n += 1;
+        }
+        n
+    }
+
+    /// The first pending bytes.
+    #[must_use]
+    pub fn front(&self) -> &[u8] {
+        self.chunks.front().map_or(&[], |chunk| &chunk.bytes()[self.offset..])
+    }
+
+    /// Forget `n` written bytes.
+    pub fn advance(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let Some(front) = self.chunks.front() else { break };
+            let left = front.bytes().len() - self.offset;
+            if n < left {
+                self.offset += n;
+                return;
+            }
+            n -= left;
+            self.offset = 0;
+            if let Some(Chunk::Owned(done)) = self.chunks.pop_front() {
+                // The small-request buffer is reused rather than freed and allocated again.
+                if done.capacity() <= 4 * COALESCE && done.capacity() > self.spare.capacity() {
+                    self.spare = done;
+                }
+            }
+            if self.chunks.is_empty() {
+                self.tail_open = false;
+            }
+        }
+    }
+
+    /// Drop everything pending.
+    pub fn clear(&mut self) {
+        self.chunks.clear();
+        self.offset = 0;
+        self.len = 0;
+        self.tail_open = false;
+    }
+}
+
+/// Masking keys for client frames (RFC 6455 §5.3: unpredictable to the page's script).
+/// Each key is a SipHash with a key the standard library seeds from the OS.
+struct Masks {
+    hasher: std::collections::hash_map::RandomState,
+    counter: u64,
+}
+
+impl Masks {
+    fn new() -> Self {
+        Masks {
+            hasher: std::collections::hash_map::RandomState::new(),
+            counter: 0,
+        }
+    }
+
+    fn next(&mut self) -> [u8; 4] {
+        self.counter += 1;
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write_u64(self.counter);
+        let word = hasher.finish();
+        [word as u8, (word >> 8) as u8, (word >> 16) as u8, (word >> 24) as u8]
+    }
+}
+
+fn mask_in_place(bytes: &mut [u8], mask: [u8; 4]) {
+    let word = u32::from_ne_bytes(mask);
+    let mut blocks = bytes.chunks_exact_mut(4);
+    for block in &mut blocks {
+        let value = u32::from_ne_bytes([block[0], block[1], block[2], block[3]]) ^ word;
+        block.copy_from_slice(&value.to_ne_bytes());
+    }
+    for (byte, key) in blocks.into_remainder().iter_mut().zip(mask) {
+        *byte ^= key;
+    }
+}
+
+/// Frames request bodies for one connection's protocol.
+pub struct RequestFramer {
+    protocol: Protocol,
+    /// HTTP: the head up to the `Content-Length` value.
+    head: Vec<u8>,
+    masks: Masks,
+}
+
+impl RequestFramer {
+    /// Requests for `protocol`; over HTTP they go to `path` on `host` (the `Host` header).
+    #[must_use]
+    pub fn new(protocol: Protocol, host: &str, path: &str) -> Self {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nAccept: application/json\r\n\
+             Content-Type: application/json\r\nContent-Length: "
+        );
+        RequestFramer {
+            protocol,
+            head: head.into_bytes(),
+            masks: Masks::new(),
+        }
+    }
+
+    /// Whether a notification gets a reply (HTTP answers every request, `204` for these).
+    #[must_use]
+    pub fn replies_to_notifications(&self) -> bool {
+        self.protocol == Protocol::Http
+    }
+
+    fn http_head(&self, len: usize, out: &mut OutQueue) {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(len).as_bytes();
+        let mut head = [0u8; 32];
+        head[..digits.len()].copy_from_slice(digits);
+        head[digits.len()..digits.len() + 4].copy_from_slice(b"\r\n\r\n");
+        out.push_slice(&self.head);
+        out.push_slice(&head[..digits.len() + 4]);
+    }
+
+    fn ws_head(&mut self, opcode: u8, len: usize, out: &mut OutQueue) -> [u8; 4] {
+        let mask = self.masks.next();
+        let mut head = [0u8; 14];
+        head[0] = 0x80 | opcode;
+        let used = if len < 126 {
+            head[1] = 0x80 | len as u8;
+            2
+        } else if let Ok(short) = u16::try_from(len) {
+            head[1] = 0x80 | 126;
+            head[2..4].copy_from_slice(&short.to_be_bytes());
+            4
+        } else {
+            head[1] = 0x80 | 127;
+            head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+            10
+        };
+        head[used..used + 4].copy_from_slice(&mask);
+        out.push_slice(&head[..used + 4]);
+        mask
+    }
+
+    /// Frame one request body (a JSON text) into `out`, taking the body's buffer.
+    pub fn frame(&mut self, mut body: Vec<u8>, out: &mut OutQueue) {
+        match self.protocol {
+            Protocol::Http => {
+                self.http_head(body.len(), out);
+                out.push_owned(body);
+            }
+            Protocol::Tcp => {
+                out.push_owned(body);
+                out.push_slice(b"\n");
+            }
+            Protocol::WebSocket => {
+                let mask = self.ws_head(0x1, body.len(), out);
+                mask_in_place(&mut body, mask);
+                out.push_owned(body);
+            }
+        }
+    }
+
+    /// Frame a body that stays shared (kept by the caller for a possible resend).
+    pub fn frame_shared(&mut self, body: &Arc<Vec<u8>>, out: &mut OutQueue) {
+        match self.protocol {
+            Protocol::Http => {
+                self.http_head(body.len(), out);
+                out.push_shared(body);
+            }
+            Protocol::Tcp => {
+                out.push_shared(body);
+                out.push_slice(b"\n");
+            }
+            Protocol::WebSocket => self.frame(body.to_vec(), out),
+        }
+    }
+
+    /// A masked control frame (pong, close) with `payload`.
+    fn control(&mut self, opcode: u8, payload: &[u8], out: &mut OutQueue) {
+        let mask = self.ws_head(opcode, payload.len(), out);
+        let mut payload = payload.to_vec();
+        mask_in_place(&mut payload, mask);
+        out.push_slice(&payload);
+    }
+
+    /// The closing frame (status 1000) of a WebSocket, nothing for other protocols.
+    pub fn close(&mut self, out: &mut OutQueue) {
+        if self.protocol == Protocol::WebSocket {
+            self.control(0x8, &1000u16.to_be_bytes(), out);
+        }
+    }
+}
+
+/// The opening handshake of a WebSocket to `path` on `host`, and the key it sent.
+#[must_use]
+pub fn websocket_handshake(host: &str, path: &str) -> (Vec<u8>, String) {
+    use base64::Engine as _;
+    let mut masks = Masks::new();
+    let mut nonce = [0u8; 16];
+    for part in nonce.chunks_mut(4) {
+        part.copy_from_slice(&masks.next());
+    }
+    let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    (request.into_bytes(), key)
+}
+
+// ------------------------------------------------------------------------------- input
+
+enum State {
+    /// Waiting for a response head (HTTP) or frame header (WebSocket) or text (TCP).
+    Head,
+    /// An HTTP body of a known length.
+    Sized {
+        status: u16,
+        close: bool,
+        len: usize,
+        /// Large bodies: the body's own buffer and how much of it is filled.
+        direct: Option<(Vec<u8>, usize)>,
+    },
+    Chunked {
+        status: u16,
+        close: bool,
+        decoder: ChunkedDecoder,
+        body: Vec<u8>,
+    },
+    UntilEnd {
+        status: u16,
+    },
+    /// A WebSocket frame's payload of a known length.
+    Payload {
+        opcode: u8,
+        fin: bool,
+        len: usize,
+        direct: Option<(Vec<u8>, usize)>,
+    },
+}
+
+/// Frames replies out of a byte stream (sans-I/O).
+///
+/// Reads go into [`ReplyReader::read_buf`], then [`ReplyReader::filled`] says how much
+/// arrived; [`ReplyReader::next_reply`] hands out each complete reply.
+pub struct ReplyReader {
+    protocol: Protocol,
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+    state: State,
+    json: Framer,
+    eof: bool,
+    /// The WebSocket is open (its handshake answered); always true otherwise.
+    opened: bool,
+    ws_key: String,
+    message: Vec<u8>,
+    in_message: bool,
+    /// Bytes owed to the server (a pong, the closing frame).
+    owed: OutQueue,
+    masks: Option<RequestFramer>,
+    why: String,
+    closed_by_frame: bool,
+}
+
+impl ReplyReader {
+    /// A reader for `protocol`; a WebSocket reader expects the answer to the handshake
+    /// that sent `ws_key` first.
+    #[must_use]
+    pub fn new(protocol: Protocol, ws_key: Option<String>) -> Self {
+        let opened = protocol != Protocol::WebSocket;
+        ReplyReader {
+            protocol,
+            data: vec![0; READ_ROOM],
+            start: 0,
+            end: 0,
+            state: State::Head,
+            json: Framer::default(),
+            eof: false,
+            opened,
+            ws_key: ws_key.unwrap_or_default(),
+            message: Vec::new(),
+            in_message: false,
+            owed: OutQueue::default(),
+            masks: (protocol == Protocol::WebSocket).then(|| RequestFramer::new(protocol, "", "")),
+            why: String::new(),
+            closed_by_frame: false,
+        }
+    }
+
+    /// Whether a WebSocket's handshake has been answered (always true otherwise).
+    #[must_use]
+    pub fn opened(&self) -> bool {
+        self.opened
+    }
+
+    /// Whether the server ended the stream (end of connection or a close frame).
+    #[must_use]
+    pub fn ended(&self) -> bool {
+        self.eof || self.closed_by_frame
+    }
+
+    /// Why the stream ended, when the server said (a WebSocket close code), with a
+    /// leading space; empty otherwise.
+    #[must_use]
+    pub fn why(&self) -> &str {
+        &self.why
+    }
+
+    /// Whether part of a reply has arrived.
+    #[must_use]
+    pub fn in_reply(&self) -> bool {
+        self.end > self.start || !matches!(self.state, State::Head) || self.json.in_text() || self.in_message
+    }
+
+    /// Bytes the connection owes the server, moved out.
+    pub fn take_owed(&mut self, out: &mut OutQueue) {
+        while !self.owed.is_empty() {
+            let front = self.owed.front().to_vec();
+            self.owed.advance(front.len());
+            out.push_slice(&front);
+        }
+    }
+
+    /// Where the next read should go.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if self.end == self.start {
+            if let State::Sized {
+                direct: Some((body, filled)),
+                ..
+            }
+            | State::Payload {
+                direct: Some((body, filled)),
+                ..
+            } = &mut self.state
+            {
+                return &mut body[*filled..];
+            }
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.data.len() - self.end < READ_ROOM / 4 {
+            if self.start > 0 {
+                self.data.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.data.len() - self.end < READ_ROOM / 4 {
+                let len = self.data.len() * 2;
+                self.data.resize(len, 0);
+            }
+        }
+        &mut self.data[self.end..]
+    }
+
+    /// `n` bytes arrived in the last [`ReplyReader::read_buf`].
+    pub fn filled(&mut self, n: usize) {
+        if self.end == self.start {
+            if let State::Sized {
+                direct: Some((_, filled)),
+                ..
+            }
+            | State::Payload {
+                direct: Some((_, filled)),
+                ..
+            } = &mut self.state
+            {
+                *filled += n;
+                return;
+            }
+        }
+        self.end += n;
+    }
+
+    /// The server ended the stream.
+    pub fn eof(&mut self) {
+        self.eof = true;
+    }
+
+    /// Feed bytes at once (for tests and callers with their own buffers).
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = self.read_buf();
+            let n = room.len().min(bytes.len());
+            room[..n].copy_from_slice(&bytes[..n]);
+            self.filled(n);
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    /// The next complete reply, `Ok(None)` until more bytes (or the end) arrive.
+    ///
+    /// # Errors
+    /// A protocol error when the bytes are not a valid reply stream; the connection is
+    /// then unusable.
+    pub fn next_reply(&mut self) -> Result<Option<Reply>> {
+        // No reply starts with 0x15 (a TLS alert record): a TLS port answering plaintext.
+        let at_head = matches!(self.state, State::Head) && !self.json.in_text() && !self.in_message;
+        if at_head && (!self.opened || self.protocol != Protocol::WebSocket) && self.buffered().starts_with(b"\x15\x03")
+        {
+            return Err(Error::protocol(
+                "the server answered with a TLS alert and closed: the port speaks TLS (use tls=True, https:// or --tls)",
+            ));
+        }
+        match self.protocol {
+            Protocol::Http => self.next_http(),
+            Protocol::Tcp => self.next_json(),
+            Protocol::WebSocket if !self.opened => {
+                self.next_handshake()?;
+                if self.opened {
+                    self.next_ws()
+                } else {
+                    Ok(None)
+                }
+            }
+            Protocol::WebSocket => self.next_ws(),
+        }
+    }
+
+    fn next_json(&mut self) -> Result<Option<Reply>> {
+        match self.json.next(&self.data[self.start..self.end], usize::MAX) {
+            Frame::Complete(range) => {
+                let body = self.data[self.start + range.start..self.start + range.end].to_vec();
+                self.start += range.end;
+                self.json.reset();
+                Ok(Some(Reply {
+                    status: None,
+                    body,
+                    close: false,
+                }))
+            }
+            Frame::Incomplete { skip } => {
+                self.start += skip;
+                if self.eof && self.json.in_text() {
+                    return Err(Error::protocol("the connection closed in the middle of a reply"));
+                }
+                Ok(None)
+            }
+            Frame::Invalid => {
+                let shown = String::from_utf8_lossy(&self.buffered()[..self.buffered().len().min(80)]).into_owned();
+                Err(Error::protocol(format!("not a JSON reply: {shown:?}")))
+            }
+            Frame::TooLarge => Err(Error::protocol("a reply too large")),
+        }
+    }
+
+    /// Parse a response head at the start of the buffer: status, headers it matters to
+    /// framing, and its length; `None` while incomplete.
+    fn head(&mut self) -> Result<Option<Head>> {
+        let buffered = self.buffered();
+        let Some(end) = memchr::memmem::find(buffered, b"\r\n\r\n") else {
+            if buffered.len() > MAX_HEAD {
+                return Err(Error::protocol("the reply head is too large"));
+            }
+            if self.eof && !buffered.is_empty() {
+                return Err(Error::protocol("the connection closed in the middle of a reply head"));
+            }
+            return Ok(None);
+        };
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        let not_http = |buffered: &[u8]| {
+            let line = buffered.split(|&c| c == b'\r').next().unwrap_or_default();
+            let line = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+            Error::protocol(format!("not an HTTP reply: {line:?}"))
+        };
+        match response.parse(&buffered[..end + 4]) {
+            Ok(httparse::Status::Complete(_)) => {}
+            _ => return Err(not_http(buffered)),
+        }
+        let status = response.code.ok_or_else(|| not_http(buffered))?;
+        let mut head = Head {
+            status,
+            len: end + 4,
+            close: false,
+            chunked: false,
+            content_length: None,
+            accept: None,
+            upgrade: false,
+        };
+        for header in response.headers.iter() {
+            let value = header.value;
+            if header.name.eq_ignore_ascii_case("content-length") {
+                let text = std::str::from_utf8(value).unwrap_or("").trim();
+                let length = text
+                    .parse::<usize>()
+                    .map_err(|_| Error::protocol("a malformed Content-Length"))?;
+                if head.content_length.is_some_and(|other| other != length) {
+                    return Err(Error::protocol("two different Content-Length values"));
+                }
+                head.content_length = Some(length);
+            } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+                head.chunked |= contains_token(value, b"chunked");
+            } else if header.name.eq_ignore_ascii_case("connection") {
+                head.close |= contains_token(value, b"close");
+                head.upgrade |= contains_token(value, b"upgrade");
+            } else if header.name.eq_ignore_ascii_case("sec-websocket-accept") {
+                head.accept = Some(String::from_utf8_lossy(value).trim().to_owned());
+            }
+        }
+        Ok(Some(head))
+    }
+
+    fn next_http(&mut self) -> Result<Option<Reply>> {
+        loop {
+            match &mut self.state {
+                State::Head => {
+                    let Some(head) = self.head()? else { return Ok(None) };
+                    self.start += head.len;
+                    if (100..200).contains(&head.status) {
+                        continue; // 100 Continue and friends: the real reply follows
+                    }
+                    if matches!(head.status, 204 | 304) {
+                        return Ok(Some(Reply {
+                            status: Some(head.status),
+                            body: Vec::new(),
+                            close: head.close,
+                        }));
+                    }
+                    self.state = if head.chunked {
+                        State::Chunked {
+                            status: head.status,
+                            close: head.close,
+                            decoder: ChunkedDecoder::default(),
+                            body: Vec::new(),
+                        }
+                    } else if let Some(len) = head.content_length {
+                        let buffered = self.end - self.start;
+                        let direct = (len >= DIRECT && buffered < len).then(|| {
+                            // calloc: fresh pages come zeroed from the kernel at no cost.
+                            let mut body = vec![0u8; len];
+                            body[..buffered].copy_from_slice(&self.data[self.start..self.end]);
+                            (body, buffered)
+                        });
+                        if direct.is_some() {
+                            self.start = self.end;
+                        }
+                        State::Sized {
+                            status: head.status,
+                            close: head.close,
+                            len,
+                            direct,
+                        }
+                    } else {
+                        State::UntilEnd { status: head.status }
+                    };
+                }
+                State::Sized {
+                    status,
+                    close,
+                    len,
+                    direct,
+                } => {
+                    let (status, close, len) = (*status, *close, *len);
+                    let body = match direct {
+                        Some((body, filled)) => {
+                            if *filled < len {
+                                if self.eof {
+                                    return Err(Error::protocol("the connection closed in the middle of a reply body"));
+                                }
+                                return Ok(None);
+                            }
+                            std::mem::take(body)
+                        }
+                        None => {
+                            if self.end - self.start < len {
+                                if self.eof {
+                                    return Err(Error::protocol("the connection closed in the middle of a reply body"));
+                                }
+                                return Ok(None);
+                            }
+                            let body = self.data[self.start..self.start + len].to_vec();
+                            self.start += len;
+                            body
+                        }
+                    };
+                    self.state = State::Head;
+                    return Ok(Some(Reply {
+                        status: Some(status),
+                        body,
+                        close,
+                    }));
+                }
+                State::Chunked {
+                    status,
+                    close,
+                    decoder,
+                    body,
+                } => {
+                    let input = &self.data[self.start..self.end];
+                    let (used, done) = decoder
+                        .decode(input, body, usize::MAX, MAX_HEAD)
+                        .map_err(|_| Error::protocol("a malformed chunked body"))?;
+                    self.start += used;
+                    if !done {
+                        if self.eof {
+                            return Err(Error::protocol("the connection closed in the middle of a chunked body"));
+                        }
+                        return Ok(None);
+                    }
+                    let reply = Reply {
+                        status: Some(*status),
+                        body: std::mem::take(body),
+                        close: *close,
+                    };
+                    self.state = State::Head;
+                    return Ok(Some(reply));
+                }
+                State::UntilEnd { status } => {
+                    if !self.eof {
+                        return Ok(None);
+                    }
+                    let reply = Reply {
+                        status: Some(*status),
+                        body: self.buffered().to_vec(),
+                        close: true,
+                    };
+                    self.start = self.end;
+                    self.state = State::Head;
+                    return Ok(Some(reply));
+                }
+                State::Payload { .. } => return Err(Error::protocol("invariant: no frames over HTTP")),
+            }
+        }
+    }
+
+    fn next_handshake(&mut self) -> Result<()> {
+        let Some(head) = self.head()? else {
+            if self.eof {
+                return Err(Error::protocol("the connection closed during the WebSocket handshake"));
+            }
+            return Ok(());
+        };
+        if head.status != 101 {
+            return Err(Error::protocol(format!(
+                "the server refused the WebSocket upgrade: HTTP {}",
+                head.status
+            )));
+        }
+        let expected = ucall_core::ws::accept_key(self.ws_key.as_bytes());
+        if head.accept.as_deref() != Some(expected.as_str()) || !head.upgrade {
+            return Err(Error::protocol(
+                "the server refused the WebSocket upgrade: a wrong Sec-WebSocket-Accept",
+            ));
+        }
+        self.start += head.len;
+        self.opened = true;
+        Ok(())
+    }
+
+    fn next_ws(&mut self) -> Result<Option<Reply>> {
+        loop {
+            match &mut self.state {
+                State::Head => {
+                    let buffered = self.buffered();
+                    let [first, second, ..] = *buffered else {
+                        return self.ws_end();
+                    };
+                    if first & 0x70 != 0 || second & 0x80 != 0 {
+                        return Err(Error::protocol(
+                            "not a valid WebSocket stream: reserved bits or a masked server frame",
+                        ));
+                    }
+                    let (len, at) = match second & 0x7F {
+                        126 => match buffered.get(2..4) {
+                            Some(b) => (usize::from(u16::from_be_bytes([b[0], b[1]])), 4),
+                            None => return self.ws_end(),
+                        },
+                        127 => match buffered.get(2..10) {
+                            Some(b) => {
+                                let mut word = [0u8; 8];
+                                word.copy_from_slice(b);
+                                let len = usize::try_from(u64::from_be_bytes(word))
+                                    .map_err(|_| Error::protocol("a WebSocket frame too large"))?;
+                                (len, 10)
+                            }
+                            None => return self.ws_end(),
+                        },
+                        short => (usize::from(short), 2),
+                    };
+                    self.start += at;
+                    let buffered = self.end - self.start;
+                    let direct = (len >= DIRECT && buffered < len).then(|| {
+                        let mut body = vec![0u8; len];
+                        body[..buffered].copy_from_slice(&self.data[self.start..self.end]);
+                        (body, buffered)
+                    });
+                    if direct.is_some() {
+                        self.start = self.end;
+                    }
+                    self.state = State::Payload {
+                        opcode: first & 0x0F,
+                        fin: first & 0x80 != 0,
+                        len,
+                        direct,
+                    };
+                }
+                State::Payload {
+                    opcode,
+                    fin,
+                    len,
+                    direct,
+                } => {
+                    let (opcode, fin, len) = (*opcode, *fin, *len);
+                    let payload = match direct {
+                        Some((body, filled)) => {
+                            if *filled < len {
+                                return self.ws_end();
+                            }
+                            std::mem::take(body)
+                        }
+                        None => {
+                            if self.end - self.start < len {
+                                return self.ws_end();
+                            }
+                            let payload = self.data[self.start..self.start + len].to_vec();
+                            self.start += len;
+                            payload
+                        }
+                    };
+                    self.state = State::Head;
+                    if let Some(reply) = self.ws_frame(opcode, fin, payload)? {
+                        return Ok(Some(reply));
+                    }
+                }
+                _ => return Err(Error::protocol("invariant: no HTTP bodies in a WebSocket")),
+            }
+        }
+    }
+
+    fn ws_end(&self) -> Result<Option<Reply>> {
+        if self.eof && (self.in_reply()) {
+            return Err(Error::protocol("the connection closed in the middle of a message"));
+        }
+        Ok(None)
+    }
+
+    fn ws_frame(&mut self, opcode: u8, fin: bool, payload: Vec<u8>) -> Result<Option<Reply>> {
+        match opcode {
+            0x0..=0x2 => {
+                if (opcode == 0x0) != self.in_message {
+                    return Err(Error::protocol("not a valid WebSocket stream: a fragment out of order"));
+                }
+                let body = if self.in_message || !fin {
+                    self.message.extend_from_slice(&payload);
+                    if !fin {
+                        self.in_message = true;
+                        return Ok(None);
+                    }
+                    self.in_message = false;
+                    std::mem::take(&mut self.message)
+                } else {
+                    payload
+                };
+                Ok(Some(Reply {
+                    status: None,
+                    body,
+                    close: false,
+                }))
+            }
+            0x8 => {
+                self.closed_by_frame = true;
+                if payload.len() >= 2 {
+                    let code = u16::from_be_bytes([payload[0], payload[1]]);
+                    let reason = String::from_utf8_lossy(&payload[2..]);
+                    self.why = if reason.is_empty() {
+                        format!(" (WebSocket close code {code})")
+                    } else {
+                        format!(" (WebSocket close code {code}: {reason})")
+                    };
+                }
+                if let Some(framer) = &mut self.masks {
+                    framer.control(0x8, &payload[..payload.len().min(2)], &mut self.owed);
+                }
+                Ok(None)
+            }
+            0x9 => {
+                if let Some(framer) = &mut self.masks {
+                    framer.control(0xA, &payload, &mut self.owed);
+                }
+                Ok(None)
+            }
+            0xA => Ok(None),
+            _ => Err(Error::protocol("not a valid WebSocket stream: an unknown opcode")),
+        }
+    }
+}
+
+struct Head {
+    status: u16,
+    len: usize,
+    close: bool,
+    chunked: bool,
+    content_length: Option<usize>,
+    accept: Option<String>,
+    upgrade: bool,
+}
+
+fn contains_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&c| c == b',')
+        .any(|part| part.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(reader: &mut ReplyReader) -> Vec<Reply> {
+        let mut out = Vec::new();
+        while let Some(reply) = reader.next_reply().expect("valid") {
+            out.push(reply);
+        }
+        out
+    }
+
+    #[test]
+    fn http_replies_every_way_byte_by_byte() {
+        let stream: &[u8] =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=1\r\n\":1}\r\n0\r\n\r\n\
+HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/1.1 204 No Content\r\n\r\n";
+        let mut reader = ReplyReader::new(Protocol::Http, None);
+        let mut replies = Vec::new();
+        for byte in stream {
+            reader.feed(&[*byte]);
+            replies.extend(all(&mut reader));
+        }
+        let bodies: Vec<&[u8]> = replies.iter().map(|r| r.body.as_slice()).collect();
+        assert_eq!(bodies, [&b"{\"a\":1}"[..], b"[]", b""]);
+        assert_eq!(replies[2].status, Some(204));
+    }
+
+    #[test]
+    fn a_large_body_is_read_into_its_own_buffer() {
+        let body = vec![b'7'; 300_000];
+        let mut stream = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        stream.extend_from_slice(&body);
+        let mut reader = ReplyReader::new(Protocol::Http, None);
+        let mut replies = Vec::new();
+        for piece in stream.chunks(10_000) {
+            reader.feed(piece);
+            replies.extend(all(&mut reader));
+        }
+        assert_eq!(replies.len(), 1);
+        assert!(replies[0].close);
+        assert_eq!(replies[0].body, body);
+    }
+
+    #[test]
+    fn a_reply_cut_short_is_an_error() {
+        let mut reader = ReplyReader::new(Protocol::Http, None);
+        reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab");
+        assert!(reader.next_reply().expect("partial").is_none());
+        reader.eof();
+        assert!(reader.next_reply().is_err());
+        let mut reader = ReplyReader::new(Protocol::Http, None);
+        reader.feed(b"SSH-2.0-OpenSSH\r\n\r\n");
+        assert!(reader.next_reply().is_err());
+    }
+
+    #[test]
+    fn tcp_texts_are_framed_by_their_syntax() {
+        let mut reader = ReplyReader::new(Protocol::Tcp, None);
+        reader.feed(b" {\"a\":\"}\\\"\"}\n[1,");
+        assert_eq!(all(&mut reader)[0].body, b"{\"a\":\"}\\\"\"}");
+        reader.feed(b"2]");
+        assert_eq!(all(&mut reader)[0].body, b"[1,2]");
+    }
+
+    #[test]
+    fn websocket_fragments_pings_and_close() {
+        let (_, key) = websocket_handshake("h", "/");
+        let accept = ucall_core::ws::accept_key(key.as_bytes());
+        let mut reader = ReplyReader::new(Protocol::WebSocket, Some(key));
+        reader.feed(
+            format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")
+                .as_bytes(),
+        );
+        reader.feed(&[0x01, 2, b'{', b'"', 0x89, 1, b'p', 0x80, 3, b'a', b'"', b'}']);
+        let replies = all(&mut reader);
+        assert!(reader.opened());
+        assert_eq!(replies[0].body, b"{\"a\"}");
+        let mut owed = OutQueue::default();
+        reader.take_owed(&mut owed);
+        assert_eq!(owed.front()[0], 0x8A, "a pong");
+        assert_eq!(owed.front()[1], 0x81, "masked, one byte");
+        reader.feed(&[0x88, 2, 0x03, 0xE8]);
+        assert!(all(&mut reader).is_empty());
+        assert!(reader.ended());
+        assert_eq!(reader.why(), " (WebSocket close code 1000)");
+    }
+
+    #[test]
+    fn requests_are_framed_and_masked() {
+        let mut out = OutQueue::default();
+        let mut framer = RequestFramer::new(Protocol::Http, "h:1", "/");
+        framer.frame(b"{}".to_vec(), &mut out);
+        let text = String::from_utf8(out.front().to_vec()).expect("ascii");
+        assert!(text.starts_with("POST / HTTP/1.1\r\nHost: h:1\r\n") && text.ends_with("Content-Length: 2\r\n\r\n{}"));
+        let mut out = OutQueue::default();
+        let mut framer = RequestFramer::new(Protocol::WebSocket, "", "");
+        framer.frame(b"{}".to_vec(), &mut out);
+        let frame = out.front();
+        assert_eq!(frame[..2], [0x81, 0x82]);
+        let mask = [frame[2], frame[3], frame[4], frame[5]];
+        assert_eq!([frame[6] ^ mask[0], frame[7] ^ mask[1]], *b"{}");
+        let big = vec![b'x'; 100_000];
+        let mut out = OutQueue::default();
+        RequestFramer::new(Protocol::Tcp, "", "").frame(big, &mut out);
+        assert_eq!(out.len(), 100_001);
+        let mut slices = [IoSlice::new(&[]); 4];
+        assert_eq!(out.slices(&mut slices), 2);
+        out.advance(99_999);
+        assert_eq!(out.front(), b"x");
+        out.advance(2);
+        assert!(out.is_empty());
+    }
+}

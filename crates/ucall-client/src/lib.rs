@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+//! # ucall-client
+//!
+//! A JSON-RPC 2.0 client for UCall servers (and any JSON-RPC server): HTTP/1.1 (kept
+//! alive, pipelined, chunked replies), raw TCP and WebSocket, each plain or over TLS
+//! (rustls, the server verified by default).
+//!
+//! ```no_run
+//! use ucall_client::{Client, Endpoint, Params};
+//!
+//! let mut client = Client::new(Endpoint::parse("http://127.0.0.1:8545")?)?;
+//! let sum: i64 = client.call("sum", [1, 2])?.result()?;
+//! // bytes go out as base64 written straight into the request (SIMD), and come back
+//! // decoded straight from the reply
+//! let echoed = client.call("echo", Params::array().bytes(&[0u8; 1024]))?.result_bytes()?;
+//! // a thousand calls in flight, replies read while requests are written
+//! let replies = client.pipeline((0..1000).map(|i| ("sum", [i, 1])))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! - [`Client`]: blocking, one connection; calls, notifications, [`Batch`]es and
+//!   pipelines; a time-out per call; the retry rule (only what cannot have run is sent
+//!   again).
+//! - [`Pool`]: several clients shared by threads.
+//! - [`Multiplexed`]: a connection with its own I/O thread: submit from anywhere, take
+//!   completions in bursts (what event loops build on).
+//! - [`framing`]: the sans-I/O layer (requests framed, replies framed out of bytes),
+//!   usable on its own.
+//!
+//! `examples/call.rs` starts a server and calls it every way.
+
+mod client;
+mod conn;
+mod endpoint;
+mod error;
+pub mod framing;
+mod message;
+mod mux;
+
+pub use client::{Batch, Client, Pool};
+pub use conn::Connection;
+pub use endpoint::Endpoint;
+pub use error::{Error, ErrorKind, Result};
+pub use framing::{Protocol, Reply};
+pub use message::{
+    base64_decode_into, base64_decoded_len, write_base64, write_request, Envelope, NoParams, Params, Response,
+    RpcError, ToParams,
+};
+pub use mux::{Completion, Multiplexed, Ticket};

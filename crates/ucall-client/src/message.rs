@@ -1,0 +1,519 @@
+// SPDX-License-Identifier: Apache-2.0
+//! JSON-RPC 2.0 messages on the client side: requests written straight into their
+//! buffer (params, base64 `bytes` included), replies read without copying their result.
+
+use std::mem::MaybeUninit;
+
+use serde::Serialize;
+#[cfg(feature = "simd")]
+use simdutf::{Base64Options, ErrorCode, LastChunkHandlingOptions};
+
+use crate::error::{Error, Result};
+
+/// Params that write themselves as a JSON array or object.
+pub trait ToParams {
+    /// Append the params' JSON to `out`; `false` when there are none (no `params` member).
+    ///
+    /// # Errors
+    /// A value with no JSON form.
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool>;
+}
+
+impl<T: Serialize + ?Sized> ToParams for &T {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        serde_json::to_writer(&mut *out, *self).map_err(|e| Error::invalid(format!("params: {e}")))?;
+        Ok(true)
+    }
+}
+
+impl<T: Serialize, const N: usize> ToParams for [T; N] {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        (&self.as_slice()).write_params(out)
+    }
+}
+
+impl<T: Serialize> ToParams for Vec<T> {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        (&self.as_slice()).write_params(out)
+    }
+}
+
+/// No params: the request has no `params` member.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoParams;
+
+impl ToParams for NoParams {
+    fn write_params(&self, _out: &mut Vec<u8>) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Params built value by value, `bytes` written as base64 straight into the request:
+///
+/// ```
+/// use ucall_client::Params;
+/// let by_name = Params::object().named("a", &1).named_bytes("blob", b"\x00\x01");
+/// assert_eq!(by_name.as_json(), r#"{"a":1,"blob":"AAE="}"#);
+/// let by_position = Params::array().value(&"x").bytes(b"hi");
+/// assert_eq!(by_position.as_json(), r#"["x","aGk="]"#);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Params {
+    text: Vec<u8>,
+    close: u8,
+    error: Option<String>,
+}
+
+impl Params {
+    /// Params by position: `[...]`.
+    pub fn array() -> Self {
+        Params {
+            text: vec![b'['],
+            close: b']',
+            error: None,
+        }
+    }
+
+    /// Params by name: `{...}`.
+    pub fn object() -> Self {
+        Params {
+            text: vec![b'{'],
+            close: b'}',
+            error: None,
+        }
+    }
+
+    fn comma(&mut self) {
+        if self.text.len() > 1 {
+            self.text.push(b',');
+        }
+    }
+
+    fn key(&mut self, name: &str) {
+        self.comma();
+        if let Err(e) = serde_json::to_writer(&mut self.text, name) {
+            self.error.get_or_insert(e.to_string());
+        }
+        self.text.push(b':');
+    }
+
+    /// Append a value (to an array).
+    pub fn value(mut self, value: &(impl Serialize + ?Sized)) -> Self {
+        self.comma();
+        if let Err(e) = serde_json::to_writer(&mut self.text, value) {
+            self.error.get_or_insert(e.to_string());
+        }
+        self
+    }
+
+    /// Append bytes as a base64 string (to an array).
+    pub fn bytes(mut self, bytes: &[u8]) -> Self {
+        self.comma();
+        write_base64(bytes, &mut self.text);
+        self
+    }
+
+    /// Add a named value (to an object).
+    pub fn named(mut self, name: &str, value: &(impl Serialize + ?Sized)) -> Self {
+        self.key(name);
+        if let Err(e) = serde_json::to_writer(&mut self.text, value) {
+            self.error.get_or_insert(e.to_string());
+        }
+        self
+    }
+
+    /// Add named bytes as a base64 string (to an object).
+    pub fn named_bytes(mut self, name: &str, bytes: &[u8]) -> Self {
+        self.key(name);
+        write_base64(bytes, &mut self.text);
+        self
+    }
+
+    /// The params' JSON text.
+    #[must_use]
+    pub fn as_json(&self) -> String {
+        let mut text = self.text.clone();
+        text.push(self.close);
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+impl ToParams for Params {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        if let Some(error) = &self.error {
+            return Err(Error::invalid(format!("params: {error}")));
+        }
+        out.extend_from_slice(&self.text);
+        out.push(self.close);
+        Ok(true)
+    }
+}
+
+impl ToParams for Option<&serde_json::value::RawValue> {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        match self {
+            Some(raw) => {
+                out.extend_from_slice(raw.get().as_bytes());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// Append one request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`; no id
+/// makes a notification.
+///
+/// # Errors
+/// Params with no JSON form; `out` then holds a partial text.
+pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<()> {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    serde_json::to_writer(&mut *out, method).map_err(|e| Error::invalid(e.to_string()))?;
+    let mark = out.len();
+    out.extend_from_slice(b",\"params\":");
+    if !params.write_params(out)? {
+        out.truncate(mark);
+    }
+    if let Some(id) = id {
+        out.extend_from_slice(b",\"id\":");
+        out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// Append `bytes` as a quoted standard base64 string (SIMD, straight into `out`).
+#[cfg(feature = "simd")]
+pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    let len = simdutf::base64_length_from_binary(bytes.len(), Base64Options::Default);
+    out.reserve(len + 2);
+    out.push(b'"');
+    let room = out.spare_capacity_mut();
+    // SAFETY: `room` has at least `len` writable bytes (reserved above), all the encoder
+    // writes; `bytes` is not part of `out`, which is borrowed mutably.
+    let written = unsafe {
+        simdutf::binary_to_base64(
+            bytes.as_ptr(),
+            bytes.len(),
+            room.as_mut_ptr().cast::<u8>(),
+            Base64Options::Default,
+        )
+    };
+    // SAFETY: the encoder initialised `written` bytes after the old length, within capacity.
+    unsafe { out.set_len(out.len() + written.min(len)) };
+    out.push(b'"');
+}
+
+/// Append `bytes` as a quoted standard base64 string.
+#[cfg(not(feature = "simd"))]
+pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    use base64::Engine as _;
+    out.push(b'"');
+    let start = out.len();
+    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
+    out.push(b'"');
+}
+
+/// The length `text` decodes to as strict standard base64, `None` when it cannot be.
+#[must_use]
+pub fn base64_decoded_len(text: &[u8]) -> Option<usize> {
+    if text.len() % 4 != 0 {
+        return None;
+    }
+    let padding = text.iter().rev().take(2).take_while(|&&c| c == b'=').count();
+    Some(text.len() / 4 * 3 - padding)
+}
+
+/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
+/// `false` when `text` is not base64.
+#[cfg(feature = "simd")]
+pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    if base64_decoded_len(text) != Some(out.len()) {
+        return false;
+    }
+    let mut written = out.len();
+    // SAFETY: `text` is readable for its length and `out` writable for `written` bytes,
+    // which the bounded decoder never passes; `out` is borrowed mutably, so they are apart.
+    let result = unsafe {
+        simdutf::base64_to_binary_safe(
+            text.as_ptr(),
+            text.len(),
+            out.as_mut_ptr().cast::<u8>(),
+            &mut written,
+            Base64Options::Default,
+            LastChunkHandlingOptions::Strict,
+            false,
+        )
+    };
+    // Skipped whitespace shows as fewer bytes written: refused, as strict base64 has none.
+    result.error == ErrorCode::Success && written == out.len()
+}
+
+/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
+/// `false` when `text` is not base64.
+#[cfg(not(feature = "simd"))]
+pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    use base64::Engine as _;
+    if base64_decoded_len(text) != Some(out.len()) {
+        return false;
+    }
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(text) else {
+        return false;
+    };
+    if decoded.len() != out.len() {
+        return false;
+    }
+    for (slot, byte) in out.iter_mut().zip(decoded) {
+        slot.write(byte);
+    }
+    true
+}
+
+/// A JSON-RPC error reply (or a result that is not what was asked for, code -32603).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcError {
+    /// The error code (JSON-RPC 2.0 §5.1).
+    pub code: i64,
+    /// The message.
+    pub message: String,
+    /// The `data` member's JSON text, when present.
+    pub data: Option<String>,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+fn internal(message: impl Into<String>) -> RpcError {
+    RpcError {
+        code: -32603,
+        message: message.into(),
+        data: None,
+    }
+}
+
+/// One reply's members as raw JSON text, found without decoding the result.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Envelope<'a> {
+    /// `id` as JSON text.
+    pub id: Option<&'a str>,
+    /// `result` as JSON text.
+    pub result: Option<&'a str>,
+    /// `error` as JSON text.
+    pub error: Option<&'a str>,
+}
+
+impl<'a> Envelope<'a> {
+    /// Scan a reply object's top-level members (SIMD skipping of long strings).
+    ///
+    /// # Errors
+    /// The text is not a JSON object.
+    pub fn parse(body: &'a [u8]) -> std::result::Result<Self, RpcError> {
+        let text = std::str::from_utf8(body).map_err(|_| internal("the reply is not UTF-8"))?;
+        if !text.trim_start().starts_with('{') {
+            return Err(internal(format!("not a JSON-RPC reply: {}", shown(text))));
+        }
+        let mut envelope = Envelope::default();
+        for member in sonic_rs::to_object_iter(text) {
+            let (key, value) = member.map_err(|_| internal(format!("the reply is not JSON: {}", shown(text))))?;
+            let raw = value.as_raw_str();
+            // SAFETY-free lifetime juggling: the raw text is a slice of `text`.
+            let raw = slice_of(text, raw);
+            match key.as_ref() {
+                "id" => envelope.id = Some(raw),
+                "result" => envelope.result = Some(raw),
+                "error" => envelope.error = Some(raw),
+                _ => {}
+            }
+        }
+        Ok(envelope)
+    }
+
+    /// The error member as an [`RpcError`], when there is one.
+    #[must_use]
+    pub fn rpc_error(&self) -> Option<RpcError> {
+        let error = self.error?;
+        #[derive(serde::Deserialize)]
+        struct Fields<'b> {
+            code: Option<i64>,
+            #[serde(borrow)]
+            message: Option<std::borrow::Cow<'b, str>>,
+            #[serde(borrow)]
+            data: Option<&'b serde_json::value::RawValue>,
+        }
+        match serde_json::from_str::<Fields<'_>>(error) {
+            Ok(fields) => Some(RpcError {
+                code: fields.code.unwrap_or(-32603),
+                message: fields.message.map(|m| m.into_owned()).unwrap_or_default(),
+                data: fields.data.map(|d| d.get().to_owned()),
+            }),
+            Err(_) => Some(internal(format!("a malformed error: {}", shown(error)))),
+        }
+    }
+}
+
+/// `part` as a slice of `whole` (sonic-rs hands raw text back with its input's lifetime
+/// only through `FastStr`-like owners; the bytes are the same).
+fn slice_of<'a>(whole: &'a str, part: &str) -> &'a str {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    if start <= whole.len() && start + part.len() <= whole.len() {
+        &whole[start..start + part.len()]
+    } else {
+        ""
+    }
+}
+
+fn shown(text: &str) -> String {
+    let cut: String = text.chars().take(60).collect();
+    if cut.len() < text.len() {
+        format!("{cut}...")
+    } else {
+        cut
+    }
+}
+
+/// One call's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    status: Option<u16>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    /// A reply with this HTTP status (if any) and JSON body.
+    #[must_use]
+    pub fn new(status: Option<u16>, body: Vec<u8>) -> Self {
+        Response { status, body }
+    }
+
+    /// The reply's JSON text.
+    #[must_use]
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The reply's JSON text, moved out.
+    #[must_use]
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+
+    /// The HTTP status (`None` over raw TCP and WebSocket).
+    #[must_use]
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// The members, scanned.
+    ///
+    /// # Errors
+    /// The reply is not a JSON object.
+    pub fn envelope(&self) -> std::result::Result<Envelope<'_>, RpcError> {
+        if self.body.is_empty() {
+            return Err(internal(format!("an empty reply (HTTP {})", self.status.unwrap_or(0))));
+        }
+        Envelope::parse(&self.body).map_err(|mut error| {
+            if let Some(status) = self.status.filter(|&s| s != 200) {
+                error.message = format!("HTTP {status}: {}", error.message);
+            }
+            error
+        })
+    }
+
+    /// The result's JSON text, or the error.
+    ///
+    /// # Errors
+    /// The reply is an error (or not a reply).
+    pub fn result_json(&self) -> std::result::Result<&str, RpcError> {
+        let envelope = self.envelope()?;
+        if let Some(error) = envelope.rpc_error() {
+            return Err(error);
+        }
+        envelope
+            .result
+            .ok_or_else(|| internal("a reply with neither result nor error"))
+    }
+
+    /// The result decoded as `T`.
+    ///
+    /// # Errors
+    /// The reply is an error, or its result is not a `T` (code -32603).
+    pub fn result<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, RpcError> {
+        let raw = self.result_json()?;
+        serde_json::from_str(raw).map_err(|e| internal(format!("the result {}: {e}", shown(raw))))
+    }
+
+    /// The result as bytes: a base64 string decoded (SIMD) with no intermediate string.
+    ///
+    /// # Errors
+    /// The reply is an error, or its result is not a base64 string (code -32603).
+    pub fn result_bytes(&self) -> std::result::Result<Vec<u8>, RpcError> {
+        let raw = self.result_json()?;
+        let text = raw
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .ok_or_else(|| internal(format!("the result is {}, not bytes (a base64 string)", shown(raw))))?;
+        let not_base64 = || internal(format!("the result is {}, not bytes (a base64 string)", shown(raw)));
+        let len = base64_decoded_len(text.as_bytes()).ok_or_else(not_base64)?;
+        let mut out = Vec::with_capacity(len);
+        if !base64_decode_into(text.as_bytes(), &mut out.spare_capacity_mut()[..len]) {
+            return Err(not_base64());
+        }
+        // SAFETY: the decoder initialised all `len` bytes (it reported exactly `len` written).
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
+    /// The reply's id as JSON text.
+    #[must_use]
+    pub fn id(&self) -> Option<&str> {
+        self.envelope().ok().and_then(|e| e.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_written_in_one_buffer() {
+        let mut out = Vec::new();
+        write_request(&mut out, "sum", &&[1, 2], Some(7)).expect("json");
+        assert_eq!(out, br#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":7}"#);
+        out.clear();
+        write_request(&mut out, "ping", &NoParams, None).expect("json");
+        assert_eq!(out, br#"{"jsonrpc":"2.0","method":"ping"}"#);
+    }
+
+    #[test]
+    fn replies_are_read_without_decoding_the_result() {
+        let ok = Response::new(Some(200), br#"{"jsonrpc":"2.0","id":3,"result":"AAEC"}"#.to_vec());
+        assert_eq!(ok.id(), Some("3"));
+        assert_eq!(ok.result_bytes().expect("bytes"), [0, 1, 2]);
+        let error = Response::new(
+            None,
+            br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"nope","data":[1]}}"#.to_vec(),
+        );
+        let error = error.result::<i64>().expect_err("an error");
+        assert_eq!(
+            (error.code, error.message.as_str(), error.data.as_deref()),
+            (-32601, "nope", Some("[1]"))
+        );
+        let number = Response::new(None, br#"{"jsonrpc":"2.0","id":3,"result":3}"#.to_vec());
+        assert!(number
+            .result_bytes()
+            .expect_err("not bytes")
+            .message
+            .contains("not bytes"));
+        assert!(Response::new(None, b"nope".to_vec()).result::<i64>().is_err());
+    }
+}

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Many calls in flight on one connection, from any thread: a background thread owns the
+//! socket, takes submitted requests and hands back completions.
+//!
+//! Submitting is a lock and a push (the I/O thread is woken only when it sleeps); the
+//! owner learns of completions through its `notify` callback, called once per burst of
+//! them, and takes them all at once. This is what an event loop needs: the Python
+//! `AsyncClient` wakes asyncio through a socket and settles a thousand futures per wakeup.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use mio::Waker;
+
+use crate::conn::Connection;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::framing::Reply;
+
+/// A submitted request's number, handed back with its completion.
+pub type Ticket = u64;
+
+/// A request's outcome: its reply, or why there is none.
+#[derive(Debug)]
+pub struct Completion {
+    /// The ticket [`Multiplexed::submit`] returned.
+    pub ticket: Ticket,
+    /// The reply (an empty body for a notification that gets none).
+    pub result: Result<Reply>,
+}
+
+#[derive(Default)]
+struct State {
+    submitted: Vec<(Ticket, Vec<u8>, bool)>,
+    done: Vec<Completion>,
+    next: Ticket,
+    sleeping: bool,
+    notified: bool,
+    reset: Option<Error>,
+    closing: bool,
+    in_flight: usize,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    notify: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One connection with a background I/O thread: submit from any thread, take
+/// completions when notified.
+///
+/// ```no_run
+/// use std::sync::mpsc;
+/// use ucall_client::{Endpoint, Multiplexed};
+/// let (tx, rx) = mpsc::channel();
+/// let mux = Multiplexed::new(Endpoint::parse("tcp://127.0.0.1:8545")?, move || { let _ = tx.send(()); })?;
+/// for i in 0..1000 {
+///     mux.submit(format!(r#"{{"jsonrpc":"2.0","method":"sum","params":[{i},1],"id":{i}}}"#).into_bytes(), true);
+/// }
+/// let mut done = Vec::new();
+/// while done.len() < 1000 {
+///     rx.recv().unwrap();
+///     mux.take(&mut done);
+/// }
+/// # Ok::<(), ucall_client::Error>(())
+/// ```
+///
+/// Replies complete in request order. A request is never sent twice; when the connection
+/// fails, every request in flight completes with the error and the next submission opens
+/// a new connection. Time-outs are the caller's: [`Multiplexed::reset`] fails what is in
+/// flight.
+pub struct Multiplexed {
+    shared: Arc<Shared>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Multiplexed {
+    /// Start the I/O thread for `endpoint`; `notify` is called (from that thread) when
+    /// completions are waiting and none were waiting before.
+    ///
+    /// # Errors
+    /// The TLS configuration or the poller cannot be built, or no thread can start.
+    pub fn new(mut endpoint: Endpoint, notify: impl Fn() + Send + Sync + 'static) -> Result<Self> {
+        endpoint.prepare()?;
+        let conn = Connection::new(endpoint)?;
+        let waker = Arc::new(conn.waker()?);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            notify: Box::new(notify),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("ucall-client-io".into())
+            .spawn(move || run(conn, &thread_shared))
+            .map_err(|e| Error::connect(format!("cannot start the I/O thread: {e}")))?;
+        Ok(Multiplexed {
+            shared,
+            waker,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queue a request body (one JSON text); `expects_reply` is false for notifications.
+    pub fn submit(&self, body: Vec<u8>, expects_reply: bool) -> Ticket {
+        let mut state = self.shared.lock();
+        state.next += 1;
+        let ticket = state.next;
+        state.submitted.push((ticket, body, expects_reply));
+        state.in_flight += 1;
+        if state.sleeping {
+            state.sleeping = false;
+            drop(state);
+            let _ = self.waker.wake();
+        }
+        ticket
+    }
+
+    /// Move every waiting completion into `out`; the next one notifies again.
+    pub fn take(&self, out: &mut Vec<Completion>) {
+        let mut state = self.shared.lock();
+        state.notified = false;
+        state.in_flight -= state.done.len();
+        out.append(&mut state.done);
+    }
+
+    /// Drop the connection, failing every request in flight with `error`.
+    pub fn reset(&self, error: Error) {
+        let mut state = self.shared.lock();
+        state.reset = Some(error);
+        state.sleeping = false;
+        drop(state);
+        let _ = self.waker.wake();
+    }
+
+    /// Requests submitted and not yet taken as completions.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().in_flight
+    }
+}
+
+impl Drop for Multiplexed {
+    fn drop(&mut self) {
+        {
+            let mut state = self.shared.lock();
+            state.closing = true;
+        }
+        let _ = self.waker.wake();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn complete(shared: &Shared, done: &mut Vec<Completion>) {
+    if done.is_empty() {
+        return;
+    }
+    let mut state = shared.lock();
+    state.done.append(done);
+    let first = !state.notified;
+    state.notified = true;
+    drop(state);
+    if first {
+        (shared.notify)();
+    }
+}
+
+fn fail_all(in_flight: &mut VecDeque<(Ticket, bool)>, error: &Error, done: &mut Vec<Completion>) {
+    done.extend(in_flight.drain(..).map(|(ticket, _)| Completion {
+        ticket,
+        result: Err(error.clone()),
+    }));
+}
+
+/// The I/O thread.
+fn run(mut conn: Connection, shared: &Shared) {
+    let mut in_flight: VecDeque<(Ticket, bool)> = VecDeque::new();
+    let mut done = Vec::new();
+    let mut replies = Vec::new();
+    let replies_to_notifications = conn.replies_to_notifications();
+    loop {
+        let (submitted, reset, closing) = {
+            let mut state = shared.lock();
+            (std::mem::take(&mut state.submitted), state.reset.take(), state.closing)
+        };
+        if let Some(error) = reset {
+            conn.close();
+            fail_all(&mut in_flight, &error, &mut done);
+        }
+        if closing {
+            conn.close();
+            let error = Error::transport("the client closed the connection");
+            fail_all(&mut in_flight, &error, &mut done);
+            done.extend(submitted.into_iter().map(|(ticket, _, _)| Completion {
+                ticket,
+                result: Err(error.clone()),
+            }));
+            complete(shared, &mut done);
+            return;
+        }
+        if !submitted.is_empty() {
+            if conn.is_open() && in_flight.is_empty() && conn.pending() == 0 && conn.closed_by_peer() {
+                conn.close(); // closed by the server while idle: a new connection, not a lost call
+            }
+            let opened = if conn.is_open() {
+                Ok(())
+            } else {
+                let deadline = conn.endpoint().timeout().map(|t| Instant::now() + t);
+                conn.open(deadline)
+            };
+            match opened {
+                Ok(()) => {
+                    for (ticket, body, expects) in submitted {
+                        conn.queue(body);
+                        if expects || replies_to_notifications {
+                            in_flight.push_back((ticket, expects));
+                        } else {
+                            done.push(Completion {
+                                ticket,
+                                result: Ok(Reply {
+                                    status: None,
+                                    body: Vec::new(),
+                                    close: false,
+                                }),
+                            });
+                        }
+                    }
+                }
+                Err(error) => done.extend(submitted.into_iter().map(|(ticket, _, _)| Completion {
+                    ticket,
+                    result: Err(error.clone()),
+                })),
+            }
+        }
+        complete(shared, &mut done);
+        if !conn.is_open() {
+            idle(&mut conn, shared);
+            continue;
+        }
+        let moved = conn.advance(&mut |reply| replies.push(reply));
+        let mut closed = false;
+        for reply in replies.drain(..) {
+            closed |= reply.close;
+            match in_flight.pop_front() {
+                Some((ticket, _)) => done.push(Completion {
+                    ticket,
+                    result: Ok(reply),
+                }),
+                None => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        match moved {
+            Err(error) => fail_all(&mut in_flight, &error, &mut done),
+            Ok(_) if closed || conn.ended().is_some() => {
+                let why = conn.ended().unwrap_or_default();
+                conn.close();
+                let error = Error::transport(format!("the server closed the connection{why}"));
+                fail_all(&mut in_flight, &error, &mut done);
+            }
+            Ok(true) => {}
+            Ok(false) => {
+                complete(shared, &mut done);
+                idle(&mut conn, shared);
+            }
+        }
+        complete(shared, &mut done);
+    }
+}
+
+/// Sleep until the socket is ready or a submission, a reset or the end wakes the thread.
+fn idle(conn: &mut Connection, shared: &Shared) {
+    {
+        let mut state = shared.lock();
+        if !state.submitted.is_empty() || state.reset.is_some() || state.closing {
+            return;
+        }
+        state.sleeping = true;
+    }
+    conn.wait(None);
+    shared.lock().sleeping = false;
+}

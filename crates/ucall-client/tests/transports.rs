@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The client against a live server on loopback, every transport, and against scripted
+//! servers for what a real one rarely does (chunked replies, a lost connection).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use ucall_client::{Client, Endpoint, ErrorKind, NoParams, Params, Protocol};
+use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle, TlsConfig};
+
+fn serve(tls: Option<TlsConfig>) -> ServerHandle {
+    let mut builder = Server::builder()
+        .host("127.0.0.1")
+        .port(0)
+        .threads(1)
+        .engine(EngineKind::Poll)
+        .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+        .procedure("nap", |call| {
+            std::thread::sleep(Duration::from_millis(call.get::<u64>(0, "ms")?));
+            Ok(())
+        })
+        .handler("echo", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let data = call
+                .params()
+                .raw_at(0, "data")
+                .ok_or_else(|| RpcError::invalid_params("no data"))?;
+            reply.raw_trusted(data);
+            Ok(())
+        });
+    if let Some(tls) = tls {
+        builder = builder.tls(tls);
+    }
+    builder.bind().expect("bind").spawn().expect("spawn")
+}
+
+struct Certs(PathBuf);
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn certs() -> Certs {
+    let dir = std::env::temp_dir().join(format!("ucall-client-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let ca_key = KeyPair::generate().expect("a key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("a CA");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("a key");
+    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("a certificate");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
+    std::fs::write(dir.join("server.pem"), cert.pem()).expect("write");
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
+    Certs(dir)
+}
+
+fn exercise(endpoint: Endpoint) {
+    let url = endpoint.url();
+    let mut client = Client::new(endpoint).expect("a client");
+    assert_eq!(client.call("sum", [1, 2]).expect(&url).result::<i64>(), Ok(3), "{url}");
+    let blob: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let echoed = client.call("echo", Params::array().bytes(&blob)).expect(&url);
+    assert_eq!(echoed.result_bytes().expect("bytes"), blob, "{url}");
+    client.notify("sum", [1, 1]).expect(&url);
+    let replies = client.pipeline((0..500).map(|i| ("sum", [i, 1]))).expect(&url);
+    let results: Vec<i64> = replies.iter().map(|r| r.result().expect("a result")).collect();
+    assert_eq!(results, (1..=500).collect::<Vec<i64>>(), "{url}");
+    let missing = client
+        .call("missing", NoParams)
+        .expect(&url)
+        .result::<i64>()
+        .expect_err("no such method");
+    assert_eq!(missing.code, -32601, "{url}");
+}
+
+#[test]
+fn every_transport_plain_and_tls() {
+    let plain = serve(None);
+    let port = plain.port();
+    exercise(Endpoint::new("127.0.0.1", port));
+    exercise(Endpoint::new("127.0.0.1", port).with_protocol(Protocol::Tcp));
+    exercise(Endpoint::parse(&format!("ws://127.0.0.1:{port}/")).expect("a URL"));
+    plain.stop();
+    plain.join();
+
+    let certs = certs();
+    let tls = serve(Some(TlsConfig::new(
+        certs.0.join("server.pem"),
+        certs.0.join("server.key"),
+    )));
+    let port = tls.port();
+    let ca = certs.0.join("ca.pem");
+    exercise(
+        Endpoint::parse(&format!("https://127.0.0.1:{port}"))
+            .expect("a URL")
+            .cacert(&ca),
+    );
+    exercise(
+        Endpoint::parse(&format!("tls://localhost:{port}"))
+            .expect("a URL")
+            .cacert(&ca),
+    );
+    exercise(
+        Endpoint::parse(&format!("wss://127.0.0.1:{port}"))
+            .expect("a URL")
+            .cacert(&ca),
+    );
+    // Verified by default: the system's CAs do not know this one.
+    let mut unknown =
+        Client::new(Endpoint::parse(&format!("https://127.0.0.1:{port}")).expect("a URL")).expect("a client");
+    let error = unknown.call("sum", [1, 2]).expect_err("an unknown CA");
+    assert_eq!(error.kind(), ErrorKind::Connect);
+    assert!(error.message().contains("cannot verify the TLS certificate"), "{error}");
+    let mut insecure = Client::new(
+        Endpoint::parse(&format!("https://127.0.0.1:{port}"))
+            .expect("a URL")
+            .insecure(),
+    )
+    .expect("a client");
+    assert_eq!(
+        insecure.call("sum", [1, 2]).expect("any certificate").result::<i64>(),
+        Ok(3)
+    );
+    tls.stop();
+    tls.join();
+}
+
+/// A pipeline far larger than the socket buffers on both sides: the server stops reading
+/// a client that does not read its replies, so a client that wrote everything first
+/// would wait for ever.
+#[test]
+fn a_pipeline_of_large_calls_completes() {
+    let server = serve(None);
+    for protocol in [Protocol::Http, Protocol::Tcp] {
+        let mut client = Client::new(
+            Endpoint::new("127.0.0.1", server.port())
+                .with_protocol(protocol)
+                .with_timeout(Some(Duration::from_secs(60))),
+        )
+        .expect("a client");
+        let blob = vec![7u8; 1 << 20];
+        let calls: Vec<_> = (0..24).map(|_| ("echo", Params::array().bytes(&blob))).collect();
+        let replies = client.pipeline(calls).expect("the pipeline completes");
+        assert_eq!(replies.len(), 24);
+        assert!(replies.iter().all(|r| r.result_bytes().is_ok_and(|b| b == blob)));
+    }
+    server.stop();
+    server.join();
+}
+
+#[test]
+fn a_call_that_outlives_the_time_out_fails_and_the_next_one_works() {
+    let server = serve(None);
+    let mut client =
+        Client::new(Endpoint::new("127.0.0.1", server.port()).with_timeout(Some(Duration::from_millis(100))))
+            .expect("a client");
+    let error = client.call("nap", [1000]).expect_err("too slow");
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    client.set_timeout(Some(Duration::from_secs(5)));
+    assert_eq!(client.call("sum", [1, 2]).expect("a reply").result::<i64>(), Ok(3));
+    server.stop();
+    server.join();
+}
+
+/// A one-connection-at-a-time HTTP server run by `script(connection number, stream)`.
+fn scripted(script: impl Fn(usize, &mut TcpStream) + Send + 'static) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("an address").port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            script(n, &mut stream);
+        }
+    });
+    (port, connections)
+}
+
+/// Read one HTTP request; its body.
+fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut data = Vec::new();
+    let mut byte = [0u8; 4096];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_lowercase();
+            let length: usize = head
+                .split("content-length:")
+                .nth(1)?
+                .split("\r\n")
+                .next()?
+                .trim()
+                .parse()
+                .ok()?;
+            while data.len() < end + 4 + length {
+                let n = stream.read(&mut byte).ok().filter(|&n| n > 0)?;
+                data.extend_from_slice(&byte[..n]);
+            }
+            return Some(data[end + 4..end + 4 + length].to_vec());
+        }
+        let n = stream.read(&mut byte).ok().filter(|&n| n > 0)?;
+        data.extend_from_slice(&byte[..n]);
+    }
+}
+
+fn id_of(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.rsplit("\"id\":")
+        .next()
+        .unwrap_or("0")
+        .trim_end_matches('}')
+        .to_owned()
+}
+
+#[test]
+fn a_call_the_server_may_have_run_is_not_sent_again() {
+    let (port, connections) = scripted(|n, stream| {
+        if n > 1 {
+            let _ = read_request(stream); // a second attempt: what this test rules out
+            return;
+        }
+        let first = read_request(stream).expect("a request");
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":"first"}}"#, id_of(&first));
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = read_request(stream); // read, maybe run, then the connection is lost
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port)).expect("a client");
+    assert_eq!(
+        client.call("transfer", [1]).expect("a reply").result::<String>(),
+        Ok("first".into())
+    );
+    let error = client.call("transfer", [2]).expect_err("lost");
+    assert_eq!(error.kind(), ErrorKind::Transport);
+    assert!(error.message().contains("may have run"), "{error}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_connection_the_server_closed_is_not_used_for_the_next_call() {
+    let (port, connections) = scripted(|n, stream| {
+        let request = read_request(stream).expect("a request");
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{n}}}"#, id_of(&request));
+        // Chunked, in two chunks, as a proxy might send it.
+        let (a, b) = body.split_at(5);
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+            a.len(),
+            b.len()
+        );
+        if n == 1 {
+            let _ = stream.shutdown(std::net::Shutdown::Write); // as an idle time-out does
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest);
+            assert!(rest.is_empty(), "a call was sent into a closed connection");
+        }
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port)).expect("a client");
+    assert_eq!(client.call("ping", NoParams).expect("a reply").result::<i64>(), Ok(1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(client.call("ping", NoParams).expect("a reply").result::<i64>(), Ok(2));
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn no_server_is_a_connect_error() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port)).expect("a client");
+    assert_eq!(
+        client.call("sum", [1, 2]).expect_err("refused").kind(),
+        ErrorKind::Connect
+    );
+}

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Self-description over loopback: `rpc.discover`, `GET /openrpc.json`, `/openapi.json`
+//! and `/docs` built from the registered procedures, and each one turned off.
+
+mod common;
+
+use common::{call, get, post, Conn};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use ucall_core::{Discovery, EngineKind, MethodDoc, ServerBuilder};
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+/// A point in the plane.
+struct Point {
+    x: f64,
+    y: f64,
+}
+
+fn described(engine: EngineKind) -> ServerBuilder {
+    ucall_core::Server::builder()
+        .host("127.0.0.1")
+        .port(0)
+        .threads(1)
+        .engine(engine)
+        .described(
+            MethodDoc::new("sum")
+                .summary("Add two integers")
+                .param::<i64>("a")
+                .param_default::<i64>("b", 0)
+                .result::<i64>()
+                .example(json!({"a": 1, "b": 2}), json!(3)),
+            |call| Ok(call.get::<i64>(0, "a")? + call.params().get_optional::<i64>(1, "b")?.unwrap_or(0)),
+        )
+        .described(
+            MethodDoc::new("scale")
+                .param::<Point>("point")
+                .param::<f64>("factor")
+                .result::<Point>(),
+            |call| {
+                let point: Point = call.get(0, "point")?;
+                let factor: f64 = call.get(1, "factor")?;
+                Ok(Point {
+                    x: point.x * factor,
+                    y: point.y * factor,
+                })
+            },
+        )
+        .procedure("ping", |_| Ok("pong"))
+}
+
+fn document(conn: &mut Conn, path: &str) -> Value {
+    let response = conn.roundtrip(&get(path));
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    serde_json::from_slice(&response.body).expect("a JSON document")
+}
+
+fn names(openrpc: &Value) -> Vec<&str> {
+    openrpc["methods"]
+        .as_array()
+        .expect("methods")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect()
+}
+
+#[test]
+fn documents_describe_every_registered_procedure() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, described(engine));
+        let mut conn = Conn::to(&server);
+        let openrpc = document(&mut conn, "/openrpc.json");
+        assert_eq!(openrpc["openrpc"], "1.3.2");
+        assert_eq!(
+            names(&openrpc),
+            ["ping", "scale", "sum"],
+            "sorted, without rpc.discover"
+        );
+        assert_eq!(openrpc["servers"][0]["url"], format!("http://{}", server.local_addr()));
+        let sum = &openrpc["methods"][2];
+        assert_eq!(sum["summary"], "Add two integers");
+        assert_eq!(
+            sum["params"][0],
+            json!({"name": "a", "required": true, "schema": {"type": "integer", "format": "int64"}})
+        );
+        assert_eq!(sum["params"][1]["schema"]["default"], 0);
+        assert_eq!(sum["params"][1]["required"], false);
+        assert_eq!(
+            sum["examples"][0]["params"],
+            json!([{"name": "a", "value": 1}, {"name": "b", "value": 2}])
+        );
+        assert_eq!(sum["examples"][0]["result"]["value"], 3);
+        // A derived type is shared under components, and referred to from there.
+        let scale = &openrpc["methods"][1];
+        assert_eq!(scale["params"][0]["schema"]["$ref"], "#/components/schemas/Point");
+        assert_eq!(scale["result"]["schema"]["$ref"], "#/components/schemas/Point");
+        let point = &openrpc["components"]["schemas"]["Point"];
+        assert_eq!(point["required"], json!(["x", "y"]), "{point}");
+        assert_eq!(point["description"], "A point in the plane.");
+        // Registered without a description: listed by name all the same.
+        let ping = &openrpc["methods"][0];
+        assert_eq!(ping["params"], json!([]));
+        assert_eq!(ping["x-undescribed"], true);
+
+        // rpc.discover answers the same document.
+        let reply = conn.roundtrip(&post("/", call("rpc.discover", "[]", "7").as_bytes()));
+        let reply: Value = serde_json::from_slice(&reply.body).expect("JSON");
+        assert_eq!(reply["result"], openrpc);
+
+        let openapi = document(&mut conn, "/openapi.json");
+        assert_eq!(openapi["openapi"], "3.1.0");
+        let paths = openapi["paths"].as_object().expect("paths");
+        assert_eq!(paths.keys().collect::<Vec<_>>(), ["/", "/ping", "/scale", "/sum"]);
+        let get_sum = &openapi["paths"]["/sum"]["get"];
+        assert_eq!(get_sum["parameters"][0]["in"], "query");
+        assert_eq!(get_sum["parameters"][0]["schema"]["type"], "integer");
+        let body = &openapi["paths"]["/scale"]["post"]["requestBody"]["content"]["application/json"]["schema"];
+        assert_eq!(body["required"], json!(["point", "factor"]));
+        assert_eq!(body["properties"]["point"]["$ref"], "#/components/schemas/Point");
+
+        let page = conn.roundtrip(&get("/docs"));
+        assert_eq!(page.status, 200);
+        assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+        let html = String::from_utf8(page.body).expect("UTF-8");
+        assert!(
+            html.contains("<title>UCall server</title>"),
+            "{}",
+            &html[..200.min(html.len())]
+        );
+        assert!(html.contains("\"openrpc\":\"1.3.2\""));
+
+        // The connection is still served, and the REST routes still work.
+        let reply = conn.roundtrip(&get("/sum?a=4&b=5"));
+        assert_eq!((reply.status, reply.body.as_slice()), (200, b"9".as_slice()));
+    });
+}
+
+#[test]
+fn each_part_can_be_turned_off_or_moved() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, described(engine).discovery(Discovery::off()));
+        let mut conn = Conn::to(&server);
+        for path in ["/openrpc.json", "/openapi.json", "/docs"] {
+            // Not a document: a REST call to a procedure that does not exist.
+            assert_eq!(conn.roundtrip(&get(path)).status, 404, "{path}");
+        }
+        let reply = conn.roundtrip(&post("/", call("rpc.discover", "[]", "1").as_bytes()));
+        common::assert_error(&reply.body, -32601, "1");
+        drop(server);
+
+        let moved = Discovery {
+            title: "Geometry <API>".into(),
+            version: "2.1.0".into(),
+            docs_path: Some("/help".into()),
+            openapi_path: None,
+            ..Discovery::default()
+        };
+        let server = common::start(engine, described(engine).discovery(moved));
+        let mut conn = Conn::to(&server);
+        assert_eq!(conn.roundtrip(&get("/openapi.json")).status, 404);
+        assert_eq!(conn.roundtrip(&get("/docs")).status, 404);
+        let page = conn.roundtrip(&get("/help?x=1"));
+        assert_eq!(page.status, 200);
+        let html = String::from_utf8(page.body).expect("UTF-8");
+        assert!(
+            html.contains("<title>Geometry &lt;API&gt;</title>"),
+            "the title is escaped"
+        );
+        let openrpc = document(&mut conn, "/openrpc.json");
+        assert_eq!(openrpc["info"], json!({"title": "Geometry <API>", "version": "2.1.0"}));
+        // POST to a document's path is a REST call as before.
+        assert_eq!(conn.roundtrip(&post("/help", b"{}")).status, 404);
+    });
+}
+
+#[test]
+fn a_procedure_named_rpc_discover_is_kept() {
+    let builder = described(EngineKind::Poll).procedure("rpc.discover", |_| Ok("mine"));
+    let server = common::start(EngineKind::Poll, builder);
+    let mut conn = Conn::to(&server);
+    let reply = conn.roundtrip(&post("/", call("rpc.discover", "[]", "1").as_bytes()));
+    common::assert_result(&reply.body, "\"mine\"", "1");
+}
+
+#[test]
+fn descriptions_in_json_are_checked() {
+    let doc = MethodDoc::from_json(r#"{"name": "f", "params": [{"name": "x", "schema": {"type": "string"}}]}"#)
+        .expect("a valid description");
+    assert_eq!(doc.params[0].name, "x");
+    assert_eq!(doc.params[0].default, None);
+    // A null default (or example result) is a value, not an absence.
+    let doc = MethodDoc::from_json(
+        r#"{"params": [{"name": "x", "default": null}], "examples": [{"params": {}, "result": null}]}"#,
+    )
+    .expect("valid");
+    assert_eq!(doc.params[0].default, Some(Value::Null));
+    assert_eq!(doc.examples[0].result, Some(Value::Null));
+    let error = MethodDoc::from_json(r#"{"name": "f", "parms": []}"#).expect_err("a misspelt member");
+    assert!(error.contains("unknown field `parms`"), "{error}");
+    let error = Discovery::from_json(r#"{"docs_path": "docs"}"#).expect_err("a relative path");
+    assert!(error.contains("must start with '/'"), "{error}");
+    let off = Discovery::from_json(r#"{"rpc_discover": false, "openrpc_path": null}"#).expect("valid");
+    assert!(!off.rpc_discover && off.openrpc_path.is_none() && off.docs_path.is_some());
+}

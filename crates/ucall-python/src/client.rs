@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The clients' native transport: `NativeClient` (blocking, the GIL released while it
+//! waits) and `NativeMux` (many calls in flight, an I/O thread of its own, completions
+//! announced through a socket an event loop watches), both on `ucall-client`.
+//!
+//! Requests are written here, params included (bytes and `.npy` arrays as base64 written
+//! straight into the request); replies go back as bytes for the Python package to read.
+//! Errors become the package's exceptions (`ucall.exceptions`).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use ucall_client::{Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply};
+
+use crate::convert::write_json;
+
+fn endpoint(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>) -> PyResult<Endpoint> {
+    let protocol = match protocol {
+        "http" => Protocol::Http,
+        "tcp" => Protocol::Tcp,
+        "ws" => Protocol::WebSocket,
+        other => return Err(PyValueError::new_err(format!("unknown protocol {other:?}"))),
+    };
+    Ok(Endpoint::new(host, port)
+        .with_protocol(protocol)
+        .with_path(path)
+        .with_timeout(seconds(timeout)?))
+}
+
+fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    timeout
+        .map(|t| Duration::try_from_secs_f64(t.max(0.0)))
+        .transpose()
+        .map_err(|e| PyValueError::new_err(format!("timeout: {e}")))
+}
+
+/// The exception of `ucall.exceptions` for a transport failure.
+fn exception(py: Python<'_>, error: &Error) -> PyErr {
+    let name = match error.kind() {
+        ErrorKind::Connect => "ConnectError",
+        ErrorKind::Timeout => "TimeoutError",
+        ErrorKind::Transport => "TransportError",
+        ErrorKind::Protocol => "ProtocolError",
+        ErrorKind::Invalid => return PyValueError::new_err(error.message().to_owned()),
+    };
+    match py
+        .import("ucall.exceptions")
+        .and_then(|module| module.getattr(name))
+        .and_then(|class| class.call1((error.message(),)))
+    {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(failure) => failure,
+    }
+}
+
+/// Serialize `obj` whole (a request object or a batch of them).
+fn json_body(obj: &Bound<'_, PyAny>, encode: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(128);
+    write_json(obj, encode, &mut out).map_err(|e| unserializable(&e.0))?;
+    Ok(out)
+}
+
+fn unserializable(why: &str) -> PyErr {
+    // As json.dumps: a value out of range is a ValueError, an unknown type a TypeError.
+    if why.contains("no JSON form") {
+        PyValueError::new_err(format!("cannot serialize {why}"))
+    } else {
+        PyTypeError::new_err(format!("cannot serialize {why}"))
+    }
+}
+
+/// One call's request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`.
+fn call_body(
+    method: &str,
+    params: Option<&Bound<'_, PyAny>>,
+    id: Option<u64>,
+    encode: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(96);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    serde_json::to_writer(&mut out, method).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if let Some(params) = params.filter(|p| !p.is_none()) {
+        out.extend_from_slice(b",\"params\":");
+        write_json(params, encode, &mut out).map_err(|e| unserializable(&e.0))?;
+    }
+    if let Some(id) = id {
+        out.extend_from_slice(b",\"id\":");
+        out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+fn reply_tuple<'py>(py: Python<'py>, reply: &Reply) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            reply.status.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, &reply.body).into_any(),
+            pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
+        ],
+    )
+}
+
+/// A blocking client's connection (plain HTTP, raw TCP or WebSocket).
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct NativeClient {
+    client: Mutex<Client>,
+}
+
+impl NativeClient {
+    fn lock(&self) -> MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        bodies: Vec<Vec<u8>>,
+        replies: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let timeout = seconds(timeout)?;
+        let result = py.detach(|| {
+            let mut client = self.lock();
+            client.set_timeout(timeout);
+            client.exchange(bodies, replies)
+        });
+        let replies = result.map_err(|e| exception(py, &e))?;
+        let list = PyList::empty(py);
+        for reply in &replies {
+            list.append(reply_tuple(py, reply)?)?;
+        }
+        Ok(list)
+    }
+}
+
+#[pymethods]
+impl NativeClient {
+    #[new]
+    #[pyo3(signature = (host, port, protocol, path, timeout))]
+    fn new(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>) -> PyResult<Self> {
+        let client = Client::new(endpoint(host, port, protocol, path, timeout)?)
+            .map_err(|e| Python::attach(|py| exception(py, &e)))?;
+        Ok(NativeClient {
+            client: Mutex::new(client),
+        })
+    }
+
+    /// Send `(method, params, id)` calls back to back, reading replies while writing;
+    /// `[(status, body, close)]` in order.
+    #[pyo3(signature = (calls, encode, timeout))]
+    fn calls<'py>(
+        &self,
+        py: Python<'py>,
+        calls: &Bound<'py, PyList>,
+        encode: &Bound<'py, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let mut bodies = Vec::with_capacity(calls.len());
+        for call in calls.iter() {
+            let (method, params, id): (String, Bound<'py, PyAny>, Option<u64>) = call.extract()?;
+            bodies.push(call_body(&method, Some(&params), id, Some(encode))?);
+        }
+        let replies = bodies.len();
+        self.run(py, bodies, replies, timeout)
+    }
+
+    /// Send request objects (each serialized whole) and read `replies` replies.
+    #[pyo3(signature = (requests, replies, encode, timeout))]
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        requests: &Bound<'py, PyList>,
+        replies: usize,
+        encode: &Bound<'py, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let bodies = requests
+            .iter()
+            .map(|request| json_body(&request, Some(encode)))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.run(py, bodies, replies, timeout)
+    }
+
+    /// Close the connection; calls open a new one.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.lock().close());
+    }
+}
+
+/// One connection with many calls in flight, for an event loop.
+///
+/// Completions are announced by a byte written to `notify_fd` (once per burst) and taken
+/// with `take()`. The object owns `notify_fd` from then on and closes it once its I/O
+/// thread has ended, so no wake-up can reach a descriptor the number was reused for.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct NativeMux {
+    mux: Mutex<Option<Multiplexed>>,
+    notify_fd: i32,
+}
+
+impl Drop for NativeMux {
+    fn drop(&mut self) {
+        drop(self.mux.get_mut().unwrap_or_else(PoisonError::into_inner).take());
+        // SAFETY: the descriptor was handed over at construction and is closed only here,
+        // after the only thread that writes to it has been joined.
+        unsafe { libc::close(self.notify_fd) };
+    }
+}
+
+impl NativeMux {
+    fn submit(&self, body: Vec<u8>, expects_reply: bool) -> PyResult<u64> {
+        let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
+        let mux = guard
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("the client is closed"))?;
+        Ok(mux.submit(body, expects_reply))
+    }
+}
+
+#[pymethods]
+impl NativeMux {
+    #[new]
+    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd))]
+    fn new(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>, notify_fd: i32) -> PyResult<Self> {
+        let endpoint = endpoint(host, port, protocol, path, timeout)?;
+        let notify = move || {
+            let byte = 1u8;
+            // SAFETY: `notify_fd` belongs to the `NativeMux`, which closes it only after
+            // joining this thread; the buffer is one readable byte. A full socket (EAGAIN)
+            // already holds a wake-up, which is all that is needed.
+            let _ = unsafe { libc::write(notify_fd, std::ptr::from_ref(&byte).cast(), 1) };
+        };
+        let mux = match Multiplexed::new(endpoint, notify) {
+            Ok(mux) => mux,
+            Err(error) => {
+                // SAFETY: the descriptor was handed over and no thread uses it.
+                unsafe { libc::close(notify_fd) };
+                return Err(Python::attach(|py| exception(py, &error)));
+            }
+        };
+        Ok(NativeMux {
+            mux: Mutex::new(Some(mux)),
+            notify_fd,
+        })
+    }
+
+    /// Submit a call; its ticket.
+    #[pyo3(signature = (method, params, id, encode))]
+    fn call(
+        &self,
+        method: &str,
+        params: &Bound<'_, PyAny>,
+        id: Option<u64>,
+        encode: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let body = call_body(method, Some(params), id, Some(encode))?;
+        self.submit(body, id.is_some())
+    }
+
+    /// Submit a request object (or batch), serialized whole; its ticket.
+    #[pyo3(signature = (request, expects_reply, encode))]
+    fn send(&self, request: &Bound<'_, PyAny>, expects_reply: bool, encode: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let body = json_body(request, Some(encode))?;
+        self.submit(body, expects_reply)
+    }
+
+    /// Every completion so far: `[(ticket, status, body, close, error)]`, `error` an
+    /// exception instance (and `body` None) when the request failed.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut done: Vec<Completion> = Vec::new();
+        if let Some(mux) = self.mux.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            mux.take(&mut done);
+        }
+        let list = PyList::empty(py);
+        for completion in done {
+            let ticket = completion.ticket.into_pyobject(py)?.into_any();
+            let item = match &completion.result {
+                Ok(reply) => PyTuple::new(
+                    py,
+                    [
+                        ticket,
+                        reply.status.into_pyobject(py)?.into_any(),
+                        PyBytes::new(py, &reply.body).into_any(),
+                        pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
+                        py.None().into_bound(py),
+                    ],
+                )?,
+                Err(error) => PyTuple::new(
+                    py,
+                    [
+                        ticket,
+                        py.None().into_bound(py),
+                        py.None().into_bound(py),
+                        pyo3::types::PyBool::new(py, true).to_owned().into_any(),
+                        exception(py, error).into_value(py).into_bound(py).into_any(),
+                    ],
+                )?,
+            };
+            list.append(item)?;
+        }
+        Ok(list)
+    }
+
+    /// Drop the connection, failing what is in flight with a time-out (`timeout=True`)
+    /// or a transport error, saying `message`.
+    #[pyo3(signature = (message, timeout))]
+    fn reset(&self, message: &str, timeout: bool) {
+        if let Some(mux) = self.mux.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            mux.reset(Error::new(
+                if timeout {
+                    ErrorKind::Timeout
+                } else {
+                    ErrorKind::Transport
+                },
+                message,
+            ));
+        }
+    }
+
+    /// Requests submitted and not yet taken.
+    fn in_flight(&self) -> usize {
+        self.mux
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, Multiplexed::in_flight)
+    }
+
+    /// Stop the I/O thread and close the connection; what is in flight fails. (The
+    /// wake-up descriptor is closed when the object goes.)
+    fn close(&self, py: Python<'_>) {
+        let mux = self.mux.lock().unwrap_or_else(PoisonError::into_inner).take();
+        py.detach(move || drop(mux));
+    }
+}

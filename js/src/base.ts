@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+// The transport-independent client: ids, pending calls, batching, time-outs, retries.
+
+import { toBase64 } from "./base64.js";
+import { ErrorCode, RpcError, fromErrorObject, isRetryable, type Executed } from "./errors.js";
+
+/** Positional or named parameters (JSON-RPC 2.0 §4.2). */
+export type Params = readonly unknown[] | { readonly [name: string]: unknown };
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Gives up on the call when it fires (the server may still run a call already sent). */
+  signal?: AbortSignal;
+  /** Milliseconds to wait for the reply; overrides the client's `timeout`. */
+  timeout?: number;
+}
+
+/** Options shared by every transport. */
+export interface ClientOptions {
+  /** Default time-out of a call in milliseconds; 0 (the default) waits for ever. */
+  timeout?: number;
+  /** How many times a call that cannot have run is sent again (default 3). */
+  retries?: number;
+  /** First retry delay in milliseconds, doubled on each attempt up to 5 s, with jitter (default 50). */
+  retryDelay?: number;
+  /** Automatic batching: calls made close together leave as one batch of at most this many. */
+  maxBatchSize?: number;
+  /** Automatic batching: milliseconds to wait for more calls (default 0: the current task's calls). */
+  wait?: number;
+}
+
+/** One text on the wire: how many of its calls still wait, and a way to stop its HTTP request. */
+export interface Message {
+  live: number;
+  stop?: AbortController;
+}
+
+/**
+ * How a client moves JSON texts. `send` returns nothing when it wrote the text at once
+ * (a stream, whose replies come to `Sink.receive`); else a promise of the reply text
+ * where the transport answers each message (HTTP), or of nothing once the text is
+ * written. It calls `written` as it hands the text to the network, and rejects with
+ * `NotSent` when the text cannot have left; any other rejection means it may have.
+ */
+export interface Transport {
+  send(text: string, message: Message, written: () => void): Promise<string | undefined> | undefined;
+  close(): void;
+}
+
+/** What a stream transport reports to its client. */
+export interface Sink {
+  receive(text: string): void;
+  dropped(reason: unknown): void;
+}
+
+/** A send that failed before any byte could leave (connection refused, client closed). */
+export class NotSent extends Error {
+  override name = "NotSent";
+}
+
+/** A reply with an HTTP status other than 2xx. */
+export class HttpStatus extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: string,
+  ) {
+    super(`HTTP ${status}`);
+  }
+}
+
+interface Pending {
+  id: number | undefined;
+  method: string;
+  params: unknown;
+  resolve(value: unknown): void;
+  reject(error: RpcError): void;
+  attempts: number;
+  sent: boolean;
+  done: boolean;
+  timer?: ReturnType<typeof setTimeout>;
+  signal?: AbortSignal;
+  onAbort?: () => void;
+  message?: Message;
+}
+
+/** `value` with every Uint8Array replaced by its base64 text; untouched parts are shared. */
+function pack(value: unknown): unknown {
+  if (value === null || typeof value !== "object") return value;
+  if (value instanceof Uint8Array) return toBase64(value);
+  if (Array.isArray(value)) {
+    let copy: unknown[] | undefined;
+    for (let i = 0; i < value.length; i++) {
+      const packed = pack(value[i]);
+      if (packed !== value[i]) (copy ??= value.slice())[i] = packed;
+    }
+    return copy ?? value;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype) return value; // toJSON() or plain fields
+  let copy: Record<string, unknown> | undefined;
+  for (const key in value) {
+    const item = (value as Record<string, unknown>)[key];
+    const packed = pack(item);
+    if (packed !== item) (copy ??= { ...value })[key] = packed;
+  }
+  return copy ?? value;
+}
+
+/** The request's JSON text, written directly (a third faster than stringifying an object). */
+function requestOf(p: Pending): string {
+  let text = `{"jsonrpc":"2.0","method":${JSON.stringify(p.method)}`;
+  if (p.params !== undefined) text += `,"params":${JSON.stringify(p.params)}`;
+  return p.id === undefined ? `${text}}` : `${text},"id":${p.id}}`;
+}
+
+/** Typed methods: `client.methods.sum({ a: 1, b: 2 })` for a server described by `M`. */
+export type Methods<M> = {
+  [K in keyof M]: M[K] extends (...args: infer A) => infer R
+    ? (...args: [...params: A, options?: CallOptions]) => Promise<Awaited<R>>
+    : never;
+};
+
+/** A JSON-RPC 2.0 client over one transport; see `Client` for the transports by URL. */
+export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
+  /** Procedures as methods, typed by `M` (see `ucall-codegen`). */
+  readonly methods: Methods<M>;
+  private readonly inFlight = new Map<number, Pending>();
+  private queue: Pending[] = [];
+  private flushing = false;
+  private nextId = 0;
+  private closed = false;
+  private readonly timeout: number;
+  private readonly retries: number;
+  private readonly retryDelay: number;
+  private readonly maxBatch: number;
+  private readonly wait: number;
+  protected transport!: Transport;
+
+  constructor(options: ClientOptions = {}) {
+    this.timeout = options.timeout ?? 0;
+    this.retries = options.retries ?? 3;
+    this.retryDelay = options.retryDelay ?? 50;
+    this.maxBatch = options.maxBatchSize ?? 1;
+    this.wait = options.wait ?? 0;
+    this.methods = new Proxy({} as Methods<M>, {
+      // `then` stays undefined, so that awaiting `client.methods` does not call a procedure.
+      get: (_, name) =>
+        typeof name === "string" && name !== "then"
+          ? (params?: Params, options?: CallOptions) => this.call(name, params, options)
+          : undefined,
+    });
+  }
+
+  /** Calls `method` and resolves with its result; rejects with an `RpcError`. */
+  call<T = unknown>(method: string, params?: Params, options: CallOptions = {}): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const p = this.pending(method, params, resolve as (v: unknown) => void, reject, ++this.nextId, options);
+      if (p) this.enqueue([p], this.maxBatch > 1);
+    });
+  }
+
+  /** Sends a notification (no reply); resolves once it was delivered as far as the transport tells. */
+  notify(method: string, params?: Params): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const p = this.pending(method, params, () => resolve(), reject, undefined, {});
+      if (p) this.enqueue([p], this.maxBatch > 1);
+    });
+  }
+
+  /** Sends the calls as one batch; resolves with one entry per call, in order: its result or its `RpcError`. */
+  batch(calls: readonly (readonly [method: string, params?: Params])[], options: CallOptions = {}): Promise<unknown[]> {
+    const results: unknown[] = new Array(calls.length);
+    let left = calls.length;
+    return new Promise<unknown[]>((resolve) => {
+      if (left === 0) return resolve(results);
+      const settle = (i: number) => (value: unknown) => {
+        results[i] = value;
+        if (--left === 0) resolve(results);
+      };
+      const group: Pending[] = [];
+      calls.forEach(([method, params], i) => {
+        const p = this.pending(method, params, settle(i), settle(i), ++this.nextId, options);
+        if (p) group.push(p);
+      });
+      if (group.length) this.enqueue(group, false);
+    });
+  }
+
+  /** Rejects every call still waiting (`executed` says whether it may have run) and closes the transport. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const p of this.queue) this.fail(p, ErrorCode.Closed, "the client was closed", "no");
+    for (const p of [...this.inFlight.values()]) this.fail(p, ErrorCode.Closed, "the client was closed", p.sent ? "maybe" : "no");
+    this.queue = [];
+    this.transport.close();
+  }
+
+  private pending(
+    method: string,
+    params: Params | undefined,
+    resolve: (value: unknown) => void,
+    reject: (error: RpcError) => void,
+    id: number | undefined,
+    options: CallOptions,
+  ): Pending | undefined {
+    const p: Pending = { id, method, params: pack(params), resolve, reject, attempts: 0, sent: false, done: false };
+    if (this.closed) return void this.fail(p, ErrorCode.Closed, "the client was closed", "no");
+    const { signal } = options;
+    if (signal) {
+      if (signal.aborted) return void this.fail(p, ErrorCode.Aborted, "aborted", "no", signal.reason);
+      p.signal = signal;
+      p.onAbort = () => this.fail(p, ErrorCode.Aborted, "aborted", p.sent ? "maybe" : "no", signal.reason);
+      signal.addEventListener("abort", p.onAbort, { once: true });
+    }
+    const timeout = options.timeout ?? this.timeout;
+    if (timeout > 0) {
+      p.timer = setTimeout(
+        () => this.fail(p, ErrorCode.Timeout, `no reply within ${timeout} ms`, p.sent ? "maybe" : "no"),
+        timeout,
+      );
+    }
+    if (id !== undefined) this.inFlight.set(id, p);
+    return p;
+  }
+
+  private enqueue(group: Pending[], merge: boolean): void {
+    if (!merge) return void this.transmit(group, false);
+    this.queue.push(...group);
+    if (this.queue.length >= this.maxBatch) return this.flush();
+    if (this.flushing) return;
+    this.flushing = true;
+    if (this.wait > 0) setTimeout(() => this.flush(), this.wait);
+    else queueMicrotask(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushing = false;
+    const queue = this.queue.filter((p) => !p.done);
+    this.queue = [];
+    for (let i = 0; i < queue.length; i += this.maxBatch) this.transmit(queue.slice(i, i + this.maxBatch), true);
+  }
+
+  private transmit(group: Pending[], asBatch: boolean): void {
+    group = group.filter((p) => !p.done);
+    if (group.length === 0) return;
+    const message: Message = { live: group.length };
+    for (const p of group) {
+      p.attempts++;
+      p.message = message;
+    }
+    const text = asBatch || group.length > 1 ? `[${group.map(requestOf).join(",")}]` : requestOf(group[0]!);
+    const written = () => {
+      for (const p of group) p.sent = true;
+    };
+    const sending = this.transport.send(text, message, written);
+    if (!sending) {
+      // Written at once to a stream: notifications are done, calls wait for their replies.
+      for (const p of group) if (p.id === undefined) this.settle(p, undefined);
+      return;
+    }
+    sending.then(
+      (reply) => {
+        if (reply !== undefined) return this.receive(reply, group, message);
+        // A stream transport wrote it: notifications are done, calls wait for their replies.
+        for (const p of group) if (p.id === undefined) this.settle(p, undefined);
+      },
+      (error: unknown) => {
+        const notSent = error instanceof NotSent;
+        for (const p of group) {
+          if (p.done || p.message !== message) continue;
+          if (notSent) p.sent = false;
+          if (error instanceof HttpStatus) this.fromHttp(p, error);
+          else if (notSent && p.attempts <= this.retries && !this.closed) this.retry(p);
+          else {
+            const why = `connection failed: ${(error as Error)?.message ?? error}`;
+            this.fail(p, ErrorCode.Connection, why, notSent ? "no" : "maybe", error);
+          }
+        }
+      },
+    );
+  }
+
+  /** A refusal from the HTTP layer: 4xx means nothing ran; 5xx may be a proxy's, after the call ran. */
+  private fromHttp(p: Pending, error: HttpStatus): void {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(error.body);
+    } catch {
+      /* not JSON: the status says it all */
+    }
+    const object = (parsed as { error?: unknown })?.error ?? parsed;
+    const base = typeof (object as { code?: unknown })?.code === "number" ? fromErrorObject(object) : undefined;
+    const executed: Executed = error.status < 500 || base?.executed === "no" ? "no" : "maybe";
+    const rpc = new RpcError(base?.code ?? ErrorCode.BadReply, base?.message ?? error.message, base?.data, executed, error);
+    if (isRetryable(rpc) && p.attempts <= this.retries) this.retry(p);
+    else this.finish(p, rpc);
+  }
+
+  /** Handles reply text: a Response object or an array of them. `group` is the message it answers (HTTP). */
+  protected receive(text: string, group?: Pending[], message?: Message): void {
+    let replies: unknown;
+    try {
+      replies = text === "" ? [] : JSON.parse(text);
+    } catch (error) {
+      const victims = group?.filter((p) => p.message === message) ?? [...this.inFlight.values()].filter((p) => p.sent);
+      for (const p of victims) this.fail(p, ErrorCode.BadReply, "the reply is not JSON", "maybe", error);
+      return;
+    }
+    let orphan: unknown;
+    for (const reply of Array.isArray(replies) ? replies : [replies]) {
+      const { id, error, result } = (reply ?? {}) as { id?: unknown; error?: unknown; result?: unknown };
+      const p = typeof id === "number" ? this.inFlight.get(id) : undefined;
+      if (!p) {
+        if (id === null && error) orphan = error;
+        continue;
+      }
+      if (error === undefined) this.settle(p, result);
+      else {
+        const rpc = fromErrorObject(error);
+        if (isRetryable(rpc) && p.attempts <= this.retries && !this.closed) this.retry(p);
+        else this.finish(p, rpc);
+      }
+    }
+    if (!group) return;
+    // HTTP: calls of this message without their own reply share the id-less error, if any.
+    for (const p of group) {
+      if (p.done || p.message !== message) continue;
+      if (p.id === undefined) this.settle(p, undefined);
+      else if (orphan) this.finish(p, fromErrorObject(orphan));
+      else this.fail(p, ErrorCode.BadReply, "the reply has no answer for this call", "maybe");
+    }
+  }
+
+  /** A stream transport lost its connection: calls sent on it can no longer be answered. */
+  protected dropped(reason: unknown): void {
+    for (const p of [...this.inFlight.values()]) {
+      if (p.sent) this.fail(p, ErrorCode.Connection, "the connection closed before the reply", "maybe", reason);
+    }
+  }
+
+  private retry(p: Pending): void {
+    p.sent = false;
+    p.message = undefined;
+    const delay = Math.min(this.retryDelay * 2 ** (p.attempts - 1), 5000) * (0.5 + Math.random() / 2);
+    setTimeout(() => {
+      if (p.done) return;
+      if (p.id !== undefined) {
+        // A fresh id, so that a late reply to the earlier attempt cannot answer this one.
+        this.inFlight.delete(p.id);
+        p.id = ++this.nextId;
+        this.inFlight.set(p.id, p);
+      }
+      this.transmit([p], false);
+    }, delay);
+  }
+
+  private settle(p: Pending, result: unknown): void {
+    if (this.release(p)) p.resolve(result);
+  }
+
+  private finish(p: Pending, error: RpcError): void {
+    if (this.release(p)) p.reject(error);
+  }
+
+  private fail(p: Pending, code: number, text: string, executed: Executed, cause?: unknown): void {
+    if (!p.done) this.finish(p, new RpcError(code, text, undefined, executed, cause));
+  }
+
+  /** Marks `p` done; false when it already was. Stops its HTTP request once no call of it waits. */
+  private release(p: Pending): boolean {
+    if (p.done) return false;
+    p.done = true;
+    if (p.id !== undefined) this.inFlight.delete(p.id);
+    if (p.timer !== undefined) clearTimeout(p.timer);
+    if (p.onAbort) p.signal?.removeEventListener("abort", p.onAbort);
+    if (p.message && --p.message.live === 0) p.message.stop?.abort();
+    return true;
+  }
+}

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// `@ucall/client/http`: the client with the HTTP transport only, for the smallest bundles.
+
+import { BaseClient, type ClientOptions, type Params } from "./base.js";
+import { HttpTransport, type HttpOptions } from "./http.js";
+
+export { RpcError, ErrorCode, type Executed } from "./errors.js";
+export type { CallOptions, ClientOptions, Methods, Params } from "./base.js";
+export { toBase64, fromBase64 } from "./base64.js";
+
+/** A JSON-RPC 2.0 client over HTTP(S) only (`http://`, `https://`). */
+export class Client<M = Record<string, (params?: Params) => unknown>> extends BaseClient<M> {
+  constructor(url: string | URL, options: ClientOptions & HttpOptions = {}) {
+    super(options);
+    const parsed = new URL(url);
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+      throw new TypeError(`${parsed.protocol} URLs need the full client (@ucall/client)`);
+    }
+    this.transport = new HttpTransport(parsed.href, options);
+  }
+}

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// `@ucall/client`: a JSON-RPC 2.0 client for UCall servers, for Node 20+ and browsers.
+
+export { Client, type Options } from "./client.js";
+export { BaseClient, type CallOptions, type ClientOptions, type Methods, type Params, type Transport } from "./base.js";
+export { RpcError, ErrorCode, type Executed } from "./errors.js";
+export { toBase64, fromBase64 } from "./base64.js";
+export { NdArray, toNdArray, type DType, type TypedArray } from "./ndarray.js";
+export type { WebSocketConstructor, WebSocketLike } from "./ws.js";
