@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 
+use crate::discover::{Discovery, MethodDoc};
 use crate::error::Error;
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
@@ -462,4 +463,38 @@ fn tls_addr(shared: &Shared, local_addr: SocketAddr) -> Option<SocketAddr> {
         Some(bound) => *bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
         None => local_addr,
     })
+}
+
+/// Self-description (see [`crate::discover`]).
+impl ServerBuilder {
+    /// Register a procedure (as [`ServerBuilder::procedure`]) with its description.
+    ///
+    /// ```
+    /// use ucall_core::{MethodDoc, Server};
+    /// let builder = Server::builder().described(
+    ///     MethodDoc::new("sum").param::<i64>("a").param::<i64>("b").result::<i64>(),
+    ///     |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?),
+    /// );
+    /// ```
+    pub fn described<F, R>(mut self, doc: MethodDoc, procedure: F) -> Self
+    where
+        F: Fn(&Call<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+        R: Serialize,
+    {
+        let name = doc.name.clone();
+        self.router.describe(doc);
+        self.procedure(&name, procedure)
+    }
+
+    /// Describe a procedure registered under `doc.name` (before or after).
+    pub fn describe(mut self, doc: MethodDoc) -> Self {
+        self.router.describe(doc);
+        self
+    }
+
+    /// Where and whether the server describes itself ([`Discovery::off`] for not at all).
+    pub fn discovery(mut self, discovery: Discovery) -> Self {
+        self.router.set_discovery(discovery);
+        self
+    }
 }

@@ -3,7 +3,7 @@
 //! buffers and errors, then the sans-I/O framers and the codec, the call layers, the
 //! session, the engines (with the connection), and the server on top. An import upwards,
 //! or through a crate-root re-export (which hides where it goes), fails here with its
-//! file and line. `tests/layers.rs` checks the call layers more closely.
+//! file and line.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,7 @@ const RANKS: &[(&str, u32)] = &[
     ("http1", 2),
     ("params", 2),
     ("defer", 2),
+    ("discover", 2),
     ("router", 3),
     ("dispatch", 4),
     ("session", 5),
