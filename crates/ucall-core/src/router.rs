@@ -103,7 +103,9 @@ impl Router {
     /// `addr` (`https` when `tls`), and answer `rpc.discover` unless a procedure of that
     /// name is registered. Called once, when serving starts.
     pub fn publish(&mut self, addr: SocketAddr, tls: bool) {
-        let openrpc = self.catalog.publish(self.procedures.keys().map(AsRef::as_ref), addr, tls);
+        let openrpc = self
+            .catalog
+            .publish(self.procedures.keys().map(AsRef::as_ref), addr, tls);
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }

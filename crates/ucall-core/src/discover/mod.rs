@@ -20,7 +20,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-
 /// The JSON-RPC method that answers the OpenRPC document (OpenRPC 1.3 §"Service Discovery Method").
 pub const DISCOVER_METHOD: &str = "rpc.discover";
 

@@ -1,35 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Every module of `ucall-core` imports only modules below it (docs/architecture.md):
-//! buffers and errors, then the sans-I/O framers and the codec, the call layers, the
-//! session, the engines (with the connection), and the server on top. An import upwards,
-//! or through a crate-root re-export (which hides where it goes), fails here with its
-//! file and line.
+//! The layering check both crates run (`ucall-core/tests/layering.rs`,
+//! `ucall-capi/tests/layering.rs`): every module imports only modules of lower rank.
 
 use std::path::{Path, PathBuf};
-
-/// Each module and its rank: a module imports only modules of lower rank (or itself).
-const RANKS: &[(&str, u32)] = &[
-    ("buffer", 0),
-    ("error", 0),
-    ("date", 0),
-    ("ws", 1),
-    ("stream", 1),
-    ("jsonrpc", 1),
-    ("tls", 1),
-    ("http1", 2),
-    ("params", 2),
-    ("defer", 2),
-    ("discover", 2),
-    ("router", 3),
-    ("dispatch", 4),
-    ("session", 5),
-    ("engine", 6),
-    ("server", 7),
-];
-
-fn rank(module: &str) -> Option<u32> {
-    RANKS.iter().find(|(name, _)| *name == module).map(|(_, rank)| *rank)
-}
 
 /// Every `.rs` file under `dir`.
 fn sources(dir: &Path) -> Vec<PathBuf> {
@@ -55,8 +28,9 @@ fn module_of(src: &Path, path: &Path) -> String {
     first.to_string_lossy().trim_end_matches(".rs").to_owned()
 }
 
-/// What follows each `crate::` in the code of `line` (comments left out).
-fn crate_paths(line: &str) -> Vec<&str> {
+/// What follows each `crate::` in the code of `line` (comments left out). `crate::{`
+/// gives an empty name, which no rank allows: a grouped import would hide where it goes.
+pub fn crate_paths(line: &str) -> Vec<&str> {
     let code = line.split("//").next().unwrap_or("");
     code.match_indices("crate::")
         .map(|(at, _)| {
@@ -69,15 +43,17 @@ fn crate_paths(line: &str) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn modules_import_only_downwards() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Check every module under `src` against `ranks` (module, rank); the modules in `skip`
+/// (the crate root that re-exports, entry points that drive it all) are not checked.
+/// Panics with each import against the layering, by file and line.
+pub fn check(src: &Path, ranks: &[(&str, u32)], skip: &[&str]) {
+    let rank = |module: &str| ranks.iter().find(|(name, _)| *name == module).map(|(_, rank)| *rank);
     let mut wrong = Vec::new();
     let mut checked = 0;
-    for path in sources(&src) {
-        let module = module_of(&src, &path);
-        if module == "lib" || module == "_fuzzable" {
-            continue; // the root re-exports the API; the fuzz entry points drive it all
+    for path in sources(src) {
+        let module = module_of(src, &path);
+        if skip.contains(&module.as_str()) {
+            continue;
         }
         let own = rank(&module).unwrap_or_else(|| panic!("{}: module {module} has no rank here", path.display()));
         let text = std::fs::read_to_string(&path).expect("a source file");
@@ -95,13 +71,6 @@ fn modules_import_only_downwards() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} imports seen: the walk missed the sources");
+    assert!(checked > 10, "only {checked} imports seen: the walk missed the sources");
     assert!(wrong.is_empty(), "imports against the layering:\n{}", wrong.join("\n"));
-}
-
-#[test]
-fn the_check_reads_code_and_not_comments() {
-    assert_eq!(crate_paths("use crate::engine::{Shared}; // crate::server"), ["engine"]);
-    assert_eq!(crate_paths("/// [`crate::Server`]"), Vec::<&str>::new());
-    assert_eq!(crate_paths("let x = crate::WakeHold(y);"), ["WakeHold"]);
 }
