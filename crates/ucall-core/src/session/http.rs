@@ -2,18 +2,58 @@
 //! HTTP/1.1 (RFC 9112): request heads and bodies, `POST /` JSON-RPC, REST-style calls,
 //! the upgrade to WebSocket.
 
-use super::{Context, MessageKind, Protocol, Scratch, Session, Step};
+use super::{Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
-use crate::http1::chunked::ChunkError;
+use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::router::{Call, Router};
 use crate::ws;
 
-impl Session {
-    pub(super) fn step_http(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
+/// An HTTP/1.1 connection's state: the request under way.
+#[derive(Debug, Default)]
+pub(super) struct Http {
+    /// `Some` while the body of this head is awaited.
+    pending_head: Option<RequestHead>,
+    /// The request target (path and query).
+    target: String,
+    chunked: ChunkedDecoder,
+    /// A chunked body, decoded.
+    body: Vec<u8>,
+    /// The last request asked to close the connection after its reply.
+    close_asked: bool,
+    /// The CORS header lines for the reply to the current request.
+    cors_headers: Vec<u8>,
+}
+
+impl Http {
+    /// Whether no request is partly received: its head is awaited.
+    pub(super) fn is_between_requests(&self) -> bool {
+        self.pending_head.is_none()
+    }
+
+    /// The body's length when a head with `Content-Length` awaits it; 0 otherwise.
+    pub(super) fn body_wanted(&self) -> usize {
+        match self.pending_head.map(|head| head.framing) {
+            Some(Framing::Length(length)) => length,
+            _ => 0,
+        }
+    }
+
+    /// The last request asked to close the connection after its reply (RFC 9112 §9.6).
+    pub(super) fn close_asked(&self) -> bool {
+        self.close_asked
+    }
+
+    pub(super) fn step(
+        &mut self,
+        calls: &mut Calls,
+        rest: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
         let Some(head) = self.pending_head else {
             return match http1::parse_head(
                 rest,
@@ -32,8 +72,7 @@ impl Session {
                     out.push(b"Sec-WebSocket-Accept: ");
                     out.push(ws::accept_key(&key).as_bytes());
                     out.push(b"\r\n\r\n");
-                    self.protocol = Protocol::WebSocket;
-                    (used, Step::Progressed)
+                    (used, Step::Upgrade)
                 }
                 HeadStatus::Complete(head, used) => {
                     self.cors_headers.clear();
@@ -48,7 +87,7 @@ impl Session {
                     }
                     let body_bytes = rest.len() - used;
                     match head.framing {
-                        Framing::None => return (used, self.answer_http(&head, &[], out, ctx)),
+                        Framing::None => return (used, self.answer(calls, &head, &[], out, ctx)),
                         Framing::Length(length) if head.expect_continue && body_bytes < length => {
                             out.push(http1::CONTINUE)
                         }
@@ -63,7 +102,7 @@ impl Session {
         match head.framing {
             Framing::Length(length) if rest.len() >= length => {
                 self.pending_head = None;
-                (length, self.answer_http(&head, &rest[..length], out, ctx))
+                (length, self.answer(calls, &head, &rest[..length], out, ctx))
             }
             Framing::Chunked => {
                 let limits = ctx.limits;
@@ -75,7 +114,7 @@ impl Session {
                         self.pending_head = None;
                         self.chunked.reset();
                         let body = std::mem::take(&mut self.body);
-                        let step = self.answer_http(&head, &body, out, ctx);
+                        let step = self.answer(calls, &head, &body, out, ctx);
                         self.body = body;
                         self.body.clear();
                         (used, step)
@@ -98,15 +137,16 @@ impl Session {
         }
     }
 
-    pub(super) fn answer_http(
+    fn answer(
         &mut self,
+        calls: &mut Calls,
         head: &RequestHead,
         body: &[u8],
         out: &mut OutBuf,
         ctx: &mut Context<'_>,
     ) -> Step {
         self.close_asked = !head.keep_alive;
-        let keep_alive = head.keep_alive && !self.count_exchange(ctx);
+        let keep_alive = head.keep_alive && !calls.count_exchange(ctx);
         let persistence = match (keep_alive, head.minor_version) {
             (false, _) => Persistence::Close,
             (true, 0) => Persistence::KeepAliveLegacy,
@@ -140,7 +180,7 @@ impl Session {
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
             target: ctx.defer,
-            next_slot: &mut self.next_slot,
+            next_slot: &mut calls.next_slot,
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
@@ -171,7 +211,7 @@ impl Session {
         });
         if let Some((text, base)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
-            self.hold_text(
+            calls.hold_text(
                 out,
                 text,
                 base,

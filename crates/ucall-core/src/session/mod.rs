@@ -14,16 +14,14 @@ use std::collections::VecDeque;
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, DeferredAt};
-use crate::http1::chunked::ChunkedDecoder;
 use crate::http1::cors::Cors;
-use crate::http1::{self, Framing, Persistence, RequestHead, Status};
-use crate::jsonrpc::{self, ErrorCode};
+use crate::http1::{self, Persistence, Status};
+use crate::jsonrpc;
 use crate::router::Router;
-use crate::stream::Framer;
 use crate::ws;
-use http::{respond_rejection, rest_error};
-use tcp::one_line;
-use websocket::{commit_ws_text, reserve_ws_header};
+use http::{respond_rejection, rest_error, Http};
+use tcp::{one_line, Stream};
+use websocket::{commit_ws_text, reserve_ws_header, WebSocket};
 
 /// Protocol limits and rules (a subset of the server configuration).
 #[derive(Debug, Clone)]
@@ -136,13 +134,16 @@ pub struct Progress {
     pub close: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The connection's protocol, with the state only that protocol has.
+#[derive(Debug)]
 enum Protocol {
+    /// Nothing but whitespace received yet.
     Unknown,
-    Http,
-    Stream,
+    Http(Http),
+    /// Raw TCP: JSON texts one after another.
+    Stream(Stream),
     /// After an HTTP upgrade (RFC 6455).
-    WebSocket,
+    WebSocket(WebSocket),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +151,8 @@ enum Step {
     Progressed,
     NeedMore,
     Close,
+    /// HTTP: the upgrade to WebSocket was answered; the next byte is a frame's.
+    Upgrade,
 }
 
 /// One connection's protocol state.
@@ -157,30 +160,20 @@ enum Step {
 pub struct Session {
     protocol: Protocol,
     closing: bool,
-    /// HTTP: `Some` while the body of this head is awaited.
-    pending_head: Option<RequestHead>,
-    target: String,
-    chunked: ChunkedDecoder,
-    body: Vec<u8>,
-    framer: Framer,
+    calls: Calls,
+}
+
+/// What every protocol keeps of its calls: deferred replies awaited, and exchanges counted.
+#[derive(Debug, Default)]
+struct Calls {
     next_slot: u64,
     next_hole: u64,
     /// Messages awaiting deferred replies, in arrival order. Slots are numbered as calls
     /// defer, so the first slots of these messages ascend: a completion finds its message
     /// by binary search, and completions in request order take the front.
     pending: VecDeque<PendingMessage>,
-    /// WebSocket: the message being reassembled (unmasked) and its opcode.
-    ws_message: Vec<u8>,
-    ws_opcode: Option<ws::Opcode>,
-    /// WebSocket: the size of the frame being received, header included, once its header
-    /// is in; 0 otherwise.
-    ws_frame_len: usize,
     /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
     exchanges: u32,
-    /// The last HTTP request asked to close the connection after its reply.
-    close_asked: bool,
-    /// HTTP: the CORS header lines for the reply to the current request.
-    cors_headers: Vec<u8>,
 }
 
 impl Default for Session {
@@ -196,32 +189,8 @@ impl Session {
         Session {
             protocol: Protocol::Unknown,
             closing: false,
-            pending_head: None,
-            target: String::new(),
-            chunked: ChunkedDecoder::default(),
-            body: Vec::new(),
-            framer: Framer::default(),
-            next_slot: 0,
-            next_hole: 0,
-            pending: VecDeque::new(),
-            ws_message: Vec::new(),
-            ws_opcode: None,
-            ws_frame_len: 0,
-            exchanges: 0,
-            close_asked: false,
-            cors_headers: Vec::new(),
+            calls: Calls::default(),
         }
-    }
-
-    /// Count one exchange; whether it is the last this connection may have (the limit is
-    /// reached, or the server is shutting down).
-    fn count_exchange(&mut self, ctx: &Context<'_>) -> bool {
-        self.exchanges = self.exchanges.saturating_add(1);
-        ctx.draining
-            || ctx
-                .limits
-                .max_exchanges_per_connection
-                .is_some_and(|max| self.exchanges >= max)
     }
 
     /// Consume complete requests from `input`, appending their replies to `out`.
@@ -233,31 +202,29 @@ impl Session {
         let worker = ctx.worker();
         while !self.closing && consumed < input.len() && out.pending() <= out_budget && !self.is_saturated(worker) {
             let rest = &input[consumed..];
-            let (used, step) = match self.protocol {
-                Protocol::Unknown => {
-                    match rest.iter().position(|c| !c.is_ascii_whitespace()) {
-                        Some(i) if rest[i].is_ascii_uppercase() => self.protocol = Protocol::Http,
-                        Some(_) => self.protocol = Protocol::Stream,
-                        None => {}
+            let calls = &mut self.calls;
+            let (used, step) = match &mut self.protocol {
+                Protocol::Unknown => match rest.iter().position(|c| !c.is_ascii_whitespace()) {
+                    Some(i) if rest[i].is_ascii_uppercase() => {
+                        self.protocol = Protocol::Http(Http::default());
+                        (0, Step::Progressed)
                     }
-                    (
-                        0,
-                        if self.protocol == Protocol::Unknown {
-                            Step::NeedMore
-                        } else {
-                            Step::Progressed
-                        },
-                    )
-                }
-                Protocol::Http => self.step_http(rest, out, ctx),
-                Protocol::Stream => self.step_stream(rest, out, ctx),
-                Protocol::WebSocket => self.step_websocket(rest, out, ctx),
+                    Some(_) => {
+                        self.protocol = Protocol::Stream(Stream::default());
+                        (0, Step::Progressed)
+                    }
+                    None => (0, Step::NeedMore),
+                },
+                Protocol::Http(http) => http.step(calls, rest, out, ctx),
+                Protocol::Stream(stream) => stream.step(calls, rest, out, ctx),
+                Protocol::WebSocket(websocket) => websocket.step(calls, rest, out, ctx),
             };
             consumed += used;
             match step {
                 Step::Progressed => {}
                 Step::NeedMore => break,
                 Step::Close => self.closing = true,
+                Step::Upgrade => self.protocol = Protocol::WebSocket(WebSocket::default()),
             }
         }
         Progress {
@@ -269,7 +236,12 @@ impl Session {
     /// Whether no request is partly received (given that no input is buffered).
     #[must_use]
     pub fn is_between_requests(&self) -> bool {
-        self.pending_head.is_none() && !self.framer.in_text() && self.ws_opcode.is_none()
+        match &self.protocol {
+            Protocol::Unknown => true,
+            Protocol::Http(http) => http.is_between_requests(),
+            Protocol::Stream(stream) => !stream.in_text(),
+            Protocol::WebSocket(websocket) => websocket.is_between_messages(),
+        }
     }
 
     /// How many bytes, counted from the first one not yet consumed, the message being
@@ -278,13 +250,10 @@ impl Session {
     /// growing the input, and copying it, step by step.
     #[must_use]
     pub fn input_wanted(&self) -> usize {
-        match (self.protocol, &self.pending_head) {
-            (Protocol::Http, Some(head)) => match head.framing {
-                Framing::Length(length) => length,
-                _ => 0,
-            },
-            (Protocol::WebSocket, _) => self.ws_frame_len,
-            _ => 0,
+        match &self.protocol {
+            Protocol::Http(http) => http.body_wanted(),
+            Protocol::WebSocket(websocket) => websocket.frame_wanted(),
+            Protocol::Unknown | Protocol::Stream(_) => 0,
         }
     }
 
@@ -293,19 +262,23 @@ impl Session {
     /// request (RFC 9112 §9.6).
     #[must_use]
     pub fn close_was_asked(&self) -> bool {
-        self.closing && self.close_asked
+        self.closing && matches!(&self.protocol, Protocol::Http(http) if http.close_asked())
     }
 
     /// Whether an HTTP request head is being received (the header time-out applies).
     #[must_use]
     pub fn is_reading_head(&self) -> bool {
-        matches!(self.protocol, Protocol::Unknown | Protocol::Http) && self.pending_head.is_none()
+        match &self.protocol {
+            Protocol::Unknown => true,
+            Protocol::Http(http) => http.is_between_requests(),
+            Protocol::Stream(_) | Protocol::WebSocket(_) => false,
+        }
     }
 
     /// Whether replies are awaited from deferred calls.
     #[must_use]
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.calls.pending.is_empty()
     }
 
     /// Whether so many replies are awaited that no further request is read for now: by
@@ -314,7 +287,7 @@ impl Session {
     /// ([`crate::defer::MAX_AWAITED`] calls).
     #[must_use]
     pub fn is_saturated(&self, worker: Option<&Sink>) -> bool {
-        let pending = self.pending.len();
+        let pending = self.calls.pending.len();
         pending >= MAX_PENDING_MESSAGES
             || worker.is_some_and(|sink| sink.is_full() || (pending >= BUSY_SHARE && sink.awaited() >= BUSY_FROM))
     }
@@ -328,6 +301,7 @@ impl Session {
         // (deep pipelines await a thousand messages; a scan per completion was a third of
         // the Python server's time).
         let in_first = self
+            .calls
             .pending
             .front()
             .and_then(|m| m.slots.last())
@@ -335,12 +309,17 @@ impl Session {
         let index = if in_first {
             0
         } else {
-            match self.pending.partition_point(|m| m.slots[0].slot <= slot).checked_sub(1) {
+            match self
+                .calls
+                .pending
+                .partition_point(|m| m.slots[0].slot <= slot)
+                .checked_sub(1)
+            {
                 Some(index) => index,
                 None => return false,
             }
         };
-        let message = &mut self.pending[index];
+        let message = &mut self.calls.pending[index];
         let Ok(at) = message.slots.binary_search_by_key(&slot, |s| s.slot) else {
             return false;
         };
@@ -352,12 +331,83 @@ impl Session {
         message.awaited -= 1;
         if message.awaited == 0 {
             let message = self
+                .calls
                 .pending
                 .remove(index)
                 .expect("invariant: the index was found above");
             render(message, out, date);
         }
         true
+    }
+
+    /// Called when a client took too long: queue the reply it gets, if any, before closing.
+    pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
+        if matches!(self.protocol, Protocol::Http(_)) && !self.closing {
+            let reject = http1::reject(Status::RequestTimeout, "request not received in time");
+            respond_rejection(out, date, reject);
+        }
+        self.closing = true;
+    }
+
+    /// The server is shutting down and this connection is between requests: queue its
+    /// goodbye, if its protocol has one (WebSocket: Close 1001, "going away"). Returns
+    /// whether one was queued; the connection should then close once it is sent.
+    pub fn going_away(&mut self, out: &mut OutBuf) -> bool {
+        if !matches!(self.protocol, Protocol::WebSocket(_)) || self.closing {
+            return false;
+        }
+        let data = out.data();
+        let start = data.len();
+        ws::frame(ws::Opcode::Close, &ws::close::GOING_AWAY.to_be_bytes(), data);
+        let end = data.len();
+        out.commit(start..end);
+        self.closing = true;
+        true
+    }
+
+    /// The server is shutting down, and this HTTP connection awaits deferred replies with
+    /// no further request received: the last of them is its last reply (it says
+    /// `Connection: close`, RFC 9112 9.6) and nothing more is read. Returns whether the
+    /// connection now closes once those replies are sent.
+    pub fn last_reply_closes(&mut self) -> bool {
+        if !matches!(self.protocol, Protocol::Http(_)) || self.closing {
+            return false;
+        }
+        let Some(last) = self.calls.pending.back_mut() else {
+            return false;
+        };
+        if let MessageKind::Http(persistence) = &mut last.kind {
+            *persistence = Persistence::Close;
+        }
+        self.closing = true;
+        true
+    }
+
+    /// The peer will send nothing more (TCP half-close), and the input fed so far has been
+    /// consumed as far as it can be; `rest` is what is left of it. Over raw TCP, a bare
+    /// word (`42`, `null`) ends with the input and is answered as any text; any other text
+    /// cut short can never be completed: it is answered `-32700` (id `null`). The session
+    /// closes either way.
+    pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+        if let Protocol::Stream(stream) = &mut self.protocol {
+            if !self.closing {
+                stream.end_of_input(&mut self.calls, rest, out, ctx);
+            }
+        }
+        self.closing = true;
+    }
+}
+
+impl Calls {
+    /// Count one exchange; whether it is the last this connection may have (the limit is
+    /// reached, or the server is shutting down).
+    fn count_exchange(&mut self, ctx: &Context<'_>) -> bool {
+        self.exchanges = self.exchanges.saturating_add(1);
+        ctx.draining
+            || ctx
+                .limits
+                .max_exchanges_per_connection
+                .is_some_and(|max| self.exchanges >= max)
     }
 
     /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in
@@ -367,7 +417,7 @@ impl Session {
         self.hold_text(out, text, start, kind, Vec::new(), deferred);
     }
 
-    /// Like [`Session::hold`] for a message whose `text` was taken out already; `base` is
+    /// Like [`Calls::hold`] for a message whose `text` was taken out already; `base` is
     /// the offset it had, which the offsets in `deferred` count from.
     fn hold_text(
         &mut self,
@@ -407,79 +457,6 @@ impl Session {
             awaited: slots.len(),
             slots,
         });
-    }
-
-    /// Called when a client took too long: queue the reply it gets, if any, before closing.
-    pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
-        if self.protocol == Protocol::Http && !self.closing {
-            let reject = http1::reject(Status::RequestTimeout, "request not received in time");
-            respond_rejection(out, date, reject);
-        }
-        self.closing = true;
-    }
-
-    /// The server is shutting down and this connection is between requests: queue its
-    /// goodbye, if its protocol has one (WebSocket: Close 1001, "going away"). Returns
-    /// whether one was queued; the connection should then close once it is sent.
-    pub fn going_away(&mut self, out: &mut OutBuf) -> bool {
-        if self.protocol != Protocol::WebSocket || self.closing {
-            return false;
-        }
-        let data = out.data();
-        let start = data.len();
-        ws::frame(ws::Opcode::Close, &ws::close::GOING_AWAY.to_be_bytes(), data);
-        let end = data.len();
-        out.commit(start..end);
-        self.closing = true;
-        true
-    }
-
-    /// The server is shutting down, and this HTTP connection awaits deferred replies with
-    /// no further request received: the last of them is its last reply (it says
-    /// `Connection: close`, RFC 9112 9.6) and nothing more is read. Returns whether the
-    /// connection now closes once those replies are sent.
-    pub fn last_reply_closes(&mut self) -> bool {
-        if self.protocol != Protocol::Http || self.closing {
-            return false;
-        }
-        let Some(last) = self.pending.back_mut() else {
-            return false;
-        };
-        if let MessageKind::Http(persistence) = &mut last.kind {
-            *persistence = Persistence::Close;
-        }
-        self.closing = true;
-        true
-    }
-
-    /// The peer will send nothing more (TCP half-close), and the input fed so far has been
-    /// consumed as far as it can be; `rest` is what is left of it. Over raw TCP, a bare
-    /// word (`42`, `null`) ends with the input and is answered as any text; any other text
-    /// cut short can never be completed: it is answered `-32700` (id `null`). The session
-    /// closes either way.
-    pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
-        if self.protocol == Protocol::Stream && !self.closing {
-            if let Some(range) = self.framer.finish(rest) {
-                self.answer_text(&rest[range], out, ctx);
-                self.closing = true;
-                return;
-            }
-        }
-        if self.protocol == Protocol::Stream && !self.closing && self.framer.in_text() {
-            let data = out.data();
-            let start = data.len();
-            jsonrpc::write_error(
-                data,
-                None,
-                ErrorCode::ParseError.code(),
-                "Parse error: the input ended inside a JSON text",
-                None,
-            );
-            data.push(b'\n');
-            let end = data.len();
-            out.commit(start..end);
-        }
-        self.closing = true;
     }
 }
 

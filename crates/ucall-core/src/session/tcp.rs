@@ -1,17 +1,58 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Raw TCP: one JSON text in, one reply line out.
 
-use super::{Context, MessageKind, Session, Step};
+use super::{Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc::{self, ErrorCode};
-use crate::stream::Frame;
+use crate::stream::{Frame, Framer};
 
-impl Session {
-    pub(super) fn step_stream(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> (usize, Step) {
+/// A raw TCP connection's state: where the JSON text being received stands.
+#[derive(Debug, Default)]
+pub(super) struct Stream {
+    framer: Framer,
+}
+
+impl Stream {
+    /// Whether a JSON text is partly received.
+    pub(super) fn in_text(&self) -> bool {
+        self.framer.in_text()
+    }
+
+    /// The peer will send nothing more; `rest` is the input not consumed. A bare word
+    /// (`42`, `null`) ends with the input and is answered as any text; any other text cut
+    /// short can never be completed: it is answered `-32700` (id `null`).
+    pub(super) fn end_of_input(&mut self, calls: &mut Calls, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+        if let Some(range) = self.framer.finish(rest) {
+            self.answer_text(calls, &rest[range], out, ctx);
+            return;
+        }
+        if self.framer.in_text() {
+            let data = out.data();
+            let start = data.len();
+            jsonrpc::write_error(
+                data,
+                None,
+                ErrorCode::ParseError.code(),
+                "Parse error: the input ended inside a JSON text",
+                None,
+            );
+            data.push(b'\n');
+            let end = data.len();
+            out.commit(start..end);
+        }
+    }
+
+    pub(super) fn step(
+        &mut self,
+        calls: &mut Calls,
+        rest: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
         match self.framer.next(rest, ctx.limits.max_body_bytes) {
             Frame::Complete(range) => {
-                let step = self.answer_text(&rest[range.clone()], out, ctx);
+                let step = self.answer_text(calls, &rest[range.clone()], out, ctx);
                 (range.end, step)
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
@@ -44,13 +85,13 @@ impl Session {
     }
 
     /// Answer one raw TCP text with one reply line (none for notifications).
-    pub(super) fn answer_text(&mut self, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+    fn answer_text(&mut self, calls: &mut Calls, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
         self.framer.reset();
         let data = out.data();
         let start = data.len();
         let mut deferrals = Deferrals {
             target: ctx.defer,
-            next_slot: &mut self.next_slot,
+            next_slot: &mut calls.next_slot,
         };
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
@@ -62,9 +103,9 @@ impl Session {
             let end = data.len();
             out.commit(start..end);
         } else {
-            self.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
+            calls.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
         }
-        let last = self.count_exchange(ctx);
+        let last = calls.count_exchange(ctx);
         if outcome == Outcome::ParseError || last {
             Step::Close
         } else {
