@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
 
 use crate::framing::{ws_client_frame, Framer, FramingError, HttpFramer, LineFramer, WsFramer, WS_SWITCHED};
 
@@ -180,58 +179,18 @@ impl Config {
     }
 }
 
-/// Accepts any server certificate. The benchmarks run on loopback against a certificate
-/// made for the run: what they measure is the cost of TLS, not who the server is.
-/// Signatures are still checked, so the handshake does all of its usual work.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The TLS settings of the load generator: rustls defaults (TLS 1.3 and 1.2, session
-/// resumption), any server certificate accepted.
-pub fn tls_client_config() -> io::Result<Arc<ClientConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+/// The TLS settings of the load generator: the client's (rustls defaults, TLS 1.3 and
+/// 1.2, session resumption) with any server certificate accepted, as raw TCP's (no ALPN).
+/// The benchmarks run on loopback against a certificate made for the run: what they
+/// measure is the cost of TLS, not who the server is. Signatures are still checked, so
+/// the handshake does all of its usual work.
+pub fn tls_client_config(addr: SocketAddr) -> io::Result<Arc<ClientConfig>> {
+    ucall_client::Endpoint::new(addr.ip().to_string(), addr.port())
+        .with_protocol(ucall_client::Protocol::Tcp)
+        .insecure()
+        .tls_config()
         .map_err(io::Error::other)?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+        .ok_or_else(|| io::Error::other("an insecure endpoint has TLS"))
 }
 
 /// Reads plaintext from a TLS connection over a non-blocking socket, like `read` on
@@ -601,7 +560,7 @@ impl<'a> Worker<'a> {
             .collect();
         Ok(Worker {
             config,
-            tls: if config.tls { Some(tls_client_config()?) } else { None },
+            tls: config.tls.then(|| tls_client_config(config.addr)).transpose()?,
             request,
             poll: Poll::new()?,
             conns,
