@@ -369,6 +369,31 @@ pub(crate) fn process_cpu_time() -> Option<Duration> {
     Some(tv(usage.ru_utime) + tv(usage.ru_stime))
 }
 
+/// This process's CPU use between two samples of [`process_cpu_time`] taken `wall` apart,
+/// in percent of one core; `None` when a sample failed.
+pub(crate) fn cpu_percent(before: Option<Duration>, after: Option<Duration>, wall: Duration) -> Option<f64> {
+    match (before, after) {
+        (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * b.saturating_sub(a).as_secs_f64() / wall.as_secs_f64()),
+        _ => None,
+    }
+}
+
+/// Sleeps until `from`, then until `end`, sampling this process's CPU time at both edges:
+/// its use over the measured interval ([`cpu_percent`]).
+pub(crate) fn cpu_percent_over(from: Instant, end: Instant) -> Option<f64> {
+    let sleep_until = |t: Instant| {
+        let now = Instant::now();
+        if t > now {
+            thread::sleep(t - now);
+        }
+    };
+    sleep_until(from);
+    let before = process_cpu_time();
+    let wall = Instant::now();
+    sleep_until(end);
+    cpu_percent(before, process_cpu_time(), wall.elapsed())
+}
+
 /// Mean, percentiles and maximum of a histogram of nanoseconds, in microseconds.
 pub(crate) fn latency_of(hist: &Histogram<u64>) -> Latency {
     let us = |ns: u64| ns as f64 / 1000.0;
@@ -411,19 +436,7 @@ pub fn run(config: &Config) -> io::Result<Report> {
         handles.push(handle);
     }
 
-    // Sample this process's CPU time at the edges of the measured interval.
-    let sleep_until = |t: Instant| {
-        let now = Instant::now();
-        if t > now {
-            thread::sleep(t - now);
-        }
-    };
-    sleep_until(measure_from);
-    let cpu_before = process_cpu_time();
-    let wall_before = Instant::now();
-    sleep_until(end);
-    let cpu_after = process_cpu_time();
-    let wall = wall_before.elapsed();
+    let cpu_percent = cpu_percent_over(measure_from, end);
 
     let mut total = Stats::new();
     let mut first_error = None;
@@ -454,10 +467,6 @@ pub fn run(config: &Config) -> io::Result<Report> {
     }
     .as_secs_f64();
     let latency = latency_of(&total.hist);
-    let cpu_percent = match (cpu_before, cpu_after) {
-        (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * (b.saturating_sub(a)).as_secs_f64() / wall.as_secs_f64()),
-        _ => None,
-    };
     Ok(Report {
         requests: total.requests,
         elapsed,
