@@ -312,6 +312,21 @@ typedef struct ucall_config_t {
    * CORS: seconds a browser may cache a preflight's answer. 0 (default): not said.
    */
   uint32_t cors_max_age_seconds;
+  /**
+   * Path of the liveness probe (`GET` answers 200 `{"status":"alive"}`). NULL (default):
+   * `"/healthz"`; `""`: off.
+   */
+  const char *healthz_path;
+  /**
+   * Path of the readiness probe (`GET` answers 200 `{"status":"serving"}`, or 503 while
+   * the server stops). NULL (default): `"/readyz"`; `""`: off.
+   */
+  const char *readyz_path;
+  /**
+   * When true, the readiness probe answers 404 rather than 503 when not ready (for
+   * HAProxy's `http-check disable-on-404`).
+   */
+  bool readyz_not_found;
 } ucall_config_t;
 
 /**

@@ -28,7 +28,7 @@ __all__ = ["Server"]
 
 _running: weakref.WeakSet[Server] = weakref.WeakSet()
 
-#: The readiness method every server answers (``GET /rpc.health`` over HTTP).
+#: The readiness method every server answers, by the rule of ``GET /readyz``.
 HEALTH = "rpc.health"
 
 
@@ -152,14 +152,19 @@ class Server:
             ``OPTIONS`` requests are answered and replies carry the CORS headers.
         cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
             ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
-        drain_delay: seconds ``run()`` keeps serving after SIGTERM with ``rpc.health``
-            answering "draining", so that load balancers stop sending new calls before
-            the server stops accepting them.
+        drain_delay: seconds ``run()`` keeps serving after SIGTERM with ``GET /readyz``
+            and ``rpc.health`` answering "draining", so that load balancers stop sending
+            new calls before the server stops accepting them.
+        healthz_path, readyz_path: where the liveness and readiness probes are served
+            (``None`` turns one off). readyz_not_found: answer 404 rather than 503 when
+            not ready (HAProxy's ``http-check disable-on-404``).
 
-    Every server answers ``rpc.health`` (also ``GET /rpc.health`` over HTTP):
-    ``{"status": "serving"}`` while it serves and every check added with
-    ``@server.readiness_check`` passes, else an error (HTTP 500) whose ``data`` says
-    why. Load balancers and Kubernetes probes check it.
+    Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
+    answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
+    check added with ``@server.readiness_check`` passes, else 503 with why
+    (``{"status": "draining"}``, ``{"status": "not ready", "check": "model_loaded"}``).
+    The JSON-RPC method ``rpc.health``, for raw TCP and WebSocket checks, answers by the
+    same rule: that object as its result, or an error whose ``data`` is it.
     """
 
     def __init__(
@@ -196,6 +201,9 @@ class Server:
         cors_headers: Sequence[str] | None = None,
         cors_max_age: int | None = None,
         drain_delay: float = 0.0,
+        healthz_path: str | None = "/healthz",
+        readyz_path: str | None = "/readyz",
+        readyz_not_found: bool = False,
     ) -> None:
         _check_options(
             port=port,
@@ -220,7 +228,7 @@ class Server:
         if drain_delay < 0:
             raise ValueError(f"drain_delay must be at least 0, got {drain_delay}")
         self.drain_delay = drain_delay
-        self._draining = False
+        self._drain = False
         self._checks: list[Callable[[], Any]] = []
         # Set in a worker process: the port is shared with the other workers, and the
         # worker stops when its supervisor (this pid) is gone.
@@ -238,7 +246,14 @@ class Server:
             "tls_client_ca": None if tls_client_ca is None else str(tls_client_ca),
             "tls_port": tls_port,
             "quiet": quiet,
+            "healthz_path": healthz_path,
+            "readyz_path": readyz_path,
+            "readyz_not_found": bool(readyz_not_found),
         }
+        for option in ("healthz_path", "readyz_path"):
+            path = self._limits[option]
+            if path is not None and (not isinstance(path, str) or not path.startswith("/")):
+                raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
         self._discovery: dict[str, Any] = {
             "title": title,
             "version": version,
@@ -395,27 +410,49 @@ class Server:
 
     def readiness_check(self, func: F) -> F:
         """Register ``func()`` as a readiness check (a model loaded, a database reachable):
-        ``rpc.health`` answers "serving" only while every check returns a true value.
-        A check that returns false or raises makes it answer an error naming the check.
-        Checks run on each ``rpc.health`` call, so keep them quick. Returns ``func``."""
+        ``GET /readyz`` and ``rpc.health`` answer "serving" only while every check returns
+        a true value. A check that returns false or raises makes them answer "not ready"
+        naming the check. Checks run on each probe, so keep them quick. Returns ``func``."""
         if not callable(func):
             raise TypeError(f"a readiness check must be callable, got {func!r}")
         self._checks.append(func)
         return func
 
-    def _health(self) -> dict[str, str]:
-        """``rpc.health``: whether this server should be sent new calls."""
-        if self._draining:
-            raise RPCError("draining", data={"status": "draining"})
+    @property
+    def _draining(self) -> bool:
+        """Draining (``drain_delay`` after SIGTERM): ``GET /readyz`` answers 503."""
+        return self._drain
+
+    @_draining.setter
+    def _draining(self, on: bool) -> None:
+        self._drain = on
+        native = self._native
+        if native is not None:
+            native.set_draining(on)
+
+    def _failed_check(self) -> tuple[str, str | None] | None:
+        """The first readiness check that fails, with what it raised; the core asks this
+        on every readiness probe."""
         for check in self._checks:
             name = getattr(check, "__name__", repr(check))
             try:
                 passed = check()
             except Exception as error:  # noqa: BLE001 - a failed check is an answer, not a crash
-                raise RPCError("not ready", data={"status": "not ready", "check": name, "error": str(error)}) from None
+                return name, str(error)
             if not passed:
-                raise RPCError("not ready", data={"status": "not ready", "check": name})
-        return {"status": "serving"}
+                return name, None
+        return None
+
+    def _health(self) -> dict[str, str]:
+        """``rpc.health``: what ``GET /readyz`` says (the core's rule), as a result or an error."""
+        native = self._native
+        if native is None:
+            raise RPCError("stopping", data={"status": "stopping"})
+        ready, body = native.ready_state()
+        state: dict[str, str] = json.loads(body)
+        if not ready:
+            raise RPCError(state["status"], data=state)
+        return state
 
     def _native_options(self) -> dict[str, Any]:
         """The extension server's keyword options: the limits, and what tests set."""
@@ -462,6 +499,8 @@ class Server:
                     )
                 if HEALTH not in self._procedures:
                     native.add(HEALTH, self._health, _signature.plan(self._health, None), True, False)
+                native.set_readiness_check(self._failed_check)
+                native.set_draining(self._drain)
                 native.start()
             except BaseException:
                 if loop is not None:

@@ -60,6 +60,9 @@ class NativeServer:
         cors_methods: Optional[list[str]] = None,
         cors_headers: Optional[list[str]] = None,
         cors_max_age: Optional[int] = None,
+        healthz_path: Optional[str] = "/healthz",
+        readyz_path: Optional[str] = "/readyz",
+        readyz_not_found: bool = False,
     ) -> "NativeServer": ...
     def add(
         self,
@@ -76,6 +79,13 @@ class NativeServer:
     def discovery(self, settings: str) -> None:
         """Where and whether the server describes itself (JSON: title, version, description,
         rpc_discover, openrpc_path, openapi_path, docs_path); only before ``start``."""
+    def set_draining(self, on: bool) -> None:
+        """Mark the server draining (``GET /readyz`` answers 503) or serving again."""
+    def set_readiness_check(self, check: Callable[[], Optional[tuple[str, Optional[str]]]]) -> None:
+        """Run ``check()`` on every readiness probe: ``None`` when ready, else
+        ``(check_name, error_or_None)``."""
+    def ready_state(self) -> tuple[bool, str]:
+        """What ``GET /readyz`` reports: ``(ready, its JSON body)``."""
     def start(self) -> int:
         """Bind and serve on background threads; the bound port. Raises ``OSError``."""
     def wait(self, timeout: Optional[float] = None) -> bool:

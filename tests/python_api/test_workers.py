@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -17,6 +18,8 @@ from typing import Callable, Iterator
 
 import pytest
 from conftest import REPO_ROOT, Wire, once, once_error
+
+from ucall import Server
 
 APP = """
 import os
@@ -223,8 +226,44 @@ def test_rpc_health_and_readiness_checks(make_server):
     wire.connection.request("GET", "/rpc.health")
     reply = wire.connection.getresponse()
     assert reply.status >= 500 and b"not ready" in reply.read()
+    # GET /readyz says the same, by the core's one rule: 503 with why, then 200.
+    wire.connection.request("GET", "/readyz")
+    reply = wire.connection.getresponse()
+    assert (reply.status, json.loads(reply.read())) == (503, {"status": "not ready", "check": "model_loaded"})
+    ready["model"] = True
+    wire.connection.request("GET", "/readyz")
+    reply = wire.connection.getresponse()
+    assert (reply.status, json.loads(reply.read())) == (200, {"status": "serving"})
+    server._draining = True
+    wire.connection.request("GET", "/readyz")
+    reply = wire.connection.getresponse()
+    assert (reply.status, json.loads(reply.read())) == (503, {"status": "draining"})
+    assert once_error(server.port, "rpc.health")["data"] == {"status": "draining"}
+    wire.connection.request("GET", "/healthz")
+    reply = wire.connection.getresponse()
+    assert (reply.status, json.loads(reply.read())) == (200, {"status": "alive"})
     wire.close()
     assert "rpc.health" not in server.procedures
+
+
+def test_probe_paths_move_turn_off_and_answer_404_when_asked(make_server):
+    server = make_server(healthz_path=None, readyz_path="/ready", readyz_not_found=True)
+
+    @server.readiness_check
+    def broken() -> bool:
+        raise RuntimeError("no database")
+
+    server.start()
+    wire = Wire(server.port)
+    for path, status in (("/healthz", 404), ("/readyz", 404), ("/ready", 404)):
+        wire.connection.request("GET", path)
+        reply = wire.connection.getresponse()
+        body = reply.read()
+        assert reply.status == status, (path, body)
+    assert json.loads(body) == {"status": "not ready", "check": "broken", "error": "no database"}
+    wire.close()
+    with pytest.raises(ValueError, match="readyz_path"):
+        Server(readyz_path="ready")
 
     with pytest.raises(TypeError):
         server.readiness_check(1)  # type: ignore[arg-type]

@@ -120,6 +120,15 @@ pub struct ucall_config_t {
     pub cors_allowed_headers: *const c_char,
     /// CORS: seconds a browser may cache a preflight's answer. 0 (default): not said.
     pub cors_max_age_seconds: u32,
+    /// Path of the liveness probe (`GET` answers 200 `{"status":"alive"}`). NULL (default):
+    /// `"/healthz"`; `""`: off.
+    pub healthz_path: *const c_char,
+    /// Path of the readiness probe (`GET` answers 200 `{"status":"serving"}`, or 503 while
+    /// the server stops). NULL (default): `"/readyz"`; `""`: off.
+    pub readyz_path: *const c_char,
+    /// When true, the readiness probe answers 404 rather than 503 when not ready (for
+    /// HAProxy's `http-check disable-on-404`).
+    pub readyz_not_found: bool,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -255,6 +264,17 @@ impl ucall_config_t {
         } else {
             None
         };
+        let path = |field: &str, ptr: *const c_char, default: Option<String>| -> Result<Option<String>, String> {
+            Ok(match text_field(field, ptr)? {
+                None => default,
+                Some("") => None,
+                Some(path) if path.starts_with('/') => Some(path.into()),
+                Some(path) => return Err(format!("config.{field}: {path:?} does not start with '/'")),
+            })
+        };
+        core.health.healthz = path("healthz_path", self.healthz_path, core.health.healthz.take())?;
+        core.health.readyz = path("readyz_path", self.readyz_path, core.health.readyz.take())?;
+        core.health.not_ready_404 = self.readyz_not_found;
         let discovery = match text_field("discovery", self.discovery)? {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
             None => Discovery::default(),
@@ -406,7 +426,27 @@ mod tests {
             cors_allowed_methods: std::ptr::null(),
             cors_allowed_headers: std::ptr::null(),
             cors_max_age_seconds: 0,
+            healthz_path: std::ptr::null(),
+            readyz_path: std::ptr::null(),
+            readyz_not_found: false,
         }
+    }
+
+    #[test]
+    fn health_paths_default_move_and_turn_off() {
+        let mut config = zeroed();
+        let health = config.settings().expect("defaults").core.health;
+        assert_eq!(health, ucall_core::HealthPaths::default());
+        config.healthz_path = c"".as_ptr();
+        config.readyz_path = c"/ready".as_ptr();
+        config.readyz_not_found = true;
+        let health = config.settings().expect("paths").core.health;
+        assert_eq!(
+            (health.healthz, health.readyz.as_deref(), health.not_ready_404),
+            (None, Some("/ready"), true)
+        );
+        config.readyz_path = c"ready".as_ptr();
+        assert!(config.settings().is_err_and(|e| e.contains("readyz_path")));
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub mod dispatch;
 #[doc(hidden)]
 pub mod engine;
 mod error;
+pub mod health;
 #[doc(hidden)]
 pub mod http1;
 #[doc(hidden)]
@@ -83,6 +84,7 @@ pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;
+pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use params::Param;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::defer::{Deferred, Target};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
+use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
 pub use crate::params::Params;
 
@@ -45,6 +46,8 @@ pub struct Router {
     procedures: FxHashMap<Box<str>, Arc<dyn Handler>>,
     /// What the procedures take and return, and the documents built from it.
     catalog: Catalog,
+    /// The health probes and the readiness they report.
+    health: Health,
 }
 
 impl Router {
@@ -115,6 +118,24 @@ impl Router {
     #[must_use]
     pub fn page(&self, target: &str) -> Option<Page<'_>> {
         self.catalog.page(target)
+    }
+
+    /// Serve the health probes at `paths`.
+    pub fn set_health_paths(&mut self, paths: HealthPaths) {
+        self.health.set_paths(paths);
+    }
+
+    /// The server's readiness, shared with the front end (draining, checks).
+    #[must_use]
+    pub fn readiness(&self) -> &Arc<Readiness> {
+        self.health.readiness()
+    }
+
+    /// The health probe served at `target` (query ignored), if any; `stopping` when the
+    /// server is shutting down.
+    #[must_use]
+    pub fn probe(&self, target: &str, stopping: bool) -> Option<Probe> {
+        self.health.probe(target, stopping)
     }
 }
 

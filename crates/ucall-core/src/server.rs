@@ -15,6 +15,7 @@ pub use crate::engine::{Config, EngineKind, EventLog};
 
 use crate::discover::{Discovery, MethodDoc};
 use crate::error::Error;
+use crate::health::{HealthPaths, Readiness, ReadyState};
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
@@ -121,6 +122,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Where the health probes are served (see [`Config::health`]).
+    pub fn health(mut self, paths: HealthPaths) -> Self {
+        self.config.health = paths;
+        self
+    }
+
     /// Join other processes' listeners on the port (see [`Config::share_port`]).
     pub fn share_port(mut self, on: bool) -> Self {
         self.config.share_port = on;
@@ -220,9 +227,12 @@ impl ServerBuilder {
         if !shared.config.quiet {
             eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
         }
+        let mut router = self.router;
+        router.set_health_paths(shared.config.health.clone());
         Ok(Server {
+            readiness: Arc::clone(router.readiness()),
             shared,
-            router: self.router,
+            router,
             workers,
             local_addr,
             engine: engine.kind,
@@ -245,6 +255,7 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Frozen and handed to the workers when serving starts.
     router: Router,
+    readiness: Arc<Readiness>,
     workers: Vec<Worker>,
     local_addr: SocketAddr,
     engine: EngineKind,
@@ -290,7 +301,14 @@ impl Server {
     pub fn stopper(&self) -> Stopper {
         Stopper {
             shared: Arc::clone(&self.shared),
+            readiness: Arc::clone(&self.readiness),
         }
+    }
+
+    /// The readiness `GET /readyz` reports: mark the server draining, add a check.
+    #[must_use]
+    pub fn readiness(&self) -> &Arc<Readiness> {
+        &self.readiness
     }
 
     /// The configuration in force (thread count resolved).
@@ -322,7 +340,13 @@ impl Server {
     #[must_use]
     pub fn into_workers(mut self) -> (Stopper, Vec<Worker>) {
         self.hand_out_router();
-        (Stopper { shared: self.shared }, self.workers)
+        (
+            Stopper {
+                shared: self.shared,
+                readiness: self.readiness,
+            },
+            self.workers,
+        )
     }
 
     /// Serve on background threads; the handle stops them.
@@ -340,6 +364,7 @@ impl Server {
             threads.push(thread);
         }
         Ok(ServerHandle {
+            readiness: self.readiness,
             shared: self.shared,
             threads,
             local_addr: self.local_addr,
@@ -374,6 +399,7 @@ impl Server {
 /// A running server. Dropping it stops the server and waits for its threads.
 pub struct ServerHandle {
     shared: Arc<Shared>,
+    readiness: Arc<Readiness>,
     threads: Vec<JoinHandle<()>>,
     local_addr: SocketAddr,
 }
@@ -382,6 +408,7 @@ pub struct ServerHandle {
 #[derive(Clone)]
 pub struct Stopper {
     shared: Arc<Shared>,
+    readiness: Arc<Readiness>,
 }
 
 impl Stopper {
@@ -395,6 +422,18 @@ impl Stopper {
     #[must_use]
     pub fn is_stopping(&self) -> bool {
         self.shared.stopping.load(Ordering::SeqCst)
+    }
+
+    /// What `GET /readyz` answers now (the one readiness rule, [`Readiness::state`]).
+    #[must_use]
+    pub fn ready_state(&self) -> ReadyState {
+        self.readiness.state(self.is_stopping())
+    }
+
+    /// The readiness `GET /readyz` reports: mark the server draining, add a check.
+    #[must_use]
+    pub fn readiness(&self) -> &Arc<Readiness> {
+        &self.readiness
     }
 }
 
@@ -428,6 +467,7 @@ impl ServerHandle {
     pub fn stopper(&self) -> Stopper {
         Stopper {
             shared: Arc::clone(&self.shared),
+            readiness: Arc::clone(&self.readiness),
         }
     }
 

@@ -14,7 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
 use ucall_core::{
-    Call, Config, Cors, Discovery, EngineKind, Handler, MethodDoc, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+    Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, NotReady, Readiness, Reply, RpcError,
+    Server, ServerBuilder, TlsConfig,
 };
 
 use crate::convert::{self, write_json};
@@ -83,6 +84,8 @@ pub struct NativeServer {
     state: Mutex<State>,
     hooks: Arc<Hooks>,
     max_threads: usize,
+    /// What `GET /readyz` and `rpc.health` report (the core's one rule).
+    readiness: Arc<Readiness>,
 }
 
 fn engine(name: &str) -> PyResult<EngineKind> {
@@ -117,6 +120,7 @@ impl NativeServer {
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
+        healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -147,6 +151,9 @@ impl NativeServer {
         cors_methods: Option<Vec<String>>,
         cors_headers: Option<Vec<String>>,
         cors_max_age: Option<u32>,
+        healthz_path: Option<String>,
+        readyz_path: Option<String>,
+        readyz_not_found: bool,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -155,6 +162,11 @@ impl NativeServer {
             engine: engine(engine_name)?,
             quiet,
             share_port,
+            health: HealthPaths {
+                healthz: healthz_path,
+                readyz: readyz_path,
+                not_ready_404: readyz_not_found,
+            },
             ..Config::default()
         };
         if let Some(v) = max_body_bytes {
@@ -205,8 +217,10 @@ impl NativeServer {
                 ))
             }
         }
+        let builder = Server::builder().config(config);
         Ok(NativeServer {
-            state: Mutex::new(State::Configuring(Server::builder().config(config))),
+            readiness: Arc::clone(builder.router().readiness()),
+            state: Mutex::new(State::Configuring(builder)),
             hooks: Arc::new(Hooks {
                 encode,
                 rpc_error,
@@ -335,6 +349,39 @@ impl NativeServer {
                 return Ok(());
             }
         }
+    }
+
+    /// Mark the server draining (`GET /readyz` answers 503, `rpc.health` an error) or
+    /// serving again.
+    fn set_draining(&self, on: bool) {
+        self.readiness.set_draining(on);
+    }
+
+    /// Run `check()` on every readiness probe: it returns `None` when ready, else
+    /// `(check_name, error_or_None)`.
+    fn set_readiness_check(&self, check: Py<PyAny>) {
+        self.readiness.set_check(move || {
+            Python::attach(|py| {
+                let failed = check
+                    .bind(py)
+                    .call0()
+                    .and_then(|answer| answer.extract::<Option<(String, Option<String>)>>());
+                match failed {
+                    Ok(None) => Ok(()),
+                    Ok(Some((check, error))) => Err(NotReady { check, error }),
+                    Err(error) => Err(NotReady {
+                        check: "readiness".into(),
+                        error: Some(error.to_string()),
+                    }),
+                }
+            })
+        });
+    }
+
+    /// The readiness `GET /readyz` reports: `(ready, its JSON body)`.
+    fn ready_state(&self) -> (bool, String) {
+        let state = self.readiness.state(self.runtime().is_none());
+        (state == ucall_core::ReadyState::Serving, state.to_json())
     }
 
     /// Whether the server is serving.

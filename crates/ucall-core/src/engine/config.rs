@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::health::HealthPaths;
 use crate::session::Limits;
 use crate::tls::TlsConfig;
 
@@ -78,6 +79,8 @@ pub struct Config {
     /// (`SO_REUSEPORT`) instead of refusing a port in use: worker processes of one server
     /// share its port this way, and the kernel spreads connections between them. Off by default.
     pub share_port: bool,
+    /// Where the health probes are served (`/healthz`, `/readyz`), or not.
+    pub health: HealthPaths,
     /// Where the engines report what they cannot return as an error: a failed accept, a
     /// worker that stops. Default: a line on stderr.
     pub events: EventLog,
@@ -136,6 +139,7 @@ impl Default for Config {
             sqpoll: false,
             quiet: false,
             share_port: false,
+            health: HealthPaths::default(),
             events: EventLog::default(),
         }
     }

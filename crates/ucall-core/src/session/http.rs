@@ -162,6 +162,26 @@ impl Http {
         }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
+        // The health probes (`/healthz`, `/readyz`): short JSON, never cached.
+        let probe = (head.method == Method::Get).then(|| ctx.router.probe(target, ctx.draining));
+        if let Some(probe) = probe.flatten() {
+            http1::respond_typed(
+                out,
+                persistence,
+                &self.cors_headers,
+                ctx.date,
+                b"application/json",
+                |out| {
+                    out.data().extend_from_slice(probe.body.as_bytes());
+                    Some(match (probe.ok, probe.not_found) {
+                        (true, _) => Status::Ok,
+                        (false, true) => Status::NotFound,
+                        (false, false) => Status::ServiceUnavailable,
+                    })
+                },
+            );
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
         if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
             http1::respond_typed(

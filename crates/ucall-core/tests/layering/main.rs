@@ -22,6 +22,7 @@ const RANKS: &[(&str, u32)] = &[
     ("params", 2),
     ("defer", 2),
     ("discover", 2),
+    ("health", 2),
     ("router", 3),
     ("dispatch", 4),
     ("session", 5),
