@@ -162,7 +162,7 @@ impl Http {
         }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
-        // The health probes (`/healthz`, `/readyz`): short JSON, never cached.
+        // The health probes (`/healthz`, `/readyz`): a short JSON object each.
         let probe = (head.method == Method::Get).then(|| ctx.router.probe(target, ctx.draining));
         if let Some(probe) = probe.flatten() {
             http1::respond_typed(
@@ -182,8 +182,14 @@ impl Http {
             );
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
-        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
-        if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
+        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
+        // a GET can ask for one, so a POST's path is not compared with theirs.
+        let page = if head.method == Method::Get {
+            ctx.router.page(target)
+        } else {
+            None
+        };
+        if let Some(page) = page {
             http1::respond_typed(
                 out,
                 persistence,
