@@ -99,10 +99,11 @@ def test_kubernetes_manifests_hold_what_the_recipe_needs():
     port = dig(container, "ports[0].containerPort", int)
     assert args[args.index("--port") + 1] == str(port)
     port_name = dig(container, "ports[0].name", str)
-    assert dig(container, "readinessProbe.httpGet.path", str) == "/rpc.health"
+    assert dig(container, "readinessProbe.httpGet.path", str) == "/readyz"
     assert dig(container, "readinessProbe.httpGet.port", str) == port_name
-    # Liveness must not fail while the pod drains: it asks only that the port accepts.
-    assert dig(container, "livenessProbe.tcpSocket.port", str) == port_name
+    # Liveness must not fail while the pod drains: /healthz passes while the process answers.
+    assert dig(container, "livenessProbe.httpGet.path", str) == "/healthz"
+    assert dig(container, "livenessProbe.httpGet.port", str) == port_name
     pre_stop = dig(container, "lifecycle.preStop.exec.command", list)
     assert pre_stop[0] == "sleep"
     shutdown_timeout = 5  # the server's default
@@ -122,7 +123,7 @@ def test_dockerfile_names_what_exists():
     assert app and (REPO_ROOT / app.group(1)).is_file()
     cmd = json.loads(re.search(r"^CMD (.*)$", dockerfile, flags=re.M).group(1))  # type: ignore[union-attr]
     assert cmd[:3] == ["ucall", "serve", "app:server"] and "--drain-delay" in cmd
-    assert "/rpc.health" in dockerfile and "STOPSIGNAL SIGTERM" in dockerfile
+    assert "/healthz" in dockerfile and "STOPSIGNAL SIGTERM" in dockerfile
 
 
 # ---------------------------------------------------------------- live, on loopback
