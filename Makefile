@@ -56,7 +56,7 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 
 .PHONY: test-js
 test-js: python  ## JS client (js/): build, then node --test against live Rust and Python servers
-	cargo build -p ucall-examples --bin spec_server --bin sum_server
+	cargo build -p ucall-examples --bin spec_server --bin sum_server --bin described_server
 	cd js && npm run --silent build && UCALL_JS_SERVERS=rust,python node --test test/
 
 test: test-js
