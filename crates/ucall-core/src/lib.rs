@@ -67,6 +67,7 @@ mod error;
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+mod logs;
 pub mod params;
 #[doc(hidden)]
 pub mod router;

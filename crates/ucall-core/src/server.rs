@@ -98,8 +98,10 @@ pub struct Config {
 /// `"buffers leaked"` and `"certificate warning"` (at start: the TLS certificate is X.509 v1,
 /// expired or not valid yet, and is served all the same).
 ///
-/// The default writes `ucall: <event>: <error>` to stderr; a front end with a log of its
-/// own (the C API, which must not write to stderr) passes [`EventLog::new`].
+/// The default sends each event to the `log` facade (target `ucall`; `accept failed` and
+/// `worker stopped` at error level, the others at warn) when the host installed a logger,
+/// else writes `ucall: <event>: <error>` to stderr; a front end with a log of its own (the
+/// C API, which must not write to stderr) passes [`EventLog::new`].
 #[derive(Clone, Default)]
 pub struct EventLog(Option<Arc<EventSink>>);
 
@@ -115,6 +117,9 @@ impl EventLog {
     pub(crate) fn report(&self, event: &str, error: &str) {
         match &self.0 {
             Some(sink) => sink(event, error),
+            None if log::max_level() != log::LevelFilter::Off => {
+                log::log!(target: crate::logs::TARGET, crate::logs::event_level(event), "{event}: {error}");
+            }
             None => eprintln!("ucall: {event}: {error}"),
         }
     }
@@ -505,6 +510,14 @@ impl Server {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
         let router = Arc::new(std::mem::take(&mut self.router));
+        log::info!(
+            target: crate::logs::TARGET,
+            "serving on {} (engine {}, {} threads, {} procedures)",
+            self.local_addr,
+            self.engine.name(),
+            self.workers.len(),
+            router.names().count()
+        );
         for worker in &mut self.workers {
             worker.set_router(Arc::clone(&router));
         }
@@ -635,9 +648,13 @@ impl ServerHandle {
     }
 
     fn join_threads(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+        log::info!(target: crate::logs::TARGET, "stopped serving on {}", self.local_addr);
     }
 }
 

@@ -813,7 +813,9 @@ impl Session {
                     data,
                 ) {
                     Outcome::Silent => Status::NoContent,
-                    Outcome::Replied | Outcome::ParseError => Status::Ok,
+                    Outcome::Replied | Outcome::ParseError => {
+                        scratch.jsonrpc.http_status.map_or(Status::Ok, Status::from_code)
+                    }
                 }
             } else {
                 rest_call(head.method, target, body, ctx.router, scratch, &mut deferrals, data)
@@ -944,18 +946,25 @@ fn rest_call(
     }
 }
 
+/// Write a REST-style call's error object; the status its error names, else its code's
+/// (the one table, `jsonrpc::codes`).
 fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
     jsonrpc::write_error_object(data, error.code(), error.message(), error.data());
-    match ErrorCode::from_code(error.code()) {
-        Some(ErrorCode::MethodNotFound) => Status::NotFound,
-        Some(ErrorCode::InvalidParams | ErrorCode::InvalidRequest | ErrorCode::ParseError) => Status::BadRequest,
-        _ => Status::InternalServerError,
-    }
+    Status::from_code(error.rest_status())
 }
 
 #[cold]
 #[inline(never)]
 fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
+    // Limits hit are worth a warning; malformed requests are the client's own business.
+    let level = match reject.status {
+        Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong | Status::RequestTimeout => {
+            log::Level::Warn
+        }
+        _ => log::Level::Debug,
+    };
+    static REFUSED: crate::logs::Throttle = crate::logs::Throttle::new();
+    crate::logs::throttled(&REFUSED, level, format_args!("request refused: {}", reject.message()));
     http1::respond(out, Persistence::Close, date, |data| {
         if reject.to_head {
             return Some(reject.status); // no content (RFC 9110 §9.3.2)
@@ -1039,10 +1048,12 @@ fn commit_ws_text(out: &mut OutBuf, start: usize) {
 const ATTACH_MIN: usize = 64 << 10;
 
 /// Write a held message's `text` with each slot's outcome in its place; the HTTP status
-/// a REST-style error calls for. With `attach`, large results are attached (see
+/// a REST-style error calls for, or the one a single call's error names. With `attach`, large results are attached (see
 /// [`OutBuf::attach`]) rather than copied; either way their buffers are kept for reuse.
 fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attach: bool) -> Status {
     let mut status = Status::Ok;
+    // A single call's reply is its one slot, with no text around it; a batch's has `[`.
+    let single = text.is_empty();
     let mut copied = 0;
     for slot in slots {
         out.data().extend_from_slice(&text[copied..slot.at]);
@@ -1065,7 +1076,12 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attac
                 jsonrpc::write_result(data, &id, &result);
                 buffer::keep(result);
             }
-            (Some(id), Err(error)) => jsonrpc::write_rpc_error(data, Some(&id), &error),
+            (Some(id), Err(error)) => {
+                jsonrpc::write_rpc_error(data, Some(&id), &error);
+                if let Some(named) = error.http_status().filter(|_| single) {
+                    status = Status::from_code(named);
+                }
+            }
             (None, Ok(result)) => {
                 data.extend_from_slice(&result);
                 buffer::keep(result);
