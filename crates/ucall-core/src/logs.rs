@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Server-side log records through the `log` facade, all under the target `ucall`: the
-//! start-up and shutdown lines (info), limits hit (warn), failed TLS sessions (info),
-//! malformed requests (debug). Nothing per served request.
+//! Server-side log records through the `log` facade, under the target `ucall`: the
+//! start-up and shutdown lines (info, target `ucall::server`), limits hit (warn), failed
+//! TLS sessions (info), malformed requests (debug). Nothing per served request.
 //!
 //! The host picks the logger (`env_logger`, `tracing-log`; the Python package forwards to
 //! `logging`). Without one, or with the level off, a record costs one atomic load and
@@ -12,8 +12,15 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The target of every record the core logs.
+/// The target of the records the core logs, but for the start-up and shutdown lines.
 pub(crate) const TARGET: &str = "ucall";
+
+/// The target of the start-up and shutdown lines: a front end that logs its own (Python's)
+/// filters these out.
+pub(crate) const SERVER_TARGET: &str = "ucall::server";
+
+/// Requests refused at the transport (too large, malformed, too slow).
+pub(crate) static REQUEST_REFUSED: Throttle = Throttle::new();
 
 /// At most one record a second of one kind.
 pub(crate) struct Throttle(AtomicU64);

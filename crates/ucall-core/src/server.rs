@@ -510,14 +510,17 @@ impl Server {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
         let router = Arc::new(std::mem::take(&mut self.router));
-        log::info!(
-            target: crate::logs::TARGET,
-            "serving on {} (engine {}, {} threads, {} procedures)",
-            self.local_addr,
-            self.engine.name(),
-            self.workers.len(),
-            router.names().count()
-        );
+        if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
+            let (threads, procedures) = (self.workers.len(), router.names().count());
+            log::info!(
+                target: crate::logs::SERVER_TARGET,
+                "serving on {} (engine {}, {threads} thread{}, {procedures} procedure{})",
+                self.local_addr,
+                self.engine.name(),
+                if threads == 1 { "" } else { "s" },
+                if procedures == 1 { "" } else { "s" },
+            );
+        }
         for worker in &mut self.workers {
             worker.set_router(Arc::clone(&router));
         }
@@ -654,7 +657,7 @@ impl ServerHandle {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        log::info!(target: crate::logs::TARGET, "stopped serving on {}", self.local_addr);
+        log::info!(target: crate::logs::SERVER_TARGET, "stopped serving on {}", self.local_addr);
     }
 }
 

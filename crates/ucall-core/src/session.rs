@@ -501,6 +501,14 @@ impl Session {
                 let data = out.data();
                 let start = data.len();
                 let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
+                crate::logs::throttled(
+                    &crate::logs::REQUEST_REFUSED,
+                    log::Level::Warn,
+                    format_args!(
+                        "request refused: more than max_body_bytes = {}",
+                        ctx.limits.max_body_bytes
+                    ),
+                );
                 jsonrpc::write_error(data, None, ErrorCode::InvalidRequest.code(), &message, None);
                 data.push(b'\n');
                 let end = data.len();
@@ -963,8 +971,11 @@ fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
         }
         _ => log::Level::Debug,
     };
-    static REFUSED: crate::logs::Throttle = crate::logs::Throttle::new();
-    crate::logs::throttled(&REFUSED, level, format_args!("request refused: {}", reject.message()));
+    crate::logs::throttled(
+        &crate::logs::REQUEST_REFUSED,
+        level,
+        format_args!("request refused: {}", reject.message()),
+    );
     http1::respond(out, Persistence::Close, date, |data| {
         if reject.to_head {
             return Some(reject.status); // no content (RFC 9110 §9.3.2)

@@ -35,13 +35,13 @@ fn keep_records() {
     });
 }
 
-/// The messages logged so far at `level` under target `ucall` that contain `needle`.
+/// The messages logged so far at `level` under target `ucall` (or below it) that contain `needle`.
 fn logged(level: log::Level, needle: &str) -> Vec<String> {
     RECORDS
         .lock()
         .unwrap()
         .iter()
-        .filter(|(l, target, text)| *l == level && target == "ucall" && text.contains(needle))
+        .filter(|(l, target, text)| *l == level && target.starts_with("ucall") && text.contains(needle))
         .map(|(_, _, text)| text.clone())
         .collect()
 }
