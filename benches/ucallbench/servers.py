@@ -54,26 +54,6 @@ class Server:
         return "reference" if self.reference else "peer" if self.peer else "ucall"
 
 
-# bench_server answers sum and echo as sum_server does, plus the rpc.hpp procedures.
-SUM_SERVER_POLL = (
-    "target/release/bench_server",
-    *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
-)
-SUM_SERVER_URING = (*SUM_SERVER_POLL[:-1], "uring")
-SUM_C_POLL = (
-    "target/bench/sum",
-    *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
-)
-
-# Every procedure of bench_server, on the Python API. Needs the package built into .venv
-# (make python; make bench does it).
-PYTHON_POLL = (
-    ".venv/bin/python",
-    "benches/ucall_python_app.py",
-    *("--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "poll"),
-)
-PYTHON_URING = (*PYTHON_POLL[:-1], "uring")
-SUM_C_URING = (*SUM_C_POLL[:-1], "uring")
 # Built from its own Cargo project and lock file into the same target directory.
 JSONRPSEE = ("target/release/jsonrpsee-peer", "--host", "127.0.0.1", "--port", "0")
 
@@ -90,6 +70,53 @@ def c_example_has_tls() -> bool:
 C_NO_TLS = "unsupported: examples/c/sum.c has no TLS options yet"
 C_UNSUPPORTED = () if c_example_has_tls() else (("https", C_NO_TLS),)
 
+
+@dataclass(frozen=True)
+class UcallApi:
+    """One of UCall's front ends as a bench server: the program that serves it, what it answers."""
+
+    what: str  # the description, less the threads and the engine
+    program: tuple[str, ...]  # argv before the options every UCall bench server takes
+    build: tuple[str, ...] = ()
+    methods: frozenset[str] = ALL_METHODS
+    unsupported: tuple[tuple[str, str], ...] = ()
+
+
+# bench_server answers sum and echo as sum_server does, plus the rpc.hpp procedures.
+RUST_API = UcallApi(
+    "UCall Rust API, examples/rust bench_server", ("target/release/bench_server",), build=("cargo:ucall-examples",)
+)
+C_API = UcallApi(
+    "UCall C API, examples/c/sum.c (sum, echo) on the release libucall.a",
+    ("target/bench/sum",),
+    build=("capi:examples/c/sum.c",),
+    methods=frozenset({"sum", "echo"}),
+    unsupported=C_UNSUPPORTED,
+)
+# Every procedure of bench_server, on the Python API. Needs the package built into .venv
+# (make python; make bench does it).
+PYTHON_API = UcallApi(
+    "UCall Python API, benches/ucall_python_app.py (typed procedures, echo of bytes)",
+    (".venv/bin/python", "benches/ucall_python_app.py"),
+)
+
+
+def ucall_server(name: str, api: UcallApi, engine: str) -> Server:
+    """A UCall server, one thread on `engine` ("poll" or "uring")."""
+    argv = (*api.program, "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", engine)
+    # One port serves all three: a connection whose first byte is `{` or `[` is raw TCP.
+    endpoints = {protocol: Endpoint(argv) for protocol in ("http", "tcp", "ws")}
+    endpoints["https"] = Endpoint((*argv, *TLS_ARGS))
+    return Server(
+        name=name,
+        description=f"{api.what}, 1 thread, {engine} engine",
+        endpoints=endpoints,
+        build=api.build,
+        methods=api.methods,
+        unsupported=api.unsupported,
+    )
+
+
 SERVERS: list[Server] = [
     Server(
         name="c-reference",
@@ -102,81 +129,12 @@ SERVERS: list[Server] = [
         build=("c:benches/reference/epoll_http.c", "c:benches/reference/epoll_echo.c"),
         reference=True,
     ),
-    Server(
-        name="ucall-rust-poll",
-        description="UCall Rust API, examples/rust bench_server, 1 thread, poll engine",
-        # One port serves both: a connection whose first byte is `{` or `[` is raw TCP.
-        endpoints={
-            "http": Endpoint(SUM_SERVER_POLL),
-            "tcp": Endpoint(SUM_SERVER_POLL),
-            "ws": Endpoint(SUM_SERVER_POLL),
-            "https": Endpoint((*SUM_SERVER_POLL, *TLS_ARGS)),
-        },
-        build=("cargo:ucall-examples",),
-        methods=ALL_METHODS,
-    ),
-    Server(
-        name="ucall-rust-uring",
-        description="UCall Rust API, examples/rust bench_server, 1 thread, uring engine (io_uring)",
-        endpoints={
-            "http": Endpoint(SUM_SERVER_URING),
-            "tcp": Endpoint(SUM_SERVER_URING),
-            "ws": Endpoint(SUM_SERVER_URING),
-            "https": Endpoint((*SUM_SERVER_URING, *TLS_ARGS)),
-        },
-        build=("cargo:ucall-examples",),
-        methods=ALL_METHODS,
-    ),
-    Server(
-        name="ucall-c-poll",
-        description="UCall C API, examples/c/sum.c (sum, echo) on the release libucall.a, 1 thread, poll engine",
-        endpoints={
-            "http": Endpoint(SUM_C_POLL),
-            "tcp": Endpoint(SUM_C_POLL),
-            "ws": Endpoint(SUM_C_POLL),
-            "https": Endpoint((*SUM_C_POLL, *TLS_ARGS)),
-        },
-        build=("capi:examples/c/sum.c",),
-        methods=frozenset({"sum", "echo"}),
-        unsupported=C_UNSUPPORTED,
-    ),
-    Server(
-        name="ucall-python",
-        description="UCall Python API, benches/ucall_python_app.py (typed procedures, echo of bytes), 1 thread, "
-        "poll engine",
-        endpoints={
-            "http": Endpoint(PYTHON_POLL),
-            "tcp": Endpoint(PYTHON_POLL),
-            "ws": Endpoint(PYTHON_POLL),
-            "https": Endpoint((*PYTHON_POLL, *TLS_ARGS)),
-        },
-        methods=ALL_METHODS,
-    ),
-    Server(
-        name="ucall-c-uring",
-        description="UCall C API, examples/c/sum.c (sum, echo) on the release libucall.a, 1 thread, uring engine",
-        endpoints={
-            "http": Endpoint(SUM_C_URING),
-            "tcp": Endpoint(SUM_C_URING),
-            "ws": Endpoint(SUM_C_URING),
-            "https": Endpoint((*SUM_C_URING, *TLS_ARGS)),
-        },
-        build=("capi:examples/c/sum.c",),
-        methods=frozenset({"sum", "echo"}),
-        unsupported=C_UNSUPPORTED,
-    ),
-    Server(
-        name="ucall-python-uring",
-        description="UCall Python API, benches/ucall_python_app.py (typed procedures, echo of bytes), 1 thread, "
-        "uring engine",
-        endpoints={
-            "http": Endpoint(PYTHON_URING),
-            "tcp": Endpoint(PYTHON_URING),
-            "ws": Endpoint(PYTHON_URING),
-            "https": Endpoint((*PYTHON_URING, *TLS_ARGS)),
-        },
-        methods=ALL_METHODS,
-    ),
+    ucall_server("ucall-rust-poll", RUST_API, "poll"),
+    ucall_server("ucall-rust-uring", RUST_API, "uring"),
+    ucall_server("ucall-c-poll", C_API, "poll"),
+    ucall_server("ucall-python", PYTHON_API, "poll"),
+    ucall_server("ucall-c-uring", C_API, "uring"),
+    ucall_server("ucall-python-uring", PYTHON_API, "uring"),
     # ---- peers: installed by benches/setup_peers.sh into benches/.venv-peers and .venv-ucall054
     Server(
         name="fastapi-rest",

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -180,6 +181,53 @@ def once_error(port: int, method: str, params: Any = None) -> dict[str, Any]:
         return w.error(method, params)
     finally:
         w.close()
+
+
+@contextlib.contextmanager
+def canned_server(reply: bytes, connections: int = 1) -> Iterator[int]:
+    """A server on 127.0.0.1 that reads once from each of `connections` connections, sends
+    `reply` and closes it; yields the port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer() -> None:
+        for _ in range(connections):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(reply)
+            conn.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+@contextlib.contextmanager
+def described_rust_server(engine: str) -> Iterator[int]:
+    """Run examples/rust's described_server (debug build) on `engine` until it prints
+    "listening on HOST:PORT"; yield the port, and kill it at the end."""
+    binary = REPO_ROOT / "target" / "debug" / "described_server"
+    assert binary.exists(), "build it first: cargo build -p ucall-examples --bin described_server"
+    proc = subprocess.Popen(
+        [str(binary), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ, UCALL_ENGINE=engine),
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        yield int(line.split()[2].rsplit(":", 1)[-1])
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import with_client_procedures
+from conftest import canned_server, with_client_procedures
 from test_client_tls import make_certs, openssl
 from websockets.server import ServerProtocol
 
@@ -272,24 +272,9 @@ def test_time_out(server):
 
 
 def test_protocol_errors_are_reported():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def answer() -> None:
-        conn, _ = listener.accept()
-        conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnope!")
-        conn.close()
-
-    thread = threading.Thread(target=answer)
-    thread.start()
-    try:
+    with canned_server(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnope!") as port:
         with pytest.raises(ProtocolError):
-            Client(port=listener.getsockname()[1]).sum(1, 2)
-    finally:
-        thread.join()
-        listener.close()
+            Client(port=port).sum(1, 2)
 
 
 def test_reply_reader_frames_every_way():

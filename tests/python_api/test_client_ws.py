@@ -12,7 +12,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import ENGINES, with_client_procedures
+from conftest import ENGINES, canned_server, with_client_procedures
 from test_client_tls import make_certs, tls_server
 from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
@@ -243,59 +243,27 @@ def test_a_close_frame_behind_a_reply():
 
 
 def test_a_refused_upgrade_is_reported():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def answer() -> None:
-        conn, _ = listener.accept()
-        conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-        conn.close()
-
-    thread = threading.Thread(target=answer)
-    thread.start()
-    try:
+    with canned_server(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n") as port:
         with pytest.raises(ProtocolError, match="refused the WebSocket upgrade.*404"):
-            Client(f"ws://127.0.0.1:{listener.getsockname()[1]}", timeout=10).sum(1, 2)
-    finally:
-        thread.join(10)
-        listener.close()
+            Client(f"ws://127.0.0.1:{port}", timeout=10).sum(1, 2)
 
 
 @pytest.mark.parametrize("sends", [b"", b"\x15\x03\x03\x00\x02\x02\x46"], ids=["nothing", "a TLS alert"])
 def test_a_connection_closed_during_the_upgrade_is_reported(sends):
     """A server that closes before it answers the upgrade (a TLS port sends an alert,
     then closes): both clients report it at once, rather than reading the end forever."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
 
-    def answer() -> None:
-        for _ in range(2):
-            conn, _ = listener.accept()
-            conn.recv(65536)
-            conn.sendall(sends)
-            conn.close()
-
-    thread = threading.Thread(target=answer)
-    thread.start()
-
-    async def call_async() -> None:
+    async def call_async(port: int) -> None:
         async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10) as client:
             await client.sum(1, 2)
 
-    try:
+    with canned_server(sends, connections=2) as port:
         started = time.monotonic()
         with pytest.raises(ProtocolError, match="closed during the WebSocket handshake.*wss://"):
             Client(f"ws://127.0.0.1:{port}", timeout=10).sum(1, 2)
         with pytest.raises(ProtocolError, match="closed during the WebSocket handshake"):
-            asyncio.run(call_async())
+            asyncio.run(call_async(port))
         assert time.monotonic() - started < 5
-    finally:
-        thread.join(10)
-        listener.close()
 
 
 def run(*args: object) -> tuple[int, str, str]:

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
 import jsonschema
 import pydantic
 import pytest
-from conftest import REPO_ROOT, Wire, serving
+from conftest import REPO_ROOT, Wire, described_rust_server, serving
 from openapi_spec_validator import validate as validate_openapi
 from referencing import Registry
 from referencing.jsonschema import DRAFT7
@@ -448,22 +448,8 @@ def test_python_server_documents_and_examples(engine):
 
 @pytest.fixture
 def rust_described_server(engine):
-    binary = REPO_ROOT / "target" / "debug" / "described_server"
-    assert binary.exists(), "build it first: cargo build -p ucall-examples --bin described_server"
-    import os
-
-    env = dict(os.environ, UCALL_ENGINE=engine)
-    proc = subprocess.Popen(
-        [str(binary), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield int(line.split()[2].rsplit(":", 1)[-1])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    with described_rust_server(engine) as port:
+        yield port
 
 
 def test_rust_server_documents_and_examples(rust_described_server):

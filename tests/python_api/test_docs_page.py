@@ -9,16 +9,14 @@ refused and fails the test. Screenshots go to target/test-output/.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, described_rust_server
 
 sys.path.insert(0, str(REPO_ROOT / "examples" / "python"))
 import described_server  # noqa: E402
@@ -82,23 +80,8 @@ def page(browser: Any) -> Iterator[tuple[Page, Recorder, list[str]]]:
 
 
 def rust_server() -> Iterator[int]:
-    binary = REPO_ROOT / "target" / "debug" / "described_server"
-    assert binary.exists(), "build it first: cargo build -p ucall-examples --bin described_server"
-    proc = subprocess.Popen(
-        [str(binary), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=dict(os.environ, UCALL_ENGINE="poll"),
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield int(line.split()[2].rsplit(":", 1)[-1])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    with described_rust_server("poll") as port:
+        yield port
 
 
 def python_server() -> Iterator[int]:

@@ -229,43 +229,44 @@ def test_blocking_handlers_do_not_stall_others(make_server, wire):
     assert elapsed < 0.78, elapsed
 
 
-def test_a_blocking_call_does_not_stall_others_after_the_server_was_idle(make_server):
-    """The other calls go on while one blocks, in every round, also after the server sat
-    idle long enough (over 2 s) for a spare thread to end. `blocking` waits until the test
-    lets it go, which it does only once `add` has answered: were `add` held up behind it,
-    `blocking` would give up waiting and say so (False)."""
-    server = make_server(threads=1)
-    started = threading.Event()
-    release = threading.Event()
-
-    @server
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    @server
-    def blocking(seconds: float) -> bool:
-        started.set()
-        return release.wait(seconds)
-
-    server.start()
-    with ThreadPoolExecutor(1) as pool:
-        for round_ in range(3):
-            if round_:
-                time.sleep(2.2)  # idle: longer than a spare thread is kept
-            started.clear()
-            release.clear()
-            sleeper = pool.submit(once, server.port, "blocking", [5.0])
-            assert started.wait(5), f"round {round_}: the blocking call never started"
-            added = once(server.port, "add", [1, 2])
-            time.sleep(0.2)  # the thread that ran add goes idle first
-            release.set()
-            assert added == 3
-            assert sleeper.result(timeout=10) is True, f"round {round_}: add waited for the blocking call"
+def idle_between_rounds(
+    port: int, pool: ThreadPoolExecutor, started: threading.Event, release: threading.Event
+) -> None:
+    """In every round, also after the server sat idle long enough (over 2 s) for a spare
+    thread to end."""
+    for round_ in range(3):
+        if round_:
+            time.sleep(2.2)  # idle: longer than a spare thread is kept
+        started.clear()
+        release.clear()
+        sleeper = pool.submit(once, port, "blocking", [5.0])
+        assert started.wait(5), f"round {round_}: the blocking call never started"
+        added = once(port, "add", [1, 2])
+        time.sleep(0.2)  # the thread that ran add goes idle first
+        release.set()
+        assert added == 3
+        assert sleeper.result(timeout=10) is True, f"round {round_}: add waited for the blocking call"
 
 
-def test_calls_go_on_through_an_idle_gap_while_one_call_stays_blocked(make_server):
+def idle_while_blocked(port: int, pool: ThreadPoolExecutor, started: threading.Event, release: threading.Event) -> None:
     """A call blocked for longer than a spare thread is kept: the calls after an idle gap
     still find a thread free to run them."""
+    sleeper = pool.submit(once, port, "blocking", [8.0])
+    try:
+        assert started.wait(5), "the blocking call never started"
+        assert once(port, "add", [1, 2]) == 3
+        time.sleep(2.2)  # idle, but for the blocked call: longer than a spare thread is kept
+        assert once(port, "add", [2, 3]) == 5
+    finally:
+        release.set()
+    assert sleeper.result(timeout=10) is True, "add waited for the blocking call"
+
+
+@pytest.mark.parametrize("scenario", [idle_between_rounds, idle_while_blocked], ids=lambda f: f.__name__)
+def test_a_blocking_call_does_not_stall_others_through_idle_gaps(make_server, scenario):
+    """The other calls go on while one blocks, on a server given one thread. `blocking`
+    waits until the test lets it go, which it does only once `add` has answered: were
+    `add` held up behind it, `blocking` would give up waiting and say so (False)."""
     server = make_server(threads=1)
     started = threading.Event()
     release = threading.Event()
@@ -281,15 +282,7 @@ def test_calls_go_on_through_an_idle_gap_while_one_call_stays_blocked(make_serve
 
     server.start()
     with ThreadPoolExecutor(1) as pool:
-        sleeper = pool.submit(once, server.port, "blocking", [8.0])
-        try:
-            assert started.wait(5), "the blocking call never started"
-            assert once(server.port, "add", [1, 2]) == 3
-            time.sleep(2.2)  # idle, but for the blocked call: longer than a spare thread is kept
-            assert once(server.port, "add", [2, 3]) == 5
-        finally:
-            release.set()
-        assert sleeper.result(timeout=10) is True, "add waited for the blocking call"
+        scenario(server.port, pool, started, release)
 
 
 def compute_then_sleep(spin: float, nap: float) -> None:

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use crate::framing::HttpFramer;
-use crate::load::{latency_of, pin_to_cpu, process_cpu_time, ErrorCounts, Latency, Report};
+use crate::load::{cpu_percent_over, latency_of, pin_to_cpu, ErrorCounts, Latency, Report};
 
 /// How a call is put on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,18 +228,7 @@ pub fn run(config: &ChainConfig) -> io::Result<(Report, ChainStats)> {
         })
         .collect::<io::Result<_>>()?;
 
-    let sleep_until = |t: Instant| {
-        let now = Instant::now();
-        if t > now {
-            thread::sleep(t - now);
-        }
-    };
-    sleep_until(measure_from);
-    let cpu_before = process_cpu_time();
-    let wall_before = Instant::now();
-    sleep_until(end);
-    let cpu_after = process_cpu_time();
-    let wall = wall_before.elapsed();
+    let cpu_percent = cpu_percent_over(measure_from, end);
 
     let mut total = Stats::new();
     for handle in handles {
@@ -261,10 +250,6 @@ pub fn run(config: &ChainConfig) -> io::Result<(Report, ChainStats)> {
             .map_err(|e| io::Error::other(e.to_string()))?;
     }
     let elapsed = config.duration.as_secs_f64();
-    let cpu_percent = match (cpu_before, cpu_after) {
-        (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * b.saturating_sub(a).as_secs_f64() / wall.as_secs_f64()),
-        _ => None,
-    };
     let report = Report {
         requests: total.calls,
         elapsed,

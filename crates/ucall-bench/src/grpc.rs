@@ -19,7 +19,7 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::chain::ChainStats;
-use crate::load::{latency_of, process_cpu_time, ErrorCounts, Report};
+use crate::load::{cpu_percent, latency_of, process_cpu_time, ErrorCounts, Report};
 
 /// `SumRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -428,12 +428,7 @@ pub fn run(config: &GrpcConfig) -> io::Result<(Report, Option<ChainStats>)> {
         let _ = tokio::time::timeout(Duration::from_secs(30), local).await;
         let stats = stats.borrow();
         let elapsed = config.duration.as_secs_f64();
-        let cpu_percent = match (cpu_before, cpu_after) {
-            (Some(a), Some(b)) if !wall.is_zero() => {
-                Some(100.0 * b.saturating_sub(a).as_secs_f64() / wall.as_secs_f64())
-            }
-            _ => None,
-        };
+        let cpu_percent = cpu_percent(cpu_before, cpu_after, wall);
         let report = Report {
             requests: stats.calls,
             elapsed,

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
 
 use crate::framing::{ws_client_frame, Framer, FramingError, HttpFramer, LineFramer, WsFramer, WS_SWITCHED};
 
@@ -180,58 +179,18 @@ impl Config {
     }
 }
 
-/// Accepts any server certificate. The benchmarks run on loopback against a certificate
-/// made for the run: what they measure is the cost of TLS, not who the server is.
-/// Signatures are still checked, so the handshake does all of its usual work.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The TLS settings of the load generator: rustls defaults (TLS 1.3 and 1.2, session
-/// resumption), any server certificate accepted.
-pub fn tls_client_config() -> io::Result<Arc<ClientConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+/// The TLS settings of the load generator: the client's (rustls defaults, TLS 1.3 and
+/// 1.2, session resumption) with any server certificate accepted, as raw TCP's (no ALPN).
+/// The benchmarks run on loopback against a certificate made for the run: what they
+/// measure is the cost of TLS, not who the server is. Signatures are still checked, so
+/// the handshake does all of its usual work.
+pub fn tls_client_config(addr: SocketAddr) -> io::Result<Arc<ClientConfig>> {
+    ucall_client::Endpoint::new(addr.ip().to_string(), addr.port())
+        .with_protocol(ucall_client::Protocol::Tcp)
+        .insecure()
+        .tls_config()
         .map_err(io::Error::other)?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+        .ok_or_else(|| io::Error::other("an insecure endpoint has TLS"))
 }
 
 /// Reads plaintext from a TLS connection over a non-blocking socket, like `read` on
@@ -410,6 +369,31 @@ pub(crate) fn process_cpu_time() -> Option<Duration> {
     Some(tv(usage.ru_utime) + tv(usage.ru_stime))
 }
 
+/// This process's CPU use between two samples of [`process_cpu_time`] taken `wall` apart,
+/// in percent of one core; `None` when a sample failed.
+pub(crate) fn cpu_percent(before: Option<Duration>, after: Option<Duration>, wall: Duration) -> Option<f64> {
+    match (before, after) {
+        (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * b.saturating_sub(a).as_secs_f64() / wall.as_secs_f64()),
+        _ => None,
+    }
+}
+
+/// Sleeps until `from`, then until `end`, sampling this process's CPU time at both edges:
+/// its use over the measured interval ([`cpu_percent`]).
+pub(crate) fn cpu_percent_over(from: Instant, end: Instant) -> Option<f64> {
+    let sleep_until = |t: Instant| {
+        let now = Instant::now();
+        if t > now {
+            thread::sleep(t - now);
+        }
+    };
+    sleep_until(from);
+    let before = process_cpu_time();
+    let wall = Instant::now();
+    sleep_until(end);
+    cpu_percent(before, process_cpu_time(), wall.elapsed())
+}
+
 /// Mean, percentiles and maximum of a histogram of nanoseconds, in microseconds.
 pub(crate) fn latency_of(hist: &Histogram<u64>) -> Latency {
     let us = |ns: u64| ns as f64 / 1000.0;
@@ -452,19 +436,7 @@ pub fn run(config: &Config) -> io::Result<Report> {
         handles.push(handle);
     }
 
-    // Sample this process's CPU time at the edges of the measured interval.
-    let sleep_until = |t: Instant| {
-        let now = Instant::now();
-        if t > now {
-            thread::sleep(t - now);
-        }
-    };
-    sleep_until(measure_from);
-    let cpu_before = process_cpu_time();
-    let wall_before = Instant::now();
-    sleep_until(end);
-    let cpu_after = process_cpu_time();
-    let wall = wall_before.elapsed();
+    let cpu_percent = cpu_percent_over(measure_from, end);
 
     let mut total = Stats::new();
     let mut first_error = None;
@@ -495,10 +467,6 @@ pub fn run(config: &Config) -> io::Result<Report> {
     }
     .as_secs_f64();
     let latency = latency_of(&total.hist);
-    let cpu_percent = match (cpu_before, cpu_after) {
-        (Some(a), Some(b)) if !wall.is_zero() => Some(100.0 * (b.saturating_sub(a)).as_secs_f64() / wall.as_secs_f64()),
-        _ => None,
-    };
     Ok(Report {
         requests: total.requests,
         elapsed,
@@ -601,7 +569,7 @@ impl<'a> Worker<'a> {
             .collect();
         Ok(Worker {
             config,
-            tls: if config.tls { Some(tls_client_config()?) } else { None },
+            tls: config.tls.then(|| tls_client_config(config.addr)).transpose()?,
             request,
             poll: Poll::new()?,
             conns,

@@ -243,6 +243,16 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The TLS configuration this endpoint's connections use (built now if it was not);
+    /// `None` without TLS.
+    ///
+    /// # Errors
+    /// As [`Endpoint::prepare`].
+    pub fn tls_config(&mut self) -> Result<Option<Arc<ClientConfig>>> {
+        self.prepare()?;
+        Ok(self.tls_config.clone())
+    }
+
     pub(crate) fn tls_session(&mut self) -> Result<Option<rustls::ClientConnection>> {
         self.prepare()?;
         let Some(config) = &self.tls_config else {

@@ -29,6 +29,7 @@
 //!
 //! `examples/call.rs` starts a server and calls it every way.
 
+pub mod base64;
 mod client;
 mod conn;
 mod endpoint;
@@ -37,13 +38,11 @@ pub mod framing;
 mod message;
 mod mux;
 
+pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use client::{Batch, Client, Pool};
 pub use conn::Connection;
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result};
 pub use framing::{Protocol, Reply};
-pub use message::{
-    base64_decode_into, base64_decoded_len, write_base64, write_request, Envelope, NoParams, Params, Response,
-    RpcError, ToParams,
-};
+pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, ToParams};
 pub use mux::{Completion, Multiplexed, Ticket};

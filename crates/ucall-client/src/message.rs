@@ -2,12 +2,9 @@
 //! JSON-RPC 2.0 messages on the client side: requests written straight into their
 //! buffer (params, base64 `bytes` included), replies read without copying their result.
 
-use std::mem::MaybeUninit;
-
 use serde::Serialize;
-#[cfg(feature = "simd")]
-use simdutf::{Base64Options, ErrorCode, LastChunkHandlingOptions};
 
+use crate::base64::{base64_decode_into, base64_decoded_len, write_base64};
 use crate::error::{Error, Result};
 
 /// Params that write themselves as a JSON array or object.
@@ -181,97 +178,6 @@ pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id:
     }
     out.push(b'}');
     Ok(())
-}
-
-/// Append `bytes` as a quoted standard base64 string (SIMD, straight into `out`).
-#[cfg(feature = "simd")]
-pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
-    let len = simdutf::base64_length_from_binary(bytes.len(), Base64Options::Default);
-    out.reserve(len + 2);
-    out.push(b'"');
-    let room = out.spare_capacity_mut();
-    // SAFETY: `room` has at least `len` writable bytes (reserved above), all the encoder
-    // writes; `bytes` is not part of `out`, which is borrowed mutably.
-    let written = unsafe {
-        simdutf::binary_to_base64(
-            bytes.as_ptr(),
-            bytes.len(),
-            room.as_mut_ptr().cast::<u8>(),
-            Base64Options::Default,
-        )
-    };
-    // SAFETY: the encoder initialised `written` bytes after the old length, within capacity.
-    unsafe { out.set_len(out.len() + written.min(len)) };
-    out.push(b'"');
-}
-
-/// Append `bytes` as a quoted standard base64 string.
-#[cfg(not(feature = "simd"))]
-pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
-    use base64::Engine as _;
-    out.push(b'"');
-    let start = out.len();
-    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
-    let written = base64::engine::general_purpose::STANDARD
-        .encode_slice(bytes, &mut out[start..])
-        .unwrap_or(0);
-    out.truncate(start + written);
-    out.push(b'"');
-}
-
-/// The length `text` decodes to as strict standard base64, `None` when it cannot be.
-#[must_use]
-pub fn base64_decoded_len(text: &[u8]) -> Option<usize> {
-    if text.len() % 4 != 0 {
-        return None;
-    }
-    let padding = text.iter().rev().take(2).take_while(|&&c| c == b'=').count();
-    Some(text.len() / 4 * 3 - padding)
-}
-
-/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
-/// `false` when `text` is not base64.
-#[cfg(feature = "simd")]
-pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
-    if base64_decoded_len(text) != Some(out.len()) {
-        return false;
-    }
-    let mut written = out.len();
-    // SAFETY: `text` is readable for its length and `out` writable for `written` bytes,
-    // which the bounded decoder never passes; `out` is borrowed mutably, so they are apart.
-    let result = unsafe {
-        simdutf::base64_to_binary_safe(
-            text.as_ptr(),
-            text.len(),
-            out.as_mut_ptr().cast::<u8>(),
-            &mut written,
-            Base64Options::Default,
-            LastChunkHandlingOptions::Strict,
-            false,
-        )
-    };
-    // Skipped whitespace shows as fewer bytes written: refused, as strict base64 has none.
-    result.error == ErrorCode::Success && written == out.len()
-}
-
-/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
-/// `false` when `text` is not base64.
-#[cfg(not(feature = "simd"))]
-pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
-    use base64::Engine as _;
-    if base64_decoded_len(text) != Some(out.len()) {
-        return false;
-    }
-    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(text) else {
-        return false;
-    };
-    if decoded.len() != out.len() {
-        return false;
-    }
-    for (slot, byte) in out.iter_mut().zip(decoded) {
-        slot.write(byte);
-    }
-    true
 }
 
 /// A JSON-RPC error reply (or a result that is not what was asked for, code -32603).

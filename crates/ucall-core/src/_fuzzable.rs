@@ -12,6 +12,7 @@
 //! libFuzzer mutates that byte like any other, so it explores splits and content together.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
@@ -515,6 +516,30 @@ pub fn session(data: &[u8]) {
     }
 }
 
+/// The context an engine gives a session: deferring available (connection 0, generation
+/// 0), not draining. For the in-memory drivers here and in the tests (`tests/alloc.rs`,
+/// `tests/fuzz_smoke.rs`).
+pub fn engine_context<'a>(
+    router: &'a crate::Router,
+    limits: &'a Limits,
+    date: &'a [u8],
+    scratch: &'a mut Scratch,
+    sink: &'a Arc<Sink>,
+) -> Context<'a> {
+    Context {
+        router,
+        limits,
+        date,
+        scratch,
+        defer: Some(Target {
+            sink,
+            conn: 0,
+            generation: 0,
+        }),
+        draining: false,
+    }
+}
+
 /// What a session writes when `input` arrives in pieces, then the input ends.
 fn converse(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, router: &crate::Router, limits: &Limits) -> Vec<u8> {
     let sink = Sink::new(|| {});
@@ -528,18 +553,7 @@ fn converse(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, router: &crate:
         buffered.extend_from_slice(&input[fed..fed + n]);
         fed += n;
         loop {
-            let mut ctx = Context {
-                router,
-                limits,
-                date: &date,
-                scratch: &mut scratch,
-                defer: Some(Target {
-                    sink: &sink,
-                    conn: 0,
-                    generation: 0,
-                }),
-                draining: false,
-            };
+            let mut ctx = engine_context(router, limits, &date, &mut scratch, &sink);
             let progress = session.feed(&buffered, &mut out, &mut ctx, usize::MAX);
             assert!(progress.consumed <= buffered.len(), "consumed more than given");
             buffered.drain(..progress.consumed);
@@ -556,18 +570,7 @@ fn converse(input: &[u8], piece: &mut dyn FnMut(usize) -> usize, router: &crate:
         );
     }
     if !closed {
-        let mut ctx = Context {
-            router,
-            limits,
-            date: &date,
-            scratch: &mut scratch,
-            defer: Some(Target {
-                sink: &sink,
-                conn: 0,
-                generation: 0,
-            }),
-            draining: false,
-        };
+        let mut ctx = engine_context(router, limits, &date, &mut scratch, &sink);
         session.end_of_input(&buffered, &mut out, &mut ctx);
     }
     out.to_vec()

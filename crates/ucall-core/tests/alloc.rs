@@ -6,9 +6,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 
+use ucall_core::_fuzzable::engine_context;
 use ucall_core::buffer::OutBuf;
-use ucall_core::defer::{Sink, Target};
-use ucall_core::session::{Context, Limits, Scratch, Session};
+use ucall_core::defer::Sink;
+use ucall_core::session::{Limits, Scratch, Session};
 use ucall_core::{Call, Reply, Router, RpcError};
 
 struct Counting;
@@ -68,18 +69,7 @@ fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
         if round == 1 {
             before = allocations();
         }
-        let mut ctx = Context {
-            router: &router,
-            limits: &limits,
-            date: &date,
-            scratch: &mut scratch,
-            defer: Some(Target {
-                sink: &sink,
-                conn: 0,
-                generation: 0,
-            }),
-            draining: false,
-        };
+        let mut ctx = engine_context(&router, &limits, &date, &mut scratch, &sink);
         let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());
         assert!(!progress.close);

@@ -12,9 +12,10 @@ mod spec;
 
 use std::path::Path;
 
+use ucall_core::_fuzzable::engine_context;
 use ucall_core::buffer::OutBuf;
-use ucall_core::defer::{Sink, Target};
-use ucall_core::session::{Context, Limits, Scratch, Session};
+use ucall_core::defer::Sink;
+use ucall_core::session::{Limits, Scratch, Session};
 use ucall_core::Server;
 
 /// xorshift64*: small, fast, reproducible.
@@ -180,18 +181,7 @@ fn sessions_survive_mutated_input_in_any_split() {
         let mut buffered: Vec<u8> = Vec::new();
         let mut offset = 0;
         let mut closed = false;
-        let mut ctx = Context {
-            router,
-            limits: &limits,
-            date: &date,
-            scratch: &mut scratch,
-            defer: Some(Target {
-                sink: &sink,
-                conn: 0,
-                generation: 0,
-            }),
-            draining: false,
-        };
+        let mut ctx = engine_context(router, &limits, &date, &mut scratch, &sink);
         while offset < input.len() && !closed {
             let step = 1 + rng.below(input.len() - offset);
             buffered.extend_from_slice(&input[offset..offset + step]);

@@ -11,9 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use ucall_client::base64;
 use ucall_core::Param;
-
-use crate::base64;
 
 /// Deepest nesting accepted in either direction (a guard against stack exhaustion and
 /// self-referencing results).
@@ -194,9 +193,7 @@ fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unseriali
 fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     // A large result goes into a buffer kept from an earlier reply, not fresh pages.
     ucall_core::buffer::reserve(out, base64::encoded_len(bytes.len()) + 2);
-    out.push(b'"');
-    base64::encode_append(bytes, out);
-    out.push(b'"');
+    base64::write_base64(bytes, out);
 }
 
 fn write_dict(

@@ -7,7 +7,6 @@
 //! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
-mod base64;
 mod client;
 mod convert;
 mod params;

@@ -204,7 +204,7 @@ impl Plan {
             let value = match (slot, &param.default) {
                 (Some(value), _) => value,
                 (None, Some(default)) => default.bind(py).clone(),
-                (None, None) => return Err(missing(&param.name)),
+                (None, None) => return Err(RpcError::missing_param(&param.name)),
             };
             if param.kind == Kind::KeywordOnly {
                 let dict = keywords.get_or_insert_with(|| PyDict::new(py));
@@ -365,12 +365,6 @@ fn wrong_type(param: &Param, given: Given<'_>, expected: &str, raw: &str) -> Rpc
 fn converter_failed(py: Python<'_>, param: &Param, given: Given<'_>, error: &PyErr) -> RpcError {
     let text = error.value(py).to_string();
     RpcError::invalid_params(format!("Invalid params: parameter '{}': {text}", label(param, given)))
-}
-
-#[cold]
-#[inline(never)]
-fn missing(name: &str) -> RpcError {
-    RpcError::invalid_params(format!("Invalid params: missing parameter '{name}'"))
 }
 
 #[cold]

@@ -32,21 +32,7 @@
 
 #include <ucall/ucall.h>
 
-static int passed = 0, failed = 0;
-
-#define CHECK(condition, ...)                                                                                          \
-    do {                                                                                                               \
-        if (condition)                                                                                                 \
-            ++passed;                                                                                                  \
-        else {                                                                                                         \
-            ++failed;                                                                                                  \
-            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #condition);                                     \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-        }                                                                                                              \
-    } while (0)
-
-static ucall_server_t the_server = NULL;
+#include "harness.h"
 
 /* ------------------------------------------------------------------ procedures */
 
@@ -301,18 +287,6 @@ static ssize_t read_until_closed(int fd, char* buffer, size_t capacity) {
     }
     buffer[used] = 0;
     return (ssize_t)used;
-}
-
-static void* serve(void* argument) {
-    (void)argument;
-    ucall_take_calls(the_server, 0);
-    return NULL;
-}
-
-static bool last_error_contains(char const* needle) {
-    char text[512];
-    ucall_last_error(text, sizeof text);
-    return strstr(text, needle) != NULL;
 }
 
 /* A pipe for the library's log lines: [0] read end (non-blocking), [1] the descriptor
@@ -1153,6 +1127,5 @@ int main(void) {
     test_accept_failures_go_to_the_log();
     test_tls();
     test_described();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return report();
 }

@@ -16,21 +16,7 @@
 
 #include <ucall/ucall.h>
 
-static int passed = 0, failed = 0;
-
-#define CHECK(condition, ...)                                                                                          \
-    do {                                                                                                               \
-        if (condition)                                                                                                 \
-            ++passed;                                                                                                  \
-        else {                                                                                                         \
-            ++failed;                                                                                                  \
-            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #condition);                                     \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-        }                                                                                                              \
-    } while (0)
-
-static ucall_server_t the_server = NULL;
+#include "harness.h"
 
 static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
     int64_t a, b;
@@ -48,18 +34,6 @@ static void sum(ucall_call_t call, ucall_callback_tag_t tag) {
 static void fail(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_reply_error_data(call, -32001, "asked to \"fail\"", 0, "{\"why\":[1,2]}", 0);
-}
-
-static void *serve(void *unused) {
-    (void)unused;
-    ucall_take_calls(the_server, 0);
-    return NULL;
-}
-
-static int last_error_contains(char const *text) {
-    char why[512];
-    ucall_last_error(why, sizeof why);
-    return strstr(why, text) != NULL;
 }
 
 static int equals(ucall_str_t text, size_t length, char const *expected) {
@@ -179,6 +153,5 @@ int main(void) {
     ucall_stop(the_server);
     pthread_join(thread, NULL);
     ucall_free(the_server);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return report();
 }

@@ -9,6 +9,8 @@
 //! supported, so `*` may stand for any origin, method or header (§3.2.3, "wildcards").
 #![forbid(unsafe_code)]
 
+use super::tokens;
+
 /// Which cross-origin requests are allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cors {
@@ -139,14 +141,7 @@ impl Cors {
             return Preflight::Refused("method not allowed");
         }
         let any_header = self.headers.iter().any(|h| h == "*");
-        for name in headers
-            .into_iter()
-            .flat_map(|list| list.split(|&c| c == b','))
-            .map(trim)
-        {
-            if name.is_empty() {
-                continue;
-            }
+        for name in headers.into_iter().flat_map(tokens) {
             let listed = self.headers.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name));
             // §3.2.3: `*` does not cover Authorization.
             if !(listed || (any_header && !name.eq_ignore_ascii_case(b"authorization"))) {
@@ -177,18 +172,6 @@ fn join(items: &[String], out: &mut Vec<u8>) {
         }
         out.extend_from_slice(item.as_bytes());
     }
-}
-
-fn trim(value: &[u8]) -> &[u8] {
-    let start = value
-        .iter()
-        .position(|c| !matches!(c, b' ' | b'\t'))
-        .unwrap_or(value.len());
-    let end = value
-        .iter()
-        .rposition(|c| !matches!(c, b' ' | b'\t'))
-        .map_or(start, |i| i + 1);
-    &value[start..end]
 }
 
 #[cfg(test)]

@@ -73,6 +73,15 @@ impl RpcError {
         Self::new(ErrorCode::InvalidParams.code(), message)
     }
 
+    /// `-32602` for a parameter the call did not pass, by name or by position (the text
+    /// every front end sends).
+    #[cold]
+    #[inline(never)]
+    #[must_use]
+    pub fn missing_param(name: &str) -> Self {
+        Self::invalid_params(format!("Invalid params: missing parameter '{name}'"))
+    }
+
     /// `-32603`: the handler failed for a reason of its own.
     #[must_use]
     pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {

@@ -300,7 +300,9 @@ impl<'a> Params<'a> {
     /// # Errors
     /// `-32602` naming the parameter when it is missing or cannot be decoded as `T`.
     pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
-        let raw = self.raw_at(position, name).ok_or_else(|| missing(name))?;
+        let raw = self
+            .raw_at(position, name)
+            .ok_or_else(|| RpcError::missing_param(name))?;
         decode(raw, name)
     }
 
@@ -321,7 +323,7 @@ impl<'a> Params<'a> {
         expected: &str,
         convert: impl FnOnce(Param<'a>) -> Option<T>,
     ) -> Result<T, RpcError> {
-        let param = self.at(position, name).ok_or_else(|| missing(name))?;
+        let param = self.at(position, name).ok_or_else(|| RpcError::missing_param(name))?;
         convert(param).ok_or_else(|| expected_but(name, expected))
     }
 
@@ -408,12 +410,6 @@ impl<'a> Params<'a> {
             None => Ok(()),
         }
     }
-}
-
-#[cold]
-#[inline(never)]
-fn missing(name: &str) -> RpcError {
-    RpcError::invalid_params(format!("Invalid params: missing parameter '{name}'"))
 }
 
 #[cold]
