@@ -23,8 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ucall_core::{Call, ErrorCode, Handler, Param, Reply, RpcError};
 
-use crate::ffi;
-use crate::server::{ucall_callback_tag_t, ucall_str_t};
+use crate::ffi::{self, ucall_callback_tag_t, ucall_str_t};
 
 /// The call a callback is answering: valid only until the callback returns, and only on
 /// the thread that called the callback.

@@ -21,8 +21,7 @@ use std::time::Duration;
 use ucall_client::{Client, Endpoint, Response, RpcError};
 
 use crate::error;
-use crate::ffi::{self, Handle, Tag};
-use crate::server::ucall_str_t;
+use crate::ffi::{self, ucall_str_t, Handle, Tag};
 
 /// A client handle, made by `ucall_client_new()` and released by `ucall_client_free()`.
 ///

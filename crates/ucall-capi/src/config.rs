@@ -7,7 +7,7 @@ use std::time::Duration;
 use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
-use crate::log::Logger;
+use crate::log::{LogFormat, Logger};
 use crate::tls::Chain;
 
 /// Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
@@ -134,15 +134,6 @@ pub(crate) const FORMAT_JSON: &CStr = c"json";
 const ENGINE_POLL: &CStr = c"poll";
 const ENGINE_URING: &CStr = c"uring";
 const ENGINE_AUTO: &CStr = c"auto";
-
-/// How the server logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Lines of text.
-    Human,
-    /// One JSON object per line.
-    Json,
-}
 
 /// The configuration read from a `ucall_config_t`, with defaults applied.
 #[derive(Debug)]

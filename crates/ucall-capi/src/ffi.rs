@@ -13,7 +13,16 @@
 //! The caller's side of each contract is in the `# Safety` section of the exported
 //! function that takes the pointer.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_void, CStr};
+
+/// The caller's payload given to `ucall_add_procedure()` and passed back to the callback.
+#[allow(non_camel_case_types)]
+pub type ucall_callback_tag_t = *mut c_void;
+
+/// A string argument: `char const *`, with a length parameter beside it where the API
+/// has one (length 0 meaning NUL-terminated).
+#[allow(non_camel_case_types)]
+pub type ucall_str_t = *const c_char;
 
 /// The first field of every handle struct: says which kind of handle a pointer is.
 #[repr(transparent)]

@@ -44,7 +44,8 @@ mod tls;
 pub use call::ucall_call_t;
 pub use client::{ucall_client_config_t, ucall_client_response_t, ucall_client_t};
 pub use config::ucall_config_t;
-pub use server::{ucall_callback_t, ucall_callback_tag_t, ucall_server_t, ucall_str_t};
+pub use ffi::{ucall_callback_tag_t, ucall_str_t};
+pub use server::{ucall_callback_t, ucall_server_t};
 
 /// Major version of this library (the crate's); see also `ucall_version()`.
 pub const UCALL_VERSION_MAJOR: u32 = 0;

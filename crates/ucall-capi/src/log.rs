@@ -9,7 +9,14 @@ use std::io::Write as _;
 use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
 
-use crate::config::LogFormat;
+/// How the server logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Lines of text.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Where and how to log; `None` logs nothing.
 #[derive(Debug, Clone, Copy)]

@@ -7,7 +7,7 @@
 //! first `ucall_take_call(s)`, which freezes it and splits the server into one worker per
 //! thread index ([`ucall_core::Server::into_workers`]). Thread `i` then drives worker `i`.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::thread::ThreadId;
@@ -18,7 +18,7 @@ use ucall_core::{EngineKind, MethodDoc, Server, Stopper, Worker};
 use crate::call::{CProcedure, InCallback};
 use crate::config::ucall_config_t;
 use crate::error;
-use crate::ffi::{self, Handle, Tag};
+use crate::ffi::{self, ucall_callback_tag_t, ucall_str_t, Handle, Tag};
 use crate::log::Logger;
 
 /// A server, made by `ucall_init()` and released by `ucall_free()`.
@@ -27,15 +27,6 @@ use crate::log::Logger;
 /// `ucall_free`.
 #[allow(non_camel_case_types)]
 pub type ucall_server_t = *mut c_void;
-
-/// The caller's payload given to `ucall_add_procedure()` and passed back to the callback.
-#[allow(non_camel_case_types)]
-pub type ucall_callback_tag_t = *mut c_void;
-
-/// A string argument: `char const *`, with a length parameter beside it where the API
-/// has one (length 0 meaning NUL-terminated).
-#[allow(non_camel_case_types)]
-pub type ucall_str_t = *const c_char;
 
 /// A procedure: called with the call (valid only until the callback returns) and the tag
 /// it was registered with. It answers with one `ucall_call_reply_*()` call.

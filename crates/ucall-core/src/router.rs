@@ -3,6 +3,7 @@
 //! request (its [`Params`] come from `params`), [`Reply`] to write the result straight
 //! into the connection's output buffer.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -10,6 +11,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::defer::{Deferred, Target};
+use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::jsonrpc::RpcError;
 pub use crate::params::Params;
 
@@ -42,7 +44,7 @@ where
 pub struct Router {
     procedures: FxHashMap<Box<str>, Arc<dyn Handler>>,
     /// What the procedures take and return, and the documents built from it.
-    pub(crate) catalog: crate::discover::Catalog,
+    catalog: Catalog,
 }
 
 impl Router {
@@ -66,6 +68,53 @@ impl Router {
     /// Names of every registered procedure.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.procedures.keys().map(AsRef::as_ref)
+    }
+}
+
+/// Answers `rpc.discover` with the OpenRPC document.
+struct Discover(Arc<str>);
+
+impl Handler for Discover {
+    fn handle(&self, _: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        reply.raw_trusted(&self.0);
+        Ok(())
+    }
+}
+
+/// Self-description: the router carries the descriptions until serving starts.
+impl Router {
+    /// Describe the procedure `doc.name` (registered before or after).
+    pub fn describe(&mut self, doc: MethodDoc) {
+        self.catalog.describe(doc);
+    }
+
+    /// Set where and whether the server describes itself.
+    pub fn set_discovery(&mut self, discovery: Discovery) {
+        self.catalog.set_settings(discovery);
+    }
+
+    /// Where and whether the server describes itself.
+    #[must_use]
+    pub fn discovery(&self) -> &Discovery {
+        self.catalog.settings()
+    }
+
+    /// Build the documents from the procedures registered now, for a server reached at
+    /// `addr` (`https` when `tls`), and answer `rpc.discover` unless a procedure of that
+    /// name is registered. Called once, when serving starts.
+    pub fn publish(&mut self, addr: SocketAddr, tls: bool) {
+        let openrpc = self
+            .catalog
+            .publish(self.procedures.keys().map(AsRef::as_ref), addr, tls);
+        if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
+            self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
+        }
+    }
+
+    /// The document served at `target` (query ignored), if any.
+    #[must_use]
+    pub fn page(&self, target: &str) -> Option<Page<'_>> {
+        self.catalog.page(target)
     }
 }
 

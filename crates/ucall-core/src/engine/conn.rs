@@ -338,7 +338,7 @@ impl Conn {
 
     /// When the connection times out if nothing happens; `None` while it waits on the
     /// server (deferred replies), when no client time-out applies.
-    pub(crate) fn deadline(&self, config: &crate::Config) -> Option<Instant> {
+    pub(crate) fn deadline(&self, config: &super::Config) -> Option<Instant> {
         self.lingering_until()
             .or_else(|| (!self.session.has_pending()).then(|| self.clocks.deadline(config)))
     }

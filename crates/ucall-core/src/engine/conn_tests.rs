@@ -9,15 +9,17 @@ use super::conn::*;
 use super::{Context, Sink};
 use crate::buffer::OutBuf;
 use crate::defer::{Completion, Deferred, Target};
+use crate::engine::Config;
+use crate::jsonrpc::RpcError;
+use crate::router::{Call, Reply, Router};
 use crate::session::{Limits, Scratch};
-use crate::{Config, Server, ServerBuilder};
 
 const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
 
 /// One connection and what its worker would hand it.
 struct Pipe {
     conn: Conn,
-    procedures: ServerBuilder,
+    procedures: Router,
     limits: Limits,
     scratch: Scratch,
     sink: Arc<Sink>,
@@ -48,14 +50,25 @@ impl Pipe {
     fn new() -> Self {
         let deferred = Arc::new(Mutex::new(Vec::new()));
         let parked = Arc::clone(&deferred);
-        let procedures = Server::builder()
-            .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
-            .procedure("echo", |call| call.get::<String>(0, "data"))
-            .handler("later", move |_: &crate::Call<'_>, reply: &mut crate::Reply<'_>| {
+        let mut procedures = Router::new();
+        procedures.insert(
+            "sum",
+            Arc::new(|call: &Call<'_>, reply: &mut Reply<'_>| {
+                reply.json(&(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+            }),
+        );
+        procedures.insert(
+            "echo",
+            Arc::new(|call: &Call<'_>, reply: &mut Reply<'_>| reply.json(&call.get::<String>(0, "data")?)),
+        );
+        procedures.insert(
+            "later",
+            Arc::new(move |_: &Call<'_>, reply: &mut Reply<'_>| -> Result<(), RpcError> {
                 let handle = reply.defer()?;
                 parked.lock().expect("not poisoned").push(handle);
                 Ok(())
-            });
+            }),
+        );
         let now = Instant::now();
         let config = Config {
             header_timeout: Duration::from_secs(5),
@@ -79,7 +92,7 @@ impl Pipe {
     /// answer the end of input.
     fn step(&mut self, step: Step<'_>) {
         let mut ctx = Context {
-            router: self.procedures.router(),
+            router: &self.procedures,
             limits: &self.limits,
             date: DATE,
             scratch: &mut self.scratch,

@@ -5,13 +5,17 @@
 //! connections), its connections and its buffers; workers share only the router, the
 //! configuration and a few counters.
 
+mod config;
 mod conn;
 #[cfg(test)]
 mod conn_tests;
 mod poll;
+mod shared;
 #[cfg(target_os = "linux")]
 mod uring;
 
+pub use config::{Config, EngineKind, EventLog};
+pub(crate) use shared::{Shared, TlsShared};
 #[cfg(target_os = "linux")]
 pub(crate) use uring::EventFd;
 
@@ -25,7 +29,6 @@ use crate::date::DateCache;
 use crate::defer::{Sink, Target};
 use crate::error::Error;
 use crate::router::Router;
-use crate::server::{EngineKind, Shared};
 use crate::session::{Context, Scratch, Session};
 use crate::tls::TlsSession;
 
@@ -82,11 +85,11 @@ impl Worker {
 
     /// A handle with which the thread turning this worker completes calls between turns
     /// without waking it (see [`crate::WakeHold`]).
-    pub fn wake_hold(&self) -> crate::WakeHold {
+    pub fn wake_hold(&self) -> crate::defer::WakeHold {
         match &self.inner {
-            Inner::Poll(worker) => crate::WakeHold(Arc::clone(&worker.serving.sink)),
+            Inner::Poll(worker) => crate::defer::WakeHold(Arc::clone(&worker.serving.sink)),
             #[cfg(target_os = "linux")]
-            Inner::Uring(worker) => crate::WakeHold(Arc::clone(&worker.serving.sink)),
+            Inner::Uring(worker) => crate::defer::WakeHold(Arc::clone(&worker.serving.sink)),
         }
     }
 
@@ -410,7 +413,7 @@ impl Clocks {
 
     /// When the connection times out if nothing happens: the header time-out from the
     /// start of a head, the idle time-out from the last progress, whichever comes first.
-    pub(crate) fn deadline(&self, config: &crate::Config) -> Instant {
+    pub(crate) fn deadline(&self, config: &Config) -> Instant {
         let idle = self.last_progress + config.idle_timeout;
         match self.head_started {
             Some(started) => (started + config.header_timeout).min(idle),

@@ -18,8 +18,8 @@ use slab::Slab;
 use super::conn::{Conn, TlsFailed, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use super::ACCEPTS_PER_TURN;
 use crate::defer::{Completion, Sink};
+use crate::engine::Shared;
 use crate::error::Error;
-use crate::server::Shared;
 use crate::session::Context;
 use crate::tls::TlsSession;
 

@@ -351,6 +351,8 @@ pub struct Conn {
     pub buf: Vec<u8>,
     /// The server closed (EOF or reset).
     pub closed: bool,
+    /// Longest wait for a whole response or line ([`IO_TIMEOUT`] unless set).
+    pub patience: Duration,
 }
 
 impl Conn {
@@ -369,6 +371,7 @@ impl Conn {
             stream,
             buf: Vec::new(),
             closed: false,
+            patience: IO_TIMEOUT,
         })
     }
 
@@ -392,6 +395,7 @@ impl Conn {
             stream,
             buf: Vec::new(),
             closed: false,
+            patience: IO_TIMEOUT,
         }
     }
 
@@ -456,9 +460,9 @@ impl Conn {
         }
     }
 
-    /// The next HTTP response, or why there is none within [`IO_TIMEOUT`].
+    /// The next HTTP response, or why there is none within [`Conn::patience`].
     pub fn try_read_response(&mut self) -> Result<Response, String> {
-        let deadline = Instant::now() + IO_TIMEOUT;
+        let deadline = Instant::now() + self.patience;
         loop {
             if let Some((response, used)) = parse_response(&self.buf)? {
                 self.buf.drain(..used);
@@ -488,9 +492,9 @@ impl Conn {
         self.read_response()
     }
 
-    /// The next line (without its `\n`), or why there is none within [`IO_TIMEOUT`].
+    /// The next line (without its `\n`), or why there is none within [`Conn::patience`].
     pub fn try_read_line(&mut self) -> Result<Vec<u8>, String> {
-        let deadline = Instant::now() + IO_TIMEOUT;
+        let deadline = Instant::now() + self.patience;
         let mut scanned = 0;
         loop {
             if let Some(i) = self.buf[scanned..].iter().position(|&c| c == b'\n') {

@@ -76,8 +76,8 @@ use send::{zero_copy_wanted, MsgBox};
 use super::conn::{Conn, Phase, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Completion, Sink};
+use crate::engine::Shared;
 use crate::error::Error;
-use crate::server::Shared;
 /// After a time-out, how long the goodbye (a `408`) may take to leave before the
 /// connection is cut.
 const GOODBYE_GRACE: Duration = Duration::from_millis(500);
@@ -181,7 +181,7 @@ impl UringConn {
 
     /// When the connection times out if nothing happens: once timed out, when its goodbye
     /// must have left; lingering, when the linger ends.
-    fn deadline(&self, config: &crate::Config) -> Instant {
+    fn deadline(&self, config: &crate::engine::Config) -> Instant {
         self.cut_at
             .or(self.core.lingering_until())
             .unwrap_or_else(|| self.core.clocks.deadline(config))

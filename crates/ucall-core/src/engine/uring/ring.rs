@@ -14,7 +14,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 use super::bufring::BufRing;
 use super::{UringWorker, BUFFER_GROUP, CQ_ENTRIES, SEND_WAIT_CAP, SQ_ENTRIES};
-use crate::server::Shared;
+use crate::engine::Shared;
 
 // ---------------------------------------------------------------------------------------
 // user_data: operation (8 bits) | generation (24 bits) | slot (32 bits)

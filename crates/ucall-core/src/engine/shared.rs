@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+//! What every worker of one server shares: the configuration, the stop flag, the count of
+//! open connections, TLS, and the wakers that interrupt the workers' waits.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::Config;
+
+/// State shared by every worker of one server.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) connections: AtomicUsize,
+    /// TLS, when configured: the rustls configuration and where TLS listens.
+    pub(crate) tls: Option<TlsShared>,
+    /// One per worker, set once the workers exist, to interrupt their waits.
+    pub(crate) wakers: OnceLock<Vec<Arc<mio::Waker>>>,
+    /// The same for the workers of the `uring` engine.
+    #[cfg(target_os = "linux")]
+    pub(crate) uring_wakers: OnceLock<Vec<Arc<super::EventFd>>>,
+    /// When an accept failure was last reported, and how many went unreported since.
+    accept_failures: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Shared {
+    /// The state of a server about to bind its workers, with `config` in force.
+    pub(crate) fn new(config: Config, tls: Option<TlsShared>) -> Self {
+        Shared {
+            config,
+            stopping: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            tls,
+            wakers: OnceLock::new(),
+            #[cfg(target_os = "linux")]
+            uring_wakers: OnceLock::new(),
+            accept_failures: Mutex::new((None, 0)),
+        }
+    }
+
+    /// Report an event of [`super::EventLog`].
+    pub(crate) fn report(&self, event: &str, error: &str) {
+        self.config.events.report(event, error);
+    }
+
+    /// Report a failed accept, at most once a second: out of descriptors, every accept
+    /// fails, and a line each would flood the log.
+    pub(crate) fn report_accept_failure(&self, error: &std::io::Error) {
+        let now = Instant::now();
+        let mut last = self
+            .accept_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (reported, unreported) = &mut *last;
+        if reported.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
+            *unreported += 1;
+            return;
+        }
+        let text = match std::mem::take(unreported) {
+            0 => error.to_string(),
+            more => format!("{error} ({more} more since the last report)"),
+        };
+        *reported = Some(now);
+        drop(last);
+        self.report("accept failed", &text);
+    }
+}
+
+/// TLS state shared by the workers.
+pub(crate) struct TlsShared {
+    pub(crate) config: Arc<rustls::ServerConfig>,
+    /// `Some`: TLS has a port of its own (the workers open its listeners, and the first
+    /// records the address it bound).
+    pub(crate) separate: Option<Mutex<SocketAddr>>,
+}

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: Apache-2.0
+//! HTTP/1.1 (RFC 9112): request heads and bodies, `POST /` JSON-RPC, REST-style calls,
+//! the upgrade to WebSocket.
+
+use super::{Calls, Context, MessageKind, Scratch, Step};
+use crate::buffer::OutBuf;
+use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
+use crate::http1::chunked::{ChunkError, ChunkedDecoder};
+use crate::http1::cors::{self, Cors};
+use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
+use crate::jsonrpc::{self, ErrorCode, RpcError};
+use crate::router::{Call, Router};
+use crate::ws;
+
+/// An HTTP/1.1 connection's state: the request under way.
+#[derive(Debug, Default)]
+pub(super) struct Http {
+    /// `Some` while the body of this head is awaited.
+    pending_head: Option<RequestHead>,
+    /// The request target (path and query).
+    target: String,
+    chunked: ChunkedDecoder,
+    /// A chunked body, decoded.
+    body: Vec<u8>,
+    /// The last request asked to close the connection after its reply.
+    close_asked: bool,
+    /// The CORS header lines for the reply to the current request.
+    cors_headers: Vec<u8>,
+}
+
+impl Http {
+    /// Whether no request is partly received: its head is awaited.
+    pub(super) fn is_between_requests(&self) -> bool {
+        self.pending_head.is_none()
+    }
+
+    /// The body's length when a head with `Content-Length` awaits it; 0 otherwise.
+    pub(super) fn body_wanted(&self) -> usize {
+        match self.pending_head.map(|head| head.framing) {
+            Some(Framing::Length(length)) => length,
+            _ => 0,
+        }
+    }
+
+    /// The last request asked to close the connection after its reply (RFC 9112 §9.6).
+    pub(super) fn close_asked(&self) -> bool {
+        self.close_asked
+    }
+
+    pub(super) fn step(
+        &mut self,
+        calls: &mut Calls,
+        rest: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
+        let Some(head) = self.pending_head else {
+            return match http1::parse_head(
+                rest,
+                ctx.limits.max_head_bytes,
+                ctx.limits.max_body_bytes,
+                &mut self.target,
+            ) {
+                HeadStatus::Partial => (0, Step::NeedMore),
+                HeadStatus::Rejected(reject) => {
+                    respond_rejection(out, ctx.date, reject);
+                    (0, Step::Close)
+                }
+                HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
+                    let key = head.websocket_key.unwrap_or_default();
+                    out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
+                    out.push(b"Sec-WebSocket-Accept: ");
+                    out.push(ws::accept_key(&key).as_bytes());
+                    out.push(b"\r\n\r\n");
+                    (used, Step::Upgrade)
+                }
+                HeadStatus::Complete(head, used) => {
+                    self.cors_headers.clear();
+                    match &ctx.limits.cors {
+                        Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
+                        None if head.method == Method::Options => {
+                            let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
+                            respond_rejection(out, ctx.date, reject);
+                            return (0, Step::Close);
+                        }
+                        None => {}
+                    }
+                    let body_bytes = rest.len() - used;
+                    match head.framing {
+                        Framing::None => return (used, self.answer(calls, &head, &[], out, ctx)),
+                        Framing::Length(length) if head.expect_continue && body_bytes < length => {
+                            out.push(http1::CONTINUE)
+                        }
+                        Framing::Chunked if head.expect_continue && body_bytes == 0 => out.push(http1::CONTINUE),
+                        _ => {}
+                    }
+                    self.pending_head = Some(head);
+                    (used, Step::Progressed)
+                }
+            };
+        };
+        match head.framing {
+            Framing::Length(length) if rest.len() >= length => {
+                self.pending_head = None;
+                (length, self.answer(calls, &head, &rest[..length], out, ctx))
+            }
+            Framing::Chunked => {
+                let limits = ctx.limits;
+                match self
+                    .chunked
+                    .decode(rest, &mut self.body, limits.max_body_bytes, limits.max_head_bytes)
+                {
+                    Ok((used, true)) => {
+                        self.pending_head = None;
+                        self.chunked.reset();
+                        let body = std::mem::take(&mut self.body);
+                        let step = self.answer(calls, &head, &body, out, ctx);
+                        self.body = body;
+                        self.body.clear();
+                        (used, step)
+                    }
+                    Ok((used, false)) => (used, Step::NeedMore),
+                    Err(error) => {
+                        let reject = match error {
+                            ChunkError::Malformed => http1::reject(Status::BadRequest, "malformed chunked body"),
+                            ChunkError::TooLarge => http1::body_too_large(limits.max_body_bytes),
+                            ChunkError::TrailersTooLarge => {
+                                http1::reject(Status::HeadersTooLarge, "trailers too large")
+                            }
+                        };
+                        respond_rejection(out, ctx.date, reject);
+                        (0, Step::Close)
+                    }
+                }
+            }
+            Framing::Length(_) | Framing::None => (0, Step::NeedMore),
+        }
+    }
+
+    fn answer(
+        &mut self,
+        calls: &mut Calls,
+        head: &RequestHead,
+        body: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> Step {
+        self.close_asked = !head.keep_alive;
+        let keep_alive = head.keep_alive && !calls.count_exchange(ctx);
+        let persistence = match (keep_alive, head.minor_version) {
+            (false, _) => Persistence::Close,
+            (true, 0) => Persistence::KeepAliveLegacy,
+            (true, _) => Persistence::KeepAlive,
+        };
+        if head.method == Method::Options {
+            // A CORS preflight: the headers say it all (none when refused, which the browser
+            // reads as a refusal).
+            http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |_| {
+                Some(Status::NoContent)
+            });
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
+        let scratch = &mut *ctx.scratch;
+        let target = self.target.as_str();
+        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
+        if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
+            http1::respond_typed(
+                out,
+                persistence,
+                &self.cors_headers,
+                ctx.date,
+                page.content_type,
+                |out| {
+                    out.data().extend_from_slice(page.body);
+                    Some(Status::Ok)
+                },
+            );
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
+        let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut calls.next_slot,
+        };
+        // A reply that waits for deferred calls is taken out whole, with where it began.
+        let mut held: Option<(Vec<u8>, usize)> = None;
+        http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
+            let data = out.data();
+            let start = data.len();
+            let status = if is_jsonrpc {
+                match dispatch::process(
+                    body,
+                    ctx.router,
+                    ctx.limits.max_batch,
+                    &mut scratch.jsonrpc,
+                    &mut deferrals,
+                    data,
+                ) {
+                    Outcome::Silent => Status::NoContent,
+                    Outcome::Replied | Outcome::ParseError => {
+                        scratch.jsonrpc.http_status.map_or(Status::Ok, Status::from_code)
+                    }
+                }
+            } else {
+                rest_call(head.method, target, body, ctx.router, scratch, &mut deferrals, data)
+            };
+            if scratch.jsonrpc.deferred.is_empty() {
+                Some(status)
+            } else {
+                held = Some((data.split_off(start), start));
+                None
+            }
+        });
+        if let Some((text, base)) = held {
+            let headers = std::mem::take(&mut self.cors_headers);
+            calls.hold_text(
+                out,
+                text,
+                base,
+                MessageKind::Http(persistence),
+                headers,
+                &mut ctx.scratch.jsonrpc.deferred,
+            );
+        }
+        if keep_alive {
+            Step::Progressed
+        } else {
+            Step::Close
+        }
+    }
+}
+
+/// The CORS header lines for the reply to `head` (parsed from `bytes`): a preflight's, or
+/// those of any other request from an allowed origin.
+fn cross_origin(cors: &Cors, head: &RequestHead, bytes: &[u8], out: &mut Vec<u8>) {
+    let Some(origin) = cors::Fields::get(bytes, head.cors.origin) else {
+        return; // same-origin, or not from a browser
+    };
+    let method = cors::Fields::get(bytes, head.cors.request_method);
+    match method {
+        Some(method) if head.method == Method::Options => {
+            let requested = cors::Fields::get(bytes, head.cors.request_headers);
+            let _ = cors.preflight(origin, method, requested, out);
+        }
+        _ => {
+            cors.write_response_headers(origin, out);
+        }
+    }
+}
+
+fn is_root(target: &str) -> bool {
+    matches!(target.split('?').next(), Some("/" | ""))
+}
+
+/// A POST to a named path carries JSON-RPC when the body is an array or an object with a
+/// `"jsonrpc"` member; otherwise it is a REST-style call with the body as named params.
+fn looks_like_jsonrpc(body: &[u8]) -> bool {
+    if jsonrpc::message::is_batch(body) {
+        return true;
+    }
+    let Some(text) = jsonrpc::as_text(body) else {
+        return false;
+    };
+    // The member walk first: a REST body (no "jsonrpc") is then validated once, by the
+    // REST call, not here as well.
+    text.trim_start().starts_with('{')
+        && jsonrpc::scan::Members::new(text).any(|(key, _)| key == "\"jsonrpc\"")
+        && jsonrpc::message::is_json(text)
+}
+
+/// Run a REST-style call, writing the bare result (or an error object) as the body.
+fn rest_call(
+    method: Method,
+    target: &str,
+    body: &[u8],
+    router: &Router,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    data: &mut Vec<u8>,
+) -> Status {
+    scratch.jsonrpc.deferred.clear();
+    let Some(query) = rest::split_target(target, &mut scratch.name) else {
+        return rest_error(
+            data,
+            &RpcError::new(
+                ErrorCode::InvalidRequest.code(),
+                "Invalid Request: the path is not valid UTF-8",
+            ),
+        );
+    };
+    let name = std::str::from_utf8(&scratch.name).unwrap_or_default();
+    let Some(handler) = router.get(name) else {
+        return rest_error(data, &RpcError::method_not_found(name));
+    };
+    // GET, or a POST with no body (`curl -X POST '/sum?a=1&b=2'`): the query's params.
+    let params = if method == Method::Get || body.iter().all(u8::is_ascii_whitespace) {
+        if method == Method::Post && query.is_empty() {
+            None
+        } else if rest::query_to_params(query, &mut scratch.decoded, &mut scratch.params) {
+            Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
+        } else {
+            let error = RpcError::invalid_params("Invalid params: the query is not valid UTF-8");
+            return rest_error(data, &error);
+        }
+    } else {
+        match jsonrpc::as_text(body).filter(|text| jsonrpc::message::is_json(text)) {
+            Some(text) if text.trim_start().starts_with('{') => Some(text.trim()),
+            Some(_) => {
+                let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
+                return rest_error(data, &error);
+            }
+            _ => {
+                let error = RpcError::new(ErrorCode::ParseError.code(), "Parse error: the body is not valid JSON");
+                return rest_error(data, &error);
+            }
+        }
+    };
+    let call = Call::new(name, params, Some("null"));
+    match dispatch::invoke(handler, &call, deferrals, data) {
+        Ok(Invoked::Done) => Status::Ok,
+        Ok(Invoked::Deferred(slot)) => {
+            scratch.jsonrpc.deferred.push(DeferredAt {
+                offset: data.len(),
+                slot,
+                id: None,
+            });
+            Status::Ok
+        }
+        Err(error) => rest_error(data, &error),
+    }
+}
+
+/// Write a REST-style call's error object; the status its error names, else its code's
+/// (the one table, `jsonrpc::codes`).
+pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
+    jsonrpc::write_error_object(data, error.code(), error.message(), error.data());
+    Status::from_code(error.rest_status())
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
+    // Limits hit are worth a warning; malformed requests are the client's own business.
+    let level = match reject.status {
+        Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong | Status::RequestTimeout => {
+            log::Level::Warn
+        }
+        _ => log::Level::Debug,
+    };
+    crate::logs::throttled(
+        &crate::logs::REQUEST_REFUSED,
+        level,
+        format_args!("request refused: {}", reject.message()),
+    );
+    http1::respond(out, Persistence::Close, date, |data| {
+        if reject.to_head {
+            return Some(reject.status); // no content (RFC 9110 §9.3.2)
+        }
+        let code = match reject.status {
+            Status::MethodNotAllowed => ErrorCode::MethodNotFound,
+            _ => ErrorCode::InvalidRequest,
+        };
+        let message = reject.message();
+        jsonrpc::write_error_object(data, code.code(), &message, None);
+        Some(reject.status)
+    });
+}

@@ -1,0 +1,544 @@
+// SPDX-License-Identifier: Apache-2.0
+//! One connection's protocol state, sans-I/O: bytes in, reply bytes out.
+//!
+//! The first non-whitespace byte picks the protocol for the connection's lifetime: an
+//! uppercase ASCII letter, as every HTTP method starts (RFC 9110 §9), is HTTP/1.1; anything
+//! else is a raw TCP stream of JSON texts.
+
+mod http;
+mod tcp;
+mod websocket;
+
+use std::collections::VecDeque;
+
+use crate::buffer::{self, OutBuf};
+use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::dispatch::{self, DeferredAt};
+use crate::http1::cors::Cors;
+use crate::http1::{self, Persistence, Status};
+use crate::jsonrpc;
+use crate::router::Router;
+use crate::ws;
+use http::{respond_rejection, rest_error, Http};
+use tcp::{one_line, Stream};
+use websocket::{commit_ws_text, reserve_ws_header, WebSocket};
+
+/// Protocol limits and rules (a subset of the server configuration).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body (HTTP) or JSON text (raw TCP), in bytes.
+    pub max_body_bytes: usize,
+    /// Largest HTTP request head (and chunked trailer section), in bytes.
+    pub max_head_bytes: usize,
+    /// Most requests in one batch.
+    pub max_batch: usize,
+    /// Exchanges served on one connection before it is closed: each HTTP request, raw TCP
+    /// JSON text or WebSocket message (a batch is one) counts once, answered or not. The
+    /// last reply over HTTP says `Connection: close`, a WebSocket gets a Close frame with
+    /// 1000 after it, and the connection closes once its replies are flushed; requests the
+    /// client sent beyond it are not read. `None` (the default): no limit.
+    pub max_exchanges_per_connection: Option<u32>,
+    /// Cross-origin requests from browsers (CORS); `None` (the default): none are allowed
+    /// and `OPTIONS` gets 405.
+    pub cors: Option<Cors>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 64 << 20,
+            max_head_bytes: 16 << 10,
+            max_batch: 1024,
+            max_exchanges_per_connection: None,
+            cors: None,
+        }
+    }
+}
+
+/// Buffers reused across requests and connections of one worker.
+#[derive(Default)]
+pub struct Scratch {
+    jsonrpc: dispatch::Scratch,
+    name: Vec<u8>,
+    params: Vec<u8>,
+    decoded: Vec<u8>,
+}
+
+/// What a session needs from its worker.
+pub struct Context<'a> {
+    /// The procedures.
+    pub router: &'a Router,
+    /// The limits in force.
+    pub limits: &'a Limits,
+    /// The current HTTP date (29 bytes, refreshed once a second by the worker).
+    pub date: &'a [u8],
+    /// Reused buffers.
+    pub scratch: &'a mut Scratch,
+    /// Where this connection's deferred replies report; `None` where deferring is unavailable.
+    pub defer: Option<Target<'a>>,
+    /// The server is shutting down: each reply is its connection's last (HTTP replies say
+    /// `Connection: close`, WebSocket sends Close 1001, raw TCP closes after the reply).
+    pub draining: bool,
+}
+
+impl<'a> Context<'a> {
+    /// The serving worker's sink, where deferring is available (see
+    /// [`Session::is_saturated`]).
+    #[must_use]
+    pub fn worker(&self) -> Option<&'a Sink> {
+        self.defer.map(|target| &**target.sink)
+    }
+}
+
+/// Most messages of one connection whose replies may be awaited at once; beyond it the
+/// session reads no further requests until some complete.
+const MAX_PENDING_MESSAGES: usize = 1024;
+
+/// A message whose reply waits for deferred calls: its text so far with the places where
+/// the deferred replies go, and the hole it fills in the output.
+#[derive(Debug)]
+struct PendingMessage {
+    hole: u64,
+    kind: MessageKind,
+    text: Vec<u8>,
+    /// HTTP: header lines the reply's head carries (CORS).
+    headers: Vec<u8>,
+    /// In ascending slot order (slots are numbered as calls defer).
+    slots: Vec<PendingSlot>,
+    /// Slots still without an outcome.
+    awaited: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum MessageKind {
+    Stream,
+    Http(Persistence),
+    WebSocket,
+}
+
+#[derive(Debug)]
+struct PendingSlot {
+    at: usize,
+    slot: u64,
+    /// The request's raw id; `None` for a REST call (the bare result is the body).
+    id: Option<Box<str>>,
+    outcome: Option<Completed>,
+}
+
+/// What one [`Session::feed`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Input bytes used up; the caller drops them.
+    pub consumed: usize,
+    /// Close the connection once the output is flushed.
+    pub close: bool,
+}
+
+/// The connection's protocol, with the state only that protocol has.
+#[derive(Debug)]
+enum Protocol {
+    /// Nothing but whitespace received yet.
+    Unknown,
+    Http(Http),
+    /// Raw TCP: JSON texts one after another.
+    Stream(Stream),
+    /// After an HTTP upgrade (RFC 6455).
+    WebSocket(WebSocket),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Progressed,
+    NeedMore,
+    Close,
+    /// HTTP: the upgrade to WebSocket was answered; the next byte is a frame's.
+    Upgrade,
+}
+
+/// One connection's protocol state.
+#[derive(Debug)]
+pub struct Session {
+    protocol: Protocol,
+    closing: bool,
+    calls: Calls,
+}
+
+/// What every protocol keeps of its calls: deferred replies awaited, and exchanges counted.
+#[derive(Debug, Default)]
+struct Calls {
+    next_slot: u64,
+    next_hole: u64,
+    /// Messages awaiting deferred replies, in arrival order. Slots are numbered as calls
+    /// defer, so the first slots of these messages ascend: a completion finds its message
+    /// by binary search, and completions in request order take the front.
+    pending: VecDeque<PendingMessage>,
+    /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
+    exchanges: u32,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// A new connection's state.
+    #[must_use]
+    pub fn new() -> Self {
+        Session {
+            protocol: Protocol::Unknown,
+            closing: false,
+            calls: Calls::default(),
+        }
+    }
+
+    /// Consume complete requests from `input`, appending their replies to `out`.
+    ///
+    /// Stops early once `out` holds more than `out_budget` bytes (the caller resumes after
+    /// flushing), so a client that sends without reading cannot grow the output unbounded.
+    pub fn feed(&mut self, input: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>, out_budget: usize) -> Progress {
+        let mut consumed = 0;
+        let worker = ctx.worker();
+        while !self.closing && consumed < input.len() && out.pending() <= out_budget && !self.is_saturated(worker) {
+            let rest = &input[consumed..];
+            let calls = &mut self.calls;
+            let (used, step) = match &mut self.protocol {
+                Protocol::Unknown => match rest.iter().position(|c| !c.is_ascii_whitespace()) {
+                    Some(i) if rest[i].is_ascii_uppercase() => {
+                        self.protocol = Protocol::Http(Http::default());
+                        (0, Step::Progressed)
+                    }
+                    Some(_) => {
+                        self.protocol = Protocol::Stream(Stream::default());
+                        (0, Step::Progressed)
+                    }
+                    None => (0, Step::NeedMore),
+                },
+                Protocol::Http(http) => http.step(calls, rest, out, ctx),
+                Protocol::Stream(stream) => stream.step(calls, rest, out, ctx),
+                Protocol::WebSocket(websocket) => websocket.step(calls, rest, out, ctx),
+            };
+            consumed += used;
+            match step {
+                Step::Progressed => {}
+                Step::NeedMore => break,
+                Step::Close => self.closing = true,
+                Step::Upgrade => self.protocol = Protocol::WebSocket(WebSocket::default()),
+            }
+        }
+        Progress {
+            consumed,
+            close: self.closing,
+        }
+    }
+
+    /// Whether no request is partly received (given that no input is buffered).
+    #[must_use]
+    pub fn is_between_requests(&self) -> bool {
+        match &self.protocol {
+            Protocol::Unknown => true,
+            Protocol::Http(http) => http.is_between_requests(),
+            Protocol::Stream(stream) => !stream.in_text(),
+            Protocol::WebSocket(websocket) => websocket.is_between_messages(),
+        }
+    }
+
+    /// How many bytes, counted from the first one not yet consumed, the message being
+    /// received needs in all, when its framing says so (an HTTP `Content-Length` body, a
+    /// WebSocket frame); 0 when unknown. Engines make room for it at once instead of
+    /// growing the input, and copying it, step by step.
+    #[must_use]
+    pub fn input_wanted(&self) -> usize {
+        match &self.protocol {
+            Protocol::Http(http) => http.body_wanted(),
+            Protocol::WebSocket(websocket) => websocket.frame_wanted(),
+            Protocol::Unknown | Protocol::Stream(_) => 0,
+        }
+    }
+
+    /// Whether the connection closes because the client asked for it (`Connection:
+    /// close`, or HTTP/1.0 without keep-alive): such a client sends nothing after that
+    /// request (RFC 9112 §9.6).
+    #[must_use]
+    pub fn close_was_asked(&self) -> bool {
+        self.closing && matches!(&self.protocol, Protocol::Http(http) if http.close_asked())
+    }
+
+    /// Whether an HTTP request head is being received (the header time-out applies).
+    #[must_use]
+    pub fn is_reading_head(&self) -> bool {
+        match &self.protocol {
+            Protocol::Unknown => true,
+            Protocol::Http(http) => http.is_between_requests(),
+            Protocol::Stream(_) | Protocol::WebSocket(_) => false,
+        }
+    }
+
+    /// Whether replies are awaited from deferred calls.
+    #[must_use]
+    pub fn has_pending(&self) -> bool {
+        !self.calls.pending.is_empty()
+    }
+
+    /// Whether so many replies are awaited that no further request is read for now: by
+    /// this session ([`MAX_PENDING_MESSAGES`] messages, or [`BUSY_SHARE`] while its
+    /// `worker` awaits [`BUSY_FROM`] calls), or by its `worker`, whose sink then is full
+    /// ([`crate::defer::MAX_AWAITED`] calls).
+    #[must_use]
+    pub fn is_saturated(&self, worker: Option<&Sink>) -> bool {
+        let pending = self.calls.pending.len();
+        pending >= MAX_PENDING_MESSAGES
+            || worker.is_some_and(|sink| sink.is_full() || (pending >= BUSY_SHARE && sink.awaited() >= BUSY_FROM))
+    }
+
+    /// A deferred call finished: put its reply in place, and once its message is whole,
+    /// queue the message's reply. Returns `false` for a slot this session does not await
+    /// (a notification, or a call whose handler failed after deferring).
+    pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
+        // Calls mostly complete in request order: the first message's. Otherwise the last
+        // message whose first slot is at most `slot` is the only one that can hold it
+        // (deep pipelines await a thousand messages; a scan per completion was a third of
+        // the Python server's time).
+        let in_first = self
+            .calls
+            .pending
+            .front()
+            .and_then(|m| m.slots.last())
+            .is_some_and(|last| slot <= last.slot);
+        let index = if in_first {
+            0
+        } else {
+            match self
+                .calls
+                .pending
+                .partition_point(|m| m.slots[0].slot <= slot)
+                .checked_sub(1)
+            {
+                Some(index) => index,
+                None => return false,
+            }
+        };
+        let message = &mut self.calls.pending[index];
+        let Ok(at) = message.slots.binary_search_by_key(&slot, |s| s.slot) else {
+            return false;
+        };
+        let pending_slot = &mut message.slots[at];
+        if pending_slot.outcome.is_some() {
+            return false;
+        }
+        pending_slot.outcome = Some(outcome);
+        message.awaited -= 1;
+        if message.awaited == 0 {
+            let message = self
+                .calls
+                .pending
+                .remove(index)
+                .expect("invariant: the index was found above");
+            render(message, out, date);
+        }
+        true
+    }
+
+    /// Called when a client took too long: queue the reply it gets, if any, before closing.
+    pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
+        if matches!(self.protocol, Protocol::Http(_)) && !self.closing {
+            let reject = http1::reject(Status::RequestTimeout, "request not received in time");
+            respond_rejection(out, date, reject);
+        }
+        self.closing = true;
+    }
+
+    /// The server is shutting down and this connection is between requests: queue its
+    /// goodbye, if its protocol has one (WebSocket: Close 1001, "going away"). Returns
+    /// whether one was queued; the connection should then close once it is sent.
+    pub fn going_away(&mut self, out: &mut OutBuf) -> bool {
+        if !matches!(self.protocol, Protocol::WebSocket(_)) || self.closing {
+            return false;
+        }
+        let data = out.data();
+        let start = data.len();
+        ws::frame(ws::Opcode::Close, &ws::close::GOING_AWAY.to_be_bytes(), data);
+        let end = data.len();
+        out.commit(start..end);
+        self.closing = true;
+        true
+    }
+
+    /// The server is shutting down, and this HTTP connection awaits deferred replies with
+    /// no further request received: the last of them is its last reply (it says
+    /// `Connection: close`, RFC 9112 9.6) and nothing more is read. Returns whether the
+    /// connection now closes once those replies are sent.
+    pub fn last_reply_closes(&mut self) -> bool {
+        if !matches!(self.protocol, Protocol::Http(_)) || self.closing {
+            return false;
+        }
+        let Some(last) = self.calls.pending.back_mut() else {
+            return false;
+        };
+        if let MessageKind::Http(persistence) = &mut last.kind {
+            *persistence = Persistence::Close;
+        }
+        self.closing = true;
+        true
+    }
+
+    /// The peer will send nothing more (TCP half-close), and the input fed so far has been
+    /// consumed as far as it can be; `rest` is what is left of it. Over raw TCP, a bare
+    /// word (`42`, `null`) ends with the input and is answered as any text; any other text
+    /// cut short can never be completed: it is answered `-32700` (id `null`). The session
+    /// closes either way.
+    pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+        if let Protocol::Stream(stream) = &mut self.protocol {
+            if !self.closing {
+                stream.end_of_input(&mut self.calls, rest, out, ctx);
+            }
+        }
+        self.closing = true;
+    }
+}
+
+impl Calls {
+    /// Count one exchange; whether it is the last this connection may have (the limit is
+    /// reached, or the server is shutting down).
+    fn count_exchange(&mut self, ctx: &Context<'_>) -> bool {
+        self.exchanges = self.exchanges.saturating_add(1);
+        ctx.draining
+            || ctx
+                .limits
+                .max_exchanges_per_connection
+                .is_some_and(|max| self.exchanges >= max)
+    }
+
+    /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in
+    /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
+    fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
+        let text = out.data().split_off(start);
+        self.hold_text(out, text, start, kind, Vec::new(), deferred);
+    }
+
+    /// Like [`Calls::hold`] for a message whose `text` was taken out already; `base` is
+    /// the offset it had, which the offsets in `deferred` count from.
+    fn hold_text(
+        &mut self,
+        out: &mut OutBuf,
+        text: Vec<u8>,
+        base: usize,
+        kind: MessageKind,
+        headers: Vec<u8>,
+        deferred: &mut Vec<DeferredAt>,
+    ) {
+        let slots: Vec<PendingSlot> = deferred
+            .drain(..)
+            .map(|d| PendingSlot {
+                at: d.offset - base,
+                slot: d.slot,
+                id: d.id,
+                outcome: None,
+            })
+            .collect();
+        debug_assert!(
+            slots.first().is_some_and(|first| self
+                .pending
+                .back()
+                .and_then(|last| last.slots.last())
+                .is_none_or(|last| last.slot < first.slot))
+                && slots.windows(2).all(|pair| pair[0].slot < pair[1].slot),
+            "a held message has slots, in order, numbered after those held before"
+        );
+        let hole = self.next_hole;
+        self.next_hole += 1;
+        out.push_hole(hole);
+        self.pending.push_back(PendingMessage {
+            hole,
+            kind,
+            text,
+            headers,
+            awaited: slots.len(),
+            slots,
+        });
+    }
+}
+
+/// Write a held message's reply, now that every deferred call in it has finished,
+/// straight into the output. A large result is not copied: its buffer is attached to the
+/// output (over raw TCP, where a reply must be made one line, it is copied once).
+fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
+    let PendingMessage {
+        hole,
+        kind,
+        text,
+        headers,
+        slots,
+        ..
+    } = message;
+    out.fill(hole, |out| match kind {
+        MessageKind::Stream => {
+            let start = out.data().len();
+            write_completed(&text, slots, out, false);
+            let data = out.data();
+            // The held text ends with the reply's own newline; the rest must be one line.
+            let end = data.len();
+            one_line(&mut data[start..end.saturating_sub(1).max(start)]);
+            out.commit(start..end);
+        }
+        MessageKind::WebSocket => {
+            let start = reserve_ws_header(out.data());
+            write_completed(&text, slots, out, true);
+            commit_ws_text(out, start);
+        }
+        MessageKind::Http(persistence) => http1::respond_out(out, persistence, &headers, date, |out| {
+            Some(write_completed(&text, slots, out, true))
+        }),
+    });
+}
+
+/// Results at least this large are attached to the output rather than copied into it.
+const ATTACH_MIN: usize = 64 << 10;
+
+/// Write a held message's `text` with each slot's outcome in its place; the HTTP status
+/// a REST-style error calls for, or the one a single call's error names. With `attach`,
+/// large results are attached (see
+/// [`OutBuf::attach`]) rather than copied; either way their buffers are kept for reuse.
+fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attach: bool) -> Status {
+    let mut status = Status::Ok;
+    // A single call's reply is its one slot, with no text around it; a batch's has `[`.
+    let single = text.is_empty();
+    let mut copied = 0;
+    for slot in slots {
+        out.data().extend_from_slice(&text[copied..slot.at]);
+        copied = slot.at;
+        let outcome = slot
+            .outcome
+            .expect("invariant: rendered only once every slot is filled");
+        let data = out.data();
+        match (slot.id, outcome) {
+            (id, Ok(result)) if attach && result.len() >= ATTACH_MIN => {
+                if let Some(id) = &id {
+                    jsonrpc::write_result_opening(data, id);
+                }
+                out.attach(result);
+                if id.is_some() {
+                    out.data().push(b'}');
+                }
+            }
+            (Some(id), Ok(result)) => {
+                jsonrpc::write_result(data, &id, &result);
+                buffer::keep(result);
+            }
+            (Some(id), Err(error)) => {
+                jsonrpc::write_rpc_error(data, Some(&id), &error);
+                if let Some(named) = error.http_status().filter(|_| single) {
+                    status = Status::from_code(named);
+                }
+            }
+            (None, Ok(result)) => {
+                data.extend_from_slice(&result);
+                buffer::keep(result);
+            }
+            (None, Err(error)) => status = rest_error(data, &error),
+        }
+    }
+    out.data().extend_from_slice(&text[copied..]);
+    status
+}

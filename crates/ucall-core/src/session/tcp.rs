@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Raw TCP: one JSON text in, one reply line out.
+
+use super::{Calls, Context, MessageKind, Step};
+use crate::buffer::OutBuf;
+use crate::dispatch::{self, Deferrals, Outcome};
+use crate::jsonrpc::{self, ErrorCode};
+use crate::stream::{Frame, Framer};
+
+/// A raw TCP connection's state: where the JSON text being received stands.
+#[derive(Debug, Default)]
+pub(super) struct Stream {
+    framer: Framer,
+}
+
+impl Stream {
+    /// Whether a JSON text is partly received.
+    pub(super) fn in_text(&self) -> bool {
+        self.framer.in_text()
+    }
+
+    /// The peer will send nothing more; `rest` is the input not consumed. A bare word
+    /// (`42`, `null`) ends with the input and is answered as any text; any other text cut
+    /// short can never be completed: it is answered `-32700` (id `null`).
+    pub(super) fn end_of_input(&mut self, calls: &mut Calls, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+        if let Some(range) = self.framer.finish(rest) {
+            self.answer_text(calls, &rest[range], out, ctx);
+            return;
+        }
+        if self.framer.in_text() {
+            let data = out.data();
+            let start = data.len();
+            jsonrpc::write_error(
+                data,
+                None,
+                ErrorCode::ParseError.code(),
+                "Parse error: the input ended inside a JSON text",
+                None,
+            );
+            data.push(b'\n');
+            let end = data.len();
+            out.commit(start..end);
+        }
+    }
+
+    pub(super) fn step(
+        &mut self,
+        calls: &mut Calls,
+        rest: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
+        match self.framer.next(rest, ctx.limits.max_body_bytes) {
+            Frame::Complete(range) => {
+                let step = self.answer_text(calls, &rest[range.clone()], out, ctx);
+                (range.end, step)
+            }
+            Frame::Incomplete { skip } => (skip, Step::NeedMore),
+            Frame::Invalid => {
+                let data = out.data();
+                let start = data.len();
+                jsonrpc::write_error(
+                    data,
+                    None,
+                    ErrorCode::ParseError.code(),
+                    "Parse error: not the start of a JSON text",
+                    None,
+                );
+                data.push(b'\n');
+                let end = data.len();
+                out.commit(start..end);
+                (0, Step::Close)
+            }
+            Frame::TooLarge => {
+                let data = out.data();
+                let start = data.len();
+                let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
+                crate::logs::throttled(
+                    &crate::logs::REQUEST_REFUSED,
+                    log::Level::Warn,
+                    format_args!(
+                        "request refused: more than max_body_bytes = {}",
+                        ctx.limits.max_body_bytes
+                    ),
+                );
+                jsonrpc::write_error(data, None, ErrorCode::InvalidRequest.code(), &message, None);
+                data.push(b'\n');
+                let end = data.len();
+                out.commit(start..end);
+                (0, Step::Close)
+            }
+        }
+    }
+
+    /// Answer one raw TCP text with one reply line (none for notifications).
+    fn answer_text(&mut self, calls: &mut Calls, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.framer.reset();
+        let data = out.data();
+        let start = data.len();
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut calls.next_slot,
+        };
+        let scratch = &mut ctx.scratch.jsonrpc;
+        let outcome = dispatch::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
+        if outcome != Outcome::Silent {
+            one_line(&mut data[start..]);
+            data.push(b'\n');
+        }
+        if scratch.deferred.is_empty() {
+            let end = data.len();
+            out.commit(start..end);
+        } else {
+            calls.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
+        }
+        let last = calls.count_exchange(ctx);
+        if outcome == Outcome::ParseError || last {
+            Step::Close
+        } else {
+            Step::Progressed
+        }
+    }
+}
+
+/// Keep a raw TCP reply on one line. Procedures may pass raw JSON through (an echoed
+/// argument keeps the caller's formatting); in valid JSON a CR or LF byte can only be
+/// insignificant whitespace (strings hold them escaped), so a space replaces it.
+pub(super) fn one_line(reply: &mut [u8]) {
+    // memchr: a reply echoing megabytes has no line break to find, and finds none fast.
+    let mut at = 0;
+    while let Some(found) = memchr::memchr2(b'\n', b'\r', &reply[at..]) {
+        at += found;
+        reply[at] = b' ';
+        at += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn one_line_blanks_every_line_break() {
+        let mut reply = b"{\"a\":\r\n[1,\n2]}".to_vec();
+        reply.extend(std::iter::repeat_n(b' ', 100));
+        reply.extend_from_slice(b"\n\r");
+        one_line(&mut reply);
+        assert!(!reply.contains(&b'\n') && !reply.contains(&b'\r'));
+        assert_eq!(&reply[..15], b"{\"a\":  [1, 2]} ");
+    }
+}

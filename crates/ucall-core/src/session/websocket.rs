@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+//! WebSocket after an HTTP upgrade (RFC 6455): frames in, one request or batch per
+//! message, one text frame per reply.
+
+use super::{Calls, Context, MessageKind, Step};
+use crate::buffer::OutBuf;
+use crate::dispatch::{self, Deferrals, Outcome};
+use crate::jsonrpc;
+use crate::ws;
+
+/// A WebSocket connection's state: the message being reassembled and the frame being
+/// received.
+#[derive(Debug, Default)]
+pub(super) struct WebSocket {
+    /// The message being reassembled (unmasked) and its opcode.
+    message: Vec<u8>,
+    opcode: Option<ws::Opcode>,
+    /// The size of the frame being received, header included, once its header is in; 0
+    /// otherwise.
+    frame_len: usize,
+}
+
+impl WebSocket {
+    /// Whether no data message is partly received.
+    pub(super) fn is_between_messages(&self) -> bool {
+        self.opcode.is_none()
+    }
+
+    /// The size of the frame being received, header included, once its header is in.
+    pub(super) fn frame_wanted(&self) -> usize {
+        self.frame_len
+    }
+
+    /// One WebSocket frame (RFC 6455 §5): control frames answered at once, data frames
+    /// reassembled into messages, each message one JSON-RPC request or batch.
+    pub(super) fn step(
+        &mut self,
+        calls: &mut Calls,
+        rest: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
+        let header = match ws::read_header(rest, ctx.limits.max_body_bytes) {
+            ws::Header::Partial => return (0, Step::NeedMore),
+            ws::Header::Fail(code) => return (0, ws_fail(out, code)),
+            ws::Header::Frame(header) => header,
+        };
+        let total = header.header_len + header.payload_len;
+        if rest.len() < total {
+            self.frame_len = total;
+            return (0, Step::NeedMore);
+        }
+        self.frame_len = 0;
+        let payload = &rest[header.header_len..total];
+        let step = match header.opcode {
+            ws::Opcode::Ping | ws::Opcode::Close => {
+                let mut control = Vec::with_capacity(payload.len());
+                ws::unmask_into(payload, header.mask, &mut control);
+                let data = out.data();
+                let start = data.len();
+                if header.opcode == ws::Opcode::Ping {
+                    // §5.5.3: a Pong with the Ping's application data.
+                    ws::frame(ws::Opcode::Pong, &control, data);
+                    let end = data.len();
+                    out.commit(start..end);
+                    Step::Progressed
+                } else {
+                    // §5.5.1: answer a Close with a Close, then close the connection.
+                    let code = ws::close_reply(&control);
+                    ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
+                    let end = data.len();
+                    out.commit(start..end);
+                    Step::Close
+                }
+            }
+            ws::Opcode::Pong => Step::Progressed,
+            ws::Opcode::Text | ws::Opcode::Binary if self.opcode.is_some() => {
+                return (0, ws_fail(out, ws::close::PROTOCOL_ERROR));
+            }
+            ws::Opcode::Continuation if self.opcode.is_none() => {
+                return (0, ws_fail(out, ws::close::PROTOCOL_ERROR));
+            }
+            data_opcode => {
+                if data_opcode != ws::Opcode::Continuation {
+                    self.opcode = Some(data_opcode);
+                }
+                if self.message.len() + payload.len() > ctx.limits.max_body_bytes {
+                    return (0, ws_fail(out, ws::close::MESSAGE_TOO_BIG));
+                }
+                ws::unmask_into(payload, header.mask, &mut self.message);
+                if header.fin {
+                    let opcode = self.opcode.take();
+                    if opcode == Some(ws::Opcode::Text) && jsonrpc::as_text(&self.message).is_none() {
+                        return (0, ws_fail(out, ws::close::INVALID_PAYLOAD));
+                    }
+                    return (total, self.answer(calls, out, ctx));
+                }
+                Step::Progressed
+            }
+        };
+        (total, step)
+    }
+
+    /// Reply to the reassembled message as one text frame (nothing for notifications);
+    /// after the connection's last exchange, a Close frame follows (1000, or 1001 when the
+    /// server is shutting down).
+    fn answer(&mut self, calls: &mut Calls, out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.reply(calls, out, ctx);
+        if calls.count_exchange(ctx) {
+            let code = if ctx.draining {
+                ws::close::GOING_AWAY
+            } else {
+                ws::close::NORMAL
+            };
+            let data = out.data();
+            let start = data.len();
+            ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
+            let end = data.len();
+            out.commit(start..end);
+            return Step::Close;
+        }
+        Step::Progressed
+    }
+
+    fn reply(&mut self, calls: &mut Calls, out: &mut OutBuf, ctx: &mut Context<'_>) {
+        let message = std::mem::take(&mut self.message);
+        let data = out.data();
+        let reserved = data.len();
+        let start = reserve_ws_header(data);
+        let mut deferrals = Deferrals {
+            target: ctx.defer,
+            next_slot: &mut calls.next_slot,
+        };
+        let scratch = &mut ctx.scratch.jsonrpc;
+        let outcome = dispatch::process(
+            &message,
+            ctx.router,
+            ctx.limits.max_batch,
+            scratch,
+            &mut deferrals,
+            data,
+        );
+        self.message = message;
+        self.message.clear();
+        if !ctx.scratch.jsonrpc.deferred.is_empty() {
+            let text = out.data().split_off(start);
+            out.data().truncate(reserved);
+            calls.hold_text(
+                out,
+                text,
+                start,
+                MessageKind::WebSocket,
+                Vec::new(),
+                &mut ctx.scratch.jsonrpc.deferred,
+            );
+            return;
+        }
+        if outcome == Outcome::Silent {
+            out.data().truncate(reserved);
+            return;
+        }
+        commit_ws_text(out, start);
+    }
+}
+
+/// Fail the WebSocket connection (§7.1.7): a Close frame with `code`, then close.
+#[cold]
+fn ws_fail(out: &mut OutBuf, code: u16) -> Step {
+    let data = out.data();
+    let start = data.len();
+    ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
+    let end = data.len();
+    out.commit(start..end);
+    Step::Close
+}
+
+/// Reserve room for a WebSocket frame header at the end of `data`, so that the message
+/// can be written in place before its length is known; returns where the message starts.
+pub(super) fn reserve_ws_header(data: &mut Vec<u8>) -> usize {
+    data.resize(data.len() + ws::MAX_HEADER, 0);
+    data.len()
+}
+
+/// Queue the message written (and attached) since `start` (see [`reserve_ws_header`]) as
+/// a text frame, its header in the room reserved before it.
+pub(super) fn commit_ws_text(out: &mut OutBuf, start: usize) {
+    let attached = out.attached_since(start);
+    let data = out.data();
+    let mut room = [0u8; ws::MAX_HEADER];
+    let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start + attached);
+    data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
+    let end = data.len();
+    out.commit(start - used..end);
+}
