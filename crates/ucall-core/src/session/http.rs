@@ -162,8 +162,14 @@ impl Http {
         }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
-        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`).
-        if let Some(page) = ctx.router.page(target).filter(|_| head.method == Method::Get) {
+        // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
+        // a GET can ask for one, so a POST's path is not compared with theirs.
+        let page = if head.method == Method::Get {
+            ctx.router.page(target)
+        } else {
+            None
+        };
+        if let Some(page) = page {
             http1::respond_typed(
                 out,
                 persistence,

@@ -171,7 +171,22 @@ pub fn read_header(input: &[u8], max_payload: usize) -> Header {
 
 /// Append `payload` unmasked with `mask` (§5.3) to `out`.
 pub fn unmask_into(payload: &[u8], mask: [u8; 4], out: &mut Vec<u8>) {
-    out.extend(payload.iter().zip(mask.iter().cycle()).map(|(byte, key)| byte ^ key));
+    let start = out.len();
+    out.extend_from_slice(payload);
+    let data = &mut out[start..];
+    // Eight bytes at a time: the mask repeats every four, so twice over one word.
+    let [a, b, c, d] = mask;
+    let wide = u64::from_ne_bytes([a, b, c, d, a, b, c, d]);
+    let mut words = data.chunks_exact_mut(8);
+    for chunk in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        chunk.copy_from_slice(&(u64::from_ne_bytes(word) ^ wide).to_ne_bytes());
+    }
+    // The rest starts at a multiple of eight, so the mask starts over with it.
+    for (byte, key) in words.into_remainder().iter_mut().zip(mask.iter().cycle()) {
+        *byte ^= key;
+    }
 }
 
 /// Most header bytes of a server frame (unmasked, 64-bit length).
@@ -298,6 +313,24 @@ mod tests {
             Header::Fail(close::PROTOCOL_ERROR),
             "64-bit length with top bit"
         );
+    }
+
+    #[test]
+    fn unmasks_as_rfc_6455_defines_at_every_length() {
+        // §5.7: "Hello" masked with 37 fa 21 3d.
+        let mut out = Vec::new();
+        unmask_into(&[0x7f, 0x9f, 0x4d, 0x51, 0x58], [0x37, 0xfa, 0x21, 0x3d], &mut out);
+        assert_eq!(out, b"Hello");
+        // §5.3: octet i is XORed with mask octet i MOD 4, whatever is in `out` before.
+        let mask = [0x01, 0x80, 0x7f, 0xff];
+        for len in 0..41 {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
+            let mut out = b"kept".to_vec();
+            unmask_into(&payload, mask, &mut out);
+            let expected: Vec<u8> = payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]).collect();
+            assert_eq!(&out[..4], b"kept");
+            assert_eq!(&out[4..], &expected[..], "length {len}");
+        }
     }
 
     #[test]
