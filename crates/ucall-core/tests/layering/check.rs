@@ -45,8 +45,9 @@ pub fn crate_paths(line: &str) -> Vec<&str> {
 
 /// Check every module under `src` against `ranks` (module, rank); the modules in `skip`
 /// (the crate root that re-exports, entry points that drive it all) are not checked.
-/// Panics with each import against the layering, by file and line.
-pub fn check(src: &Path, ranks: &[(&str, u32)], skip: &[&str]) {
+/// Panics with each import against the layering, by file and line; returns how many
+/// imports it checked (so a caller can tell that the walk found its sources).
+pub fn check(src: &Path, ranks: &[(&str, u32)], skip: &[&str]) -> usize {
     let rank = |module: &str| ranks.iter().find(|(name, _)| *name == module).map(|(_, rank)| *rank);
     let mut wrong = Vec::new();
     let mut checked = 0;
@@ -71,6 +72,6 @@ pub fn check(src: &Path, ranks: &[(&str, u32)], skip: &[&str]) {
             }
         }
     }
-    assert!(checked > 10, "only {checked} imports seen: the walk missed the sources");
     assert!(wrong.is_empty(), "imports against the layering:\n{}", wrong.join("\n"));
+    checked
 }
