@@ -276,7 +276,7 @@ impl NativeServer {
                 }
             }
         };
-        crate::reload_log_levels();
+        crate::logs::reload_levels();
         let server = builder.bind().map_err(|e| PyOSError::new_err(e.to_string()))?;
         let port = server.local_addr().port();
         let tls_port = server.tls_addr().map(|addr| addr.port());
