@@ -56,7 +56,7 @@ test-python-api: python  ## The Python package's suite (tests/python_api), then 
 
 .PHONY: test-js
 test-js: python  ## JS client (js/): build, then node --test against live Rust and Python servers
-	cargo build -p ucall-examples --bin spec_server --bin sum_server
+	cargo build -p ucall-examples --bin spec_server --bin sum_server --bin described_server
 	cd js && npm run --silent build && UCALL_JS_SERVERS=rust,python node --test test/
 
 test: test-js
@@ -95,7 +95,8 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	@# A run that stopped before writing its tables (an error before measuring, a signal)
 	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
 	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
-	@# 9,000 of them, and after they close) add their tables to the brief,
+	@# 9,000 of them, and after they close) and js/bench/echo.mjs (the JS client beside jayson and
+	@# json-rpc-2.0) add their tables to the brief,
 	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
 	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
@@ -103,6 +104,8 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
 	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
+	cargo build --release --quiet -p ucall-examples --bin bench_server && \
+	(cd js && npm run --silent build && node bench/echo.mjs --append ../benches/results/latest-brief.md) || status=1; \
 	$(BENCH) publish || status=1; \
 	else echo "make bench: no new tables, docs/benchmarks.md and README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
 

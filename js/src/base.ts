@@ -32,7 +32,7 @@ export interface ClientOptions {
 /** One text on the wire: how many of its calls still wait, and a way to stop its HTTP request. */
 export interface Message {
   live: number;
-  stop?: AbortController;
+  stop?: () => void;
 }
 
 /**
@@ -373,7 +373,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     if (p.id !== undefined) this.inFlight.delete(p.id);
     if (p.timer !== undefined) clearTimeout(p.timer);
     if (p.onAbort) p.signal?.removeEventListener("abort", p.onAbort);
-    if (p.message && --p.message.live === 0) p.message.stop?.abort();
+    if (p.message && --p.message.live === 0) p.message.stop?.();
     return true;
   }
 }

@@ -2,7 +2,7 @@
 // The client for every transport, picked by the URL's scheme.
 
 import { BaseClient, type ClientOptions, type Params, type Sink } from "./base.js";
-import { HttpTransport, type HttpOptions } from "./http.js";
+import { httpTransport, type HttpOptions } from "./http.js";
 import { StreamTransport } from "./stream.js";
 import { tcp, type TlsOptions } from "./tcp.js";
 import { webSocket, type WebSocketConstructor } from "./ws.js";
@@ -11,7 +11,7 @@ import { webSocket, type WebSocketConstructor } from "./ws.js";
 export interface Options extends ClientOptions, HttpOptions {
   /** WebSocket constructor for ws:// and wss:// where the platform has none (Node 20: the `ws` package's). */
   WebSocket?: WebSocketConstructor;
-  /** TLS settings for tls:// (Node's `tls.connect` options: ca, cert, key, servername...). */
+  /** TLS settings for tls:// and, in Node, https:// (Node's `tls.connect` options: ca, cert, key, servername...). */
   tls?: TlsOptions;
 }
 
@@ -28,7 +28,7 @@ export class Client<M = Record<string, (params?: Params) => unknown>> extends Ba
     switch (parsed.protocol) {
       case "http:":
       case "https:":
-        this.transport = new HttpTransport(parsed.href, options);
+        this.transport = httpTransport(parsed.href, options);
         break;
       case "ws:":
       case "wss:":

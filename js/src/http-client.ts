@@ -2,7 +2,7 @@
 // `@ucall/client/http`: the client with the HTTP transport only, for the smallest bundles.
 
 import { BaseClient, type ClientOptions, type Params } from "./base.js";
-import { HttpTransport, type HttpOptions } from "./http.js";
+import { httpTransport, type HttpOptions } from "./http.js";
 
 export { RpcError, ErrorCode, type Executed } from "./errors.js";
 export type { CallOptions, ClientOptions, Methods, Params } from "./base.js";
@@ -16,6 +16,6 @@ export class Client<M = Record<string, (params?: Params) => unknown>> extends Ba
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
       throw new TypeError(`${parsed.protocol} URLs need the full client (@ucall/client)`);
     }
-    this.transport = new HttpTransport(parsed.href, options);
+    this.transport = httpTransport(parsed.href, options);
   }
 }

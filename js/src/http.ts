@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// HTTP transport: one POST per message through the platform's fetch.
+// HTTP transport: one POST per message, through node:net in Node (http1.ts) and the
+// platform's fetch elsewhere, or where a fetch is passed in.
 
 import { HttpStatus, NotSent, type Message, type Transport } from "./base.js";
+import { Http1Transport, type Http1Options } from "./http1.js";
 
 /** Options of the HTTP transport. */
-export interface HttpOptions {
-  /** Extra request headers (authorization, say). */
-  headers?: Record<string, string>;
-  /** A fetch to use instead of the global one. */
+export interface HttpOptions extends Http1Options {
+  /** A fetch to use instead of Node's own connections (in Node) or the global fetch. */
   fetch?: typeof fetch;
+}
+
+/** The HTTP transport for this platform. */
+export function httpTransport(url: string, options: HttpOptions = {}): Transport {
+  const node = typeof process === "object" && !!process.versions?.node;
+  return node && !options.fetch ? new Http1Transport(new URL(url), options) : new FetchTransport(url, options);
 }
 
 /** Error codes (Node's undici) of a connection that was never made, so nothing was sent. */
@@ -23,13 +29,13 @@ function neverConnected(error: unknown): boolean {
   return false;
 }
 
-export class HttpTransport implements Transport {
+class FetchTransport implements Transport {
   private readonly headers: Record<string, string>;
   private readonly fetch: typeof fetch;
 
   constructor(
     private readonly url: string,
-    options: HttpOptions = {},
+    options: HttpOptions,
   ) {
     this.headers = { "content-type": "application/json", ...options.headers };
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
@@ -38,13 +44,15 @@ export class HttpTransport implements Transport {
   async send(text: string, message: Message, written: () => void): Promise<string> {
     written();
     let response: Response;
+    const controller = new AbortController();
+    message.stop = () => controller.abort();
     try {
-      const { signal } = (message.stop = new AbortController());
-      response = await this.fetch(this.url, { method: "POST", headers: this.headers, body: text, signal });
+      response = await this.fetch(this.url, { method: "POST", headers: this.headers, body: text, signal: controller.signal });
     } catch (error) {
       throw neverConnected(error) ? new NotSent(String(error), { cause: error }) : error;
     }
     const body = await response.text();
+    message.stop = undefined; // the exchange is over: nothing left to stop
     if (response.ok) return body;
     throw new HttpStatus(response.status, body);
   }

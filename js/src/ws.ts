@@ -26,9 +26,21 @@ export function webSocket(url: string, Socket?: WebSocketConstructor): Connect {
       let open = false;
       ws.onopen = () => {
         open = true;
+        // The `ws` package writes each message with its own system call; holding its socket
+        // corked for a turn of the event loop sends the turn's messages together.
+        const socket = (ws as { _socket?: { cork?: () => void; uncork: () => void } })._socket;
+        let corked = false;
         resolve({
           write(text) {
             try {
+              if (socket?.cork && !corked) {
+                corked = true;
+                socket.cork();
+                process.nextTick(() => {
+                  corked = false;
+                  socket.uncork();
+                });
+              }
               ws.send(text);
             } catch (error) {
               ws.close();

@@ -36,6 +36,11 @@ export function command(kind, args) {
     if (!existsSync(binary)) throw new Error(`${binary} not found: cargo build -p ucall-examples --bin spec_server`);
     return [binary, args];
   }
+  if (kind === "rust-described") {
+    const binary = join(REPO, "target/debug/described_server");
+    if (!existsSync(binary)) throw new Error(`${binary} not found: cargo build -p ucall-examples --bin described_server`);
+    return [binary, args];
+  }
   if (kind === "python") return [PYTHON, [join(REPO, "tests/python_api/spec_server.py"), ...args]];
   if (kind === "python-rich") return [PYTHON, [join(REPO, "js/test/apps/rich_server.py"), ...args]];
   throw new Error(`unknown server kind ${kind}`);
@@ -57,7 +62,7 @@ export function tlsFiles() {
 
 /**
  * Starts a server; resolves with { host, port, tlsPort, stop() }. Options: kind ("rust",
- * "python", "python-rich"), port, tls (also listen with TLS), args (more flags).
+ * "rust-described", "python", "python-rich"), port, tls (also listen with TLS), args (more flags).
  */
 export async function startServer({ kind = "rust", port = 0, tls = false, args = [] } = {}) {
   const flags = ["--host", "127.0.0.1", "--port", String(port), "--threads", "1", "--engine", process.env.UCALL_ENGINE ?? "auto", ...args];

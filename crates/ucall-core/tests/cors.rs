@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! CORS over loopback: off by default (`OPTIONS` is 405, no CORS header on replies); when
 //! configured, preflights are answered and replies to allowed origins, immediate or
-//! deferred, carry `Access-Control-Allow-Origin`.
+//! deferred, refusals included, carry `Access-Control-Allow-Origin`, and a WebSocket
+//! handshake from an origin not allowed is refused.
 
 mod common;
 
@@ -117,5 +118,74 @@ fn a_long_origin_fits_in_the_head() {
         let reply = conn.roundtrip(&post_from(&origin, &call("subtract", "[3,1]", "1")));
         assert_eq!(reply.header("access-control-allow-origin"), Some(origin.as_str()));
         common::assert_result(&reply.body, "2", "1");
+    });
+}
+
+#[test]
+fn refusals_to_an_allowed_origin_carry_the_header() {
+    // A page sees a 4xx/5xx only when the reply allows its origin; else fetch fails with a
+    // network error that hides the status.
+    common::for_each_engine(|engine| {
+        let server = common::start(
+            engine,
+            common::builder(engine).cors(Cors::new([PAGE])).max_body_bytes(64),
+        );
+        let refused = |request: &[u8]| Conn::to(&server).roundtrip(request);
+        for origin in [PAGE, "http://evil.example"] {
+            let expected = (origin == PAGE).then_some(PAGE);
+            // Refused with the head: a method not served, a body over the limit.
+            let put = refused(
+                format!("PUT / HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+            );
+            assert_eq!((put.status, put.header("access-control-allow-origin")), (405, expected));
+            assert!(put.says_close());
+            let large = post_from(origin, &call("echo", &format!("[\"{}\"]", "x".repeat(100)), "1"));
+            let large = refused(&large);
+            assert_eq!(
+                (large.status, large.header("access-control-allow-origin")),
+                (413, expected)
+            );
+            // Refused on the way through the body: a malformed chunk.
+            let chunked =
+                format!("POST / HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+            let chunked = refused(chunked.as_bytes());
+            assert_eq!(
+                (chunked.status, chunked.header("access-control-allow-origin")),
+                (400, expected)
+            );
+        }
+        // A head that cannot be read names no origin: refused without the header.
+        let malformed = refused(format!("POST / HTTP/1.1\r\nOrigin: {PAGE}\r\nBad Header\r\n\r\n").as_bytes());
+        assert_eq!(
+            (malformed.status, malformed.header("access-control-allow-origin")),
+            (400, None)
+        );
+    });
+}
+
+#[test]
+fn websocket_handshakes_from_origins_not_allowed_are_refused() {
+    const HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+    let from = |origin: Option<&str>| match origin {
+        Some(origin) => format!("{HANDSHAKE}Origin: {origin}\r\n\r\n"),
+        None => format!("{HANDSHAKE}\r\n"),
+    };
+    common::for_each_engine(move |engine| {
+        // Browsers apply no CORS to WebSocket (RFC 6455 §10.2): the server checks Origin.
+        let server = with_cors(engine);
+        let mut refused = Conn::to(&server);
+        let reply = refused.roundtrip(from(Some("http://evil.example")).as_bytes());
+        assert_eq!(reply.status, 403, "{reply:?}");
+        assert!(reply.says_close());
+        refused.expect_closed(Duration::from_secs(5));
+        for allowed in [Some(PAGE), None] {
+            let reply = Conn::to(&server).roundtrip(from(allowed).as_bytes());
+            assert_eq!(reply.status, 101, "{allowed:?}: {reply:?}");
+        }
+        // Without CORS, every origin may open one, as before.
+        let open = common::serve(engine);
+        let reply = Conn::to(&open).roundtrip(from(Some("http://evil.example")).as_bytes());
+        assert_eq!(reply.status, 101, "{reply:?}");
     });
 }

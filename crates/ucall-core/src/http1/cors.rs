@@ -5,8 +5,11 @@
 //! A page served from another origin may call the server when the origin is allowed: a
 //! preflight `OPTIONS` request (§3.2.2, sent before a `POST` with `Content-Type:
 //! application/json`) is answered `204` with what is allowed, and each reply to an allowed
-//! origin carries `Access-Control-Allow-Origin` (§3.2.3). Credentials (cookies) are not
-//! supported, so `*` may stand for any origin, method or header (§3.2.3, "wildcards").
+//! origin carries `Access-Control-Allow-Origin` (§3.2.3), a refusal (4xx, 5xx) too, so that
+//! the page sees its status. Browsers apply no CORS to WebSocket: where CORS is configured,
+//! a handshake from an origin not allowed is refused with 403 (RFC 6455 §10.2).
+//! Credentials (cookies) are not supported, so `*` may stand for any origin, method or
+//! header (§3.2.3, "wildcards").
 #![forbid(unsafe_code)]
 
 use super::tokens;
@@ -165,6 +168,23 @@ impl Cors {
     }
 }
 
+/// The `Origin` of a request head the server refused before reading its fields (a
+/// refusal to an allowed origin still carries `Access-Control-Allow-Origin`, so that the
+/// page sees the status rather than a network error). `None` when the head cannot be read.
+#[must_use]
+pub fn origin_of(head: &[u8]) -> Option<&[u8]> {
+    let mut headers = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("origin"))
+            .map(|h| super::trim(h.value)),
+        _ => None,
+    }
+}
+
 fn join(items: &[String], out: &mut Vec<u8>) {
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -303,6 +323,19 @@ mod tests {
             preflight(&none, "https://a.example", "POST", None).unwrap(),
             "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: GET, POST\r\n"
         );
+    }
+
+    #[test]
+    fn finds_the_origin_of_a_refused_head() {
+        let head = b"PUT / HTTP/1.1\r\nHost: x\r\norigin:  https://a.example \r\n\r\n";
+        assert_eq!(origin_of(head), Some(&b"https://a.example"[..]));
+        assert_eq!(origin_of(b"PUT / HTTP/1.1\r\nHost: x\r\n\r\n"), None, "no Origin");
+        assert_eq!(
+            origin_of(b"PUT / HTTP/1.1\r\nOrigin: https://a.example\r\n"),
+            None,
+            "cut short"
+        );
+        assert_eq!(origin_of(b"PUT / HTTP/1.1\r\nBad Header\r\n\r\n"), None, "malformed");
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub enum Status {
     Ok,
     NoContent,
     BadRequest,
+    Forbidden,
     NotFound,
     MethodNotAllowed,
     RequestTimeout,
@@ -81,6 +82,7 @@ impl Status {
             Status::Ok => 200,
             Status::NoContent => 204,
             Status::BadRequest => 400,
+            Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
@@ -102,6 +104,7 @@ impl Status {
     pub const fn from_code(code: u16) -> Status {
         match code {
             400 => Status::BadRequest,
+            403 => Status::Forbidden,
             404 => Status::NotFound,
             408 => Status::RequestTimeout,
             413 => Status::PayloadTooLarge,
@@ -123,6 +126,7 @@ impl Status {
             Status::Ok => b"HTTP/1.1 200 OK\r\n",
             Status::NoContent => b"HTTP/1.1 204 No Content\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
+            Status::Forbidden => b"HTTP/1.1 403 Forbidden\r\n",
             Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
             Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, POST\r\n",
             Status::RequestTimeout => b"HTTP/1.1 408 Request Timeout\r\n",

@@ -47,6 +47,15 @@ impl Http {
         self.close_asked
     }
 
+    /// The CORS header lines for a refusal of the request under way (none between requests).
+    pub(super) fn refusal_headers(&self) -> &[u8] {
+        if self.pending_head.is_some() {
+            &self.cors_headers
+        } else {
+            b""
+        }
+    }
+
     pub(super) fn step(
         &mut self,
         calls: &mut Calls,
@@ -63,7 +72,18 @@ impl Http {
             ) {
                 HeadStatus::Partial => (0, Step::NeedMore),
                 HeadStatus::Rejected(reject) => {
-                    respond_rejection(out, ctx.date, reject);
+                    self.cors_headers.clear();
+                    if let Some((cors, origin)) = ctx.limits.cors.as_ref().zip(cors::origin_of(rest)) {
+                        cors.write_response_headers(origin, &mut self.cors_headers);
+                    }
+                    respond_rejection(out, ctx.date, reject, &self.cors_headers);
+                    (0, Step::Close)
+                }
+                HeadStatus::Complete(head, _)
+                    if head.websocket_key.is_some() && !origin_allowed(ctx.limits.cors.as_ref(), &head, rest) =>
+                {
+                    let reject = http1::reject(Status::Forbidden, "origin not allowed");
+                    respond_rejection(out, ctx.date, reject, b"");
                     (0, Step::Close)
                 }
                 HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
@@ -80,7 +100,7 @@ impl Http {
                         Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
                         None if head.method == Method::Options => {
                             let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
-                            respond_rejection(out, ctx.date, reject);
+                            respond_rejection(out, ctx.date, reject, b"");
                             return (0, Step::Close);
                         }
                         None => {}
@@ -128,7 +148,7 @@ impl Http {
                                 http1::reject(Status::HeadersTooLarge, "trailers too large")
                             }
                         };
-                        respond_rejection(out, ctx.date, reject);
+                        respond_rejection(out, ctx.date, reject, &self.cors_headers);
                         (0, Step::Close)
                     }
                 }
@@ -233,6 +253,16 @@ impl Http {
         } else {
             Step::Close
         }
+    }
+}
+
+/// Whether a WebSocket handshake may go on: without CORS, or without `Origin` (not a
+/// browser), always; else only from an allowed origin. Browsers apply no CORS to WebSocket
+/// (RFC 6455 §10.2: the server is to check `Origin` itself).
+fn origin_allowed(cors: Option<&Cors>, head: &RequestHead, bytes: &[u8]) -> bool {
+    match (cors, cors::Fields::get(bytes, head.cors.origin)) {
+        (Some(cors), Some(origin)) => cors.allows_origin(origin),
+        _ => true,
     }
 }
 
@@ -343,9 +373,11 @@ pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
     Status::from_code(error.rest_status())
 }
 
+/// Answer a refused request and close; `headers` are its CORS header lines, if any, so
+/// that a page from an allowed origin sees the refusal rather than a network error.
 #[cold]
 #[inline(never)]
-pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
+pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject, headers: &[u8]) {
     // Limits hit are worth a warning; malformed requests are the client's own business.
     let level = match reject.status {
         Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong | Status::RequestTimeout => {
@@ -358,7 +390,8 @@ pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject) {
         level,
         format_args!("request refused: {}", reject.message()),
     );
-    http1::respond(out, Persistence::Close, date, |data| {
+    http1::respond_out(out, Persistence::Close, headers, date, |out| {
+        let data = out.data();
         if reject.to_head {
             return Some(reject.status); // no content (RFC 9110 §9.3.2)
         }

@@ -342,9 +342,9 @@ impl Session {
 
     /// Called when a client took too long: queue the reply it gets, if any, before closing.
     pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
-        if matches!(self.protocol, Protocol::Http(_)) && !self.closing {
+        if let (Protocol::Http(http), false) = (&self.protocol, self.closing) {
             let reject = http1::reject(Status::RequestTimeout, "request not received in time");
-            respond_rejection(out, date, reject);
+            respond_rejection(out, date, reject, http.refusal_headers());
         }
         self.closing = true;
     }
