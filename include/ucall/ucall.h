@@ -613,6 +613,25 @@ void ucall_call_reply_error_data(ucall_call_t call,
                                  size_t data_length);
 
 /**
+ * Answer with an error that also names the HTTP status to answer with, a 4xx or 5xx:
+ * a REST-style call (`GET /name?...`) and a single JSON-RPC call over HTTP answer with
+ * it, the error object in the body; a batch keeps 200, and raw TCP and WebSocket send
+ * only the error object. `error_code` 0 takes the code from the core's table of codes
+ * and statuses (-32602 for 400, -32603 for 500, -32000 for the others); `message` as
+ * for `ucall_call_reply_error`. A status out of 400..599 answers as
+ * `ucall_call_reply_error` would. Only the first `ucall_call_reply_*()` of a call counts.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `message` NULL or `message_length`
+ * readable bytes (NUL-terminated when 0).
+ */
+void ucall_call_reply_error_status(ucall_call_t call,
+                                   uint16_t http_status,
+                                   int error_code,
+                                   ucall_str_t error_message,
+                                   size_t error_message_length);
+
+/**
  * Answer `-32602` "Invalid params".
  *
  * # Safety

@@ -38,10 +38,10 @@ window.exercise = async (http, ws) => {
   }
   return out;
 };
-window.refused = async (http) => {
-  const client = new Client(http, { timeout: 10000 });
+window.refused = async (url, text = "") => {
+  const client = new Client(url, { timeout: 10000, retryDelay: 5 });
   try {
-    return await client.call("subtract", [1, 1]);
+    return await client.call(text ? "echo" : "subtract", text ? [text] : [1, 1]);
   } catch (e) {
     return describe(e);
   } finally {
@@ -51,7 +51,7 @@ window.refused = async (http) => {
 window.ready = true;
 </script>`;
 
-let pages, pageOrigin, allowing, refusing, browser;
+let pages, pageOrigin, allowing, refusing, small, elsewhere, browser;
 
 before(async () => {
   assert.ok(existsSync(CHROMIUM), `no Chromium at ${CHROMIUM} (scripts/setup.sh installs Debian's)`);
@@ -64,6 +64,8 @@ before(async () => {
   pageOrigin = `http://127.0.0.1:${pages.address().port}`;
   allowing = await startServer({ args: ["--cors-origin", pageOrigin] });
   refusing = await startServer();
+  small = await startServer({ args: ["--cors-origin", pageOrigin, "--max-body-bytes", "256"] });
+  elsewhere = await startServer({ args: ["--cors-origin", "http://elsewhere.example"] });
   browser = await puppeteer.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -77,6 +79,8 @@ after(async () => {
   await browser?.close();
   await allowing?.stop();
   await refusing?.stop();
+  await small?.stop();
+  await elsewhere?.stop();
   pages?.closeAllConnections();
   await new Promise((done) => (pages ? pages.close(done) : done()));
 });
@@ -114,5 +118,19 @@ test("a server without CORS for the page's origin is refused by the browser", { 
   const seen = await page.evaluate((http) => window.refused(http), `http://127.0.0.1:${refusing.port}/`);
   assert.equal(seen.code, -1, JSON.stringify(seen));
   assert.equal(seen.executed, "maybe");
+  await page.close();
+});
+
+test("a refusal reaches the page with its status; a WebSocket from an origin not allowed is refused", { timeout: 60_000 }, async () => {
+  const page = await browser.newPage();
+  await page.goto(`${pageOrigin}/`);
+  await page.waitForFunction("window.ready === true", { timeout: 30_000 });
+  // 413 for a body over the limit: readable by the page because the refusal allows its origin.
+  const large = await page.evaluate((http) => window.refused(http, "x".repeat(1000)), `http://127.0.0.1:${small.port}/`);
+  assert.deepEqual([large.code, large.executed], [-32600, "no"], JSON.stringify(large));
+  assert.match(large.message, /413/);
+  // The server allows another origin only: its WebSocket handshake is refused, nothing was sent.
+  const ws = await page.evaluate((url) => window.refused(url), `ws://127.0.0.1:${elsewhere.port}/`);
+  assert.deepEqual([ws.code, ws.executed], [-1, "no"], JSON.stringify(ws));
   await page.close();
 });

@@ -17,6 +17,7 @@ from ucall._ucall import __version__
 from ucall.exceptions import (
     ConnectError,
     ErrorCode,
+    HTTPError,
     ProtocolError,
     RPCError,
     TimeoutError,
@@ -27,6 +28,7 @@ from ucall.exceptions import (
 __all__ = [
     "ConnectError",
     "ErrorCode",
+    "HTTPError",
     "ProtocolError",
     "RPCError",
     "Server",

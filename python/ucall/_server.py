@@ -7,6 +7,7 @@ import asyncio
 import atexit
 import inspect
 import json
+import logging
 import os
 import signal
 import struct
@@ -28,6 +29,10 @@ __all__ = ["Server"]
 
 _running: weakref.WeakSet[Server] = weakref.WeakSet()
 
+#: The server's log: start-up and shutdown lines (info), handlers' exceptions with their
+#: tracebacks (error), and the core's records (limits hit, failed TLS sessions: warning and info).
+_log = logging.getLogger("ucall")
+
 #: The readiness method every server answers, by the rule of ``GET /readyz``.
 HEALTH = "rpc.health"
 
@@ -40,6 +45,11 @@ def _stop_all() -> None:
 
 def _describe(error: BaseException, trace: types.TracebackType | None) -> str:
     return "".join(traceback.format_exception(type(error), error, trace or error.__traceback__))
+
+
+def _log_failure(method: str, error: BaseException, trace: types.TracebackType | None) -> None:
+    """Log a handler's exception with its traceback (the caller gets -32603 without it)."""
+    _log.error("procedure '%s' raised %s", method, type(error).__name__, exc_info=(type(error), error, trace))
 
 
 class _Procedure:
@@ -481,6 +491,7 @@ class Server:
                 RPCError,
                 _describe if self.debug else None,
                 loop.submit if loop is not None else None,
+                log_failure=_log_failure,
                 max_threads=self.max_threads,
                 **self._native_options(),
             )
@@ -509,6 +520,7 @@ class Server:
             self._native = native
             self._loop = loop
             _running.add(self)
+        _log.info("%s", self._serving_line())
         return self
 
     def stop(self) -> None:
@@ -520,11 +532,13 @@ class Server:
         ends the wait with ``KeyboardInterrupt``.
         """
         with self._lock:
+            url = self.url
             native, self._native = self._native, None
             loop, self._loop = self._loop, None
         try:
             if native is not None:
                 native.stop()
+                _log.info("stopped serving on %s", url)
         finally:
             if loop is not None:
                 loop.close()
@@ -575,7 +589,8 @@ class Server:
             assert native is not None
             if ready is not None:
                 ready(self)
-            elif not self._limits["quiet"]:
+            elif not self._limits["quiet"] and not (_log.isEnabledFor(logging.INFO) and _log.hasHandlers()):
+                # Where logging shows info records, the start-up record says it already.
                 print(self._listening_line(), file=sys.stderr, flush=True)
             while True:
                 if terminated.is_set():
@@ -603,12 +618,16 @@ class Server:
 
     def _listening_line(self) -> str:
         """What ``run()`` says once serving, as uvicorn does: where, how and what."""
+        return f"ucall: {self._serving_line('; Ctrl-C stops')}"
+
+    def _serving_line(self, tail: str = "") -> str:
+        """The start-up record: where, on which engine and threads, and what it serves."""
         names = sorted(self._procedures)
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
         tls = f", TLS on port {self.tls_port}" if self._limits["tls_port"] is not None else ""
         procedures = f"{len(names)} procedure{'s' if len(names) != 1 else ''}" + (f": {shown}" if names else "")
-        return f"ucall: listening on {self.url} (engine {self.engine}, {threads}{tls}; {procedures}; Ctrl-C stops)"
+        return f"listening on {self.url} (engine {self.engine}, {threads}{tls}; {procedures}{tail})"
 
     def _stop_timeout(self) -> float:
         """How long a worker told to stop may take before its supervisor kills it."""

@@ -12,6 +12,7 @@ __all__ = [
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
     "__version__",
+    "code_for_http_status",
     "dumps",
     "loads",
 ]
@@ -41,6 +42,7 @@ class NativeServer:
         describe: Optional[Callable[[BaseException, Any], str]] = None,
         submit: Optional[Callable[[list[tuple[Any, "DeferredReply"]]], None]] = None,
         *,
+        log_failure: Optional[Callable[[str, BaseException, Any], None]] = None,
         max_threads: int = 64,
         max_body_bytes: Optional[int] = None,
         max_head_bytes: Optional[int] = None,
@@ -115,6 +117,9 @@ class DeferredReply:
     """The reply of an ``async def`` call; completed by its task's done-callback."""
 
     def settle(self, task: Any) -> None: ...
+
+def code_for_http_status(status: int) -> int:
+    """The JSON-RPC code an error given only this HTTP status carries (the core's table)."""
 
 def dumps(obj: Any, encode: Optional[Callable[[Any], Any]] = None) -> str:
     """Serialize as the server does (``ValueError`` when there is no JSON form)."""

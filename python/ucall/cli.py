@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -505,6 +506,10 @@ def _cannot_serve(message: str) -> NoReturn:
     sys.exit(2)
 
 
+#: The levels ``ucall serve --log-level`` takes (those of the ``logging`` module).
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
 @click.option(
@@ -535,6 +540,16 @@ def _cannot_serve(message: str) -> NoReturn:
     default=None,
     help="Seconds to go on serving after SIGTERM, rpc.health answering 'draining' (default: the server's).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    envvar="UCALL_LOG_LEVEL",
+    show_envvar=True,
+    help="Log records from this level up on stderr: 'info' adds the start-up and shutdown lines "
+    "and failed TLS sessions; 'warning' has limits hit; 'error' has handlers' exceptions with their tracebacks.",
+)
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
     target: str,
@@ -544,9 +559,12 @@ def serve(
     workers: int | None,
     reload: bool,
     drain_delay: float | None,
+    log_level: str,
     ready_fd: int | None,
 ) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
+    # Before the import: the module's own loggers find the configuration in place.
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = _load_server(target)
     if host is not None:
         server.host = host
@@ -576,7 +594,7 @@ def serve(
             click.secho(f"ucall: {error}", fg="red", err=True)
             sys.exit(2)
         return
-    sys.exit(_supervise(server, target, workers or 1, reload, threads))
+    sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level))
 
 
 def _load_server(target: str) -> Server:
@@ -597,7 +615,7 @@ def _load_server(target: str) -> Server:
     return server
 
 
-def _supervise(server: Server, target: str, workers: int, reload: bool, threads: int | None) -> int:
+def _supervise(server: Server, target: str, workers: int, reload: bool, threads: int | None, log_level: str) -> int:
     """Run ``workers`` processes of ``ucall serve TARGET`` on one port under a supervisor.
     Each worker imports the module afresh, so a restart (SIGHUP, --reload) serves the
     code as it is now."""
@@ -610,7 +628,7 @@ def _supervise(server: Server, target: str, workers: int, reload: bool, threads:
         return 2
     port = reserved.getsockname()[1]
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
-    command += ["--drain-delay", repr(server.drain_delay)]
+    command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
     if threads is not None:
         command += ["--threads", str(threads)]
 

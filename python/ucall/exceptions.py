@@ -3,7 +3,8 @@
 
     UCallError
     ├── RPCError            a JSON-RPC error object: raise it in a handler to send it;
-    │                       clients raise it when the reply is an error
+    │   │                   clients raise it when the reply is an error
+    │   └── HTTPError       one that also names the HTTP status to answer with
     └── TransportError      the call could not be completed (also an OSError)
         ├── ConnectError    no connection could be made
         ├── ProtocolError   the server's bytes are not a valid reply
@@ -25,6 +26,7 @@ from ucall import _ucall
 __all__ = [
     "ConnectError",
     "ErrorCode",
+    "HTTPError",
     "ProtocolError",
     "RPCError",
     "TimeoutError",
@@ -77,6 +79,30 @@ class RPCError(UCallError):
         return (self.code, self.message, self.data) == (other.code, other.message, other.data)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class HTTPError(RPCError):
+    """An error that answers HTTP with ``status`` (a 4xx or 5xx), e.g.
+    ``raise HTTPError(404, "no such user")``.
+
+    A REST-style call (``GET /user?id=7``) and a single JSON-RPC call over HTTP answer
+    with that status, the JSON-RPC error in the body; a batch keeps 200, and raw TCP and
+    WebSocket send only the JSON-RPC error. Its ``code`` comes from the core's one table
+    of codes and statuses: ``-32602`` (invalid params) for 400, ``-32603`` (internal
+    error) for 500, ``-32000`` (server error) for the others; ``code=`` picks another.
+    """
+
+    def __init__(self, status: int, message: str = "", data: Any = None, *, code: int | None = None) -> None:
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+            raise ValueError(f"an HTTPError status is an error status from 400 to 599, not {status!r}")
+        super().__init__(_ucall.code_for_http_status(status) if code is None else code, message, data)
+        self.status = int(status)
+
+    def __str__(self) -> str:
+        return f"HTTP {self.status}: {super().__str__()}"
+
+    def __repr__(self) -> str:
+        return f"HTTPError(status={self.status}, code={self.code}, message={self.message!r}, data={self.data!r})"
 
 
 class TransportError(UCallError, OSError):

@@ -815,6 +815,38 @@ pub unsafe extern "C" fn ucall_call_reply_error_data(
     }
 }
 
+/// Answer with an error that also names the HTTP status to answer with, a 4xx or 5xx:
+/// a REST-style call (`GET /name?...`) and a single JSON-RPC call over HTTP answer with
+/// it, the error object in the body; a batch keeps 200, and raw TCP and WebSocket send
+/// only the error object. `error_code` 0 takes the code from the core's table of codes
+/// and statuses (-32602 for 400, -32603 for 500, -32000 for the others); `message` as
+/// for `ucall_call_reply_error`. A status out of 400..599 answers as
+/// `ucall_call_reply_error` would. Only the first `ucall_call_reply_*()` of a call counts.
+///
+/// # Safety
+/// `call` must be the running callback's call; `message` NULL or `message_length`
+/// readable bytes (NUL-terminated when 0).
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_error_status(
+    call: ucall_call_t,
+    http_status: u16,
+    error_code: c_int,
+    error_message: ucall_str_t,
+    error_message_length: usize,
+) {
+    ffi_panic_boundary! {"ucall_call_reply_error_status",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        let code = match error_code {
+            0 => ucall_core::jsonrpc::code_for_http_status(http_status),
+            code => code,
+        };
+        // SAFETY: the caller's contract.
+        let message = unsafe { message_or_default(code, error_message, error_message_length) };
+        context.answer(|_| Answer::Failed(RpcError::new(code, message).with_http_status(http_status)));
+    }
+}
+
 /// Answer `-32602` "Invalid params".
 ///
 /// # Safety

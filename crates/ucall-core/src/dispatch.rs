@@ -30,6 +30,9 @@ pub struct Scratch {
     elements: Vec<Element>,
     /// Replies of the last message that will come later, in order of their place.
     pub(crate) deferred: Vec<DeferredAt>,
+    /// The HTTP status the last message's error named (a single call's only: a batch
+    /// answers 200 whatever its calls' errors say).
+    pub http_status: Option<u16>,
 }
 
 /// A deferred reply's place in the message's output.
@@ -73,6 +76,7 @@ pub fn process(
     out: &mut Vec<u8>,
 ) -> Outcome {
     scratch.deferred.clear();
+    scratch.http_status = None;
     // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
     // works on `str` and every slice it hands out is text already.
     let Some(text) = as_text(text) else {
@@ -82,7 +86,8 @@ pub fn process(
     if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
             Ok(envelope) => {
-                if answer(&envelope, router, deferrals, &mut scratch.deferred, out) {
+                let status = &mut scratch.http_status;
+                if answer(&envelope, router, deferrals, &mut scratch.deferred, status, out) {
                     Outcome::Replied
                 } else {
                     Outcome::Silent
@@ -117,6 +122,15 @@ pub fn process(
             "Invalid Request: batch of {} exceeds the limit of {max_batch}",
             scratch.elements.len()
         );
+        static TOO_LARGE: crate::logs::Throttle = crate::logs::Throttle::new();
+        crate::logs::throttled(
+            &TOO_LARGE,
+            log::Level::Warn,
+            format_args!(
+                "batch refused: {} requests, more than max_batch = {max_batch}",
+                scratch.elements.len()
+            ),
+        );
         write_error(out, None, ErrorCode::InvalidRequest.code(), &message, None);
         return Outcome::Replied;
     }
@@ -128,7 +142,8 @@ pub fn process(
         if replies > 0 {
             out.push(b',');
         }
-        if answer(&element.envelope(text), router, deferrals, &mut scratch.deferred, out) {
+        let envelope = element.envelope(text);
+        if answer(&envelope, router, deferrals, &mut scratch.deferred, &mut None, out) {
             replies += 1;
         } else {
             out.truncate(comma_at);
@@ -144,12 +159,14 @@ pub fn process(
     Outcome::Replied
 }
 
-/// Answer one element; returns whether a reply was appended.
+/// Answer one element; returns whether a reply was appended. An error that names an HTTP
+/// status leaves it in `status`.
 fn answer(
     envelope: &Envelope<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    status: &mut Option<u16>,
     out: &mut Vec<u8>,
 ) -> bool {
     match envelope {
@@ -158,7 +175,7 @@ fn answer(
             write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
             true
         }
-        Envelope::Request(request) => call(request, router, deferrals, deferred, out),
+        Envelope::Request(request) => call(request, router, deferrals, deferred, status, out),
     }
 }
 
@@ -167,6 +184,7 @@ fn call(
     router: &Router,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    status: &mut Option<u16>,
     out: &mut Vec<u8>,
 ) -> bool {
     let start = out.len();
@@ -199,6 +217,7 @@ fn call(
         Err(error) => {
             out.truncate(start);
             write_rpc_error(out, id, &error);
+            *status = error.http_status();
         }
     }
     true

@@ -68,6 +68,7 @@ pub mod health;
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+mod logs;
 pub mod params;
 #[doc(hidden)]
 pub mod router;

@@ -330,6 +330,17 @@ impl Server {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
         let router = Arc::new(std::mem::take(&mut self.router));
+        if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
+            let (threads, procedures) = (self.workers.len(), router.names().count());
+            log::info!(
+                target: crate::logs::SERVER_TARGET,
+                "serving on {} (engine {}, {threads} thread{}, {procedures} procedure{})",
+                self.local_addr,
+                self.engine.name(),
+                if threads == 1 { "" } else { "s" },
+                if procedures == 1 { "" } else { "s" },
+            );
+        }
         for worker in &mut self.workers {
             worker.set_router(Arc::clone(&router));
         }
@@ -482,9 +493,13 @@ impl ServerHandle {
     }
 
     fn join_threads(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+        log::info!(target: crate::logs::SERVER_TARGET, "stopped serving on {}", self.local_addr);
     }
 }
 

@@ -722,3 +722,74 @@ fn ipv6_loopback() {
         assert_result(&tcp.read_line(), "2", "2");
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// Errors that name an HTTP status (`RpcError::http`)
+
+/// A server whose `user` fails with 404 (at once) and `user_later` with 409 (deferred).
+fn statuses_server(engine: ucall_core::EngineKind) -> ucall_core::ServerHandle {
+    use ucall_core::{Call, Reply, RpcError};
+    let builder = common::builder(engine)
+        .procedure("user", |call| -> Result<i64, RpcError> {
+            let id: i64 = call.get(0, "id")?;
+            Err(RpcError::http(404, format!("no user {id}")).with_data(&id))
+        })
+        .handler("user_later", |_: &Call<'_>, reply: &mut Reply<'_>| {
+            let deferred = reply.defer()?;
+            std::thread::spawn(move || deferred.error(RpcError::http(409, "taken")));
+            Ok(())
+        });
+    common::start(engine, builder)
+}
+
+#[test]
+fn an_error_with_a_status_answers_rest_and_single_calls_with_it() {
+    common::for_each_engine(|engine| {
+        let server = statuses_server(engine);
+        let mut conn = Conn::to(&server);
+        // REST-style, at once and deferred.
+        let missing = conn.roundtrip(&get("/user?id=7"));
+        rest_error(&missing, 404, -32000);
+        assert_eq!(
+            missing.json().get("message").and_then(common::Json::as_str),
+            Some("no user 7")
+        );
+        assert_eq!(
+            missing.json().get("data").map(ToString::to_string).as_deref(),
+            Some("7")
+        );
+        rest_error(&conn.roundtrip(&post("/user_later", b"{}")), 409, -32000);
+        // A single JSON-RPC call over HTTP: the status, with the JSON-RPC error as body.
+        for method in ["user", "user_later"] {
+            let response = conn.roundtrip(&post("/", call(method, "[7]", "3").as_bytes()));
+            let expected = if method == "user" { 404 } else { 409 };
+            assert_eq!(response.status, expected, "{response:?} {}", show(&response.body));
+            common::assert_error(&response.body, -32000, "3");
+        }
+        // A batch keeps 200, whatever its calls' errors say.
+        let batch = format!("[{},{}]", call("user", "[1]", "1"), call("sum", "[1,2]", "2"));
+        let response = conn.roundtrip(&post("/", batch.as_bytes()));
+        assert_eq!(response.status, 200, "{response:?}");
+        let deferred_batch = format!("[{},{}]", call("user_later", "[]", "1"), call("sum", "[1,2]", "2"));
+        assert_eq!(conn.roundtrip(&post("/", deferred_batch.as_bytes())).status, 200);
+        // Errors without a status keep today's answers: 200 for JSON-RPC, the table for REST.
+        let response = conn.roundtrip(&post("/", call("nope", "[]", "4").as_bytes()));
+        assert_eq!(response.status, 200, "{response:?}");
+        rest_error(&conn.roundtrip(&get("/nope")), 404, -32601);
+        // The connection lives on.
+        assert_eq!(conn.roundtrip(&get("/sum?a=1&b=2")).body, b"3");
+    });
+}
+
+#[test]
+fn raw_tcp_gets_only_the_jsonrpc_error() {
+    common::for_each_engine(|engine| {
+        let server = statuses_server(engine);
+        let mut conn = Conn::to(&server);
+        for method in ["user", "user_later"] {
+            conn.send(format!("{}\n", call(method, "[7]", "5")).as_bytes());
+            let line = conn.read_line();
+            common::assert_error(&line, -32000, "5");
+        }
+    });
+}

@@ -9,6 +9,7 @@
 
 mod client;
 mod convert;
+mod logs;
 mod params;
 mod procedure;
 mod runtime;
@@ -18,6 +19,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use ucall_core::jsonrpc::codes::{ErrorCode, SERVER_ERROR_MAX, SERVER_ERROR_MIN};
+
+/// The JSON-RPC code an error given only the HTTP `status` carries (the core's one table).
+#[pyfunction]
+fn code_for_http_status(status: u16) -> i32 {
+    ucall_core::jsonrpc::code_for_http_status(status)
+}
 
 /// The crate version in PEP 440 form (`0.1.0-alpha.1` → `0.1.0a1`).
 fn python_version() -> String {
@@ -56,6 +63,8 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
+    m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
+    logs::forward(py);
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
     Ok(())
 }

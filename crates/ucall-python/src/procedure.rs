@@ -27,6 +27,8 @@ pub struct Hooks {
     pub(crate) describe: Option<Py<PyAny>>,
     /// `submit([(coroutine, reply), ...])`: start coroutines on the server's asyncio loop.
     pub(crate) submit: Option<Py<PyAny>>,
+    /// `log_failure(method, exc, traceback)`: log a handler's exception on the server.
+    pub(crate) log_failure: Option<Py<PyAny>>,
     /// Quick calls in a row before a procedure is trusted to run on a pinned turner (1000
     /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
     /// one finish).
@@ -35,6 +37,8 @@ pub struct Hooks {
 
 /// One Python function behind a method name.
 pub struct Procedure {
+    /// The method name, for the server's log when a call fails.
+    name: Arc<str>,
     func: Py<PyAny>,
     plan: Plan,
     pub(crate) hooks: Arc<Hooks>,
@@ -68,8 +72,9 @@ pub fn voluntary_switches() -> u64 {
 
 impl Procedure {
     /// A procedure calling `func` with params bound by `plan`.
-    pub fn new(func: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>, is_async: bool) -> Self {
+    pub fn new(name: &str, func: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>, is_async: bool) -> Self {
         Procedure {
+            name: Arc::from(name),
             func,
             plan,
             hooks,
@@ -86,7 +91,7 @@ impl Procedure {
         self.func
             .bind(py)
             .call(args, kwargs.as_ref())
-            .map_err(|e| self.hooks.error(py, &e))
+            .map_err(|e| self.hooks.error(py, &e, &self.name))
     }
 
     /// Bind, call, serialize the result into `out`.
@@ -177,6 +182,7 @@ impl Procedure {
                 let reply = DeferredReply {
                     deferred: Mutex::new(Some(reply)),
                     hooks: Arc::clone(&self.hooks),
+                    method: Arc::clone(&self.name),
                 };
                 return Bound::new(py, reply)
                     .and_then(|reply| PyTuple::new(py, [result, reply.into_any()]))
@@ -201,6 +207,7 @@ fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
 pub struct DeferredReply {
     deferred: Mutex<Option<Deferred>>,
     hooks: Arc<Hooks>,
+    method: Arc<str>,
 }
 
 #[pymethods]
@@ -220,16 +227,16 @@ impl DeferredReply {
         }
         match task.call_method0("exception") {
             Ok(exception) if !exception.is_none() => {
-                deferred.error(self.hooks.error(py, &PyErr::from_value(exception)));
+                deferred.error(self.hooks.error(py, &PyErr::from_value(exception), &self.method));
             }
             Ok(_) => match task.call_method0("result") {
                 Ok(result) => {
                     let mut out = Vec::with_capacity(32);
                     deferred.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
                 }
-                Err(e) => deferred.error(self.hooks.error(py, &e)),
+                Err(e) => deferred.error(self.hooks.error(py, &e, &self.method)),
             },
-            Err(e) => deferred.error(self.hooks.error(py, &e)),
+            Err(e) => deferred.error(self.hooks.error(py, &e, &self.method)),
         }
     }
 }
@@ -238,7 +245,7 @@ impl DeferredReply {
     /// Answer with the error `error` (the coroutine could not be started).
     pub fn fail(&self, py: Python<'_>, error: &PyErr) {
         if let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            deferred.error(self.hooks.error(py, error));
+            deferred.error(self.hooks.error(py, error, &self.method));
         }
     }
 }
@@ -253,10 +260,12 @@ impl Hooks {
         })
     }
 
-    /// The JSON-RPC error for an exception raised by a handler.
+    /// The JSON-RPC error for an exception raised by `method`'s handler. An `RPCError` is
+    /// the handler's answer; any other exception is logged with its traceback on the
+    /// server (and sent in `data` only in debug mode).
     #[cold]
     #[inline(never)]
-    fn error(&self, py: Python<'_>, error: &PyErr) -> RpcError {
+    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
         let value = error.value(py);
         if value.is_instance(self.rpc_error.bind(py).as_any()).unwrap_or(false) {
             let code = value
@@ -266,7 +275,11 @@ impl Hooks {
             let message = value
                 .getattr("message")
                 .map_or_else(|_| value.to_string(), |m| m.to_string());
-            let rpc = RpcError::new(code, message);
+            let mut rpc = RpcError::new(code, message);
+            // `ucall.HTTPError`: the status to answer HTTP with.
+            if let Some(status) = value.getattr("status").ok().and_then(|s| s.extract::<u16>().ok()) {
+                rpc = rpc.with_http_status(status);
+            }
             let data = match value.getattr("data") {
                 Ok(data) if !data.is_none() => data,
                 _ => return rpc,
@@ -284,6 +297,12 @@ impl Hooks {
                 .ok()
                 .and_then(|j| rpc.clone().with_raw_data(&j))
                 .unwrap_or(rpc);
+        }
+        if let Some(log_failure) = &self.log_failure {
+            // A failing logger (a handler of the user's that raises) must not fail the reply.
+            if let Err(e) = log_failure.bind(py).call1((method, value, error.traceback(py))) {
+                e.write_unraisable(py, None);
+            }
         }
         let kind = value
             .get_type()

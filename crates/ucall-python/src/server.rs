@@ -116,7 +116,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
-        max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
+        log_failure=None, max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
@@ -132,6 +132,7 @@ impl NativeServer {
         rpc_error: Py<PyType>,
         describe: Option<Py<PyAny>>,
         submit: Option<Py<PyAny>>,
+        log_failure: Option<Py<PyAny>>,
         max_threads: usize,
         max_body_bytes: Option<usize>,
         max_head_bytes: Option<usize>,
@@ -226,6 +227,7 @@ impl NativeServer {
                 rpc_error,
                 describe,
                 submit,
+                log_failure,
                 trust_after: trust_after.max(1),
             }),
             max_threads,
@@ -244,7 +246,13 @@ impl NativeServer {
         is_async: bool,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
-        let procedure = Entry(Arc::new(Procedure::new(func, plan, Arc::clone(&self.hooks), is_async)));
+        let procedure = Entry(Arc::new(Procedure::new(
+            name,
+            func,
+            plan,
+            Arc::clone(&self.hooks),
+            is_async,
+        )));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
             return Err(PyRuntimeError::new_err(
@@ -282,6 +290,7 @@ impl NativeServer {
                 }
             }
         };
+        crate::logs::reload_levels();
         let server = builder.bind().map_err(|e| PyOSError::new_err(e.to_string()))?;
         let port = server.local_addr().port();
         let tls_port = server.tls_addr().map(|addr| addr.port());

@@ -10,6 +10,7 @@ use std::path::Path;
 
 const RANKS: &[(&str, u32)] = &[
     ("convert", 0),
+    ("logs", 0),
     ("params", 1),
     ("procedure", 2),
     ("runtime", 3),

@@ -81,6 +81,11 @@ static void bad_error_data(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_error_data(call, -32001, "boom", 0, "{not json", 0);
 }
 
+static void http_status(ucall_call_t call, ucall_callback_tag_t tag) {
+    (void)tag;
+    ucall_call_reply_error_status(call, 404, 0, "no such user", 0);
+}
+
 static void default_message(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_reply_error(call, -32602, NULL, 0);
@@ -408,7 +413,7 @@ static void test_serving(void) {
 
     memset(&config, 0, sizeof config);
     config.ephemeral_port = true;
-    config.max_callbacks = 17;
+    config.max_callbacks = 18;
     config.logs_file_descriptor = 2;
     config.logs_format = "json";
     ucall_init(&config, &the_server);
@@ -430,6 +435,7 @@ static void test_serving(void) {
     ucall_add_procedure(the_server, "echo_param_cut", echo_param, (ucall_callback_tag_t)1);
     ucall_add_procedure(the_server, "bad_error_data", bad_error_data, NULL);
     ucall_add_procedure(the_server, "default_message", default_message, NULL);
+    ucall_add_procedure(the_server, "http_status", http_status, NULL);
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
     ucall_add_procedure(the_server, "bytes", bytes, NULL);
     ucall_add_procedure(the_server, "string_length", string_length, NULL);
@@ -476,6 +482,14 @@ static void test_serving(void) {
     CHECK(strstr(reply, "\"code\":-32603"), "invalid error data is -32603: %s", reply);
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"default_message\",\"id\":7}");
     CHECK(strstr(reply, "{\"code\":-32602,\"message\":\"Invalid params\"}"), "NULL message: the table's: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"http_status\",\"id\":71}");
+    CHECK(strstr(reply, "{\"code\":-32000,\"message\":\"no such user\"}"), "raw TCP: the error alone: %s", reply);
+    {
+        int http = connect_to(config.port);
+        reply = exchange(http, "GET /http_status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        CHECK(strncmp(reply, "HTTP/1.1 404 Not Found", 22) == 0, "HTTP: the status named: %s", reply);
+        close(http);
+    }
     reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":8}");
     CHECK(strstr(reply, "\"result\":\"tag passed back\""), "the tag is passed back: %s", reply);
 

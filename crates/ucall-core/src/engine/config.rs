@@ -91,8 +91,10 @@ pub struct Config {
 /// `"buffers leaked"` and `"certificate warning"` (at start: the TLS certificate is X.509 v1,
 /// expired or not valid yet, and is served all the same).
 ///
-/// The default writes `ucall: <event>: <error>` to stderr; a front end with a log of its
-/// own (the C API, which must not write to stderr) passes [`EventLog::new`].
+/// The default sends each event to the `log` facade (target `ucall`; `accept failed` and
+/// `worker stopped` at error level, the others at warn) when the host installed a logger,
+/// else writes `ucall: <event>: <error>` to stderr; a front end with a log of its own (the
+/// C API, which must not write to stderr) passes [`EventLog::new`].
 #[derive(Clone, Default)]
 pub struct EventLog(Option<Arc<EventSink>>);
 
@@ -108,6 +110,9 @@ impl EventLog {
     pub(crate) fn report(&self, event: &str, error: &str) {
         match &self.0 {
             Some(sink) => sink(event, error),
+            None if log::max_level() != log::LevelFilter::Off => {
+                log::log!(target: crate::logs::TARGET, crate::logs::event_level(event), "{event}: {error}");
+            }
             None => eprintln!("ucall: {event}: {error}"),
         }
     }

@@ -260,7 +260,9 @@ impl Conn {
         match tls.receive(ciphertext, &mut self.input) {
             Ok(Received::Open) => {}
             Ok(Received::Closed) => self.input_ended = true,
-            Err(_) => {
+            Err(error) => {
+                static FAILED: crate::logs::Throttle = crate::logs::Throttle::new();
+                crate::logs::throttled(&FAILED, log::Level::Info, format_args!("TLS session failed: {error}"));
                 self.close_when_sent();
                 return Err(TlsFailed);
             }

@@ -256,6 +256,15 @@ pub(crate) fn admit(shared: &Shared) -> bool {
     let open = shared.connections.fetch_add(1, Ordering::AcqRel);
     if open >= shared.config.max_connections {
         shared.connections.fetch_sub(1, Ordering::AcqRel);
+        static FULL: crate::logs::Throttle = crate::logs::Throttle::new();
+        crate::logs::throttled(
+            &FULL,
+            log::Level::Warn,
+            format_args!(
+                "connection refused: max_connections = {} are open",
+                shared.config.max_connections
+            ),
+        );
         return false;
     }
     true

@@ -70,6 +70,8 @@ pub enum Status {
     ServiceUnavailable,
     UpgradeRequired,
     VersionNotSupported,
+    /// Any other 4xx or 5xx an application's error named ([`crate::RpcError::http`]).
+    Other(u16),
 }
 
 impl Status {
@@ -92,11 +94,35 @@ impl Status {
             Status::ServiceUnavailable => 503,
             Status::UpgradeRequired => 426,
             Status::VersionNotSupported => 505,
+            Status::Other(code) => code,
         }
     }
 
+    /// The status for `code`, a 4xx or 5xx (an application error's): a named one when the
+    /// server sends it anyway, else [`Status::Other`].
+    #[must_use]
+    pub const fn from_code(code: u16) -> Status {
+        match code {
+            400 => Status::BadRequest,
+            403 => Status::Forbidden,
+            404 => Status::NotFound,
+            408 => Status::RequestTimeout,
+            413 => Status::PayloadTooLarge,
+            414 => Status::UriTooLong,
+            431 => Status::HeadersTooLarge,
+            500 => Status::InternalServerError,
+            501 => Status::NotImplemented,
+            503 => Status::ServiceUnavailable,
+            505 => Status::VersionNotSupported,
+            // 405 and 426 carry headers about the server's own routes and protocols.
+            code => Status::Other(code),
+        }
+    }
+
+    /// The status line; [`Status::Other`] has none fixed (`respond_typed` writes it).
     const fn status_line(self) -> &'static [u8] {
         match self {
+            Status::Other(_) => b"",
             Status::Ok => b"HTTP/1.1 200 OK\r\n",
             Status::NoContent => b"HTTP/1.1 204 No Content\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
@@ -114,6 +140,39 @@ impl Status {
             Status::UpgradeRequired => b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n",
             Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
         }
+    }
+}
+
+/// The reason phrase of a 4xx or 5xx status that applications use (RFC 9110 §15, RFC 6585);
+/// empty for others, which RFC 9112 §4 allows ("a client SHOULD ignore the reason-phrase").
+const fn reason_phrase(code: u16) -> &'static str {
+    match code {
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        423 => "Locked",
+        424 => "Failed Dependency",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        451 => "Unavailable For Legal Reasons",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
+        507 => "Insufficient Storage",
+        511 => "Network Authentication Required",
+        _ => "",
     }
 }
 
@@ -508,7 +567,16 @@ pub fn respond_typed(
         head[len..len + bytes.len()].copy_from_slice(bytes);
         len += bytes.len();
     };
-    put(status.status_line());
+    match status {
+        Status::Other(code) => {
+            put(b"HTTP/1.1 ");
+            put(itoa::Buffer::new().format(code).as_bytes());
+            put(b" ");
+            put(reason_phrase(code).as_bytes());
+            put(b"\r\n");
+        }
+        named => put(named.status_line()),
+    }
     if status != Status::NoContent {
         put(b"Content-Type: ");
         put(content_type);

@@ -62,6 +62,46 @@ impl ErrorCode {
     }
 }
 
+/// The one table of JSON-RPC error codes and HTTP statuses: `(code, status, by_status)`.
+///
+/// A REST-style call answers an error with the status of its code (a code not listed gets
+/// 500). An error given only a status (an application's "404: no such user") carries the
+/// code of the row marked `by_status` for that status, else [`SERVER_ERROR_MAX`]: a -32601
+/// would tell a JSON-RPC caller the method is missing, which a missing user is not.
+const HTTP_STATUSES: [(i32, u16, bool); 5] = [
+    (ErrorCode::InvalidParams.code(), 400, true),
+    (ErrorCode::InvalidRequest.code(), 400, false),
+    (ErrorCode::ParseError.code(), 400, false),
+    (ErrorCode::MethodNotFound.code(), 404, false),
+    (ErrorCode::InternalError.code(), 500, true),
+];
+
+/// The HTTP status for an error with `code` that names no status of its own (see
+/// [`HTTP_STATUSES`](self)): 400, 404, or 500 for every other code.
+#[must_use]
+pub fn http_status(code: i32) -> u16 {
+    HTTP_STATUSES
+        .iter()
+        .find(|(c, _, _)| *c == code)
+        .map_or(500, |(_, status, _)| *status)
+}
+
+/// The JSON-RPC code for an error given only an HTTP `status`: -32602 for 400, -32603
+/// for 500, [`SERVER_ERROR_MAX`] (-32000) for any other.
+#[must_use]
+pub fn code_for_http_status(status: u16) -> i32 {
+    HTTP_STATUSES
+        .iter()
+        .find(|(_, s, by_status)| *s == status && *by_status)
+        .map_or(SERVER_ERROR_MAX, |(code, _, _)| *code)
+}
+
+/// Whether `status` may travel with an error: a client (4xx) or server (5xx) error.
+#[must_use]
+pub const fn is_error_status(status: u16) -> bool {
+    status >= 400 && status <= 599
+}
+
 /// Whether `code` lies in the range reserved for server-defined errors.
 #[must_use]
 pub const fn is_server_error(code: i32) -> bool {
@@ -84,5 +124,22 @@ mod tests {
         }
         assert!(is_server_error(-32000) && is_server_error(-32099));
         assert!(!is_server_error(-31999) && !is_server_error(-32100));
+    }
+
+    #[test]
+    fn statuses_and_codes_come_from_one_table() {
+        assert_eq!(http_status(ErrorCode::MethodNotFound.code()), 404);
+        assert_eq!(http_status(ErrorCode::InvalidParams.code()), 400);
+        assert_eq!(http_status(ErrorCode::ParseError.code()), 400);
+        assert_eq!(http_status(ErrorCode::InternalError.code()), 500);
+        assert_eq!(http_status(-32000), 500);
+        assert_eq!(http_status(42), 500);
+        assert_eq!(code_for_http_status(400), ErrorCode::InvalidParams.code());
+        assert_eq!(code_for_http_status(500), ErrorCode::InternalError.code());
+        // A missing resource is not a missing method.
+        assert_eq!(code_for_http_status(404), SERVER_ERROR_MAX);
+        assert_eq!(code_for_http_status(409), SERVER_ERROR_MAX);
+        assert!(is_error_status(400) && is_error_status(599));
+        assert!(!is_error_status(399) && !is_error_status(600) && !is_error_status(200));
     }
 }

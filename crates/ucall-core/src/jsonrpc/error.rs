@@ -3,18 +3,22 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::num::NonZeroU16;
 
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::codes::ErrorCode;
+use super::codes::{self, ErrorCode};
 
 /// A JSON-RPC error object: `{"code": ..., "message": ..., "data": ...}` (specification §5.1).
 ///
 /// Handlers return it to fail a call; the server writes it as the call's `error` member.
+/// Over HTTP it may name the status to answer with ([`RpcError::http`]).
 #[derive(Clone, Debug)]
 pub struct RpcError {
     code: i32,
+    /// Fits in the padding after `code`: the error is no larger for it.
+    status: Option<NonZeroU16>,
     message: Cow<'static, str>,
     data: Option<Box<RawValue>>,
 }
@@ -25,9 +29,42 @@ impl RpcError {
     pub fn new(code: i32, message: impl Into<Cow<'static, str>>) -> Self {
         RpcError {
             code,
+            status: None,
             message: message.into(),
             data: None,
         }
+    }
+
+    /// An error that answers HTTP with `status` (4xx or 5xx), its JSON-RPC code taken
+    /// from the one table ([`crate::jsonrpc::code_for_http_status`]: -32602 for 400,
+    /// -32603 for 500, -32000 for the others). A REST-style call and a single JSON-RPC
+    /// call over HTTP answer with the status (a batch keeps 200); raw TCP and WebSocket
+    /// send only the JSON-RPC error. A status out of 400..=599 is ignored.
+    #[must_use]
+    pub fn http(status: u16, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(codes::code_for_http_status(status), message).with_http_status(status)
+    }
+
+    /// Answer HTTP with `status` (4xx or 5xx) rather than the one the code calls for;
+    /// a status out of 400..=599 is ignored.
+    #[must_use]
+    pub fn with_http_status(mut self, status: u16) -> Self {
+        if codes::is_error_status(status) {
+            self.status = NonZeroU16::new(status);
+        }
+        self
+    }
+
+    /// The HTTP status this error was given, if any (see [`RpcError::with_http_status`]).
+    #[must_use]
+    pub fn http_status(&self) -> Option<u16> {
+        self.status.map(NonZeroU16::get)
+    }
+
+    /// The status a REST-style call answers with: the one given, else the code's.
+    #[must_use]
+    pub fn rest_status(&self) -> u16 {
+        self.http_status().unwrap_or_else(|| codes::http_status(self.code))
     }
 
     /// `-32602`: the message should name the parameter at fault.
@@ -115,6 +152,22 @@ impl std::error::Error for RpcError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_status_travels_with_the_error_and_picks_its_code() {
+        let missing = RpcError::http(404, "no such user");
+        assert_eq!(
+            (missing.code(), missing.http_status(), missing.rest_status()),
+            (-32000, Some(404), 404)
+        );
+        assert_eq!(RpcError::http(400, "bad").code(), ErrorCode::InvalidParams.code());
+        let plain = RpcError::method_not_found("x");
+        assert_eq!((plain.http_status(), plain.rest_status()), (None, 404));
+        assert_eq!(RpcError::internal("x").with_http_status(200).http_status(), None);
+        assert_eq!(RpcError::internal("x").with_http_status(600).http_status(), None);
+        assert_eq!(RpcError::internal("x").with_http_status(503).rest_status(), 503);
+        assert_eq!(std::mem::size_of::<RpcError>(), 48);
+    }
 
     #[test]
     fn a_long_unknown_method_name_is_cut_in_the_message() {

@@ -9,7 +9,7 @@ mod error;
 pub mod message;
 pub(crate) mod scan;
 
-pub use codes::ErrorCode;
+pub use codes::{code_for_http_status, http_status, is_error_status, ErrorCode};
 pub use error::RpcError;
 
 /// `bytes` as text when they are valid UTF-8: the one check every message gets.

@@ -243,7 +243,9 @@ impl Http {
                     data,
                 ) {
                     Outcome::Silent => Status::NoContent,
-                    Outcome::Replied | Outcome::ParseError => Status::Ok,
+                    Outcome::Replied | Outcome::ParseError => {
+                        scratch.jsonrpc.http_status.map_or(Status::Ok, Status::from_code)
+                    }
                 }
             } else {
                 rest_call(head.method, target, body, ctx.router, scratch, &mut deferrals, data)
@@ -384,13 +386,11 @@ fn rest_call(
     }
 }
 
+/// Write a REST-style call's error object; the status its error names, else its code's
+/// (the one table, `jsonrpc::codes`).
 pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
     jsonrpc::write_error_object(data, error.code(), error.message(), error.data());
-    match ErrorCode::from_code(error.code()) {
-        Some(ErrorCode::MethodNotFound) => Status::NotFound,
-        Some(ErrorCode::InvalidParams | ErrorCode::InvalidRequest | ErrorCode::ParseError) => Status::BadRequest,
-        _ => Status::InternalServerError,
-    }
+    Status::from_code(error.rest_status())
 }
 
 /// Answer a refused request and close; `headers` are its CORS header lines, if any, so
@@ -398,6 +398,18 @@ pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
 #[cold]
 #[inline(never)]
 pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject, headers: &[u8]) {
+    // Limits hit are worth a warning; malformed requests are the client's own business.
+    let level = match reject.status {
+        Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong | Status::RequestTimeout => {
+            log::Level::Warn
+        }
+        _ => log::Level::Debug,
+    };
+    crate::logs::throttled(
+        &crate::logs::REQUEST_REFUSED,
+        level,
+        format_args!("request refused: {}", reject.message()),
+    );
     http1::respond_out(out, Persistence::Close, headers, date, |out| {
         let data = out.data();
         if reject.to_head {

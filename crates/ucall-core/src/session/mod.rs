@@ -497,10 +497,13 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
 const ATTACH_MIN: usize = 64 << 10;
 
 /// Write a held message's `text` with each slot's outcome in its place; the HTTP status
-/// a REST-style error calls for. With `attach`, large results are attached (see
+/// a REST-style error calls for, or the one a single call's error names. With `attach`,
+/// large results are attached (see
 /// [`OutBuf::attach`]) rather than copied; either way their buffers are kept for reuse.
 fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attach: bool) -> Status {
     let mut status = Status::Ok;
+    // A single call's reply is its one slot, with no text around it; a batch's has `[`.
+    let single = text.is_empty();
     let mut copied = 0;
     for slot in slots {
         out.data().extend_from_slice(&text[copied..slot.at]);
@@ -523,7 +526,12 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attac
                 jsonrpc::write_result(data, &id, &result);
                 buffer::keep(result);
             }
-            (Some(id), Err(error)) => jsonrpc::write_rpc_error(data, Some(&id), &error),
+            (Some(id), Err(error)) => {
+                jsonrpc::write_rpc_error(data, Some(&id), &error);
+                if let Some(named) = error.http_status().filter(|_| single) {
+                    status = Status::from_code(named);
+                }
+            }
             (None, Ok(result)) => {
                 data.extend_from_slice(&result);
                 buffer::keep(result);

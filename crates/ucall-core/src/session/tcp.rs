@@ -75,6 +75,14 @@ impl Stream {
                 let data = out.data();
                 let start = data.len();
                 let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
+                crate::logs::throttled(
+                    &crate::logs::REQUEST_REFUSED,
+                    log::Level::Warn,
+                    format_args!(
+                        "request refused: more than max_body_bytes = {}",
+                        ctx.limits.max_body_bytes
+                    ),
+                );
                 jsonrpc::write_error(data, None, ErrorCode::InvalidRequest.code(), &message, None);
                 data.push(b'\n');
                 let end = data.len();

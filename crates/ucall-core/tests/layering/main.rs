@@ -14,6 +14,7 @@ const RANKS: &[(&str, u32)] = &[
     ("buffer", 0),
     ("error", 0),
     ("date", 0),
+    ("logs", 0),
     ("ws", 1),
     ("stream", 1),
     ("jsonrpc", 1),
