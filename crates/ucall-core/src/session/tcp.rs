@@ -28,18 +28,11 @@ impl Stream {
             return;
         }
         if self.framer.in_text() {
-            let data = out.data();
-            let start = data.len();
-            jsonrpc::write_error(
-                data,
-                None,
-                ErrorCode::ParseError.code(),
+            error_line(
+                out,
+                ErrorCode::ParseError,
                 "Parse error: the input ended inside a JSON text",
-                None,
             );
-            data.push(b'\n');
-            let end = data.len();
-            out.commit(start..end);
         }
     }
 
@@ -57,23 +50,10 @@ impl Stream {
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
             Frame::Invalid => {
-                let data = out.data();
-                let start = data.len();
-                jsonrpc::write_error(
-                    data,
-                    None,
-                    ErrorCode::ParseError.code(),
-                    "Parse error: not the start of a JSON text",
-                    None,
-                );
-                data.push(b'\n');
-                let end = data.len();
-                out.commit(start..end);
+                error_line(out, ErrorCode::ParseError, "Parse error: not the start of a JSON text");
                 (0, Step::Close)
             }
             Frame::TooLarge => {
-                let data = out.data();
-                let start = data.len();
                 let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
                 crate::logs::throttled(
                     &crate::logs::REQUEST_REFUSED,
@@ -83,10 +63,7 @@ impl Stream {
                         ctx.limits.max_body_bytes
                     ),
                 );
-                jsonrpc::write_error(data, None, ErrorCode::InvalidRequest.code(), &message, None);
-                data.push(b'\n');
-                let end = data.len();
-                out.commit(start..end);
+                error_line(out, ErrorCode::InvalidRequest, &message);
                 (0, Step::Close)
             }
         }
@@ -120,6 +97,17 @@ impl Stream {
             Step::Progressed
         }
     }
+}
+
+/// Queue an error reply line with id `null` (the text it answers has no id to read).
+#[cold]
+fn error_line(out: &mut OutBuf, code: ErrorCode, message: &str) {
+    let data = out.data();
+    let start = data.len();
+    jsonrpc::write_error(data, None, code.code(), message, None);
+    data.push(b'\n');
+    let end = data.len();
+    out.commit(start..end);
 }
 
 /// Keep a raw TCP reply on one line. Procedures may pass raw JSON through (an echoed
