@@ -135,7 +135,7 @@ impl Pipe {
             Step::Wait(time) => {
                 self.now += time;
                 if self.conn.deadline(&self.config).is_some_and(|at| at <= self.now) {
-                    self.conn.time_out(DATE);
+                    self.conn.time_out(DATE, None);
                 }
             }
         }
@@ -462,7 +462,7 @@ fn an_idle_connection_gives_its_buffers_back_and_goes_on_serving() {
             Some(answered + IDLE_TRIM),
             "{name}: held until idle"
         );
-        pipe.conn.release();
+        pipe.conn.release_buffers();
         assert_eq!(pipe.conn.trim_at(false), None, "{name}: nothing is held once released");
         assert!(
             !pipe.conn.out.holds_memory() && !pipe.conn.session.holds_buffers(),

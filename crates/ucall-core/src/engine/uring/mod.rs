@@ -198,7 +198,7 @@ impl UringConn {
 
     /// Give an idle connection's buffers back ([`UringConn::trim_at`] said when).
     fn trim(&mut self) {
-        self.core.release();
+        self.core.release_buffers();
         self.sending.release();
         self.parked = Vec::new();
         self.msg = None;
@@ -466,6 +466,7 @@ impl UringWorker {
         let mut completions = std::mem::take(&mut self.completions);
         let awaited = self.serving.sink.drain(&mut completions);
         for completion in completions.drain(..) {
+            self.serving.count(&completion);
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
@@ -635,7 +636,7 @@ impl UringWorker {
     fn free_slot(&mut self, key: usize) {
         let mut conn = self.conns.remove(key);
         // A receive that completed after `close` brought the input back.
-        conn.core.release();
+        conn.core.release(self.serving.metrics());
         conn.sending.release();
         if super::table_oversized(&self.conns) {
             self.schedule_scan(self.now + IDLE_TRIM);
@@ -676,7 +677,7 @@ impl UringWorker {
                 self.close(key);
                 continue;
             }
-            conn.core.time_out(self.serving.date.get());
+            conn.core.time_out(self.serving.date.get(), self.serving.metrics());
             conn.cut_at = Some(now + GOODBYE_GRACE);
             self.serve(key);
         }
