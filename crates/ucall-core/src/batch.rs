@@ -304,6 +304,8 @@ impl Queue {
     /// Wait for the next batch: `None` once closed and drained.
     fn next_batch(&self) -> Option<Batch> {
         let mut state = lock(&self.state);
+        // When this batch began to wait for more calls, and how many it had then.
+        let mut waiting: Option<(Instant, usize)> = None;
         loop {
             if state.items.is_empty() {
                 if state.closed {
@@ -318,16 +320,24 @@ impl Queue {
             let first = state.items.front().map_or_else(Instant::now, |item| item.queued);
             let deadline = first + self.options.max_wait;
             let now = Instant::now();
-            if len >= self.options.max_size || state.closed || now >= deadline {
+            if len >= self.options.max_size || state.closed {
                 break;
             }
             // Would the calls still missing arrive before the deadline at the rate seen?
             let missing = (self.options.max_size - len) as f64;
-            let left = deadline - now;
-            match state.gap {
-                Some(gap) if gap * missing <= left.as_secs_f64() => {}
-                _ => break,
+            let left = deadline.saturating_duration_since(now);
+            let fills = state.gap.is_some_and(|gap| gap * missing <= left.as_secs_f64());
+            if left.is_zero() || !fills {
+                if let Some((since, had)) = waiting {
+                    // It did not fill: the rate seen while it waited replaces the estimate,
+                    // so that a lone caller after a burst waits once, not at every call.
+                    let arrived = len.saturating_sub(had);
+                    let waited = now.saturating_duration_since(since).as_secs_f64();
+                    state.gap = (arrived > 0).then(|| waited / arrived as f64);
+                }
+                break;
             }
+            waiting.get_or_insert((now, len));
             state.idle += 1;
             state = self
                 .changed

@@ -152,9 +152,12 @@ fn a_jsonrpc_batch_runs_as_one_batch() {
 fn errors_reach_the_callers_they_belong_to() {
     for_each_engine(|engine| {
         // x < 0: that caller's error; x == 0: the whole batch fails; x == 1000: one
-        // result too many.
+        // result too many; x == 100: a slow batch, that the next calls queue behind.
         let procedure = |batch: Batch| {
             let xs: Vec<i64> = batch.params().map(|p| p.get::<i64>(0, "x").unwrap_or(-1)).collect();
+            if xs.contains(&100) {
+                std::thread::sleep(Duration::from_millis(200));
+            }
             if xs.contains(&0) {
                 return batch.fail(&RpcError::new(-32001, "zero in the batch"));
             }
@@ -175,8 +178,11 @@ fn errors_reach_the_callers_they_belong_to() {
         };
         let server = start(
             engine,
-            builder(engine).handler("double", Batcher::new("double", options(8, 100), procedure)),
+            builder(engine).handler("double", Batcher::new("double", options(8, 5), procedure)),
         );
+        let mut slow = Conn::open(server.local_addr());
+        slow.send(&post("/", call("double", "[100]", "0").as_bytes()));
+        std::thread::sleep(Duration::from_millis(50));
         let mut conn = Conn::open(server.local_addr());
         let body = format!(
             "[{},{},{}]",
@@ -189,11 +195,16 @@ fn errors_reach_the_callers_they_belong_to() {
         assert_eq!(result(&replies[0]), Some(6));
         assert_eq!(code(&replies[1]), Some(-32002));
         assert_eq!(result(&replies[2]), Some(8));
+        assert_eq!(result(&slow.read_response().json()), Some(200));
+        // Queued together behind a slow batch, so that they share the next one.
+        slow.send(&post("/", call("double", "[100]", "0").as_bytes()));
+        std::thread::sleep(Duration::from_millis(50));
         let body = format!("[{},{}]", call("double", "[0]", "1"), call("double", "[5]", "2"));
         let reply = conn.roundtrip(&post("/", body.as_bytes())).json();
         for reply in reply.as_array().expect("an array") {
             assert_eq!(code(reply), Some(-32001), "{reply:?}");
         }
+        assert_eq!(result(&slow.read_response().json()), Some(200));
         let body = call("double", "[1000]", "9");
         let reply = conn.roundtrip(&post("/", body.as_bytes())).json();
         assert_eq!(code(&reply), Some(-32603), "{reply:?}");
@@ -317,6 +328,41 @@ fn one_caller_alone_waits_for_nobody() {
         );
         assert!(batcher.stats().max_queue_wait_us < 1_000_000, "{:?}", batcher.stats());
         assert_eq!(batcher.stats().batches, 50);
+        server.stop();
+        server.join();
+    });
+}
+
+#[test]
+fn a_lone_caller_after_a_burst_waits_once_at_most() {
+    for_each_engine(|engine| {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let batcher = Batcher::new(
+            "square",
+            options(32, 300),
+            squares(Duration::from_millis(20), Arc::clone(&sizes)),
+        );
+        let server = start(engine, builder(engine).handler("square", batcher));
+        let addr = server.local_addr();
+        // A burst: calls queue while batches run, so the rate says batches fill quickly.
+        let burst: Vec<_> = (0..16)
+            .map(|i: i64| std::thread::spawn(move || square_over(addr, 0, i)))
+            .collect();
+        for caller in burst {
+            caller.join().expect("a caller");
+        }
+        let mut conn = Conn::open(addr);
+        let started = Instant::now();
+        for i in 0..6 {
+            let reply = conn.roundtrip(&post("/", call("square", &format!("[{i}]"), "1").as_bytes()));
+            assert_eq!(result(&reply.json()), Some(i * i));
+        }
+        // Six waits of 300 ms would take 1.8 s; one wait and six batches of 20 ms, 0.42 s.
+        assert!(
+            started.elapsed() < Duration::from_millis(1000),
+            "took {:?}",
+            started.elapsed()
+        );
         server.stop();
         server.join();
     });
