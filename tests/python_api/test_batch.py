@@ -61,19 +61,25 @@ def test_numpy_batches_on_axis_0_and_jsonrpc_batches_join_one(make_server, wire)
     server = make_server()
     seen: list[tuple[int, ...]] = []
 
-    @server.batch(max_size=16, max_wait_ms=200)
+    @server.batch(max_size=16, max_wait_ms=5)
     def norm(v: np.ndarray, scale: list[float]) -> np.ndarray:
         """The scaled length of a vector."""
         seen.append(v.shape)
+        if -1.0 in scale:
+            time.sleep(0.2)  # a slow batch, that the next calls queue behind
         return np.linalg.norm(v, axis=1) * np.asarray(scale)
 
-    w = wire(server)
+    w, slow = wire(server), wire(server)
     assert w.result("norm", {"v": [3.0, 4.0], "scale": 1.0}) == 5.0
-    calls = [{"jsonrpc": "2.0", "method": "norm", "params": [[0.0, float(i)], 2.0], "id": i} for i in range(1, 5)]
-    status, body = w.post(json.dumps(calls))
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(slow.result, "norm", [[1.0, 0.0], -1.0])
+        time.sleep(0.05)
+        calls = [{"jsonrpc": "2.0", "method": "norm", "params": [[0.0, float(i)], 2.0], "id": i} for i in range(1, 5)]
+        status, body = w.post(json.dumps(calls))
+        assert held.result(10) == -1.0
     assert status == 200
     assert [r["result"] for r in json.loads(body)] == [2.0, 4.0, 6.0, 8.0]
-    assert seen == [(1, 2), (4, 2)], "one call alone, then the array's four in one batch"
+    assert seen == [(1, 2), (1, 2), (4, 2)], "the array's four calls queued together make one batch"
     # Callers see the per-item signature.
     description = w.result("rpc.discover")
     (method,) = [m for m in description["methods"] if m["name"] == "norm"]
@@ -84,15 +90,17 @@ def test_numpy_batches_on_axis_0_and_jsonrpc_batches_join_one(make_server, wire)
 def test_errors_reach_the_callers_they_belong_to(make_server, wire):
     server = make_server()
 
-    @server.batch(max_size=8, max_wait_ms=100)
+    @server.batch(max_size=8, max_wait_ms=5)
     def check(x: list[int]) -> list[int]:
+        if 99 in x:
+            time.sleep(0.2)  # a slow batch, that the next calls queue behind
         if 0 in x:
             raise RPCError(-32010, "zero in the batch")
         if 1000 in x:
             return [1] * (len(x) + 1)
         return [RPCError(-32011, "negative", {"x": v}) if v < 0 else ValueError("seven") if v == 7 else v for v in x]
 
-    w = wire(server)
+    w, slow = wire(server), wire(server)
 
     def batch(*xs):
         calls = [{"jsonrpc": "2.0", "method": "check", "params": [x], "id": i} for i, x in enumerate(xs)]
@@ -100,16 +108,26 @@ def test_errors_reach_the_callers_they_belong_to(make_server, wire):
         assert status == 200
         return json.loads(body)
 
+    def queued_together(*xs):
+        """The replies to `xs`, sent as one array while a slow batch runs, so that they
+        make the next batch together."""
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(slow.result, "check", [99])
+            time.sleep(0.05)
+            replies = batch(*xs)
+            assert held.result(10) == 99
+        return replies
+
     first, negative, seven, bad, last = batch(3, -3, 7, "x", 4)
     assert first["result"] == 3 and last["result"] == 4
     assert negative["error"] == {"code": -32011, "message": "negative", "data": {"x": -3}}
     assert seven["error"]["code"] == -32603 and "seven" in seven["error"]["message"]
     assert bad["error"]["code"] == -32602, "params that do not bind answer that caller only"
-    for reply in batch(0, 5):
+    for reply in queued_together(0, 5):
         assert reply["error"]["code"] == -32010
-    for reply in batch(1000, 5):
+    for reply in queued_together(1000, 5):
         assert reply["error"]["code"] == -32603
-        assert "2 calls" in reply["error"]["message"]
+        assert "3 results for 2 calls" in reply["error"]["message"]
 
 
 def test_a_full_queue_answers_at_once_saying_nothing_ran(make_server, wire):

@@ -123,10 +123,24 @@ fn callers_on_every_transport_share_batches() {
 fn a_jsonrpc_batch_runs_as_one_batch() {
     for_each_engine(|engine| {
         let sizes = Arc::new(Mutex::new(Vec::new()));
-        let batcher = Batcher::new("square", options(32, 200), squares(Duration::ZERO, Arc::clone(&sizes)));
-        let server = start(engine, builder(engine).handler("square", batcher));
+        let seen = Arc::clone(&sizes);
+        // x == 100: a slow batch, that the array's calls queue behind.
+        let procedure = move |batch: Batch| {
+            let xs: Vec<i64> = batch.params().map(|p| p.get::<i64>(0, "x").unwrap_or(0)).collect();
+            seen.lock().unwrap().push(xs.len());
+            if xs.contains(&100) {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            batch.complete_json(xs.iter().map(|x| Ok::<_, RpcError>(x * x)).collect());
+        };
+        let server = start(
+            engine,
+            builder(engine).handler("square", Batcher::new("square", options(32, 5), procedure)),
+        );
+        let mut slow = Conn::open(server.local_addr());
+        slow.send(&post("/", call("square", "[100]", "0").as_bytes()));
+        std::thread::sleep(Duration::from_millis(50));
         let mut conn = Conn::open(server.local_addr());
-        // The first call runs alone (nothing else waits); the array's five come together.
         let body = format!(
             "[{}]",
             (1..=5)
@@ -140,9 +154,12 @@ fn a_jsonrpc_batch_runs_as_one_batch() {
             assert_eq!(result(reply), Some(i * i));
             assert_eq!(reply.get("id").and_then(Json::as_i64), Some(i));
         }
-        let sizes = sizes.lock().unwrap().clone();
-        assert_eq!(sizes.iter().sum::<usize>(), 5, "{sizes:?}");
-        assert!(sizes.len() <= 2, "the array's calls share a batch: {sizes:?}");
+        assert_eq!(result(&slow.read_response().json()), Some(10_000));
+        assert_eq!(
+            *sizes.lock().unwrap(),
+            [1, 5],
+            "the array's calls, queued together, share a batch"
+        );
         server.stop();
         server.join();
     });
