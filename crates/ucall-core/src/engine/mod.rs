@@ -389,6 +389,7 @@ impl Serving {
                 sink: &self.sink,
                 conn,
                 generation,
+                presence: None,
             }),
             draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
         }
