@@ -9,7 +9,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -170,6 +169,10 @@ pub struct Metrics {
     transports: [TransportStats; Transport::ALL.len()],
     /// The engine and its threads, set when serving starts.
     engine: OnceLock<(&'static str, usize)>,
+    /// Reads the CPU's time-stamp counter where it is steady (else the monotonic clock):
+    /// two `Instant` reads and their difference cost 250 instructions a call, 3 % of a
+    /// small request (callgrind); two counter reads cost a tenth of that.
+    clock: quanta::Clock,
 }
 
 impl Metrics {
@@ -207,6 +210,7 @@ impl Metrics {
             accepted: AtomicU64::new(0),
             transports: Default::default(),
             engine: OnceLock::new(),
+            clock: quanta::Clock::new(),
         })
     }
 
@@ -222,14 +226,26 @@ impl Metrics {
         u32::try_from(self.names.len()).unwrap_or(u32::MAX)
     }
 
+    /// The time a call starts, for [`Metrics::handled`] (in the clock's own units).
+    #[must_use]
+    pub fn now(&self) -> u64 {
+        self.clock.raw()
+    }
+
     /// A call to the method in `slot` ended (`Ok`, or the error's code) after starting at
-    /// `started`.
-    pub fn handled(&self, slot: u32, code: Result<(), i32>, started: Instant) {
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    /// `started` (from [`Metrics::now`]).
+    pub fn handled(&self, slot: u32, code: Result<(), i32>, started: u64) {
+        let nanos = self.clock.delta_as_nanos(started, self.clock.raw());
         let stats = self.stats(slot);
         let class = code.map_or_else(code_class, |()| 0);
         stats.handled[class].fetch_add(1, Relaxed);
-        let bucket = self.bounds_nanos.partition_point(|&bound| bound < nanos);
+        // From the smallest bound up: most calls land in the first buckets, which a scan
+        // reaches sooner than a binary search.
+        let bucket = self
+            .bounds_nanos
+            .iter()
+            .position(|&bound| nanos <= bound)
+            .unwrap_or(self.bounds_nanos.len());
         stats.buckets[bucket].fetch_add(1, Relaxed);
         stats.sum_nanos.fetch_add(nanos, Relaxed);
     }
@@ -247,7 +263,7 @@ impl Metrics {
     }
 
     /// A deferred call to the method in `slot` completed.
-    pub fn completed(&self, slot: u32, code: Result<(), i32>, started: Instant) {
+    pub fn completed(&self, slot: u32, code: Result<(), i32>, started: u64) {
         self.stats(slot).in_flight.fetch_sub(1, Relaxed);
         self.handled(slot, code, started);
     }
@@ -488,7 +504,7 @@ mod tests {
     fn counts_land_in_their_slots_and_render() {
         let config = MetricsConfig::default();
         let metrics = Arc::new(Metrics::new(&config, vec!["sum".into(), "a\"b".into()]).expect("on"));
-        let started = Instant::now();
+        let started = metrics.now();
         metrics.handled(0, Ok(()), started);
         metrics.handled(0, Err(-32602), started);
         metrics.handled(1, Err(-32050), started);
