@@ -5,8 +5,8 @@ quiet one, so the C API / Rust API gap (issue: within 5%) can be told from noise
 
     python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB,ws-sum,tcp-sum]
 
-Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread), counted
-from when it listens; one connection sends FEW requests the first time and MANY the second. The difference of the
+Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread); one
+connection sends FEW requests the first time and MANY the second. The difference of the
 two totals, divided by MANY - FEW, is what one request costs, start-up excluded. Needs
 `make examples-c` and `cargo build --release -p ucall-examples` first.
 """
@@ -153,9 +153,6 @@ def instructions(server: list[str], proto: str, request: bytes, count: int, expe
             time.sleep(0.1)
         if port is None:
             raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
-        # Counted from here: start-up work whose length varies (a clock calibration that
-        # spins until it is precise) would not cancel out between the two runs.
-        subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True, timeout=60)
         exchange(port, proto, request, count, expect)
     finally:
         proc.send_signal(signal.SIGINT)
