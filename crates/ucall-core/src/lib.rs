@@ -52,6 +52,7 @@
 /// Entry points for the fuzz targets (`fuzz/`) and the replay of their vectors.
 #[doc(hidden)]
 pub mod _fuzzable;
+pub mod batch;
 #[doc(hidden)]
 pub mod buffer;
 mod date;
@@ -82,6 +83,7 @@ mod tls;
 #[doc(hidden)]
 pub mod ws;
 
+pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;

@@ -7,6 +7,7 @@
 //! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
+mod batch;
 mod client;
 mod convert;
 mod logs;
@@ -60,6 +61,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
+    m.add_class::<batch::BatchReply>()?;
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;

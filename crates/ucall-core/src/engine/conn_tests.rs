@@ -100,6 +100,7 @@ impl Pipe {
                 sink: &self.sink,
                 conn: 0,
                 generation: self.conn.generation,
+                presence: None,
             }),
             draining: false,
         };

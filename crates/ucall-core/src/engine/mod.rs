@@ -398,6 +398,7 @@ impl Serving {
                 sink: &self.sink,
                 conn,
                 generation,
+                presence: None,
             }),
             draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
         }

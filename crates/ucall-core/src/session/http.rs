@@ -248,7 +248,7 @@ impl Http {
         }
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.

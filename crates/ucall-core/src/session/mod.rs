@@ -12,7 +12,7 @@ mod websocket;
 use std::collections::VecDeque;
 
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Persistence, Status};
@@ -175,6 +175,9 @@ struct Calls {
     pending: VecDeque<PendingMessage>,
     /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
     exchanges: u32,
+    /// Whether the caller is still there, for calls queued for a batch (goes down when the
+    /// session is dropped with its connection).
+    presence: Presence,
 }
 
 impl Default for Session {
@@ -407,10 +410,16 @@ impl Session {
     /// cut short can never be completed: it is answered `-32700` (id `null`). The session
     /// closes either way.
     pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
-        if let Protocol::Stream(stream) = &mut self.protocol {
-            if !self.closing {
-                stream.end_of_input(&mut self.calls, rest, out, ctx);
+        match &mut self.protocol {
+            Protocol::Stream(stream) => {
+                if !self.closing {
+                    stream.end_of_input(&mut self.calls, rest, out, ctx);
+                }
             }
+            // An HTTP or WebSocket client that stops sending has closed: calls still queued
+            // for a batch are dropped rather than run for nobody.
+            Protocol::Http(_) | Protocol::WebSocket(_) => self.calls.presence.gone(),
+            Protocol::Unknown => {}
         }
         self.closing = true;
     }

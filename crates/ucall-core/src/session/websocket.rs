@@ -128,7 +128,7 @@ impl WebSocket {
         let reserved = data.len();
         let start = reserve_ws_header(data);
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         let scratch = &mut ctx.scratch.jsonrpc;
