@@ -104,7 +104,7 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
-	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/idle_memory.py --servers rust,python --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin bench_server && \
 	(cd js && npm run --silent build && node bench/echo.mjs --append ../benches/results/latest-brief.md) || status=1; \
 	$(BENCH) publish || status=1; \

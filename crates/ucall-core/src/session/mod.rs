@@ -264,6 +264,31 @@ impl Session {
         }
     }
 
+    /// Whether it holds buffers that an idle connection can give back ([`Session::release_buffers`]).
+    #[must_use]
+    pub fn holds_buffers(&self) -> bool {
+        self.calls.pending.capacity() > 0
+            || match &self.protocol {
+                Protocol::Unknown | Protocol::Stream(_) => false,
+                Protocol::Http(http) => http.holds_buffers(),
+                Protocol::WebSocket(websocket) => websocket.holds_buffers(),
+            }
+    }
+
+    /// Give back the buffers kept between requests; only when between requests with no
+    /// reply awaited (an idle connection), since a message under way lives in them.
+    pub fn release_buffers(&mut self) {
+        if !self.is_between_requests() || self.has_pending() {
+            return;
+        }
+        self.calls.pending = VecDeque::new();
+        match &mut self.protocol {
+            Protocol::Unknown | Protocol::Stream(_) => {}
+            Protocol::Http(http) => http.release_buffers(),
+            Protocol::WebSocket(websocket) => websocket.release_buffers(),
+        }
+    }
+
     /// How many bytes, counted from the first one not yet consumed, the message being
     /// received needs in all, when its framing says so (an HTTP `Content-Length` body, a
     /// WebSocket frame); 0 when unknown. Engines make room for it at once instead of

@@ -26,6 +26,15 @@ impl WebSocket {
         self.opcode.is_none()
     }
 
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.message.capacity() > 0
+    }
+
+    /// Between messages: the next one is reassembled from nothing.
+    pub(super) fn release_buffers(&mut self) {
+        self.message = Vec::new();
+    }
+
     /// The size of the frame being received, header included, once its header is in.
     pub(super) fn frame_wanted(&self) -> usize {
         self.frame_len
