@@ -54,6 +54,7 @@
 pub mod _fuzzable;
 #[doc(hidden)]
 pub mod buffer;
+pub mod context;
 mod date;
 #[doc(hidden)]
 pub mod defer;
@@ -81,6 +82,7 @@ mod tls;
 #[doc(hidden)]
 pub mod ws;
 
+pub use context::{Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
@@ -89,7 +91,7 @@ pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use params::Param;
-pub use router::{Call, Handler, Params, Reply, Router};
+pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
 pub use tls::TlsConfig;
