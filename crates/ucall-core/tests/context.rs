@@ -149,19 +149,24 @@ fn hooks_run_around_every_call_and_may_refuse() {
         let counted = Arc::clone(&around);
         let builder = common::builder(engine)
             // Outermost: counts every call, before and after.
-            .hook(move |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                let result = next.handle(call, reply);
-                counted.fetch_add(1, Ordering::Relaxed);
-                result
-            })
+            .hook(
+                move |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let result = next.handle(call, reply);
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    result
+                },
+            )
             // Inner: a token in a header, else 401 (no header at all: raw TCP, refused too).
-            .hook(|call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
-                match call.context().header("x-token") {
+            .hook(
+                |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| match call
+                    .context()
+                    .header("x-token")
+                {
                     Some(b"t0k") => next.handle(call, reply),
                     _ => Err(ucall_core::RpcError::http(401, "a token is required")),
-                }
-            });
+                },
+            );
         let server = common::start(engine, builder);
         let request = call("subtract", "[5,2]", "4");
         let with = |token: &str| {
@@ -183,6 +188,10 @@ fn hooks_run_around_every_call_and_may_refuse() {
         tcp.send(format!("{request}\n").as_bytes());
         let line: Json = serde_json::from_slice(&tcp.read_line()).expect("a JSON line");
         assert_eq!(line["error"]["message"], Json::from("a token is required"), "{line}");
-        assert_eq!(around.load(Ordering::Relaxed), 6, "the outer hook ran before and after each of 3 calls");
+        assert_eq!(
+            around.load(Ordering::Relaxed),
+            6,
+            "the outer hook ran before and after each of 3 calls"
+        );
     });
 }
