@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::health::{HealthPaths, Readiness, ReadyState};
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
-use crate::router::{Call, Handler, Hook, Reply, Router};
+use crate::router::{Call, Handler, Reply, Router};
 use crate::tls::TlsConfig;
 
 /// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
@@ -173,7 +173,7 @@ impl ServerBuilder {
     /// # use ucall_core::Server;
     /// let builder = Server::builder().keep_context().procedure("whoami", |call| {
     ///     let context = call.context();
-    ///     let agent = context.header("user-agent").map(String::from_utf8_lossy);
+    ///     let agent = context.header("user-agent").map(|v| String::from_utf8_lossy(v).into_owned());
     ///     Ok((context.transport().as_str(), context.peer().map(|a| a.to_string()), agent))
     /// });
     /// ```
@@ -195,7 +195,10 @@ impl ServerBuilder {
     ///     })
     ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?));
     /// ```
-    pub fn hook(mut self, hook: impl Hook) -> Self {
+    pub fn hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Call<'_>, &mut Reply<'_>, &dyn Handler) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
         self.router.add_hook(Arc::new(hook));
         self
     }
