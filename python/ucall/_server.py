@@ -167,6 +167,9 @@ class Server:
         healthz_path, readyz_path: where the liveness and readiness probes are served
             (``None`` turns one off). readyz_not_found: answer 404 rather than 503 when
             not ready (HAProxy's ``http-check disable-on-404``).
+        metrics_path: where ``GET`` serves Prometheus metrics (calls by method and outcome,
+            latency, connections and bytes by transport; docs/operations.md); ``None``
+            turns metrics off, and nothing is counted.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -213,6 +216,7 @@ class Server:
         healthz_path: str | None = "/healthz",
         readyz_path: str | None = "/readyz",
         readyz_not_found: bool = False,
+        metrics_path: str | None = "/metrics",
     ) -> None:
         _check_options(
             port=port,
@@ -259,8 +263,9 @@ class Server:
             "healthz_path": healthz_path,
             "readyz_path": readyz_path,
             "readyz_not_found": bool(readyz_not_found),
+            "metrics_path": metrics_path,
         }
-        for option in ("healthz_path", "readyz_path"):
+        for option in ("healthz_path", "readyz_path", "metrics_path"):
             path = self._limits[option]
             if path is not None and (not isinstance(path, str) or not path.startswith("/")):
                 raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")

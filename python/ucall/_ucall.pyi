@@ -67,6 +67,7 @@ class NativeServer:
         healthz_path: Optional[str] = ...,  # "/healthz"
         readyz_path: Optional[str] = ...,  # "/readyz"
         readyz_not_found: bool = False,
+        metrics_path: Optional[str] = ...,  # "/metrics"
     ) -> "NativeServer": ...
     def add(
         self,

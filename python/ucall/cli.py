@@ -550,6 +550,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
     help="Log records from this level up on stderr: 'info' adds the start-up and shutdown lines "
     "and failed TLS sessions; 'warning' has limits hit; 'error' has handlers' exceptions with their tracebacks.",
 )
+@click.option(
+    "--metrics-path",
+    default=None,
+    metavar="PATH",
+    help="Where GET serves Prometheus metrics ('' turns them off; default: the server's, /metrics). "
+    "With --workers, each worker counts its own (docs/operations.md).",
+)
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
     target: str,
@@ -560,6 +567,7 @@ def serve(
     reload: bool,
     drain_delay: float | None,
     log_level: str,
+    metrics_path: str | None,
     ready_fd: int | None,
 ) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
@@ -574,6 +582,10 @@ def serve(
         server.threads = threads
     if drain_delay is not None:
         server.drain_delay = drain_delay
+    if metrics_path is not None:
+        if metrics_path and not metrics_path.startswith("/"):
+            _cannot_serve(f"--metrics-path must start with '/' (or be '' for none), got {metrics_path!r}")
+        server._limits["metrics_path"] = metrics_path or None
     if ready_fd is not None:
         try:
             server._serve_as_worker(ready_fd)
@@ -629,6 +641,7 @@ def _supervise(server: Server, target: str, workers: int, reload: bool, threads:
     port = reserved.getsockname()[1]
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
     command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
+    command += ["--metrics-path", server._limits["metrics_path"] or ""]
     if threads is not None:
         command += ["--threads", str(threads)]
 

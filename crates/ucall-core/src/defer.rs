@@ -9,6 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -28,6 +29,19 @@ pub struct Completion {
     pub slot: u64,
     /// The result.
     pub outcome: Outcome,
+    /// What the metrics count the call under, when they are on.
+    pub meter: Option<Meter>,
+}
+
+/// A deferred call's method (its slot in `crate::metrics::Metrics`) and when it started:
+/// the worker counts the call when its completion arrives, whether or not its connection
+/// is still open.
+#[derive(Debug, Clone, Copy)]
+pub struct Meter {
+    /// The method's slot.
+    pub method: u32,
+    /// When the call started.
+    pub started: Instant,
 }
 
 /// Most deferred calls one worker awaits at once, over all its connections. Past it, no
@@ -168,17 +182,19 @@ pub struct Deferred {
     conn: usize,
     generation: u64,
     slot: u64,
+    meter: Option<Meter>,
     done: bool,
 }
 
 impl Deferred {
-    pub(crate) fn new(target: Target<'_>, slot: u64) -> Self {
+    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
         Deferred {
             sink: Arc::clone(target.sink),
             conn: target.conn,
             generation: target.generation,
             slot,
+            meter,
             done: false,
         }
     }
@@ -218,6 +234,7 @@ impl Deferred {
             generation: self.generation,
             slot: self.slot,
             outcome,
+            meter: self.meter,
         });
     }
 }
@@ -231,6 +248,7 @@ impl Drop for Deferred {
                 generation: self.generation,
                 slot: self.slot,
                 outcome,
+                meter: self.meter,
             });
         }
     }

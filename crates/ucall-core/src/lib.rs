@@ -70,6 +70,7 @@ pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
 mod logs;
+pub mod metrics;
 pub mod params;
 #[doc(hidden)]
 pub mod router;
@@ -90,6 +91,7 @@ pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
+pub use metrics::MetricsConfig;
 pub use params::Param;
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};

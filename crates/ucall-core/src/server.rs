@@ -122,6 +122,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Where metrics are served, or not (see [`Config::metrics`]).
+    pub fn metrics(mut self, metrics: crate::metrics::MetricsConfig) -> Self {
+        self.config.metrics = metrics;
+        self
+    }
+
     /// Where the health probes are served (see [`Config::health`]).
     pub fn health(mut self, paths: HealthPaths) -> Self {
         self.config.health = paths;
@@ -368,7 +374,11 @@ impl Server {
     fn hand_out_router(&mut self) {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
+        self.router.start_metrics(&self.shared.config.metrics);
         let router = Arc::new(std::mem::take(&mut self.router));
+        if let Some(metrics) = router.metrics() {
+            metrics.set_engine(self.engine.name(), self.workers.len());
+        }
         if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
             let (threads, procedures) = (self.workers.len(), router.names().count());
             log::info!(

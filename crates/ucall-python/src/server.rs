@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
 use ucall_core::{
-    Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, NotReady, Readiness, Reply, RpcError,
-    Server, ServerBuilder, TlsConfig,
+    Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig, NotReady, Readiness,
+    Reply, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
 use crate::context::Owned as CallContext;
@@ -130,6 +130,7 @@ impl NativeServer {
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
         healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
+        metrics_path=Some("/metrics".to_owned()),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -165,6 +166,7 @@ impl NativeServer {
         healthz_path: Option<String>,
         readyz_path: Option<String>,
         readyz_not_found: bool,
+        metrics_path: Option<String>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -177,6 +179,10 @@ impl NativeServer {
                 healthz: healthz_path,
                 readyz: readyz_path,
                 not_ready_404: readyz_not_found,
+            },
+            metrics: MetricsConfig {
+                path: metrics_path,
+                ..MetricsConfig::default()
             },
             ..Config::default()
         };

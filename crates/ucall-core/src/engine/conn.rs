@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome, Sink};
+use crate::metrics::Metrics;
 use crate::session::{Context, Session};
 use crate::tls::{Received, TlsSession};
 
@@ -213,6 +214,7 @@ impl Conn {
                 self.feed(ctx, in_flight);
             }
         }
+        self.count_received(bytes.len(), ctx);
     }
 
     /// `read` bytes were received straight into `input`'s spare capacity and appended.
@@ -226,6 +228,24 @@ impl Conn {
             self.input.clear(); // nobody reads it any more, as `deliver` drops it
         } else if !self.is_backlogged() {
             self.feed(ctx, in_flight);
+        }
+        self.count_received(read, ctx);
+    }
+
+    /// Count `bytes` received, under the transport the session speaks (the first bytes
+    /// once they told it).
+    fn count_received(&self, bytes: usize, ctx: &Context<'_>) {
+        if let Some(metrics) = ctx.router.metrics() {
+            // Whitespace alone does not tell a transport yet: it is counted as HTTP's.
+            let transport = self.session.transport().unwrap_or(crate::metrics::Transport::Http);
+            metrics.received(transport, bytes);
+        }
+    }
+
+    /// Count `bytes` sent.
+    pub(crate) fn count_sent(&self, bytes: usize, metrics: Option<&Metrics>) {
+        if let (Some(metrics), Some(transport)) = (metrics, self.session.transport()) {
+            metrics.sent(transport, bytes);
         }
     }
 
@@ -271,6 +291,7 @@ impl Conn {
         if !self.input.is_empty() && !self.is_backlogged() {
             self.feed(ctx, in_flight);
         }
+        self.count_received(ciphertext.len(), ctx);
         Ok(())
     }
 
@@ -324,8 +345,11 @@ impl Conn {
     /// The client took too long: queue the reply it gets, if any (a `408` answers a
     /// request partly received; an idle connection closes silently, or a client could
     /// read the 408 as the reply to its next request), and close once it is sent.
-    pub(crate) fn time_out(&mut self, date: &[u8]) {
+    pub(crate) fn time_out(&mut self, date: &[u8], metrics: Option<&Metrics>) {
         if !self.input.is_empty() || !self.session.is_between_requests() {
+            if let Some(metrics) = metrics {
+                metrics.refused(crate::metrics::Refusal::Timeout);
+            }
             self.session.time_out(&mut self.out, date);
         }
         self.phase = Phase::Closing;
@@ -384,8 +408,11 @@ impl Conn {
         }
     }
 
-    /// Give the buffers back to the kept ones on close.
-    pub(crate) fn release(&mut self) {
+    /// Give the buffers back to the kept ones on close (and count the close).
+    pub(crate) fn release(&mut self, metrics: Option<&Metrics>) {
+        if let (Some(metrics), Some(transport)) = (metrics, self.session.transport()) {
+            metrics.closed(transport);
+        }
         buffer::keep(std::mem::take(&mut self.input));
         self.out.release();
     }

@@ -135,7 +135,7 @@ impl Pipe {
             Step::Wait(time) => {
                 self.now += time;
                 if self.conn.deadline(&self.config).is_some_and(|at| at <= self.now) {
-                    self.conn.time_out(DATE);
+                    self.conn.time_out(DATE, None);
                 }
             }
         }

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use crate::buffer::{self, Spares};
 use crate::date::DateCache;
-use crate::defer::{Sink, Target};
+use crate::defer::{Completion, Sink, Target};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::session::{Context, Scratch, Session};
 use crate::tls::TlsSession;
@@ -247,8 +248,8 @@ pub(crate) fn wake_all(shared: &Shared) {
 
 /// Count a connection just accepted in, unless the server is stopping (a worker may
 /// accept one before it has seen the stop that others have) or at its connection limit.
-/// Returns whether to serve it; when not, the caller closes it.
-pub(crate) fn admit(shared: &Shared) -> bool {
+/// Returns whether to serve it (counted in `metrics` then); when not, the caller closes it.
+pub(crate) fn admit(shared: &Shared, metrics: Option<&Metrics>) -> bool {
     use std::sync::atomic::Ordering;
     if shared.stopping.load(Ordering::Acquire) {
         return false;
@@ -266,6 +267,9 @@ pub(crate) fn admit(shared: &Shared) -> bool {
             ),
         );
         return false;
+    }
+    if let Some(metrics) = metrics {
+        metrics.accepted();
     }
     true
 }
@@ -351,6 +355,24 @@ impl Serving {
             sink,
             scratch: Scratch::default(),
             date: DateCache::new(),
+        }
+    }
+
+    /// The counters, when metrics are on.
+    pub(crate) fn metrics(&self) -> Option<&Metrics> {
+        self.router.metrics().map(AsRef::as_ref)
+    }
+
+    /// Count a deferred call whose completion arrived (whether or not its connection is
+    /// still there to be answered).
+    pub(crate) fn count(&self, completion: &Completion) {
+        if let (Some(metrics), Some(meter)) = (self.metrics(), completion.meter) {
+            let code = completion
+                .outcome
+                .as_ref()
+                .map(|_| ())
+                .map_err(crate::jsonrpc::RpcError::code);
+            metrics.completed(meter.method, code, meter.started);
         }
     }
 

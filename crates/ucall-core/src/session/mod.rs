@@ -18,6 +18,7 @@ use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Persistence, Status};
 use crate::jsonrpc;
+use crate::metrics::Transport;
 use crate::router::Router;
 use crate::ws;
 use http::{respond_rejection, rest_error, Http};
@@ -224,10 +225,12 @@ impl Session {
                 Protocol::Unknown => match rest.iter().position(|c| !c.is_ascii_whitespace()) {
                     Some(i) if rest[i].is_ascii_uppercase() => {
                         self.protocol = Protocol::Http(Http::default());
+                        opened(ctx, None, Transport::Http);
                         (0, Step::Progressed)
                     }
                     Some(_) => {
                         self.protocol = Protocol::Stream(Stream::default());
+                        opened(ctx, None, Transport::Tcp);
                         (0, Step::Progressed)
                     }
                     None => (0, Step::NeedMore),
@@ -241,12 +244,26 @@ impl Session {
                 Step::Progressed => {}
                 Step::NeedMore => break,
                 Step::Close => self.closing = true,
-                Step::Upgrade => self.protocol = Protocol::WebSocket(WebSocket::default()),
+                Step::Upgrade => {
+                    self.protocol = Protocol::WebSocket(WebSocket::default());
+                    opened(ctx, Some(Transport::Http), Transport::WebSocket);
+                }
             }
         }
         Progress {
             consumed,
             close: self.closing,
+        }
+    }
+
+    /// The transport the connection speaks, once its first bytes told.
+    #[must_use]
+    pub fn transport(&self) -> Option<Transport> {
+        match &self.protocol {
+            Protocol::Unknown => None,
+            Protocol::Http(_) => Some(Transport::Http),
+            Protocol::Stream(_) => Some(Transport::Tcp),
+            Protocol::WebSocket(_) => Some(Transport::WebSocket),
         }
     }
 
@@ -361,7 +378,8 @@ impl Session {
     pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
         if let (Protocol::Http(http), false) = (&self.protocol, self.closing) {
             let reject = http1::reject(Status::RequestTimeout, "request not received in time");
-            respond_rejection(out, date, reject, http.refusal_headers());
+            // The engine counts the time-out (it sees every one, this reply or not).
+            respond_rejection(out, None, date, reject, http.refusal_headers());
         }
         self.closing = true;
     }
@@ -412,6 +430,16 @@ impl Session {
             }
         }
         self.closing = true;
+    }
+}
+
+/// Count a connection as speaking `now` (and no longer `before`).
+fn opened(ctx: &Context<'_>, before: Option<Transport>, now: Transport) {
+    if let Some(metrics) = ctx.router.metrics() {
+        if let Some(before) = before {
+            metrics.closed(before);
+        }
+        metrics.opened(now);
     }
 }
 

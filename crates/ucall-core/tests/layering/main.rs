@@ -25,6 +25,7 @@ const RANKS: &[(&str, u32)] = &[
     ("defer", 2),
     ("discover", 2),
     ("health", 2),
+    ("metrics", 2),
     ("router", 3),
     ("dispatch", 4),
     ("session", 5),

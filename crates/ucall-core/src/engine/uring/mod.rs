@@ -454,6 +454,7 @@ impl UringWorker {
         let mut completions = std::mem::take(&mut self.completions);
         let awaited = self.serving.sink.drain(&mut completions);
         for completion in completions.drain(..) {
+            self.serving.count(&completion);
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
@@ -622,7 +623,7 @@ impl UringWorker {
     fn free_slot(&mut self, key: usize) {
         let mut conn = self.conns.remove(key);
         // A receive that completed after `close` brought the input back.
-        conn.core.release();
+        conn.core.release(self.serving.metrics());
         conn.sending.release();
     }
 
@@ -649,7 +650,7 @@ impl UringWorker {
                 self.close(key);
                 continue;
             }
-            conn.core.time_out(self.serving.date.get());
+            conn.core.time_out(self.serving.date.get(), self.serving.metrics());
             conn.cut_at = Some(now + GOODBYE_GRACE);
             self.serve(key);
         }
