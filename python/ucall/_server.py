@@ -19,7 +19,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Sequence, TypeVar, overload
 
-from ucall import _codec, _middleware, _schema, _signature, _ucall
+from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
 from ucall.exceptions import RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,7 +52,7 @@ def _log_failure(method: str, error: BaseException, trace: types.TracebackType |
 
 
 class _Procedure:
-    __slots__ = ("description", "func", "ignore_extra_params", "localns", "name")
+    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name")
 
     def __init__(
         self,
@@ -61,12 +61,25 @@ class _Procedure:
         ignore_extra_params: bool | None,
         localns: dict[str, Any] | None,
         description: dict[str, Any],
+        batch: _BatchPlan | None = None,
     ) -> None:
         self.name = name
         self.func = func
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
         self.description = description
+        self.batch = batch
+
+
+class _BatchPlan:
+    """A batch procedure's per-item signature, its columns and how batches form."""
+
+    __slots__ = ("columns", "options", "view")
+
+    def __init__(self, view: Callable[..., Any], columns: list[str], options: dict[str, Any]) -> None:
+        self.view = view
+        self.columns = columns
+        self.options = options
 
 
 def _user_frame() -> tuple[types.FrameType | None, int]:
@@ -375,6 +388,72 @@ class Server:
 
         return register
 
+    def batch(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        max_size: int = 32,
+        max_wait_ms: float = 5.0,
+        max_concurrent: int = 1,
+        max_queue: int = 4096,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Any:
+        """``@server.batch(max_size=32, max_wait_ms=5)`` registers a batch procedure: a
+        function whose parameters are lists (or numpy arrays, the batch on axis 0) and
+        whose result is a list (or an array split on axis 0), one item per call.
+
+        >>> server = Server(port=0)
+        >>> @server.batch(max_size=32, max_wait_ms=5)
+        ... def square(x: list[float]) -> list[float]:
+        ...     return [v * v for v in x]
+
+        Callers call it one item at a time (``square(x=3.0)``), over any transport and
+        inside JSON-RPC batches; its description is per item. The server groups calls from
+        every connection into batches, without the GIL, and calls the function once per
+        batch: at once when ``max_size`` calls wait, at most ``max_wait_ms`` after the first,
+        and at once when calls do not arrive fast enough to fill it in time (a lone caller
+        waits for nobody). ``max_concurrent`` batches run at a time, each on a thread of its
+        own; ``async def`` functions run on the server's event loop.
+
+        An exception raised by the function answers every call of the batch; an exception
+        instance in the returned list answers that call only; a result of another length
+        answers ``-32603`` to all (and is logged). A call whose caller disconnected while it
+        waited is dropped. When ``max_queue`` calls wait, new ones are answered at once
+        with an overload error (``-32000``, HTTP 503) whose ``data`` says ``"executed":
+        false``. ``batch_stats()`` counts batches, their sizes and the calls' waits.
+        """
+        for option, value, low in (("max_size", max_size, 1), ("max_concurrent", max_concurrent, 1), ("max_queue", max_queue, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{option} must be an integer of at least {low}, got {value!r}")
+        if not isinstance(max_wait_ms, (int, float)) or isinstance(max_wait_ms, bool) or not 0 <= max_wait_ms <= 3_600_000:
+            raise ValueError(f"max_wait_ms must be a number of milliseconds from 0 to 3600000, got {max_wait_ms!r}")
+        options = {
+            "max_size": max_size,
+            "max_wait": max_wait_ms / 1000.0,
+            "max_concurrent": max_concurrent,
+            "max_queue": max_queue,
+        }
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+
+        def register(f: F) -> F:
+            return self.route(f, name=name, **describe, _batch_options=options)
+
+        return register if func is None else register(func)
+
+    def batch_stats(self) -> dict[str, dict[str, Any]]:
+        """What each batch procedure has done since the server started, by name:
+        ``batches`` run and ``calls`` in them, ``sizes`` (``{bound: batches}``: a batch of
+        n calls counts under the first bound of at least n), ``queue_wait_us`` (all calls'
+        waits added up) and ``max_queue_wait_us``, ``rejected`` (queue full), ``abandoned``
+        (caller gone), and ``queued`` now. Empty before ``start()``."""
+        native = self._native
+        return {} if native is None else native.batch_stats()
+
     def route(
         self,
         func: F,
@@ -385,6 +464,7 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        _batch_options: dict[str, Any] | None = None,
     ) -> F:
         """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
 
@@ -400,9 +480,15 @@ class Server:
         if not name:
             raise ValueError("the procedure needs a name: use @server.method('name')")
         localns = _caller_locals()
-        _signature.plan(func, localns)  # fail now, at the decorator, on hints that cannot be honoured
+        batch: _BatchPlan | None = None
+        described: Callable[..., Any] = func
+        if _batch_options is not None:
+            view, columns = _batch.item_view(func, localns)
+            batch = _BatchPlan(view, columns, _batch_options)
+            described = view
+        _signature.plan(described, localns)  # fail now, at the decorator, on hints that cannot be honoured
         description_ = _schema.describe(
-            name, func, localns, summary=summary, description=description, examples=examples, errors=errors
+            name, described, localns, summary=summary, description=description, examples=examples, errors=errors
         )
         with self._lock:
             if self._native is not None:
@@ -415,7 +501,7 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, batch)
         return func
 
     @property
@@ -523,11 +609,19 @@ class Server:
                     native.describe(json.dumps(procedure.description))
                     func = procedure.func
                     ignore = procedure.ignore_extra_params
+                    ignore = self.ignore_extra_params if ignore is None else ignore
+                    batch = procedure.batch
+                    if batch is not None:
+                        runner = _batch.Runner(func, batch.columns, _is_async(func))
+                        native.add_batch(
+                            procedure.name, runner, _signature.plan(batch.view, None), ignore, **batch.options
+                        )
+                        continue
                     native.add(
                         procedure.name,
                         func,
                         _signature.plan(func, procedure.localns),
-                        self.ignore_extra_params if ignore is None else ignore,
+                        ignore,
                         async_middleware or _is_async(func),
                         _signature.context_param(func, procedure.localns),
                     )

@@ -4,6 +4,7 @@
 from typing import Any, Callable, List, Optional, Sequence, Tuple, final
 
 __all__ = [
+    "BatchReply",
     "Context",
     "DeferredReply",
     "ERROR_CODES",
@@ -81,6 +82,23 @@ class NativeServer:
         """Register ``func`` under ``name``; only before ``start``. ``context``: the
         parameter that takes the call's ``Context``, and its positional place (or ``None``:
         by name)."""
+    def add_batch(
+        self,
+        name: str,
+        runner: Callable[[list[tuple[Any, ...]]], Any],
+        params: Sequence[_ParamSpec],
+        ignore_extra: bool,
+        *,
+        max_size: int,
+        max_wait: float,
+        max_concurrent: int,
+        max_queue: int,
+    ) -> None:
+        """Register the batch procedure ``name``: ``runner(rows)`` gets the params of a
+        batch's calls bound by the per-item ``params`` and returns one value per call (or
+        an awaitable of them); only before ``start``."""
+    def batch_stats(self) -> dict[str, dict[str, Any]]:
+        """Each batch procedure's counters, by name."""
     def describe(self, description: str) -> None:
         """Describe a procedure (the JSON form of the core's MethodDoc); only before ``start``.
         Raises ``ValueError`` for a malformed description."""
@@ -121,6 +139,12 @@ class NativeServer:
 @final
 class DeferredReply:
     """The reply of an ``async def`` call; completed by its task's done-callback."""
+
+    def settle(self, task: Any) -> None: ...
+
+@final
+class BatchReply:
+    """The replies of an ``async def`` batch; completed by its task's done-callback."""
 
     def settle(self, task: Any) -> None: ...
 

@@ -8,7 +8,7 @@
 //! [`Sink`], which wakes the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -171,6 +171,46 @@ pub struct Target<'a> {
     pub conn: usize,
     /// The connection's generation.
     pub generation: u64,
+    /// Whether the connection is still there, for calls that wait before they run
+    /// (see [`Deferred::is_abandoned`]); `None` where nobody tracks it.
+    pub presence: Option<&'a Presence>,
+}
+
+impl<'a> Target<'a> {
+    /// The same target, tracking the connection's presence with `presence`.
+    #[must_use]
+    pub fn with_presence(self, presence: &'a Presence) -> Self {
+        Target {
+            presence: Some(presence),
+            ..self
+        }
+    }
+}
+
+/// Whether one connection's caller is still there: a flag shared with the deferred calls
+/// that asked for it (made on the first such call, so that other calls pay nothing). It
+/// goes down when the connection ends, or when an HTTP or WebSocket client stops sending
+/// (such clients close rather than half-close while they wait for replies).
+#[derive(Debug, Default)]
+pub struct Presence(OnceLock<Arc<AtomicBool>>);
+
+impl Presence {
+    fn watch(&self) -> Arc<AtomicBool> {
+        Arc::clone(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
+    }
+
+    /// The caller is gone: every call watching this connection is abandoned.
+    pub fn gone(&self) {
+        if let Some(flag) = self.0.get() {
+            flag.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Presence {
+    fn drop(&mut self) {
+        self.gone();
+    }
 }
 
 /// A reply promised by a procedure, to be completed once, from any thread.
@@ -184,10 +224,12 @@ pub struct Deferred {
     slot: u64,
     meter: Option<Meter>,
     done: bool,
+    /// The connection's presence, when the call asked to watch it.
+    present: Option<Arc<AtomicBool>>,
 }
 
 impl Deferred {
-    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>) -> Self {
+    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>, watch: bool) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
         Deferred {
             sink: Arc::clone(target.sink),
@@ -196,7 +238,20 @@ impl Deferred {
             slot,
             meter,
             done: false,
+            present: if watch {
+                target.presence.map(Presence::watch)
+            } else {
+                None
+            },
         }
+    }
+
+    /// Whether the caller is known to be gone (its connection ended): its reply would
+    /// reach nobody. Always `false` for a reply made without watching
+    /// ([`crate::Reply::defer_watched`]).
+    #[must_use]
+    pub fn is_abandoned(&self) -> bool {
+        self.present.as_ref().is_some_and(|flag| !flag.load(Ordering::Relaxed))
     }
 
     /// Answer with `value`, serialized to JSON (`-32603` if it cannot be).

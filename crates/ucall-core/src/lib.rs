@@ -52,6 +52,7 @@
 /// Entry points for the fuzz targets (`fuzz/`) and the replay of their vectors.
 #[doc(hidden)]
 pub mod _fuzzable;
+pub mod batch;
 #[doc(hidden)]
 pub mod buffer;
 pub mod context;
@@ -83,6 +84,7 @@ mod tls;
 #[doc(hidden)]
 pub mod ws;
 
+pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
 pub use context::{Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};

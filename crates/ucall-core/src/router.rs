@@ -355,6 +355,20 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` where deferring is not available (a session driven without an engine).
     pub fn defer(&mut self) -> Result<Deferred, RpcError> {
+        self.defer_as(false)
+    }
+
+    /// As [`Reply::defer`], for a call that waits before it runs (queued for a batch):
+    /// the handle also tells whether the caller has gone meanwhile
+    /// ([`Deferred::is_abandoned`]).
+    ///
+    /// # Errors
+    /// `-32603` where deferring is not available.
+    pub fn defer_watched(&mut self) -> Result<Deferred, RpcError> {
+        self.defer_as(true)
+    }
+
+    fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {
         let Some((target, next_slot)) = self.deferral.as_mut() else {
             return Err(RpcError::internal("Internal error: this server cannot defer replies"));
         };
@@ -362,7 +376,7 @@ impl<'o> Reply<'o> {
         **next_slot += 1;
         self.deferred = Some(slot);
         self.out.truncate(self.start);
-        Ok(Deferred::new(*target, slot, self.meter))
+        Ok(Deferred::new(*target, slot, self.meter, watch))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.

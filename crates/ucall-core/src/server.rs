@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::batch::{BatchOptions, Batcher};
 use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 
@@ -162,6 +163,25 @@ impl ServerBuilder {
         self.handler(name, move |call: &Call<'_>, reply: &mut Reply<'_>| {
             reply.json(&procedure(call)?)
         })
+    }
+
+    /// Register a batch procedure: callers call it one item at a time, and calls from every
+    /// connection are grouped into batches (see [`crate::batch`]). `procedure` gets the
+    /// batch's calls and returns one result per call (an `Err` answers that caller only),
+    /// or one error for all of them.
+    ///
+    /// ```
+    /// # use ucall_core::{BatchOptions, Server};
+    /// let builder = Server::builder().batch_procedure("square", BatchOptions::default(), |calls| {
+    ///     Ok(calls.iter().map(|call| call.get::<f64>(0, "x").map(|x| x * x)).collect())
+    /// });
+    /// ```
+    pub fn batch_procedure<F, R>(self, name: &str, options: BatchOptions, procedure: F) -> Self
+    where
+        F: Fn(&[Call<'_>]) -> Result<Vec<Result<R, RpcError>>, RpcError> + Send + Sync + 'static,
+        R: Serialize,
+    {
+        self.handler(name, Batcher::new(name, options, crate::batch::values(procedure)))
     }
 
     /// Register a procedure that writes its result itself through [`Reply`].

@@ -82,12 +82,14 @@ fn a_deferred_call_is_in_flight_until_it_completes() {
         caller.send(&post("/", call("later", "[]", "7").as_bytes()));
         let deferred = parked.recv_timeout(Duration::from_secs(5)).expect("the call deferred");
         let mut scraper = Conn::to(&server);
-        let page = scrape(&mut scraper, "/metrics");
-        assert_eq!(
-            sample(&page, "ucall_calls_in_flight{method=\"later\"}"),
-            Some(1.0),
-            "{page}"
-        );
+        // The worker counts the call once its handler has returned, which may be just
+        // after the handler handed the deferred reply over: scrape until it shows.
+        let mut page = String::new();
+        let counted = common::wait_until(Duration::from_secs(5), || {
+            page = scrape(&mut scraper, "/metrics");
+            sample(&page, "ucall_calls_in_flight{method=\"later\"}") == Some(1.0)
+        });
+        assert!(counted, "{page}");
         assert_eq!(sample(&page, "ucall_calls_started_total{method=\"later\"}"), Some(1.0));
         std::thread::sleep(Duration::from_millis(20));
         deferred.error(RpcError::new(-32050, "not today"));

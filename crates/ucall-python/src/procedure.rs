@@ -290,7 +290,7 @@ impl Procedure {
     }
 }
 
-fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
     obj.hasattr("__await__").unwrap_or(false)
 }
 
@@ -353,7 +353,7 @@ impl Hooks {
     }
 
     /// Serialize a handler's result into `out`.
-    fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+    pub(crate) fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
         let start = out.len();
         write_json(result, Some(self.encode.bind(result.py())), out).map_err(|e| {
             out.truncate(start);
@@ -366,7 +366,7 @@ impl Hooks {
     /// server (and sent in `data` only in debug mode).
     #[cold]
     #[inline(never)]
-    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
+    pub(crate) fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
         let value = error.value(py);
         if value.is_instance(self.rpc_error.bind(py).as_any()).unwrap_or(false) {
             let code = value

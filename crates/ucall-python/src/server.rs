@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyType};
+use pyo3::types::{PyDict, PyList, PyType};
 
+use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::{
-    Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig, NotReady, Readiness,
-    Reply, RpcError, Server, ServerBuilder, TlsConfig,
+    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig,
+    NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
+use crate::batch::BatchRunner;
 use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
@@ -95,6 +97,8 @@ pub struct NativeServer {
     max_threads: usize,
     /// What `GET /readyz` and `rpc.health` report (the core's one rule).
     readiness: Arc<Readiness>,
+    /// The batch procedures, by name: their counters, and their threads to end at `stop`.
+    batchers: Mutex<Vec<(String, Batcher)>>,
 }
 
 fn engine(name: &str) -> PyResult<EngineKind> {
@@ -248,6 +252,7 @@ impl NativeServer {
                 trust_after: trust_after.max(1),
             }),
             max_threads,
+            batchers: Mutex::new(Vec::new()),
         })
     }
 
@@ -283,6 +288,67 @@ impl NativeServer {
         let builder = (*builder).handler(name, procedure);
         *state = State::Configuring(Box::new(if wants_context { builder.keep_context() } else { builder }));
         Ok(())
+    }
+
+    /// Register the batch procedure `name`: `runner(rows)` gets the bound params of a
+    /// batch's calls (one tuple per call, bound by the per-item plan `params`) and returns
+    /// one value per call, or an awaitable of that list.
+    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_batch(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        runner: Py<PyAny>,
+        params: Vec<ParamSpec>,
+        ignore_extra: bool,
+        max_size: usize,
+        max_wait: f64,
+        max_concurrent: usize,
+        max_queue: usize,
+    ) -> PyResult<()> {
+        let plan = Plan::new(py, params, ignore_extra)?;
+        let options = BatchOptions {
+            max_size,
+            max_wait: secs(max_wait, "max_wait")?,
+            max_concurrent,
+            max_queue,
+        };
+        let batcher = Batcher::new(
+            name,
+            options,
+            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks)),
+        );
+        self.configure(|builder| builder.handler(name, batcher.clone()))?;
+        let mut batchers = self.batchers.lock().unwrap_or_else(PoisonError::into_inner);
+        batchers.retain(|(earlier, _)| earlier != name);
+        batchers.push((name.to_owned(), batcher));
+        Ok(())
+    }
+
+    /// Each batch procedure's counters: `{name: {"batches": ..., "calls": ..., "sizes":
+    /// {bound: count}, "queue_wait_us": ..., "max_queue_wait_us": ..., "rejected": ...,
+    /// "abandoned": ..., "queued": ...}}`.
+    fn batch_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let all = PyDict::new(py);
+        for (name, batcher) in self.batchers.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            let stats = batcher.stats();
+            let one = PyDict::new(py);
+            one.set_item("batches", stats.batches)?;
+            one.set_item("calls", stats.calls)?;
+            let sizes = PyDict::new(py);
+            for (bound, count) in SIZE_BUCKETS.iter().zip(stats.sizes) {
+                sizes.set_item(bound, count)?;
+            }
+            one.set_item("sizes", sizes)?;
+            one.set_item("queue_wait_us", stats.queue_wait_us)?;
+            one.set_item("max_queue_wait_us", stats.max_queue_wait_us)?;
+            one.set_item("rejected", stats.rejected)?;
+            one.set_item("abandoned", stats.abandoned)?;
+            one.set_item("queued", batcher.queued())?;
+            all.set_item(name, one)?;
+        }
+        Ok(all)
     }
 
     /// Describe a procedure with the JSON form of `ucall_core::MethodDoc` (built by
@@ -361,8 +427,25 @@ impl NativeServer {
         };
         runtime.begin_stop();
         let give_up_at = Instant::now() + grace + STOP_SLACK;
+        let batchers: Vec<Batcher> = self
+            .batchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(_, batcher)| batcher.clone())
+            .collect();
         loop {
-            let running = py.detach(|| runtime.join_ended(Duration::from_millis(100)));
+            let running = py.detach(|| {
+                let workers = runtime.join_ended(Duration::from_millis(100));
+                // Once the workers have ended nobody waits for a batch: its threads end
+                // after the batch in flight.
+                let batches = if workers == 0 {
+                    batchers.iter().filter(|b| !b.join(Duration::from_millis(100))).count()
+                } else {
+                    batchers.len()
+                };
+                workers + batches
+            });
             if running == 0 {
                 return Ok(());
             }

@@ -32,6 +32,10 @@ pub(crate) const MAX_IOV: usize = 64;
 pub(crate) const SCAN_GRANULARITY: Duration = Duration::from_millis(50);
 /// Input capacity a connection keeps once its input is all consumed.
 const INPUT_KEEP: usize = 128 << 10;
+/// How long a connection stays idle before its buffers go back to the allocator. Between
+/// calls a busy keep-alive connection keeps them (no allocation per request); one left
+/// idle holds its table slot only, which halves its memory (docs/design.md).
+pub(crate) const IDLE_TRIM: Duration = Duration::from_secs(1);
 
 /// Where a connection stands. Exactly one holds at a time; the engine's own facts (a
 /// receive armed, a send in flight) stay with the engine.
@@ -368,6 +372,13 @@ impl Conn {
             .or_else(|| (!self.session.has_pending()).then(|| self.clocks.deadline(config)))
     }
 
+    /// When this connection, idle and still holding buffers, gives them back ([`IDLE_TRIM`],
+    /// [`Conn::release`]). `also_held`: the engine holds buffers of its own for it.
+    pub(crate) fn trim_at(&self, also_held: bool) -> Option<Instant> {
+        let holds = also_held || self.input.capacity() > 0 || self.out.holds_memory() || self.session.holds_buffers();
+        (holds && self.is_idle() && self.lingering_until().is_none()).then(|| self.clocks.last_progress + IDLE_TRIM)
+    }
+
     /// Between requests with nothing buffered either way: a drain closes it at once.
     pub(crate) fn is_idle(&self) -> bool {
         self.input.is_empty() && self.out.is_empty() && self.session.is_between_requests()
@@ -408,13 +419,19 @@ impl Conn {
         }
     }
 
-    /// Give the buffers back to the kept ones on close (and count the close).
+    /// Give the buffers back (the large ones to the kept ones): once idle, and on close.
+    pub(crate) fn release_buffers(&mut self) {
+        buffer::keep(std::mem::take(&mut self.input));
+        self.out.release();
+        self.session.release_buffers();
+    }
+
+    /// On close: give the buffers back and count the close.
     pub(crate) fn release(&mut self, metrics: Option<&Metrics>) {
         if let (Some(metrics), Some(transport)) = (metrics, self.session.transport()) {
             metrics.closed(transport);
         }
-        buffer::keep(std::mem::take(&mut self.input));
-        self.out.release();
+        self.release_buffers();
     }
 }
 

@@ -15,7 +15,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use super::conn::{Conn, TlsFailed, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::conn::{Conn, TlsFailed, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use super::ACCEPTS_PER_TURN;
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
@@ -362,7 +362,8 @@ impl PollWorker {
         pc.conn.out.shrink(OUTPUT_KEEP);
         pc.conn.track_clocks(now);
         let deadline = pc.conn.clocks.deadline(&self.shared.config);
-        self.schedule_scan(deadline);
+        let trim_at = pc.conn.trim_at(false);
+        self.schedule_scan(trim_at.map_or(deadline, |at| at.min(deadline)));
     }
 
     /// Put the deferred replies that arrived in place and send what they unblock. Returns
@@ -413,16 +414,29 @@ impl PollWorker {
     /// Close connections whose time is up; plan the next scan.
     fn expire(&mut self, now: Instant) {
         self.next_scan = None;
-        let config = &self.shared.config;
+        // A clone: the loop below closes and serves connections, which borrow `self`.
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
-        let (expired, earliest) = super::due(self.conns.iter(), now, |pc| pc.conn.deadline(config));
-        for key in expired {
-            if let Some(pc) = self.conns.get_mut(key).filter(|pc| pc.conn.lingering_until().is_none()) {
+        let (due, earliest) = super::due(self.conns.iter(), now, |pc| {
+            super::earliest(pc.conn.deadline(config), pc.conn.trim_at(false))
+        });
+        let mut trimmed = 0;
+        for key in due {
+            let Some(pc) = self.conns.get_mut(key) else { continue };
+            if pc.conn.deadline(config).is_none_or(|at| at > now) {
+                // Only its buffers' time is up: it stays open, holding its slot alone.
+                pc.conn.release_buffers();
+                trimmed += 1;
+                continue;
+            }
+            if pc.conn.lingering_until().is_none() {
                 pc.conn.time_out(self.serving.date.get(), self.serving.metrics());
                 let _ = flush(pc, now, self.serving.metrics());
             }
             self.close(key);
         }
+        super::after_scan(&mut self.conns, trimmed);
         if let Some(at) = earliest {
             self.schedule_scan(at);
         }
@@ -477,6 +491,9 @@ impl PollWorker {
             // closed first.
             drop(pc);
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            if super::table_oversized(&self.conns) {
+                self.schedule_scan(self.now + IDLE_TRIM);
+            }
         }
     }
 }

@@ -38,6 +38,17 @@ impl Http {
         self.pending_head.is_none()
     }
 
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.target.capacity() > 0 || self.body.capacity() > 0 || self.cors_headers.capacity() > 0
+    }
+
+    /// Between requests: the target, body and CORS lines are rewritten by the next one.
+    pub(super) fn release_buffers(&mut self) {
+        self.target = String::new();
+        self.body = Vec::new();
+        self.cors_headers = Vec::new();
+    }
+
     /// The body's length when a head with `Content-Length` awaits it; 0 otherwise.
     pub(super) fn body_wanted(&self) -> usize {
         match self.pending_head.map(|head| head.framing) {
@@ -251,7 +262,7 @@ impl Http {
         }
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head);

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Persistence, Status};
@@ -183,6 +183,9 @@ struct Calls {
     /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
     /// only when the router asks ([`Router::keeps_context`]).
     head: Vec<u8>,
+    /// Whether the caller is still there, for calls queued for a batch (goes down when the
+    /// session is dropped with its connection).
+    presence: Presence,
 }
 
 impl Default for Session {
@@ -275,6 +278,31 @@ impl Session {
             Protocol::Http(http) => http.is_between_requests(),
             Protocol::Stream(stream) => !stream.in_text(),
             Protocol::WebSocket(websocket) => websocket.is_between_messages(),
+        }
+    }
+
+    /// Whether it holds buffers that an idle connection can give back ([`Session::release_buffers`]).
+    #[must_use]
+    pub fn holds_buffers(&self) -> bool {
+        self.calls.pending.capacity() > 0
+            || match &self.protocol {
+                Protocol::Unknown | Protocol::Stream(_) => false,
+                Protocol::Http(http) => http.holds_buffers(),
+                Protocol::WebSocket(websocket) => websocket.holds_buffers(),
+            }
+    }
+
+    /// Give back the buffers kept between requests; only when between requests with no
+    /// reply awaited (an idle connection), since a message under way lives in them.
+    pub fn release_buffers(&mut self) {
+        if !self.is_between_requests() || self.has_pending() {
+            return;
+        }
+        self.calls.pending = VecDeque::new();
+        match &mut self.protocol {
+            Protocol::Unknown | Protocol::Stream(_) => {}
+            Protocol::Http(http) => http.release_buffers(),
+            Protocol::WebSocket(websocket) => websocket.release_buffers(),
         }
     }
 
@@ -424,10 +452,16 @@ impl Session {
     /// cut short can never be completed: it is answered `-32700` (id `null`). The session
     /// closes either way.
     pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
-        if let Protocol::Stream(stream) = &mut self.protocol {
-            if !self.closing {
-                stream.end_of_input(&mut self.calls, rest, out, ctx);
+        match &mut self.protocol {
+            Protocol::Stream(stream) => {
+                if !self.closing {
+                    stream.end_of_input(&mut self.calls, rest, out, ctx);
+                }
             }
+            // An HTTP or WebSocket client that stops sending has closed: calls still queued
+            // for a batch are dropped rather than run for nobody.
+            Protocol::Http(_) | Protocol::WebSocket(_) => self.calls.presence.gone(),
+            Protocol::Unknown => {}
         }
         self.closing = true;
     }

@@ -80,7 +80,7 @@ impl Stream {
         let data = out.data();
         let start = data.len();
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]);

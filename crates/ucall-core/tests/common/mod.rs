@@ -517,6 +517,19 @@ impl Conn {
         }
     }
 
+    /// The next `n` bytes (fails the test when they do not come within [`Conn::patience`]).
+    pub fn read_exact_bytes(&mut self, n: usize) -> Vec<u8> {
+        let deadline = Instant::now() + self.patience;
+        while self.buf.len() < n {
+            match self.fill(deadline) {
+                Ok(0) => panic!("connection closed before {n} bytes; received: {}", show(&self.buf)),
+                Ok(_) => {}
+                Err(e) => panic!("no {n} bytes ({e}); received: {}", show(&self.buf)),
+            }
+        }
+        self.buf.drain(..n).collect()
+    }
+
     /// The next line (fails the test when there is none).
     pub fn read_line(&mut self) -> Vec<u8> {
         self.try_read_line().unwrap_or_else(|e| panic!("{e}"))

@@ -28,6 +28,7 @@ const RANKS: &[(&str, u32)] = &[
     ("metrics", 2),
     ("router", 3),
     ("dispatch", 4),
+    ("batch", 4),
     ("session", 5),
     ("engine", 6),
     ("server", 7),
