@@ -254,6 +254,9 @@ class Server:
         if drain_delay < 0:
             raise ValueError(f"drain_delay must be at least 0, got {drain_delay}")
         self.drain_delay = drain_delay
+        #: Where the supervisor of ``run(workers=N, metrics_port=...)`` serves the workers'
+        #: metrics totals, once running.
+        self.metrics_port: int | None = None
         self._drain = False
         self._checks: list[Callable[[], Any]] = []
         self._middleware: list[_middleware.Middleware] = []
@@ -668,6 +671,7 @@ class Server:
         *,
         ready: Callable[[Server], None] | None = None,
         workers: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles``, when
         positive), then stop gracefully. Starts the server if needed.
@@ -688,11 +692,15 @@ class Server:
         under a supervisor that starts a worker again when one dies; SIGHUP restarts them
         one at a time, each old one stopped once its replacement serves; SIGTERM or Ctrl-C
         stops them all. It needs the main thread; ``max_cycles`` and ``max_seconds`` do
-        not apply.
+        not apply. Each worker counts its own metrics; with ``metrics_port`` the
+        supervisor serves their totals at ``GET /metrics`` on that port of ``host`` (0
+        picks one: ``metrics_port`` says which once running).
         """
         if workers is not None:
-            self._run_workers(workers, ready)
+            self._run_workers(workers, ready, metrics_port)
             return
+        if metrics_port is not None:
+            raise ValueError("metrics_port is the supervisor's: it needs workers=N")
         deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
         terminated = threading.Event()
         restore = None
@@ -751,7 +759,7 @@ class Server:
         shutdown = self._limits["shutdown_timeout"]
         return self.drain_delay + (5.0 if shutdown is None else shutdown) + 2.0
 
-    def _run_workers(self, workers: int, ready: Callable[[Server], None] | None) -> None:
+    def _run_workers(self, workers: int, ready: Callable[[Server], None] | None, metrics_port: int | None) -> None:
         from ucall import _workers
 
         if self._native is not None:
@@ -765,8 +773,19 @@ class Server:
             if self._limits["tls_port"] is not None:
                 reserved.append(_workers.reserve_port(self.host, self._limits["tls_port"]))
                 self._limits["tls_port"] = reserved[1].getsockname()[1]
-            supervisor = _workers.Supervisor(self._serve_as_worker, workers, stop_timeout=self._stop_timeout())
-            status = supervisor.run(None if ready is None else lambda _pids: ready(self))
+            supervisor = _workers.Supervisor(
+                self._serve_as_worker,
+                workers,
+                stop_timeout=self._stop_timeout(),
+                metrics=None if metrics_port is None else (self.host, metrics_port),
+            )
+
+            def serving(_pids: list[int]) -> None:
+                self.metrics_port = supervisor.metrics_port
+                if ready is not None:
+                    ready(self)
+
+            status = supervisor.run(serving)
         finally:
             self._requested_port, self._limits["tls_port"] = requested
             for sock in reserved:
@@ -779,7 +798,13 @@ class Server:
         ``ready_fd`` once serving. Returns the exit status."""
         self._supervisor = os.getppid()
 
+        from ucall import _workers
+
         def announce(_server: Server) -> None:
+            folder = os.environ.get(_workers.METRICS_DIR)
+            native = self._native
+            if folder and native is not None:
+                _workers.serve_worker_metrics(native.metrics_text, os.path.join(folder, f"{os.getpid()}.sock"))
             os.write(ready_fd, b"r")
             os.close(ready_fd)
 

@@ -114,6 +114,8 @@ class NativeServer:
         """What ``GET /readyz`` reports: ``(ready, its JSON body)``."""
     def start(self) -> int:
         """Bind and serve on background threads; the bound port. Raises ``OSError``."""
+    def metrics_text(self) -> Optional[str]:
+        """The page ``GET /metrics`` answers (Prometheus text format), while running with metrics on."""
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait (GIL released) until the workers finished; False after ``timeout`` seconds."""
     def stop(self) -> None:

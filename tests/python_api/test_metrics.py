@@ -5,6 +5,7 @@ replies deferred) are counted and timed to their completion; the path moves or t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import REPO_ROOT, Wire, serving
 from ucall import RPCError, Server
+from ucall._workers import add_pages
 
 
 def scrape(wire: Wire, path: str = "/metrics") -> tuple[int, dict[tuple[str, frozenset], float]]:
@@ -95,3 +97,53 @@ def test_ucall_serve_moves_the_path(tmp_path, engine):
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=30,
     )
     assert result.returncode == 2 and "--metrics-path must start with '/'" in result.stderr, result.stderr
+
+
+def test_worker_processes_totals_on_the_supervisors_port(tmp_path, engine):
+    (tmp_path / "app.py").write_text(
+        "from ucall import Server\nserver = Server()\n\n@server\ndef hello(name: str) -> str:\n    return name\n"
+    )
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
+    command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", "0", "--threads", "1"]
+    command += ["--workers", "2", "--metrics-port", "0"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        found = re.fullmatch(r"listening on \S+:(\d+) \(.*; their metrics on port (\d+)\)\n", line)
+        assert found, line + proc.stderr.read()
+        port, metrics_port = int(found.group(1)), int(found.group(2))
+        # Fresh connections, which the kernel spreads between the two workers.
+        for i in range(20):
+            w = Wire(port)
+            assert w.result("hello", [str(i)]) == str(i)
+            w.close()
+        w = Wire(metrics_port)
+        status, totals = scrape(w)
+        w.close()
+        assert status == 200
+        assert value(totals, "ucall_calls_handled_total", method="hello", code="ok") == 20
+        assert value(totals, "ucall_call_duration_seconds_count", method="hello") == 20
+        # Both workers' pages were added: one engine_info each.
+        assert sum(v for (name, _), v in totals.items() if name == "ucall_engine_info") == 2
+        # The shared port answers one worker's own page, whichever the kernel picked.
+        w = Wire(port)
+        status, one = scrape(w)
+        w.close()
+        assert sum(v for (name, _), v in one.items() if name == "ucall_engine_info") == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_pages_add_up_by_series():
+    one = "# HELP a_total A.\n# TYPE a_total counter\na_total{m=\"x\"} 2\n# HELP g G.\n# TYPE g gauge\ng 1\n"
+    two = "# HELP a_total A.\n# TYPE a_total counter\na_total{m=\"y\"} 1\na_total{m=\"x\"} 3\n# HELP g G.\n# TYPE g gauge\ng 1.5\n"
+    assert add_pages([one, two, ""]) == (
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{m=\"x\"} 5\na_total{m=\"y\"} 1\n"
+        "# HELP g G.\n# TYPE g gauge\ng 2.5\n"
+    )

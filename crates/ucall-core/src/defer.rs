@@ -9,7 +9,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Instant;
 
 use serde::Serialize;
 
@@ -40,8 +39,8 @@ pub struct Completion {
 pub struct Meter {
     /// The method's slot.
     pub method: u32,
-    /// When the call started.
-    pub started: Instant,
+    /// When the call started (`crate::metrics::Metrics::now`).
+    pub started: u64,
 }
 
 /// Most deferred calls one worker awaits at once, over all its connections. Past it, no

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyType};
 
 use ucall_core::batch::SIZE_BUCKETS;
+use ucall_core::metrics::Metrics;
 use ucall_core::{
     BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig,
     NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
@@ -85,6 +86,8 @@ enum State {
         engine: EngineKind,
         /// Why `auto` took poll, when it fell back.
         engine_fallback: Option<String>,
+        /// The counters `GET /metrics` shows, when on.
+        metrics: Option<Arc<Metrics>>,
     },
     Stopped,
 }
@@ -386,6 +389,7 @@ impl NativeServer {
         let engine_fallback = server.engine_fallback().map(str::to_owned);
         let grace = server.config().shutdown_timeout;
         let (stopper, workers) = server.into_workers();
+        let metrics = workers.first().and_then(ucall_core::Worker::metrics);
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
         // An io_uring worker is tied to the thread that first drives it.
         let pinned = engine == EngineKind::Uring;
@@ -399,6 +403,7 @@ impl NativeServer {
             tls_port,
             engine,
             engine_fallback,
+            metrics,
         };
         Ok(port)
     }
@@ -539,6 +544,16 @@ impl NativeServer {
             State::Running { engine_fallback, .. } => engine_fallback.clone(),
             _ => None,
         }
+    }
+
+    /// The page `GET /metrics` answers (Prometheus text format), while running with
+    /// metrics on.
+    fn metrics_text(&self, py: Python<'_>) -> Option<String> {
+        let metrics = match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { metrics, .. } => metrics.clone(),
+            _ => None,
+        }?;
+        Some(py.detach(|| metrics.render()))
     }
 
     /// Event-loop turns taken so far, over all workers.

@@ -96,6 +96,17 @@ impl Worker {
         }
     }
 
+    /// The server's counters, once serving has started with metrics on: the front ends
+    /// render them outside the engine (Python's worker processes report their totals).
+    #[must_use]
+    pub fn metrics(&self) -> Option<Arc<Metrics>> {
+        match &self.inner {
+            Inner::Poll(worker) => worker.serving.router.metrics().cloned(),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.serving.router.metrics().cloned(),
+        }
+    }
+
     /// Hand over the procedures this worker serves.
     pub(crate) fn set_router(&mut self, router: Arc<crate::router::Router>) {
         match &mut self.inner {
