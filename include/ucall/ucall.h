@@ -357,6 +357,16 @@ typedef void *ucall_callback_tag_t;
  */
 typedef void (*ucall_callback_t)(ucall_call_t call, ucall_callback_tag_t tag);
 
+/**
+ * A hook run around every call: returns `true` to go on to the procedure (without
+ * replying), or `false` to refuse the call, answered with the error the hook gave with
+ * `ucall_call_reply_error*()` (`ucall_call_reply_error_status(call, 401, ...)` answers
+ * HTTP with 401), or with a reply of its own; `false` with no answer refuses with 403.
+ * It reads the call as a procedure does (params, `ucall_call_header`, ...). Like a
+ * procedure, it runs on every serving thread at once and must not unwind.
+ */
+typedef bool (*ucall_hook_t)(ucall_call_t call, ucall_callback_tag_t tag);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -570,6 +580,75 @@ bool ucall_param_name(ucall_call_t call,
                       size_t *output_length);
 
 /**
+ * How the call arrived: `"http"`, `"tcp"` or `"websocket"` (a static NUL-terminated
+ * string); NULL when `call` is not the running callback's call.
+ *
+ * # Safety
+ * `call` must be NULL or the running callback's call.
+ */
+ucall_str_t ucall_call_transport(ucall_call_t call);
+
+/**
+ * Whether TLS carried the call (`false` for a NULL or stale `call`).
+ *
+ * # Safety
+ * `call` must be NULL or the running callback's call.
+ */
+bool ucall_call_is_tls(ucall_call_t call);
+
+/**
+ * Write the peer's address as text (`127.0.0.1:5000`, `[::1]:5000`), NUL-terminated, into
+ * `buffer` of `buffer_capacity` bytes, and its length (without the NUL) to
+ * `*output_length`. Returns `false` (outputs untouched) when the address is not known
+ * (see `ucall_keep_context`), the buffer is too small, or a pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `buffer` NULL or `buffer_capacity` writable
+ * bytes; `output_length` NULL or writable.
+ */
+bool ucall_call_peer(ucall_call_t call,
+                     char *buffer,
+                     size_t buffer_capacity,
+                     size_t *output_length);
+
+/**
+ * Read the request header field `name` (`name_length` bytes, or NUL-terminated when 0;
+ * compared case-insensitively): `*output` points to its value, trimmed, not
+ * NUL-terminated (except when empty), valid until the callback returns. An HTTP call's
+ * own head; a WebSocket call's, the upgrade request's; none over raw TCP. Returns `false`
+ * (outputs untouched) when the field is absent, the head was not kept (see
+ * `ucall_keep_context`), or a pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `name` NULL or `name_length` readable
+ * bytes (NUL-terminated when 0); `output`, `output_length` NULL or writable.
+ */
+bool ucall_call_header(ucall_call_t call,
+                       ucall_str_t name,
+                       size_t name_length,
+                       ucall_str_t *output,
+                       size_t *output_length);
+
+/**
+ * The call's method name (`*output`, not NUL-terminated, valid until the callback
+ * returns). Returns `false` (outputs untouched) for a NULL pointer or stale `call`.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+ */
+bool ucall_call_method(ucall_call_t call, ucall_str_t *output, size_t *output_length);
+
+/**
+ * The call's JSON-RPC id as sent, a JSON text (`1`, `"a"`; `null` for a REST-style call):
+ * `*output` points to it, not NUL-terminated, valid until the callback returns. Returns
+ * `false` (outputs untouched) for a notification, a NULL pointer or a stale `call`.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+ */
+bool ucall_call_id(ucall_call_t call, ucall_str_t *output, size_t *output_length);
+
+/**
  * Answer with `json`, which must be one valid JSON text (`json_length` bytes, or
  * NUL-terminated when 0): it becomes the call's `result` as is.
  *
@@ -775,6 +854,30 @@ void ucall_add_procedure(ucall_server_t server,
                          ucall_str_t name,
                          ucall_callback_t callback,
                          ucall_callback_tag_t tag);
+
+/**
+ * Run `hook` (with `tag` handed back) around every call, inside the hooks set before
+ * it; the calls' context is kept (`ucall_keep_context`). Set hooks after `ucall_init()`
+ * and before the first `ucall_take_call(s)()`; a NULL hook, or one set later, is refused
+ * (`ucall_last_error()` says why).
+ *
+ * # Safety
+ * `server` must be NULL or a live server. `tag` as for `ucall_add_procedure`.
+ */
+void ucall_set_hook(ucall_server_t server, ucall_hook_t hook, ucall_callback_tag_t tag);
+
+/**
+ * Keep each call's peer address and request header fields for its callback
+ * (`ucall_call_peer`, `ucall_call_header`). Without it a callback still reads the
+ * transport, TLS, id and method, and the server copies no request head (and, on
+ * io_uring, asks the kernel for no address: connections are then accepted one per turn).
+ * Call it after `ucall_init()` and before the first `ucall_take_call(s)()`; later calls
+ * are refused (`ucall_last_error()` says why).
+ *
+ * # Safety
+ * `server` must be NULL or a live server.
+ */
+void ucall_keep_context(ucall_server_t server);
 
 /**
  * `ucall_add_procedure()` with a description of the procedure, as JSON, for the method

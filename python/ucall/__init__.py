@@ -13,7 +13,7 @@
 """
 
 from ucall._server import Server
-from ucall._ucall import __version__
+from ucall._ucall import Context, __version__
 from ucall.exceptions import (
     ConnectError,
     ErrorCode,
@@ -27,6 +27,7 @@ from ucall.exceptions import (
 
 __all__ = [
     "ConnectError",
+    "Context",
     "ErrorCode",
     "HTTPError",
     "ProtocolError",

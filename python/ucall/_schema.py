@@ -59,6 +59,8 @@ def describe(
     params = []
     kinds = set()
     for parameter in signature.parameters.values():
+        if _signature._is_context(hints.get(parameter.name)):
+            continue  # given by the server, not by the caller
         kinds.add(parameter.kind)
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Sequence, TypeVar, overload
 
-from ucall import _batch, _codec, _schema, _signature, _ucall
+from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
 from ucall.exceptions import RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -260,6 +259,7 @@ class Server:
         self.metrics_port: int | None = None
         self._drain = False
         self._checks: list[Callable[[], Any]] = []
+        self._middleware: list[_middleware.Middleware] = []
         # Set in a worker process: the port is shared with the other workers, and the
         # worker stops when its supervisor (this pid) is gone.
         self._supervisor: int | None = None
@@ -512,6 +512,21 @@ class Server:
         """Registered functions by method name."""
         return {name: p.func for name, p in self._procedures.items()}
 
+    def middleware(self, func: F) -> F:
+        """Register ``func(ctx, call_next)`` to run around every call (inside those
+        registered before it), and return it. ``ctx`` is the call's ``ucall.Context``, with
+        its ``method`` and ``params``; ``call_next()`` runs the call and returns its result.
+        Raise to reject the call (``ucall.HTTPError(401, ...)`` answers HTTP with 401); an
+        ``async def`` middleware awaits ``call_next()``. With an async middleware every
+        call runs on the server's asyncio loop, plain handlers included."""
+        if not callable(func):
+            raise TypeError(f"a middleware must be callable, got {func!r}")
+        with self._lock:
+            if self._native is not None:
+                raise RuntimeError("register middleware before the server starts")
+            self._middleware.append(func)
+        return func
+
     def readiness_check(self, func: F) -> F:
         """Register ``func()`` as a readiness check (a model loaded, a database reachable):
         ``GET /readyz`` and ``rpc.health`` answer "serving" only while every check returns
@@ -574,7 +589,8 @@ class Server:
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("the server is already running")
-            needs_loop = any(_is_async(p.func) for p in self._procedures.values())
+            async_middleware = any(_middleware.is_async(m) for m in self._middleware)
+            needs_loop = async_middleware or any(_is_async(p.func) for p in self._procedures.values())
             loop = _EventLoop() if needs_loop else None
             native = _ucall.NativeServer(
                 self.host,
@@ -586,6 +602,7 @@ class Server:
                 _describe if self.debug else None,
                 loop.submit if loop is not None else None,
                 log_failure=_log_failure,
+                middleware=_middleware.chain(self._middleware),
                 max_threads=self.max_threads,
                 **self._native_options(),
             )
@@ -608,10 +625,11 @@ class Server:
                         func,
                         _signature.plan(func, procedure.localns),
                         ignore,
-                        _is_async(func),
+                        async_middleware or _is_async(func),
+                        _signature.context_param(func, procedure.localns),
                     )
                 if HEALTH not in self._procedures:
-                    native.add(HEALTH, self._health, _signature.plan(self._health, None), True, False)
+                    native.add(HEALTH, self._health, _signature.plan(self._health, None), True, async_middleware)
                 native.set_readiness_check(self._failed_check)
                 native.set_draining(self._drain)
                 native.start()
@@ -889,6 +907,4 @@ def _origin(func: Callable[..., Any]) -> str:
     return f"{module}.{qualname}"
 
 
-def _is_async(func: Callable[..., Any]) -> bool:
-    # An object whose __call__ is a coroutine function is async too (not a callable check).
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
+_is_async = _middleware.is_async

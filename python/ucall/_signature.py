@@ -22,6 +22,7 @@ import typing
 from typing import Any, Callable, Union
 
 from ucall import _codec
+from ucall._ucall import Context
 
 ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY, NDARRAY = range(9)
 
@@ -84,8 +85,13 @@ def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> lis
     except Exception as error:  # an unresolved forward reference, usually
         raise TypeError(_unresolved(what, "parameter", annotated, error)) from error
     specs: list[ParamSpec] = []
+    seen_context = False
     for parameter in signature.parameters.values():
         hint = hints.get(parameter.name, inspect.Parameter.empty)
+        if _is_context(hint):
+            _check_context_param(what, parameter, seen_context)
+            seen_context = True
+            continue  # the call's context, given by the server: no RPC parameter
         try:
             check, converter = compile_hint(hint, localns)
         except TypeError as error:
@@ -102,6 +108,37 @@ def plan(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> lis
             )
         )
     return specs
+
+
+def context_param(func: Callable[..., Any], localns: dict[str, Any] | None = None) -> tuple[str, int | None] | None:
+    """``func``'s parameter annotated ``ucall.Context``, if any (``plan`` has checked it):
+    its name, and its place among the positional arguments when it has one (else it is
+    passed by keyword)."""
+    try:
+        hints = typing.get_type_hints(_annotated(func), localns=localns, include_extras=True)
+        parameters = inspect.signature(func).parameters.values()
+    except Exception:  # noqa: BLE001 - plan() reports what cannot be read
+        return None
+    positional = 0
+    for parameter in parameters:
+        if _is_context(hints.get(parameter.name, inspect.Parameter.empty)):
+            at = positional if parameter.kind == parameter.POSITIONAL_OR_KEYWORD else None
+            return parameter.name, at
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return None
+
+
+def _is_context(hint: Any) -> bool:
+    return _strip_annotated(hint) is Context
+
+
+def _check_context_param(what: str, parameter: inspect.Parameter, seen: bool) -> None:
+    """The server passes the context in the parameter's place or by its name, once."""
+    if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+        raise TypeError(f"{what}: the ucall.Context parameter {parameter.name!r} must be passable by keyword")
+    if seen:
+        raise TypeError(f"{what}: more than one parameter is annotated ucall.Context")
 
 
 def _unresolved(owner: str, kind: str, annotated: Any, error: Exception) -> str:

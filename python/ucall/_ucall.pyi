@@ -5,6 +5,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, final
 
 __all__ = [
     "BatchReply",
+    "Context",
     "DeferredReply",
     "ERROR_CODES",
     "NativeClient",
@@ -44,6 +45,7 @@ class NativeServer:
         submit: Optional[Callable[[list[tuple[Any, "DeferredReply"]]], None]] = None,
         *,
         log_failure: Optional[Callable[[str, BaseException, Any], None]] = None,
+        middleware: Optional[Callable[[Context, Any, Any, Any], Any]] = None,
         max_threads: int = 64,
         max_body_bytes: Optional[int] = None,
         max_head_bytes: Optional[int] = None,
@@ -75,8 +77,11 @@ class NativeServer:
         params: Sequence[_ParamSpec],
         ignore_extra: bool,
         is_async: bool = False,
+        context: Optional[tuple[str, Optional[int]]] = None,
     ) -> None:
-        """Register ``func`` under ``name``; only before ``start``."""
+        """Register ``func`` under ``name``; only before ``start``. ``context``: the
+        parameter that takes the call's ``Context``, and its positional place (or ``None``:
+        by name)."""
     def add_batch(
         self,
         name: str,
@@ -144,6 +149,34 @@ class BatchReply:
     """The replies of an ``async def`` batch; completed by its task's done-callback."""
 
     def settle(self, task: Any) -> None: ...
+
+@final
+class Context:
+    """How a call reached the server. A handler gets it through a parameter annotated
+    ``ucall.Context``, which is no part of the procedure's params or schema."""
+
+    @property
+    def transport(self) -> str:
+        """``"http"``, ``"tcp"`` or ``"websocket"``."""
+    @property
+    def tls(self) -> bool:
+        """Whether TLS carried the call."""
+    @property
+    def peer(self) -> Optional[tuple[str, int]]:
+        """The peer's ``(host, port)``."""
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request's header fields, names in lower case (a WebSocket call's: the
+        upgrade request's; none over raw TCP); repeated fields joined with ", "."""
+    @property
+    def method(self) -> str:
+        """The JSON-RPC method name."""
+    @property
+    def id(self) -> Any:
+        """The JSON-RPC id (``None`` for a notification and a REST-style call)."""
+    @property
+    def params(self) -> Any:
+        """The params as sent, decoded (middleware only; else ``None``)."""
 
 def code_for_http_status(status: int) -> int:
     """The JSON-RPC code an error given only this HTTP status carries (the core's table)."""

@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ucall_core::{Call, ErrorCode, Handler, Param, Reply, RpcError};
+use ucall_core::{Call, ErrorCode, Handler, Hook, Param, Reply, RpcError};
 
 use crate::ffi::{self, ucall_callback_tag_t, ucall_str_t};
 
@@ -199,6 +199,57 @@ impl Handler for CProcedure {
             Answer::Failed(error) => Err(error),
             Answer::Pending if call.is_notification() => Ok(()),
             Answer::Pending => Err(no_reply(call.method())),
+        }
+    }
+}
+
+/// A C hook run around every call (`ucall_set_hook`).
+pub(crate) struct CHook {
+    callback: unsafe extern "C" fn(ucall_call_t, ucall_callback_tag_t) -> bool,
+    tag: ucall_callback_tag_t,
+}
+
+impl CHook {
+    pub(crate) fn new(
+        callback: unsafe extern "C" fn(ucall_call_t, ucall_callback_tag_t) -> bool,
+        tag: ucall_callback_tag_t,
+    ) -> Self {
+        CHook { callback, tag }
+    }
+}
+
+// SAFETY: as for `CProcedure`: the tag is never dereferenced here, and `ucall_set_hook`
+// documents that the hook runs on every serving thread at once.
+unsafe impl Send for CHook {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for CHook {}
+
+impl Hook for CHook {
+    fn around(&self, call: &Call<'_>, reply: &mut Reply<'_>, next: &dyn Handler) -> Result<(), RpcError> {
+        let mut context = CallContext {
+            call,
+            reply,
+            answer: Answer::Pending,
+            strings: Vec::new(),
+            last_json: None,
+        };
+        let go_on = {
+            let (_inside, handle) = InCallback::enter(std::ptr::from_mut(&mut context).cast());
+            // SAFETY: a non-NULL function pointer registered through ucall_set_hook, called
+            // with its own tag and the handle naming `context`, which outlives the call;
+            // once it returns the handle names nothing.
+            unsafe { (self.callback)(handle, self.tag) }
+        };
+        let answer = std::mem::replace(&mut context.answer, Answer::Pending);
+        match (go_on, answer) {
+            // The procedure answers (a hook that goes on does not reply).
+            (true, _) => {
+                drop(context);
+                next.handle(call, reply)
+            }
+            (false, Answer::Replied) => Ok(()),
+            (false, Answer::Failed(error)) => Err(error),
+            (false, Answer::Pending) => Err(RpcError::http(403, "the call was refused")),
         }
     }
 }
@@ -637,6 +688,143 @@ pub unsafe extern "C" fn ucall_param_name(
             Some(text) => unsafe { write_text(output, output_length, text) },
             None => false,
         }
+    }
+}
+
+// ------------------------------------------------------------------ context
+
+/// How the call arrived: `"http"`, `"tcp"` or `"websocket"` (a static NUL-terminated
+/// string); NULL when `call` is not the running callback's call.
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_transport(call: ucall_call_t) -> ucall_str_t {
+    ffi_panic_boundary! {"ucall_call_transport",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return std::ptr::null() };
+        match context.call.context().transport() {
+            ucall_core::Transport::Http => c"http".as_ptr(),
+            ucall_core::Transport::Tcp => c"tcp".as_ptr(),
+            ucall_core::Transport::WebSocket => c"websocket".as_ptr(),
+        }
+    }
+}
+
+/// Whether TLS carried the call (`false` for a NULL or stale `call`).
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_is_tls(call: ucall_call_t) -> bool {
+    ffi_panic_boundary! {"ucall_call_is_tls",
+        // SAFETY: the caller's contract.
+        unsafe { context(call) }.is_some_and(|c| c.call.context().is_tls())
+    }
+}
+
+/// Write the peer's address as text (`127.0.0.1:5000`, `[::1]:5000`), NUL-terminated, into
+/// `buffer` of `buffer_capacity` bytes, and its length (without the NUL) to
+/// `*output_length`. Returns `false` (outputs untouched) when the address is not known
+/// (see `ucall_keep_context`), the buffer is too small, or a pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `buffer` NULL or `buffer_capacity` writable
+/// bytes; `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_peer(
+    call: ucall_call_t,
+    buffer: *mut c_char,
+    buffer_capacity: usize,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_peer",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        let Some(peer) = context.call.context().peer() else { return false };
+        let text = peer.to_string();
+        if buffer.is_null() || output_length.is_null() || text.len() >= buffer_capacity {
+            return false;
+        }
+        // SAFETY: `buffer` holds `buffer_capacity` > `text.len()` writable bytes (the
+        // caller's contract, checked above), and a fresh `String` overlaps no C memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buffer, text.len());
+            *buffer.add(text.len()) = 0;
+            ffi::write_out(output_length, text.len())
+        }
+    }
+}
+
+/// Read the request header field `name` (`name_length` bytes, or NUL-terminated when 0;
+/// compared case-insensitively): `*output` points to its value, trimmed, not
+/// NUL-terminated (except when empty), valid until the callback returns. An HTTP call's
+/// own head; a WebSocket call's, the upgrade request's; none over raw TCP. Returns `false`
+/// (outputs untouched) when the field is absent, the head was not kept (see
+/// `ucall_keep_context`), or a pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_header(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_header",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { ffi::text_arg(name, name_length) }) else { return false };
+        let Some(name) = std::str::from_utf8(name).ok() else { return false };
+        let Some(value) = context.call.context().header(name) else { return false };
+        let text = if value.is_empty() { (EMPTY.as_ptr(), 0) } else { (value.as_ptr().cast(), value.len()) };
+        // SAFETY: the caller's contract.
+        unsafe { write_text(output, output_length, text) }
+    }
+}
+
+/// The call's method name (`*output`, not NUL-terminated, valid until the callback
+/// returns). Returns `false` (outputs untouched) for a NULL pointer or stale `call`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_method(
+    call: ucall_call_t,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_method",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        let method = context.call.method();
+        // SAFETY: the caller's contract.
+        unsafe { write_text(output, output_length, (method.as_ptr().cast(), method.len())) }
+    }
+}
+
+/// The call's JSON-RPC id as sent, a JSON text (`1`, `"a"`; `null` for a REST-style call):
+/// `*output` points to it, not NUL-terminated, valid until the callback returns. Returns
+/// `false` (outputs untouched) for a notification, a NULL pointer or a stale `call`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output`, `output_length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_id(
+    call: ucall_call_t,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_id",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        let Some(id) = context.call.id() else { return false };
+        // SAFETY: the caller's contract.
+        unsafe { write_text(output, output_length, (id.as_ptr().cast(), id.len())) }
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ucall_core::{EngineKind, MethodDoc, Server, Stopper, Worker};
 
-use crate::call::{CProcedure, InCallback};
+use crate::call::{CHook, CProcedure, InCallback};
 use crate::config::ucall_config_t;
 use crate::error;
 use crate::ffi::{self, ucall_callback_tag_t, ucall_str_t, Handle, Tag};
@@ -277,6 +277,65 @@ pub unsafe extern "C" fn ucall_add_procedure(
         }
         bound.router_mut().insert(name, Arc::new(CProcedure::new(callback, tag)));
         setup.procedures += usize::from(!replacing);
+    }
+}
+
+/// A hook run around every call: returns `true` to go on to the procedure (without
+/// replying), or `false` to refuse the call, answered with the error the hook gave with
+/// `ucall_call_reply_error*()` (`ucall_call_reply_error_status(call, 401, ...)` answers
+/// HTTP with 401), or with a reply of its own; `false` with no answer refuses with 403.
+/// It reads the call as a procedure does (params, `ucall_call_header`, ...). Like a
+/// procedure, it runs on every serving thread at once and must not unwind.
+#[allow(non_camel_case_types)]
+pub type ucall_hook_t =
+    Option<unsafe extern "C" fn(call: crate::call::ucall_call_t, tag: ucall_callback_tag_t) -> bool>;
+
+/// Run `hook` (with `tag` handed back) around every call, inside the hooks set before
+/// it; the calls' context is kept (`ucall_keep_context`). Set hooks after `ucall_init()`
+/// and before the first `ucall_take_call(s)()`; a NULL hook, or one set later, is refused
+/// (`ucall_last_error()` says why).
+///
+/// # Safety
+/// `server` must be NULL or a live server. `tag` as for `ucall_add_procedure`.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_set_hook(server: ucall_server_t, hook: ucall_hook_t, tag: ucall_callback_tag_t) {
+    ffi_panic_boundary! {"ucall_set_hook",
+        error::clear();
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_set_hook") }) else { return };
+        let Some(hook) = hook else {
+            return error::set("ucall_set_hook: the hook is NULL".to_owned());
+        };
+        let mut setup = srv.setup();
+        match setup.server.as_mut() {
+            Some(bound) if !srv.stopper.is_stopping() => {
+                bound.router_mut().add_hook(Arc::new(CHook::new(hook, tag)));
+            }
+            _ => error::set("ucall_set_hook: called after serving started or after ucall_stop".to_owned()),
+        }
+    }
+}
+
+/// Keep each call's peer address and request header fields for its callback
+/// (`ucall_call_peer`, `ucall_call_header`). Without it a callback still reads the
+/// transport, TLS, id and method, and the server copies no request head (and, on
+/// io_uring, asks the kernel for no address: connections are then accepted one per turn).
+/// Call it after `ucall_init()` and before the first `ucall_take_call(s)()`; later calls
+/// are refused (`ucall_last_error()` says why).
+///
+/// # Safety
+/// `server` must be NULL or a live server.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_keep_context(server: ucall_server_t) {
+    ffi_panic_boundary! {"ucall_keep_context",
+        error::clear();
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_keep_context") }) else { return };
+        let mut setup = srv.setup();
+        match setup.server.as_mut() {
+            Some(bound) if !srv.stopper.is_stopping() => bound.router_mut().keep_context(),
+            _ => error::set("ucall_keep_context: called after serving started or after ucall_stop".to_owned()),
+        }
     }
 }
 

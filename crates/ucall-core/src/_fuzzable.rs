@@ -274,6 +274,7 @@ pub fn jsonrpc_messages(data: &[u8]) {
     let max_batch = 16;
     let outcome = dispatch::process(
         data,
+        &crate::context::NONE,
         builder.router(),
         max_batch,
         &mut scratch,

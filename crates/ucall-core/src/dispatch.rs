@@ -8,6 +8,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::context::Context;
 use crate::defer::{Meter, Target};
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{as_text, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
@@ -70,6 +71,7 @@ pub enum Invoked {
 /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
 pub fn process(
     text: &[u8],
+    context: &Context<'_>,
     router: &Router,
     max_batch: usize,
     scratch: &mut Scratch,
@@ -87,7 +89,15 @@ pub fn process(
         return match message::parse_request(text) {
             Ok(envelope) => {
                 let status = &mut scratch.http_status;
-                if answer(&envelope, router, deferrals, &mut scratch.deferred, status, out) {
+                if answer(
+                    &envelope,
+                    context,
+                    router,
+                    deferrals,
+                    &mut scratch.deferred,
+                    status,
+                    out,
+                ) {
                     Outcome::Replied
                 } else {
                     Outcome::Silent
@@ -141,7 +151,15 @@ pub fn process(
             out.push(b',');
         }
         let envelope = element.envelope(text);
-        if answer(&envelope, router, deferrals, &mut scratch.deferred, &mut None, out) {
+        if answer(
+            &envelope,
+            context,
+            router,
+            deferrals,
+            &mut scratch.deferred,
+            &mut None,
+            out,
+        ) {
             replies += 1;
         } else {
             out.truncate(comma_at);
@@ -161,6 +179,7 @@ pub fn process(
 /// status leaves it in `status`.
 fn answer(
     envelope: &Envelope<'_>,
+    context: &Context<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
@@ -174,12 +193,13 @@ fn answer(
             write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
             true
         }
-        Envelope::Request(request) => call(request, router, deferrals, deferred, status, out),
+        Envelope::Request(request) => call(request, context, router, deferrals, deferred, status, out),
     }
 }
 
 fn call(
     request: &Request<'_>,
+    context: &Context<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
@@ -193,7 +213,7 @@ fn call(
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
             out.extend_from_slice(b",\"result\":");
-            let call = Call::new(&request.method, request.params, id);
+            let call = Call::new(&request.method, request.params, id).with_context(context);
             run(found, &call, router.metrics(), deferrals, out)
         }
         None => {

@@ -55,6 +55,7 @@ pub mod _fuzzable;
 pub mod batch;
 #[doc(hidden)]
 pub mod buffer;
+pub mod context;
 mod date;
 #[doc(hidden)]
 pub mod defer;
@@ -84,6 +85,7 @@ mod tls;
 pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
+pub use context::{Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
@@ -93,7 +95,7 @@ pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use metrics::MetricsConfig;
 pub use params::Param;
-pub use router::{Call, Handler, Params, Reply, Router};
+pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
 pub use tls::TlsConfig;

@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::{self, Context};
 use crate::defer::{Deferred, Meter, Target};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
@@ -38,6 +39,43 @@ where
     }
 }
 
+/// Runs around every call (a middleware): sees the call (method, params, context), and
+/// either rejects it with an error or runs `next`, the procedure (or the next hook),
+/// doing what it likes before and after.
+///
+/// Closures `Fn(&Call, &mut Reply, &dyn Handler) -> Result<(), RpcError>` implement it;
+/// register with [`crate::ServerBuilder::hook`]. A server without hooks pays nothing:
+/// procedures are wrapped once, when serving starts.
+pub trait Hook: Send + Sync + 'static {
+    /// Run around one call.
+    ///
+    /// # Errors
+    /// The error is sent to the caller as the JSON-RPC error object (with its HTTP status
+    /// over HTTP: [`RpcError::http`]`(401, ..)` answers 401).
+    fn around(&self, call: &Call<'_>, reply: &mut Reply<'_>, next: &dyn Handler) -> Result<(), RpcError>;
+}
+
+impl<F> Hook for F
+where
+    F: Fn(&Call<'_>, &mut Reply<'_>, &dyn Handler) -> Result<(), RpcError> + Send + Sync + 'static,
+{
+    fn around(&self, call: &Call<'_>, reply: &mut Reply<'_>, next: &dyn Handler) -> Result<(), RpcError> {
+        self(call, reply, next)
+    }
+}
+
+/// A procedure with a hook around it.
+struct Hooked {
+    hook: Arc<dyn Hook>,
+    inner: Arc<dyn Handler>,
+}
+
+impl Handler for Hooked {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        self.hook.around(call, reply, &*self.inner)
+    }
+}
+
 /// The table of procedures, shared read-only by every worker thread.
 ///
 /// Keyed with FxHash: clients only look names up, never insert, so a faster hash than
@@ -51,6 +89,10 @@ pub struct Router {
     health: Health,
     /// The counters, once serving starts with metrics on.
     metrics: Option<Arc<Metrics>>,
+    /// Keep each call's peer address and request head (see [`Router::keep_context`]).
+    keeps_context: bool,
+    /// Hooks run around every call, the first outermost; applied when serving starts.
+    hooks: Vec<Arc<dyn Hook>>,
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -104,6 +146,25 @@ impl Router {
         self.metrics.as_ref()
     }
 
+    /// Keep each call's peer address and request head for [`Call::context`]: a server
+    /// that never reads them does not pay for copying them.
+    pub fn keep_context(&mut self) {
+        self.keeps_context = true;
+    }
+
+    /// Whether calls carry their peer address and request head.
+    #[must_use]
+    pub fn keeps_context(&self) -> bool {
+        self.keeps_context
+    }
+
+    /// Run `hook` around every call (inside the hooks added before it). Hooks see each
+    /// call's context, so adding one keeps it ([`Router::keep_context`]).
+    pub fn add_hook(&mut self, hook: Arc<dyn Hook>) {
+        self.hooks.push(hook);
+        self.keeps_context = true;
+    }
+
     /// Names of every registered procedure.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.procedures.keys().map(AsRef::as_ref)
@@ -148,6 +209,16 @@ impl Router {
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }
+        // Each procedure gets its hooks once, here, so that a call's lookup stays one.
+        for hook in std::mem::take(&mut self.hooks).iter().rev() {
+            for procedure in self.procedures.values_mut() {
+                let inner = Arc::clone(&procedure.handler);
+                procedure.handler = Arc::new(Hooked {
+                    hook: Arc::clone(hook),
+                    inner,
+                });
+            }
+        }
     }
 
     /// The document served at `target` (query ignored), if any.
@@ -181,6 +252,7 @@ pub struct Call<'a> {
     method: &'a str,
     params: Params<'a>,
     id: Option<&'a str>,
+    context: &'a Context<'a>,
 }
 
 impl<'a> Call<'a> {
@@ -191,7 +263,21 @@ impl<'a> Call<'a> {
             method,
             params: Params::new(params),
             id,
+            context: &context::NONE,
         }
+    }
+
+    /// The same call, arrived as `context` says.
+    #[must_use]
+    pub fn with_context(self, context: &'a Context<'a>) -> Self {
+        Call { context, ..self }
+    }
+
+    /// How the call reached the server: transport, TLS, peer address and header fields
+    /// (the last two when kept: [`crate::ServerBuilder::keep_context`]).
+    #[must_use]
+    pub fn context(&self) -> &'a Context<'a> {
+        self.context
     }
 
     /// The method name.

@@ -190,6 +190,45 @@ impl ServerBuilder {
         self
     }
 
+    /// Keep each call's peer address and request header fields for its handler
+    /// ([`Call::context`]). Without it a handler still sees the transport and whether TLS
+    /// carries the call, and the server copies no request head (and, on io_uring, asks
+    /// the kernel for no address: connections are then accepted one per turn).
+    ///
+    /// ```
+    /// # use ucall_core::Server;
+    /// let builder = Server::builder().keep_context().procedure("whoami", |call| {
+    ///     let context = call.context();
+    ///     let agent = context.header("user-agent").map(|v| String::from_utf8_lossy(v).into_owned());
+    ///     Ok((context.transport().as_str(), context.peer().map(|a| a.to_string()), agent))
+    /// });
+    /// ```
+    pub fn keep_context(mut self) -> Self {
+        self.router.keep_context();
+        self
+    }
+
+    /// Run `hook` around every call (inside the hooks added before it): it may reject the
+    /// call with an error, or run `next` and do what it likes before and after. Adding a
+    /// hook keeps each call's context ([`ServerBuilder::keep_context`]).
+    ///
+    /// ```
+    /// # use ucall_core::{Server, RpcError};
+    /// let builder = Server::builder()
+    ///     .hook(|call, reply, next| match call.context().header("x-api-key") {
+    ///         Some(b"s3cret") => next.handle(call, reply),
+    ///         _ => Err(RpcError::http(401, "an API key is required")),
+    ///     })
+    ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?));
+    /// ```
+    pub fn hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Call<'_>, &mut Reply<'_>, &dyn Handler) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
+        self.router.add_hook(Arc::new(hook));
+        self
+    }
+
     /// The procedures registered so far, to drive a [`crate::session::Session`] in memory
     /// with the same table a server would use.
     #[must_use]

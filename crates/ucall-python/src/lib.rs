@@ -3,12 +3,13 @@
 //!
 //! Thin glue over `ucall-core`: a server whose procedures are Python callables
 //! ([`server::NativeServer`]), each registered function with its hooks ([`procedure`]),
-//! the threads that run them ([`runtime`]), the JSON reader and writer they use
+//! the threads that run them ([`runtime`]), a call's context ([`context`]), the JSON reader and writer they use
 //! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
 mod batch;
 mod client;
+mod context;
 mod convert;
 mod logs;
 mod params;
@@ -61,6 +62,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
+    m.add_class::<context::Context>()?;
     m.add_class::<batch::BatchReply>()?;
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;

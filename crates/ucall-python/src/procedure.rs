@@ -14,6 +14,7 @@ use pyo3::types::{PyTuple, PyType};
 
 use ucall_core::{Deferred, RpcError};
 
+use crate::context::{Context, Owned as CallContext};
 use crate::convert::write_json;
 use crate::params::Plan;
 
@@ -29,6 +30,8 @@ pub struct Hooks {
     pub(crate) submit: Option<Py<PyAny>>,
     /// `log_failure(method, exc, traceback)`: log a handler's exception on the server.
     pub(crate) log_failure: Option<Py<PyAny>>,
+    /// `chain(context, func, args, kwargs)`: run a call through the server's middleware.
+    pub(crate) middleware: Option<Py<PyAny>>,
     /// Quick calls in a row before a procedure is trusted to run on a pinned turner (1000
     /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
     /// one finish).
@@ -43,6 +46,9 @@ pub struct Procedure {
     plan: Plan,
     pub(crate) hooks: Arc<Hooks>,
     is_async: bool,
+    /// The parameter that takes the call's `ucall.Context`, when the function has one: its
+    /// name, and its place among the positional arguments (else it is passed by name).
+    context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
     /// Calls in a row that were quick (saturating); see [`Procedure::trusted`].
     quick_streak: AtomicU32,
     /// A call gave up its core while it ran (it may block again): never trusted again.
@@ -72,31 +78,104 @@ pub fn voluntary_switches() -> u64 {
 
 impl Procedure {
     /// A procedure calling `func` with params bound by `plan`.
-    pub fn new(name: &str, func: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>, is_async: bool) -> Self {
+    pub fn new(
+        name: &str,
+        func: Py<PyAny>,
+        plan: Plan,
+        hooks: Arc<Hooks>,
+        is_async: bool,
+        context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
+    ) -> Self {
         Procedure {
             name: Arc::from(name),
             func,
             plan,
             hooks,
             is_async,
+            context_param,
             quick_streak: AtomicU32::new(0),
             slow: AtomicBool::new(false),
             proven: AtomicBool::new(false),
         }
     }
 
+    /// Whether calls carry their context (the function takes a `ucall.Context`, or
+    /// middleware runs around it).
+    pub fn wants_context(&self) -> bool {
+        self.context_param.is_some() || self.hooks.middleware.is_some()
+    }
+
     /// Bind and call; the function's return value.
-    fn call<'py>(&self, py: Python<'py>, params: Option<&str>) -> Result<Bound<'py, PyAny>, RpcError> {
-        let (args, kwargs) = self.plan.bind(py, params)?;
-        self.func
-            .bind(py)
-            .call(args, kwargs.as_ref())
-            .map_err(|e| self.hooks.error(py, &e, &self.name))
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        params: Option<&str>,
+        context: Option<Box<CallContext>>,
+    ) -> Result<Bound<'py, PyAny>, RpcError> {
+        let context = context
+            .map(|context| Bound::new(py, Context::new(context)))
+            .transpose()
+            .map_err(|e| self.hooks.error(py, &e, &self.name))?;
+        let bound = self.plan.bind(py, params);
+        let called = match (&self.hooks.middleware, context) {
+            // Middleware runs first (an unauthenticated caller learns nothing of the
+            // params); a binding error is raised where the function would have run.
+            (Some(chain), Some(context)) => match bound {
+                Ok((args, kwargs)) => self
+                    .with_context(py, &context, args, kwargs)
+                    .and_then(|(args, kwargs)| chain.bind(py).call1((context, self.func.bind(py), args, kwargs))),
+                Err(error) => self
+                    .hooks
+                    .exception(py, &error)
+                    .and_then(|exception| chain.bind(py).call1((context, py.None(), exception, py.None()))),
+            },
+            (_, context) => {
+                let (args, kwargs) = bound?;
+                match context {
+                    Some(context) => self.with_context(py, &context, args, kwargs),
+                    None => Ok((args, kwargs)),
+                }
+                .and_then(|(args, kwargs)| self.func.bind(py).call(args, kwargs.as_ref()))
+            }
+        };
+        called.map_err(|e| self.hooks.error(py, &e, &self.name))
+    }
+
+    /// The arguments with `context` in the place of the function's context parameter, if
+    /// it has one.
+    fn with_context<'py>(
+        &self,
+        py: Python<'py>,
+        context: &Bound<'py, Context>,
+        mut args: Bound<'py, PyTuple>,
+        mut kwargs: Option<Bound<'py, pyo3::types::PyDict>>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Option<Bound<'py, pyo3::types::PyDict>>)> {
+        let Some((name, at)) = &self.context_param else {
+            return Ok((args, kwargs));
+        };
+        match at {
+            // The binder filled every positional parameter, so its place exists.
+            Some(at) => {
+                let mut all: Vec<Bound<'_, PyAny>> = args.iter().collect();
+                all.insert((*at).min(all.len()), context.clone().into_any());
+                args = PyTuple::new(py, all)?;
+            }
+            None => kwargs
+                .get_or_insert_with(|| pyo3::types::PyDict::new(py))
+                .set_item(name.bind(py), context)?,
+        }
+        Ok((args, kwargs))
     }
 
     /// Bind, call, serialize the result into `out`.
-    pub(crate) fn invoke(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        let result = self.call(py, params)?;
+    pub(crate) fn invoke(
+        &self,
+        py: Python<'_>,
+        params: Option<&str>,
+        context: Option<Box<CallContext>>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RpcError> {
+        let result = self.call(py, params, context)?;
         self.hooks.serialize(&result, out)
     }
 
@@ -135,21 +214,28 @@ impl Procedure {
         &self,
         py: Python<'py>,
         params: Option<&str>,
+        context: Option<Box<CallContext>>,
         reply: Deferred,
         timed: Option<u64>,
     ) -> Option<Bound<'py, PyAny>> {
         match timed {
-            Some(switches_at_group_start) => {
-                self.timing(switches_at_group_start, params, || self.run_deferred(py, params, reply))
-            }
-            None => self.run_deferred(py, params, reply),
+            Some(switches_at_group_start) => self.timing(switches_at_group_start, params, || {
+                self.run_deferred(py, params, context, reply)
+            }),
+            None => self.run_deferred(py, params, context, reply),
         }
     }
 
     /// Run a call of large params during the turn that parsed it, writing its reply into
     /// `out`; timed, so that a call that turns out slow withdraws the trust it relied on.
-    pub(crate) fn run_at_once(&self, py: Python<'_>, params: Option<&str>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        self.timing(voluntary_switches(), params, || self.invoke(py, params, out))
+    pub(crate) fn run_at_once(
+        &self,
+        py: Python<'_>,
+        params: Option<&str>,
+        context: Option<Box<CallContext>>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RpcError> {
+        self.timing(voluntary_switches(), params, || self.invoke(py, params, context, out))
     }
 
     /// Run `call` (of `params`), and keep [`Procedure::trusted`] and
@@ -175,8 +261,14 @@ impl Procedure {
         out
     }
 
-    fn run_deferred<'py>(&self, py: Python<'py>, params: Option<&str>, reply: Deferred) -> Option<Bound<'py, PyAny>> {
-        match self.call(py, params) {
+    fn run_deferred<'py>(
+        &self,
+        py: Python<'py>,
+        params: Option<&str>,
+        context: Option<Box<CallContext>>,
+        reply: Deferred,
+    ) -> Option<Bound<'py, PyAny>> {
+        match self.call(py, params, context) {
             Err(error) => reply.error(error),
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
                 let reply = DeferredReply {
@@ -251,6 +343,15 @@ impl DeferredReply {
 }
 
 impl Hooks {
+    /// `error` as the `ucall.RPCError` a handler would raise for it.
+    fn exception<'py>(&self, py: Python<'py>, error: &RpcError) -> PyResult<Bound<'py, PyAny>> {
+        let data = match error.data() {
+            Some(raw) => crate::convert::to_python(py, raw)?,
+            None => py.None().into_bound(py),
+        };
+        self.rpc_error.bind(py).call1((error.code(), error.message(), data))
+    }
+
     /// Serialize a handler's result into `out`.
     pub(crate) fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
         let start = out.len();

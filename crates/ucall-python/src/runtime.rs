@@ -76,6 +76,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Job {
     pub procedure: Arc<Procedure>,
     pub params: Option<ParamsText>,
+    /// The call's context, for a procedure that takes it.
+    pub context: Option<Box<crate::context::Owned>>,
     pub reply: Deferred,
 }
 
@@ -482,7 +484,7 @@ impl Runtime {
                 let timed = self
                     .times(&job)
                     .then(|| *switches_at_start.get_or_insert_with(voluntary_switches));
-                if let Some(coroutine) = job.procedure.run(py, params, job.reply, timed) {
+                if let Some(coroutine) = job.procedure.run(py, params, job.context, job.reply, timed) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -513,10 +515,13 @@ impl Runtime {
             let mut started: Option<Bound<'_, PyList>> = None;
             let timed = Some(voluntary_switches());
             for job in jobs {
-                if let Some(coroutine) =
-                    job.procedure
-                        .run(py, job.params.as_ref().map(ParamsText::as_str), job.reply, timed)
-                {
+                if let Some(coroutine) = job.procedure.run(
+                    py,
+                    job.params.as_ref().map(ParamsText::as_str),
+                    job.context,
+                    job.reply,
+                    timed,
+                ) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }

@@ -21,7 +21,7 @@ use ucall_core::{
 };
 
 use crate::batch::BatchRunner;
-
+use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
 use crate::procedure::{Hooks, Procedure};
@@ -37,16 +37,22 @@ struct Entry(Arc<Procedure>);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
+        // Copied out only for a procedure that takes it: the others pay nothing.
+        let context = self
+            .0
+            .wants_context()
+            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some()));
         if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
-            return Python::attach(|py| self.0.run_at_once(py, params, reply.buffer()));
+            return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer()));
         }
         let Ok(deferred) = reply.defer() else {
             // Driven without an engine (in-memory sessions): answer inline.
-            return Python::attach(|py| self.0.invoke(py, params, reply.buffer()));
+            return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer()));
         };
         let job = runtime::Job {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
+            context,
             reply: deferred,
         };
         if let Err(job) = runtime::collect(job) {
@@ -54,6 +60,7 @@ impl Handler for Entry {
                 if let Some(started) = job.procedure.run(
                     py,
                     job.params.as_ref().map(runtime::ParamsText::as_str),
+                    job.context,
                     job.reply,
                     None,
                 ) {
@@ -68,7 +75,8 @@ impl Handler for Entry {
 }
 
 enum State {
-    Configuring(ServerBuilder),
+    /// Boxed: the builder is large, and the other states small.
+    Configuring(Box<ServerBuilder>),
     Running {
         runtime: Arc<Runtime>,
         /// The configured `shutdown_timeout`: how long `stop` lets calls in flight finish.
@@ -113,7 +121,7 @@ impl NativeServer {
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
             return Err(PyRuntimeError::new_err("the server is already started"));
         };
-        *state = State::Configuring(change(builder));
+        *state = State::Configuring(Box::new(change(*builder)));
         Ok(())
     }
 }
@@ -124,7 +132,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
-        log_failure=None, max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
+        log_failure=None, middleware=None, max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
@@ -142,6 +150,7 @@ impl NativeServer {
         describe: Option<Py<PyAny>>,
         submit: Option<Py<PyAny>>,
         log_failure: Option<Py<PyAny>>,
+        middleware: Option<Py<PyAny>>,
         max_threads: usize,
         max_body_bytes: Option<usize>,
         max_head_bytes: Option<usize>,
@@ -235,13 +244,14 @@ impl NativeServer {
         let builder = Server::builder().config(config);
         Ok(NativeServer {
             readiness: Arc::clone(builder.router().readiness()),
-            state: Mutex::new(State::Configuring(builder)),
+            state: Mutex::new(State::Configuring(Box::new(builder))),
             hooks: Arc::new(Hooks {
                 encode,
                 rpc_error,
                 describe,
                 submit,
                 log_failure,
+                middleware,
                 trust_after: trust_after.max(1),
             }),
             max_threads,
@@ -250,7 +260,8 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None))]
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         py: Python<'_>,
@@ -259,14 +270,17 @@ impl NativeServer {
         params: Vec<ParamSpec>,
         ignore_extra: bool,
         is_async: bool,
+        context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        let wants_context = context.is_some() || self.hooks.middleware.is_some();
         let procedure = Entry(Arc::new(Procedure::new(
             name,
             func,
             plan,
             Arc::clone(&self.hooks),
             is_async,
+            context,
         )));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
@@ -274,7 +288,8 @@ impl NativeServer {
                 "procedures must be registered before the server starts",
             ));
         };
-        *state = State::Configuring(builder.handler(name, procedure));
+        let builder = (*builder).handler(name, procedure);
+        *state = State::Configuring(Box::new(if wants_context { builder.keep_context() } else { builder }));
         Ok(())
     }
 
@@ -359,7 +374,7 @@ impl NativeServer {
         let builder = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             match std::mem::replace(&mut *state, State::Stopped) {
-                State::Configuring(builder) => builder,
+                State::Configuring(builder) => *builder,
                 other => {
                     *state = other;
                     return Err(PyRuntimeError::new_err("the server was already started"));

@@ -623,6 +623,126 @@ static void test_exchanges_per_connection(void) {
     the_server = NULL;
 }
 
+/* The call view's context: the transport, the peer's address, a request header, the id
+ * and the method, written back as a JSON array. */
+static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
+    char peer[64], reply[512];
+    size_t peer_length = 0, token_length = 0, id_length = 0, method_length = 0;
+    ucall_str_t token = NULL, id = NULL, method = NULL;
+    bool has_peer = ucall_call_peer(call, peer, sizeof peer, &peer_length);
+    bool has_token = ucall_call_header(call, "x-token", 0, &token, &token_length);
+    bool small = ucall_call_peer(call, peer, 3, &peer_length); /* too small: refused */
+    (void)tag;
+    ucall_call_id(call, &id, &id_length);
+    ucall_call_method(call, &method, &method_length);
+    snprintf(reply, sizeof reply, "[\"%s\",%s,\"%s\",\"%.*s\",%.*s,\"%.*s\",%s]", ucall_call_transport(call),
+             ucall_call_is_tls(call) ? "true" : "false", has_peer ? peer : "", has_token ? (int)token_length : 0,
+             has_token ? token : "", (int)id_length, id, (int)method_length, method, small ? "true" : "false");
+    ucall_call_reply_content(call, reply, 0);
+}
+
+/* A hook: calls to "guarded" need the header X-Token: abc, else 401; the tag counts the
+ * calls the hook saw. */
+static bool token_hook(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t method = NULL, token = NULL;
+    size_t method_length = 0, token_length = 0;
+    ++*(int*)tag;
+    ucall_call_method(call, &method, &method_length);
+    if (method_length != 7 || strncmp(method, "guarded", 7) != 0)
+        return true;
+    if (ucall_call_header(call, "X-Token", 0, &token, &token_length) && token_length == 3 &&
+        memcmp(token, "abc", 3) == 0)
+        return true;
+    ucall_call_reply_error_status(call, 401, 0, "a token is required", 0);
+    return false;
+}
+
+static void test_context(void) {
+    static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"context_view\",\"id\":\"c1\"}";
+    static char const guarded[] = "{\"jsonrpc\":\"2.0\",\"method\":\"guarded\",\"id\":3}";
+    static int hook_calls = 0;
+    ucall_config_t config;
+    pthread_t thread;
+    char request[512], received[4096], expected[256];
+    struct sockaddr_in local;
+    socklen_t local_length = sizeof local;
+    char const* reply;
+    ssize_t length;
+    int fd;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init for the context test");
+    if (!the_server)
+        return;
+    ucall_keep_context(the_server);
+    CHECK(ucall_last_error(NULL, 0) == 0, "ucall_keep_context before serving is taken");
+    ucall_add_procedure(the_server, "context_view", context_view, NULL);
+    ucall_add_procedure(the_server, "guarded", context_view, NULL);
+    ucall_set_hook(the_server, NULL, NULL);
+    CHECK(last_error_contains("NULL"), "a NULL hook is refused");
+    ucall_set_hook(the_server, token_hook, &hook_calls);
+    CHECK(ucall_call_transport(NULL) == NULL && !ucall_call_is_tls(NULL), "no call, no context");
+    pthread_create(&thread, NULL, serve, NULL);
+
+    fd = connect_to(config.port);
+    getsockname(fd, (struct sockaddr*)&local, &local_length);
+    snprintf(expected, sizeof expected, "[\"tcp\",false,\"127.0.0.1:%u\",\"\",\"c1\",\"context_view\",false]",
+             (unsigned)ntohs(local.sin_port));
+    reply = exchange(fd, call);
+    CHECK(strstr(reply, expected) != NULL, "raw TCP: transport, peer, id, method, no header: %s (want %s)", reply,
+          expected);
+    close(fd);
+
+    fd = connect_to(config.port);
+    local_length = sizeof local;
+    getsockname(fd, (struct sockaddr*)&local, &local_length);
+    snprintf(request, sizeof request,
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(call), call);
+    snprintf(expected, sizeof expected,
+             "[\"http\",false,\"127.0.0.1:%u\",\"abc\",\"c1\",\"context_view\",false]", (unsigned)ntohs(local.sin_port));
+    write_all(fd, request);
+    length = read_until_closed(fd, received, sizeof received);
+    CHECK(length > 0 && strstr(received, expected) != NULL, "HTTP: the header too: %s (want %s)",
+          length > 0 ? received : "", expected);
+    close(fd);
+
+    /* The hook refuses a guarded call without the token (401 over HTTP, the error over
+     * raw TCP), and lets one with it through. */
+    fd = connect_to(config.port);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"guarded\",\"id\":2}");
+    CHECK(strstr(reply, "\"message\":\"a token is required\"") != NULL, "raw TCP: refused: %s", reply);
+    close(fd);
+    snprintf(request, sizeof request,
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(guarded), guarded);
+    fd = connect_to(config.port);
+    write_all(fd, request);
+    length = read_until_closed(fd, received, sizeof received);
+    CHECK(length > 0 && strncmp(received, "HTTP/1.1 401 ", 13) == 0 && strstr(received, "a token is required"),
+          "HTTP: 401 with the JSON-RPC error in the body: %s", length > 0 ? received : "");
+    close(fd);
+    snprintf(request, sizeof request,
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(guarded), guarded);
+    fd = connect_to(config.port);
+    write_all(fd, request);
+    length = read_until_closed(fd, received, sizeof received);
+    CHECK(length > 0 && strncmp(received, "HTTP/1.1 200 ", 13) == 0 && strstr(received, "\"guarded\""),
+          "HTTP: the token lets the call through: %s", length > 0 ? received : "");
+    close(fd);
+    CHECK(hook_calls == 5, "the hook ran around every call: %d", hook_calls);
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_keep_context(the_server);
+    CHECK(last_error_contains("after serving started"), "ucall_keep_context once serving started is refused");
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
 /* io_uring: an index is served only from the thread that first served it. Another
  * thread is refused with a reason (last error, and the log once), and the worker stays
  * whole for its own thread. */
@@ -1123,6 +1243,7 @@ int main(void) {
     test_serving();
     test_free_waits_for_serving_threads();
     test_exchanges_per_connection();
+    test_context();
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
     test_tls();

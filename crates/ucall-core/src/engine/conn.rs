@@ -12,6 +12,7 @@
 //! conversations in memory.
 
 use std::io;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::Clocks;
@@ -89,11 +90,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// A connection accepted at `now`; a TLS one starts with its handshake, which must
+    /// A connection from `peer` (when known) accepted at `now`; a TLS one starts with its handshake, which must
     /// finish within the header time-out.
-    pub(crate) fn new(generation: u64, tls: Option<Box<TlsSession>>, now: Instant) -> Self {
+    pub(crate) fn new(generation: u64, tls: Option<Box<TlsSession>>, peer: Option<SocketAddr>, now: Instant) -> Self {
         Conn {
-            session: Session::new(),
+            session: Session::with_origin(peer, tls.is_some()),
             input: Vec::new(),
             out: OutBuf::new(),
             clocks: Clocks {

@@ -76,7 +76,7 @@ impl Pipe {
             ..Config::default()
         };
         Pipe {
-            conn: Conn::new(1, None, now),
+            conn: Conn::new(1, None, None, now),
             procedures,
             limits: Limits::default(),
             scratch: Scratch::default(),

@@ -236,7 +236,7 @@ impl PollWorker {
                 self.listener.as_ref()
             };
             let Some(listener) = listener else { return };
-            let (mut stream, _) = match listener.accept() {
+            let (mut stream, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -275,7 +275,7 @@ impl PollWorker {
                 stream,
                 readable: true,
                 hang_up: false,
-                conn: Conn::new(self.next_generation, tls, now),
+                conn: Conn::new(self.next_generation, tls, Some(peer), now),
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
+use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
@@ -101,6 +102,7 @@ impl Http {
                     (0, Step::Close)
                 }
                 HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
+                    calls.keep_head(&rest[..used], ctx.router);
                     let key = head.websocket_key.unwrap_or_default();
                     out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
                     out.push(b"Sec-WebSocket-Accept: ");
@@ -109,6 +111,7 @@ impl Http {
                     (used, Step::Upgrade)
                 }
                 HeadStatus::Complete(head, used) => {
+                    calls.keep_head(&rest[..used], ctx.router);
                     self.cors_headers.clear();
                     match &ctx.limits.cors {
                         Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
@@ -262,6 +265,7 @@ impl Http {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
+        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head);
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
         http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
@@ -270,6 +274,7 @@ impl Http {
             let status = if is_jsonrpc {
                 match dispatch::process(
                     body,
+                    &context,
                     ctx.router,
                     ctx.limits.max_batch,
                     &mut scratch.jsonrpc,
@@ -282,7 +287,16 @@ impl Http {
                     }
                 }
             } else {
-                rest_call(head.method, target, body, ctx.router, scratch, &mut deferrals, data)
+                rest_call(
+                    head.method,
+                    target,
+                    body,
+                    &context,
+                    ctx.router,
+                    scratch,
+                    &mut deferrals,
+                    data,
+                )
             };
             if scratch.jsonrpc.deferred.is_empty() {
                 Some(status)
@@ -359,10 +373,12 @@ fn looks_like_jsonrpc(body: &[u8]) -> bool {
 }
 
 /// Run a REST-style call, writing the bare result (or an error object) as the body.
+#[allow(clippy::too_many_arguments)]
 fn rest_call(
     method: Method,
     target: &str,
     body: &[u8],
+    context: &CallContext<'_>,
     router: &Router,
     scratch: &mut Scratch,
     deferrals: &mut Deferrals<'_>,
@@ -408,7 +424,7 @@ fn rest_call(
             }
         }
     };
-    let call = Call::new(name, params, Some("null"));
+    let call = Call::new(name, params, Some("null")).with_context(context);
     match dispatch::run(found, &call, router.metrics(), deferrals, data) {
         Ok(Invoked::Done) => Status::Ok,
         Ok(Invoked::Deferred(slot)) => {

@@ -10,6 +10,7 @@ mod tcp;
 mod websocket;
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
@@ -175,6 +176,13 @@ struct Calls {
     pending: VecDeque<PendingMessage>,
     /// Exchanges so far (see [`Limits::max_exchanges_per_connection`]).
     exchanges: u32,
+    /// The peer's address, when the engine was asked for it.
+    peer: Option<SocketAddr>,
+    /// TLS carries the connection.
+    tls: bool,
+    /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
+    /// only when the router asks ([`Router::keeps_context`]).
+    head: Vec<u8>,
     /// Whether the caller is still there, for calls queued for a batch (goes down when the
     /// session is dropped with its connection).
     presence: Presence,
@@ -195,6 +203,15 @@ impl Session {
             closing: false,
             calls: Calls::default(),
         }
+    }
+
+    /// A new connection's state, from `peer` (when the engine knows it), over TLS or not.
+    #[must_use]
+    pub fn with_origin(peer: Option<SocketAddr>, tls: bool) -> Self {
+        let mut session = Self::new();
+        session.calls.peer = peer;
+        session.calls.tls = tls;
+        session
     }
 
     /// Consume complete requests from `input`, appending their replies to `out`.
@@ -461,6 +478,14 @@ fn opened(ctx: &Context<'_>, before: Option<Transport>, now: Transport) {
 }
 
 impl Calls {
+    /// Keep the request head `head` for the calls' context, when the router asks.
+    fn keep_head(&mut self, head: &[u8], router: &Router) {
+        if router.keeps_context() {
+            self.head.clear();
+            self.head.extend_from_slice(head);
+        }
+    }
+
     /// Count one exchange; whether it is the last this connection may have (the limit is
     /// reached, or the server is shutting down).
     fn count_exchange(&mut self, ctx: &Context<'_>) -> bool {

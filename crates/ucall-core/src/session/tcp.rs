@@ -3,6 +3,7 @@
 
 use super::{Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
+use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc::{self, ErrorCode};
 use crate::metrics::Refusal;
@@ -82,8 +83,17 @@ impl Stream {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
+        let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]);
         let scratch = &mut ctx.scratch.jsonrpc;
-        let outcome = dispatch::process(text, ctx.router, ctx.limits.max_batch, scratch, &mut deferrals, data);
+        let outcome = dispatch::process(
+            text,
+            &context,
+            ctx.router,
+            ctx.limits.max_batch,
+            scratch,
+            &mut deferrals,
+            data,
+        );
         if outcome != Outcome::Silent {
             one_line(&mut data[start..]);
             data.push(b'\n');

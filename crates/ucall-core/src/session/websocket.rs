@@ -4,6 +4,7 @@
 
 use super::{Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
+use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc;
 use crate::ws;
@@ -140,9 +141,11 @@ impl WebSocket {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
+        let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head);
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             &message,
+            &context,
             ctx.router,
             ctx.limits.max_batch,
             scratch,

@@ -15,6 +15,7 @@ const RANKS: &[(&str, u32)] = &[
     ("error", 0),
     ("date", 0),
     ("logs", 0),
+    ("context", 1),
     ("ws", 1),
     ("stream", 1),
     ("jsonrpc", 1),

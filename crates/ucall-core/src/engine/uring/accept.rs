@@ -3,6 +3,7 @@
 //! accept per turn while a flood lasts ([`Accepting`]).
 
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::atomic::Ordering;
@@ -39,6 +40,58 @@ pub(super) struct Accepting {
     metered: bool,
     /// Connections accepted since the last turn's end.
     this_turn: usize,
+    /// The peer's address is wanted: one-shot accepts only, each with its address (a
+    /// multishot accept returns none: it has one address buffer for every connection).
+    addressed: bool,
+}
+
+/// Where a one-shot accept writes the peer's address.
+pub(super) struct PeerAddr {
+    addr: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl Default for PeerAddr {
+    fn default() -> Self {
+        PeerAddr {
+            // SAFETY: `sockaddr_storage` is plain bytes; all zeroes is a valid (unspecified) address.
+            addr: unsafe { std::mem::zeroed() },
+            len: 0,
+        }
+    }
+}
+
+impl PeerAddr {
+    /// Ready for an accept to write into: room for any address.
+    fn arm(&mut self) -> (*mut libc::sockaddr, *mut libc::socklen_t) {
+        self.len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_storage>()).unwrap_or(0);
+        (ptr::from_mut(&mut self.addr).cast(), ptr::from_mut(&mut self.len))
+    }
+
+    /// The address the completed accept wrote, if it is an IP one.
+    fn read(&self) -> Option<SocketAddr> {
+        let len = usize::try_from(self.len).ok()?;
+        match i32::from(self.addr.ss_family) {
+            libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+                // SAFETY: the family says a `sockaddr_in` was written, and it fits (checked above).
+                let v4 = unsafe { &*ptr::from_ref(&self.addr).cast::<libc::sockaddr_in>() };
+                let ip = Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+                Some(SocketAddr::from((ip, u16::from_be(v4.sin_port))))
+            }
+            libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                // SAFETY: the family says a `sockaddr_in6` was written, and it fits (checked above).
+                let v6 = unsafe { &*ptr::from_ref(&self.addr).cast::<libc::sockaddr_in6>() };
+                let ip = Ipv6Addr::from(v6.sin6_addr.s6_addr);
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    u16::from_be(v6.sin6_port),
+                    v6.sin6_flowinfo,
+                    v6.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Accepting {
@@ -56,6 +109,12 @@ impl Accepting {
     /// At a turn's end: whether to cancel the multishot accept (a flood began), and which
     /// accept to arm ([`MULTISHOT`] or [`ONE_SHOT`]), if one is missing.
     pub(super) fn next_turn(&mut self) -> (bool, Option<u32>) {
+        if self.addressed {
+            self.this_turn = 0;
+            let arm = (!self.one_shot).then_some(ONE_SHOT);
+            self.one_shot = true;
+            return (std::mem::take(&mut self.multishot), arm);
+        }
         let flood = std::mem::take(&mut self.this_turn) >= crate::engine::ACCEPTS_PER_TURN;
         let mut cancel_multishot = false;
         if flood && !self.metered {
@@ -100,13 +159,19 @@ impl UringWorker {
             let Some(fd) = self.listeners[port].as_ref().map(AsRawFd::as_raw_fd) else {
                 continue;
             };
+            self.accepting[port].addressed = self.serving.router.keeps_context();
             let (cancel_multishot, arm) = self.accepting[port].next_turn();
             if cancel_multishot {
                 self.cancel(token(Op::Accept, port, MULTISHOT));
             }
             let Some(kind) = arm else { continue };
             let entry = if kind == ONE_SHOT {
-                opcode::Accept::new(types::Fd(fd), ptr::null_mut(), ptr::null_mut())
+                let (addr, len) = if self.accepting[port].addressed {
+                    self.accept_addrs[port].arm()
+                } else {
+                    (ptr::null_mut(), ptr::null_mut())
+                };
+                opcode::Accept::new(types::Fd(fd), addr, len)
                     .file_index(Some(types::DestinationSlot::auto_target()))
                     .build()
             } else {
@@ -115,8 +180,10 @@ impl UringWorker {
                     .build()
             };
             let entry = entry.user_data(token(Op::Accept, port, kind));
-            // SAFETY: accept points to no memory (no address is asked for); the listener's
-            // descriptor is held by the kernel's own reference while the accept is armed.
+            // SAFETY: an accept points to no memory, or to its listener's boxed `PeerAddr`,
+            // which the worker keeps (after the ring) and rewrites only when arming the
+            // next one-shot accept, after this one's completion; the listener's descriptor
+            // is held by the kernel's own reference while the accept is armed.
             unsafe { self.push(entry) };
         }
         self.accept_retry = None;
@@ -181,11 +248,16 @@ impl UringWorker {
             },
             _ => None,
         };
+        let peer = if one_shot && self.accepting[usize::from(tls_port)].addressed {
+            self.accept_addrs[usize::from(tls_port)].read()
+        } else {
+            None
+        };
         self.generation += 1;
         let now = self.now;
         let key = self.conns.insert(UringConn {
             file,
-            core: Conn::new(self.generation, tls, now),
+            core: Conn::new(self.generation, tls, peer, now),
             receiving: None,
             one_shot: 0,
             own_buffer: None,

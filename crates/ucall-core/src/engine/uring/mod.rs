@@ -223,6 +223,10 @@ pub(crate) struct UringWorker {
     listeners: [Option<std::net::TcpListener>; 2],
     /// The accepts of each listener.
     accepting: [Accepting; 2],
+    /// Where each listener's one-shot accept has the kernel write the peer's address, when
+    /// the router keeps it (owned by the kernel while that accept is armed; dropped after
+    /// the ring).
+    accept_addrs: [Box<accept::PeerAddr>; 2],
     /// Accepting stopped on an error (a full file table...): retry after a close or at
     /// this time.
     accept_retry: Option<Instant>,
@@ -300,6 +304,7 @@ impl UringWorker {
             finishing: false,
             listeners: [Some(listener), tls_listener],
             accepting: [Accepting::default(), Accepting::default()],
+            accept_addrs: [Box::default(), Box::default()],
             accept_retry: None,
             bufs,
             waker,

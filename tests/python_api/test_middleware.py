@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`@server.middleware` runs around every call (sync and async, in order), sees the
+context, method and params, and may reject a call; `ucall.auth` checks an API key or a
+bearer token. A rejected call over HTTP answers 401/403 with the JSON-RPC error in the
+body, over raw TCP and WebSocket the JSON-RPC error alone."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+
+import pytest
+from conftest import tcp_exchange
+from websockets.sync.client import connect
+
+from ucall import Context, HTTPError, auth
+
+
+def call(method: str, params, id=1) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode()
+
+
+def post(port: int, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST", "/", body, {"Content-Type": "application/json", **(headers or {})})
+        reply = connection.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def seen():
+    return []
+
+
+@pytest.fixture
+def server(make_server, seen):
+    server = make_server()
+
+    @server.middleware
+    async def outer(ctx: Context, call_next):
+        seen.append(("outer", ctx.method, ctx.params, ctx.transport))
+        if ctx.headers.get("x-deny") == "yes":
+            raise HTTPError(403, "denied by outer", {"who": "outer"})
+        result = await call_next()
+        seen.append(("outer after", ctx.method))
+        return {"wrapped": result} if ctx.method == "wrapped" else result
+
+    @server.middleware
+    def inner(ctx: Context, call_next):
+        # Inside an async middleware a plain one runs on the loop too; around an async
+        # handler its call_next() gives an awaitable, passed on as it is.
+        seen.append(("inner", ctx.method))
+        if ctx.method == "sum" and ctx.params == [0, 0]:
+            return "short-circuited"
+        return call_next()
+
+    @server
+    def sum(a: int, b: int) -> int:
+        return a + b
+
+    @server
+    async def wrapped(x: int) -> int:
+        await asyncio.sleep(0)
+        return x * 2
+
+    @server
+    def who(ctx: Context) -> str:
+        return ctx.method
+
+    return server.start()
+
+
+def test_middleware_runs_around_every_call_in_order(server, seen):
+    assert post(server.port, call("sum", [1, 2])) == (200, {"jsonrpc": "2.0", "id": 1, "result": 3})
+    assert seen == [("outer", "sum", [1, 2], "http"), ("inner", "sum"), ("outer after", "sum")]
+    # An async middleware changes the result of an async handler; a plain one answers
+    # in the handler's place.
+    assert post(server.port, call("wrapped", {"x": 4}))[1]["result"] == {"wrapped": 8}
+    assert post(server.port, call("sum", [0, 0]))[1]["result"] == "short-circuited"
+    # A handler taking the context gets the same call's.
+    assert post(server.port, call("who", []))[1]["result"] == "who"
+    # REST-style calls go through it too.
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("GET", "/sum?a=2&b=5")
+    assert json.loads(connection.getresponse().read()) == 7
+    connection.close()
+    assert ("outer", "sum", {"a": 2, "b": 5}, "http") in seen
+
+
+def test_a_rejection_answers_http_with_its_status_and_the_error(server, seen):
+    status, reply = post(server.port, call("sum", [1, 2]), {"X-Deny": "yes"})
+    assert status == 403
+    assert reply["error"] == {"code": -32000, "message": "denied by outer", "data": {"who": "outer"}}
+    assert ("inner", "sum") not in seen  # rejected before the rest of the chain ran
+    # Raw TCP: the middleware sees no header there.
+    assert tcp_exchange(server.port, call("sum", [1, 2]), 1)[0]["result"] == 3
+    assert ("outer", "sum", [1, 2], "tcp") in seen
+    # WebSocket: the upgrade request's headers; the JSON-RPC error alone.
+    with connect(f"ws://127.0.0.1:{server.port}/", additional_headers={"X-Deny": "yes"}) as ws:
+        ws.send(call("sum", [1, 2]).decode())
+        assert json.loads(ws.recv(timeout=10))["error"]["message"] == "denied by outer"
+
+
+def test_middleware_runs_before_the_params_are_checked(server, seen):
+    status, reply = post(server.port, call("sum", {"a": "x"}), {"X-Deny": "yes"})
+    assert status == 403, "an unauthorized caller learns nothing of the params"
+    status, reply = post(server.port, call("sum", {"a": "x"}))
+    assert reply["error"]["code"] == -32602 and "'a'" in reply["error"]["message"]
+    assert ("inner", "sum") in seen
+
+
+@pytest.fixture
+def guarded(make_server):
+    server = make_server()
+    server.middleware(auth.api_key("key-one", "key-two", public=["ping"]))
+
+    @server
+    def secret() -> str:
+        return "the secret"
+
+    @server
+    def ping() -> str:
+        return "pong"
+
+    return server.start()
+
+
+def test_api_key(guarded):
+    assert post(guarded.port, call("secret", []), {"X-API-Key": "key-two"})[1]["result"] == "the secret"
+    status, reply = post(guarded.port, call("secret", []))
+    assert status == 401 and "X-API-Key" in reply["error"]["message"]
+    status, reply = post(guarded.port, call("secret", []), {"X-API-Key": "key-on"})
+    assert status == 403 and reply["error"]["message"] == "the API key is not valid"
+    assert post(guarded.port, call("ping", []))[1]["result"] == "pong"
+    # A batch keeps 200; each call has its own answer.
+    status, replies = post(guarded.port, b"[" + call("secret", [], 1) + b"," + call("ping", [], 2) + b"]")
+    assert status == 200 and "error" in replies[0] and replies[1]["result"] == "pong"
+    # Raw TCP carries no header: refused (the JSON-RPC error alone), public methods pass.
+    assert tcp_exchange(guarded.port, call("secret", []), 1)[0]["error"]["code"] == -32000
+    assert tcp_exchange(guarded.port, call("ping", []), 1)[0]["result"] == "pong"
+
+
+def test_bearer(make_server):
+    server = make_server()
+    server.middleware(auth.bearer("t0ken"))
+
+    @server
+    def secret() -> str:
+        return "the secret"
+
+    server.start()
+    assert post(server.port, call("secret", []), {"Authorization": "Bearer t0ken"})[1]["result"] == "the secret"
+    assert post(server.port, call("secret", []), {"Authorization": "bearer t0ken"})[0] == 200
+    assert post(server.port, call("secret", []), {"Authorization": "Basic dTpw"})[0] == 401
+    assert post(server.port, call("secret", []))[0] == 401
+    assert post(server.port, call("secret", []), {"Authorization": "Bearer t0ke"})[0] == 403
+    with connect(f"ws://127.0.0.1:{server.port}/", additional_headers={"Authorization": "Bearer t0ken"}) as ws:
+        ws.send(call("secret", []).decode())
+        assert json.loads(ws.recv(timeout=10))["result"] == "the secret"
+
+
+def test_auth_needs_a_key():
+    with pytest.raises(ValueError, match="non-empty key"):
+        auth.api_key()
+    with pytest.raises(ValueError, match="non-empty key"):
+        auth.bearer("")
+
+
+def test_middleware_is_registered_before_start(make_server):
+    server = make_server()
+    with pytest.raises(TypeError):
+        server.middleware(42)
+    server.start()
+    with pytest.raises(RuntimeError, match="before the server starts"):
+        server.middleware(lambda ctx, call_next: call_next())
