@@ -589,6 +589,14 @@ class Server:
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("the server is already running")
+            batched = [p.name for p in self._procedures.values() if p.batch is not None]
+            if self._middleware and batched:
+                # Middleware is often the authentication: a batch procedure it does not
+                # wrap would answer every caller, so the pair is refused rather than run.
+                raise RuntimeError(
+                    f"middleware does not run around batch procedures ({', '.join(batched)}) yet: "
+                    "serve them from a server without middleware, or check callers in the batch function"
+                )
             async_middleware = any(_middleware.is_async(m) for m in self._middleware)
             needs_loop = async_middleware or any(_is_async(p.func) for p in self._procedures.values())
             loop = _EventLoop() if needs_loop else None
