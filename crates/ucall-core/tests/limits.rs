@@ -339,11 +339,7 @@ fn zero_exchanges_per_connection_is_refused() {
 
 /// A WebSocket call: one masked text frame out, the reply's text frame back.
 fn ws_subtract(conn: &mut Conn, minuend: i64, subtrahend: i64, id: i64) {
-    let payload = subtract(minuend, subtrahend, id);
-    let mask = [7u8, 1, 9, 3];
-    let mut frame = vec![0x81, 0x80 | u8::try_from(payload.len()).expect("a short call")];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.bytes().zip(mask.iter().cycle()).map(|(b, k)| b ^ k));
+    let frame = common::ws_text(&subtract(minuend, subtrahend, id));
     conn.send(&frame);
     let mut reply = [0u8; 2];
     conn.stream.read_exact(&mut reply).expect("a reply frame's header");

@@ -165,6 +165,16 @@ pub fn notification(method: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params}}}"#)
 }
 
+/// A client's WebSocket text message in one masked frame (RFC 6455 §5.2), under 126 bytes.
+pub fn ws_text(payload: &str) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x0a, 0x1b, 0x2c, 0x3d];
+    let len = u8::try_from(payload.len()).ok().filter(|n| *n < 126);
+    let mut frame = vec![0x81, 0x80 | len.expect("a message under 126 bytes")];
+    frame.extend_from_slice(&MASK);
+    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    frame
+}
+
 /// `POST path` with a JSON body and Content-Length.
 pub fn post(path: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
