@@ -333,6 +333,16 @@ typedef struct ucall_config_t {
    * `"/metrics"`; `""`: off, and nothing is counted.
    */
   const char *metrics_path;
+  /**
+   * Upper bounds in seconds of the latency histogram's buckets: finite, above 0 and
+   * ascending; `+Inf` is implied. NULL (default): gRPC's, 100 µs to 10 s. Read during
+   * `ucall_init()` only.
+   */
+  const double *metrics_buckets;
+  /**
+   * How many bounds `metrics_buckets` holds.
+   */
+  size_t metrics_buckets_count;
 } ucall_config_t;
 
 /**

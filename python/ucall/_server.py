@@ -183,6 +183,10 @@ class Server:
         metrics_path: where ``GET`` serves Prometheus metrics (calls by method and outcome,
             latency, connections and bytes by transport; docs/operations.md); ``None``
             turns metrics off, and nothing is counted.
+        metrics_buckets: the latency histogram's bucket bounds in seconds, ascending
+            (default gRPC's, 100 µs to 10 s).
+        metrics_registry: a ``prometheus_client.CollectorRegistry`` (or its default
+            ``REGISTRY``) whose metrics the page shows after the server's own.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -230,6 +234,8 @@ class Server:
         readyz_path: str | None = "/readyz",
         readyz_not_found: bool = False,
         metrics_path: str | None = "/metrics",
+        metrics_buckets: Sequence[float] | None = None,
+        metrics_registry: Any = None,
     ) -> None:
         _check_options(
             port=port,
@@ -280,6 +286,8 @@ class Server:
             "readyz_path": readyz_path,
             "readyz_not_found": bool(readyz_not_found),
             "metrics_path": metrics_path,
+            "metrics_buckets": None if metrics_buckets is None else [float(b) for b in metrics_buckets],
+            "metrics_extra": None if metrics_registry is None else _registry_page(metrics_registry),
         }
         for option in ("healthz_path", "readyz_path", "metrics_path"):
             path = self._limits[option]
@@ -916,3 +924,13 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 _is_async = _middleware.is_async
+
+
+def _registry_page(registry: Any) -> Callable[[], str]:
+    """The text a ``prometheus_client`` registry adds to the metrics page, as a function
+    called on each scrape."""
+    if not callable(getattr(registry, "collect", None)):
+        raise TypeError(f"metrics_registry must be a prometheus_client CollectorRegistry, got {registry!r}")
+    from prometheus_client.exposition import generate_latest  # only a server given a registry needs it
+
+    return lambda: generate_latest(registry).decode("utf-8")

@@ -69,6 +69,8 @@ class NativeServer:
         readyz_path: Optional[str] = ...,  # "/readyz"
         readyz_not_found: bool = False,
         metrics_path: Optional[str] = ...,  # "/metrics"
+        metrics_buckets: Optional[List[float]] = ...,  # gRPC's, 100 µs to 10 s
+        metrics_extra: Optional[Callable[[], str]] = ...,  # the page's tail: a registry's text
     ) -> "NativeServer": ...
     def add(
         self,

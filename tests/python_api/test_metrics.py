@@ -4,6 +4,7 @@ replies deferred) are counted and timed to their completion; the path moves or t
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -12,7 +13,9 @@ import sys
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from conftest import REPO_ROOT, Wire, serving
 from ucall import RPCError, Server
@@ -80,6 +83,53 @@ def test_the_path_moves_or_turns_off(make_server, wire):
     assert scrape(w, "/stats")[0] == 200
     with pytest.raises(ValueError, match="metrics_path"):
         Server(metrics_path="stats")
+
+
+def test_the_applications_own_metrics_follow_the_servers(make_server, wire, caplog):
+    registry = CollectorRegistry()
+    loaded = Gauge("app_models_loaded", "Models in memory.", registry=registry)
+    tokens = Counter("app_tokens", "Tokens generated.", ["model"], registry=registry)
+    server = make_server(metrics_registry=registry, metrics_buckets=[0.001, 0.05])
+
+    @server
+    def generate(n: int) -> int:
+        tokens.labels(model="tiny").inc(n)
+        return n
+
+    loaded.set(2)
+    w = wire(server)
+    assert w.result("generate", [5]) == 5
+    status, samples = scrape(w)
+    assert status == 200
+    assert value(samples, "app_models_loaded") == 2
+    assert value(samples, "app_tokens_total", model="tiny") == 5
+    assert value(samples, "ucall_calls_handled_total", method="generate", code="ok") == 1
+    bounds = {
+        dict(labels)["le"]
+        for (name, labels), _ in samples.items()
+        if name == "ucall_call_duration_seconds_bucket" and dict(labels)["method"] == "generate"
+    }
+    assert bounds == {"0.001", "0.05", "+Inf"}
+
+    # A registry that fails is logged; the page still shows the server's metrics.
+    class Broken(Collector):
+        def collect(self):
+            raise RuntimeError("collector down")
+
+    registry.register(Broken())
+    with caplog.at_level(logging.WARNING, logger="ucall"):
+        status, samples = scrape(w)
+    assert status == 200 and value(samples, "ucall_calls_handled_total", method="generate", code="ok") == 1
+    assert "app_models_loaded" not in {name for name, _ in samples}
+    assert any("collector down" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_buckets_and_registries_that_cannot_work_are_refused(make_server):
+    for buckets, why in (([0.5, 0.001], "ascend"), ([0.1, 0.1], "ascend"), ([0], "above 0"), ([float("inf")], "finite")):
+        with pytest.raises(ValueError, match=why):
+            make_server(metrics_buckets=buckets).start()
+    with pytest.raises(TypeError, match="metrics_registry must be a prometheus_client CollectorRegistry"):
+        Server(metrics_registry="REGISTRY")
 
 
 def test_ucall_serve_moves_the_path(tmp_path, engine):

@@ -133,6 +133,12 @@ pub struct ucall_config_t {
     /// and outcome, latency, connections and bytes by transport). NULL (default):
     /// `"/metrics"`; `""`: off, and nothing is counted.
     pub metrics_path: *const c_char,
+    /// Upper bounds in seconds of the latency histogram's buckets: finite, above 0 and
+    /// ascending; `+Inf` is implied. NULL (default): gRPC's, 100 µs to 10 s. Read during
+    /// `ucall_init()` only.
+    pub metrics_buckets: *const f64,
+    /// How many bounds `metrics_buckets` holds.
+    pub metrics_buckets_count: usize,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -280,6 +286,14 @@ impl ucall_config_t {
         core.health.readyz = path("readyz_path", self.readyz_path, core.health.readyz.take())?;
         core.health.not_ready_404 = self.readyz_not_found;
         core.metrics.path = path("metrics_path", self.metrics_path, core.metrics.path.take())?;
+        // SAFETY: `ucall_init`'s contract: `metrics_buckets` is NULL or holds
+        // `metrics_buckets_count` numbers, unchanged during the call.
+        if let Some(buckets) = unsafe { array_arg(self.metrics_buckets, self.metrics_buckets_count) } {
+            core.metrics.buckets = buckets.to_vec();
+            core.metrics
+                .check()
+                .map_err(|e| format!("config.metrics_buckets: {e}"))?;
+        }
         let discovery = match text_field("discovery", self.discovery)? {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
             None => Discovery::default(),
@@ -435,6 +449,8 @@ mod tests {
             readyz_path: std::ptr::null(),
             readyz_not_found: false,
             metrics_path: std::ptr::null(),
+            metrics_buckets: std::ptr::null(),
+            metrics_buckets_count: 0,
         }
     }
 
@@ -466,6 +482,24 @@ mod tests {
         assert_eq!(path(&mut config), Ok(None));
         config.metrics_path = c"stats".as_ptr();
         assert!(path(&mut config).is_err_and(|e| e.contains("metrics_path")));
+    }
+
+    #[test]
+    fn metrics_buckets_default_or_are_checked() {
+        let mut config = zeroed();
+        let buckets = |config: &mut ucall_config_t| config.settings().map(|s| s.core.metrics.buckets);
+        assert_eq!(buckets(&mut config), Ok(ucall_core::metrics::DEFAULT_BUCKETS.to_vec()));
+        let given = [0.001, 0.5];
+        config.metrics_buckets = given.as_ptr();
+        config.metrics_buckets_count = given.len();
+        assert_eq!(buckets(&mut config), Ok(given.to_vec()));
+        let backwards = [0.5, 0.001];
+        config.metrics_buckets = backwards.as_ptr();
+        let error = buckets(&mut config).expect_err("refused");
+        assert!(
+            error.starts_with("config.metrics_buckets: ") && error.contains("ascend"),
+            "{error}"
+        );
     }
 
     #[test]

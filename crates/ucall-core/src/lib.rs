@@ -93,7 +93,7 @@ pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
-pub use metrics::MetricsConfig;
+pub use metrics::{ExtraMetrics, MetricsConfig};
 pub use params::Param;
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};

@@ -31,14 +31,17 @@ pub const DEFAULT_BUCKETS: [f64; 16] = [
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Where the metrics page is served, and the latency histogram's buckets.
+/// Where the metrics page is served, the latency histogram's buckets, and what the host
+/// adds to the page.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsConfig {
     /// The page's path; `None` turns metrics off (nothing is counted then). Default `/metrics`.
     pub path: Option<String>,
-    /// Upper bounds of the latency histogram's buckets, in seconds, ascending (`+Inf` is
-    /// implied). Default [`DEFAULT_BUCKETS`].
+    /// Upper bounds of the latency histogram's buckets, in seconds: finite, positive and
+    /// strictly ascending (`+Inf` is implied). Default [`DEFAULT_BUCKETS`].
     pub buckets: Vec<f64>,
+    /// The host's own metrics, appended to the page on each scrape. Default none.
+    pub extra: Option<ExtraMetrics>,
 }
 
 impl Default for MetricsConfig {
@@ -46,7 +49,55 @@ impl Default for MetricsConfig {
         MetricsConfig {
             path: Some("/metrics".into()),
             buckets: DEFAULT_BUCKETS.to_vec(),
+            extra: None,
         }
+    }
+}
+
+impl MetricsConfig {
+    /// Whether the buckets are usable: each finite and positive, each above the one before.
+    ///
+    /// # Errors
+    /// A message naming the first bucket that is not.
+    pub fn check(&self) -> Result<(), String> {
+        let mut last = 0.0;
+        for &bound in &self.buckets {
+            if !bound.is_finite() || bound <= 0.0 {
+                return Err(format!(
+                    "metrics bucket {bound}: bounds must be finite and above 0 seconds"
+                ));
+            }
+            if bound <= last {
+                return Err(format!("metrics bucket {bound} after {last}: bounds must ascend"));
+            }
+            last = bound;
+        }
+        Ok(())
+    }
+}
+
+/// The host's own metrics, in the Prometheus text format (0.0.4), written after the
+/// server's on each scrape: a Python server's `prometheus_client` registry, for example.
+/// Called on the thread that serves the scrape; names must not clash with `ucall_*`.
+#[derive(Clone)]
+pub struct ExtraMetrics(Arc<dyn Fn(&mut String) + Send + Sync>);
+
+impl ExtraMetrics {
+    /// Metrics that `write` appends to the page, whole families, each line ending in `\n`.
+    pub fn new(write: impl Fn(&mut String) + Send + Sync + 'static) -> Self {
+        ExtraMetrics(Arc::new(write))
+    }
+}
+
+impl fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ExtraMetrics(..)")
+    }
+}
+
+impl PartialEq for ExtraMetrics {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -169,6 +220,7 @@ pub struct Metrics {
     transports: [TransportStats; Transport::ALL.len()],
     /// The engine and its threads, set when serving starts.
     engine: OnceLock<(&'static str, usize)>,
+    extra: Option<ExtraMetrics>,
 }
 
 impl Metrics {
@@ -177,6 +229,7 @@ impl Metrics {
     #[must_use]
     pub fn new(config: &MetricsConfig, names: Vec<Box<str>>) -> Option<Self> {
         let path = config.path.as_deref()?;
+        // Checked when the server binds (`MetricsConfig::check`); kept usable here anyway.
         let mut bounds: Vec<f64> = config
             .buckets
             .iter()
@@ -206,6 +259,7 @@ impl Metrics {
             accepted: AtomicU64::new(0),
             transports: Default::default(),
             engine: OnceLock::new(),
+            extra: config.extra.clone(),
         })
     }
 
@@ -315,6 +369,13 @@ impl Metrics {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &registry);
+        if let Some(extra) = &self.extra {
+            let ours = text.len();
+            (extra.0)(&mut text);
+            if text.len() > ours && !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
         text
     }
 }

@@ -260,6 +260,7 @@ impl ServerBuilder {
                 "limits must be positive (and max_head_bytes at least 64)",
             ));
         }
+        config.metrics.check().map_err(Error::config)?;
         let addr = resolve(&config.host, config.port)?;
         if let Some(port) = config.tls.as_ref().and_then(|tls| tls.port) {
             if port != 0 && port == config.port {

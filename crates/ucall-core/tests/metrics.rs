@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{call, get, post, Conn};
-use ucall_core::{Call, MetricsConfig, Reply, RpcError};
+use ucall_core::{Call, ExtraMetrics, MetricsConfig, Reply, RpcError};
 
 /// The value of the sample line `series` (`name{labels}`) on `page`.
 fn sample(page: &str, series: &str) -> Option<f64> {
@@ -40,7 +40,12 @@ fn the_path_moves_or_turns_off() {
 
         let moved = MetricsConfig {
             path: Some("/stats".into()),
-            buckets: vec![0.5, 0.001],
+            buckets: vec![0.001, 0.5],
+            extra: Some(ExtraMetrics::new(|page| {
+                page.push_str(
+                    "# HELP app_models_loaded Models in memory.\n# TYPE app_models_loaded gauge\napp_models_loaded 2\n",
+                );
+            })),
         };
         let server = common::start(engine, common::builder(engine).metrics(moved));
         let mut conn = Conn::to(&server);
@@ -48,7 +53,7 @@ fn the_path_moves_or_turns_off() {
         let reply = conn.roundtrip(&post("/", call("sum", "[1, 2]", "1").as_bytes()));
         assert_eq!(reply.status, 200);
         let page = scrape(&mut conn, "/stats?x=1");
-        // The buckets given (sorted), then +Inf: nothing else.
+        // The buckets given, then +Inf: nothing else.
         let buckets: Vec<&str> = page
             .lines()
             .filter(|l| l.starts_with("ucall_call_duration_seconds_bucket{method=\"sum\""))
@@ -64,7 +69,32 @@ fn the_path_moves_or_turns_off() {
         );
         let info = format!("ucall_engine_info{{engine=\"{}\",threads=\"2\"}}", engine.name());
         assert_eq!(sample(&page, &info), Some(1.0), "{page}");
+        // The host's own metrics come after the server's, as given.
+        assert!(
+            page.ends_with("# TYPE app_models_loaded gauge\napp_models_loaded 2\n"),
+            "{page}"
+        );
     });
+}
+
+#[test]
+fn buckets_that_do_not_ascend_are_refused_when_binding() {
+    for (buckets, why) in [
+        (vec![0.5, 0.001], "must ascend"),
+        (vec![0.1, 0.1], "must ascend"),
+        (vec![0.0], "above 0"),
+        (vec![f64::NAN], "finite"),
+        (vec![1.0, f64::INFINITY], "finite"),
+    ] {
+        let config = MetricsConfig {
+            buckets,
+            ..MetricsConfig::default()
+        };
+        let Err(error) = common::builder(ucall_core::EngineKind::Poll).metrics(config).bind() else {
+            panic!("{why}: bound");
+        };
+        assert!(error.is_config() && error.to_string().contains(why), "{error}");
+    }
 }
 
 #[test]

@@ -16,8 +16,8 @@ use pyo3::types::{PyDict, PyList, PyType};
 use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::metrics::Metrics;
 use ucall_core::{
-    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig,
-    NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, ExtraMetrics, Handler, HealthPaths, MethodDoc,
+    MetricsConfig, NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
 use crate::batch::BatchRunner;
@@ -126,6 +126,20 @@ impl NativeServer {
     }
 }
 
+/// The page's tail from `render()` (a Python callable returning the text format), called
+/// with the GIL on the thread serving the scrape. A failure is logged, and the page goes
+/// out with the server's metrics alone.
+fn extra_metrics(render: Py<PyAny>) -> ExtraMetrics {
+    ExtraMetrics::new(move |page| {
+        Python::attach(
+            |py| match render.call0(py).and_then(|text| text.extract::<String>(py)) {
+                Ok(text) => page.push_str(&text),
+                Err(error) => log::warn!(target: "ucall", "the metrics registry could not be rendered: {error}"),
+            },
+        );
+    })
+}
+
 #[pymethods]
 impl NativeServer {
     /// Configure a server; nothing is bound until `start`.
@@ -137,7 +151,7 @@ impl NativeServer {
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
         healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
-        metrics_path=Some("/metrics".to_owned()),
+        metrics_path=Some("/metrics".to_owned()), metrics_buckets=None, metrics_extra=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -174,6 +188,8 @@ impl NativeServer {
         readyz_path: Option<String>,
         readyz_not_found: bool,
         metrics_path: Option<String>,
+        metrics_buckets: Option<Vec<f64>>,
+        metrics_extra: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -189,10 +205,12 @@ impl NativeServer {
             },
             metrics: MetricsConfig {
                 path: metrics_path,
-                ..MetricsConfig::default()
+                buckets: metrics_buckets.unwrap_or_else(|| ucall_core::metrics::DEFAULT_BUCKETS.to_vec()),
+                extra: metrics_extra.map(extra_metrics),
             },
             ..Config::default()
         };
+        config.metrics.check().map_err(PyValueError::new_err)?;
         if let Some(v) = max_body_bytes {
             config.limits.max_body_bytes = v;
         }

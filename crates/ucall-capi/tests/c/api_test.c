@@ -289,6 +289,19 @@ static ssize_t read_until_closed(int fd, char* buffer, size_t capacity) {
     return (ssize_t)used;
 }
 
+/* `GET path` on a connection of its own, closed after the reply: the whole answer in
+ * `buffer`, NUL-terminated; its length, or -1 as `read_until_closed` says. */
+static ssize_t http_get(uint16_t port, char const* path, char* buffer, size_t capacity) {
+    char request[256];
+    ssize_t length;
+    int fd = connect_to(port);
+    snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    write_all(fd, request);
+    length = read_until_closed(fd, buffer, capacity);
+    close(fd);
+    return length;
+}
+
 /* A pipe for the library's log lines: [0] read end (non-blocking), [1] the descriptor
  * given as logs_file_descriptor. */
 static void open_log_pipe(int ends[2]) {
@@ -1211,17 +1224,11 @@ static void test_described(void) {
           "rpc.discover lists the described and the plain procedure, not the refused: %.300s", reply);
     close(fd);
 
-    fd = connect_to(config.port);
-    write_all(fd, "GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, " 404 "),
+    CHECK(http_get(config.port, "/openapi.json", received, sizeof received) > 0 && strstr(received, " 404 "),
           "openapi_path null: no document");
-    close(fd);
-    fd = connect_to(config.port);
-    write_all(fd, "GET /docs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, "text/html") &&
+    CHECK(http_get(config.port, "/docs", received, sizeof received) > 0 && strstr(received, "text/html") &&
               strstr(received, "<title>C server</title>"),
           "the /docs page");
-    close(fd);
     ucall_free(the_server);
     pthread_join(thread, NULL);
     the_server = NULL;
@@ -1231,6 +1238,39 @@ static void test_described(void) {
     config.discovery = "{\"docs_path\":\"docs\"}";
     ucall_init(&config, &the_server);
     CHECK(the_server == NULL && last_error_contains("config.discovery"), "a relative path is refused");
+}
+
+/* The latency histogram's buckets come from the config, checked by ucall_init. */
+static void test_metrics_buckets(void) {
+    static double const buckets[] = {0.003, 0.2};
+    static double const backwards[] = {0.2, 0.003};
+    static char received[1 << 16];
+    ucall_config_t config;
+    pthread_t thread;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.metrics_buckets = backwards;
+    config.metrics_buckets_count = 2;
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("config.metrics_buckets") && last_error_contains("ascend"),
+          "buckets out of order are refused");
+
+    config.metrics_buckets = buckets;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init with config.metrics_buckets");
+    if (!the_server)
+        return;
+    ucall_add_procedure(the_server, "plain", no_reply, NULL);
+    pthread_create(&thread, NULL, serve, NULL);
+    CHECK(http_get(config.port, "/metrics", received, sizeof received) > 0 &&
+              strstr(received, "ucall_call_duration_seconds_bucket{method=\"plain\",le=\"0.003\"} 0") &&
+              strstr(received, "ucall_call_duration_seconds_bucket{method=\"plain\",le=\"0.2\"} 0") &&
+              !strstr(received, "le=\"0.005\""),
+          "the page has the buckets given, and not the default ones: %.400s", received);
+    ucall_free(the_server);
+    pthread_join(thread, NULL);
+    the_server = NULL;
 }
 
 int main(void) {
@@ -1248,5 +1288,6 @@ int main(void) {
     test_accept_failures_go_to_the_log();
     test_tls();
     test_described();
+    test_metrics_buckets();
     return report();
 }
