@@ -964,6 +964,20 @@ void ucall_take_calls(ucall_server_t server, uint16_t thread_idx);
 void ucall_stop(ucall_server_t server);
 
 /**
+ * Mark the server as draining (`true`) or serving again (`false`): while draining it
+ * serves as before, but `GET /readyz` answers 503 (or 404, `readyz_not_found`)
+ * `{"status":"draining"}`, and so does `rpc.health`, so that load balancers stop sending
+ * it new calls before `ucall_stop()` (docs/deploy.md, "Drain").
+ *
+ * Safe to call from any thread and from a signal handler (it only stores a flag). NULL
+ * does nothing.
+ *
+ * # Safety
+ * `server` must be NULL or a live server.
+ */
+void ucall_set_draining(ucall_server_t server, bool draining);
+
+/**
  * Stop the server if it runs, wait until every `ucall_take_call(s)()` on it has
  * returned, close its sockets and release it. NULL does nothing.
  *

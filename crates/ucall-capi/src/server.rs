@@ -523,6 +523,27 @@ pub unsafe extern "C" fn ucall_stop(server: ucall_server_t) {
     }
 }
 
+/// Mark the server as draining (`true`) or serving again (`false`): while draining it
+/// serves as before, but `GET /readyz` answers 503 (or 404, `readyz_not_found`)
+/// `{"status":"draining"}`, and so does `rpc.health`, so that load balancers stop sending
+/// it new calls before `ucall_stop()` (docs/deploy.md, "Drain").
+///
+/// Safe to call from any thread and from a signal handler (it only stores a flag). NULL
+/// does nothing.
+///
+/// # Safety
+/// `server` must be NULL or a live server.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_set_draining(server: ucall_server_t, draining: bool) {
+    ffi_panic_boundary! {"ucall_set_draining",
+        // No error text, as in `ucall_stop()`: a signal handler may call this.
+        // SAFETY: the caller's contract.
+        if let Some(srv) = unsafe { ffi::handle_ref::<CServer>(server) } {
+            srv.stopper.readiness().set_draining(draining);
+        }
+    }
+}
+
 /// Stop the server if it runs, wait until every `ucall_take_call(s)()` on it has
 /// returned, close its sockets and release it. NULL does nothing.
 ///

@@ -1240,8 +1240,9 @@ static void test_described(void) {
     CHECK(the_server == NULL && last_error_contains("config.discovery"), "a relative path is refused");
 }
 
-/* The latency histogram's buckets come from the config, checked by ucall_init. */
-static void test_metrics_buckets(void) {
+/* The latency histogram's buckets come from the config, checked by ucall_init; the
+ * readiness probe follows ucall_set_draining. */
+static void test_operations(void) {
     static double const buckets[] = {0.003, 0.2};
     static double const backwards[] = {0.2, 0.003};
     static char received[1 << 16];
@@ -1263,6 +1264,22 @@ static void test_metrics_buckets(void) {
         return;
     ucall_add_procedure(the_server, "plain", no_reply, NULL);
     pthread_create(&thread, NULL, serve, NULL);
+
+    /* Draining: still serving, but the readiness probe says to send no new calls. */
+    CHECK(http_get(config.port, "/readyz", received, sizeof received) > 0 && strstr(received, " 200 ") &&
+              strstr(received, "{\"status\":\"serving\"}"),
+          "ready while serving: %.200s", received);
+    ucall_set_draining(the_server, true);
+    CHECK(http_get(config.port, "/readyz", received, sizeof received) > 0 && strstr(received, " 503 ") &&
+              strstr(received, "{\"status\":\"draining\"}"),
+          "not ready while draining: %.200s", received);
+    CHECK(http_get(config.port, "/healthz", received, sizeof received) > 0 && strstr(received, " 200 "),
+          "alive while draining: %.200s", received);
+    ucall_set_draining(the_server, false);
+    CHECK(http_get(config.port, "/readyz", received, sizeof received) > 0 && strstr(received, " 200 "),
+          "ready again: %.200s", received);
+    ucall_set_draining(NULL, true); /* does nothing */
+
     CHECK(http_get(config.port, "/metrics", received, sizeof received) > 0 &&
               strstr(received, "ucall_call_duration_seconds_bucket{method=\"plain\",le=\"0.003\"} 0") &&
               strstr(received, "ucall_call_duration_seconds_bucket{method=\"plain\",le=\"0.2\"} 0") &&
@@ -1288,6 +1305,6 @@ int main(void) {
     test_accept_failures_go_to_the_log();
     test_tls();
     test_described();
-    test_metrics_buckets();
+    test_operations();
     return report();
 }
