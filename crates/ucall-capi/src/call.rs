@@ -73,6 +73,25 @@ unsafe fn context<'x>(call: ucall_call_t) -> Option<&'x mut CallContext<'x, 'x, 
     Some(unsafe { &mut *context.cast::<CallContext<'x, 'x, 'x>>() })
 }
 
+impl<'c, 'a, 'o> CallContext<'c, 'a, 'o> {
+    /// Run `callback` with the handle naming a fresh context for `call` (valid until it
+    /// returns, naming nothing after): its result, and how it answered.
+    fn run<R>(call: &'c Call<'a>, reply: &'c mut Reply<'o>, callback: impl FnOnce(ucall_call_t) -> R) -> (R, Answer) {
+        let mut context = CallContext {
+            call,
+            reply,
+            answer: Answer::Pending,
+            strings: Vec::new(),
+            last_json: None,
+        };
+        let result = {
+            let (_inside, handle) = InCallback::enter(std::ptr::from_mut(&mut context).cast());
+            callback(handle)
+        };
+        (result, context.answer)
+    }
+}
+
 impl<'a> CallContext<'_, 'a, '_> {
     /// The named parameter; a name starting with `/` is a JSON Pointer (RFC 6901) into
     /// the params, so `/point/x` and `/0` reach nested values.
@@ -180,21 +199,10 @@ impl Drop for InCallback {
 
 impl Handler for CProcedure {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
-        let mut context = CallContext {
-            call,
-            reply,
-            answer: Answer::Pending,
-            strings: Vec::new(),
-            last_json: None,
-        };
-        {
-            let (_inside, handle) = InCallback::enter(std::ptr::from_mut(&mut context).cast());
-            // SAFETY: a non-NULL function pointer registered through ucall_add_procedure,
-            // called with its own tag and the handle naming `context`, which outlives the
-            // call; once it returns the handle names nothing (`context`).
-            unsafe { (self.callback)(handle, self.tag) };
-        }
-        match std::mem::replace(&mut context.answer, Answer::Pending) {
+        // SAFETY: a non-NULL function pointer registered through ucall_add_procedure,
+        // called with its own tag and the handle `CallContext::run` gives.
+        let ((), answer) = CallContext::run(call, reply, |handle| unsafe { (self.callback)(handle, self.tag) });
+        match answer {
             Answer::Replied => Ok(()),
             Answer::Failed(error) => Err(error),
             Answer::Pending if call.is_notification() => Ok(()),
@@ -226,27 +234,12 @@ unsafe impl Sync for CHook {}
 
 impl Hook for CHook {
     fn around(&self, call: &Call<'_>, reply: &mut Reply<'_>, next: &dyn Handler) -> Result<(), RpcError> {
-        let mut context = CallContext {
-            call,
-            reply,
-            answer: Answer::Pending,
-            strings: Vec::new(),
-            last_json: None,
-        };
-        let go_on = {
-            let (_inside, handle) = InCallback::enter(std::ptr::from_mut(&mut context).cast());
-            // SAFETY: a non-NULL function pointer registered through ucall_set_hook, called
-            // with its own tag and the handle naming `context`, which outlives the call;
-            // once it returns the handle names nothing.
-            unsafe { (self.callback)(handle, self.tag) }
-        };
-        let answer = std::mem::replace(&mut context.answer, Answer::Pending);
+        // SAFETY: a non-NULL function pointer registered through ucall_set_hook, called
+        // with its own tag and the handle `CallContext::run` gives.
+        let (go_on, answer) = CallContext::run(call, reply, |handle| unsafe { (self.callback)(handle, self.tag) });
         match (go_on, answer) {
             // The procedure answers (a hook that goes on does not reply).
-            (true, _) => {
-                drop(context);
-                next.handle(call, reply)
-            }
+            (true, _) => next.handle(call, reply),
             (false, Answer::Replied) => Ok(()),
             (false, Answer::Failed(error)) => Err(error),
             (false, Answer::Pending) => Err(RpcError::http(403, "the call was refused")),
