@@ -157,6 +157,11 @@ class Server:
         debug: add the traceback of a failed handler to its error's ``data``.
         max_body_bytes, max_head_bytes, max_batch, max_connections: limits
             (safe defaults from the core).
+        max_pending_calls: most calls waiting for (or running in) a handler per thread;
+            past it a call is answered at once with ``-32000`` (HTTP 503 with
+            ``Retry-After``) and ``data: {"executed": false}``, so that clients and load
+            balancers may retry it elsewhere. ``None`` (default): calls are not refused;
+            past 16,384 the server reads no new requests until some complete.
         header_timeout, idle_timeout, shutdown_timeout: seconds.
         tls_cert, tls_key: PEM files (chain, key): the port speaks TLS (HTTPS, TLS over
             raw TCP); with ``tls_port`` the port stays plaintext and TLS listens there too
@@ -210,6 +215,7 @@ class Server:
         max_head_bytes: int | None = None,
         max_batch: int | None = None,
         max_connections: int | None = None,
+        max_pending_calls: int | None = None,
         header_timeout: float | None = None,
         idle_timeout: float | None = None,
         shutdown_timeout: float | None = None,
@@ -245,6 +251,7 @@ class Server:
             max_head_bytes=max_head_bytes,
             max_batch=max_batch,
             max_connections=max_connections,
+            max_pending_calls=max_pending_calls,
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
@@ -274,6 +281,7 @@ class Server:
             "max_head_bytes": max_head_bytes,
             "max_batch": max_batch,
             "max_connections": max_connections,
+            "max_pending_calls": max_pending_calls,
             "header_timeout": header_timeout,
             "idle_timeout": idle_timeout,
             "shutdown_timeout": shutdown_timeout,
@@ -897,6 +905,7 @@ def _check_options(**options: Any) -> None:
         "max_head_bytes": (64, _SIZE_MAX),
         "max_batch": (1, _SIZE_MAX),
         "max_connections": (1, _SIZE_MAX),
+        "max_pending_calls": (1, _SIZE_MAX),
     }
     for name, (low, high) in ranges.items():
         value = options[name]

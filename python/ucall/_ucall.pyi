@@ -51,6 +51,7 @@ class NativeServer:
         max_head_bytes: Optional[int] = None,
         max_batch: Optional[int] = None,
         max_connections: Optional[int] = None,
+        max_pending_calls: Optional[int] = None,
         header_timeout: Optional[float] = None,
         idle_timeout: Optional[float] = None,
         shutdown_timeout: Optional[float] = None,

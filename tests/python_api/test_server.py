@@ -447,6 +447,7 @@ def test_threads_and_limits_options(make_server, wire):
         ({"max_head_bytes": 10}, "max_head_bytes must be at least 64"),
         ({"max_batch": 0}, "max_batch must be at least 1"),
         ({"max_connections": 2**70}, "max_connections must be from 1 to"),
+        ({"max_pending_calls": 0}, "max_pending_calls must be at least 1, got 0"),
         ({"threads": 0}, "threads must be at least 1, got 0"),
         ({"max_threads": 0}, "max_threads must be at least 1, got 0"),  # as threads, not silently 1
     ],
@@ -708,3 +709,40 @@ def test_a_second_function_under_a_registered_name_warns_and_replaces_it():
         server.route(pong, name="ping")
     assert caught[0].filename == __file__
     assert server.procedures["ping"] is pong
+
+
+def test_past_max_pending_calls_a_call_is_refused_safe_to_retry(make_server):
+    """A call that finds ``max_pending_calls`` calls waiting is answered at once, without
+    running: -32000 with ``executed: false``, and over HTTP 503 with ``Retry-After``."""
+    server = make_server(max_pending_calls=1)
+    release = threading.Event()
+    ran = []
+
+    @server
+    def hold(tag: str) -> str:
+        ran.append(tag)
+        release.wait(10)
+        return tag
+
+    server.start()
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(once, server.port, "hold", ["first"])
+        deadline = time.monotonic() + 5
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ran == ["first"]
+        wire = Wire(server.port)
+        request = json.dumps({"jsonrpc": "2.0", "method": "hold", "params": ["second"], "id": 2})
+        wire.connection.request("POST", "/", request, {"Content-Type": "application/json"})
+        answer = wire.connection.getresponse()
+        body = answer.read()
+        error = json.loads(body)["error"]
+        assert answer.status == 503 and answer.getheader("Retry-After") == "1", (answer.status, answer.headers)
+        assert error["code"] == -32000 and error["data"] == {"executed": False, "max_pending_calls": 1}, body
+        [reply] = tcp_exchange(server.port, b'{"jsonrpc":"2.0","method":"hold","params":["third"],"id":3}\n', 1)
+        assert reply["error"]["data"]["executed"] is False, reply
+        assert ran == ["first"], "the refused calls did not run"
+        release.set()
+        assert first.result(10) == "first"
+    assert once(server.port, "hold", ["again"]) == "again"
+    wire.close()

@@ -77,18 +77,34 @@ pub struct Sink {
     /// Deferred calls made on the worker whose completions it has not drained yet. Only
     /// the worker's thread changes it (it defers and drains).
     awaited: AtomicUsize,
+    /// Past this many awaited calls a new call is refused (see [`Sink::bounded`]).
+    max_pending: usize,
 }
 
 impl Sink {
     /// A sink that calls `wake` after each completion is queued.
     pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
+        Self::bounded(wake, None)
+    }
+
+    /// As [`Sink::new`], refusing a call that would defer past `max_pending` awaited
+    /// calls (`Config::max_pending_calls`): [`crate::Reply::defer`] answers it at once
+    /// with an overload error that is safe to retry. Without a bound, [`MAX_AWAITED`]
+    /// holds the worker's connections back instead.
+    pub fn bounded(wake: impl Fn() + Send + Sync + 'static, max_pending: Option<usize>) -> Arc<Self> {
         Arc::new(Sink {
             queue: Mutex::new(Vec::new()),
             wake: Box::new(wake),
             held: AtomicBool::new(false),
             queued: AtomicBool::new(false),
             awaited: AtomicUsize::new(0),
+            max_pending: max_pending.unwrap_or(usize::MAX),
         })
+    }
+
+    /// The overload error for a call that would go past the bound, or `None`.
+    pub(crate) fn refuse_pending(&self) -> Option<RpcError> {
+        (self.awaited() >= self.max_pending).then(|| pending_full(self.max_pending))
     }
 
     /// Move every queued completion into `into`; returns how many deferred calls the
@@ -215,6 +231,17 @@ impl Drop for Presence {
 /// A reply promised by a procedure, to be completed once, from any thread.
 ///
 /// Dropping it without completing answers `-32603`, so that no caller waits forever.
+/// `-32000`, HTTP 503 (with `Retry-After`): nothing ran, so a retry is safe.
+#[cold]
+#[inline(never)]
+fn pending_full(max_pending: usize) -> RpcError {
+    RpcError::http(
+        503,
+        format!("Server overloaded: {max_pending} calls already wait for their replies"),
+    )
+    .with_data(&serde_json::json!({ "executed": false, "max_pending_calls": max_pending }))
+}
+
 #[must_use = "a deferred reply must be completed; dropping it answers -32603"]
 pub struct Deferred {
     sink: Arc<Sink>,

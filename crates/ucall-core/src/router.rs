@@ -368,10 +368,20 @@ impl<'o> Reply<'o> {
         self.defer_as(true)
     }
 
+    /// Whether [`Reply::defer`] can work here: an engine drives the session (it may still
+    /// refuse the call when the server is overloaded).
+    #[must_use]
+    pub fn can_defer(&self) -> bool {
+        self.deferral.is_some()
+    }
+
     fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {
         let Some((target, next_slot)) = self.deferral.as_mut() else {
             return Err(RpcError::internal("Internal error: this server cannot defer replies"));
         };
+        if let Some(overloaded) = target.sink.refuse_pending() {
+            return Err(overloaded);
+        }
         let slot = **next_slot;
         **next_slot += 1;
         self.deferred = Some(slot);

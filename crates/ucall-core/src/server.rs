@@ -99,6 +99,13 @@ impl ServerBuilder {
         self
     }
 
+    /// Most calls awaiting a deferred reply per worker thread before new ones are refused
+    /// (see [`Config::max_pending_calls`]).
+    pub fn max_pending_calls(mut self, calls: usize) -> Self {
+        self.config.max_pending_calls = Some(calls);
+        self
+    }
+
     /// Longest time to receive a request head.
     pub fn header_timeout(mut self, timeout: Duration) -> Self {
         self.config.header_timeout = timeout;
@@ -255,6 +262,7 @@ impl ServerBuilder {
             || config.limits.max_body_bytes == 0
             || config.limits.max_head_bytes < 64
             || config.limits.max_exchanges_per_connection == Some(0)
+            || config.max_pending_calls == Some(0)
         {
             return Err(Error::config(
                 "limits must be positive (and max_head_bytes at least 64)",

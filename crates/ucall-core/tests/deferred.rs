@@ -636,3 +636,80 @@ fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
         late.join().expect("late client");
     }
 }
+
+/// Past `max_pending_calls` awaited replies a call is refused at once, nothing run: raw TCP
+/// gets `-32000` with `data.executed: false`, HTTP a 503 with `Retry-After`; once parked
+/// calls complete, calls are taken again.
+#[test]
+fn past_max_pending_calls_a_call_is_refused_safe_to_retry() {
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let parked = Arc::new(Mutex::new(Vec::new()));
+        let park = Arc::clone(&parked);
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .max_pending_calls(2)
+            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+                park.lock().unwrap().push(reply.defer()?);
+                Ok(())
+            })
+            .bind()
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let addr = server.local_addr();
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tcp.write_all(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":1}\n{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":2}\n",
+        )
+        .unwrap();
+        assert_eq!(wait_until_still(&parked), 2, "{engine:?}: both calls parked");
+
+        let mut refused = TcpStream::connect(addr).unwrap();
+        refused.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        refused
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":3}\n")
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(&refused).read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["id"], 3, "{line}");
+        assert_eq!(reply["error"]["code"], -32000, "{line}");
+        assert_eq!(reply["error"]["data"]["executed"], false, "{line}");
+        assert_eq!(reply["error"]["data"]["max_pending_calls"], 2, "{line}");
+
+        let mut http = TcpStream::connect(addr).unwrap();
+        http.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let body = "{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":4}";
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        http.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        http.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains("\"executed\":false"), "{answer}");
+        assert_eq!(parked.lock().unwrap().len(), 2, "{engine:?}: nothing more ran");
+
+        // The parked calls answer; the bound frees and a call is taken again.
+        complete_all(&parked, 2, "parked");
+        let mut lines = BufReader::new(tcp.try_clone().unwrap()).lines();
+        for id in [1, 2] {
+            let line = lines.next().expect("a reply").expect("read");
+            assert_eq!(line, format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":\"done\"}}"));
+        }
+        tcp.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":5}\n")
+            .unwrap();
+        complete_all(&parked, 1, "after");
+        let line = lines.next().expect("a reply").expect("read");
+        assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":\"done\"}");
+        server.stop();
+        server.join();
+    }
+}

@@ -45,10 +45,12 @@ impl Handler for Entry {
         if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
             return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer()));
         }
-        let Ok(deferred) = reply.defer() else {
+        if !reply.can_defer() {
             // Driven without an engine (in-memory sessions): answer inline.
             return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer()));
-        };
+        }
+        // Refused at once when too many calls wait (`max_pending_calls`).
+        let deferred = reply.defer()?;
         let job = runtime::Job {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
@@ -146,7 +148,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         host, port, threads, engine_name, encode, rpc_error, describe=None, submit=None, *,
-        log_failure=None, middleware=None, max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None,
+        log_failure=None, middleware=None, max_threads=64, max_body_bytes=None, max_head_bytes=None, max_batch=None, max_connections=None, max_pending_calls=None,
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
@@ -170,6 +172,7 @@ impl NativeServer {
         max_head_bytes: Option<usize>,
         max_batch: Option<usize>,
         max_connections: Option<usize>,
+        max_pending_calls: Option<usize>,
         header_timeout: Option<f64>,
         idle_timeout: Option<f64>,
         shutdown_timeout: Option<f64>,
@@ -223,6 +226,7 @@ impl NativeServer {
         if let Some(v) = max_connections {
             config.max_connections = v;
         }
+        config.max_pending_calls = max_pending_calls;
         if let Some(v) = header_timeout {
             config.header_timeout = secs(v, "header_timeout")?;
         }

@@ -60,6 +60,11 @@ pub struct Config {
     pub limits: Limits,
     /// Most connections open at once, over all threads; more are closed on accept.
     pub max_connections: usize,
+    /// Most calls awaiting a deferred reply (Python procedures, `Reply::defer`) per worker
+    /// thread; a call past it is answered at once with `-32000`, HTTP 503 and
+    /// `data.executed: false`, safe to retry. `None` (default): no refusal, and past
+    /// 16,384 such calls the worker reads no new requests until some complete.
+    pub max_pending_calls: Option<usize>,
     /// Longest time to receive a request head, from its first byte (slow-header defence).
     pub header_timeout: Duration,
     /// Longest time a connection may sit without progress (idle keep-alive, stalled body,
@@ -140,6 +145,7 @@ impl Default for Config {
             engine: EngineKind::Auto,
             limits: Limits::default(),
             max_connections: 10_000,
+            max_pending_calls: None,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(5),

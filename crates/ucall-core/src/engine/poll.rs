@@ -96,9 +96,12 @@ impl PollWorker {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("cannot create a waker", e))?);
         let sink = {
             let waker = Arc::clone(&waker);
-            Sink::new(move || {
-                let _ = waker.wake();
-            })
+            Sink::bounded(
+                move || {
+                    let _ = waker.wake();
+                },
+                shared.config.max_pending_calls,
+            )
         };
         let mut listener = TcpListener::from_std(listener);
         poll.registry()

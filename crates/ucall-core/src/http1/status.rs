@@ -85,7 +85,8 @@ impl Status {
             Status::UriTooLong => b"HTTP/1.1 414 URI Too Long\r\n",
             Status::InternalServerError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
-            Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
+            // RFC 9110 §10.2.3: when to retry; every 503 here is overload, a stop or a drain.
+            Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n",
             // RFC 6455 §4.4: name the versions the server speaks.
             Status::UpgradeRequired => b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n",
             Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",

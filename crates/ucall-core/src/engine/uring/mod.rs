@@ -293,7 +293,7 @@ impl UringWorker {
         let tls_listener = super::separate_tls_listener(&shared)?;
         let sink = {
             let waker = Arc::clone(&waker);
-            Sink::new(move || waker.wake())
+            Sink::bounded(move || waker.wake(), shared.config.max_pending_calls)
         };
         Ok(UringWorker {
             ring,
