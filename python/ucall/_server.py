@@ -681,8 +681,20 @@ class Server:
             loop, self._loop = self._loop, None
         try:
             if native is not None:
-                native.stop()
-                _log.info("stopped serving on %s", url)
+                counts = native.stop()
+                if counts is None:
+                    _log.info("stopped serving on %s", url)
+                else:
+                    answered, unanswered = counts
+                    # Calls cut off are the operator's business: say so above info.
+                    level = logging.WARNING if unanswered else logging.INFO
+                    _log.log(
+                        level,
+                        "stopped serving on %s: %d call(s) answered during the drain, %d left unanswered",
+                        url,
+                        answered,
+                        unanswered,
+                    )
         finally:
             if loop is not None:
                 loop.close()

@@ -121,10 +121,11 @@ class NativeServer:
         """The page ``GET /metrics`` answers (Prometheus text format), while running with metrics on."""
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait (GIL released) until the workers finished; False after ``timeout`` seconds."""
-    def stop(self) -> None:
+    def stop(self) -> Optional[Tuple[int, int]]:
         """Stop gracefully and wait for the threads, up to shutdown_timeout and a second
         more (a handler still running then is left behind, with a RuntimeWarning); a
-        signal handler's exception (a second Ctrl-C) ends the wait. Idempotent."""
+        signal handler's exception (a second Ctrl-C) ends the wait. Idempotent. Returns
+        (calls answered during the drain, calls left unanswered), None if not running."""
     @property
     def running(self) -> bool: ...
     @property

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import REPO_ROOT, Wire, once, serving, tcp_exchange
@@ -34,7 +36,43 @@ def test_start_up_and_shutdown_lines(make_server, engine, caplog):
     # The core's own start-up line is left out: one line says it.
     assert not ucall_records(caplog, logging.INFO, "serving on")
     server.stop()
-    assert [r.getMessage() for r in ucall_records(caplog, logging.INFO, "stopped")] == [f"stopped serving on {url}"]
+    assert [r.getMessage() for r in ucall_records(caplog, logging.INFO, "stopped")] == [
+        f"stopped serving on {url}: 0 call(s) answered during the drain, 0 left unanswered"
+    ]
+
+
+@pytest.mark.parametrize(("nap", "answered", "unanswered", "level"), [(0.3, 1, 0, logging.INFO), (0.8, 0, 1, logging.WARNING)])
+def test_the_shutdown_line_counts_the_calls_the_drain_finished_and_cut_off(
+    make_server, caplog, nap, answered, unanswered, level
+):
+    """A call in flight when the server stops is answered if it ends within
+    shutdown_timeout (0.5 s here), else its connection is closed without an answer; the
+    last line says how many of each, a warning when any was cut off."""
+    caplog.set_level(logging.INFO, logger="ucall")
+    server = make_server(shutdown_timeout=0.5)
+    started = threading.Event()
+
+    @server
+    def slow() -> str:
+        started.set()
+        time.sleep(nap)
+        return "done"
+
+    server.start()
+    url = server.url
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(once, server.port, "slow")
+        assert started.wait(5)
+        server.stop()
+        if unanswered:
+            with pytest.raises(Exception):
+                call.result(5)
+        else:
+            assert call.result(5) == "done"
+    lines = [r.getMessage() for r in ucall_records(caplog, level, "stopped serving on")]
+    assert lines == [
+        f"stopped serving on {url}: {answered} call(s) answered during the drain, {unanswered} left unanswered"
+    ], caplog.text
 
 
 @pytest.mark.parametrize("debug", [False, True])

@@ -96,6 +96,6 @@ pub use jsonrpc::{ErrorCode, RpcError};
 pub use metrics::{ExtraMetrics, MetricsConfig};
 pub use params::Param;
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
-pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
+pub use server::{Config, DrainCounts, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
 pub use tls::TlsConfig;

@@ -524,6 +524,36 @@ impl Stopper {
     pub fn readiness(&self) -> &Arc<Readiness> {
         &self.readiness
     }
+
+    /// What the graceful stop did so far: calls answered later (deferred replies) that
+    /// came while the server stopped, and those left unanswered when their worker closed
+    /// its connections (at `shutdown_timeout`, or with their callers gone).
+    #[must_use]
+    pub fn drain_counts(&self) -> DrainCounts {
+        DrainCounts {
+            answered: self.shared.drain.answered.load(Ordering::Relaxed),
+            unanswered: self.shared.drain.cut_off.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a graceful stop did ([`Stopper::drain_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DrainCounts {
+    /// Deferred calls whose replies came while the server stopped.
+    pub answered: usize,
+    /// Deferred calls still unanswered when their connections were closed.
+    pub unanswered: usize,
+}
+
+impl std::fmt::Display for DrainCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} call(s) answered during the drain, {} left unanswered",
+            self.answered, self.unanswered
+        )
+    }
 }
 
 impl ServerHandle {
@@ -577,7 +607,14 @@ impl ServerHandle {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        log::info!(target: crate::logs::SERVER_TARGET, "stopped serving on {}", self.local_addr);
+        let counts = self.stopper().drain_counts();
+        // Calls cut off are the operator's business: said above info.
+        let level = if counts.unanswered > 0 {
+            log::Level::Warn
+        } else {
+            log::Level::Info
+        };
+        log::log!(target: crate::logs::SERVER_TARGET, level, "stopped serving on {}: {counts}", self.local_addr);
     }
 }
 

@@ -352,7 +352,46 @@ fn a_reply_completed_during_shutdown_says_connection_close() {
         assert!(head.starts_with("HTTP/1.1 200 "), "{engine:?}: {reply}");
         assert!(head.contains("\r\nConnection: close"), "{engine:?}: {head}");
         assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"late"}"#, "{engine:?}");
+        let stopper = server.stopper();
         server.join();
+        let counts = stopper.drain_counts();
+        assert_eq!((counts.answered, counts.unanswered), (1, 0), "{engine:?}");
+    }
+}
+
+/// A deferred call still unanswered when `shutdown_timeout` runs out is cut off, and the
+/// drain counts say so.
+#[test]
+fn a_call_still_running_at_the_shutdown_timeout_is_counted_as_cut_off() {
+    for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
+        let parked = Arc::new(Mutex::new(Vec::new()));
+        let park = Arc::clone(&parked);
+        let server = Server::builder()
+            .port(0)
+            .threads(1)
+            .engine(engine)
+            .shutdown_timeout(Duration::from_millis(200))
+            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
+                park.lock().unwrap().push(reply.defer()?);
+                Ok(())
+            })
+            .bind()
+            .expect("bind")
+            .spawn()
+            .expect("spawn");
+        let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":1}\n").unwrap();
+        assert_eq!(wait_until_still(&parked), 1, "{engine:?}");
+        let stopper = server.stopper();
+        server.stop();
+        server.join();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{engine:?}: no answer, the connection closed");
+        let counts = stopper.drain_counts();
+        assert_eq!((counts.answered, counts.unanswered), (0, 1), "{engine:?}");
+        drop(parked);
     }
 }
 

@@ -655,6 +655,11 @@ impl Runtime {
 
     /// Begin a graceful stop: the workers finish what is in flight and end (see
     /// [`Runtime::join_ended`]).
+    /// What the graceful stop did so far (see [`Stopper::drain_counts`]).
+    pub fn drain_counts(&self) -> ucall_core::DrainCounts {
+        self.stopper.drain_counts()
+    }
+
     pub fn begin_stop(&self) {
         self.stopper.stop();
         self.stopping.store(true, Ordering::SeqCst);

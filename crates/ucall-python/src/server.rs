@@ -443,14 +443,15 @@ impl NativeServer {
     /// `shutdown_timeout` and a second more: a handler still running then (it never
     /// returns, or sleeps longer) is left to finish on its own thread, with a warning,
     /// rather than keep the process from exiting. A signal whose handler raises (a second
-    /// Ctrl-C) ends the wait at once with its exception.
-    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+    /// Ctrl-C) ends the wait at once with its exception. Returns (calls answered during the
+    /// drain, calls left unanswered), or `None` when it was not running.
+    fn stop(&self, py: Python<'_>) -> PyResult<Option<(usize, usize)>> {
         let state = std::mem::replace(
             &mut *self.state.lock().unwrap_or_else(PoisonError::into_inner),
             State::Stopped,
         );
         let State::Running { runtime, grace, .. } = state else {
-            return Ok(());
+            return Ok(None);
         };
         runtime.begin_stop();
         let give_up_at = Instant::now() + grace + STOP_SLACK;
@@ -473,8 +474,10 @@ impl NativeServer {
                 };
                 workers + batches
             });
+            let counts = runtime.drain_counts();
+            let counts = Some((counts.answered, counts.unanswered));
             if running == 0 {
-                return Ok(());
+                return Ok(counts);
             }
             py.check_signals()?;
             if Instant::now() >= give_up_at {
@@ -487,7 +490,7 @@ impl NativeServer {
                     &std::ffi::CString::new(message)?,
                     1,
                 )?;
-                return Ok(());
+                return Ok(counts);
             }
         }
     }

@@ -209,6 +209,7 @@ impl PollWorker {
     }
 
     fn finish(&mut self) {
+        self.shared.gave_up(self.serving.sink.awaited());
         for key in self.conns.iter().map(|(key, _)| key).collect::<Vec<_>>() {
             self.close(key);
         }
@@ -374,6 +375,7 @@ impl PollWorker {
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         let awaited = self.serving.sink.drain(&mut completions);
+        self.shared.replies_arrived(completions.len());
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
             self.serving.count(&completion);

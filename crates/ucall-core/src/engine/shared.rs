@@ -3,7 +3,7 @@
 //! open connections, TLS, and the wakers that interrupt the workers' waits.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,17 @@ pub(crate) struct Shared {
     pub(crate) uring_wakers: OnceLock<Vec<Arc<super::EventFd>>>,
     /// When an accept failure was last reported, and how many went unreported since.
     accept_failures: Mutex<(Option<Instant>, u64)>,
+    /// What the graceful stop did, for its last log line.
+    pub(crate) drain: DrainCounts,
+}
+
+/// Calls answered later (deferred: Python handlers, `Reply::defer`) whose replies came
+/// while the server stopped, and those still unanswered when their worker gave up
+/// (`shutdown_timeout`) and closed their connections.
+#[derive(Debug, Default)]
+pub(crate) struct DrainCounts {
+    pub(crate) answered: AtomicUsize,
+    pub(crate) cut_off: AtomicUsize,
 }
 
 impl Shared {
@@ -37,6 +48,21 @@ impl Shared {
             #[cfg(target_os = "linux")]
             uring_wakers: OnceLock::new(),
             accept_failures: Mutex::new((None, 0)),
+            drain: DrainCounts::default(),
+        }
+    }
+
+    /// `count` deferred replies came in one turn: answered during the drain once stopping.
+    pub(crate) fn replies_arrived(&self, count: usize) {
+        if count > 0 && self.stopping.load(Ordering::Relaxed) {
+            self.drain.answered.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    /// A worker closed its connections with `unanswered` deferred calls still awaited.
+    pub(crate) fn gave_up(&self, unanswered: usize) {
+        if unanswered > 0 && self.stopping.load(Ordering::Relaxed) {
+            self.drain.cut_off.fetch_add(unanswered, Ordering::Relaxed);
         }
     }
 

@@ -470,6 +470,7 @@ impl UringWorker {
     fn deliver_completions(&mut self) -> usize {
         let mut completions = std::mem::take(&mut self.completions);
         let awaited = self.serving.sink.drain(&mut completions);
+        self.shared.replies_arrived(completions.len());
         for completion in completions.drain(..) {
             self.serving.count(&completion);
             let Some(conn) = self.conns.get_mut(completion.conn) else {
@@ -732,6 +733,7 @@ impl UringWorker {
             return;
         }
         self.finishing = true;
+        self.shared.gave_up(self.serving.sink.awaited());
         let keys: Vec<usize> = self.conns.iter().map(|(key, _)| key).collect();
         for key in keys {
             self.close(key);
