@@ -381,7 +381,9 @@ fn a_call_still_running_at_the_shutdown_timeout_is_counted_as_cut_off() {
             .expect("spawn");
         let mut stream = TcpStream::connect(server.local_addr()).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        stream.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":1}\n").unwrap();
+        stream
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"park\",\"id\":1}\n")
+            .unwrap();
         assert_eq!(wait_until_still(&parked), 1, "{engine:?}");
         let stopper = server.stopper();
         server.stop();

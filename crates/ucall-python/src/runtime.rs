@@ -553,7 +553,10 @@ impl Runtime {
         // Per lane: the call count last seen, for how many ticks it has not moved, and at
         // how many of the last ticks its thread was off a core.
         let mut seen: Vec<(u64, u32, u32)> = vec![(0, 0, 0); self.lanes.len()];
-        while !self.stopping.load(Ordering::SeqCst) {
+        // While the server stops, a blocked call still hands its lane over: the worker must
+        // go on turning to answer the others and to cut off at `shutdown_timeout`.
+        loop {
+            let stopping = self.stopping.load(Ordering::SeqCst);
             let mut any_busy = false;
             for (index, lane) in self.lanes.iter().enumerate() {
                 let tag = lane.busy.load(Ordering::SeqCst);
@@ -609,6 +612,10 @@ impl Runtime {
                 if self.spawn_turner(index, next).is_err() {
                     lane.epoch.store(tag, Ordering::SeqCst);
                 }
+            }
+            // Once every worker has finished, a call still running has nothing to hand over.
+            if stopping && (!any_busy || *lock(&self.finished) == self.lanes.len()) {
+                return;
             }
             if any_busy || idle_ticks < MONITOR_LINGER {
                 // Under steady load groups come and go: keep ticking rather than being
