@@ -143,12 +143,16 @@ def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return None
 
 
-def _request(method: str, params: Any, request_id: int | None) -> dict[str, Any]:
+def _request(method: str, params: Any, request_id: int | None, timeout: float | None = None) -> dict[str, Any]:
+    """A call's request object; with ``timeout``, its deadline in seconds as the optional
+    ``"timeout"`` member, so that the server stops waiting for the call when the client does."""
     request: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
     if params is not None:
         request["params"] = params
     if request_id is not None:
         request["id"] = request_id
+    if timeout is not None:
+        request["timeout"] = timeout
     return request
 
 
@@ -349,7 +353,7 @@ class _Endpoint:
 
     def _requests(self, calls: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
         """A request per ``(method, params)``, each with an id of its own."""
-        return [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        return [_request(m, _codec.pack(p) if p is not None else None, self.next_id(), self.timeout) for m, p in calls]
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -454,19 +458,19 @@ class Client(_Endpoint):
         """Call ``method`` with positional or named params; the ``Response``."""
         if self._native is not None:
             return self._native_calls([(method, _native_params(args, kwargs))])[0]
-        request = _request(method, _params(args, kwargs), self.next_id())
+        request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         response: Response = self._exchange(request)
         return response
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
         """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
-        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id())
+        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
         response: Response = self._exchange(request, progress)
         return response
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
-        self._exchange(_request(method, _params(args, kwargs), None))
+        self._exchange(_request(method, _params(args, kwargs), None, self.timeout))
 
     def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
         """Send an explicit request object, or a list of them as a batch. ``jsonrpc`` and
@@ -920,13 +924,14 @@ class AsyncClient(_Endpoint):
         if self._native_protocol is not None:
             request_id = self.next_id()
             mux = self._native_mux()
-            reply = await mux.wait(mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode))
+            params = _native_params(args, kwargs)
+            reply = await mux.wait(mux.native.call(method, params, request_id, _native_encode, self.timeout))
             return Client._check(Response(_decode(reply)), {"id": request_id})
-        request = _request(method, _params(args, kwargs), self.next_id())
+        request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         return await self._exchange(request)  # type: ignore[no-any-return]
 
     async def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
-        await self._exchange(_request(method, _params(args, kwargs), None))
+        await self._exchange(_request(method, _params(args, kwargs), None, self.timeout))
 
     async def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
         if isinstance(request, list):

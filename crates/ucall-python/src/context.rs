@@ -26,6 +26,8 @@ pub struct Owned {
     id: Option<Box<str>>,
     /// The params as sent, for middleware (`None` when not kept, or none were sent).
     params: Option<Box<str>>,
+    /// The time the caller allows the call, if it said.
+    timeout: Option<std::time::Duration>,
 }
 
 impl Owned {
@@ -40,11 +42,12 @@ impl Owned {
             method: call.method().into(),
             id: call.id().map(Box::from),
             params: call.params().raw().filter(|_| params).map(Box::from),
+            timeout: context.timeout(),
         })
     }
 
     fn view(&self) -> ucall_core::Context<'_> {
-        ucall_core::Context::new(self.transport, self.tls, self.peer, &self.head)
+        ucall_core::Context::new(self.transport, self.tls, self.peer, &self.head).with_timeout(self.timeout)
     }
 }
 
@@ -118,6 +121,13 @@ impl Context {
             None | Some("null") => Ok(py.None().into_bound(py)),
             Some(id) => convert::to_python(py, id),
         }
+    }
+
+    /// The seconds the caller allows the call (its `UCall-Timeout` header or `"timeout"`
+    /// member), or `None`.
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.owned.timeout.map(|t| t.as_secs_f64())
     }
 
     /// The params as sent, decoded (a list, a dict, or `None`); kept for middleware only.

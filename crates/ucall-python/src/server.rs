@@ -21,7 +21,7 @@ use ucall_core::{
 use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
-use crate::procedure::{Hooks, Procedure};
+use crate::procedure::{Answer, Hooks, Procedure};
 use crate::runtime::{self, Runtime};
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
@@ -46,11 +46,12 @@ impl Handler for Entry {
             // Driven without an engine (in-memory sessions): answer inline.
             return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer()));
         };
+        let deadline = self.0.deadline(call.context().timeout());
         let job = runtime::Job {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
-            reply: deferred,
+            reply: Answer::new(deferred, deadline),
         };
         if let Err(job) = runtime::collect(job) {
             Python::attach(|py| {
@@ -246,7 +247,7 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -257,8 +258,10 @@ impl NativeServer {
         ignore_extra: bool,
         is_async: bool,
         context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
+        timeout: Option<f64>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
         let wants_context = context.is_some() || self.hooks.middleware.is_some();
         let procedure = Entry(Arc::new(Procedure::new(
             name,
@@ -267,6 +270,7 @@ impl NativeServer {
             Arc::clone(&self.hooks),
             is_async,
             context,
+            timeout,
         )));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
