@@ -102,8 +102,9 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
-	$(PY) benches/idle_memory.py --goals-are-reported --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/idle_memory.py --servers rust,python --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin bench_server && \
 	(cd js && npm run --silent build && node bench/echo.mjs --append ../benches/results/latest-brief.md) || status=1; \
 	$(BENCH) publish || status=1; \
@@ -119,6 +120,17 @@ bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust an
 	@scripts/setup.sh bench
 	@benches/setup_peers.sh >/dev/null || true  # grpcio's server and client; a failed install shows in the table
 	$(PY) benches/client_bench.py
+
+.PHONY: bench-batching
+bench-batching: python  ## Dynamic batching (about 2 minutes): a numpy MLP batched vs unbatched, beside Ray Serve's @serve.batch
+	@benches/setup_peers.sh >/dev/null || true  # Ray Serve's venv; a failed install shows in the table
+	cargo build --release --quiet -p ucall-bench --bin ucall-load
+	$(PY) benches/batching.py
+
+.PHONY: bench-batching-quick
+bench-batching-quick: python  ## The batching bench's bounded pass (about 20 s, no Ray): it all runs
+	cargo build --release --quiet -p ucall-bench --bin ucall-load
+	$(PY) benches/batching.py --quick
 
 .PHONY: bench-workers
 bench-workers: python  ## Worker processes: a 100 µs Python handler on --workers 1, then 2 (goal: 2 answer >= 1.6x)

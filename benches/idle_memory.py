@@ -4,10 +4,12 @@
 open (a quarter of them WebSockets), and RSS a few seconds after they all closed.
 
     .venv/bin/python benches/idle_memory.py [--connections 9000] [--engines poll,uring]
+                                            [--servers rust,python]
                                             [--server target/release/sum_server]
                                             [--append benches/results/latest-brief.md]
 
-For each engine: start the Rust `sum_server`, read its RSS once it is idle; open the
+For each server (the Rust `sum_server`, and `examples/python/sum_server.py` on the Python
+package) and engine: start it, read its RSS once it is idle; open the
 connections (each answers one `sum` call, over HTTP or a WebSocket, then stays open and
 idle); read the RSS; close them all; read the RSS again after CLOSED_WAIT seconds. The
 issue's goals: at most 1 KiB of RSS per idle connection, and RSS back within 10 % of its
@@ -43,6 +45,7 @@ MASK = bytes([1, 2, 3, 4])
 
 @dataclass
 class Reading:
+    server: str
     engine: str
     connections: int
     websockets: int
@@ -98,9 +101,9 @@ def open_connection(address: tuple[str, int], websocket: bool) -> socket.socket:
     return sock
 
 
-def measure(server: Path, engine: str, connections: int) -> Reading:
+def measure(server: list[str], engine: str, connections: int) -> Reading:
     env = dict(os.environ, UCALL_ENGINE=engine)
-    proc = subprocess.Popen([str(server), "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*server, "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
     socks: list[socket.socket] = []
     try:
@@ -124,7 +127,7 @@ def measure(server: Path, engine: str, connections: int) -> Reading:
         socks.clear()
         time.sleep(CLOSED_WAIT)
         closed = rss_kib(proc.pid)
-        return Reading(engine, connections, websockets, idle, opened, closed)
+        return Reading(Path(server[-1]).name, engine, connections, websockets, idle, opened, closed)
     finally:
         for sock in socks:
             sock.close()
@@ -136,17 +139,17 @@ def measure(server: Path, engine: str, connections: int) -> Reading:
             proc.wait()
 
 
-def table(readings: list[Reading], server: Path) -> str:
+def table(readings: list[Reading]) -> str:
     lines = [
-        f"### Memory per idle connection ({server.name}, benches/idle_memory.py)",
+        "### Memory per idle connection (benches/idle_memory.py)",
         "",
-        "| engine | connections (WebSockets) | RSS idle | RSS open | KiB per connection | RSS after close "
+        "| server | engine | connections (WebSockets) | RSS idle | RSS open | KiB per connection | RSS after close "
         "| goal (≤ 1 KiB each, back within 10 %) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in readings:
         lines.append(
-            f"| {r.engine} | {r.connections} ({r.websockets}) | {r.idle_kib / 1024:.1f} MiB | "
+            f"| {r.server} | {r.engine} | {r.connections} ({r.websockets}) | {r.idle_kib / 1024:.1f} MiB | "
             f"{r.open_kib / 1024:.1f} MiB | {r.kib_per_connection:.2f} | {r.closed_kib / 1024:.1f} MiB "
             f"({r.back:+.0%}) | {'met' if r.meets_goals else 'not met'} |"
         )
@@ -157,7 +160,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--connections", type=int, default=9000)
     ap.add_argument("--engines", default="poll,uring")
-    ap.add_argument("--server", type=Path, default=ROOT / "target/release/sum_server")
+    ap.add_argument("--servers", default="rust", help="rust, python or both (rust,python)")
+    ap.add_argument("--server", type=Path, default=ROOT / "target/release/sum_server", help="the Rust server")
     ap.add_argument("--append", type=Path, help="add the table to this Markdown file")
     ap.add_argument("--json", action="store_true", help="also print the readings as JSON")
     ap.add_argument("--goals-are-reported", action="store_true",
@@ -165,8 +169,13 @@ def main() -> int:
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.connections + 256)), hard))
-    readings = [measure(args.server, engine, args.connections) for engine in args.engines.split(",")]
-    text = table(readings, args.server)
+    commands = {"rust": [str(args.server)], "python": [sys.executable, str(ROOT / "examples/python/sum_server.py")]}
+    readings = [
+        measure(commands[server], engine, args.connections)
+        for server in args.servers.split(",")
+        for engine in args.engines.split(",")
+    ]
+    text = table(readings)
     print(text)
     if args.json:
         print(json.dumps([r.__dict__ for r in readings]))

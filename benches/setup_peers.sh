@@ -3,6 +3,7 @@
 # Installs the peer servers of `make bench` into isolated venvs and records what works:
 #   benches/.venv-peers     FastAPI + uvicorn, granian, socketify, grpcio (+ tools), matplotlib
 #   benches/.venv-ucall054  the prior-art ucall==0.5.4 from PyPI
+#   benches/.venv-ray       Ray Serve, for benches/batching.py
 # Writes target/bench/peers/status.json ({"fastapi": "ok", "ucall054": "failed: ...", ...})
 # and compiles benches/peers/bench.proto into target/bench/peers/. A peer that cannot be
 # installed is recorded as failed, never fatal: benches/run.py shows it as such.
@@ -60,6 +61,13 @@ if venv benches/.venv-ucall054 benches/peers/requirements-ucall054.txt; then
     check ucall054 benches/.venv-ucall054/bin/python "import ucall.posix, ucall.uring"
 else
     STATUS[ucall054]="failed: pip install ucall==0.5.4 (see $OUT/.venv-ucall054.pip.log)"
+fi
+
+# Ray Serve, the peer of benches/batching.py (dynamic batching): a large install of its own.
+if venv benches/.venv-ray benches/batch_apps/requirements-ray.txt; then
+    check ray benches/.venv-ray/bin/python "import ray.serve"
+else
+    STATUS[ray]="failed: pip install -r benches/batch_apps/requirements-ray.txt (see $OUT/.venv-ray.pip.log)"
 fi
 
 {

@@ -327,6 +327,12 @@ typedef struct ucall_config_t {
    * HAProxy's `http-check disable-on-404`).
    */
   bool readyz_not_found;
+  /**
+   * Path of the Prometheus metrics page (`GET` answers the text format: calls by method
+   * and outcome, latency, connections and bytes by transport). NULL (default):
+   * `"/metrics"`; `""`: off, and nothing is counted.
+   */
+  const char *metrics_path;
 } ucall_config_t;
 
 /**

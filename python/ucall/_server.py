@@ -19,7 +19,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Sequence, TypeVar, overload
 
-from ucall import _codec, _middleware, _schema, _signature, _ucall
+from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
 from ucall.exceptions import HTTPError, RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,7 +52,7 @@ def _log_failure(method: str, error: BaseException, trace: types.TracebackType |
 
 
 class _Procedure:
-    __slots__ = ("description", "func", "ignore_extra_params", "localns", "name", "timeout")
+    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name", "timeout")
 
     def __init__(
         self,
@@ -61,7 +61,8 @@ class _Procedure:
         ignore_extra_params: bool | None,
         localns: dict[str, Any] | None,
         description: dict[str, Any],
-        timeout: float | None,
+        batch: _BatchPlan | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.name = name
         self.timeout = timeout
@@ -69,6 +70,18 @@ class _Procedure:
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
         self.description = description
+        self.batch = batch
+
+
+class _BatchPlan:
+    """A batch procedure's per-item signature, its columns and how batches form."""
+
+    __slots__ = ("columns", "options", "view")
+
+    def __init__(self, view: Callable[..., Any], columns: list[str], options: dict[str, Any]) -> None:
+        self.view = view
+        self.columns = columns
+        self.options = options
 
 
 def _user_frame() -> tuple[types.FrameType | None, int]:
@@ -178,6 +191,9 @@ class Server:
         healthz_path, readyz_path: where the liveness and readiness probes are served
             (``None`` turns one off). readyz_not_found: answer 404 rather than 503 when
             not ready (HAProxy's ``http-check disable-on-404``).
+        metrics_path: where ``GET`` serves Prometheus metrics (calls by method and outcome,
+            latency, connections and bytes by transport; docs/operations.md); ``None``
+            turns metrics off, and nothing is counted.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -224,6 +240,7 @@ class Server:
         healthz_path: str | None = "/healthz",
         readyz_path: str | None = "/readyz",
         readyz_not_found: bool = False,
+        metrics_path: str | None = "/metrics",
     ) -> None:
         _check_options(
             port=port,
@@ -248,6 +265,9 @@ class Server:
         if drain_delay < 0:
             raise ValueError(f"drain_delay must be at least 0, got {drain_delay}")
         self.drain_delay = drain_delay
+        #: Where the supervisor of ``run(workers=N, metrics_port=...)`` serves the workers'
+        #: metrics totals, once running.
+        self.metrics_port: int | None = None
         self._drain = False
         self._checks: list[Callable[[], Any]] = []
         self._middleware: list[_middleware.Middleware] = []
@@ -270,8 +290,9 @@ class Server:
             "healthz_path": healthz_path,
             "readyz_path": readyz_path,
             "readyz_not_found": bool(readyz_not_found),
+            "metrics_path": metrics_path,
         }
-        for option in ("healthz_path", "readyz_path"):
+        for option in ("healthz_path", "readyz_path", "metrics_path"):
             path = self._limits[option]
             if path is not None and (not isinstance(path, str) or not path.startswith("/")):
                 raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
@@ -397,6 +418,72 @@ class Server:
 
         return register
 
+    def batch(
+        self,
+        func: F | None = None,
+        /,
+        *,
+        max_size: int = 32,
+        max_wait_ms: float = 5.0,
+        max_concurrent: int = 1,
+        max_queue: int = 4096,
+        name: str | None = None,
+        summary: str | None = None,
+        description: str | None = None,
+        examples: list[dict[str, Any]] | None = None,
+        errors: list[Any] | None = None,
+    ) -> Any:
+        """``@server.batch(max_size=32, max_wait_ms=5)`` registers a batch procedure: a
+        function whose parameters are lists (or numpy arrays, the batch on axis 0) and
+        whose result is a list (or an array split on axis 0), one item per call.
+
+        >>> server = Server(port=0)
+        >>> @server.batch(max_size=32, max_wait_ms=5)
+        ... def square(x: list[float]) -> list[float]:
+        ...     return [v * v for v in x]
+
+        Callers call it one item at a time (``square(x=3.0)``), over any transport and
+        inside JSON-RPC batches; its description is per item. The server groups calls from
+        every connection into batches, without the GIL, and calls the function once per
+        batch: at once when ``max_size`` calls wait, at most ``max_wait_ms`` after the first,
+        and at once when calls do not arrive fast enough to fill it in time (a lone caller
+        waits for nobody). ``max_concurrent`` batches run at a time, each on a thread of its
+        own; ``async def`` functions run on the server's event loop.
+
+        An exception raised by the function answers every call of the batch; an exception
+        instance in the returned list answers that call only; a result of another length
+        answers ``-32603`` to all (and is logged). A call whose caller disconnected while it
+        waited is dropped. When ``max_queue`` calls wait, new ones are answered at once
+        with an overload error (``-32000``, HTTP 503) whose ``data`` says ``"executed":
+        false``. ``batch_stats()`` counts batches, their sizes and the calls' waits.
+        """
+        for option, value, low in (("max_size", max_size, 1), ("max_concurrent", max_concurrent, 1), ("max_queue", max_queue, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{option} must be an integer of at least {low}, got {value!r}")
+        if not isinstance(max_wait_ms, (int, float)) or isinstance(max_wait_ms, bool) or not 0 <= max_wait_ms <= 3_600_000:
+            raise ValueError(f"max_wait_ms must be a number of milliseconds from 0 to 3600000, got {max_wait_ms!r}")
+        options = {
+            "max_size": max_size,
+            "max_wait": max_wait_ms / 1000.0,
+            "max_concurrent": max_concurrent,
+            "max_queue": max_queue,
+        }
+        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+
+        def register(f: F) -> F:
+            return self.route(f, name=name, **describe, _batch_options=options)
+
+        return register if func is None else register(func)
+
+    def batch_stats(self) -> dict[str, dict[str, Any]]:
+        """What each batch procedure has done since the server started, by name:
+        ``batches`` run and ``calls`` in them, ``sizes`` (``{bound: batches}``: a batch of
+        n calls counts under the first bound of at least n), ``queue_wait_us`` (all calls'
+        waits added up) and ``max_queue_wait_us``, ``rejected`` (queue full), ``abandoned``
+        (caller gone), and ``queued`` now. Empty before ``start()``."""
+        native = self._native
+        return {} if native is None else native.batch_stats()
+
     def route(
         self,
         func: F,
@@ -408,6 +495,7 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        _batch_options: dict[str, Any] | None = None,
     ) -> F:
         """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
 
@@ -429,9 +517,15 @@ class Server:
         if not name:
             raise ValueError("the procedure needs a name: use @server.method('name')")
         localns = _caller_locals()
-        _signature.plan(func, localns)  # fail now, at the decorator, on hints that cannot be honoured
+        batch: _BatchPlan | None = None
+        described: Callable[..., Any] = func
+        if _batch_options is not None:
+            view, columns = _batch.item_view(func, localns)
+            batch = _BatchPlan(view, columns, _batch_options)
+            described = view
+        _signature.plan(described, localns)  # fail now, at the decorator, on hints that cannot be honoured
         description_ = _schema.describe(
-            name, func, localns, summary=summary, description=description, examples=examples, errors=errors
+            name, described, localns, summary=summary, description=description, examples=examples, errors=errors
         )
         with self._lock:
             if self._native is not None:
@@ -444,7 +538,7 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, timeout)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, batch, timeout)
         return func
 
     @property
@@ -529,6 +623,14 @@ class Server:
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("the server is already running")
+            batched = [p.name for p in self._procedures.values() if p.batch is not None]
+            if self._middleware and batched:
+                # Middleware is often the authentication: a batch procedure it does not
+                # wrap would answer every caller, so the pair is refused rather than run.
+                raise RuntimeError(
+                    f"middleware does not run around batch procedures ({', '.join(batched)}) yet: "
+                    "serve them from a server without middleware, or check callers in the batch function"
+                )
             async_middleware = any(_middleware.is_async(m) for m in self._middleware)
             needs_loop = async_middleware or any(_is_async(p.func) for p in self._procedures.values())
             loop = _EventLoop() if needs_loop else None
@@ -552,11 +654,19 @@ class Server:
                     native.describe(json.dumps(procedure.description))
                     func = procedure.func
                     ignore = procedure.ignore_extra_params
+                    ignore = self.ignore_extra_params if ignore is None else ignore
+                    batch = procedure.batch
+                    if batch is not None:
+                        runner = _batch.Runner(func, batch.columns, _is_async(func))
+                        native.add_batch(
+                            procedure.name, runner, _signature.plan(batch.view, None), ignore, **batch.options
+                        )
+                        continue
                     native.add(
                         procedure.name,
                         func,
                         _signature.plan(func, procedure.localns),
-                        self.ignore_extra_params if ignore is None else ignore,
+                        ignore,
                         async_middleware or _is_async(func),
                         _signature.context_param(func, procedure.localns),
                         procedure.timeout,
@@ -604,6 +714,7 @@ class Server:
         *,
         ready: Callable[[Server], None] | None = None,
         workers: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         """Serve until Ctrl-C or SIGTERM (or ``max_seconds``, or ``max_cycles``, when
         positive), then stop gracefully. Starts the server if needed.
@@ -624,11 +735,15 @@ class Server:
         under a supervisor that starts a worker again when one dies; SIGHUP restarts them
         one at a time, each old one stopped once its replacement serves; SIGTERM or Ctrl-C
         stops them all. It needs the main thread; ``max_cycles`` and ``max_seconds`` do
-        not apply.
+        not apply. Each worker counts its own metrics; with ``metrics_port`` the
+        supervisor serves their totals at ``GET /metrics`` on that port of ``host`` (0
+        picks one: ``metrics_port`` says which once running).
         """
         if workers is not None:
-            self._run_workers(workers, ready)
+            self._run_workers(workers, ready, metrics_port)
             return
+        if metrics_port is not None:
+            raise ValueError("metrics_port is the supervisor's: it needs workers=N")
         deadline = time.monotonic() + max_seconds if max_seconds is not None and max_seconds > 0 else None
         terminated = threading.Event()
         restore = None
@@ -687,7 +802,7 @@ class Server:
         shutdown = self._limits["shutdown_timeout"]
         return self.drain_delay + (5.0 if shutdown is None else shutdown) + 2.0
 
-    def _run_workers(self, workers: int, ready: Callable[[Server], None] | None) -> None:
+    def _run_workers(self, workers: int, ready: Callable[[Server], None] | None, metrics_port: int | None) -> None:
         from ucall import _workers
 
         if self._native is not None:
@@ -701,8 +816,19 @@ class Server:
             if self._limits["tls_port"] is not None:
                 reserved.append(_workers.reserve_port(self.host, self._limits["tls_port"]))
                 self._limits["tls_port"] = reserved[1].getsockname()[1]
-            supervisor = _workers.Supervisor(self._serve_as_worker, workers, stop_timeout=self._stop_timeout())
-            status = supervisor.run(None if ready is None else lambda _pids: ready(self))
+            supervisor = _workers.Supervisor(
+                self._serve_as_worker,
+                workers,
+                stop_timeout=self._stop_timeout(),
+                metrics=None if metrics_port is None else (self.host, metrics_port),
+            )
+
+            def serving(_pids: list[int]) -> None:
+                self.metrics_port = supervisor.metrics_port
+                if ready is not None:
+                    ready(self)
+
+            status = supervisor.run(serving)
         finally:
             self._requested_port, self._limits["tls_port"] = requested
             for sock in reserved:
@@ -715,7 +841,13 @@ class Server:
         ``ready_fd`` once serving. Returns the exit status."""
         self._supervisor = os.getppid()
 
+        from ucall import _workers
+
         def announce(_server: Server) -> None:
+            folder = os.environ.get(_workers.METRICS_DIR)
+            native = self._native
+            if folder and native is not None:
+                _workers.serve_worker_metrics(native.metrics_text, os.path.join(folder, f"{os.getpid()}.sock"))
             os.write(ready_fd, b"r")
             os.close(ready_fd)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Union
 from ucall import _codec
 from ucall._ucall import Context
 
-ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY = range(8)
+ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY, NDARRAY = range(9)
 
 Converter = Callable[[Any], Any]
 ParamSpec = tuple[str, int, int, Union[Converter, None], bool, Any]
@@ -182,6 +182,9 @@ def compile_hint(hint: Any, localns: dict[str, Any] | None = None) -> tuple[int,
     native = natives.get(hint) if isinstance(hint, type) else None
     if native is not None:
         return native, None
+    if _is_numpy_array_type(hint) or _is_numpy_array_type(typing.get_origin(hint)):
+        # The extension parses a flat array of floats itself and hands over its bytes.
+        return NDARRAY, _to_ndarray
     return CUSTOM, converter(hint, localns)
 
 
@@ -263,6 +266,10 @@ def _is_image_type(hint: Any) -> bool:
 
 
 def _to_ndarray(value: Any) -> Any:
+    if isinstance(value, bytearray):  # float64s the extension parsed (JSON gives no bytearray)
+        import numpy as np
+
+        return np.frombuffer(value, dtype=np.float64)
     if isinstance(value, list):
         import numpy as np
 

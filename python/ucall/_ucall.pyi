@@ -4,6 +4,7 @@
 from typing import Any, Callable, List, Optional, Sequence, Tuple, final
 
 __all__ = [
+    "BatchReply",
     "Context",
     "DEADLINE_EXCEEDED",
     "DeferredReply",
@@ -70,6 +71,7 @@ class NativeServer:
         healthz_path: Optional[str] = ...,  # "/healthz"
         readyz_path: Optional[str] = ...,  # "/readyz"
         readyz_not_found: bool = False,
+        metrics_path: Optional[str] = ...,  # "/metrics"
     ) -> "NativeServer": ...
     def add(
         self,
@@ -84,6 +86,23 @@ class NativeServer:
         """Register ``func`` under ``name``; only before ``start``. ``context``: the
         parameter that takes the call's ``Context``, and its positional place (or ``None``:
         by name)."""
+    def add_batch(
+        self,
+        name: str,
+        runner: Callable[[list[tuple[Any, ...]]], Any],
+        params: Sequence[_ParamSpec],
+        ignore_extra: bool,
+        *,
+        max_size: int,
+        max_wait: float,
+        max_concurrent: int,
+        max_queue: int,
+    ) -> None:
+        """Register the batch procedure ``name``: ``runner(rows)`` gets the params of a
+        batch's calls bound by the per-item ``params`` and returns one value per call (or
+        an awaitable of them); only before ``start``."""
+    def batch_stats(self) -> dict[str, dict[str, Any]]:
+        """Each batch procedure's counters, by name."""
     def describe(self, description: str) -> None:
         """Describe a procedure (the JSON form of the core's MethodDoc); only before ``start``.
         Raises ``ValueError`` for a malformed description."""
@@ -99,6 +118,8 @@ class NativeServer:
         """What ``GET /readyz`` reports: ``(ready, its JSON body)``."""
     def start(self) -> int:
         """Bind and serve on background threads; the bound port. Raises ``OSError``."""
+    def metrics_text(self) -> Optional[str]:
+        """The page ``GET /metrics`` answers (Prometheus text format), while running with metrics on."""
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait (GIL released) until the workers finished; False after ``timeout`` seconds."""
     def stop(self) -> None:
@@ -124,6 +145,12 @@ class NativeServer:
 @final
 class DeferredReply:
     """The reply of an ``async def`` call; completed by its task's done-callback."""
+
+    def settle(self, task: Any) -> None: ...
+
+@final
+class BatchReply:
+    """The replies of an ``async def`` batch; completed by its task's done-callback."""
 
     def settle(self, task: Any) -> None: ...
 
@@ -155,6 +182,10 @@ class Context:
     def timeout(self) -> Optional[float]:
         """The seconds the caller allows the call (``UCall-Timeout`` header or ``"timeout"``
         member), or ``None``."""
+    @property
+    def deadline(self) -> Optional[float]:
+        """When the caller stops waiting, on ``time.monotonic()``'s clock (the earlier of the
+        procedure's ``timeout=`` and the caller's), or ``None``."""
     @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""

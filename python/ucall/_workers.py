@@ -20,6 +20,11 @@ spreads new connections between them. The supervisor serves nothing itself:
 
 A worker tells the supervisor it serves by writing one byte to a pipe once its listeners
 are open and its workers run; it stops by itself when the supervisor is gone.
+
+Each worker counts its own metrics, and the kernel hands a scrape of the shared port to
+any one of them. With ``metrics`` the supervisor serves their totals on a port of its
+own: every worker answers its page on a Unix socket of the supervisor's (``METRICS_DIR``
+names the folder), and a scrape of the supervisor adds them up.
 """
 
 from __future__ import annotations
@@ -27,13 +32,17 @@ from __future__ import annotations
 import errno
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Iterable
 
-__all__ = ["Supervisor", "reserve_port", "source_files"]
+__all__ = ["METRICS_DIR", "Supervisor", "add_pages", "reserve_port", "serve_worker_metrics", "source_files"]
 
 #: How long a new worker may take to serve before a restart gives up on it.
 READY_TIMEOUT = 30.0
@@ -44,6 +53,13 @@ MAX_BACKOFF = 10.0
 #: How often the supervisor looks at its workers and, with ``reload``, at the sources.
 TICK = 0.1
 RELOAD_POLL = 0.5
+#: The environment variable naming the folder where each worker answers its metrics page
+#: on the Unix socket ``<pid>.sock``; set by the supervisor for its workers.
+METRICS_DIR = "UCALL_WORKER_METRICS_DIR"
+#: How long the supervisor waits for one worker's page.
+PAGE_TIMEOUT = 2.0
+#: The ``Content-Type`` of the Prometheus text format.
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _log(message: str) -> None:
@@ -95,6 +111,111 @@ def source_files(roots: Iterable[str]) -> dict[str, float]:
     return found
 
 
+def serve_worker_metrics(render: Callable[[], "str | None"], path: str) -> None:
+    """Answer every connection to the Unix socket ``path`` with ``render()`` (this
+    worker's metrics page), from a daemon thread."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.sendall((render() or "").encode("utf-8"))
+                except OSError:  # the supervisor gave up on this page
+                    pass
+
+    threading.Thread(target=answer, name="ucall-worker-metrics", daemon=True).start()
+
+
+def _worker_page(path: str) -> str:
+    """The page a worker answers on its Unix socket ``path`` (empty when it cannot)."""
+    chunks = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(PAGE_TIMEOUT)
+            conn.connect(path)
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:  # a worker starting or stopping: its counts are missing from this scrape
+        return ""
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def add_pages(pages: Iterable[str]) -> str:
+    """The totals of metrics pages in the Prometheus text format: each series (a sample
+    line's name and labels) summed over the pages, families and series in the order they
+    first appear. Counters, histograms and gauges of counts (calls in flight, connections
+    open) add up so; ``ucall_engine_info`` becomes the number of workers."""
+    families: dict[str, tuple[list[str], dict[str, float]]] = {}
+    for page in pages:
+        current: dict[str, float] | None = None
+        for line in page.splitlines():
+            if line.startswith("# HELP "):
+                name = line.split(" ", 3)[2]
+                header, current = families.setdefault(name, ([], {}))
+                if not header:
+                    header.append(line)
+            elif line.startswith("# TYPE "):
+                name = line.split(" ", 3)[2]
+                header, current = families.setdefault(name, ([], {}))
+                if len(header) < 2:
+                    header.append(line)
+            elif line and not line.startswith("#") and current is not None:
+                series, _, value = line.rpartition(" ")
+                try:
+                    current[series] = current.get(series, 0.0) + float(value)
+                except ValueError:
+                    continue
+    out = []
+    for header, samples in families.values():
+        out.extend(header)
+        out.extend(f"{series} {_number(value)}" for series, value in samples.items())
+    return "\n".join(out) + "\n" if out else ""
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+class _Exporter:
+    """The supervisor's metrics port: ``GET /metrics`` answers the workers' totals."""
+
+    def __init__(self, address: tuple[str, int], pages: Callable[[], list[str]]) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = add_pages(pages()).encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", TEXT_FORMAT)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+                pass
+
+        self.http = ThreadingHTTPServer(address, Handler)
+        self.http.daemon_threads = True
+        self.port = self.http.server_address[1]
+        self.thread = threading.Thread(target=self.http.serve_forever, name="ucall-metrics", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
 class _Worker:
     __slots__ = ("pid", "ready", "serving", "started")
 
@@ -119,7 +240,10 @@ class Supervisor:
         stop_timeout: float,
         reload_roots: list[str] | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        metrics: tuple[str, int] | None = None,
     ) -> None:
+        """``metrics``: the (host, port) where the supervisor serves the workers' totals
+        (port 0 picks one: ``metrics_port`` once running)."""
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.start_worker = start_worker
@@ -132,6 +256,9 @@ class Supervisor:
         self._stopping: set[int] = set()  # told to stop: their exit is no failure
         self._failures = 0
         self._next_start = 0.0
+        self.metrics = metrics
+        self.metrics_port: int | None = None
+        self._metrics_dir: str | None = None
 
     # ------------------------------------------------------------ processes
 
@@ -182,6 +309,11 @@ class Supervisor:
             if done == 0:
                 continue
             worker = self.workers.pop(pid)
+            if self._metrics_dir is not None:
+                try:
+                    os.unlink(os.path.join(self._metrics_dir, f"{pid}.sock"))
+                except OSError:  # it died before answering metrics
+                    pass
             if worker.ready >= 0:
                 os.close(worker.ready)
                 worker.ready = -1
@@ -215,7 +347,14 @@ class Supervisor:
         ``ready(pids)`` is called once every first worker serves."""
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         previous = {number: signal.signal(number, self._on_signal) for number in handled}
+        exporter = None
         try:
+            if self.metrics is not None:
+                # Before the first fork: every worker inherits where to answer.
+                self._metrics_dir = tempfile.mkdtemp(prefix="ucall-metrics-")
+                os.environ[METRICS_DIR] = self._metrics_dir
+                exporter = _Exporter(self.metrics, self._pages)
+                self.metrics_port = exporter.port
             return self._serve(ready)
         finally:
             for worker in list(self.workers.values()):
@@ -223,6 +362,19 @@ class Supervisor:
             self._wait_gone(set(self.workers), time.monotonic())
             for number, handler in previous.items():
                 signal.signal(number, handler)
+            if exporter is not None:
+                exporter.close()
+            if self._metrics_dir is not None:
+                os.environ.pop(METRICS_DIR, None)
+                shutil.rmtree(self._metrics_dir, ignore_errors=True)
+
+    def _pages(self) -> list[str]:
+        """The metrics page of every worker that serves (from the exporter's threads)."""
+        folder = self._metrics_dir
+        if folder is None:
+            return []
+        serving = [w.pid for w in list(self.workers.values()) if w.serving]
+        return [_worker_page(os.path.join(folder, f"{pid}.sock")) for pid in serving]
 
     def _serve(self, ready: Callable[[list[int]], None] | None) -> int:
         first = [self._spawn() for _ in range(self.count)]

@@ -550,6 +550,19 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
     help="Log records from this level up on stderr: 'info' adds the start-up and shutdown lines "
     "and failed TLS sessions; 'warning' has limits hit; 'error' has handlers' exceptions with their tracebacks.",
 )
+@click.option(
+    "--metrics-path",
+    default=None,
+    metavar="PATH",
+    help="Where GET serves Prometheus metrics ('' turns them off; default: the server's, /metrics). "
+    "With --workers, each worker counts its own (docs/operations.md).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="With --workers: serve the workers' totals at GET /metrics on this port (0: any free one).",
+)
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
     target: str,
@@ -560,6 +573,8 @@ def serve(
     reload: bool,
     drain_delay: float | None,
     log_level: str,
+    metrics_path: str | None,
+    metrics_port: int | None,
     ready_fd: int | None,
 ) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
@@ -574,6 +589,10 @@ def serve(
         server.threads = threads
     if drain_delay is not None:
         server.drain_delay = drain_delay
+    if metrics_path is not None:
+        if metrics_path and not metrics_path.startswith("/"):
+            _cannot_serve(f"--metrics-path must start with '/' (or be '' for none), got {metrics_path!r}")
+        server._limits["metrics_path"] = metrics_path or None
     if ready_fd is not None:
         try:
             server._serve_as_worker(ready_fd)
@@ -594,7 +613,7 @@ def serve(
             click.secho(f"ucall: {error}", fg="red", err=True)
             sys.exit(2)
         return
-    sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level))
+    sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port))
 
 
 def _load_server(target: str) -> Server:
@@ -615,7 +634,9 @@ def _load_server(target: str) -> Server:
     return server
 
 
-def _supervise(server: Server, target: str, workers: int, reload: bool, threads: int | None, log_level: str) -> int:
+def _supervise(
+    server: Server, target: str, workers: int, reload: bool, threads: int | None, log_level: str, metrics_port: int | None
+) -> int:
     """Run ``workers`` processes of ``ucall serve TARGET`` on one port under a supervisor.
     Each worker imports the module afresh, so a restart (SIGHUP, --reload) serves the
     code as it is now."""
@@ -629,6 +650,7 @@ def _supervise(server: Server, target: str, workers: int, reload: bool, threads:
     port = reserved.getsockname()[1]
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
     command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
+    command += ["--metrics-path", server._limits["metrics_path"] or ""]
     if threads is not None:
         command += ["--threads", str(threads)]
 
@@ -641,7 +663,8 @@ def _supervise(server: Server, target: str, workers: int, reload: bool, threads:
 
     def ready(pids: list[int]) -> None:
         listed = ", ".join(str(pid) for pid in pids)
-        click.echo(f"listening on {shown_host}:{port} ({len(server.procedures)} procedures; workers {listed})")
+        metrics = "" if supervisor.metrics_port is None else f"; their metrics on port {supervisor.metrics_port}"
+        click.echo(f"listening on {shown_host}:{port} ({len(server.procedures)} procedures; workers {listed}{metrics})")
         sys.stdout.flush()
 
     supervisor = _workers.Supervisor(
@@ -649,6 +672,7 @@ def _supervise(server: Server, target: str, workers: int, reload: bool, threads:
         workers,
         stop_timeout=server._stop_timeout(),
         reload_roots=[os.getcwd()] if reload else None,
+        metrics=None if metrics_port is None else (server.host, metrics_port),
     )
     try:
         return supervisor.run(ready)

@@ -329,11 +329,11 @@ class _Endpoint:
         self.ssl_context = ssl_context if self.tls else None
         self.server_hostname = server_hostname or uri
         self._ids = itertools.count(1)
-        # Plain HTTP and raw TCP run on the native transport (ucall-client): requests
-        # written and replies framed in Rust, the GIL released while waiting. TLS stays on
-        # Python's ssl (ssl_context=, session resumption, the certificate-error chain) and
-        # WebSocket on the websockets package, whose behaviour the clients document.
-        self._native_protocol = None if self.tls or self.websocket else ("http" if self.use_http else "tcp")
+        # Plain HTTP, raw TCP and WebSocket run on the native transport (ucall-client):
+        # requests written and replies framed in Rust, the GIL released while waiting. TLS
+        # stays on Python's ssl (ssl_context=, session resumption, the certificate-error
+        # chain), WebSocket over TLS included.
+        self._native_protocol = None if self.tls else ("ws" if self.websocket else "http" if self.use_http else "tcp")
 
     @property
     def url(self) -> str:

@@ -65,6 +65,14 @@ def server(make_server, events):
     def budget(ctx: Context) -> float | None:
         return ctx.timeout
 
+    @server(timeout=0.5)
+    def left(ctx: Context) -> float:
+        return ctx.deadline - time.monotonic()
+
+    @server
+    def unbounded(ctx: Context) -> list:
+        return [ctx.timeout, ctx.deadline]
+
     return server.start()
 
 
@@ -137,6 +145,17 @@ def test_the_shorter_deadline_wins_and_handlers_see_it(server):
     assert reply["result"] is None
 
 
+def test_handlers_see_their_deadline_on_the_monotonic_clock(server):
+    _, reply, _ = post(server.port, rpc("left", []))
+    assert 0 < reply["result"] <= 0.5, reply
+    _, reply, _ = post(server.port, rpc("left", [], timeout=0.1))
+    assert 0 < reply["result"] <= 0.1, "the caller's shorter budget is the deadline"
+    _, reply, _ = post(server.port, rpc("unbounded", []))
+    assert reply["result"] == [None, None]
+    _, reply, _ = post(server.port, rpc("unbounded", []), {"UCall-Timeout": "4"})
+    assert reply["result"][0] == 4 and 0 < reply["result"][1] - time.monotonic() <= 4
+
+
 def test_a_bad_deadline_is_refused(server):
     _, reply, _ = post(server.port, rpc("nap", [0], timeout=-1))
     assert reply["error"]["code"] == -32600 and "timeout" in reply["error"]["message"]
@@ -171,3 +190,22 @@ def test_timeout_must_be_positive(make_server):
 
         @server(timeout=0)
         def f() -> None: ...
+
+
+def test_rest_calls_and_batch_elements_have_deadlines(server):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        started = time.monotonic()
+        connection.request("GET", "/nap?seconds=3", headers={"UCall-Timeout": "0.1"})
+        reply = connection.getresponse()
+        assert (reply.status, json.loads(reply.read())["message"]) == (504, EXCEEDED)
+        assert time.monotonic() - started < 2
+        batch = [json.loads(rpc("nap", [3], 1, timeout=0.1)), json.loads(rpc("nap", [0.01], 2))]
+        connection.request("POST", "/", json.dumps(batch))
+        reply = connection.getresponse()
+        # A batch answers 200 whatever its calls' errors; each element has its own deadline.
+        assert reply.status == 200
+        first, second = json.loads(reply.read())
+        assert first["error"]["message"] == EXCEEDED and second["result"] == 0.01
+    finally:
+        connection.close()

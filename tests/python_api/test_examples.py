@@ -15,6 +15,8 @@ EXPECTED = {
     "client.py": ["by name: 3", "batch: 2 4", "error: -32602", "raw TCP: 42", "async: [0, 2, 4"],
     "rich_types.py": ["area: 7.0", "checksum: 6", "normalize: [[0.25, -1.0], [0.5, 0.125]]", "thumbnail: (16, 12)"],
     "blocking_and_async.py": ["ping while 16 calls wait: pong", "8 blocking calls done, 8 async calls fetched"],
+    # A real model on real data: at least 95 % right (it gets about 99 %), and batches formed.
+    "digits.py": ["accuracy: ", "of 450 test images", "calls/s from 32 callers", "batched: 450 calls in"],
 }
 
 
@@ -33,6 +35,11 @@ def test_example(name, engine):
     assert result.returncode == 0, result.stderr
     for fragment in EXPECTED[name]:
         assert fragment in result.stdout, (fragment, result.stdout)
+    if name == "digits.py":
+        accuracy = float(result.stdout.split("accuracy: ")[1].split()[0])
+        batches = int(result.stdout.split("450 calls in ")[1].split()[0])
+        assert accuracy >= 0.95, result.stdout
+        assert batches < 450, f"32 callers' calls share batches: {result.stdout}"
 
 
 def test_sum_server_runs_under_ucall_serve(engine):

@@ -450,6 +450,25 @@ def test_numpy_arrays(make_server, wire):
     assert error["code"] == INVALID_PARAMS and "'array'" in error["message"]
 
 
+def test_numpy_arrays_from_json_lists_keep_numpy_asarray_rules(make_server, wire):
+    np = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def describe(array: np.ndarray) -> list[Any]:
+        array += 1  # arrays handed over are writable
+        return [str(array.dtype), list(array.shape), array.tolist()]
+
+    w = wire(server)
+    # A flat list with a float is parsed by the extension into float64, exactly.
+    assert w.result("describe", [[0.1, 2, -3e-5, 1e300]]) == ["float64", [4], [1.1, 3.0, 1 - 3e-5, 1e300]]
+    # Integers only, nested lists and mixed values go through numpy.asarray as before.
+    assert w.result("describe", [[1, 2]]) == ["int64", [2], [2, 3]]
+    assert w.result("describe", [[[0.5], [1.5]]]) == ["float64", [2, 1], [[1.5], [2.5]]]
+    assert w.result("describe", [[True, 0.5]]) == ["float64", [2], [2.0, 1.5]]
+    assert w.result("describe", [[]]) == ["float64", [0], []]
+
+
 def test_numpy_params_that_are_not_npy_say_so(make_server, wire):
     np = pytest.importorskip("numpy")
     server = make_server()

@@ -129,6 +129,10 @@ pub struct ucall_config_t {
     /// When true, the readiness probe answers 404 rather than 503 when not ready (for
     /// HAProxy's `http-check disable-on-404`).
     pub readyz_not_found: bool,
+    /// Path of the Prometheus metrics page (`GET` answers the text format: calls by method
+    /// and outcome, latency, connections and bytes by transport). NULL (default):
+    /// `"/metrics"`; `""`: off, and nothing is counted.
+    pub metrics_path: *const c_char,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -275,6 +279,7 @@ impl ucall_config_t {
         core.health.healthz = path("healthz_path", self.healthz_path, core.health.healthz.take())?;
         core.health.readyz = path("readyz_path", self.readyz_path, core.health.readyz.take())?;
         core.health.not_ready_404 = self.readyz_not_found;
+        core.metrics.path = path("metrics_path", self.metrics_path, core.metrics.path.take())?;
         let discovery = match text_field("discovery", self.discovery)? {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
             None => Discovery::default(),
@@ -429,6 +434,7 @@ mod tests {
             healthz_path: std::ptr::null(),
             readyz_path: std::ptr::null(),
             readyz_not_found: false,
+            metrics_path: std::ptr::null(),
         }
     }
 
@@ -447,6 +453,19 @@ mod tests {
         );
         config.readyz_path = c"ready".as_ptr();
         assert!(config.settings().is_err_and(|e| e.contains("readyz_path")));
+    }
+
+    #[test]
+    fn metrics_path_defaults_moves_and_turns_off() {
+        let mut config = zeroed();
+        let path = |config: &mut ucall_config_t| config.settings().map(|s| s.core.metrics.path);
+        assert_eq!(path(&mut config), Ok(Some("/metrics".into())));
+        config.metrics_path = c"/stats".as_ptr();
+        assert_eq!(path(&mut config), Ok(Some("/stats".into())));
+        config.metrics_path = c"".as_ptr();
+        assert_eq!(path(&mut config), Ok(None));
+        config.metrics_path = c"stats".as_ptr();
+        assert!(path(&mut config).is_err_and(|e| e.contains("metrics_path")));
     }
 
     #[test]

@@ -145,11 +145,13 @@ impl Connection {
         } else {
             (None, None)
         };
+        let reader = ReplyReader::new(protocol, key);
+        let reader = if tls.is_some() { reader.over_tls() } else { reader };
         let mut link = Link {
             sock,
             tls,
             out: OutQueue::default(),
-            reader: ReplyReader::new(protocol, key),
+            reader,
             framer: RequestFramer::new(protocol, &authority, &path),
             readable: false,
             writable: false,

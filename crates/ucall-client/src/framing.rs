@@ -407,6 +407,8 @@ pub struct ReplyReader {
     masks: Option<RequestFramer>,
     why: String,
     closed_by_frame: bool,
+    /// The bytes come through TLS: a failed handshake is not a plaintext client at a TLS port.
+    over_tls: bool,
 }
 
 impl ReplyReader {
@@ -431,7 +433,28 @@ impl ReplyReader {
             masks: (protocol == Protocol::WebSocket).then(|| RequestFramer::new(protocol, "", "")),
             why: String::new(),
             closed_by_frame: false,
+            over_tls: false,
         }
+    }
+
+    /// The reader of a connection over TLS (its errors then suggest no TLS scheme).
+    #[must_use]
+    pub fn over_tls(mut self) -> Self {
+        self.over_tls = true;
+        self
+    }
+
+    /// What a WebSocket handshake cut short says: a plaintext client at a TLS port is the
+    /// usual cause (the server sends an alert, or nothing, and closes).
+    fn handshake_cut(&self, why: &str) -> Error {
+        let hint = if self.over_tls {
+            ""
+        } else {
+            " (if the port speaks TLS, use wss://)"
+        };
+        Error::protocol(format!(
+            "the connection closed during the WebSocket handshake{why}{hint}"
+        ))
     }
 
     /// Whether a WebSocket's handshake has been answered (always true otherwise).
@@ -548,6 +571,9 @@ impl ReplyReader {
         let at_head = matches!(self.state, State::Head) && !self.json.in_text() && !self.in_message;
         if at_head && (!self.opened || self.protocol != Protocol::WebSocket) && self.buffered().starts_with(b"\x15\x03")
         {
+            if !self.opened {
+                return Err(self.handshake_cut(": the server answered with a TLS alert"));
+            }
             return Err(Error::protocol(
                 "the server answered with a TLS alert and closed: the port speaks TLS (use tls=True, https:// or --tls)",
             ));
@@ -777,7 +803,7 @@ impl ReplyReader {
     fn next_handshake(&mut self) -> Result<()> {
         let Some(head) = self.head()? else {
             if self.eof {
-                return Err(Error::protocol("the connection closed during the WebSocket handshake"));
+                return Err(self.handshake_cut(""));
             }
             return Ok(());
         };

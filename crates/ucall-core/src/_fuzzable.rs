@@ -536,6 +536,7 @@ pub fn engine_context<'a>(
             sink,
             conn: 0,
             generation: 0,
+            presence: None,
         }),
         draining: false,
     }

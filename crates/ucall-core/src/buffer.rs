@@ -200,6 +200,15 @@ impl OutBuf {
         self.queued
     }
 
+    /// Whether it holds any memory (an idle connection's buffers can be given back).
+    #[must_use]
+    pub fn holds_memory(&self) -> bool {
+        self.data.capacity() > 0
+            || self.segments.capacity() > 0
+            || self.buffers.capacity() > 0
+            || self.attached.capacity() > 0
+    }
+
     /// Whether nothing is queued, not even a hole.
     #[must_use]
     pub fn is_empty(&self) -> bool {
@@ -263,6 +272,8 @@ impl OutBuf {
     pub fn release(&mut self) {
         self.clear();
         self.shrink(0);
+        // What is left is small vectors nobody keeps: an idle connection holds none.
+        *self = Self::default();
     }
 
     /// Release memory held beyond `kept` bytes (after a large reply), once all is sent:

@@ -8,7 +8,7 @@
 //! [`Sink`], which wakes the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::Serialize;
 
@@ -28,6 +28,19 @@ pub struct Completion {
     pub slot: u64,
     /// The result.
     pub outcome: Outcome,
+    /// What the metrics count the call under, when they are on.
+    pub meter: Option<Meter>,
+}
+
+/// A deferred call's method (its slot in `crate::metrics::Metrics`) and when it started:
+/// the worker counts the call when its completion arrives, whether or not its connection
+/// is still open.
+#[derive(Debug, Clone, Copy)]
+pub struct Meter {
+    /// The method's slot.
+    pub method: u32,
+    /// When the call started (`crate::metrics::Metrics::now`).
+    pub started: u64,
 }
 
 /// Most deferred calls one worker awaits at once, over all its connections. Past it, no
@@ -104,11 +117,13 @@ impl Sink {
         self.awaited() >= MAX_AWAITED
     }
 
-    fn push(&self, completion: Completion) {
+    /// Queue `completion`, waking the worker if nobody else will; with `always`, wake it
+    /// even while completions are held (see [`Deferred::error_now`]).
+    fn push(&self, completion: Completion, always: bool) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         // A non-empty queue was announced by the push that filled it and has not been
         // drained yet (draining takes everything under this lock): one wake is enough.
-        let wake = queue.is_empty() && !self.held.load(Ordering::Relaxed);
+        let wake = always || (queue.is_empty() && !self.held.load(Ordering::Relaxed));
         queue.push(completion);
         self.queued.store(true, Ordering::Release);
         drop(queue);
@@ -157,6 +172,46 @@ pub struct Target<'a> {
     pub conn: usize,
     /// The connection's generation.
     pub generation: u64,
+    /// Whether the connection is still there, for calls that wait before they run
+    /// (see [`Deferred::is_abandoned`]); `None` where nobody tracks it.
+    pub presence: Option<&'a Presence>,
+}
+
+impl<'a> Target<'a> {
+    /// The same target, tracking the connection's presence with `presence`.
+    #[must_use]
+    pub fn with_presence(self, presence: &'a Presence) -> Self {
+        Target {
+            presence: Some(presence),
+            ..self
+        }
+    }
+}
+
+/// Whether one connection's caller is still there: a flag shared with the deferred calls
+/// that asked for it (made on the first such call, so that other calls pay nothing). It
+/// goes down when the connection ends, or when an HTTP or WebSocket client stops sending
+/// (such clients close rather than half-close while they wait for replies).
+#[derive(Debug, Default)]
+pub struct Presence(OnceLock<Arc<AtomicBool>>);
+
+impl Presence {
+    fn watch(&self) -> Arc<AtomicBool> {
+        Arc::clone(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
+    }
+
+    /// The caller is gone: every call watching this connection is abandoned.
+    pub fn gone(&self) {
+        if let Some(flag) = self.0.get() {
+            flag.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Presence {
+    fn drop(&mut self) {
+        self.gone();
+    }
 }
 
 /// A reply promised by a procedure, to be completed once, from any thread.
@@ -168,26 +223,43 @@ pub struct Deferred {
     conn: usize,
     generation: u64,
     slot: u64,
+    meter: Option<Meter>,
     done: bool,
+    /// The connection's presence, when the call asked to watch it.
+    present: Option<Arc<AtomicBool>>,
 }
 
 impl Deferred {
-    pub(crate) fn new(target: Target<'_>, slot: u64) -> Self {
+    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>, watch: bool) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
         Deferred {
             sink: Arc::clone(target.sink),
             conn: target.conn,
             generation: target.generation,
             slot,
+            meter,
             done: false,
+            present: if watch {
+                target.presence.map(Presence::watch)
+            } else {
+                None
+            },
         }
+    }
+
+    /// Whether the caller is known to be gone (its connection ended): its reply would
+    /// reach nobody. Always `false` for a reply made without watching
+    /// ([`crate::Reply::defer_watched`]).
+    #[must_use]
+    pub fn is_abandoned(&self) -> bool {
+        self.present.as_ref().is_some_and(|flag| !flag.load(Ordering::Relaxed))
     }
 
     /// Answer with `value`, serialized to JSON (`-32603` if it cannot be).
     pub fn json<T: Serialize + ?Sized>(self, value: &T) {
         let outcome = serde_json::to_vec(value)
             .map_err(|e| RpcError::internal(format!("Internal error: result cannot be serialized: {e}")));
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
     /// Answer with `json`, which is checked to be one valid JSON text (`-32603` if not).
@@ -198,27 +270,37 @@ impl Deferred {
                 "Internal error: the procedure replied with invalid JSON",
             )),
         };
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
     /// Answer with an error.
     pub fn error(self, error: RpcError) {
-        self.finish(Err(error));
+        self.finish(Err(error), false);
     }
 
     /// Answer with a result or an error.
     pub fn complete(self, outcome: Outcome) {
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
-    fn finish(mut self, outcome: Outcome) {
+    /// Answer with an error from outside the worker's turns (a deadline passed while the
+    /// call waits or runs): the worker is woken even while its completions are held, since
+    /// the thread that holds them may be the one running the late call, and the caller
+    /// should hear at once.
+    pub fn error_now(self, error: RpcError) {
+        self.finish(Err(error), true);
+    }
+
+    fn finish(mut self, outcome: Outcome, always_wake: bool) {
         self.done = true;
-        self.sink.push(Completion {
+        let completion = Completion {
             conn: self.conn,
             generation: self.generation,
             slot: self.slot,
             outcome,
-        });
+            meter: self.meter,
+        };
+        self.sink.push(completion, always_wake);
     }
 }
 
@@ -226,12 +308,14 @@ impl Drop for Deferred {
     fn drop(&mut self) {
         if !self.done {
             let outcome = Err(RpcError::internal("Internal error: the procedure dropped its reply"));
-            self.sink.push(Completion {
+            let completion = Completion {
                 conn: self.conn,
                 generation: self.generation,
                 slot: self.slot,
                 outcome,
-            });
+                meter: self.meter,
+            };
+            self.sink.push(completion, false);
         }
     }
 }

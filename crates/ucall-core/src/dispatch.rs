@@ -9,9 +9,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::context::Context;
-use crate::defer::Target;
+use crate::defer::{Meter, Target};
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{as_text, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
+use crate::metrics::{Metrics, Refusal};
 use crate::router::{Call, Handler, Reply, Router};
 
 /// What processing one message produced.
@@ -82,8 +83,7 @@ pub fn process(
     // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
     // works on `str` and every slice it hands out is text already.
     let Some(text) = as_text(text) else {
-        write_parse_error(out);
-        return Outcome::ParseError;
+        return parse_error(router, out);
     };
     if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
@@ -103,21 +103,18 @@ pub fn process(
                     Outcome::Silent
                 }
             }
-            Err(ParseError) => {
-                write_parse_error(out);
-                Outcome::ParseError
-            }
+            Err(ParseError) => parse_error(router, out),
         };
     }
     scratch.elements.clear();
     if message::parse_batch(text, &mut scratch.elements).is_err() {
-        write_parse_error(out);
-        return Outcome::ParseError;
+        return parse_error(router, out);
     }
     // §6: "If the batch rpc call itself fails to be recognized as an valid JSON or as an
     // Array with at least one value, the response from the Server MUST be a single
     // Response object."
     if scratch.elements.is_empty() {
+        refused(router, Refusal::InvalidRequest);
         write_error(
             out,
             None,
@@ -128,6 +125,7 @@ pub fn process(
         return Outcome::Replied;
     }
     if scratch.elements.len() > max_batch {
+        refused(router, Refusal::Limit);
         let message = format!(
             "Invalid Request: batch of {} exceeds the limit of {max_batch}",
             scratch.elements.len()
@@ -190,6 +188,7 @@ fn answer(
 ) -> bool {
     match envelope {
         Envelope::Invalid { id, reason } => {
+            refused(router, Refusal::InvalidRequest);
             let message = format!("Invalid Request: {reason}");
             write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
             true
@@ -209,15 +208,29 @@ fn call(
 ) -> bool {
     let start = out.len();
     let id = request.id;
-    let outcome = match router.get(&request.method) {
-        Some(handler) => {
+    let outcome = match router.find(&request.method) {
+        Some(found) => {
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
             out.extend_from_slice(b",\"result\":");
+            // A `"timeout"` member tightens the deadline the message came with (a header's).
+            let bounded;
+            let context = match (request.timeout, context.timeout()) {
+                (None, _) => context,
+                (Some(own), shared) => {
+                    bounded = context.with_timeout(Some(shared.map_or(own, |shared| shared.min(own))));
+                    &bounded
+                }
+            };
             let call = Call::new(&request.method, request.params, id).with_context(context);
-            invoke(handler, &call, deferrals, out)
+            run(found, &call, router.metrics(), deferrals, out)
         }
-        None => Err(RpcError::method_not_found(&request.method)),
+        None => {
+            if let Some(metrics) = router.metrics() {
+                metrics.unknown_method();
+            }
+            Err(RpcError::method_not_found(&request.method))
+        }
     };
     if id.is_none() {
         // §4.1: "The Server MUST NOT reply to a Notification".
@@ -243,6 +256,29 @@ fn call(
     true
 }
 
+/// Run the handler `found` by [`Router::find`] as [`invoke`] does, counted in `metrics`
+/// (when on) under its slot: how it ended and how long it took, or, when it defers, once
+/// its completion reaches the worker.
+///
+/// # Errors
+/// As [`invoke`].
+pub fn run(
+    (handler, slot): (&dyn Handler, u32),
+    call: &Call<'_>,
+    metrics: Option<&std::sync::Arc<Metrics>>,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Invoked, RpcError> {
+    let metered = metrics.map(|metrics| {
+        let meter = Meter {
+            method: slot,
+            started: metrics.now(),
+        };
+        (&**metrics, meter)
+    });
+    invoke_metered(handler, call, deferrals, metered, out)
+}
+
 /// Run `handler`, appending its result (`null` when it wrote none) to `out`.
 ///
 /// On error nothing the handler wrote is kept; a panic becomes `-32603`.
@@ -255,27 +291,64 @@ pub fn invoke(
     deferrals: &mut Deferrals<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Invoked, RpcError> {
+    invoke_metered(handler, call, deferrals, None, out)
+}
+
+fn invoke_metered(
+    handler: &dyn Handler,
+    call: &Call<'_>,
+    deferrals: &mut Deferrals<'_>,
+    metered: Option<(&Metrics, Meter)>,
+    out: &mut Vec<u8>,
+) -> Result<Invoked, RpcError> {
     let start = out.len();
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
+    reply.set_meter(metered.map(|(_, meter)| meter));
     let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
     let deferred = reply.deferred();
+    // Counted here, before the outcome is built: counting after it cost a copy of the
+    // result (100 instructions a call).
     match result {
         Ok(()) => {
             if let Some(slot) = deferred {
                 out.truncate(start);
+                if let Some((metrics, meter)) = metered {
+                    metrics.deferred(meter.method);
+                }
                 return Ok(Invoked::Deferred(slot));
             }
             if out.len() == start {
                 out.extend_from_slice(b"null");
             }
+            if let Some((metrics, meter)) = metered {
+                metrics.handled(meter.method, Ok(()), meter.started);
+            }
             Ok(Invoked::Done)
         }
         Err(error) => {
+            if let Some((metrics, meter)) = metered {
+                metrics.handled(meter.method, Err(error.code()), meter.started);
+            }
             out.truncate(start);
             Err(error)
         }
     }
+}
+
+/// Count a request refused before any call ran.
+fn refused(router: &Router, why: Refusal) {
+    if let Some(metrics) = router.metrics() {
+        metrics.refused(why);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn parse_error(router: &Router, out: &mut Vec<u8>) -> Outcome {
+    refused(router, Refusal::ParseError);
+    write_parse_error(out);
+    Outcome::ParseError
 }
 
 #[cold]

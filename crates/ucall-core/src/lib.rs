@@ -52,6 +52,7 @@
 /// Entry points for the fuzz targets (`fuzz/`) and the replay of their vectors.
 #[doc(hidden)]
 pub mod _fuzzable;
+pub mod batch;
 #[doc(hidden)]
 pub mod buffer;
 pub mod context;
@@ -70,6 +71,7 @@ pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
 mod logs;
+pub mod metrics;
 pub mod params;
 #[doc(hidden)]
 pub mod router;
@@ -82,6 +84,7 @@ mod tls;
 #[doc(hidden)]
 pub mod ws;
 
+pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
 pub use context::{Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
@@ -90,6 +93,7 @@ pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
+pub use metrics::MetricsConfig;
 pub use params::Param;
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};

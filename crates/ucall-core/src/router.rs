@@ -11,10 +11,11 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::context::{self, Context};
-use crate::defer::{Deferred, Target};
+use crate::defer::{Deferred, Meter, Target};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
+use crate::metrics::{Metrics, MetricsConfig};
 pub use crate::params::Params;
 
 /// A procedure: reads its call, writes its result into `reply` or returns an error.
@@ -81,15 +82,24 @@ impl Handler for Hooked {
 /// SipHash gives up no flooding defence.
 #[derive(Clone, Default)]
 pub struct Router {
-    procedures: FxHashMap<Box<str>, Arc<dyn Handler>>,
+    procedures: FxHashMap<Box<str>, Procedure>,
     /// What the procedures take and return, and the documents built from it.
     catalog: Catalog,
     /// The health probes and the readiness they report.
     health: Health,
+    /// The counters, once serving starts with metrics on.
+    metrics: Option<Arc<Metrics>>,
     /// Keep each call's peer address and request head (see [`Router::keep_context`]).
     keeps_context: bool,
     /// Hooks run around every call, the first outermost; applied when serving starts.
     hooks: Vec<Arc<dyn Hook>>,
+}
+
+/// A registered handler and its slot in the metrics (numbered as first registered).
+#[derive(Clone)]
+struct Procedure {
+    handler: Arc<dyn Handler>,
+    slot: u32,
 }
 
 impl Router {
@@ -101,13 +111,39 @@ impl Router {
 
     /// Register `handler` under `name`, replacing any earlier one.
     pub fn insert(&mut self, name: &str, handler: Arc<dyn Handler>) {
-        self.procedures.insert(name.into(), handler);
+        let next = u32::try_from(self.procedures.len()).unwrap_or(u32::MAX);
+        let slot = self.procedures.get(name).map_or(next, |p| p.slot);
+        self.procedures.insert(name.into(), Procedure { handler, slot });
     }
 
     /// The handler registered under `name`.
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&dyn Handler> {
-        self.procedures.get(name).map(AsRef::as_ref)
+        self.procedures.get(name).map(|p| p.handler.as_ref())
+    }
+
+    /// The handler registered under `name`, with its slot in the metrics.
+    #[must_use]
+    pub fn find(&self, name: &str) -> Option<(&dyn Handler, u32)> {
+        self.procedures.get(name).map(|p| (p.handler.as_ref(), p.slot))
+    }
+
+    /// Count calls to the procedures registered now, and serve the counts at
+    /// `config.path` (none when it is `None`). Called once, when serving starts.
+    pub fn start_metrics(&mut self, config: &MetricsConfig) {
+        let mut names: Vec<Box<str>> = vec![Box::from(""); self.procedures.len()];
+        for (name, procedure) in &self.procedures {
+            if let Some(label) = names.get_mut(procedure.slot as usize) {
+                label.clone_from(name);
+            }
+        }
+        self.metrics = Metrics::new(config, names).map(Arc::new);
+    }
+
+    /// The counters, once serving has started with metrics on.
+    #[must_use]
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
     }
 
     /// Keep each call's peer address and request head for [`Call::context`]: a server
@@ -175,9 +211,9 @@ impl Router {
         }
         // Each procedure gets its hooks once, here, so that a call's lookup stays one.
         for hook in std::mem::take(&mut self.hooks).iter().rev() {
-            for handler in self.procedures.values_mut() {
-                let inner = Arc::clone(handler);
-                *handler = Arc::new(Hooked {
+            for procedure in self.procedures.values_mut() {
+                let inner = Arc::clone(&procedure.handler);
+                procedure.handler = Arc::new(Hooked {
                     hook: Arc::clone(hook),
                     inner,
                 });
@@ -291,6 +327,8 @@ pub struct Reply<'o> {
     start: usize,
     deferral: Option<(Target<'o>, &'o mut u64)>,
     deferred: Option<u64>,
+    /// Carried by a deferred reply, for the metrics.
+    meter: Option<Meter>,
 }
 
 impl<'o> Reply<'o> {
@@ -301,7 +339,13 @@ impl<'o> Reply<'o> {
             start,
             deferral,
             deferred: None,
+            meter: None,
         }
+    }
+
+    /// Count the call under `meter` should it defer its reply.
+    pub(crate) fn set_meter(&mut self, meter: Option<Meter>) {
+        self.meter = meter;
     }
 
     /// Answer later: the returned handle completes the call from any thread, and replies
@@ -311,6 +355,20 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` where deferring is not available (a session driven without an engine).
     pub fn defer(&mut self) -> Result<Deferred, RpcError> {
+        self.defer_as(false)
+    }
+
+    /// As [`Reply::defer`], for a call that waits before it runs (queued for a batch):
+    /// the handle also tells whether the caller has gone meanwhile
+    /// ([`Deferred::is_abandoned`]).
+    ///
+    /// # Errors
+    /// `-32603` where deferring is not available.
+    pub fn defer_watched(&mut self) -> Result<Deferred, RpcError> {
+        self.defer_as(true)
+    }
+
+    fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {
         let Some((target, next_slot)) = self.deferral.as_mut() else {
             return Err(RpcError::internal("Internal error: this server cannot defer replies"));
         };
@@ -318,7 +376,7 @@ impl<'o> Reply<'o> {
         **next_slot += 1;
         self.deferred = Some(slot);
         self.out.truncate(self.start);
-        Ok(Deferred::new(*target, slot))
+        Ok(Deferred::new(*target, slot, self.meter, watch))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.

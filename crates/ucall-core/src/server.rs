@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::batch::{BatchOptions, Batcher};
 use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 
@@ -18,7 +19,7 @@ use crate::error::Error;
 use crate::health::{HealthPaths, Readiness, ReadyState};
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
-use crate::router::{Call, Handler, Hook, Reply, Router};
+use crate::router::{Call, Handler, Reply, Router};
 use crate::tls::TlsConfig;
 
 /// Builds a [`Server`]: `Server::builder().port(8545).procedure("sum", ...).bind()`.
@@ -122,6 +123,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Where metrics are served, or not (see [`Config::metrics`]).
+    pub fn metrics(mut self, metrics: crate::metrics::MetricsConfig) -> Self {
+        self.config.metrics = metrics;
+        self
+    }
+
     /// Where the health probes are served (see [`Config::health`]).
     pub fn health(mut self, paths: HealthPaths) -> Self {
         self.config.health = paths;
@@ -158,6 +165,25 @@ impl ServerBuilder {
         })
     }
 
+    /// Register a batch procedure: callers call it one item at a time, and calls from every
+    /// connection are grouped into batches (see [`crate::batch`]). `procedure` gets the
+    /// batch's calls and returns one result per call (an `Err` answers that caller only),
+    /// or one error for all of them.
+    ///
+    /// ```
+    /// # use ucall_core::{BatchOptions, Server};
+    /// let builder = Server::builder().batch_procedure("square", BatchOptions::default(), |calls| {
+    ///     Ok(calls.iter().map(|call| call.get::<f64>(0, "x").map(|x| x * x)).collect())
+    /// });
+    /// ```
+    pub fn batch_procedure<F, R>(self, name: &str, options: BatchOptions, procedure: F) -> Self
+    where
+        F: Fn(&[Call<'_>]) -> Result<Vec<Result<R, RpcError>>, RpcError> + Send + Sync + 'static,
+        R: Serialize,
+    {
+        self.handler(name, Batcher::new(name, options, crate::batch::values(procedure)))
+    }
+
     /// Register a procedure that writes its result itself through [`Reply`].
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.router.insert(name, Arc::new(handler));
@@ -173,7 +199,7 @@ impl ServerBuilder {
     /// # use ucall_core::Server;
     /// let builder = Server::builder().keep_context().procedure("whoami", |call| {
     ///     let context = call.context();
-    ///     let agent = context.header("user-agent").map(String::from_utf8_lossy);
+    ///     let agent = context.header("user-agent").map(|v| String::from_utf8_lossy(v).into_owned());
     ///     Ok((context.transport().as_str(), context.peer().map(|a| a.to_string()), agent))
     /// });
     /// ```
@@ -195,7 +221,10 @@ impl ServerBuilder {
     ///     })
     ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?));
     /// ```
-    pub fn hook(mut self, hook: impl Hook) -> Self {
+    pub fn hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Call<'_>, &mut Reply<'_>, &dyn Handler) -> Result<(), RpcError> + Send + Sync + 'static,
+    {
         self.router.add_hook(Arc::new(hook));
         self
     }
@@ -365,7 +394,11 @@ impl Server {
     fn hand_out_router(&mut self) {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
+        self.router.start_metrics(&self.shared.config.metrics);
         let router = Arc::new(std::mem::take(&mut self.router));
+        if let Some(metrics) = router.metrics() {
+            metrics.set_engine(self.engine.name(), self.workers.len());
+        }
         if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
             let (threads, procedures) = (self.workers.len(), router.names().count());
             log::info!(

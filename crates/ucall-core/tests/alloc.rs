@@ -10,7 +10,7 @@ use ucall_core::_fuzzable::engine_context;
 use ucall_core::buffer::OutBuf;
 use ucall_core::defer::Sink;
 use ucall_core::session::{Limits, Scratch, Session};
-use ucall_core::{Call, Reply, Router, RpcError};
+use ucall_core::{Call, MetricsConfig, Reply, Router, RpcError};
 
 struct Counting;
 
@@ -53,10 +53,20 @@ fn router() -> Router {
     router
 }
 
+/// The same procedures, counted in metrics as when serving.
+fn router_with_metrics() -> Router {
+    let mut router = router();
+    router.start_metrics(&MetricsConfig::default());
+    router
+}
+
 /// Feed `input` `rounds` times, draining the output as an engine would after a write.
 /// Returns the allocations made after the first (warm-up) round and the last output.
 fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
-    let router = router();
+    steady_state_allocations_with(&router(), input, rounds)
+}
+
+fn steady_state_allocations_with(router: &Router, input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
     let limits = Limits::default();
     let mut scratch = Scratch::default();
     // As in the engine: deferring is available, though these procedures answer at once.
@@ -69,7 +79,7 @@ fn steady_state_allocations(input: &[u8], rounds: usize) -> (usize, Vec<u8>) {
         if round == 1 {
             before = allocations();
         }
-        let mut ctx = engine_context(&router, &limits, &date, &mut scratch, &sink);
+        let mut ctx = engine_context(router, &limits, &date, &mut scratch, &sink);
         let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
         assert_eq!(progress.consumed, input.len());
         assert!(!progress.close);
@@ -115,6 +125,38 @@ fn tcp_requests_and_batches_allocate_nothing_in_steady_state() {
         "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":3}\n[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":3}]\n"
     );
     assert_eq!(allocated, 0, "allocations over 999 rounds");
+}
+
+#[test]
+fn counting_calls_in_metrics_allocates_nothing() {
+    let router = router_with_metrics();
+    let body = r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#;
+    let http = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (allocated, _) = steady_state_allocations_with(&router, http.repeat(16).as_bytes(), 1000);
+    assert_eq!(
+        allocated, 0,
+        "allocations over 999 rounds of 16 HTTP requests, metrics on"
+    );
+    let tcp = concat!(
+        r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":"x"}"#,
+        "\n",
+        r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1},{"jsonrpc":"2.0","method":"sum","params":[3,4]}]"#,
+        "\n",
+    );
+    let (allocated, _) = steady_state_allocations_with(&router, tcp.as_bytes(), 1000);
+    assert_eq!(allocated, 0, "allocations over 999 rounds of raw TCP texts, metrics on");
+    // Every call was counted, notifications too (rendering the page allocates; serving
+    // did not). Error replies are left out above: their messages are formatted.
+    let page = router.metrics().expect("metrics on").render();
+    for line in [
+        "ucall_calls_handled_total{method=\"sum\",code=\"ok\"} 19000",
+        "ucall_call_duration_seconds_count{method=\"sum\"} 19000",
+    ] {
+        assert!(page.lines().any(|l| l == line), "{line} missing from\n{page}");
+    }
 }
 
 #[test]

@@ -55,15 +55,6 @@ fn check(result: &Json, transport: &str, conn: &Conn, token: Option<&str>) {
     assert_eq!(result["token"], token.map_or(Json::Null, Json::from), "{result}");
 }
 
-fn ws_message(payload: &str) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x0a, 0x1b, 0x2c, 0x3d];
-    assert!(payload.len() < 126);
-    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&MASK);
-    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    frame
-}
-
 #[test]
 fn handlers_see_transport_peer_headers_id_and_method() {
     common::for_each_engine(|engine| {
@@ -95,8 +86,8 @@ fn handlers_see_transport_peer_headers_id_and_method() {
         let mut bytes = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nX-Token: up\r\n\
                           Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
             .to_vec();
-        bytes.extend_from_slice(&ws_message(&request));
-        bytes.extend_from_slice(&ws_message(&request));
+        bytes.extend_from_slice(&common::ws_text(&request));
+        bytes.extend_from_slice(&common::ws_text(&request));
         bytes.extend_from_slice(&[0x88, 0x80, 0, 0, 0, 0]); // Close, masked, no payload
         ws.send(&bytes);
         assert_eq!(ws.read_response().status, 101);
@@ -149,19 +140,24 @@ fn hooks_run_around_every_call_and_may_refuse() {
         let counted = Arc::clone(&around);
         let builder = common::builder(engine)
             // Outermost: counts every call, before and after.
-            .hook(move |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
-                counted.fetch_add(1, Ordering::Relaxed);
-                let result = next.handle(call, reply);
-                counted.fetch_add(1, Ordering::Relaxed);
-                result
-            })
+            .hook(
+                move |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    let result = next.handle(call, reply);
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    result
+                },
+            )
             // Inner: a token in a header, else 401 (no header at all: raw TCP, refused too).
-            .hook(|call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| {
-                match call.context().header("x-token") {
+            .hook(
+                |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>, next: &dyn ucall_core::Handler| match call
+                    .context()
+                    .header("x-token")
+                {
                     Some(b"t0k") => next.handle(call, reply),
                     _ => Err(ucall_core::RpcError::http(401, "a token is required")),
-                }
-            });
+                },
+            );
         let server = common::start(engine, builder);
         let request = call("subtract", "[5,2]", "4");
         let with = |token: &str| {
@@ -183,6 +179,10 @@ fn hooks_run_around_every_call_and_may_refuse() {
         tcp.send(format!("{request}\n").as_bytes());
         let line: Json = serde_json::from_slice(&tcp.read_line()).expect("a JSON line");
         assert_eq!(line["error"]["message"], Json::from("a token is required"), "{line}");
-        assert_eq!(around.load(Ordering::Relaxed), 6, "the outer hook ran before and after each of 3 calls");
+        assert_eq!(
+            around.load(Ordering::Relaxed),
+            6,
+            "the outer hook ran before and after each of 3 calls"
+        );
     });
 }

@@ -69,6 +69,7 @@ impl Harness {
                 sink: &self.sink,
                 conn: 0,
                 generation: 1,
+                presence: None,
             }),
             draining: false,
         };

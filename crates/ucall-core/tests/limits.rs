@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -335,6 +335,65 @@ fn zero_exchanges_per_connection_is_refused() {
         .max_exchanges_per_connection(0)
         .bind();
     assert!(refused.is_err(), "a limit of zero exchanges would serve nothing");
+}
+
+/// A WebSocket call: one masked text frame out, the reply's text frame back.
+fn ws_subtract(conn: &mut Conn, minuend: i64, subtrahend: i64, id: i64) {
+    let frame = common::ws_text(&subtract(minuend, subtrahend, id));
+    conn.send(&frame);
+    let mut reply = [0u8; 2];
+    conn.stream.read_exact(&mut reply).expect("a reply frame's header");
+    assert_eq!(reply[0], 0x81, "a final text frame");
+    let mut body = vec![0u8; usize::from(reply[1] & 0x7F)];
+    conn.stream.read_exact(&mut body).expect("the reply");
+    assert_result(&body, &(minuend - subtrahend).to_string(), &id.to_string());
+}
+
+#[test]
+fn connections_left_idle_give_their_buffers_back_and_go_on_serving() {
+    // An idle connection's buffers go back after a second (`IDLE_TRIM`), and a worker's
+    // connection table shrinks after a storm: neither may change what clients see.
+    const STORM: usize = 3000;
+    common::for_each_engine(|engine| {
+        common::raise_open_files(2 * STORM as u64 + 512);
+        let server = common::serve(engine);
+        let mut http = Conn::to(&server);
+        let mut tcp = Conn::to(&server);
+        let mut ws = Conn::to(&server);
+        ws.send(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        );
+        assert_eq!(ws.read_response().status, 101);
+        http_subtract(&mut http, 5, 2, 1);
+        tcp_subtract(&mut tcp, 5, 2, 1);
+        ws_subtract(&mut ws, 5, 2, 1);
+        // A storm of connections, each answered once, then gone: the tables grow past
+        // the slots kept and are shrunk by the scan after the last close.
+        let storm: Vec<Conn> = (0..STORM)
+            .map(|i| {
+                let mut conn = Conn::to(&server);
+                http_subtract(&mut conn, 9, 4, i as i64);
+                conn
+            })
+            .collect();
+        drop(storm);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            common::wait_until(Duration::from_secs(5), || server.connections() == 3),
+            "{}: {} connections open after the storm, 3 expected",
+            engine.name(),
+            server.connections()
+        );
+        // The three idle connections had their buffers given back meanwhile.
+        for id in 2..5 {
+            http_subtract(&mut http, 10, id, id);
+            tcp_subtract(&mut tcp, 10, id, id);
+            ws_subtract(&mut ws, 10, id, id);
+        }
+        let mut fresh = Conn::to(&server);
+        http_subtract(&mut fresh, 3, 1, 7);
+    });
 }
 
 // ---------------------------------------------------------------------------------------

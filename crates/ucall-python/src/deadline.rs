@@ -132,7 +132,7 @@ impl Watcher {
                     // Answered and gone already, or answered now: the caller stops waiting.
                     if let Some(reply) = entry.reply.upgrade().and_then(|bounded| bounded.take()) {
                         drop(entries);
-                        reply.error(exceeded());
+                        reply.error_now(exceeded());
                         entries = self.lock();
                     }
                 }

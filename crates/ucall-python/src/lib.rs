@@ -7,6 +7,7 @@
 //! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
+mod batch;
 mod client;
 mod context;
 mod convert;
@@ -61,10 +62,14 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SERVER_ERROR_MIN", SERVER_ERROR_MIN)?;
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
     let exceeded = ucall_core::RpcError::deadline_exceeded();
-    m.add("DEADLINE_EXCEEDED", (exceeded.http_status(), exceeded.message().to_owned()))?;
+    m.add(
+        "DEADLINE_EXCEEDED",
+        (exceeded.rest_status(), exceeded.message().to_owned()),
+    )?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
     m.add_class::<context::Context>()?;
+    m.add_class::<batch::BatchReply>()?;
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;

@@ -15,8 +15,8 @@ use pyo3::types::{PyTuple, PyType};
 use ucall_core::{Deferred, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
-use crate::deadline::{self, Bounded};
 use crate::convert::write_json;
+use crate::deadline::{self, Bounded};
 use crate::params::Plan;
 
 /// Python objects every procedure of one server needs.
@@ -105,13 +105,14 @@ impl Procedure {
     }
 
     /// When a call that arrived now must be answered: its procedure's `timeout` or its
-    /// caller's, whichever is shorter; `None` without either (no clock is read then).
+    /// caller's, whichever is shorter; `None` without either (no clock is read then), or
+    /// for a budget past what the clock can count (centuries: no deadline in effect).
     pub fn deadline(&self, caller: Option<Duration>) -> Option<Instant> {
         let budget = match (self.timeout, caller) {
             (Some(own), Some(caller)) => own.min(caller),
             (own, caller) => own.or(caller)?,
         };
-        Some(Instant::now() + budget)
+        Instant::now().checked_add(budget)
     }
 
     /// Whether calls carry their context (the function takes a `ucall.Context`, or
@@ -361,7 +362,7 @@ impl Answer {
     }
 }
 
-fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
     obj.hasattr("__await__").unwrap_or(false)
 }
 
@@ -424,7 +425,7 @@ impl Hooks {
     }
 
     /// Serialize a handler's result into `out`.
-    fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+    pub(crate) fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
         let start = out.len();
         write_json(result, Some(self.encode.bind(result.py())), out).map_err(|e| {
             out.truncate(start);
@@ -437,7 +438,7 @@ impl Hooks {
     /// server (and sent in `data` only in debug mode).
     #[cold]
     #[inline(never)]
-    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
+    pub(crate) fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
         let value = error.value(py);
         if value.is_instance(self.rpc_error.bind(py).as_any()).unwrap_or(false) {
             let code = value

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use ucall_core::{Deferred, Stopper, WakeHold, Worker};
+use ucall_core::{Stopper, WakeHold, Worker};
 
 use crate::procedure::{voluntary_switches, Answer, DeferredReply, Procedure};
 

@@ -11,13 +11,16 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyType};
+use pyo3::types::{PyDict, PyList, PyType};
 
+use ucall_core::batch::SIZE_BUCKETS;
+use ucall_core::metrics::Metrics;
 use ucall_core::{
-    Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, NotReady, Readiness, Reply, RpcError,
-    Server, ServerBuilder, TlsConfig,
+    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig,
+    NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
+use crate::batch::BatchRunner;
 use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
@@ -34,19 +37,24 @@ struct Entry(Arc<Procedure>);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
+        let deadline = self.0.deadline(call.context().timeout());
         // Copied out only for a procedure that takes it: the others pay nothing.
         let context = self
             .0
             .wants_context()
-            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some()));
-        if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
+            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some(), deadline));
+        // A call with a deadline is never run inline: the deadline must be able to answer it.
+        if deadline.is_none()
+            && runtime::ParamsText::is_large(params)
+            && self.0.runs_at_once()
+            && runtime::turn_queued_nothing()
+        {
             return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer()));
         }
         let Ok(deferred) = reply.defer() else {
             // Driven without an engine (in-memory sessions): answer inline.
             return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer()));
         };
-        let deadline = self.0.deadline(call.context().timeout());
         let job = runtime::Job {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
@@ -84,6 +92,8 @@ enum State {
         engine: EngineKind,
         /// Why `auto` took poll, when it fell back.
         engine_fallback: Option<String>,
+        /// The counters `GET /metrics` shows, when on.
+        metrics: Option<Arc<Metrics>>,
     },
     Stopped,
 }
@@ -96,6 +106,8 @@ pub struct NativeServer {
     max_threads: usize,
     /// What `GET /readyz` and `rpc.health` report (the core's one rule).
     readiness: Arc<Readiness>,
+    /// The batch procedures, by name: their counters, and their threads to end at `stop`.
+    batchers: Mutex<Vec<(String, Batcher)>>,
 }
 
 fn engine(name: &str) -> PyResult<EngineKind> {
@@ -131,6 +143,7 @@ impl NativeServer {
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
         healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
+        metrics_path=Some("/metrics".to_owned()),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -166,6 +179,7 @@ impl NativeServer {
         healthz_path: Option<String>,
         readyz_path: Option<String>,
         readyz_not_found: bool,
+        metrics_path: Option<String>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -178,6 +192,10 @@ impl NativeServer {
                 healthz: healthz_path,
                 readyz: readyz_path,
                 not_ready_404: readyz_not_found,
+            },
+            metrics: MetricsConfig {
+                path: metrics_path,
+                ..MetricsConfig::default()
             },
             ..Config::default()
         };
@@ -243,6 +261,7 @@ impl NativeServer {
                 trust_after: trust_after.max(1),
             }),
             max_threads,
+            batchers: Mutex::new(Vec::new()),
         })
     }
 
@@ -283,6 +302,67 @@ impl NativeServer {
         Ok(())
     }
 
+    /// Register the batch procedure `name`: `runner(rows)` gets the bound params of a
+    /// batch's calls (one tuple per call, bound by the per-item plan `params`) and returns
+    /// one value per call, or an awaitable of that list.
+    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_batch(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        runner: Py<PyAny>,
+        params: Vec<ParamSpec>,
+        ignore_extra: bool,
+        max_size: usize,
+        max_wait: f64,
+        max_concurrent: usize,
+        max_queue: usize,
+    ) -> PyResult<()> {
+        let plan = Plan::new(py, params, ignore_extra)?;
+        let options = BatchOptions {
+            max_size,
+            max_wait: secs(max_wait, "max_wait")?,
+            max_concurrent,
+            max_queue,
+        };
+        let batcher = Batcher::new(
+            name,
+            options,
+            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks)),
+        );
+        self.configure(|builder| builder.handler(name, batcher.clone()))?;
+        let mut batchers = self.batchers.lock().unwrap_or_else(PoisonError::into_inner);
+        batchers.retain(|(earlier, _)| earlier != name);
+        batchers.push((name.to_owned(), batcher));
+        Ok(())
+    }
+
+    /// Each batch procedure's counters: `{name: {"batches": ..., "calls": ..., "sizes":
+    /// {bound: count}, "queue_wait_us": ..., "max_queue_wait_us": ..., "rejected": ...,
+    /// "abandoned": ..., "queued": ...}}`.
+    fn batch_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let all = PyDict::new(py);
+        for (name, batcher) in self.batchers.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            let stats = batcher.stats();
+            let one = PyDict::new(py);
+            one.set_item("batches", stats.batches)?;
+            one.set_item("calls", stats.calls)?;
+            let sizes = PyDict::new(py);
+            for (bound, count) in SIZE_BUCKETS.iter().zip(stats.sizes) {
+                sizes.set_item(bound, count)?;
+            }
+            one.set_item("sizes", sizes)?;
+            one.set_item("queue_wait_us", stats.queue_wait_us)?;
+            one.set_item("max_queue_wait_us", stats.max_queue_wait_us)?;
+            one.set_item("rejected", stats.rejected)?;
+            one.set_item("abandoned", stats.abandoned)?;
+            one.set_item("queued", batcher.queued())?;
+            all.set_item(name, one)?;
+        }
+        Ok(all)
+    }
+
     /// Describe a procedure with the JSON form of `ucall_core::MethodDoc` (built by
     /// `ucall._schema`), for `rpc.discover`, `/openrpc.json`, `/openapi.json` and `/docs`.
     fn describe(&self, description: &str) -> PyResult<()> {
@@ -318,6 +398,7 @@ impl NativeServer {
         let engine_fallback = server.engine_fallback().map(str::to_owned);
         let grace = server.config().shutdown_timeout;
         let (stopper, workers) = server.into_workers();
+        let metrics = workers.first().and_then(ucall_core::Worker::metrics);
         let submit = self.hooks.submit.as_ref().map(|s| s.clone_ref(py));
         // An io_uring worker is tied to the thread that first drives it.
         let pinned = engine == EngineKind::Uring;
@@ -331,6 +412,7 @@ impl NativeServer {
             tls_port,
             engine,
             engine_fallback,
+            metrics,
         };
         Ok(port)
     }
@@ -359,8 +441,25 @@ impl NativeServer {
         };
         runtime.begin_stop();
         let give_up_at = Instant::now() + grace + STOP_SLACK;
+        let batchers: Vec<Batcher> = self
+            .batchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(_, batcher)| batcher.clone())
+            .collect();
         loop {
-            let running = py.detach(|| runtime.join_ended(Duration::from_millis(100)));
+            let running = py.detach(|| {
+                let workers = runtime.join_ended(Duration::from_millis(100));
+                // Once the workers have ended nobody waits for a batch: its threads end
+                // after the batch in flight.
+                let batches = if workers == 0 {
+                    batchers.iter().filter(|b| !b.join(Duration::from_millis(100))).count()
+                } else {
+                    batchers.len()
+                };
+                workers + batches
+            });
             if running == 0 {
                 return Ok(());
             }
@@ -454,6 +553,16 @@ impl NativeServer {
             State::Running { engine_fallback, .. } => engine_fallback.clone(),
             _ => None,
         }
+    }
+
+    /// The page `GET /metrics` answers (Prometheus text format), while running with
+    /// metrics on.
+    fn metrics_text(&self, py: Python<'_>) -> Option<String> {
+        let metrics = match &*self.state.lock().unwrap_or_else(PoisonError::into_inner) {
+            State::Running { metrics, .. } => metrics.clone(),
+            _ => None,
+        }?;
+        Some(py.detach(|| metrics.render()))
     }
 
     /// Event-loop turns taken so far, over all workers.

@@ -16,6 +16,7 @@ const RANKS: &[(&str, u32)] = &[
     ("params", 1),
     ("procedure", 2),
     ("runtime", 3),
+    ("batch", 3),
     ("server", 4),
     ("client", 4),
 ];

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::health::HealthPaths;
+use crate::metrics::MetricsConfig;
 use crate::session::Limits;
 use crate::tls::TlsConfig;
 
@@ -81,6 +82,8 @@ pub struct Config {
     pub share_port: bool,
     /// Where the health probes are served (`/healthz`, `/readyz`), or not.
     pub health: HealthPaths,
+    /// Where `GET /metrics` (Prometheus text format) is served, or not, and its latency buckets.
+    pub metrics: MetricsConfig,
     /// Where the engines report what they cannot return as an error: a failed accept, a
     /// worker that stops. Default: a line on stderr.
     pub events: EventLog,
@@ -145,6 +148,7 @@ impl Default for Config {
             quiet: false,
             share_port: false,
             health: HealthPaths::default(),
+            metrics: MetricsConfig::default(),
             events: EventLog::default(),
         }
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome, Sink};
+use crate::metrics::Metrics;
 use crate::session::{Context, Session};
 use crate::tls::{Received, TlsSession};
 
@@ -31,6 +32,10 @@ pub(crate) const MAX_IOV: usize = 64;
 pub(crate) const SCAN_GRANULARITY: Duration = Duration::from_millis(50);
 /// Input capacity a connection keeps once its input is all consumed.
 const INPUT_KEEP: usize = 128 << 10;
+/// How long a connection stays idle before its buffers go back to the allocator. Between
+/// calls a busy keep-alive connection keeps them (no allocation per request); one left
+/// idle holds its table slot only, which halves its memory (docs/design.md).
+pub(crate) const IDLE_TRIM: Duration = Duration::from_secs(1);
 
 /// Where a connection stands. Exactly one holds at a time; the engine's own facts (a
 /// receive armed, a send in flight) stay with the engine.
@@ -213,6 +218,7 @@ impl Conn {
                 self.feed(ctx, in_flight);
             }
         }
+        self.count_received(bytes.len(), ctx);
     }
 
     /// `read` bytes were received straight into `input`'s spare capacity and appended.
@@ -226,6 +232,24 @@ impl Conn {
             self.input.clear(); // nobody reads it any more, as `deliver` drops it
         } else if !self.is_backlogged() {
             self.feed(ctx, in_flight);
+        }
+        self.count_received(read, ctx);
+    }
+
+    /// Count `bytes` received, under the transport the session speaks (the first bytes
+    /// once they told it).
+    fn count_received(&self, bytes: usize, ctx: &Context<'_>) {
+        if let Some(metrics) = ctx.router.metrics() {
+            // Whitespace alone does not tell a transport yet: it is counted as HTTP's.
+            let transport = self.session.transport().unwrap_or(crate::metrics::Transport::Http);
+            metrics.received(transport, bytes);
+        }
+    }
+
+    /// Count `bytes` sent.
+    pub(crate) fn count_sent(&self, bytes: usize, metrics: Option<&Metrics>) {
+        if let (Some(metrics), Some(transport)) = (metrics, self.session.transport()) {
+            metrics.sent(transport, bytes);
         }
     }
 
@@ -271,6 +295,7 @@ impl Conn {
         if !self.input.is_empty() && !self.is_backlogged() {
             self.feed(ctx, in_flight);
         }
+        self.count_received(ciphertext.len(), ctx);
         Ok(())
     }
 
@@ -324,8 +349,11 @@ impl Conn {
     /// The client took too long: queue the reply it gets, if any (a `408` answers a
     /// request partly received; an idle connection closes silently, or a client could
     /// read the 408 as the reply to its next request), and close once it is sent.
-    pub(crate) fn time_out(&mut self, date: &[u8]) {
+    pub(crate) fn time_out(&mut self, date: &[u8], metrics: Option<&Metrics>) {
         if !self.input.is_empty() || !self.session.is_between_requests() {
+            if let Some(metrics) = metrics {
+                metrics.refused(crate::metrics::Refusal::Timeout);
+            }
             self.session.time_out(&mut self.out, date);
         }
         self.phase = Phase::Closing;
@@ -342,6 +370,13 @@ impl Conn {
     pub(crate) fn deadline(&self, config: &super::Config) -> Option<Instant> {
         self.lingering_until()
             .or_else(|| (!self.session.has_pending()).then(|| self.clocks.deadline(config)))
+    }
+
+    /// When this connection, idle and still holding buffers, gives them back ([`IDLE_TRIM`],
+    /// [`Conn::release`]). `also_held`: the engine holds buffers of its own for it.
+    pub(crate) fn trim_at(&self, also_held: bool) -> Option<Instant> {
+        let holds = also_held || self.input.capacity() > 0 || self.out.holds_memory() || self.session.holds_buffers();
+        (holds && self.is_idle() && self.lingering_until().is_none()).then(|| self.clocks.last_progress + IDLE_TRIM)
     }
 
     /// Between requests with nothing buffered either way: a drain closes it at once.
@@ -384,10 +419,19 @@ impl Conn {
         }
     }
 
-    /// Give the buffers back to the kept ones on close.
-    pub(crate) fn release(&mut self) {
+    /// Give the buffers back (the large ones to the kept ones): once idle, and on close.
+    pub(crate) fn release_buffers(&mut self) {
         buffer::keep(std::mem::take(&mut self.input));
         self.out.release();
+        self.session.release_buffers();
+    }
+
+    /// On close: give the buffers back and count the close.
+    pub(crate) fn release(&mut self, metrics: Option<&Metrics>) {
+        if let (Some(metrics), Some(transport)) = (metrics, self.session.transport()) {
+            metrics.closed(transport);
+        }
+        self.release_buffers();
     }
 }
 

@@ -100,6 +100,7 @@ impl Pipe {
                 sink: &self.sink,
                 conn: 0,
                 generation: self.conn.generation,
+                presence: None,
             }),
             draining: false,
         };
@@ -135,7 +136,7 @@ impl Pipe {
             Step::Wait(time) => {
                 self.now += time;
                 if self.conn.deadline(&self.config).is_some_and(|at| at <= self.now) {
-                    self.conn.time_out(DATE);
+                    self.conn.time_out(DATE, None);
                 }
             }
         }
@@ -416,4 +417,85 @@ fn lingering_drops_input_until_its_deadline() {
     assert!(pipe.conn.input.is_empty() && pipe.conn.dropped_input);
     assert!(pipe.conn.wants_input(0, None), "listens for the client's close");
     assert_eq!(pipe.conn.deadline(&pipe.config), Some(now + super::LINGER));
+}
+
+/// A WebSocket upgrade request (RFC 6455 §1.3's sample key).
+fn ws_upgrade() -> Vec<u8> {
+    b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+      Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        .to_vec()
+}
+
+/// One masked text frame (RFC 6455 §5.2).
+fn ws_text(payload: &str) -> Vec<u8> {
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | u8::try_from(payload.len()).expect("short")];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+#[test]
+fn an_idle_connection_gives_its_buffers_back_and_goes_on_serving() {
+    let upgrade = ws_upgrade();
+    let first = ws_text(&call("sum", "[1,2]", 1));
+    let second = ws_text(&call("sum", "[3,4]", 2));
+    let http_first = post(&call("sum", "[1,2]", 1));
+    let http_second = post(&call("sum", "[3,4]", 2));
+    for (name, opening, again) in [
+        ("HTTP", vec![http_first.as_slice()], http_second.as_slice()),
+        (
+            "WebSocket",
+            vec![upgrade.as_slice(), first.as_slice()],
+            second.as_slice(),
+        ),
+    ] {
+        let mut pipe = Pipe::new();
+        assert_eq!(pipe.conn.trim_at(false), None, "{name}: a new connection holds nothing");
+        for bytes in opening {
+            pipe.step(Step::Send(bytes));
+            pipe.step(Step::Flush(None));
+        }
+        let answered = pipe.now;
+        pipe.conn.out.shrink(OUTPUT_KEEP); // as the engines do once all is sent
+        assert_eq!(
+            pipe.conn.trim_at(false),
+            Some(answered + IDLE_TRIM),
+            "{name}: held until idle"
+        );
+        pipe.conn.release_buffers();
+        assert_eq!(pipe.conn.trim_at(false), None, "{name}: nothing is held once released");
+        assert!(
+            !pipe.conn.out.holds_memory() && !pipe.conn.session.holds_buffers(),
+            "{name}"
+        );
+        // The engine may say that it holds buffers of its own for the connection.
+        assert_eq!(pipe.conn.trim_at(true), Some(answered + IDLE_TRIM), "{name}");
+        pipe.now += IDLE_TRIM;
+        pipe.step(Step::Send(again));
+        pipe.step(Step::Flush(None));
+        assert_eq!(pipe.replies(r#""result":7"#), 1, "{name}: served after the release");
+        assert_eq!(pipe.conn.phase, Phase::Open, "{name}");
+    }
+}
+
+#[test]
+fn a_connection_mid_request_keeps_its_buffers() {
+    let mut pipe = Pipe::new();
+    pipe.step(Step::Send(&post(&call("sum", "[1,2]", 1))));
+    pipe.step(Step::Flush(None));
+    // Half a head is in: its bytes live in the input, and the session awaits the rest.
+    pipe.step(Step::Send(b"POST / HTTP/1.1\r\nHost: x\r\n"));
+    assert_eq!(pipe.conn.trim_at(false), None);
+    // Half a WebSocket message likewise.
+    let mut pipe = Pipe::new();
+    pipe.step(Step::Send(&ws_upgrade()));
+    pipe.step(Step::Flush(None));
+    let frame = ws_text(&call("sum", "[1,2]", 1));
+    pipe.step(Step::Send(&frame[..frame.len() / 2]));
+    assert_eq!(pipe.conn.trim_at(false), None);
+    pipe.conn.session.release_buffers(); // refused mid-message
+    pipe.step(Step::Send(&frame[frame.len() / 2..]));
+    pipe.step(Step::Flush(None));
+    assert_eq!(pipe.replies(r#""result":3"#), 1);
 }

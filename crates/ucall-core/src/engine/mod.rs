@@ -24,10 +24,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use slab::Slab;
+
 use crate::buffer::{self, Spares};
 use crate::date::DateCache;
-use crate::defer::{Sink, Target};
+use crate::defer::{Completion, Sink, Target};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::session::{Context, Scratch, Session};
 use crate::tls::TlsSession;
@@ -90,6 +93,17 @@ impl Worker {
             Inner::Poll(worker) => crate::defer::WakeHold(Arc::clone(&worker.serving.sink)),
             #[cfg(target_os = "linux")]
             Inner::Uring(worker) => crate::defer::WakeHold(Arc::clone(&worker.serving.sink)),
+        }
+    }
+
+    /// The server's counters, once serving has started with metrics on: the front ends
+    /// render them outside the engine (Python's worker processes report their totals).
+    #[must_use]
+    pub fn metrics(&self) -> Option<Arc<Metrics>> {
+        match &self.inner {
+            Inner::Poll(worker) => worker.serving.router.metrics().cloned(),
+            #[cfg(target_os = "linux")]
+            Inner::Uring(worker) => worker.serving.router.metrics().cloned(),
         }
     }
 
@@ -247,8 +261,8 @@ pub(crate) fn wake_all(shared: &Shared) {
 
 /// Count a connection just accepted in, unless the server is stopping (a worker may
 /// accept one before it has seen the stop that others have) or at its connection limit.
-/// Returns whether to serve it; when not, the caller closes it.
-pub(crate) fn admit(shared: &Shared) -> bool {
+/// Returns whether to serve it (counted in `metrics` then); when not, the caller closes it.
+pub(crate) fn admit(shared: &Shared, metrics: Option<&Metrics>) -> bool {
     use std::sync::atomic::Ordering;
     if shared.stopping.load(Ordering::Acquire) {
         return false;
@@ -266,6 +280,9 @@ pub(crate) fn admit(shared: &Shared) -> bool {
             ),
         );
         return false;
+    }
+    if let Some(metrics) = metrics {
+        metrics.accepted();
     }
     true
 }
@@ -354,6 +371,24 @@ impl Serving {
         }
     }
 
+    /// The counters, when metrics are on.
+    pub(crate) fn metrics(&self) -> Option<&Metrics> {
+        self.router.metrics().map(AsRef::as_ref)
+    }
+
+    /// Count a deferred call whose completion arrived (whether or not its connection is
+    /// still there to be answered).
+    pub(crate) fn count(&self, completion: &Completion) {
+        if let (Some(metrics), Some(meter)) = (self.metrics(), completion.meter) {
+            let code = completion
+                .outcome
+                .as_ref()
+                .map(|_| ())
+                .map_err(crate::jsonrpc::RpcError::code);
+            metrics.completed(meter.method, code, meter.started);
+        }
+    }
+
     /// The session context for serving connection `conn` (of `generation`).
     pub(crate) fn context<'a>(&'a mut self, shared: &'a Shared, conn: usize, generation: u64) -> Context<'a> {
         Context {
@@ -365,6 +400,7 @@ impl Serving {
                 sink: &self.sink,
                 conn,
                 generation,
+                presence: None,
             }),
             draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
         }
@@ -439,6 +475,52 @@ pub(crate) fn due<'a, C: 'a>(
         }
     }
     (expired, earliest)
+}
+
+/// The earlier of two optional times.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    a.into_iter().chain(b).min()
+}
+
+/// Connection-table slots a worker keeps however few connections remain.
+const TABLE_KEEP: usize = 1024;
+
+/// A storm of connections has passed: most of the table's slots are empty, and a scan
+/// should give them back ([`after_scan`]).
+pub(crate) fn table_oversized<T>(conns: &Slab<T>) -> bool {
+    conns.capacity() > TABLE_KEEP && conns.len() < conns.capacity() / 4
+}
+
+/// Idle connections whose buffers went back in one scan before the allocator is asked to
+/// return free pages: their small buffers lie scattered among the heap's pages.
+const TRIMMED_TO_GIVE_BACK: usize = 64;
+
+/// After a scan that released `trimmed` idle connections' buffers: give the connection
+/// table's empty tail back when a storm of connections has passed (slots in use stay where
+/// they are), and the memory the allocator holds free when either freed much. Without
+/// this, RSS stayed at its peak after 9,000 connections had gone idle or closed
+/// (docs/design.md, memory per idle connection).
+pub(crate) fn after_scan<T>(conns: &mut Slab<T>, trimmed: usize) {
+    let mut freed = trimmed >= TRIMMED_TO_GIVE_BACK;
+    if table_oversized(conns) {
+        let before = conns.capacity();
+        conns.shrink_to_fit();
+        freed |= conns.capacity() < before;
+    }
+    if freed {
+        give_back_free_memory();
+    }
+}
+
+/// glibc keeps freed memory in its arenas, and returns only the top of the main heap on
+/// its own; `malloc_trim` returns every free page.
+fn give_back_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of glibc's arenas to the system; it
+    // takes the arenas' locks itself and touches no memory in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// This worker's listener for the TLS port, when TLS has a port of its own

@@ -15,11 +15,12 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use super::conn::{Conn, TlsFailed, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::conn::{Conn, TlsFailed, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use super::ACCEPTS_PER_TURN;
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::session::Context;
 use crate::tls::TlsSession;
 
@@ -245,7 +246,7 @@ impl PollWorker {
                     return;
                 }
             };
-            if !super::admit(&self.shared) {
+            if !super::admit(&self.shared, self.serving.metrics()) {
                 drop(stream);
                 continue;
             }
@@ -300,10 +301,11 @@ impl PollWorker {
             return;
         }
         let mut ctx = self.serving.context(shared, key, pc.conn.generation);
+        let metrics = ctx.router.metrics().map(AsRef::as_ref);
         let mut reads = 0;
         let mut failed = false;
         loop {
-            if pc.conn.has_output() && flush(pc, now).is_err() {
+            if pc.conn.has_output() && flush(pc, now, metrics).is_err() {
                 failed = true;
                 break;
             }
@@ -334,7 +336,8 @@ impl PollWorker {
             }
         }
         // Replies still awaited (holes) keep a half-closed connection open until sent.
-        if !failed && pc.conn.answer_end_of_input(&mut ctx) && pc.conn.has_output() && flush(pc, now).is_err() {
+        if !failed && pc.conn.answer_end_of_input(&mut ctx) && pc.conn.has_output() && flush(pc, now, metrics).is_err()
+        {
             failed = true;
         }
         let done = failed || (pc.conn.is_closing() && pc.conn.out.is_empty() && !pc.conn.has_output());
@@ -359,7 +362,8 @@ impl PollWorker {
         pc.conn.out.shrink(OUTPUT_KEEP);
         pc.conn.track_clocks(now);
         let deadline = pc.conn.clocks.deadline(&self.shared.config);
-        self.schedule_scan(deadline);
+        let trim_at = pc.conn.trim_at(false);
+        self.schedule_scan(trim_at.map_or(deadline, |at| at.min(deadline)));
     }
 
     /// Put the deferred replies that arrived in place and send what they unblock. Returns
@@ -369,6 +373,7 @@ impl PollWorker {
         let awaited = self.serving.sink.drain(&mut completions);
         let mut touched = Vec::new();
         for completion in completions.drain(..) {
+            self.serving.count(&completion);
             let Some(pc) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
@@ -409,16 +414,29 @@ impl PollWorker {
     /// Close connections whose time is up; plan the next scan.
     fn expire(&mut self, now: Instant) {
         self.next_scan = None;
-        let config = &self.shared.config;
+        // A clone: the loop below closes and serves connections, which borrow `self`.
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
-        let (expired, earliest) = super::due(self.conns.iter(), now, |pc| pc.conn.deadline(config));
-        for key in expired {
-            if let Some(pc) = self.conns.get_mut(key).filter(|pc| pc.conn.lingering_until().is_none()) {
-                pc.conn.time_out(self.serving.date.get());
-                let _ = flush(pc, now);
+        let (due, earliest) = super::due(self.conns.iter(), now, |pc| {
+            super::earliest(pc.conn.deadline(config), pc.conn.trim_at(false))
+        });
+        let mut trimmed = 0;
+        for key in due {
+            let Some(pc) = self.conns.get_mut(key) else { continue };
+            if pc.conn.deadline(config).is_none_or(|at| at > now) {
+                // Only its buffers' time is up: it stays open, holding its slot alone.
+                pc.conn.release_buffers();
+                trimmed += 1;
+                continue;
+            }
+            if pc.conn.lingering_until().is_none() {
+                pc.conn.time_out(self.serving.date.get(), self.serving.metrics());
+                let _ = flush(pc, now, self.serving.metrics());
             }
             self.close(key);
         }
+        super::after_scan(&mut self.conns, trimmed);
         if let Some(at) = earliest {
             self.schedule_scan(at);
         }
@@ -460,7 +478,7 @@ impl PollWorker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut pc) = self.conns.try_remove(key) {
-            pc.conn.release();
+            pc.conn.release(self.serving.metrics());
             let lingering = pc.conn.lingering_until().is_some();
             if let Some(tls) = pc.conn.tls.as_mut().filter(|_| !lingering) {
                 // Best effort: a clean end the client can tell from a truncation.
@@ -473,6 +491,9 @@ impl PollWorker {
             // closed first.
             drop(pc);
             self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+            if super::table_oversized(&self.conns) {
+                self.schedule_scan(self.now + IDLE_TRIM);
+            }
         }
     }
 }
@@ -595,6 +616,27 @@ fn read_tls_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'
 /// writes, has no such flag.
 struct NoSigPipe<'a>(&'a TcpStream);
 
+/// A writer that counts the bytes it wrote (TLS records, for the metrics).
+struct Counted<'a>(NoSigPipe<'a>, usize);
+
+impl Write for Counted<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = self.0.write(bytes)?;
+        self.1 += n;
+        Ok(n)
+    }
+
+    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        let n = self.0.write_vectored(slices)?;
+        self.1 += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Where `MSG_NOSIGNAL` is missing (macOS), no flag; such systems have `SO_NOSIGPIPE`.
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
@@ -617,13 +659,19 @@ impl Write for NoSigPipe<'_> {
 
 /// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
 /// writable event).
-fn flush(pc: &mut PollConn, now: Instant) -> io::Result<()> {
+fn flush(pc: &mut PollConn, now: Instant, metrics: Option<&Metrics>) -> io::Result<()> {
     let conn = &mut pc.conn;
     if let Some(tls) = conn.tls.as_mut() {
         // Encrypt only as the socket takes it: rustls bounds what it buffers, so the
         // output high-water mark keeps holding back a client that does not read.
+        let transport = conn.session.transport();
         loop {
-            tls.write_to(&mut NoSigPipe(&pc.stream))?;
+            let mut counted = Counted(NoSigPipe(&pc.stream), 0);
+            let written = tls.write_to(&mut counted);
+            if let (Some(metrics), Some(transport)) = (metrics, transport) {
+                metrics.sent(transport, counted.1);
+            }
+            written?;
             if tls.wants_write() || !conn.out.has_sendable() {
                 conn.clocks.last_progress = now;
                 return Ok(());
@@ -638,6 +686,7 @@ fn flush(pc: &mut PollConn, now: Instant) -> io::Result<()> {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 conn.out.advance(n);
+                conn.count_sent(n, metrics);
                 conn.clocks.last_progress = now;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),

@@ -2,6 +2,8 @@
 //! HTTP/1.1 (RFC 9112): request heads and bodies, `POST /` JSON-RPC, REST-style calls,
 //! the upgrade to WebSocket.
 
+use std::sync::Arc;
+
 use super::{Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
@@ -10,6 +12,7 @@ use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode, RpcError};
+use crate::metrics::{Metrics, Refusal};
 use crate::router::{Call, Router};
 use crate::ws;
 
@@ -33,6 +36,17 @@ impl Http {
     /// Whether no request is partly received: its head is awaited.
     pub(super) fn is_between_requests(&self) -> bool {
         self.pending_head.is_none()
+    }
+
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.target.capacity() > 0 || self.body.capacity() > 0 || self.cors_headers.capacity() > 0
+    }
+
+    /// Between requests: the target, body and CORS lines are rewritten by the next one.
+    pub(super) fn release_buffers(&mut self) {
+        self.target = String::new();
+        self.body = Vec::new();
+        self.cors_headers = Vec::new();
     }
 
     /// The body's length when a head with `Content-Length` awaits it; 0 otherwise.
@@ -77,14 +91,14 @@ impl Http {
                     if let Some((cors, origin)) = ctx.limits.cors.as_ref().zip(cors::origin_of(rest)) {
                         cors.write_response_headers(origin, &mut self.cors_headers);
                     }
-                    respond_rejection(out, ctx.date, reject, &self.cors_headers);
+                    respond_rejection(out, ctx.router.metrics(), ctx.date, reject, &self.cors_headers);
                     (0, Step::Close)
                 }
                 HeadStatus::Complete(head, _)
                     if head.websocket_key.is_some() && !origin_allowed(ctx.limits.cors.as_ref(), &head, rest) =>
                 {
                     let reject = http1::reject(Status::Forbidden, "origin not allowed");
-                    respond_rejection(out, ctx.date, reject, b"");
+                    respond_rejection(out, ctx.router.metrics(), ctx.date, reject, b"");
                     (0, Step::Close)
                 }
                 HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
@@ -103,7 +117,7 @@ impl Http {
                         Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
                         None if head.method == Method::Options => {
                             let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
-                            respond_rejection(out, ctx.date, reject, b"");
+                            respond_rejection(out, ctx.router.metrics(), ctx.date, reject, b"");
                             return (0, Step::Close);
                         }
                         None => {}
@@ -151,7 +165,7 @@ impl Http {
                                 http1::reject(Status::HeadersTooLarge, "trailers too large")
                             }
                         };
-                        respond_rejection(out, ctx.date, reject, &self.cors_headers);
+                        respond_rejection(out, ctx.router.metrics(), ctx.date, reject, &self.cors_headers);
                         (0, Step::Close)
                     }
                 }
@@ -205,6 +219,26 @@ impl Http {
             );
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
+        // The metrics page (`/metrics`), rendered only when asked for.
+        let metrics = ctx
+            .router
+            .metrics()
+            .filter(|m| head.method == Method::Get && m.is_page(target));
+        if let Some(metrics) = metrics {
+            let page = metrics.render();
+            http1::respond_typed(
+                out,
+                persistence,
+                &self.cors_headers,
+                ctx.date,
+                crate::metrics::CONTENT_TYPE.as_bytes(),
+                |out| {
+                    out.data().extend_from_slice(page.as_bytes());
+                    Some(Status::Ok)
+                },
+            );
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
         // a GET can ask for one, so a POST's path is not compared with theirs.
         let page = if head.method == Method::Get {
@@ -228,10 +262,10 @@ impl Http {
         }
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
-        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head);
+        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head).with_timeout(head.timeout);
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
         http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
@@ -361,7 +395,10 @@ fn rest_call(
         );
     };
     let name = std::str::from_utf8(&scratch.name).unwrap_or_default();
-    let Some(handler) = router.get(name) else {
+    let Some(found) = router.find(name) else {
+        if let Some(metrics) = router.metrics() {
+            metrics.unknown_method();
+        }
         return rest_error(data, &RpcError::method_not_found(name));
     };
     // GET, or a POST with no body (`curl -X POST '/sum?a=1&b=2'`): the query's params.
@@ -388,7 +425,7 @@ fn rest_call(
         }
     };
     let call = Call::new(name, params, Some("null")).with_context(context);
-    match dispatch::invoke(handler, &call, deferrals, data) {
+    match dispatch::run(found, &call, router.metrics(), deferrals, data) {
         Ok(Invoked::Done) => Status::Ok,
         Ok(Invoked::Deferred(slot)) => {
             scratch.jsonrpc.deferred.push(DeferredAt {
@@ -413,14 +450,22 @@ pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
 /// that a page from an allowed origin sees the refusal rather than a network error.
 #[cold]
 #[inline(never)]
-pub(super) fn respond_rejection(out: &mut OutBuf, date: &[u8], reject: Reject, headers: &[u8]) {
+pub(super) fn respond_rejection(
+    out: &mut OutBuf,
+    metrics: Option<&Arc<Metrics>>,
+    date: &[u8],
+    reject: Reject,
+    headers: &[u8],
+) {
     // Limits hit are worth a warning; malformed requests are the client's own business.
-    let level = match reject.status {
-        Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong | Status::RequestTimeout => {
-            log::Level::Warn
-        }
-        _ => log::Level::Debug,
+    let (level, why) = match reject.status {
+        Status::PayloadTooLarge | Status::HeadersTooLarge | Status::UriTooLong => (log::Level::Warn, Refusal::Limit),
+        Status::RequestTimeout => (log::Level::Warn, Refusal::Timeout),
+        _ => (log::Level::Debug, Refusal::BadHttp),
     };
+    if let Some(metrics) = metrics {
+        metrics.refused(why);
+    }
     crate::logs::throttled(
         &crate::logs::REQUEST_REFUSED,
         level,

@@ -13,11 +13,12 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome as Completed, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Persistence, Status};
 use crate::jsonrpc;
+use crate::metrics::Transport;
 use crate::router::Router;
 use crate::ws;
 use http::{respond_rejection, rest_error, Http};
@@ -182,6 +183,9 @@ struct Calls {
     /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
     /// only when the router asks ([`Router::keeps_context`]).
     head: Vec<u8>,
+    /// Whether the caller is still there, for calls queued for a batch (goes down when the
+    /// session is dropped with its connection).
+    presence: Presence,
 }
 
 impl Default for Session {
@@ -224,10 +228,12 @@ impl Session {
                 Protocol::Unknown => match rest.iter().position(|c| !c.is_ascii_whitespace()) {
                     Some(i) if rest[i].is_ascii_uppercase() => {
                         self.protocol = Protocol::Http(Http::default());
+                        opened(ctx, None, Transport::Http);
                         (0, Step::Progressed)
                     }
                     Some(_) => {
                         self.protocol = Protocol::Stream(Stream::default());
+                        opened(ctx, None, Transport::Tcp);
                         (0, Step::Progressed)
                     }
                     None => (0, Step::NeedMore),
@@ -241,12 +247,26 @@ impl Session {
                 Step::Progressed => {}
                 Step::NeedMore => break,
                 Step::Close => self.closing = true,
-                Step::Upgrade => self.protocol = Protocol::WebSocket(WebSocket::default()),
+                Step::Upgrade => {
+                    self.protocol = Protocol::WebSocket(WebSocket::default());
+                    opened(ctx, Some(Transport::Http), Transport::WebSocket);
+                }
             }
         }
         Progress {
             consumed,
             close: self.closing,
+        }
+    }
+
+    /// The transport the connection speaks, once its first bytes told.
+    #[must_use]
+    pub fn transport(&self) -> Option<Transport> {
+        match &self.protocol {
+            Protocol::Unknown => None,
+            Protocol::Http(_) => Some(Transport::Http),
+            Protocol::Stream(_) => Some(Transport::Tcp),
+            Protocol::WebSocket(_) => Some(Transport::WebSocket),
         }
     }
 
@@ -258,6 +278,31 @@ impl Session {
             Protocol::Http(http) => http.is_between_requests(),
             Protocol::Stream(stream) => !stream.in_text(),
             Protocol::WebSocket(websocket) => websocket.is_between_messages(),
+        }
+    }
+
+    /// Whether it holds buffers that an idle connection can give back ([`Session::release_buffers`]).
+    #[must_use]
+    pub fn holds_buffers(&self) -> bool {
+        self.calls.pending.capacity() > 0
+            || match &self.protocol {
+                Protocol::Unknown | Protocol::Stream(_) => false,
+                Protocol::Http(http) => http.holds_buffers(),
+                Protocol::WebSocket(websocket) => websocket.holds_buffers(),
+            }
+    }
+
+    /// Give back the buffers kept between requests; only when between requests with no
+    /// reply awaited (an idle connection), since a message under way lives in them.
+    pub fn release_buffers(&mut self) {
+        if !self.is_between_requests() || self.has_pending() {
+            return;
+        }
+        self.calls.pending = VecDeque::new();
+        match &mut self.protocol {
+            Protocol::Unknown | Protocol::Stream(_) => {}
+            Protocol::Http(http) => http.release_buffers(),
+            Protocol::WebSocket(websocket) => websocket.release_buffers(),
         }
     }
 
@@ -361,7 +406,8 @@ impl Session {
     pub fn time_out(&mut self, out: &mut OutBuf, date: &[u8]) {
         if let (Protocol::Http(http), false) = (&self.protocol, self.closing) {
             let reject = http1::reject(Status::RequestTimeout, "request not received in time");
-            respond_rejection(out, date, reject, http.refusal_headers());
+            // The engine counts the time-out (it sees every one, this reply or not).
+            respond_rejection(out, None, date, reject, http.refusal_headers());
         }
         self.closing = true;
     }
@@ -406,12 +452,28 @@ impl Session {
     /// cut short can never be completed: it is answered `-32700` (id `null`). The session
     /// closes either way.
     pub fn end_of_input(&mut self, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
-        if let Protocol::Stream(stream) = &mut self.protocol {
-            if !self.closing {
-                stream.end_of_input(&mut self.calls, rest, out, ctx);
+        match &mut self.protocol {
+            Protocol::Stream(stream) => {
+                if !self.closing {
+                    stream.end_of_input(&mut self.calls, rest, out, ctx);
+                }
             }
+            // An HTTP or WebSocket client that stops sending has closed: calls still queued
+            // for a batch are dropped rather than run for nobody.
+            Protocol::Http(_) | Protocol::WebSocket(_) => self.calls.presence.gone(),
+            Protocol::Unknown => {}
         }
         self.closing = true;
+    }
+}
+
+/// Count a connection as speaking `now` (and no longer `before`).
+fn opened(ctx: &Context<'_>, before: Option<Transport>, now: Transport) {
+    if let Some(metrics) = ctx.router.metrics() {
+        if let Some(before) = before {
+            metrics.closed(before);
+        }
+        metrics.opened(now);
     }
 }
 

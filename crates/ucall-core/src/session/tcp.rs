@@ -6,6 +6,7 @@ use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc::{self, ErrorCode};
+use crate::metrics::Refusal;
 use crate::stream::{Frame, Framer};
 
 /// A raw TCP connection's state: where the JSON text being received stands.
@@ -29,6 +30,7 @@ impl Stream {
             return;
         }
         if self.framer.in_text() {
+            refused(ctx, Refusal::ParseError);
             error_line(
                 out,
                 ErrorCode::ParseError,
@@ -51,10 +53,12 @@ impl Stream {
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
             Frame::Invalid => {
+                refused(ctx, Refusal::ParseError);
                 error_line(out, ErrorCode::ParseError, "Parse error: not the start of a JSON text");
                 (0, Step::Close)
             }
             Frame::TooLarge => {
+                refused(ctx, Refusal::Limit);
                 let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
                 crate::logs::throttled(
                     &crate::logs::REQUEST_REFUSED,
@@ -76,7 +80,7 @@ impl Stream {
         let data = out.data();
         let start = data.len();
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]);
@@ -106,6 +110,13 @@ impl Stream {
         } else {
             Step::Progressed
         }
+    }
+}
+
+/// Count a text refused before any call ran.
+fn refused(ctx: &Context<'_>, why: Refusal) {
+    if let Some(metrics) = ctx.router.metrics() {
+        metrics.refused(why);
     }
 }
 

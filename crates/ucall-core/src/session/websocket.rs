@@ -27,6 +27,15 @@ impl WebSocket {
         self.opcode.is_none()
     }
 
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.message.capacity() > 0
+    }
+
+    /// Between messages: the next one is reassembled from nothing.
+    pub(super) fn release_buffers(&mut self) {
+        self.message = Vec::new();
+    }
+
     /// The size of the frame being received, header included, once its header is in.
     pub(super) fn frame_wanted(&self) -> usize {
         self.frame_len
@@ -129,7 +138,7 @@ impl WebSocket {
         let reserved = data.len();
         let start = reserve_ws_header(data);
         let mut deferrals = Deferrals {
-            target: ctx.defer,
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head);

@@ -165,6 +165,16 @@ pub fn notification(method: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params}}}"#)
 }
 
+/// A client's WebSocket text message in one masked frame (RFC 6455 §5.2), under 126 bytes.
+pub fn ws_text(payload: &str) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x0a, 0x1b, 0x2c, 0x3d];
+    let len = u8::try_from(payload.len()).ok().filter(|n| *n < 126);
+    let mut frame = vec![0x81, 0x80 | len.expect("a message under 126 bytes")];
+    frame.extend_from_slice(&MASK);
+    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    frame
+}
+
 /// `POST path` with a JSON body and Content-Length.
 pub fn post(path: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
@@ -515,6 +525,19 @@ impl Conn {
                 Err(e) => return Err(format!("no full line ({e}); received: {}", show(&self.buf))),
             }
         }
+    }
+
+    /// The next `n` bytes (fails the test when they do not come within [`Conn::patience`]).
+    pub fn read_exact_bytes(&mut self, n: usize) -> Vec<u8> {
+        let deadline = Instant::now() + self.patience;
+        while self.buf.len() < n {
+            match self.fill(deadline) {
+                Ok(0) => panic!("connection closed before {n} bytes; received: {}", show(&self.buf)),
+                Ok(_) => {}
+                Err(e) => panic!("no {n} bytes ({e}); received: {}", show(&self.buf)),
+            }
+        }
+        self.buf.drain(..n).collect()
     }
 
     /// The next line (fails the test when there is none).

@@ -233,7 +233,7 @@ impl UringWorker {
             return;
         }
         let file = result.unsigned_abs();
-        if !self.listening() || !crate::engine::admit(&self.shared) {
+        if !self.listening() || !crate::engine::admit(&self.shared, self.serving.metrics()) {
             self.close_file(file, 0, 0);
             return;
         }

@@ -73,7 +73,7 @@ use bufring::BufRing;
 use ring::{build_ring, explain_setup_error, short_generation, token, untoken, Op};
 use send::{zero_copy_wanted, MsgBox};
 
-use super::conn::{Conn, Phase, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::conn::{Conn, Phase, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
@@ -185,6 +185,23 @@ impl UringConn {
         self.cut_at
             .or(self.core.lingering_until())
             .unwrap_or_else(|| self.core.clocks.deadline(config))
+    }
+
+    /// When this idle connection gives its buffers back (see [`Conn::trim_at`]): never
+    /// while the kernel may still read or write any of them.
+    fn trim_at(&self) -> Option<Instant> {
+        let kernel_done = !self.send_inflight && self.zc_notifs == 0 && self.parked.is_empty();
+        let quiet = kernel_done && !self.dead && self.cut_at.is_none() && self.receiving.is_none();
+        let held = self.sending.holds_memory() || self.msg.is_some() || self.parked.capacity() > 0;
+        quiet.then(|| self.core.trim_at(held)).flatten()
+    }
+
+    /// Give an idle connection's buffers back ([`UringConn::trim_at`] said when).
+    fn trim(&mut self) {
+        self.core.release_buffers();
+        self.sending.release();
+        self.parked = Vec::new();
+        self.msg = None;
     }
 }
 
@@ -454,6 +471,7 @@ impl UringWorker {
         let mut completions = std::mem::take(&mut self.completions);
         let awaited = self.serving.sink.drain(&mut completions);
         for completion in completions.drain(..) {
+            self.serving.count(&completion);
             let Some(conn) = self.conns.get_mut(completion.conn) else {
                 continue;
             };
@@ -576,8 +594,9 @@ impl UringWorker {
         }
         conn.core.out.shrink(OUTPUT_KEEP);
         conn.core.track_clocks(self.now);
-        let at = conn.deadline(&shared.config);
-        self.schedule_scan(at);
+        let deadline = conn.deadline(&shared.config);
+        let trim_at = conn.trim_at();
+        self.schedule_scan(trim_at.map_or(deadline, |at| at.min(deadline)));
     }
 
     /// Close a connection: cancel its operations, close its file, free the slot once the
@@ -622,8 +641,11 @@ impl UringWorker {
     fn free_slot(&mut self, key: usize) {
         let mut conn = self.conns.remove(key);
         // A receive that completed after `close` brought the input back.
-        conn.core.release();
+        conn.core.release(self.serving.metrics());
         conn.sending.release();
+        if super::table_oversized(&self.conns) {
+            self.schedule_scan(self.now + IDLE_TRIM);
+        }
     }
 
     fn schedule_scan(&mut self, at: Instant) {
@@ -637,22 +659,34 @@ impl UringWorker {
     fn expire(&mut self) {
         let now = self.now;
         self.next_scan = None;
-        let config = &self.shared.config;
+        // A clone: the loop below closes and serves connections, which borrow `self`.
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
         // Waiting on the server, not on the client: no client time-out applies.
-        let (expired, earliest) = super::due(self.conns.iter(), now, |conn| {
-            (!conn.dead && !conn.core.session.has_pending()).then(|| conn.deadline(config))
+        let time_out_at =
+            |conn: &UringConn| (!conn.dead && !conn.core.session.has_pending()).then(|| conn.deadline(config));
+        let (due, earliest) = super::due(self.conns.iter(), now, |conn| {
+            super::earliest(time_out_at(conn), conn.trim_at())
         });
-        for key in expired {
+        let mut trimmed = 0;
+        for key in due {
             let Some(conn) = self.conns.get_mut(key) else { continue };
+            if time_out_at(conn).is_none_or(|at| at > now) {
+                // Only its buffers' time is up: it stays open, holding its slot alone.
+                conn.trim();
+                trimmed += 1;
+                continue;
+            }
             if conn.cut_at.is_some() || conn.core.lingering_until().is_some() {
                 // The goodbye did not leave in time, or the linger is over.
                 self.close(key);
                 continue;
             }
-            conn.core.time_out(self.serving.date.get());
+            conn.core.time_out(self.serving.date.get(), self.serving.metrics());
             conn.cut_at = Some(now + GOODBYE_GRACE);
             self.serve(key);
         }
+        super::after_scan(&mut self.conns, trimmed);
         if let Some(at) = earliest {
             self.schedule_scan(at);
         }

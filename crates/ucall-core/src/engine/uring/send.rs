@@ -91,7 +91,13 @@ impl UringWorker {
     pub(super) fn on_send(&mut self, key: usize, generation: u32, result: i32, flags: u32) {
         let now = self.now;
         let mut zc_unsupported = false;
-        let Some(conn) = self.conn_of(key, generation) else {
+        // Borrowed beside the connection, not through `self`.
+        let metrics = self.serving.router.metrics().map(AsRef::as_ref);
+        let Some(conn) = self
+            .conns
+            .get_mut(key)
+            .filter(|conn| super::short_generation(conn.core.generation) == generation)
+        else {
             return;
         };
         if cqueue::notif(flags) {
@@ -111,6 +117,7 @@ impl UringWorker {
             match result {
                 n if n > 0 => {
                     conn.sending.advance(n.unsigned_abs() as usize);
+                    conn.core.count_sent(n.unsigned_abs() as usize, metrics);
                     conn.core.clocks.last_progress = now;
                 }
                 e if e == -libc::EOPNOTSUPP && !conn.dead => zc_unsupported = true,

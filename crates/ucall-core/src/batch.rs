@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Dynamic batching: calls to a batch procedure, sent one item at a time by any number of
+//! callers over any connection, worker thread or transport, are queued and run together,
+//! one handler call per batch (a model answers 32 inputs at once far faster than 32
+//! times one).
+//!
+//! Each call is deferred ([`crate::Reply::defer_watched`]) and queued; the procedure's own
+//! threads (`max_concurrent` of them) take batches off the queue. A batch runs:
+//! - at once when `max_size` calls wait;
+//! - at the latest `max_wait` after its first call was queued;
+//! - at once when the arrival rate says it cannot fill before that: the rate is measured
+//!   only from calls that arrive while others wait, so that callers that wait for their
+//!   own reply before they send again (one caller, or a few) pay no batching delay.
+//!
+//! A caller whose connection ended while its call waited is dropped before the batch
+//! runs. When `max_queue` calls wait, a new call is answered at once with an overload
+//! error (`-32000`, HTTP 503) whose `data` says `"executed": false`: a retry is safe.
+//!
+//! Above `router` and `defer`, beside `dispatch`: the router sees a batch procedure as
+//! one more [`Handler`].
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::defer::{Deferred, Outcome};
+use crate::jsonrpc::RpcError;
+use crate::router::{Call, Handler, Params, Reply};
+
+/// How a batch procedure forms its batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Most calls in one batch; a batch this large runs at once.
+    pub max_size: usize,
+    /// Longest a call waits for others before its batch runs.
+    pub max_wait: Duration,
+    /// Batches that may run at the same time (each on a thread of its own).
+    pub max_concurrent: usize,
+    /// Most calls waiting; past it, calls are answered with an overload error at once.
+    pub max_queue: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            max_size: 32,
+            max_wait: Duration::from_millis(5),
+            max_concurrent: 1,
+            max_queue: 4096,
+        }
+    }
+}
+
+/// Bounds of the batch-size histogram: a batch of `n` calls counts in the first bucket
+/// whose bound is at least `n` (the last bucket takes the rest).
+pub const SIZE_BUCKETS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// What a batch procedure has done so far (counters only go up).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Batches run.
+    pub batches: u64,
+    /// Calls run in them.
+    pub calls: u64,
+    /// Batches by size: `sizes[i]` counts those of at most `SIZE_BUCKETS[i]` calls (and
+    /// more than the bucket before); the last also counts larger ones.
+    pub sizes: [u64; SIZE_BUCKETS.len()],
+    /// Calls' time in the queue, added up, in microseconds.
+    pub queue_wait_us: u64,
+    /// The longest time one call waited in the queue, in microseconds.
+    pub max_queue_wait_us: u64,
+    /// Calls refused because the queue was full.
+    pub rejected: u64,
+    /// Calls dropped because their caller had gone before the batch ran.
+    pub abandoned: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    batches: AtomicU64,
+    calls: AtomicU64,
+    sizes: [AtomicU64; SIZE_BUCKETS.len()],
+    queue_wait_us: AtomicU64,
+    max_queue_wait_us: AtomicU64,
+    rejected: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+/// One queued call.
+struct Item {
+    params: Option<Box<str>>,
+    reply: Deferred,
+    queued: Instant,
+}
+
+/// The calls of one batch, in the order they were queued. The handler reads each call's
+/// params ([`Batch::call`]) and answers them all at once ([`Batch::complete`],
+/// [`Batch::fail`]); a call left unanswered (the batch dropped) gets `-32603`.
+pub struct Batch {
+    method: Arc<str>,
+    items: Vec<Item>,
+}
+
+impl Batch {
+    /// Calls in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no call is left (every one was answered early).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The procedure's name.
+    #[must_use]
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// Call `index` as a procedure would see it (its id is not kept: the reply finds its
+    /// caller by itself).
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    #[must_use]
+    pub fn call(&self, index: usize) -> Call<'_> {
+        Call::new(&self.method, self.items[index].params.as_deref(), Some("null"))
+    }
+
+    /// Every call's params, in order.
+    pub fn params(&self) -> impl Iterator<Item = Params<'_>> {
+        self.items.iter().map(|item| Params::new(item.params.as_deref()))
+    }
+
+    /// Answer some calls now with their own error (params that do not bind, say) and take
+    /// them out of the batch; the others keep their order.
+    pub fn refuse(&mut self, mut refused: Vec<(usize, RpcError)>) {
+        refused.sort_by_key(|(index, _)| std::cmp::Reverse(*index));
+        for (index, error) in refused {
+            if index < self.items.len() {
+                self.items.remove(index).reply.error(error);
+            }
+        }
+    }
+
+    /// Answer every call with `error` (the handler failed as a whole).
+    pub fn fail(self, error: &RpcError) {
+        for item in self.items {
+            item.reply.error(error.clone());
+        }
+    }
+
+    /// Answer each call with its outcome, in order. Outcomes of another count than the
+    /// calls answer every call `-32603` (and say so in the server's log): nobody can tell
+    /// which result was meant for whom.
+    pub fn complete(self, outcomes: Vec<Outcome>) {
+        if outcomes.len() != self.items.len() {
+            let error = self.wrong_length(outcomes.len());
+            self.fail(&error);
+            return;
+        }
+        for (item, outcome) in self.items.into_iter().zip(outcomes) {
+            item.reply.complete(outcome);
+        }
+    }
+
+    /// As [`Batch::complete`], serializing each result.
+    pub fn complete_json<T: Serialize>(self, results: Vec<Result<T, RpcError>>) {
+        let outcomes = results
+            .into_iter()
+            .map(|result| {
+                result.and_then(|value| {
+                    serde_json::to_vec(&value)
+                        .map_err(|e| RpcError::internal(format!("Internal error: result cannot be serialized: {e}")))
+                })
+            })
+            .collect();
+        self.complete(outcomes);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_length(&self, got: usize) -> RpcError {
+        let message = format!(
+            "batch procedure '{}' returned {got} results for {} calls",
+            self.method,
+            self.items.len()
+        );
+        log::error!(target: crate::logs::TARGET, "{message}");
+        RpcError::internal(format!("Internal error: {message}"))
+    }
+}
+
+/// Runs the batches of one batch procedure.
+///
+/// Closures `Fn(Batch)` implement it. The handler must answer (or drop) the batch; it may
+/// keep it and answer later from another thread (an event loop), which lets the next
+/// batch start meanwhile.
+pub trait BatchHandler: Send + Sync + 'static {
+    /// Run one batch.
+    fn run(&self, batch: Batch);
+}
+
+impl<F> BatchHandler for F
+where
+    F: Fn(Batch) + Send + Sync + 'static,
+{
+    fn run(&self, batch: Batch) {
+        self(batch);
+    }
+}
+
+struct State {
+    items: std::collections::VecDeque<Item>,
+    closed: bool,
+    /// When the last call was queued.
+    last_arrival: Option<Instant>,
+    /// Mean gap between calls that arrived while others waited (an exponential average, in
+    /// seconds); `None` until one did.
+    gap: Option<f64>,
+    /// Threads waiting for calls (they need a wake when a call comes).
+    idle: usize,
+}
+
+struct Queue {
+    method: Arc<str>,
+    options: BatchOptions,
+    handler: Box<dyn BatchHandler>,
+    state: Mutex<State>,
+    changed: Condvar,
+    counters: Counters,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Weight of the newest gap in the average: a change of load shows within a few calls.
+const GAP_WEIGHT: f64 = 0.125;
+
+impl Queue {
+    fn push(&self, params: Option<&str>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return Err(RpcError::http(503, "Server stopping").with_data(&serde_json::json!({ "executed": false })));
+        }
+        if state.items.len() >= self.options.max_queue {
+            drop(state);
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(overloaded(&self.method, self.options.max_queue));
+        }
+        let deferred = reply.defer_watched()?;
+        let now = Instant::now();
+        if !state.items.is_empty() {
+            // Only calls that find others waiting tell how fast a batch fills: a caller that
+            // waits for its reply before sending again always finds the queue empty.
+            if let Some(last) = state.last_arrival {
+                let gap = now.saturating_duration_since(last).as_secs_f64();
+                state.gap = Some(state.gap.map_or(gap, |mean| mean + GAP_WEIGHT * (gap - mean)));
+            }
+        }
+        state.last_arrival = Some(now);
+        state.items.push_back(Item {
+            params: params.map(Box::from),
+            reply: deferred,
+            queued: now,
+        });
+        let len = state.items.len();
+        // A thread waits either for a first call or for a batch to fill: wake it for those.
+        let wake = state.idle > 0 && (len == 1 || len == self.options.max_size);
+        drop(state);
+        if wake {
+            self.changed.notify_one();
+        }
+        Ok(())
+    }
+
+    /// A batch thread's life: take batches and run them until the queue is closed and empty.
+    fn serve(&self) {
+        while let Some(batch) = self.next_batch() {
+            if batch.is_empty() {
+                continue;
+            }
+            let method = Arc::clone(&self.method);
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.handler.run(batch))) {
+                // The batch was dropped while unwinding: each call got -32603.
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("panic");
+                log::error!(target: crate::logs::TARGET, "batch procedure '{method}' panicked: {what}");
+            }
+        }
+    }
+
+    /// Wait for the next batch: `None` once closed and drained.
+    fn next_batch(&self) -> Option<Batch> {
+        let mut state = lock(&self.state);
+        // When this batch began to wait for more calls, and how many it had then.
+        let mut waiting: Option<(Instant, usize)> = None;
+        loop {
+            if state.items.is_empty() {
+                if state.closed {
+                    return None;
+                }
+                state.idle += 1;
+                state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state.idle -= 1;
+                continue;
+            }
+            let len = state.items.len();
+            let first = state.items.front().map_or_else(Instant::now, |item| item.queued);
+            let deadline = first + self.options.max_wait;
+            let now = Instant::now();
+            if len >= self.options.max_size || state.closed {
+                break;
+            }
+            // Would the calls still missing arrive before the deadline at the rate seen?
+            let missing = (self.options.max_size - len) as f64;
+            let left = deadline.saturating_duration_since(now);
+            let fills = state.gap.is_some_and(|gap| gap * missing <= left.as_secs_f64());
+            if left.is_zero() || !fills {
+                if let Some((since, had)) = waiting {
+                    // It did not fill: the rate seen while it waited replaces the estimate,
+                    // so that a lone caller after a burst waits once, not at every call.
+                    let arrived = len.saturating_sub(had);
+                    let waited = now.saturating_duration_since(since).as_secs_f64();
+                    state.gap = (arrived > 0).then(|| waited / arrived as f64);
+                }
+                break;
+            }
+            waiting.get_or_insert((now, len));
+            state.idle += 1;
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            state.idle -= 1;
+        }
+        let take = state.items.len().min(self.options.max_size);
+        let taken: Vec<Item> = state.items.drain(..take).collect();
+        let more = !state.items.is_empty() && state.idle > 0;
+        drop(state);
+        if more {
+            // Another thread may start on the rest (max_concurrent > 1).
+            self.changed.notify_one();
+        }
+        Some(self.admit(taken))
+    }
+
+    /// Count the batch, and answer the calls whose caller has gone.
+    fn admit(&self, taken: Vec<Item>) -> Batch {
+        let now = Instant::now();
+        let mut items = Vec::with_capacity(taken.len());
+        let (mut waited, mut longest) = (0u64, 0u64);
+        for item in taken {
+            let wait = u64::try_from(now.saturating_duration_since(item.queued).as_micros()).unwrap_or(u64::MAX);
+            waited = waited.saturating_add(wait);
+            longest = longest.max(wait);
+            if item.reply.is_abandoned() {
+                self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+                item.reply
+                    .error(RpcError::internal("Internal error: the caller disconnected"));
+            } else {
+                items.push(item);
+            }
+        }
+        let counters = &self.counters;
+        counters.queue_wait_us.fetch_add(waited, Ordering::Relaxed);
+        counters.max_queue_wait_us.fetch_max(longest, Ordering::Relaxed);
+        if !items.is_empty() {
+            counters.batches.fetch_add(1, Ordering::Relaxed);
+            counters.calls.fetch_add(items.len() as u64, Ordering::Relaxed);
+            let bucket = SIZE_BUCKETS
+                .iter()
+                .position(|&bound| items.len() <= bound)
+                .unwrap_or(SIZE_BUCKETS.len() - 1);
+            counters.sizes[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        Batch {
+            method: Arc::clone(&self.method),
+            items,
+        }
+    }
+
+    fn stats(&self) -> BatchStats {
+        let c = &self.counters;
+        BatchStats {
+            batches: c.batches.load(Ordering::Relaxed),
+            calls: c.calls.load(Ordering::Relaxed),
+            sizes: std::array::from_fn(|i| c.sizes[i].load(Ordering::Relaxed)),
+            queue_wait_us: c.queue_wait_us.load(Ordering::Relaxed),
+            max_queue_wait_us: c.max_queue_wait_us.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            abandoned: c.abandoned.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn overloaded(method: &str, max_queue: usize) -> RpcError {
+    RpcError::http(
+        503,
+        format!("Server overloaded: {max_queue} calls of '{method}' already wait"),
+    )
+    .with_data(&serde_json::json!({ "executed": false, "max_queue": max_queue }))
+}
+
+/// A batch procedure: the router's entry that queues calls, and the threads that run
+/// the batches. Cloning shares it; once the last clone is dropped (with the router), the
+/// threads run what waits and end.
+#[derive(Clone)]
+pub struct Batcher {
+    queue: Arc<Queue>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    started: Arc<AtomicBool>,
+    _closer: Arc<Closer>,
+}
+
+/// Closes the queue when the last [`Batcher`] goes: the threads hold the queue, not this.
+struct Closer(Arc<Queue>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        lock(&self.0.state).closed = true;
+        self.0.changed.notify_all();
+    }
+}
+
+impl Batcher {
+    /// A batch procedure `method` run by `handler`; its threads start with the first call
+    /// (or [`Batcher::start`]).
+    ///
+    /// # Panics
+    /// Never: zero sizes are taken as one.
+    #[must_use]
+    pub fn new(method: &str, options: BatchOptions, handler: impl BatchHandler) -> Self {
+        let options = BatchOptions {
+            max_size: options.max_size.max(1),
+            max_concurrent: options.max_concurrent.max(1),
+            max_queue: options.max_queue.max(1),
+            ..options
+        };
+        let queue = Arc::new(Queue {
+            method: Arc::from(method),
+            options,
+            handler: Box::new(handler),
+            state: Mutex::new(State {
+                items: std::collections::VecDeque::new(),
+                closed: false,
+                last_arrival: None,
+                gap: None,
+                idle: 0,
+            }),
+            changed: Condvar::new(),
+            counters: Counters::default(),
+        });
+        Batcher {
+            _closer: Arc::new(Closer(Arc::clone(&queue))),
+            queue,
+            threads: Arc::new(Mutex::new(Vec::new())),
+            started: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The options in force.
+    #[must_use]
+    pub fn options(&self) -> &BatchOptions {
+        &self.queue.options
+    }
+
+    /// Start the batch threads, if not yet started.
+    ///
+    /// # Errors
+    /// When a thread cannot be spawned.
+    pub fn start(&self) -> std::io::Result<()> {
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        while threads.len() < self.queue.options.max_concurrent {
+            let queue = Arc::clone(&self.queue);
+            let name = format!("ucall-batch-{}", threads.len());
+            threads.push(std::thread::Builder::new().name(name).spawn(move || queue.serve())?);
+        }
+        self.started.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// What the procedure has done so far.
+    #[must_use]
+    pub fn stats(&self) -> BatchStats {
+        self.queue.stats()
+    }
+
+    /// Calls waiting now.
+    #[must_use]
+    pub fn queued(&self) -> usize {
+        lock(&self.queue.state).items.len()
+    }
+
+    /// Take no more calls; the threads run what waits and end. Returns at once.
+    pub fn close(&self) {
+        lock(&self.queue.state).closed = true;
+        self.queue.changed.notify_all();
+    }
+
+    /// Close, then wait up to `timeout` for the threads to end; returns whether they have.
+    pub fn join(&self, timeout: Duration) -> bool {
+        self.close();
+        let until = Instant::now() + timeout;
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let (ended, running): (Vec<_>, Vec<_>) = threads.drain(..).partition(JoinHandle::is_finished);
+            *threads = running;
+            for thread in ended {
+                let _ = thread.join();
+            }
+            if threads.is_empty() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Handler for Batcher {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        if !self.started.load(Ordering::Acquire) {
+            self.start()
+                .map_err(|e| RpcError::internal(format!("Internal error: cannot start the batch thread: {e}")))?;
+        }
+        self.queue.push(call.params().raw(), reply)
+    }
+}
+
+/// A batch procedure that answers with values: `procedure` gets the batch's calls and
+/// returns one result per call (an error for one caller only), or one error for all.
+pub(crate) fn values<F, R>(procedure: F) -> impl BatchHandler
+where
+    F: Fn(&[Call<'_>]) -> Result<Vec<Result<R, RpcError>>, RpcError> + Send + Sync + 'static,
+    R: Serialize,
+{
+    move |batch: Batch| {
+        let calls: Vec<Call<'_>> = (0..batch.len()).map(|i| batch.call(i)).collect();
+        let results = procedure(&calls);
+        drop(calls);
+        match results {
+            Ok(results) => batch.complete_json(results),
+            Err(error) => batch.fail(&error),
+        }
+    }
+}

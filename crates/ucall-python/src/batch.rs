@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A Python batch procedure: the core forms the batches (`ucall_core::batch`) on threads
+//! of its own, without the GIL; each batch takes the GIL once, binds every call's params
+//! with the per-item plan, and makes one Python call of the whole batch.
+//!
+//! The Python side (`ucall._batch.Runner`) turns the bound rows into the function's
+//! columns (lists, or numpy arrays stacked on axis 0), calls it, and hands back one value
+//! per call (an `async def` function: a coroutine that does so). Here each value becomes
+//! its caller's reply; an exception instance in the list answers that caller only.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pyo3::exceptions::PyBaseException;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use ucall_core::{Batch, BatchHandler, RpcError};
+
+use crate::params::Plan;
+use crate::procedure::{is_awaitable, Hooks};
+
+/// One batch procedure's Python side.
+pub struct BatchRunner {
+    name: Arc<str>,
+    /// `runner(rows) -> list | awaitable of list`.
+    runner: Py<PyAny>,
+    /// Binds one call's params (the documented, per-item signature).
+    plan: Plan,
+    hooks: Arc<Hooks>,
+}
+
+impl BatchRunner {
+    pub fn new(name: &str, runner: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>) -> Self {
+        BatchRunner {
+            name: Arc::from(name),
+            runner,
+            plan,
+            hooks,
+        }
+    }
+}
+
+impl BatchHandler for BatchRunner {
+    fn run(&self, mut batch: Batch) {
+        Python::attach(|py| {
+            let mut rows = Vec::with_capacity(batch.len());
+            let mut refused = Vec::new();
+            for index in 0..batch.len() {
+                match self.plan.bind(py, batch.call(index).params().raw()) {
+                    Ok((args, _)) => rows.push(args),
+                    Err(error) => refused.push((index, error)),
+                }
+            }
+            batch.refuse(refused);
+            if batch.is_empty() {
+                return;
+            }
+            let called = PyList::new(py, rows).and_then(|rows| self.runner.bind(py).call1((rows,)));
+            match called {
+                Err(error) => batch.fail(&self.hooks.error(py, &error, &self.name)),
+                Ok(result) if is_awaitable(&result) => self.start(py, batch, result),
+                Ok(result) => answer(py, &self.hooks, &self.name, batch, &result),
+            }
+        });
+    }
+}
+
+impl BatchRunner {
+    /// Start an `async def` batch on the server's asyncio loop; its task answers the batch.
+    fn start(&self, py: Python<'_>, batch: Batch, coroutine: Bound<'_, PyAny>) {
+        let Some(submit) = &self.hooks.submit else {
+            batch.fail(&RpcError::internal(
+                "Internal error: no event loop for an async batch procedure",
+            ));
+            return;
+        };
+        let reply = BatchReply {
+            batch: Mutex::new(Some(batch)),
+            hooks: Arc::clone(&self.hooks),
+            method: Arc::clone(&self.name),
+        };
+        let reply = match Bound::new(py, reply) {
+            Ok(reply) => reply,
+            // The batch went down with the reply: each call answers -32603.
+            Err(e) => return e.write_unraisable(py, None),
+        };
+        let list = PyTuple::new(py, [coroutine, reply.clone().into_any()]).and_then(|pair| PyList::new(py, [pair]));
+        if let Err(e) = list.and_then(|list| submit.bind(py).call1((list,))) {
+            // The loop is gone (the server is stopping).
+            reply.get().fail(py, &e);
+        }
+    }
+}
+
+/// Answer each call of `batch` with its value in `result` (a sequence, one per call).
+fn answer(py: Python<'_>, hooks: &Hooks, method: &str, batch: Batch, result: &Bound<'_, PyAny>) {
+    let items: PyResult<Vec<Bound<'_, PyAny>>> = result.try_iter().and_then(|iter| iter.collect());
+    let Ok(items) = items else {
+        let kind = result.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string());
+        log::error!(target: "ucall", "batch procedure '{method}' returned a {kind}, not a list");
+        batch.fail(&RpcError::internal(format!(
+            "Internal error: batch procedure '{method}' returned a {kind}, not a list"
+        )));
+        return;
+    };
+    let outcomes = items
+        .iter()
+        .map(|item| {
+            if item.is_instance_of::<PyBaseException>() {
+                return Err(hooks.error(py, &PyErr::from_value(item.clone()), method));
+            }
+            let mut out = Vec::with_capacity(16);
+            hooks.serialize(item, &mut out).map(|()| out)
+        })
+        .collect();
+    batch.complete(outcomes);
+}
+
+/// The replies of an `async def` batch, completed when its task finishes.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct BatchReply {
+    batch: Mutex<Option<Batch>>,
+    hooks: Arc<Hooks>,
+    method: Arc<str>,
+}
+
+#[pymethods]
+impl BatchReply {
+    /// Complete the batch from a finished `asyncio.Task` (a done-callback).
+    fn settle(&self, py: Python<'_>, task: &Bound<'_, PyAny>) {
+        let Some(batch) = self.batch.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return;
+        };
+        if task
+            .call_method0("cancelled")
+            .and_then(|c| c.is_truthy())
+            .unwrap_or(false)
+        {
+            batch.fail(&RpcError::internal("Internal error: the call was cancelled"));
+            return;
+        }
+        match task.call_method0("result") {
+            Ok(result) => answer(py, &self.hooks, &self.method, batch, &result),
+            Err(e) => batch.fail(&self.hooks.error(py, &e, &self.method)),
+        }
+    }
+}
+
+impl BatchReply {
+    fn fail(&self, py: Python<'_>, error: &PyErr) {
+        if let Some(batch) = self.batch.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            batch.fail(&self.hooks.error(py, error, &self.method));
+        }
+    }
+}

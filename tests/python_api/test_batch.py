@@ -1,0 +1,262 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Batch procedures (``@server.batch``): calls sent one item at a time over HTTP, raw TCP
+and WebSocket run together, one Python call per batch, with errors per caller, a bounded
+queue, callers that left dropped, and no wait for a lone caller; on each engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import once_error
+
+from ucall import RPCError, Server
+from ucall.client import Client
+
+
+def _client(port: int, transport: str) -> Client:
+    if transport == "ws":
+        return Client(f"ws://127.0.0.1:{port}/")
+    return Client("127.0.0.1", port, use_http=transport == "http")
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp", "ws"])
+def test_calls_from_many_callers_run_together(make_server, transport):
+    server = make_server()
+    sizes: list[int] = []
+
+    @server.batch(max_size=8, max_wait_ms=50)
+    def square(x: list[int]) -> list[int]:
+        sizes.append(len(x))
+        time.sleep(0.03)  # calls that come meanwhile wait for the next batch
+        return [v * v for v in x]
+
+    server.start()
+
+    def one(i: int) -> int:
+        client = _client(server.port, transport)
+        try:
+            return int(client.square(i).json)
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(24) as pool:
+        results = list(pool.map(one, range(24)))
+    assert results == [i * i for i in range(24)]
+    assert sum(sizes) == 24
+    assert max(sizes) <= 8
+    assert len(sizes) < 24, f"calls queued during a batch share the next: {sizes}"
+    stats = server.batch_stats()["square"]
+    assert stats["calls"] == 24 and stats["batches"] == len(sizes)
+    assert sum(stats["sizes"].values()) == len(sizes)
+
+
+def test_numpy_batches_on_axis_0_and_jsonrpc_batches_join_one(make_server, wire):
+    server = make_server()
+    seen: list[tuple[int, ...]] = []
+
+    @server.batch(max_size=16, max_wait_ms=5)
+    def norm(v: np.ndarray, scale: list[float]) -> np.ndarray:
+        """The scaled length of a vector."""
+        seen.append(v.shape)
+        if -1.0 in scale:
+            time.sleep(0.2)  # a slow batch, that the next calls queue behind
+        return np.linalg.norm(v, axis=1) * np.asarray(scale)
+
+    w, slow = wire(server), wire(server)
+    assert w.result("norm", {"v": [3.0, 4.0], "scale": 1.0}) == 5.0
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(slow.result, "norm", [[1.0, 0.0], -1.0])
+        time.sleep(0.05)
+        calls = [{"jsonrpc": "2.0", "method": "norm", "params": [[0.0, float(i)], 2.0], "id": i} for i in range(1, 5)]
+        status, body = w.post(json.dumps(calls))
+        assert held.result(10) == -1.0
+    assert status == 200
+    assert [r["result"] for r in json.loads(body)] == [2.0, 4.0, 6.0, 8.0]
+    assert seen == [(1, 2), (1, 2), (4, 2)], "the array's four calls queued together make one batch"
+    # Callers see the per-item signature.
+    description = w.result("rpc.discover")
+    (method,) = [m for m in description["methods"] if m["name"] == "norm"]
+    assert method["params"][1]["schema"] == {"type": "number"}
+    assert method["summary"] == "The scaled length of a vector."
+
+
+def test_errors_reach_the_callers_they_belong_to(make_server, wire):
+    server = make_server()
+
+    @server.batch(max_size=8, max_wait_ms=5)
+    def check(x: list[int]) -> list[int]:
+        if 99 in x:
+            time.sleep(0.2)  # a slow batch, that the next calls queue behind
+        if 0 in x:
+            raise RPCError(-32010, "zero in the batch")
+        if 1000 in x:
+            return [1] * (len(x) + 1)
+        return [RPCError(-32011, "negative", {"x": v}) if v < 0 else ValueError("seven") if v == 7 else v for v in x]
+
+    w, slow = wire(server), wire(server)
+
+    def batch(*xs):
+        calls = [{"jsonrpc": "2.0", "method": "check", "params": [x], "id": i} for i, x in enumerate(xs)]
+        status, body = w.post(json.dumps(calls))
+        assert status == 200
+        return json.loads(body)
+
+    def queued_together(*xs):
+        """The replies to `xs`, sent as one array while a slow batch runs, so that they
+        make the next batch together."""
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(slow.result, "check", [99])
+            time.sleep(0.05)
+            replies = batch(*xs)
+            assert held.result(10) == 99
+        return replies
+
+    first, negative, seven, bad, last = batch(3, -3, 7, "x", 4)
+    assert first["result"] == 3 and last["result"] == 4
+    assert negative["error"] == {"code": -32011, "message": "negative", "data": {"x": -3}}
+    assert seven["error"]["code"] == -32603 and "seven" in seven["error"]["message"]
+    assert bad["error"]["code"] == -32602, "params that do not bind answer that caller only"
+    for reply in queued_together(0, 5):
+        assert reply["error"]["code"] == -32010
+    for reply in queued_together(1000, 5):
+        assert reply["error"]["code"] == -32603
+        assert "3 results for 2 calls" in reply["error"]["message"]
+
+
+def test_a_full_queue_answers_at_once_saying_nothing_ran(make_server, wire):
+    server = make_server()
+    entered = threading.Event()
+    release = threading.Event()
+
+    @server.batch(max_size=4, max_wait_ms=1, max_queue=1)
+    def slow(x: list[int]) -> list[int]:
+        entered.set()
+        release.wait(10)
+        return x
+
+    first, second, third = wire(server), wire(server), wire(server)
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(first.result, "slow", [1])
+        assert entered.wait(5)
+        queued = pool.submit(second.result, "slow", [2])
+        deadline = time.monotonic() + 5
+        while server.batch_stats()["slow"]["queued"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        asked = time.monotonic()
+        status, body = third.post(json.dumps({"jsonrpc": "2.0", "method": "slow", "params": [3], "id": 3}))
+        assert time.monotonic() - asked < 2, "refused at once"
+        release.set()
+        assert (running.result(10), queued.result(10)) == (1, 2)
+    assert status == 503
+    error = json.loads(body)["error"]
+    assert error["code"] == -32000
+    assert error["data"]["executed"] is False
+    assert server.batch_stats()["slow"]["rejected"] == 1
+
+
+def test_a_caller_that_left_is_dropped_before_its_batch_runs(make_server, wire):
+    server = make_server()
+    entered = threading.Event()
+    release = threading.Event()
+    sizes: list[int] = []
+
+    @server.batch(max_size=8, max_wait_ms=1)
+    def slow(x: list[int]) -> list[int]:
+        sizes.append(len(x))
+        entered.set()
+        release.wait(10)
+        return x
+
+    first_wire, staying_wire = wire(server), wire(server)
+
+    def queued(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while server.batch_stats()["slow"]["queued"] < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.batch_stats()["slow"]["queued"] == n
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(first_wire.result, "slow", [1])
+        assert entered.wait(5)
+        request = json.dumps({"jsonrpc": "2.0", "method": "slow", "params": [2], "id": 2}).encode()
+        leaving = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        leaving.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(request), request))
+        queued(1)
+        leaving.close()
+        staying = pool.submit(staying_wire.result, "slow", [3])
+        queued(2)
+        time.sleep(0.1)  # the server sees the close
+        release.set()
+        assert (first.result(10), staying.result(10)) == (1, 3)
+    assert sizes == [1, 1]
+    assert server.batch_stats()["slow"]["abandoned"] == 1
+
+
+def test_async_batch_functions(make_server, wire):
+    server = make_server()
+    sizes: list[int] = []
+
+    @server.batch(max_size=32, max_wait_ms=20)
+    async def double(x: list[int]) -> list[int]:
+        sizes.append(len(x))
+        await asyncio.sleep(0.05)
+        return [2 * v if v != 5 else KeyError("five") for v in x]
+
+    @server.batch()
+    async def broken(x: list[int]) -> list[int]:
+        raise RPCError(-32012, "async failure")
+
+    wires = [wire(server) for _ in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(pool.map(lambda i: wires[i].call("double", [i]), range(16)))
+    assert [r.get("result") for r in replies] == [2 * i if i != 5 else None for i in range(16)]
+    assert replies[5]["error"]["code"] == -32603
+    assert sum(sizes) == 16
+    assert once_error(server.port, "broken", [1])["code"] == -32012
+
+
+def test_a_lone_caller_waits_for_nobody(make_server, wire):
+    server = make_server()
+
+    @server.batch(max_size=32, max_wait_ms=2000)
+    def square(x: list[int]) -> list[int]:
+        return [v * v for v in x]
+
+    w = wire(server)
+    started = time.monotonic()
+    assert [w.result("square", [i]) for i in range(20)] == [i * i for i in range(20)]
+    assert time.monotonic() - started < 2, "a lone caller's call does not wait max_wait_ms"
+    stats = server.batch_stats()["square"]
+    assert stats["batches"] == 20 and stats["max_queue_wait_us"] < 1_000_000
+
+
+def test_signatures_that_cannot_batch_are_refused_at_the_decorator():
+    server = Server(port=0)
+    with pytest.raises(TypeError, match="must be a list"):
+
+        @server.batch
+        def scalar(x: int) -> list[int]:
+            return [x]
+
+    with pytest.raises(TypeError, match="cannot have a default"):
+
+        @server.batch()
+        def defaulted(x: list[int] = []) -> list[int]:  # noqa: B006
+            return x
+
+    with pytest.raises(ValueError, match="max_size"):
+        server.batch(max_size=0)
+
+    @server.batch
+    def plain(x: list[int]) -> list[int]:
+        return x
+
+    assert server.procedures["plain"] is plain
+    assert plain([1, 2]) == [1, 2], "the function stays callable on a batch"
