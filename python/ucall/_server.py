@@ -122,8 +122,9 @@ class _EventLoop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def submit(self, items: list[tuple[Any, Any]]) -> None:
-        """Start ``(coroutine, reply)`` pairs on the loop; called by the worker threads."""
+    def submit(self, items: list[tuple[Any, Any, float | None]]) -> None:
+        """Start ``(coroutine, reply, seconds)`` on the loop, each cancelled ``seconds`` from
+        now when not ``None``; called by the worker threads."""
         self.loop.call_soon_threadsafe(self._start, items)
 
     def _start(self, items: list[tuple[Any, Any, float | None]]) -> None:

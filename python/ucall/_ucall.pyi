@@ -45,7 +45,7 @@ class NativeServer:
         encode: Callable[[Any], Any],
         rpc_error: type[BaseException],
         describe: Optional[Callable[[BaseException, Any], str]] = None,
-        submit: Optional[Callable[[list[tuple[Any, "DeferredReply"]]], None]] = None,
+        submit: Optional[Callable[[list[tuple[Any, Any, Optional[float]]]], None]] = None,
         *,
         log_failure: Optional[Callable[[str, BaseException, Any], None]] = None,
         middleware: Optional[Callable[[Context, Any, Any, Any], Any]] = None,

@@ -167,9 +167,25 @@ def test_a_bad_deadline_is_refused(server):
 
 def test_the_python_client_sends_its_timeout(server, events):
     with Client("127.0.0.1", server.port, timeout=0.4) as client:
-        with pytest.raises((RPCError, TimeoutError)):
-            client.anap(5).json
-    assert events["cancelled"].wait(5), "the server stopped the call when the client stopped waiting"
+        started = time.monotonic()
+        # The server's "Deadline exceeded" and the client's own clock race: TimeoutError either way.
+        with pytest.raises(TimeoutError):
+            client.anap(5)
+        assert time.monotonic() - started < 2
+        assert events["cancelled"].wait(5), "the server stopped the call when the client stopped waiting"
+        client.timeout = 5
+        assert client.budget().json == 5, "the client goes on, with the new timeout sent"
+    # The server's answer at the procedure's deadline, well before the client's: the same
+    # TimeoutError, and the connection stays (the server answered).
+    for use_http in (True, False):
+        with Client("127.0.0.1", server.port, use_http=use_http, timeout=5) as client:
+            with pytest.raises(TimeoutError, match="Deadline exceeded"):
+                client.slow(1.0)
+            assert client.budget().json == 5
+    # Without a timeout of its own, a client gets the procedure's deadline as the error it is.
+    with Client("127.0.0.1", server.port, timeout=None) as client:
+        with pytest.raises(RPCError, match="Deadline exceeded"):
+            client.slow(1.0).json
     with Client("127.0.0.1", server.port, timeout=7.5) as client:
         assert client.budget().json == 7.5
     with Client("127.0.0.1", server.port, use_http=False, timeout=3) as client:
@@ -178,7 +194,10 @@ def test_the_python_client_sends_its_timeout(server, events):
 
 def test_the_async_client_sends_its_timeout(server):
     async def main() -> float:
-        async with AsyncClient("127.0.0.1", server.port, timeout=6) as client:
+        async with AsyncClient("127.0.0.1", server.port, timeout=0.3) as client:
+            with pytest.raises(TimeoutError):
+                await client.anap(5)
+            client.timeout = 6
             return (await client.budget()).json
 
     assert asyncio.run(main()) == 6
