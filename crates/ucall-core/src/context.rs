@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! How a call reached the server: its transport, whether TLS carried it, the peer's
-//! address and, over HTTP and WebSocket, the request head's header fields.
+//! How a call reached the server: its transport, whether TLS carried it (and the subject
+//! of the client's certificate, with mutual TLS), the peer's address and, over HTTP and
+//! WebSocket, the request head's header fields.
 //!
 //! A handler reads it through [`crate::Call::context`]. The transport and the TLS flag
 //! are always known. The peer's address and the header fields are kept only when the
@@ -43,6 +44,8 @@ pub struct Context<'a> {
     /// The HTTP request head as received (request line and header fields); for WebSocket
     /// the upgrade request's; empty over raw TCP or when not kept.
     head: &'a [u8],
+    /// The subject of the client's TLS certificate, when it presented one.
+    tls_subject: Option<&'a str>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -52,6 +55,7 @@ pub const NONE: Context<'static> = Context {
     tls: false,
     peer: None,
     head: &[],
+    tls_subject: None,
 };
 
 impl<'a> Context<'a> {
@@ -63,7 +67,22 @@ impl<'a> Context<'a> {
             tls,
             peer,
             head,
+            tls_subject: None,
         }
+    }
+
+    /// The same context, with the subject of the client's TLS certificate.
+    #[must_use]
+    pub fn with_tls_subject(self, tls_subject: Option<&'a str>) -> Self {
+        Context { tls_subject, ..self }
+    }
+
+    /// The subject of the certificate the client presented, with mutual TLS (the server
+    /// requires one when configured with `TlsConfig::client_ca`), as RFC 4514 writes a
+    /// distinguished name: `CN=alice, O=Example`. `None` without TLS or a certificate.
+    #[must_use]
+    pub fn tls_subject(&self) -> Option<&'a str> {
+        self.tls_subject
     }
 
     /// The protocol the call arrived over.
