@@ -607,6 +607,19 @@ ucall_str_t ucall_call_transport(ucall_call_t call);
 bool ucall_call_is_tls(ucall_call_t call);
 
 /**
+ * The subject of the client's TLS certificate (mutual TLS, `ssl_client_ca_path`), as
+ * RFC 4514 writes a distinguished name (`CN=alice, O=Example`): `*output` points to it
+ * (not NUL-terminated, valid until the callback returns) and `*output_length` says its
+ * length. Returns `false` (outputs untouched) without TLS or a client certificate, or
+ * when a pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `output` and `output_length` NULL or
+ * writable.
+ */
+bool ucall_call_tls_subject(ucall_call_t call, ucall_str_t *output, size_t *output_length);
+
+/**
  * Write the peer's address as text (`127.0.0.1:5000`, `[::1]:5000`), NUL-terminated, into
  * `buffer` of `buffer_capacity` bytes, and its length (without the NUL) to
  * `*output_length`. Returns `false` (outputs untouched) when the address is not known

@@ -170,6 +170,9 @@ class Context:
     def tls(self) -> bool:
         """Whether TLS carried the call."""
     @property
+    def tls_subject(self) -> Optional[str]:
+        """The subject of the client's TLS certificate (mutual TLS), ``"CN=alice, O=Example"``."""
+    @property
     def peer(self) -> Optional[tuple[str, int]]:
         """The peer's ``(host, port)``."""
     @property

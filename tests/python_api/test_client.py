@@ -7,12 +7,14 @@ import socket
 import ssl
 import threading
 import time
+from typing import Optional
 
 import pytest
 from conftest import canned_server, with_client_procedures
 from test_client_tls import make_certs, openssl
 from websockets.server import ServerProtocol
 
+import ucall
 from ucall import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
 from ucall._wire import ReplyReader, WebSocketReader
 from ucall.client import AsyncClient, Client, ClientTLS, Response
@@ -410,6 +412,25 @@ def test_a_client_certificate_is_presented(mtls_server, certs):
             assert (await client.sum(5, 5)).json == 10
 
     asyncio.run(asynchronous())
+
+
+def test_a_handler_reads_the_client_certificates_subject(make_server, certs):
+    pem = {name: str(certs / f"{file}.pem") for name, file in (("tls_cert", "cert"), ("tls_client_ca", "ca"))}
+    server = make_server(tls_key=str(certs / "key.pem"), tls_port=0, **pem)
+
+    @server
+    def whoami(ctx: ucall.Context) -> Optional[str]:
+        return ctx.tls_subject
+
+    server.start()
+    mine = {"tls_cert": certs / "client.pem", "tls_key": str(certs / "client.key"), "cacert": certs / "ca.pem"}
+    for use_http in (True, False):
+        with Client(port=server.tls_port, use_http=use_http, **mine) as client:
+            assert client.whoami().json == "CN=ucall test client"
+    with Client(f"wss://localhost:{server.tls_port}", **mine) as client:
+        assert client.whoami().json == "CN=ucall test client"
+    with Client(port=server.port) as plaintext:  # the plaintext port: no certificate
+        assert plaintext.whoami().json is None
 
 
 @pytest.mark.parametrize("given", ["none", "untrusted"])

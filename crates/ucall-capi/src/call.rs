@@ -716,6 +716,31 @@ pub unsafe extern "C" fn ucall_call_is_tls(call: ucall_call_t) -> bool {
     }
 }
 
+/// The subject of the client's TLS certificate (mutual TLS, `ssl_client_ca_path`), as
+/// RFC 4514 writes a distinguished name (`CN=alice, O=Example`): `*output` points to it
+/// (not NUL-terminated, valid until the callback returns) and `*output_length` says its
+/// length. Returns `false` (outputs untouched) without TLS or a client certificate, or
+/// when a pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `output` and `output_length` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_tls_subject(
+    call: ucall_call_t,
+    output: *mut ucall_str_t,
+    output_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_tls_subject",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        let Some(subject) = context.call.context().tls_subject() else { return false };
+        // SAFETY: the caller's contract; the subject lives in the connection's session,
+        // which outlives the callback.
+        unsafe { write_text(output, output_length, (subject.as_ptr().cast(), subject.len())) }
+    }
+}
+
 /// Write the peer's address as text (`127.0.0.1:5000`, `[::1]:5000`), NUL-terminated, into
 /// `buffer` of `buffer_capacity` bytes, and its length (without the NUL) to
 /// `*output_length`. Returns `false` (outputs untouched) when the address is not known

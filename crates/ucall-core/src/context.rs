@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-//! How a call reached the server: its transport, whether TLS carried it, the peer's
-//! address and, over HTTP and WebSocket, the request head's header fields.
+//! How a call reached the server: its transport, whether TLS carried it (and the subject
+//! of the client's certificate, with mutual TLS), the peer's address and, over HTTP and
+//! WebSocket, the request head's header fields.
 //!
 //! A handler reads it through [`crate::Call::context`]. The transport and the TLS flag
 //! are always known. The peer's address and the header fields are kept only when the
@@ -46,6 +47,8 @@ pub struct Context<'a> {
     head: &'a [u8],
     /// The time the caller allows the call (`UCall-Timeout`, or the request's `"timeout"`).
     timeout: Option<Duration>,
+    /// The subject of the client's TLS certificate, when it presented one.
+    tls_subject: Option<&'a str>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -56,6 +59,7 @@ pub const NONE: Context<'static> = Context {
     peer: None,
     head: &[],
     timeout: None,
+    tls_subject: None,
 };
 
 impl<'a> Context<'a> {
@@ -68,6 +72,7 @@ impl<'a> Context<'a> {
             peer,
             head,
             timeout: None,
+            tls_subject: None,
         }
     }
 
@@ -84,6 +89,20 @@ impl<'a> Context<'a> {
     #[must_use]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// The same context, with the subject of the client's TLS certificate.
+    #[must_use]
+    pub fn with_tls_subject(self, tls_subject: Option<&'a str>) -> Self {
+        Context { tls_subject, ..self }
+    }
+
+    /// The subject of the certificate the client presented, with mutual TLS (the server
+    /// requires one when configured with `TlsConfig::client_ca`), as RFC 4514 writes a
+    /// distinguished name: `CN=alice, O=Example`. `None` without TLS or a certificate.
+    #[must_use]
+    pub fn tls_subject(&self) -> Option<&'a str> {
+        self.tls_subject
     }
 
     /// The protocol the call arrived over.

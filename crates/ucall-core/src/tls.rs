@@ -296,6 +296,14 @@ impl TlsSession {
         self.records.header_seen > 0 || self.records.body_left > 0
     }
 
+    /// The subject of the certificate the client presented (mutual TLS), as RFC 4514
+    /// writes a distinguished name (`CN=alice, O=Example`); `None` without one.
+    pub(crate) fn client_subject(&self) -> Option<Box<str>> {
+        let leaf = self.conn.peer_certificates()?.first()?;
+        let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+        Some(certificate.subject().to_string().into_boxed_str())
+    }
+
     /// Whether the handshake is still under way.
     pub(crate) fn is_handshaking(&self) -> bool {
         self.conn.is_handshaking()

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use ucall_core::{EngineKind, Server, ServerHandle, TlsConfig};
@@ -52,10 +52,13 @@ fn material(tag: &str) -> Material {
         .signed_by(&server_key, &issuer)
         .unwrap();
     let client_key = KeyPair::generate().unwrap();
-    let client_cert = CertificateParams::new(vec!["client".to_string()])
-        .unwrap()
-        .signed_by(&client_key, &issuer)
-        .unwrap();
+    let mut client_params = CertificateParams::new(vec!["client".to_string()]).unwrap();
+    client_params.distinguished_name = DistinguishedName::new();
+    client_params.distinguished_name.push(DnType::CommonName, "alice");
+    client_params
+        .distinguished_name
+        .push(DnType::OrganizationName, "Example");
+    let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
     std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
     std::fs::write(dir.join("server.pem"), server_cert.pem() + &ca_cert.pem()).unwrap();
     std::fs::write(dir.join("server.key"), server_key.serialize_pem()).unwrap();
@@ -80,6 +83,7 @@ fn serve(engine: EngineKind, tls: TlsConfig, header_timeout: Duration) -> Server
         .tls(tls)
         .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
         .procedure("echo", |call| call.get::<String>(0, "data"))
+        .procedure("whoami", |call| Ok(call.context().tls_subject().map(str::to_owned)))
         .bind()
         .expect("bind")
         .spawn()
@@ -220,6 +224,20 @@ fn client_certificates_are_required_when_a_ca_is_given() {
         let addr = server.tls_addr().unwrap();
         let mut with = connect(addr, &client(&m, &[&rustls::version::TLS13], true));
         assert_eq!(post(&mut with, SUM).unwrap(), SUM_REPLY);
+        // The handler sees who the certificate names, on every call of the connection.
+        let whoami = r#"{"jsonrpc":"2.0","method":"whoami","id":2}"#;
+        for _ in 0..2 {
+            assert_eq!(
+                post(&mut with, whoami).unwrap(),
+                r#"{"jsonrpc":"2.0","id":2,"result":"CN=alice, O=Example"}"#
+            );
+        }
+        // TLS 1.2 too, where the certificate comes in another flight of the handshake.
+        let mut older = connect(addr, &client(&m, &[&rustls::version::TLS12], true));
+        assert_eq!(
+            post(&mut older, whoami).unwrap(),
+            r#"{"jsonrpc":"2.0","id":2,"result":"CN=alice, O=Example"}"#
+        );
         let mut without = connect(addr, &client(&m, &[&rustls::version::TLS13], false));
         assert!(
             post(&mut without, SUM).is_err(),
@@ -239,6 +257,12 @@ fn plain_and_tls_on_two_ports_of_one_server() {
         assert_ne!(plain.port(), secure.port());
         let mut stream = connect(secure, &client(&m, &[&rustls::version::TLS13], false));
         assert_eq!(post(&mut stream, SUM).unwrap(), SUM_REPLY);
+        let whoami = r#"{"jsonrpc":"2.0","method":"whoami","id":2}"#;
+        assert_eq!(
+            post(&mut stream, whoami).unwrap(),
+            r#"{"jsonrpc":"2.0","id":2,"result":null}"#,
+            "no client certificate, no subject"
+        );
         let mut raw = TcpStream::connect(plain).unwrap();
         raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         writeln!(raw, "{SUM}").unwrap();

@@ -23,6 +23,7 @@ pub struct Owned {
     tls: bool,
     peer: Option<SocketAddr>,
     head: Box<[u8]>,
+    tls_subject: Option<Box<str>>,
     method: Box<str>,
     id: Option<Box<str>>,
     /// The params as sent, for middleware (`None` when not kept, or none were sent).
@@ -43,6 +44,7 @@ impl Owned {
             tls: context.is_tls(),
             peer: context.peer(),
             head: context.head().into(),
+            tls_subject: context.tls_subject().map(Box::from),
             method: call.method().into(),
             id: call.id().map(Box::from),
             params: call.params().raw().filter(|_| params).map(Box::from),
@@ -81,6 +83,13 @@ impl Context {
     #[getter]
     fn tls(&self) -> bool {
         self.owned.tls
+    }
+
+    /// The subject of the client's TLS certificate (mutual TLS, `tls_client_ca=`), as
+    /// RFC 4514 writes it: `"CN=alice, O=Example"`; `None` without one.
+    #[getter]
+    fn tls_subject(&self) -> Option<&str> {
+        self.owned.tls_subject.as_deref()
     }
 
     /// The peer's `(host, port)`.

@@ -96,6 +96,20 @@ static void tagged(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, (char const*)tag, 0);
 }
 
+/* The subject of the client's TLS certificate, as a JSON string, or null. */
+static void whoami(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t subject = NULL;
+    size_t length = 0;
+    char reply[256];
+    (void)tag;
+    if (!ucall_call_tls_subject(call, &subject, &length)) {
+        ucall_call_reply_content(call, "null", 0);
+        return;
+    }
+    snprintf(reply, sizeof reply, "\"%.*s\"", (int)length, subject);
+    ucall_call_reply_content(call, reply, 0);
+}
+
 /* [decoded length, first byte, last byte] of the base64 param "b" (or position 0). */
 static void bytes(ucall_call_t call, ucall_callback_tag_t tag) {
     unsigned char buffer[64];
@@ -1135,13 +1149,24 @@ static void test_tls_serving(void) {
           (unsigned)config.ssl_port);
     CHECK(!joined_chain_left_behind(), "the chain joined from two files is removed once bound");
     ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+    ucall_add_procedure(the_server, "whoami", whoami, NULL);
     pthread_create(&thread, NULL, serve, NULL);
 
     /* The plain port stays plaintext. */
     fd = connect_to(config.port);
     reply = exchange(fd, call);
     CHECK(strstr(reply, "\"result\":\"over TLS\"") != NULL, "plaintext beside TLS: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"whoami\",\"id\":2}");
+    CHECK(strstr(reply, "\"result\":null") != NULL, "no certificate in plaintext: %s", reply);
     close(fd);
+
+    snprintf(command, sizeof command,
+             "timeout 30 curl -s --max-time 20 --cacert %s --cert %s --key %s https://localhost:%u/ -d '%s' 2>&1",
+             in_tls_dir("ca.pem"), in_tls_dir("client.pem"), in_tls_dir("client.key"), (unsigned)config.ssl_port,
+             "{\"jsonrpc\":\"2.0\",\"method\":\"whoami\",\"id\":3}");
+    status = run_command(command, output, sizeof output);
+    CHECK(status == 0 && strstr(output, "\"result\":\"CN=client\"") != NULL,
+          "the callback reads the client certificate's subject: %s", output);
 
     snprintf(command, sizeof command,
              "timeout 30 curl -s --max-time 20 --cacert %s --cert %s --key %s https://localhost:%u/ -d '%s' 2>&1",

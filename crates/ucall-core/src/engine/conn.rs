@@ -87,6 +87,8 @@ pub(crate) struct Conn {
     pub(crate) generation: u64,
     /// Listed in the worker's [`super::HeldBack`].
     pub(crate) held: bool,
+    /// TLS: the client's certificate has been read into the session (after the handshake).
+    subject_read: bool,
 }
 
 impl Conn {
@@ -107,6 +109,7 @@ impl Conn {
             dropped_input: false,
             generation,
             held: false,
+            subject_read: false,
         }
     }
 
@@ -291,6 +294,11 @@ impl Conn {
                 self.close_when_sent();
                 return Err(TlsFailed);
             }
+        }
+        if !self.subject_read && !tls.is_handshaking() {
+            // Once per connection, before its first request: the client's certificate.
+            self.subject_read = true;
+            self.session.set_tls_subject(tls.client_subject());
         }
         if !self.input.is_empty() && !self.is_backlogged() {
             self.feed(ctx, in_flight);

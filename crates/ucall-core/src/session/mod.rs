@@ -180,6 +180,8 @@ struct Calls {
     peer: Option<SocketAddr>,
     /// TLS carries the connection.
     tls: bool,
+    /// The subject of the client's TLS certificate, once the handshake has told.
+    tls_subject: Option<Box<str>>,
     /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
     /// only when the router asks ([`Router::keeps_context`]).
     head: Vec<u8>,
@@ -212,6 +214,11 @@ impl Session {
         session.calls.peer = peer;
         session.calls.tls = tls;
         session
+    }
+
+    /// The subject of the client's TLS certificate (mutual TLS), for the calls' context.
+    pub fn set_tls_subject(&mut self, subject: Option<Box<str>>) {
+        self.calls.tls_subject = subject;
     }
 
     /// Consume complete requests from `input`, appending their replies to `out`.

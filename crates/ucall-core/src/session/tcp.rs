@@ -83,7 +83,8 @@ impl Stream {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
-        let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]);
+        let context =
+            CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]).with_tls_subject(calls.tls_subject.as_deref());
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             text,

@@ -141,7 +141,8 @@ impl WebSocket {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
         };
-        let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head);
+        let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
+            .with_tls_subject(calls.tls_subject.as_deref());
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             &message,
