@@ -24,7 +24,7 @@ use crate::batch::BatchRunner;
 use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
-use crate::procedure::{Hooks, Procedure};
+use crate::procedure::{Answer, Hooks, Procedure};
 use crate::runtime::{self, Runtime};
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
@@ -37,12 +37,18 @@ struct Entry(Arc<Procedure>);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
+        let deadline = self.0.deadline(call.context().timeout());
         // Copied out only for a procedure that takes it: the others pay nothing.
         let context = self
             .0
             .wants_context()
-            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some()));
-        if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
+            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some(), deadline));
+        // A call with a deadline is never run inline: the deadline must be able to answer it.
+        if deadline.is_none()
+            && runtime::ParamsText::is_large(params)
+            && self.0.runs_at_once()
+            && runtime::turn_queued_nothing()
+        {
             return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer()));
         }
         let Ok(deferred) = reply.defer() else {
@@ -53,7 +59,7 @@ impl Handler for Entry {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
-            reply: deferred,
+            reply: Answer::new(deferred, deadline),
         };
         if let Err(job) = runtime::collect(job) {
             Python::attach(|py| {
@@ -260,7 +266,7 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -271,8 +277,10 @@ impl NativeServer {
         ignore_extra: bool,
         is_async: bool,
         context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
+        timeout: Option<f64>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
         let wants_context = context.is_some() || self.hooks.middleware.is_some();
         let procedure = Entry(Arc::new(Procedure::new(
             name,
@@ -281,6 +289,7 @@ impl NativeServer {
             Arc::clone(&self.hooks),
             is_async,
             context,
+            timeout,
         )));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
