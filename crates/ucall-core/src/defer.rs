@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use serde::Serialize;
 
 use crate::jsonrpc::RpcError;
+use crate::request_log::Pending;
 
 /// What a deferred call produced: the result's JSON text, or an error.
 pub type Outcome = Result<Vec<u8>, RpcError>;
@@ -28,8 +29,11 @@ pub struct Completion {
     pub slot: u64,
     /// The result.
     pub outcome: Outcome,
-    /// What the metrics count the call under, when they are on.
+    /// What the metrics count the call under, and when it started: set when the metrics
+    /// or the request log are on.
     pub meter: Option<Meter>,
+    /// The call's request log line so far, when the log is on.
+    pub note: Option<Box<Pending>>,
 }
 
 /// A deferred call's method (its slot in `crate::metrics::Metrics`) and when it started:
@@ -251,13 +255,20 @@ pub struct Deferred {
     generation: u64,
     slot: u64,
     meter: Option<Meter>,
+    note: Option<Box<Pending>>,
     done: bool,
     /// The connection's presence, when the call asked to watch it.
     present: Option<Arc<AtomicBool>>,
 }
 
 impl Deferred {
-    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>, watch: bool) -> Self {
+    pub(crate) fn new(
+        target: Target<'_>,
+        slot: u64,
+        meter: Option<Meter>,
+        note: Option<Box<Pending>>,
+        watch: bool,
+    ) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
         Deferred {
             sink: Arc::clone(target.sink),
@@ -265,6 +276,7 @@ impl Deferred {
             generation: target.generation,
             slot,
             meter,
+            note,
             done: false,
             present: if watch {
                 target.presence.map(Presence::watch)
@@ -326,6 +338,7 @@ impl Deferred {
             slot: self.slot,
             outcome,
             meter: self.meter,
+            note: self.note.take(),
         };
         self.sink.push(completion, always_wake);
     }
@@ -341,6 +354,7 @@ impl Drop for Deferred {
                 slot: self.slot,
                 outcome,
                 meter: self.meter,
+                note: self.note.take(),
             };
             self.sink.push(completion, false);
         }
