@@ -30,6 +30,10 @@ pub struct Completion {
     pub outcome: Outcome,
     /// What the metrics count the call under, when they are on.
     pub meter: Option<Meter>,
+    /// `Some` for an item of a streamed reply (`outcome` is its JSON), not the call's end:
+    /// the credit its producer took, given back once the item is on its way
+    /// (see [`crate::streaming`]).
+    pub item: Option<Arc<crate::streaming::Credit>>,
 }
 
 /// A deferred call's method (its slot in `crate::metrics::Metrics`) and when it started:
@@ -74,8 +78,9 @@ pub struct Sink {
     /// `queue` holds completions. Set under its lock; read without it, so that the
     /// worker's every turn (which drains) takes no lock when nothing was deferred.
     queued: AtomicBool,
-    /// Deferred calls made on the worker whose completions it has not drained yet. Only
-    /// the worker's thread changes it (it defers and drains).
+    /// Deferred calls made on the worker whose completions it has not drained yet, and
+    /// streamed items queued. The worker's thread defers and drains; a streamed reply's
+    /// producer adds its items from any thread.
     awaited: AtomicUsize,
 }
 
@@ -224,7 +229,9 @@ pub struct Deferred {
     meter: Option<Meter>,
     done: bool,
     /// The connection's presence, when the call asked to watch it.
-    present: Option<Arc<AtomicBool>>,
+    pub(crate) present: Option<Arc<AtomicBool>>,
+    /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
+    pub(crate) stream: Option<Arc<crate::streaming::Credit>>,
 }
 
 impl Deferred {
@@ -242,7 +249,23 @@ impl Deferred {
             } else {
                 None
             },
+            stream: None,
         }
+    }
+
+    /// Queue one item of a streamed reply (its JSON text) for the connection; the caller
+    /// holds one of the stream's credits, which the worker gives back.
+    pub(crate) fn push_item(&self, credit: &Arc<crate::streaming::Credit>, json: Vec<u8>) {
+        // Counted as awaited until drained, as every completion is (`Sink::drain`).
+        self.sink.awaited.fetch_add(1, Ordering::Relaxed);
+        self.sink.push(Completion {
+            conn: self.conn,
+            generation: self.generation,
+            slot: self.slot,
+            outcome: Ok(json),
+            meter: None,
+            item: Some(Arc::clone(credit)),
+        });
     }
 
     /// Whether the caller is known to be gone (its connection ended): its reply would
@@ -289,6 +312,7 @@ impl Deferred {
             slot: self.slot,
             outcome,
             meter: self.meter,
+            item: None,
         });
     }
 }
@@ -303,6 +327,7 @@ impl Drop for Deferred {
                 slot: self.slot,
                 outcome,
                 meter: self.meter,
+                item: None,
             });
         }
     }

@@ -54,6 +54,9 @@ pub struct Deferrals<'a> {
     pub target: Option<Target<'a>>,
     /// The connection's counter of deferred replies.
     pub next_slot: &'a mut u64,
+    /// Whether a single call with an id may stream its result (the transport carries
+    /// items: see [`crate::streaming`]); calls in a batch never do.
+    pub streams: bool,
 }
 
 /// What running a handler produced.
@@ -144,6 +147,8 @@ pub fn process(
     }
     let opening = out.len();
     out.push(b'[');
+    // A batch's reply is one message: its calls cannot stream.
+    let streams = std::mem::replace(&mut deferrals.streams, false);
     let mut replies = 0usize;
     for element in &scratch.elements {
         let comma_at = out.len();
@@ -165,6 +170,7 @@ pub fn process(
             out.truncate(comma_at);
         }
     }
+    deferrals.streams = streams;
     if replies == 0 {
         // §6: "If there are no Response objects contained within the Response array as it
         // is to be sent to the client, the server MUST NOT return an empty Array".
@@ -295,6 +301,9 @@ fn invoke_metered(
     let start = out.len();
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     reply.set_meter(metered.map(|(_, meter)| meter));
+    if deferrals.streams && call.id().is_some() {
+        reply.allow_streaming();
+    }
     let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
     let deferred = reply.deferred();

@@ -80,6 +80,7 @@ mod server;
 pub mod session;
 #[doc(hidden)]
 pub mod stream;
+pub mod streaming;
 mod tls;
 #[doc(hidden)]
 pub mod ws;
@@ -98,4 +99,5 @@ pub use params::Param;
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
+pub use streaming::StreamError;
 pub use tls::TlsConfig;

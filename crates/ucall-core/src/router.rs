@@ -329,6 +329,8 @@ pub struct Reply<'o> {
     deferred: Option<u64>,
     /// Carried by a deferred reply, for the metrics.
     meter: Option<Meter>,
+    /// The call may stream its result ([`Reply::stream`]).
+    streams: bool,
 }
 
 impl<'o> Reply<'o> {
@@ -340,7 +342,14 @@ impl<'o> Reply<'o> {
             deferral,
             deferred: None,
             meter: None,
+            streams: false,
         }
+    }
+
+    /// Let the call stream its result: a single call with an id, on a transport that
+    /// carries items.
+    pub(crate) fn allow_streaming(&mut self) {
+        self.streams = true;
     }
 
     /// Count the call under `meter` should it defer its reply.
@@ -366,6 +375,23 @@ impl<'o> Reply<'o> {
     /// `-32603` where deferring is not available.
     pub fn defer_watched(&mut self) -> Result<Deferred, RpcError> {
         self.defer_as(true)
+    }
+
+    /// Stream the result: the returned handle sends items ([`Deferred::send_item`]), from
+    /// any thread, and then completes the call with its final reply as
+    /// [`Reply::defer`]'s does. It knows when the caller has gone
+    /// ([`crate::StreamError::Gone`]). Wire format: `crate::streaming`.
+    ///
+    /// # Errors
+    /// `-32600` when the call cannot stream (in a batch, a notification, over HTTP/1.0 or
+    /// a REST-style URL); `-32603` where deferring is not available.
+    pub fn stream(&mut self) -> Result<Deferred, RpcError> {
+        if !self.streams {
+            return Err(crate::streaming::not_streamable());
+        }
+        let mut deferred = self.defer_as(true)?;
+        deferred.make_streamed();
+        Ok(deferred)
     }
 
     fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {

@@ -184,6 +184,12 @@ impl Procedure {
         self.is_async
     }
 
+    /// Never run this procedure's calls on a pinned turner, however quick they have been:
+    /// a streamed reply waits for its reader, and the turner must go on meanwhile.
+    pub fn never_trust(&self) {
+        self.slow.store(true, Ordering::Relaxed);
+    }
+
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
     /// worker's thread may run them itself.
     pub fn trusted(&self) -> bool {
@@ -270,6 +276,10 @@ impl Procedure {
     ) -> Option<Bound<'py, PyAny>> {
         match self.call(py, params, context) {
             Err(error) => reply.error(error),
+            // A generator (or async generator) procedure: its items, then its end.
+            Ok(result) if reply.is_streamed() => {
+                return crate::streaming::drive(py, &self.hooks, &self.name, result, reply);
+            }
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
                 let reply = DeferredReply {
                     deferred: Mutex::new(Some(reply)),
