@@ -18,6 +18,8 @@ from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, http_request
 from ucall.exceptions import ProtocolError
 
 ITEM_METHOD = "ucall.stream"
+CANCEL_METHOD = "ucall.cancel"
+CANCELLED = -32800  # the final reply's error code once a stream is cancelled
 
 ITEM = "item"
 REPLY = "reply"

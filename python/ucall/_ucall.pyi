@@ -13,6 +13,7 @@ __all__ = [
     "NativeServer",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
+    "StreamReply",
     "__version__",
     "code_for_http_status",
     "dumps",

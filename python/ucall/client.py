@@ -700,12 +700,20 @@ def _stream_kind(endpoint: _Endpoint) -> str:
     return "ws" if endpoint.websocket else "http" if endpoint.use_http else "tcp"
 
 
-def _stream_end(data: Any, request_id: int) -> Any:
-    """The final reply's result; raises ``RPCError`` for an error reply."""
+def _stream_end(data: Any, request_id: int, cancelled: bool) -> Any:
+    """The final reply's result; raises ``RPCError`` for an error reply (but the one
+    that ends a stream its caller cancelled)."""
     response = Response(data)
     if isinstance(data, dict) and data.get("id") not in (request_id, None):
         raise ProtocolError(f"a reply to another request: {data!r}")
+    error = response.error
+    if cancelled and error is not None and error.code == _streamed.CANCELLED:
+        return None
     return response.json
+
+
+def _cancel_request(request_id: int) -> bytes:
+    return dumps({"jsonrpc": "2.0", "method": _streamed.CANCEL_METHOD, "params": {"id": request_id}})
 
 
 class Stream:
@@ -744,6 +752,7 @@ class Stream:
         self._sock: socket.socket | None = sock
         self._framer = _streamed.StreamFramer(kind, self._id, ws)
         self._events: deque[tuple[str, Any]] = deque()
+        self._cancelled = False
 
     def __iter__(self) -> Stream:
         return self
@@ -774,8 +783,21 @@ class Stream:
         if kind == _streamed.ITEM:
             return value
         self.close()
-        self.result = _stream_end(value, self._id)
+        self.result = _stream_end(value, self._id, self._cancelled)
         raise StopIteration
+
+    def cancel(self) -> None:
+        """Ask the server to stop the stream: over raw TCP and WebSocket with
+        ``ucall.cancel`` (the items already sent still come, then the stream ends); over
+        HTTP by hanging up."""
+        sock = self._sock
+        if sock is None or self._framer.kind == "http":
+            self.close()
+            return
+        self._cancelled = True
+        message = _cancel_request(self._id)
+        ws = self._framer.ws
+        sock.sendall(ws.encode(message) if ws is not None else message + b"\n")
 
     def close(self) -> None:
         """Hang up: the server stops the stream."""
@@ -809,6 +831,7 @@ class AsyncStream:
         self._framer: _streamed.StreamFramer | None = None
         self._events: deque[tuple[str, Any]] = deque()
         self._ended = False
+        self._cancelled = False
 
     def __aiter__(self) -> AsyncStream:
         return self
@@ -857,8 +880,19 @@ class AsyncStream:
         if kind == _streamed.ITEM:
             return value
         await self.aclose()
-        self.result = _stream_end(value, self._id)
+        self.result = _stream_end(value, self._id, self._cancelled)
         raise StopAsyncIteration
+
+    async def cancel(self) -> None:
+        """As ``Stream.cancel``."""
+        framer, writer = self._framer, self._writer
+        if framer is None or writer is None or framer.kind == "http":
+            await self.aclose()
+            return
+        self._cancelled = True
+        message = _cancel_request(self._id)
+        writer.write(framer.ws.encode(message) if framer.ws is not None else message + b"\n")
+        await writer.drain()
 
     async def aclose(self) -> None:
         """Hang up: the server stops the stream."""

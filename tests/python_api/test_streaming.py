@@ -2,8 +2,9 @@
 """Streamed replies (docs/streaming.md): generator and async-generator handlers send their
 items as they yield them, then a final reply; over raw TCP and WebSocket as ``ucall.stream``
 notifications, over HTTP as a chunked ``application/jsonl`` body. The client iterates them
-(``for``, ``async for``). A caller that hangs up stops the generator; one that reads slowly
-holds it back; a call that cannot stream is refused."""
+(``for``, ``async for``). A caller that hangs up or cancels (``ucall.cancel``) stops the
+generator; one that reads slowly holds it back; a call that cannot stream is refused; HTTP
+sends server-sent events when asked."""
 
 from __future__ import annotations
 
@@ -261,3 +262,52 @@ def test_stream_on_an_ordinary_method_gives_its_result(server):
     with pytest.raises(RPCError) as raised:
         list(Client("127.0.0.1", server.port).stream("missing"))
     assert raised.value.code == -32601
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("method", ["endless", "aendless"])
+def test_cancel_stops_the_generator_and_ends_the_stream(server, seen, transport, method):
+    tag = f"cancel-{method}-{transport}"
+    client = client_for(server, transport)
+    stream = client.stream(method, tag=tag)
+    assert next(stream) == tag
+    stream.cancel()
+    rest = list(stream)  # the items already on their way, then the end
+    assert set(rest) <= {tag}
+    assert stream.result is None
+    assert wait_for(lambda: tag in seen.closed), f"{tag}: the generator was not closed"
+
+
+def test_cancel_from_async_for(server, seen):
+    async def main() -> list[str]:
+        stream = client_for(server, "ws", AsyncClient).stream("aendless", tag="acancel")
+        got = []
+        async for item in stream:
+            got.append(item)
+            if len(got) == 2:
+                await stream.cancel()
+        return got
+
+    got = asyncio.run(main())
+    assert got[:2] == ["acancel", "acancel"]
+    assert wait_for(lambda: "acancel" in seen.closed)
+
+
+def test_ucall_cancel_answers_whether_a_stream_was_found(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b'{"jsonrpc":"2.0","method":"ucall.cancel","params":{"id":42},"id":1}\n')
+        assert json.loads(sock.makefile("rb").readline()) == {"jsonrpc": "2.0", "id": 1, "result": False}
+
+
+def test_http_sends_server_sent_events_when_asked(server):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    body = json.dumps({"jsonrpc": "2.0", "method": "count", "params": [2], "id": 5})
+    connection.request("POST", "/", body, {"Content-Type": "application/json", "Accept": "text/event-stream"})
+    response = connection.getresponse()
+    assert response.getheader("Content-Type") == "text/event-stream"
+    events = response.read().decode().split("\n\n")
+    assert events[-1] == ""
+    messages = [json.loads(event.removeprefix("data: ")) for event in events[:-1]]
+    assert [m.get("params", {}).get("item") for m in messages[:2]] == [0, 1]
+    assert messages[2] == {"jsonrpc": "2.0", "id": 5, "result": "done"}
+    connection.close()

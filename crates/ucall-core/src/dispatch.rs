@@ -301,8 +301,8 @@ fn invoke_metered(
     let start = out.len();
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     reply.set_meter(metered.map(|(_, meter)| meter));
-    if deferrals.streams && call.id().is_some() {
-        reply.allow_streaming();
+    if let Some(id) = call.id().filter(|_| deferrals.streams) {
+        reply.allow_streaming(id);
     }
     let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));

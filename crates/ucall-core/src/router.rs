@@ -171,6 +171,27 @@ impl Router {
     }
 }
 
+/// Answers [`crate::streaming::CANCEL_METHOD`]: cancels the streamed call named by its
+/// `id` param on the same connection; answers whether one was under way.
+struct Cancel;
+
+impl Handler for Cancel {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        let id: &serde_json::value::RawValue = call.get(0, "id")?;
+        let found = reply.streams().is_some_and(|streams| streams.cancel(id.get().trim()));
+        reply.json(&found)
+    }
+}
+
+/// The error a call that cannot stream is answered with.
+fn not_streamable() -> RpcError {
+    RpcError::new(
+        crate::jsonrpc::ErrorCode::InvalidRequest.code(),
+        "Invalid Request: this method streams its result; call it alone and with an id \
+         (not in a batch, not as a notification, not over HTTP/1.0 or a REST-style URL)",
+    )
+}
+
 /// Answers `rpc.discover` with the OpenRPC document.
 struct Discover(Arc<str>);
 
@@ -208,6 +229,9 @@ impl Router {
             .publish(self.procedures.keys().map(AsRef::as_ref), addr, tls);
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
+        }
+        if self.get(crate::streaming::CANCEL_METHOD).is_none() {
+            self.insert(crate::streaming::CANCEL_METHOD, Arc::new(Cancel));
         }
         // Each procedure gets its hooks once, here, so that a call's lookup stays one.
         for hook in std::mem::take(&mut self.hooks).iter().rev() {
@@ -329,8 +353,8 @@ pub struct Reply<'o> {
     deferred: Option<u64>,
     /// Carried by a deferred reply, for the metrics.
     meter: Option<Meter>,
-    /// The call may stream its result ([`Reply::stream`]).
-    streams: bool,
+    /// The call's id when it may stream its result ([`Reply::stream`]).
+    stream_id: Option<&'o str>,
 }
 
 impl<'o> Reply<'o> {
@@ -342,14 +366,20 @@ impl<'o> Reply<'o> {
             deferral,
             deferred: None,
             meter: None,
-            streams: false,
+            stream_id: None,
         }
     }
 
     /// Let the call stream its result: a single call with an id, on a transport that
     /// carries items.
-    pub(crate) fn allow_streaming(&mut self) {
-        self.streams = true;
+    pub(crate) fn allow_streaming(&mut self, id: &'o str) {
+        self.stream_id = Some(id);
+    }
+
+    /// The connection's streamed calls under way, where known.
+    pub(crate) fn streams(&self) -> Option<&crate::streaming::Streams> {
+        let (target, _) = self.deferral.as_ref()?;
+        target.presence.map(crate::defer::Presence::streams)
     }
 
     /// Count the call under `meter` should it defer its reply.
@@ -386,11 +416,14 @@ impl<'o> Reply<'o> {
     /// `-32600` when the call cannot stream (in a batch, a notification, over HTTP/1.0 or
     /// a REST-style URL); `-32603` where deferring is not available.
     pub fn stream(&mut self) -> Result<Deferred, RpcError> {
-        if !self.streams {
-            return Err(crate::streaming::not_streamable());
-        }
+        let Some(id) = self.stream_id else {
+            return Err(not_streamable());
+        };
         let mut deferred = self.defer_as(true)?;
-        deferred.make_streamed();
+        let credit = deferred.make_streamed();
+        if let Some(streams) = self.streams() {
+            streams.register(id, &credit);
+        }
         Ok(deferred)
     }
 

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Streamed replies: a call that sends items before its final reply.
 //!
-//! A handler calls [`crate::Reply::stream`] and gets a [`Deferred`] that also carries
-//! items: [`Deferred::send_item`] from any thread, then one of the usual completions for
-//! the final reply. On the wire (docs/streaming.md), each item is a JSON-RPC notification
+//! A handler calls [`crate::Reply::stream`] and gets a [`crate::Deferred`] that also
+//! carries items: [`crate::Deferred::send_item`] from any thread, then one of the usual
+//! completions for the final reply. This module holds what the layers below the router
+//! share about streams: the window of items in flight ([`Credit`]) and the streams of a
+//! connection that `ucall.cancel` can reach ([`Streams`]). On the wire (docs/streaming.md), each item is a JSON-RPC notification
 //! tied to the call by its id,
 //!
 //! ```text
@@ -18,17 +20,23 @@
 //! short (else once it has drained). A producer that sends more waits, so a slow reader
 //! costs the server a bounded amount of memory. A producer learns that its caller has gone
 //! (the connection ended, or an HTTP or WebSocket client stopped sending) from
-//! [`StreamError::Gone`], and stops.
+//! [`StreamError::Gone`], and that the caller cancelled the call (a `ucall.cancel` call
+//! on the same connection naming its id) from [`StreamError::Cancelled`], and stops.
+//! Subscriptions in jsonrpsee's style are streamed calls: the call subscribes, its items
+//! are the notifications, `ucall.cancel` unsubscribes.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+/// The method that cancels a streamed call on the same connection: params `{"id": ID}`
+/// (the call's id as sent); its result says whether such a stream was under way.
+pub const CANCEL_METHOD: &str = "ucall.cancel";
 
-use crate::defer::Deferred;
-use crate::jsonrpc::{ErrorCode, RpcError};
-
-pub use crate::jsonrpc::ITEM_METHOD;
+/// The error code of a streamed call's final reply after it was cancelled: `-32800`,
+/// "Request cancelled" as the Language Server Protocol has it (outside JSON-RPC's
+/// reserved range).
+pub const CANCELLED: i32 = -32800;
 
 /// Most items of one stream on their way to its connection at once.
 pub const WINDOW: usize = 32;
@@ -45,29 +53,36 @@ const PRESENCE_CHECK: Duration = Duration::from_millis(20);
 pub enum StreamError {
     /// The caller has gone (disconnected or stopped sending): stop producing.
     Gone,
+    /// The caller cancelled the call (`ucall.cancel`): stop producing, and end the call
+    /// (with `ucall_core::defer::cancelled()`, say).
+    Cancelled,
     /// This reply was made with [`crate::Reply::defer`], not [`crate::Reply::stream`].
     NotStreamed,
-    /// The item cannot be serialized, or is not one valid JSON text.
-    Invalid(RpcError),
+    /// The item cannot be serialized, or is not one valid JSON text: why.
+    Invalid(String),
 }
 
 impl std::fmt::Display for StreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StreamError::Gone => f.write_str("the caller has gone"),
+            StreamError::Cancelled => f.write_str("the caller cancelled the call"),
             StreamError::NotStreamed => f.write_str("the reply is not a stream"),
-            StreamError::Invalid(error) => f.write_str(error.message()),
+            StreamError::Invalid(why) => f.write_str(why),
         }
     }
 }
 
 impl std::error::Error for StreamError {}
 
-/// A stream's items on their way to its connection (see [`WINDOW`]).
+/// A stream's items on their way to its connection (see [`WINDOW`]), and whether its
+/// caller cancelled it.
 #[derive(Debug, Default)]
 pub struct Credit {
     taken: Mutex<usize>,
     room: Condvar,
+    /// The caller cancelled the call (`ucall.cancel`).
+    cancelled: AtomicBool,
 }
 
 impl Credit {
@@ -75,14 +90,16 @@ impl Credit {
         Arc::new(Credit::default())
     }
 
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.taken.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Take one credit: at once if there is room, else (with `wait`) once there is, as
     /// long as `present` says the caller is there. `Ok(false)`: no room, not waiting.
-    fn take(&self, present: impl Fn() -> bool, wait: bool) -> Result<bool, StreamError> {
-        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn take(&self, present: impl Fn() -> bool, wait: bool) -> Result<bool, StreamError> {
+        let mut taken = self.lock();
         loop {
-            if !present() {
-                return Err(StreamError::Gone);
-            }
+            self.check(&present)?;
             if *taken < WINDOW {
                 *taken += 1;
                 return Ok(true);
@@ -98,118 +115,12 @@ impl Credit {
         }
     }
 
-    fn has_room(&self) -> bool {
-        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) < WINDOW
-    }
-
-    /// An item left the window: its producer may send another.
-    pub(crate) fn give_back(&self) {
-        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
-        *taken = taken.saturating_sub(1);
-        drop(taken);
-        self.room.notify_one();
-    }
-}
-
-/// The error a call that cannot stream is answered with (in a batch, as a notification,
-/// over HTTP/1.0 or a REST-style URL).
-pub(crate) fn not_streamable() -> RpcError {
-    RpcError::new(
-        ErrorCode::InvalidRequest.code(),
-        "Invalid Request: this method streams its result; call it alone and with an id \
-         (not in a batch, not as a notification, not over HTTP/1.0 or a REST-style URL)",
-    )
-}
-
-/// Sending the items of a streamed reply (made with [`crate::Reply::stream`]).
-impl Deferred {
-    /// Whether this reply carries items before its final reply.
-    #[must_use]
-    pub fn is_streamed(&self) -> bool {
-        self.stream.is_some()
-    }
-
-    /// Send `item`, serialized to JSON, waiting while [`WINDOW`] items are on their way.
-    ///
-    /// # Errors
-    /// [`StreamError::Gone`] once the caller has gone (stop producing then);
-    /// [`StreamError::Invalid`] when `item` cannot be serialized.
-    pub fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), StreamError> {
-        let json = serde_json::to_vec(item).map_err(|e| {
-            StreamError::Invalid(RpcError::internal(format!(
-                "Internal error: an item cannot be serialized: {e}"
-            )))
-        })?;
-        self.send_item_trusted(json)
-    }
-
-    /// Send `json`, checked to be one valid JSON text, as the next item (see
-    /// [`Deferred::send_item`]).
-    ///
-    /// # Errors
-    /// As [`Deferred::send_item`].
-    pub fn send_item_raw(&self, json: &str) -> Result<(), StreamError> {
-        if serde_json::from_str::<serde::de::IgnoredAny>(json).is_err() {
-            return Err(StreamError::Invalid(RpcError::internal(
-                "Internal error: the procedure streamed invalid JSON",
-            )));
-        }
-        self.send_item_trusted(json.trim().as_bytes().to_vec())
-    }
-
-    /// Send `json` as the next item without checking it: the caller guarantees one valid
-    /// JSON text. Waits while [`WINDOW`] items are on their way.
-    ///
-    /// # Errors
-    /// [`StreamError::Gone`] once the caller has gone; [`StreamError::NotStreamed`] for a
-    /// reply made with [`crate::Reply::defer`].
-    pub fn send_item_trusted(&self, json: Vec<u8>) -> Result<(), StreamError> {
-        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
-        credit.take(|| !self.is_abandoned(), true)?;
-        self.push_item(credit, json);
-        Ok(())
-    }
-
-    /// Send `json` (trusted, as [`Deferred::send_item_trusted`]) only if there is room
-    /// now; `Ok(false)` (nothing sent) when [`WINDOW`] items are on their way. For
-    /// producers that must not block (an event loop): they wait with
-    /// [`Deferred::wait_for_room`] on a thread of their own, or try again later.
-    ///
-    /// # Errors
-    /// As [`Deferred::send_item_trusted`].
-    pub fn try_send_item_trusted(&self, json: Vec<u8>) -> Result<bool, StreamError> {
-        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
-        if !credit.take(|| !self.is_abandoned(), false)? {
-            return Ok(false);
-        }
-        self.push_item(credit, json);
-        Ok(true)
-    }
-
-    /// Whether an item could be sent now without waiting.
-    ///
-    /// # Errors
-    /// As [`Deferred::send_item_trusted`].
-    pub fn has_room(&self) -> Result<bool, StreamError> {
-        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
-        if self.is_abandoned() {
-            return Err(StreamError::Gone);
-        }
-        Ok(credit.has_room())
-    }
-
-    /// Wait up to `timeout` for room for one more item; whether there is.
-    ///
-    /// # Errors
-    /// As [`Deferred::send_item_trusted`].
-    pub fn wait_for_room(&self, timeout: Duration) -> Result<bool, StreamError> {
-        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
+    /// Wait up to `timeout` for room for one more item (none is taken); whether there is.
+    pub(crate) fn wait_for_room(&self, present: impl Fn() -> bool, timeout: Duration) -> Result<bool, StreamError> {
         let until = Instant::now() + timeout;
-        let mut taken = credit.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut taken = self.lock();
         loop {
-            if self.is_abandoned() {
-                return Err(StreamError::Gone);
-            }
+            self.check(&present)?;
             if *taken < WINDOW {
                 return Ok(true);
             }
@@ -217,7 +128,7 @@ impl Deferred {
             if left.is_zero() {
                 return Ok(false);
             }
-            taken = credit
+            taken = self
                 .room
                 .wait_timeout(taken, left.min(PRESENCE_CHECK))
                 .unwrap_or_else(PoisonError::into_inner)
@@ -225,7 +136,63 @@ impl Deferred {
         }
     }
 
-    pub(crate) fn make_streamed(&mut self) {
-        self.stream = Some(Credit::new());
+    /// Why no item may be sent any more, if so.
+    pub(crate) fn check(&self, present: impl Fn() -> bool) -> Result<(), StreamError> {
+        if self.is_cancelled() {
+            Err(StreamError::Cancelled)
+        } else if present() {
+            Ok(())
+        } else {
+            Err(StreamError::Gone)
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        let _taken = self.lock();
+        self.room.notify_all();
+    }
+
+    pub(crate) fn has_room(&self) -> bool {
+        *self.lock() < WINDOW
+    }
+
+    /// An item left the window: its producer may send another.
+    pub(crate) fn give_back(&self) {
+        let mut taken = self.lock();
+        *taken = taken.saturating_sub(1);
+        drop(taken);
+        self.room.notify_one();
+    }
+}
+
+/// The streamed calls of one connection under way, by id, for `ucall.cancel`.
+#[derive(Debug, Default)]
+pub struct Streams(Mutex<Vec<(Box<str>, Weak<Credit>)>>);
+
+impl Streams {
+    pub(crate) fn register(&self, id: &str, credit: &Arc<Credit>) {
+        let mut streams = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        streams.retain(|(_, credit)| credit.strong_count() > 0);
+        streams.push((id.into(), Arc::downgrade(credit)));
+    }
+
+    /// Cancel the streamed call `id` (raw JSON, as sent); whether one was under way.
+    pub(crate) fn cancel(&self, id: &str) -> bool {
+        let streams = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found = false;
+        for credit in streams
+            .iter()
+            .filter(|(sent, _)| &**sent == id)
+            .filter_map(|(_, c)| c.upgrade())
+        {
+            credit.cancel();
+            found = true;
+        }
+        found
     }
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Streamed replies (docs/streaming.md): items as `ucall.stream` notifications over raw TCP
 //! and WebSocket, as lines of a chunked `application/jsonl` body over HTTP, then the final
-//! reply; refused where a call cannot stream; stopped when the caller goes; bounded when
-//! the caller reads slowly. On every engine.
+//! reply (server-sent events when asked); refused where a call cannot stream; stopped when
+//! the caller goes or cancels; bounded when the caller reads slowly. On every engine.
 
 mod common;
 
@@ -51,7 +51,12 @@ fn serve(engine: EngineKind, seen: &Arc<Seen>) -> ServerHandle {
                 }
                 Err(StreamError::Gone) => {
                     seen.stopped.store(true, Ordering::SeqCst);
-                    stream.error(RpcError::internal("cancelled"));
+                    stream.error(RpcError::internal("gone"));
+                    return;
+                }
+                Err(StreamError::Cancelled) => {
+                    seen.stopped.store(true, Ordering::SeqCst);
+                    stream.error(ucall_core::defer::cancelled());
                     return;
                 }
                 Err(other) => panic!("unexpected {other}"),
@@ -310,5 +315,59 @@ fn a_slow_reader_holds_the_producer_back() {
             assert_eq!(&item[..8], format!("{i:08}"), "items in order");
         }
         assert_reply(&conn.read_line(), "1", &total.to_string());
+    });
+}
+
+#[test]
+fn http_streams_server_sent_events_when_asked() {
+    for_each_engine(|engine| {
+        let server = serve(engine, &Arc::default());
+        let mut conn = Conn::to(&server);
+        let body = call("count", "[2]", "1");
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.send(request.as_bytes());
+        let head = read_stream_head(&mut conn);
+        assert!(head.iter().any(|l| l == "Content-Type: text/event-stream"), "{head:?}");
+        let body = read_chunked(&mut conn);
+        let text = String::from_utf8(body).unwrap();
+        let events: Vec<&str> = text.split("\n\n").collect();
+        assert_eq!(events.len(), 4, "two items, the reply, and the empty rest: {text:?}");
+        assert_item(events[0].strip_prefix("data: ").unwrap().as_bytes(), "1", "0");
+        assert_item(events[1].strip_prefix("data: ").unwrap().as_bytes(), "1", "1");
+        assert_reply(events[2].strip_prefix("data: ").unwrap().as_bytes(), "1", r#""done""#);
+        assert!(events[3].is_empty());
+    });
+}
+
+#[test]
+fn ucall_cancel_stops_a_stream_on_the_same_connection() {
+    for_each_engine(|engine| {
+        let seen = Arc::new(Seen::default());
+        let server = serve(engine, &seen);
+        let mut conn = Conn::to(&server);
+        conn.send(format!("{}\n", call("endless", "[]", r#""s1""#)).as_bytes());
+        conn.read_line();
+        // Cancelling another id finds nothing; cancelling the stream ends it with -32800.
+        conn.send(format!("{}\n", call("ucall.cancel", r#"{"id":"s2"}"#, "2")).as_bytes());
+        conn.send(format!("{}\n", call("ucall.cancel", r#"{"id":"s1"}"#, "3")).as_bytes());
+        let mut lines = Vec::new();
+        loop {
+            let line = conn.read_line();
+            let message = parse_reply(&line);
+            if message.get("method").is_none() {
+                lines.push(line);
+                if lines.len() == 3 {
+                    break;
+                }
+            }
+        }
+        common::assert_error(&lines[0], -32800, r#""s1""#);
+        assert_reply(&lines[1], "2", "false");
+        assert_reply(&lines[2], "3", "true");
+        assert!(seen.stopped.load(Ordering::SeqCst), "the producer saw the cancel");
     });
 }

@@ -18,9 +18,13 @@ use ucall_core::{Deferred, RpcError, StreamError};
 
 use crate::procedure::Hooks;
 
-/// The final reply of a stream whose caller has gone (nobody reads it).
-fn gone() -> RpcError {
-    RpcError::internal("Internal error: the caller has gone")
+/// The final reply of a stream that ended because of `why`: cancelled by its caller
+/// (`-32800`), or its caller has gone (nobody reads it).
+fn stopped(why: &StreamError) -> RpcError {
+    match why {
+        StreamError::Cancelled => ucall_core::defer::cancelled(),
+        _ => RpcError::internal("Internal error: the caller has gone"),
+    }
 }
 
 /// Stream the items of `source`, what a streaming procedure returned, then complete
@@ -72,9 +76,9 @@ pub(crate) fn drive<'py>(
                     reply.error(error);
                     return None;
                 }
-                if py.detach(|| reply.send_item_trusted(json)).is_err() {
+                if let Err(why) = py.detach(|| reply.send_item_trusted(json)) {
                     close(&source, "close");
-                    reply.error(gone());
+                    reply.error(stopped(&why));
                     return None;
                 }
             }
@@ -133,7 +137,7 @@ impl StreamReply {
             .map_err(|e| PyValueError::new_err(e.message().to_string()))?;
         Ok(match self.with(|reply| reply.try_send_item_trusted(json)) {
             Some(Ok(sent)) => Some(sent),
-            Some(Err(StreamError::Invalid(error))) => return Err(PyValueError::new_err(error.message().to_string())),
+            Some(Err(StreamError::Invalid(why))) => return Err(PyValueError::new_err(why)),
             Some(Err(_)) | None => None,
         })
     }
@@ -149,8 +153,10 @@ impl StreamReply {
             .and_then(|c| c.is_truthy())
             .unwrap_or(false)
         {
-            let error = if reply.is_abandoned() {
-                gone()
+            let error = if reply.is_cancelled() {
+                stopped(&StreamError::Cancelled)
+            } else if reply.is_abandoned() {
+                stopped(&StreamError::Gone)
             } else {
                 RpcError::internal("Internal error: the call was cancelled")
             };

@@ -54,6 +54,9 @@ pub struct RequestHead {
     pub websocket_key: Option<[u8; 24]>,
     /// Where the CORS request headers are in the head's bytes.
     pub cors: cors::Fields,
+    /// `Accept` names `text/event-stream`: a streamed reply goes as server-sent events
+    /// (docs/streaming.md).
+    pub event_stream: bool,
 }
 
 /// Result of looking for a request head at the start of the buffered input.
@@ -183,6 +186,9 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 }
             }
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
+            6 if name.eq_ignore_ascii_case("accept") => {
+                head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
+            }
             6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
                 head.expect_continue = minor_version >= 1;
             }

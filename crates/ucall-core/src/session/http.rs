@@ -313,7 +313,14 @@ impl Http {
                 out,
                 text,
                 base,
-                MessageKind::Http(persistence),
+                MessageKind::Http(
+                    persistence,
+                    if head.event_stream {
+                        super::Lines::Events
+                    } else {
+                        super::Lines::Json
+                    },
+                ),
                 headers,
                 &mut ctx.scratch.jsonrpc.deferred,
             );

@@ -119,8 +119,41 @@ struct PendingMessage {
 #[derive(Debug, Clone, Copy)]
 enum MessageKind {
     Stream,
-    Http(Persistence),
+    Http(Persistence, Lines),
     WebSocket,
+}
+
+/// How a streamed reply's messages are framed in an HTTP body (docs/streaming.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    /// `application/jsonl`: one message per line.
+    Json,
+    /// `text/event-stream` (server-sent events): one `data:` event per message.
+    Events,
+}
+
+impl Lines {
+    fn content_type(self) -> &'static [u8] {
+        match self {
+            Lines::Json => b"application/jsonl",
+            Lines::Events => b"text/event-stream",
+        }
+    }
+
+    /// Append `message` (one line of JSON) framed as one line or event.
+    fn frame(self, message: &[u8], out: &mut Vec<u8>) {
+        match self {
+            Lines::Json => {
+                out.extend_from_slice(message);
+                out.push(b'\n');
+            }
+            Lines::Events => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(message);
+                out.extend_from_slice(b"\n\n");
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -414,18 +447,19 @@ impl Session {
                 jsonrpc::write_item(out.data(), id, item);
                 commit_ws_text(out, start);
             }
-            MessageKind::Http(persistence) => {
+            MessageKind::Http(persistence, lines) => {
                 let data = out.data();
                 let start = data.len();
                 if !*streamed {
                     *streamed = true;
-                    http1::write_stream_head(data, persistence, headers, date, JSON_LINES);
+                    http1::write_stream_head(data, persistence, headers, date, lines.content_type());
                 }
-                let mut line = Vec::with_capacity(item.len() + 64);
-                jsonrpc::write_item(&mut line, id, item);
-                one_line(&mut line);
-                line.push(b'\n');
-                http1::write_chunk(data, &line);
+                let mut message = Vec::with_capacity(item.len() + 64);
+                jsonrpc::write_item(&mut message, id, item);
+                one_line(&mut message);
+                let mut framed = Vec::with_capacity(message.len() + 8);
+                lines.frame(&message, &mut framed);
+                http1::write_chunk(data, &framed);
                 let end = data.len();
                 out.commit(start..end);
             }
@@ -485,7 +519,7 @@ impl Session {
         let Some(last) = self.calls.pending.back_mut() else {
             return false;
         };
-        if let MessageKind::Http(persistence) = &mut last.kind {
+        if let MessageKind::Http(persistence, _) = &mut last.kind {
             *persistence = Persistence::Close;
         }
         self.closing = true;
@@ -646,28 +680,26 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(_) if streamed => {
-            // The final reply is the body's last line (docs/streaming.md).
-            let mut line = OutBuf::new();
-            write_completed(&text, slots, &mut line, false);
-            let mut line = std::mem::take(line.data());
-            one_line(&mut line);
-            line.push(b'\n');
+        MessageKind::Http(_, lines) if streamed => {
+            // The final reply is the body's last line or event (docs/streaming.md).
+            let mut reply = OutBuf::new();
+            write_completed(&text, slots, &mut reply, false);
+            let mut reply = std::mem::take(reply.data());
+            one_line(&mut reply);
+            let mut framed = Vec::with_capacity(reply.len() + 8);
+            lines.frame(&reply, &mut framed);
             let data = out.data();
             let start = data.len();
-            http1::write_chunk(data, &line);
+            http1::write_chunk(data, &framed);
             data.extend_from_slice(http1::LAST_CHUNK);
             let end = data.len();
             out.commit(start..end);
         }
-        MessageKind::Http(persistence) => http1::respond_out(out, persistence, &headers, date, |out| {
+        MessageKind::Http(persistence, _) => http1::respond_out(out, persistence, &headers, date, |out| {
             Some(write_completed(&text, slots, out, true))
         }),
     });
 }
-
-/// The `Content-Type` of a streamed reply over HTTP: one JSON text per line.
-const JSON_LINES: &[u8] = b"application/jsonl";
 
 /// Results at least this large are attached to the output rather than copied into it.
 const ATTACH_MIN: usize = 64 << 10;
