@@ -13,7 +13,8 @@ use crate::defer::{Meter, Target};
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{as_text, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
-use crate::router::{Call, Handler, Reply, Router};
+use crate::router::{Call, Cancel, Handler, Reply, Router};
+use crate::streaming::CANCEL_METHOD;
 
 /// What processing one message produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +222,13 @@ fn call(
             out.extend_from_slice(b",\"result\":");
             let call = Call::new(&request.method, request.params, id).with_context(context);
             run(found, &call, router.metrics(), deferrals, out)
+        }
+        None if &*request.method == CANCEL_METHOD => {
+            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            out.extend_from_slice(id.unwrap_or("null").as_bytes());
+            out.extend_from_slice(b",\"result\":");
+            let call = Call::new(&request.method, request.params, id).with_context(context);
+            invoke(&Cancel, &call, deferrals, out)
         }
         None => {
             if let Some(metrics) = router.metrics() {

@@ -171,14 +171,19 @@ impl Router {
     }
 }
 
-/// Answers [`crate::streaming::CANCEL_METHOD`]: cancels the streamed call named by its
-/// `id` param on the same connection; answers whether one was under way.
-struct Cancel;
+/// Answers [`crate::streaming::CANCEL_METHOD`] where no procedure has that name (not in
+/// the table, so that every other lookup stays as it was): cancels the streamed call named
+/// by its `id` param on the same connection; answers whether one was under way.
+pub(crate) struct Cancel;
 
 impl Handler for Cancel {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
-        let id: &serde_json::value::RawValue = call.get(0, "id")?;
-        let found = reply.streams().is_some_and(|streams| streams.cancel(id.get().trim()));
+        // The id's text as sent (the params are valid JSON already).
+        let id = call
+            .params()
+            .raw_at(0, "id")
+            .ok_or_else(|| RpcError::missing_param("id"))?;
+        let found = reply.streams().is_some_and(|streams| streams.cancel(id.trim()));
         reply.json(&found)
     }
 }
@@ -230,9 +235,7 @@ impl Router {
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }
-        if self.get(crate::streaming::CANCEL_METHOD).is_none() {
-            self.insert(crate::streaming::CANCEL_METHOD, Arc::new(Cancel));
-        }
+
         // Each procedure gets its hooks once, here, so that a call's lookup stays one.
         for hook in std::mem::take(&mut self.hooks).iter().rev() {
             for procedure in self.procedures.values_mut() {
