@@ -278,7 +278,8 @@ impl Procedure {
             Err(error) => reply.error(error),
             // A generator (or async generator) procedure: its items, then its end.
             Ok(result) if reply.is_streamed() => {
-                return crate::streaming::drive(py, &self.hooks, &self.name, result, reply);
+                let hooks: Arc<dyn crate::streaming::StreamHooks> = self.hooks.clone();
+                return crate::streaming::drive(py, &hooks, &self.name, result, reply);
             }
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
                 let reply = DeferredReply {
@@ -349,6 +350,20 @@ impl DeferredReply {
         if let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() {
             deferred.error(self.hooks.error(py, error, &self.method));
         }
+    }
+}
+
+impl crate::streaming::StreamHooks for Hooks {
+    fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        Hooks::serialize(self, value, out)
+    }
+
+    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
+        Hooks::error(self, py, error, method)
+    }
+
+    fn has_loop(&self) -> bool {
+        self.submit.is_some()
     }
 }
 

@@ -16,7 +16,18 @@ use pyo3::types::PyTuple;
 
 use ucall_core::{Deferred, RpcError, StreamError};
 
-use crate::procedure::Hooks;
+/// What driving a stream needs of the server's Python hooks (`crate::procedure::Hooks`
+/// implements it; this module sits below the procedures).
+pub(crate) trait StreamHooks: Send + Sync {
+    /// Serialize a value the handler yielded or returned into `out`.
+    fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError>;
+    /// The JSON-RPC error for an exception `method`'s handler raised (logged as any).
+    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError;
+    /// Whether the server runs an asyncio loop for async handlers.
+    fn has_loop(&self) -> bool;
+}
+
+type Hooks = Arc<dyn StreamHooks>;
 
 /// The final reply of a stream that ended because of `why`: cancelled by its caller
 /// (`-32800`), or its caller has gone (nobody reads it).
@@ -32,13 +43,14 @@ fn stopped(why: &StreamError) -> RpcError {
 /// loop instead.
 pub(crate) fn drive<'py>(
     py: Python<'py>,
-    hooks: &Arc<Hooks>,
+    hooks: &Hooks,
     method: &Arc<str>,
     source: Bound<'py, PyAny>,
     reply: Deferred,
 ) -> Option<Bound<'py, PyAny>> {
-    let is_async = source.hasattr("__anext__").unwrap_or(false) || crate::procedure::is_awaitable(&source);
-    if is_async && hooks.submit.is_some() {
+    // An async generator, or an awaitable of one (async middleware around the handler).
+    let is_async = source.hasattr("__anext__").unwrap_or(false) || source.hasattr("__await__").unwrap_or(false);
+    if is_async && hooks.has_loop() {
         let stream = StreamReply {
             reply: Mutex::new(Some(reply)),
             hooks: Arc::clone(hooks),
@@ -112,7 +124,7 @@ fn close(source: &Bound<'_, PyAny>, how: &str) {
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct StreamReply {
     reply: Mutex<Option<Deferred>>,
-    hooks: Arc<Hooks>,
+    hooks: Hooks,
     method: Arc<str>,
 }
 

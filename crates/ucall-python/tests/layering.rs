@@ -13,6 +13,7 @@ const RANKS: &[(&str, u32)] = &[
     ("logs", 0),
     ("context", 1),
     ("params", 1),
+    ("streaming", 1),
     ("procedure", 2),
     ("runtime", 3),
     ("batch", 3),
