@@ -96,13 +96,14 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
 	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
 	@# 9,000 of them, and after they close) and js/bench/echo.mjs (the JS client beside jayson and
-	@# json-rpc-2.0) add their tables to the brief,
+	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) add their tables to the brief,
 	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
 	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
 	$(PY) benches/idle_memory.py --servers rust,python --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin bench_server && \
@@ -114,6 +115,13 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothing
 	@scripts/setup.sh bench
 	$(BENCH) --quick
+	$(PY) benches/middleware.py --quick
+
+.PHONY: bench-middleware
+bench-middleware: python  ## One Python middleware's cost per call (about 1 minute), beside FastAPI's when benches/.venv-peers exists
+	@benches/setup_peers.sh >/dev/null || true  # FastAPI's venv; a failed install shows in the table
+	cargo build --release --quiet -p ucall-bench --bin ucall-load
+	$(PY) benches/middleware.py
 
 .PHONY: bench-client
 bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust and C clients beside grpcio and httpx

@@ -21,7 +21,7 @@ import weakref
 from typing import Any, Callable, Sequence, TypeVar, overload
 
 from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
-from ucall.exceptions import RPCError
+from ucall.exceptions import HTTPError, RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +53,7 @@ def _log_failure(method: str, error: BaseException, trace: types.TracebackType |
 
 
 class _Procedure:
-    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name")
+    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name", "timeout")
 
     def __init__(
         self,
@@ -63,8 +63,10 @@ class _Procedure:
         localns: dict[str, Any] | None,
         description: dict[str, Any],
         batch: _BatchPlan | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.timeout = timeout
         self.func = func
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
@@ -101,6 +103,14 @@ def _caller_locals() -> dict[str, Any] | None:
     return dict(frame.f_locals)
 
 
+async def _bounded(coroutine: Any, seconds: float) -> Any:
+    """``coroutine``, cancelled past its deadline: the caller gets "deadline exceeded"."""
+    try:
+        return await asyncio.wait_for(coroutine, max(seconds, 0.0))
+    except asyncio.TimeoutError:
+        raise HTTPError(*_ucall.DEADLINE_EXCEEDED) from None
+
+
 class _EventLoop:
     """An asyncio loop on a thread of its own, for ``async def`` handlers."""
 
@@ -113,13 +123,15 @@ class _EventLoop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def submit(self, items: list[tuple[Any, Any]]) -> None:
-        """Start ``(coroutine, reply)`` pairs on the loop; called by the worker threads."""
+    def submit(self, items: list[tuple[Any, Any, float | None]]) -> None:
+        """Start ``(coroutine, reply, seconds)`` on the loop, each cancelled ``seconds`` from
+        now when not ``None``; called by the worker threads."""
         self.loop.call_soon_threadsafe(self._start, items)
 
-    def _start(self, items: list[tuple[Any, Any]]) -> None:
-        for coroutine, reply in items:
-            self.loop.create_task(coroutine).add_done_callback(reply.settle)
+    def _start(self, items: list[tuple[Any, Any, float | None]]) -> None:
+        for coroutine, reply, seconds in items:
+            task = coroutine if seconds is None else _bounded(coroutine, seconds)
+            self.loop.create_task(task).add_done_callback(reply.settle)
 
     def close(self) -> None:
         async def cancel_the_rest() -> None:
@@ -336,6 +348,7 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        timeout: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def __call__(
@@ -348,10 +361,17 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        timeout: float | None = None,
     ) -> F | Callable[[F], F]:
         """``@server`` registers a function under its own name and returns it unchanged;
-        ``@server(examples=[...], errors=[...])`` describes it further (see ``route``)."""
-        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+        ``@server(examples=[...], errors=[...], timeout=2.0)`` says more (see ``route``)."""
+        describe: dict[str, Any] = {
+            "summary": summary,
+            "description": description,
+            "examples": examples,
+            "errors": errors,
+            "timeout": timeout,
+        }
         if func is None:
             return lambda f: self.route(f, name=name, **describe)
         return self.route(func, name=name, **describe)
@@ -369,6 +389,7 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        timeout: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def method(
@@ -380,10 +401,17 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        timeout: float | None = None,
     ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
-        describe: dict[str, Any] = {"summary": summary, "description": description, "examples": examples, "errors": errors}
+        describe: dict[str, Any] = {
+            "summary": summary,
+            "description": description,
+            "examples": examples,
+            "errors": errors,
+            "timeout": timeout,
+        }
         if callable(name):  # used without parentheses: the function came as the name
             return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
 
@@ -468,9 +496,14 @@ class Server:
         description: str | None = None,
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
+        timeout: float | None = None,
         _batch_options: dict[str, Any] | None = None,
     ) -> F:
         """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
+
+        ``timeout`` (seconds) bounds each call: past it the caller gets "deadline exceeded"
+        at once (HTTP 504), an ``async def`` handler is cancelled, and a plain one's late
+        result is dropped. A caller may ask for less (see docs/context-and-middleware.md).
 
         Its description (``rpc.discover``, ``/openrpc.json``, ``/openapi.json``, ``/docs``)
         comes from its type hints and docstring; ``summary`` and ``description`` replace
@@ -480,6 +513,8 @@ class Server:
         """
         if not callable(func):
             raise TypeError(f"a procedure must be callable, got {func!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         name = name if name is not None else getattr(func, "__name__", None)
         if not name:
             raise ValueError("the procedure needs a name: use @server.method('name')")
@@ -505,7 +540,7 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, batch)
+            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, batch, timeout)
         return func
 
     @property
@@ -640,6 +675,7 @@ class Server:
                         ignore,
                         async_middleware or _is_async(func) or inspect.isasyncgenfunction(func),
                         _signature.context_param(func, procedure.localns),
+                        procedure.timeout,
                         streams=streams,
                     )
                 if HEALTH not in self._procedures:

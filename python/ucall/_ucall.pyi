@@ -6,6 +6,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, final
 __all__ = [
     "BatchReply",
     "Context",
+    "DEADLINE_EXCEEDED",
     "DeferredReply",
     "ERROR_CODES",
     "NativeClient",
@@ -26,6 +27,8 @@ ERROR_CODES: dict[str, int]
 #: The range left to server-defined errors.
 SERVER_ERROR_MIN: int
 SERVER_ERROR_MAX: int
+#: ``(status, message)`` of the error a caller gets at its call's deadline (the core's).
+DEADLINE_EXCEEDED: tuple[int, str]
 
 #: ``(name, kind, check, converter, has_default, default)``; see ``ucall._signature``.
 _ParamSpec = tuple[str, int, int, Optional[Callable[[Any], Any]], bool, Any]
@@ -43,7 +46,7 @@ class NativeServer:
         encode: Callable[[Any], Any],
         rpc_error: type[BaseException],
         describe: Optional[Callable[[BaseException, Any], str]] = None,
-        submit: Optional[Callable[[list[tuple[Any, "DeferredReply"]]], None]] = None,
+        submit: Optional[Callable[[list[tuple[Any, Any, Optional[float]]]], None]] = None,
         *,
         log_failure: Optional[Callable[[str, BaseException, Any], None]] = None,
         middleware: Optional[Callable[[Context, Any, Any, Any], Any]] = None,
@@ -79,6 +82,7 @@ class NativeServer:
         ignore_extra: bool,
         is_async: bool = False,
         context: Optional[tuple[str, Optional[int]]] = None,
+        timeout: Optional[float] = None,
         streams: bool = False,
     ) -> None:
         """Register ``func`` under ``name``; only before ``start``. ``context``: the
@@ -185,6 +189,14 @@ class Context:
     def id(self) -> Any:
         """The JSON-RPC id (``None`` for a notification and a REST-style call)."""
     @property
+    def timeout(self) -> Optional[float]:
+        """The seconds the caller allows the call (``UCall-Timeout`` header or ``"timeout"``
+        member), or ``None``."""
+    @property
+    def deadline(self) -> Optional[float]:
+        """When the caller stops waiting, on ``time.monotonic()``'s clock (the earlier of the
+        procedure's ``timeout=`` and the caller's), or ``None``."""
+    @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""
 
@@ -206,7 +218,8 @@ class NativeClient:
     def calls(
         self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
     ) -> List[Tuple[Optional[int], bytes, bool]]:
-        """Send ``(method, params, id)`` calls back to back, reading while writing."""
+        """Send ``(method, params, id)`` calls back to back, reading while writing; each
+        carries ``timeout`` as its deadline member ``"timeout"``."""
     def send(
         self, requests: Sequence[Any], replies: int, encode: Callable[[Any], Any], timeout: Optional[float]
     ) -> List[Tuple[Optional[int], bytes, bool]]:
@@ -220,7 +233,10 @@ class NativeMux:
     def __new__(
         cls, host: str, port: int, protocol: str, path: str, timeout: Optional[float], notify_fd: int
     ) -> "NativeMux": ...
-    def call(self, method: str, params: Any, id: Optional[int], encode: Callable[[Any], Any]) -> int: ...
+    def call(
+        self, method: str, params: Any, id: Optional[int], encode: Callable[[Any], Any], timeout: Optional[float] = None
+    ) -> int:
+        """Submit a call (with ``timeout``, its deadline member); its ticket."""
     def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
     def take(self) -> List[Tuple[int, Optional[int], Optional[bytes], bool, Optional[BaseException]]]:
         """Every completion so far: ``(ticket, status, body, close, error)``."""

@@ -40,9 +40,9 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Iterable, Union, overload
 
 from ucall import _codec, _streamed
-from ucall._ucall import NativeClient, NativeMux
+from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
-from ucall.exceptions import ConnectError, ProtocolError, RPCError, TimeoutError, TransportError
+from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
 __all__ = ["AsyncClient", "AsyncStream", "Batch", "Client", "ClientTLS", "Response", "Stream"]
 
@@ -143,12 +143,20 @@ def _params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return None
 
 
-def _request(method: str, params: Any, request_id: int | None) -> dict[str, Any]:
+#: ``(code, message)`` of the error a server answers a call with at its deadline (the core's).
+_DEADLINE = (HTTPError(*DEADLINE_EXCEEDED).code, DEADLINE_EXCEEDED[1])
+
+
+def _request(method: str, params: Any, request_id: int | None, timeout: float | None = None) -> dict[str, Any]:
+    """A call's request object; with ``timeout``, its deadline in seconds as the optional
+    ``"timeout"`` member, so that the server stops waiting for the call when the client does."""
     request: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
     if params is not None:
         request["params"] = params
     if request_id is not None:
         request["id"] = request_id
+    if timeout is not None:
+        request["timeout"] = timeout
     return request
 
 
@@ -347,9 +355,18 @@ class _Endpoint:
     def _where(self) -> str:
         return host_port(self.uri, self.port)
 
+    def _in_time(self, response: Response) -> Response:
+        """``response``, unless the server gave up on the call at its deadline: a client
+        with a ``timeout`` (which it sent as the call's deadline) raises ``TimeoutError``
+        then, as when no reply comes in time; the connection stays usable."""
+        error = response.data.get("error") if self.timeout is not None and isinstance(response.data, dict) else None
+        if isinstance(error, dict) and (error.get("code"), error.get("message")) == _DEADLINE:
+            raise TimeoutError(f"no result from {self._where} within {self.timeout} s: the server's {_DEADLINE[1]!r}")
+        return response
+
     def _requests(self, calls: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
         """A request per ``(method, params)``, each with an id of its own."""
-        return [_request(m, _codec.pack(p) if p is not None else None, self.next_id()) for m, p in calls]
+        return [_request(m, _codec.pack(p) if p is not None else None, self.next_id(), self.timeout) for m, p in calls]
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -453,16 +470,16 @@ class Client(_Endpoint):
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
         if self._native is not None:
-            return self._native_calls([(method, _native_params(args, kwargs))])[0]
-        request = _request(method, _params(args, kwargs), self.next_id())
+            return self._in_time(self._native_calls([(method, _native_params(args, kwargs))])[0])
+        request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         response: Response = self._exchange(request)
-        return response
+        return self._in_time(response)
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
         """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
-        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id())
+        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
         response: Response = self._exchange(request, progress)
-        return response
+        return self._in_time(response)
 
     def stream(self, method: str, *args: Any, **kwargs: Any) -> Stream:
         """Call ``method``, which streams its result (a generator on the server): iterate
@@ -475,7 +492,7 @@ class Client(_Endpoint):
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
-        self._exchange(_request(method, _params(args, kwargs), None))
+        self._exchange(_request(method, _params(args, kwargs), None, self.timeout))
 
     def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
         """Send an explicit request object, or a list of them as a batch. ``jsonrpc`` and
@@ -1145,10 +1162,11 @@ class AsyncClient(_Endpoint):
         if self._native_protocol is not None:
             request_id = self.next_id()
             mux = self._native_mux()
-            reply = await mux.wait(mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode))
-            return Client._check(Response(_decode(reply)), {"id": request_id})
-        request = _request(method, _params(args, kwargs), self.next_id())
-        return await self._exchange(request)  # type: ignore[no-any-return]
+            params = _native_params(args, kwargs)
+            reply = await mux.wait(mux.native.call(method, params, request_id, _native_encode, self.timeout))
+            return self._in_time(Client._check(Response(_decode(reply)), {"id": request_id}))
+        request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
+        return self._in_time(await self._exchange(request))
 
     def stream(self, method: str, *args: Any, **kwargs: Any) -> AsyncStream:
         """As ``Client.stream``: ``async for token in client.stream("generate", prompt=...)``.
@@ -1157,7 +1175,7 @@ class AsyncClient(_Endpoint):
         return AsyncStream(self, method, _params(args, kwargs))
 
     async def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
-        await self._exchange(_request(method, _params(args, kwargs), None))
+        await self._exchange(_request(method, _params(args, kwargs), None, self.timeout))
 
     async def __call__(self, request: dict[str, Any] | list[dict[str, Any]]) -> Any:
         if isinstance(request, list):

@@ -9,6 +9,7 @@
 //! copies no head and, on io_uring, asks the kernel for no address.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// The protocol a call arrived over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -43,6 +44,8 @@ pub struct Context<'a> {
     /// The HTTP request head as received (request line and header fields); for WebSocket
     /// the upgrade request's; empty over raw TCP or when not kept.
     head: &'a [u8],
+    /// The time the caller allows the call (`UCall-Timeout`, or the request's `"timeout"`).
+    timeout: Option<Duration>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -52,6 +55,7 @@ pub const NONE: Context<'static> = Context {
     tls: false,
     peer: None,
     head: &[],
+    timeout: None,
 };
 
 impl<'a> Context<'a> {
@@ -63,7 +67,23 @@ impl<'a> Context<'a> {
             tls,
             peer,
             head,
+            timeout: None,
         }
+    }
+
+    /// The same context with the caller's deadline budget `timeout`.
+    #[must_use]
+    pub fn with_timeout(self, timeout: Option<Duration>) -> Self {
+        Context { timeout, ..self }
+    }
+
+    /// The time the caller allows the call, counted from its arrival, if it said: the HTTP
+    /// header `UCall-Timeout`, or the request object's member `"timeout"` (the shorter of
+    /// the two). The server answers nothing on its own at that time; front ends that
+    /// bound calls (the Python one) do.
+    #[must_use]
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
     /// The protocol the call arrived over.

@@ -123,11 +123,13 @@ impl Sink {
         self.awaited() >= MAX_AWAITED
     }
 
-    fn push(&self, completion: Completion) {
+    /// Queue `completion`, waking the worker if nobody else will; with `always`, wake it
+    /// even while completions are held (see [`Deferred::error_now`]).
+    fn push(&self, completion: Completion, always: bool) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         // A non-empty queue was announced by the push that filled it and has not been
         // drained yet (draining takes everything under this lock): one wake is enough.
-        let wake = queue.is_empty() && !self.held.load(Ordering::Relaxed);
+        let wake = always || (queue.is_empty() && !self.held.load(Ordering::Relaxed));
         queue.push(completion);
         self.queued.store(true, Ordering::Release);
         drop(queue);
@@ -264,14 +266,17 @@ impl Deferred {
     pub(crate) fn push_item(&self, credit: &Arc<Credit>, json: Vec<u8>) {
         // Counted as awaited until drained, as every completion is (`Sink::drain`).
         self.sink.awaited.fetch_add(1, Ordering::Relaxed);
-        self.sink.push(Completion {
+        // Woken even while the worker's completions are held: an item leaves at once, also
+        // when its generator runs on the thread that turns the worker.
+        let completion = Completion {
             conn: self.conn,
             generation: self.generation,
             slot: self.slot,
             outcome: Ok(json),
             meter: None,
             item: Some(Arc::clone(credit)),
-        });
+        };
+        self.sink.push(completion, true);
     }
 
     /// Whether the caller is known to be gone (its connection ended): its reply would
@@ -286,7 +291,7 @@ impl Deferred {
     pub fn json<T: Serialize + ?Sized>(self, value: &T) {
         let outcome = serde_json::to_vec(value)
             .map_err(|e| RpcError::internal(format!("Internal error: result cannot be serialized: {e}")));
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
     /// Answer with `json`, which is checked to be one valid JSON text (`-32603` if not).
@@ -297,29 +302,38 @@ impl Deferred {
                 "Internal error: the procedure replied with invalid JSON",
             )),
         };
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
     /// Answer with an error.
     pub fn error(self, error: RpcError) {
-        self.finish(Err(error));
+        self.finish(Err(error), false);
     }
 
     /// Answer with a result or an error.
     pub fn complete(self, outcome: Outcome) {
-        self.finish(outcome);
+        self.finish(outcome, false);
     }
 
-    fn finish(mut self, outcome: Outcome) {
+    /// Answer with an error from outside the worker's turns (a deadline passed while the
+    /// call waits or runs): the worker is woken even while its completions are held, since
+    /// the thread that holds them may be the one running the late call, and the caller
+    /// should hear at once.
+    pub fn error_now(self, error: RpcError) {
+        self.finish(Err(error), true);
+    }
+
+    fn finish(mut self, outcome: Outcome, always_wake: bool) {
         self.done = true;
-        self.sink.push(Completion {
+        let completion = Completion {
             conn: self.conn,
             generation: self.generation,
             slot: self.slot,
             outcome,
             meter: self.meter,
             item: None,
-        });
+        };
+        self.sink.push(completion, always_wake);
     }
 }
 
@@ -327,14 +341,15 @@ impl Drop for Deferred {
     fn drop(&mut self) {
         if !self.done {
             let outcome = Err(RpcError::internal("Internal error: the procedure dropped its reply"));
-            self.sink.push(Completion {
+            let completion = Completion {
                 conn: self.conn,
                 generation: self.generation,
                 slot: self.slot,
                 outcome,
                 meter: self.meter,
                 item: None,
-            });
+            };
+            self.sink.push(completion, false);
         }
     }
 }

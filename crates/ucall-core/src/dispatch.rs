@@ -220,6 +220,15 @@ fn call(
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
             out.extend_from_slice(b",\"result\":");
+            // A `"timeout"` member tightens the deadline the message came with (a header's).
+            let bounded;
+            let context = match (request.timeout, context.timeout()) {
+                (None, _) => context,
+                (Some(own), shared) => {
+                    bounded = context.with_timeout(Some(shared.map_or(own, |shared| shared.min(own))));
+                    &bounded
+                }
+            };
             let call = Call::new(&request.method, request.params, id).with_context(context);
             run(found, &call, router.metrics(), deferrals, out)
         }

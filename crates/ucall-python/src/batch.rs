@@ -84,7 +84,9 @@ impl BatchRunner {
             // The batch went down with the reply: each call answers -32603.
             Err(e) => return e.write_unraisable(py, None),
         };
-        let list = PyTuple::new(py, [coroutine, reply.clone().into_any()]).and_then(|pair| PyList::new(py, [pair]));
+        // No deadline (`None`): batch procedures take none yet.
+        let item = [coroutine, reply.clone().into_any(), py.None().into_bound(py)];
+        let list = PyTuple::new(py, item).and_then(|item| PyList::new(py, [item]));
         if let Err(e) = list.and_then(|list| submit.bind(py).call1((list,))) {
             // The loop is gone (the server is stopping).
             reply.get().fail(py, &e);

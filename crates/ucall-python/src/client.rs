@@ -73,12 +73,14 @@ fn unserializable(why: &str) -> PyErr {
     }
 }
 
-/// One call's request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`.
+/// One call's request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`, with the
+/// client's `timeout` (seconds) as its deadline member `"timeout"` when it has one.
 fn call_body(
     method: &str,
     params: Option<&Bound<'_, PyAny>>,
     id: Option<u64>,
     encode: Option<&Bound<'_, PyAny>>,
+    timeout: Option<f64>,
 ) -> PyResult<Vec<u8>> {
     let mut out = Vec::with_capacity(96);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
@@ -90,6 +92,10 @@ fn call_body(
     if let Some(id) = id {
         out.extend_from_slice(b",\"id\":");
         out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    }
+    if let Some(seconds) = timeout.filter(|s| s.is_finite() && *s > 0.0) {
+        out.extend_from_slice(b",\"timeout\":");
+        out.extend_from_slice(ryu::Buffer::new().format_finite(seconds).as_bytes());
     }
     out.push(b'}');
     Ok(out)
@@ -164,7 +170,7 @@ impl NativeClient {
         let mut bodies = Vec::with_capacity(calls.len());
         for call in calls.iter() {
             let (method, params, id): (String, Bound<'py, PyAny>, Option<u64>) = call.extract()?;
-            bodies.push(call_body(&method, Some(&params), id, Some(encode))?);
+            bodies.push(call_body(&method, Some(&params), id, Some(encode), timeout)?);
         }
         let replies = bodies.len();
         self.run(py, bodies, replies, timeout)
@@ -251,15 +257,16 @@ impl NativeMux {
     }
 
     /// Submit a call; its ticket.
-    #[pyo3(signature = (method, params, id, encode))]
+    #[pyo3(signature = (method, params, id, encode, timeout=None))]
     fn call(
         &self,
         method: &str,
         params: &Bound<'_, PyAny>,
         id: Option<u64>,
         encode: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
     ) -> PyResult<u64> {
-        let body = call_body(method, Some(params), id, Some(encode))?;
+        let body = call_body(method, Some(params), id, Some(encode), timeout)?;
         self.submit(body, id.is_some())
     }
 

@@ -7,6 +7,7 @@
 //! objects are made from it only when a handler reads an attribute.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -26,11 +27,16 @@ pub struct Owned {
     id: Option<Box<str>>,
     /// The params as sent, for middleware (`None` when not kept, or none were sent).
     params: Option<Box<str>>,
+    /// The time the caller allows the call, if it said.
+    timeout: Option<std::time::Duration>,
+    /// When the call's caller stops waiting (its procedure's `timeout=` or the caller's).
+    deadline: Option<Instant>,
 }
 
 impl Owned {
-    /// What `call` says of itself; with `params`, its params text too (for middleware).
-    pub fn of(call: &Call<'_>, params: bool) -> Box<Self> {
+    /// What `call` says of itself, due by `deadline`; with `params`, its params text too
+    /// (for middleware).
+    pub fn of(call: &Call<'_>, params: bool, deadline: Option<Instant>) -> Box<Self> {
         let context = call.context();
         Box::new(Owned {
             transport: context.transport(),
@@ -40,11 +46,13 @@ impl Owned {
             method: call.method().into(),
             id: call.id().map(Box::from),
             params: call.params().raw().filter(|_| params).map(Box::from),
+            timeout: context.timeout(),
+            deadline,
         })
     }
 
     fn view(&self) -> ucall_core::Context<'_> {
-        ucall_core::Context::new(self.transport, self.tls, self.peer, &self.head)
+        ucall_core::Context::new(self.transport, self.tls, self.peer, &self.head).with_timeout(self.timeout)
     }
 }
 
@@ -118,6 +126,30 @@ impl Context {
             None | Some("null") => Ok(py.None().into_bound(py)),
             Some(id) => convert::to_python(py, id),
         }
+    }
+
+    /// The seconds the caller allows the call (its `UCall-Timeout` header or `"timeout"`
+    /// member), or `None`.
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.owned.timeout.map(|t| t.as_secs_f64())
+    }
+
+    /// When the call's caller stops waiting, on the clock of `time.monotonic()` (the
+    /// earlier of the procedure's `timeout=` and the caller's), or `None`.
+    #[getter]
+    fn deadline(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        let Some(deadline) = self.owned.deadline else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        let monotonic: f64 = py.import("time")?.getattr("monotonic")?.call0()?.extract()?;
+        // Both clocks are CLOCK_MONOTONIC on Linux; only the distance from now is carried over.
+        let left = match deadline.checked_duration_since(now) {
+            Some(left) => left.as_secs_f64(),
+            None => -now.duration_since(deadline).as_secs_f64(),
+        };
+        Ok(Some(monotonic + left))
     }
 
     /// The params as sent, decoded (a list, a dict, or `None`); kept for middleware only.

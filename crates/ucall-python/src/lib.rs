@@ -11,6 +11,7 @@ mod batch;
 mod client;
 mod context;
 mod convert;
+mod deadline;
 mod logs;
 mod params;
 mod procedure;
@@ -61,6 +62,11 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ERROR_CODES", codes)?;
     m.add("SERVER_ERROR_MIN", SERVER_ERROR_MIN)?;
     m.add("SERVER_ERROR_MAX", SERVER_ERROR_MAX)?;
+    let exceeded = ucall_core::RpcError::deadline_exceeded();
+    m.add(
+        "DEADLINE_EXCEEDED",
+        (exceeded.rest_status(), exceeded.message().to_owned()),
+    )?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
     m.add_class::<streaming::StreamReply>()?;

@@ -16,6 +16,7 @@ use ucall_core::{Deferred, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::convert::write_json;
+use crate::deadline::{self, Bounded};
 use crate::params::Plan;
 
 /// Python objects every procedure of one server needs.
@@ -46,6 +47,8 @@ pub struct Procedure {
     plan: Plan,
     pub(crate) hooks: Arc<Hooks>,
     is_async: bool,
+    /// Longest a call may take (`timeout=`), if bounded.
+    timeout: Option<Duration>,
     /// The parameter that takes the call's `ucall.Context`, when the function has one: its
     /// name, and its place among the positional arguments (else it is passed by name).
     context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
@@ -85,8 +88,10 @@ impl Procedure {
         hooks: Arc<Hooks>,
         is_async: bool,
         context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
+        timeout: Option<Duration>,
     ) -> Self {
         Procedure {
+            timeout,
             name: Arc::from(name),
             func,
             plan,
@@ -97,6 +102,17 @@ impl Procedure {
             slow: AtomicBool::new(false),
             proven: AtomicBool::new(false),
         }
+    }
+
+    /// When a call that arrived now must be answered: its procedure's `timeout` or its
+    /// caller's, whichever is shorter; `None` without either (no clock is read then), or
+    /// for a budget past what the clock can count (centuries: no deadline in effect).
+    pub fn deadline(&self, caller: Option<Duration>) -> Option<Instant> {
+        let budget = match (self.timeout, caller) {
+            (Some(own), Some(caller)) => own.min(caller),
+            (own, caller) => own.or(caller)?,
+        };
+        Instant::now().checked_add(budget)
     }
 
     /// Whether calls carry their context (the function takes a `ucall.Context`, or
@@ -221,7 +237,7 @@ impl Procedure {
         py: Python<'py>,
         params: Option<&str>,
         context: Option<Box<CallContext>>,
-        reply: Deferred,
+        reply: Answer,
         timed: Option<u64>,
     ) -> Option<Bound<'py, PyAny>> {
         match timed {
@@ -272,32 +288,94 @@ impl Procedure {
         py: Python<'py>,
         params: Option<&str>,
         context: Option<Box<CallContext>>,
-        reply: Deferred,
+        reply: Answer,
     ) -> Option<Bound<'py, PyAny>> {
+        if reply.is_past() {
+            // Its caller has stopped waiting: the call is not run at all.
+            reply.finish(Err(deadline::exceeded()));
+            return None;
+        }
         match self.call(py, params, context) {
-            Err(error) => reply.error(error),
+            Err(error) => reply.finish(Err(error)),
             // A generator (or async generator) procedure: its items, then its end.
             Ok(result) if reply.is_streamed() => {
+                let (deferred, _) = reply.into_deferred()?;
                 let hooks: Arc<dyn crate::streaming::StreamHooks> = self.hooks.clone();
-                return crate::streaming::drive(py, &hooks, &self.name, result, reply);
+                return crate::streaming::drive(py, &hooks, &self.name, result, deferred);
             }
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
+                let Some((deferred, seconds)) = reply.into_deferred() else {
+                    let _ = result.call_method0("close"); // past its deadline: never started
+                    return None;
+                };
                 let reply = DeferredReply {
-                    deferred: Mutex::new(Some(reply)),
+                    deferred: Mutex::new(Some(deferred)),
                     hooks: Arc::clone(&self.hooks),
                     method: Arc::clone(&self.name),
                 };
+                let seconds = seconds.into_pyobject(py).ok()?;
                 return Bound::new(py, reply)
-                    .and_then(|reply| PyTuple::new(py, [result, reply.into_any()]))
+                    .and_then(|reply| PyTuple::new(py, [result, reply.into_any(), seconds.into_any()]))
                     .map(Bound::into_any)
                     .ok();
             }
             Ok(result) => {
                 let mut out = Vec::with_capacity(32);
-                reply.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
+                reply.finish(self.hooks.serialize(&result, &mut out).map(|()| out));
             }
         }
         None
+    }
+}
+
+/// Where a call's outcome goes: its reply, or with a deadline whichever of the call and
+/// the deadline comes first (a result after the deadline is dropped).
+pub enum Answer {
+    /// No deadline.
+    Direct(Deferred),
+    /// A deadline (see [`crate::deadline`]).
+    Bounded(Arc<Bounded>),
+}
+
+impl Answer {
+    /// `reply`, answered by `deadline` if it has one.
+    pub fn new(reply: Deferred, deadline: Option<Instant>) -> Self {
+        match deadline {
+            Some(deadline) => Answer::Bounded(Bounded::new(reply, deadline)),
+            None => Answer::Direct(reply),
+        }
+    }
+
+    /// Whether the call streams its result (it has no deadline then).
+    fn is_streamed(&self) -> bool {
+        matches!(self, Answer::Direct(reply) if reply.is_streamed())
+    }
+
+    fn is_past(&self) -> bool {
+        matches!(self, Answer::Bounded(bounded) if bounded.is_past())
+    }
+
+    fn finish(self, outcome: ucall_core::defer::Outcome) {
+        match self {
+            Answer::Direct(reply) => reply.complete(outcome),
+            Answer::Bounded(bounded) => {
+                if let Some(reply) = bounded.take() {
+                    reply.complete(outcome);
+                }
+            }
+        }
+    }
+
+    /// The reply for an `async def` call, with the seconds left until its deadline;
+    /// `None` when the deadline has answered it already.
+    fn into_deferred(self) -> Option<(Deferred, Option<f64>)> {
+        match self {
+            Answer::Direct(reply) => Some((reply, None)),
+            Answer::Bounded(bounded) => {
+                let left = bounded.deadline().saturating_duration_since(Instant::now());
+                bounded.take().map(|reply| (reply, Some(left.as_secs_f64())))
+            }
+        }
     }
 }
 

@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use ucall_core::{Deferred, Stopper, WakeHold, Worker};
+use ucall_core::{Stopper, WakeHold, Worker};
 
-use crate::procedure::{voluntary_switches, DeferredReply, Procedure};
+use crate::procedure::{voluntary_switches, Answer, DeferredReply, Procedure};
 
 /// A call seen running for this many monitor ticks (about 2 ms) counts as blocked.
 const BLOCKED_TICKS: u32 = 2;
@@ -78,7 +78,7 @@ pub struct Job {
     pub params: Option<ParamsText>,
     /// The call's context, for a procedure that takes it.
     pub context: Option<Box<crate::context::Owned>>,
-    pub reply: Deferred,
+    pub reply: Answer,
 }
 
 /// A call's params, copied out of the connection's input to wait for the GIL. Large ones

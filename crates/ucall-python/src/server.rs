@@ -24,7 +24,7 @@ use crate::batch::BatchRunner;
 use crate::context::Owned as CallContext;
 use crate::convert::{self, write_json};
 use crate::params::{ParamSpec, Plan};
-use crate::procedure::{Hooks, Procedure};
+use crate::procedure::{Answer, Hooks, Procedure};
 use crate::runtime::{self, Runtime};
 
 /// How long `stop` waits past `shutdown_timeout` for the workers' last replies to leave.
@@ -41,22 +41,29 @@ struct Streams(bool);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
+        let deadline = self.0.deadline(call.context().timeout());
         // Copied out only for a procedure that takes it: the others pay nothing.
         let context = self
             .0
             .wants_context()
-            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some()));
+            .then(|| CallContext::of(call, self.0.hooks.middleware.is_some(), deadline));
         if self.1 .0 {
-            // Items go out as the generator yields them (`crate::streaming`).
+            // Items go out as the generator yields them (`crate::streaming`). A stream has
+            // no deadline: it lasts while its caller reads, and stops when it goes.
             let deferred = reply.stream()?;
             return queue(runtime::Job {
                 procedure: Arc::clone(&self.0),
                 params: params.map(runtime::ParamsText::new),
                 context,
-                reply: deferred,
+                reply: Answer::new(deferred, None),
             });
         }
-        if runtime::ParamsText::is_large(params) && self.0.runs_at_once() && runtime::turn_queued_nothing() {
+        // A call with a deadline is never run inline: the deadline must be able to answer it.
+        if deadline.is_none()
+            && runtime::ParamsText::is_large(params)
+            && self.0.runs_at_once()
+            && runtime::turn_queued_nothing()
+        {
             return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer()));
         }
         let Ok(deferred) = reply.defer() else {
@@ -67,7 +74,7 @@ impl Handler for Entry {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
-            reply: deferred,
+            reply: Answer::new(deferred, deadline),
         })
     }
 }
@@ -279,7 +286,7 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, streams=false))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None, streams=false))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -290,9 +297,11 @@ impl NativeServer {
         ignore_extra: bool,
         is_async: bool,
         context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
+        timeout: Option<f64>,
         streams: bool,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
         let wants_context = context.is_some() || self.hooks.middleware.is_some();
         let procedure = Entry(
             Arc::new(Procedure::new(
@@ -302,6 +311,7 @@ impl NativeServer {
                 Arc::clone(&self.hooks),
                 is_async,
                 context,
+                timeout,
             )),
             Streams(streams),
         );

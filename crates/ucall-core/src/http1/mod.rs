@@ -57,6 +57,8 @@ pub struct RequestHead {
     /// `Accept` names `text/event-stream`: a streamed reply goes as server-sent events
     /// (docs/streaming.md).
     pub event_stream: bool,
+    /// `UCall-Timeout: <seconds>`: the time the caller allows the request's calls.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Result of looking for a request head at the start of the buffered input.
@@ -188,6 +190,15 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
+            }
+            13 if name.eq_ignore_ascii_case("ucall-timeout") => {
+                let Some(timeout) = crate::jsonrpc::message::seconds(value) else {
+                    return HeadStatus::Rejected(reject(
+                        Status::BadRequest,
+                        "invalid UCall-Timeout: a positive number of seconds is expected",
+                    ));
+                };
+                head.timeout = Some(timeout);
             }
             6 if name.eq_ignore_ascii_case("expect") && value.eq_ignore_ascii_case(b"100-continue") => {
                 head.expect_continue = minor_version >= 1;
@@ -529,6 +540,19 @@ mod tests {
             head("PUT / HTTP/1.1\r\n\r\n").expect_err("405").message(),
             "405: only GET and POST are served"
         );
+    }
+
+    #[test]
+    fn reads_the_callers_deadline() {
+        let (h, _) = head("POST / HTTP/1.1\r\nHost: x\r\nucall-timeout:  0.25 \r\n\r\n").unwrap();
+        assert_eq!(h.timeout, Some(std::time::Duration::from_millis(250)));
+        assert_eq!(head("POST / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().0.timeout, None);
+        for bad in ["0", "-1", "soon", "", "inf", "1e400"] {
+            let refused = head(&format!("POST / HTTP/1.1\r\nHost: x\r\nUCall-Timeout: {bad}\r\n\r\n"))
+                .expect_err("a bad deadline is refused");
+            assert_eq!(refused.status, Status::BadRequest, "{bad}");
+            assert!(refused.reason.contains("UCall-Timeout"), "{}", refused.reason);
+        }
     }
 
     #[test]

@@ -76,6 +76,11 @@ const HTTP_STATUSES: [(i32, u16, bool); 5] = [
     (ErrorCode::InternalError.code(), 500, true),
 ];
 
+/// The HTTP status of the error a caller gets when its call's deadline passes (504
+/// Gateway Timeout, RFC 9110 §15.6.5: the server gave up waiting on the handler); its
+/// JSON-RPC code is the table's for that status ([`SERVER_ERROR_MAX`]).
+pub const DEADLINE_EXCEEDED_STATUS: u16 = 504;
+
 /// The HTTP status for an error with `code` that names no status of its own (see
 /// [`HTTP_STATUSES`](self)): 400, 404, or 500 for every other code.
 #[must_use]
@@ -139,6 +144,7 @@ mod tests {
         // A missing resource is not a missing method.
         assert_eq!(code_for_http_status(404), SERVER_ERROR_MAX);
         assert_eq!(code_for_http_status(409), SERVER_ERROR_MAX);
+        assert_eq!(code_for_http_status(DEADLINE_EXCEEDED_STATUS), SERVER_ERROR_MAX);
         assert!(is_error_status(400) && is_error_status(599));
         assert!(!is_error_status(399) && !is_error_status(600) && !is_error_status(200));
     }

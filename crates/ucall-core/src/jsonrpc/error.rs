@@ -67,6 +67,14 @@ impl RpcError {
         self.http_status().unwrap_or_else(|| codes::http_status(self.code))
     }
 
+    /// "Deadline exceeded": the call's deadline (its procedure's or its caller's) passed
+    /// before it finished. HTTP 504, its code from the one table (-32000).
+    #[cold]
+    #[must_use]
+    pub fn deadline_exceeded() -> Self {
+        Self::http(codes::DEADLINE_EXCEEDED_STATUS, "Deadline exceeded")
+    }
+
     /// `-32602`: the message should name the parameter at fault.
     #[must_use]
     pub fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
@@ -166,6 +174,8 @@ mod tests {
         assert_eq!(RpcError::internal("x").with_http_status(200).http_status(), None);
         assert_eq!(RpcError::internal("x").with_http_status(600).http_status(), None);
         assert_eq!(RpcError::internal("x").with_http_status(503).rest_status(), 503);
+        let late = RpcError::deadline_exceeded();
+        assert_eq!((late.code(), late.http_status()), (-32000, Some(504)));
         assert_eq!(std::mem::size_of::<RpcError>(), 48);
     }
 

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::time::Duration;
 
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -24,6 +25,9 @@ pub struct Request<'a> {
     pub params: Option<&'a str>,
     /// The raw `id` text, or `None` for a notification.
     pub id: Option<&'a str>,
+    /// The time the caller allows the call: the optional member `"timeout"` (seconds, a
+    /// UCall extension of the request object, docs/context-and-middleware.md).
+    pub timeout: Option<Duration>,
 }
 
 /// One element of a message: a request, or why it is not one.
@@ -163,15 +167,15 @@ pub fn parse_batch(text: &str, elements: &mut Vec<Element>) -> Result<(), ParseE
 /// One batch entry, as offsets into the batch text.
 #[derive(Debug, Clone)]
 pub struct Element {
-    /// `jsonrpc`, `method`, `params`, `id`; `None` when the entry is not an object.
-    members: Option<[Option<Range<usize>>; 4]>,
+    /// `jsonrpc`, `method`, `params`, `id`, `timeout`; `None` when the entry is not an object.
+    members: Option<[Option<Range<usize>>; 5]>,
 }
 
 impl Element {
     /// The entry as a request (or why it is not one), borrowing from the batch `text`.
     #[must_use]
     pub fn envelope<'a>(&self, text: &'a str) -> Envelope<'a> {
-        let Some([jsonrpc, method, params, id]) = &self.members else {
+        let Some([jsonrpc, method, params, id, timeout]) = &self.members else {
             return not_an_object();
         };
         let slice = |range: &Option<Range<usize>>| range.clone().and_then(|r| text.get(r));
@@ -180,6 +184,7 @@ impl Element {
             method: slice(method),
             params: slice(params),
             id: slice(id),
+            timeout: slice(timeout),
         }
         .validate()
     }
@@ -216,7 +221,15 @@ impl<'de, R: RawText<'de>> Visitor<'de> for ElementCollector<'_, R> {
                     start..start + raw.len()
                 })
             };
-            let members = members.map(|m| [span(m.jsonrpc), span(m.method), span(m.params), span(m.id)]);
+            let members = members.map(|m| {
+                [
+                    span(m.jsonrpc),
+                    span(m.method),
+                    span(m.params),
+                    span(m.id),
+                    span(m.timeout),
+                ]
+            });
             self.elements.push(Element { members });
         }
         Ok(())
@@ -237,6 +250,7 @@ enum Field {
     Method,
     Params,
     Id,
+    Timeout,
     Other,
 }
 
@@ -254,6 +268,7 @@ impl<'de> de::Deserialize<'de> for Field {
                     "method" => Field::Method,
                     "params" => Field::Params,
                     "id" => Field::Id,
+                    "timeout" => Field::Timeout,
                     _ => Field::Other,
                 })
             }
@@ -271,6 +286,7 @@ struct Members<'a> {
     method: Option<&'a str>,
     params: Option<&'a str>,
     id: Option<&'a str>,
+    timeout: Option<&'a str>,
 }
 
 const NOT_AN_OBJECT: &str = "a request must be a JSON object";
@@ -284,7 +300,7 @@ impl<'de, R: RawText<'de>> Visitor<'de> for EnvelopeVisitor<R> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut jsonrpc, mut method, mut params, mut id) = (None, None, None, None);
+        let (mut jsonrpc, mut method, mut params, mut id, mut timeout) = (None, None, None, None, None);
         while let Some(field) = map.next_key::<Field>()? {
             let value = map.next_value::<R>()?.text();
             if value.is_none() {
@@ -295,6 +311,7 @@ impl<'de, R: RawText<'de>> Visitor<'de> for EnvelopeVisitor<R> {
                 Field::Method => method = value,
                 Field::Params => params = value,
                 Field::Id => id = value,
+                Field::Timeout => timeout = value,
                 Field::Other => {}
             }
         }
@@ -303,6 +320,7 @@ impl<'de, R: RawText<'de>> Visitor<'de> for EnvelopeVisitor<R> {
             method,
             params,
             id,
+            timeout,
         }))
     }
 
@@ -347,6 +365,7 @@ impl<'a> Members<'a> {
             method,
             params,
             id,
+            timeout,
         } = self;
         let id_is_valid = id.is_none_or(|raw| matches!(raw.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n'));
         if !id_is_valid {
@@ -373,7 +392,36 @@ impl<'a> Members<'a> {
         if params.is_some_and(|raw| !raw.starts_with(['[', '{'])) {
             return invalid("\"params\" must be an array or an object");
         }
-        Envelope::Request(Request { method, params, id })
+        let timeout = match timeout.map(|raw| seconds(raw.as_bytes())) {
+            None => None,
+            Some(Some(timeout)) => Some(timeout),
+            Some(None) => return invalid("\"timeout\" must be a positive number of seconds"),
+        };
+        Envelope::Request(Request {
+            method,
+            params,
+            id,
+            timeout,
+        })
+    }
+}
+
+/// A deadline's budget as the caller writes it (the `"timeout"` member, the HTTP header
+/// `UCall-Timeout`): a positive, finite number of seconds in JSON's number syntax
+/// (`2.5`, `1e-3`); `None` for anything else, including a number too large for a
+/// [`Duration`].
+#[must_use]
+pub fn seconds(text: &[u8]) -> Option<Duration> {
+    // JSON numbers start with `-` or a digit; Rust's float syntax alone would also take
+    // `inf`, `+1` and `.5`.
+    if !text.first().is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    if value > 0.0 {
+        Duration::try_from_secs_f64(value).ok()
+    } else {
+        None
     }
 }
 
@@ -437,6 +485,42 @@ mod tests {
         assert_eq!(invalid("1"), None);
         assert_eq!(invalid("\"text\""), None);
         assert_eq!(invalid("[1,2]"), None);
+    }
+
+    #[test]
+    fn reads_the_timeout_member() {
+        let r = request(r#"{"jsonrpc":"2.0","method":"x","id":1,"timeout":2.5}"#);
+        assert_eq!(r.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(
+            request(r#"{"jsonrpc":"2.0","method":"x","timeout":1e-3}"#).timeout,
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(request(r#"{"jsonrpc":"2.0","method":"x","id":1}"#).timeout, None);
+        for bad in ["0", "-1", "\"2\"", "null", "1e400", "[1]", "1e300"] {
+            let text = format!(r#"{{"jsonrpc":"2.0","method":"x","id":3,"timeout":{bad}}}"#);
+            match parse_request(&text) {
+                Ok(Envelope::Invalid { id, reason }) => {
+                    assert_eq!(id, Some("3"));
+                    assert!(reason.contains("timeout"), "{reason}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let text = r#"[{"jsonrpc":"2.0","method":"a","id":1,"timeout":0.5},{"jsonrpc":"2.0","method":"b","id":2}]"#;
+        let mut elements = Vec::new();
+        parse_batch(text, &mut elements).expect("a valid batch");
+        let timeouts: Vec<_> = elements
+            .iter()
+            .map(|e| match e.envelope(text) {
+                Envelope::Request(r) => r.timeout,
+                Envelope::Invalid { .. } => panic!("a request"),
+            })
+            .collect();
+        assert_eq!(timeouts, [Some(Duration::from_millis(500)), None]);
+        assert_eq!(seconds(b"inf"), None);
+        assert_eq!(seconds(b"+1"), None);
+        assert_eq!(seconds(b".5"), None);
+        assert_eq!(seconds(b"0.25"), Some(Duration::from_millis(250)));
     }
 
     #[test]

@@ -267,7 +267,7 @@ impl Http {
             // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
             streams: is_jsonrpc && head.minor_version >= 1,
         };
-        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head);
+        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head).with_timeout(head.timeout);
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
         http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
