@@ -39,8 +39,8 @@ fn stopped(why: &StreamError) -> RpcError {
 }
 
 /// Stream the items of `source`, what a streaming procedure returned, then complete
-/// `reply`. For an async generator, returns `(coroutine, reply)` to start on the asyncio
-/// loop instead.
+/// `reply`. For an async generator, returns `(coroutine, reply, None)` to start on the
+/// asyncio loop instead (as an `async def` call's, with no deadline).
 pub(crate) fn drive<'py>(
     py: Python<'py>,
     hooks: &Hooks,
@@ -62,7 +62,8 @@ pub(crate) fn drive<'py>(
             .and_then(|drive| {
                 let stream = Bound::new(py, stream)?;
                 let coroutine = drive.call1((source, stream.clone()))?;
-                PyTuple::new(py, [coroutine, stream.into_any()])
+                // (coroutine, reply, seconds left): a stream has no deadline.
+                PyTuple::new(py, [coroutine, stream.into_any(), py.None().into_bound(py)])
             });
         return match started {
             Ok(pair) => Some(pair.into_any()),
