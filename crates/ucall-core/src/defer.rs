@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use serde::Serialize;
 
 use crate::jsonrpc::RpcError;
+use crate::request_log::Pending;
 use crate::streaming::{Credit, StreamError, Streams, CANCELLED};
 
 /// What a deferred call produced: the result's JSON text, or an error.
@@ -29,8 +30,11 @@ pub struct Completion {
     pub slot: u64,
     /// The result.
     pub outcome: Outcome,
-    /// What the metrics count the call under, when they are on.
+    /// What the metrics count the call under, and when it started: set when the metrics
+    /// or the request log are on.
     pub meter: Option<Meter>,
+    /// The call's request log line so far, when the log is on.
+    pub note: Option<Box<Pending>>,
     /// `Some` for an item of a streamed reply (`outcome` is its JSON), not the call's end:
     /// the credit its producer took, given back once the item is on its way
     /// (see [`crate::streaming`]).
@@ -235,6 +239,7 @@ pub struct Deferred {
     generation: u64,
     slot: u64,
     meter: Option<Meter>,
+    note: Option<Box<Pending>>,
     done: bool,
     /// The connection's presence, when the call asked to watch it.
     pub(crate) present: Option<Arc<AtomicBool>>,
@@ -243,7 +248,13 @@ pub struct Deferred {
 }
 
 impl Deferred {
-    pub(crate) fn new(target: Target<'_>, slot: u64, meter: Option<Meter>, watch: bool) -> Self {
+    pub(crate) fn new(
+        target: Target<'_>,
+        slot: u64,
+        meter: Option<Meter>,
+        note: Option<Box<Pending>>,
+        watch: bool,
+    ) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
         Deferred {
             sink: Arc::clone(target.sink),
@@ -251,6 +262,7 @@ impl Deferred {
             generation: target.generation,
             slot,
             meter,
+            note,
             done: false,
             present: if watch {
                 target.presence.map(Presence::watch)
@@ -274,6 +286,7 @@ impl Deferred {
             slot: self.slot,
             outcome: Ok(json),
             meter: None,
+            note: None,
             item: Some(Arc::clone(credit)),
         };
         self.sink.push(completion, true);
@@ -331,6 +344,7 @@ impl Deferred {
             slot: self.slot,
             outcome,
             meter: self.meter,
+            note: self.note.take(),
             item: None,
         };
         self.sink.push(completion, always_wake);
@@ -347,6 +361,7 @@ impl Drop for Deferred {
                 slot: self.slot,
                 outcome,
                 meter: self.meter,
+                note: self.note.take(),
                 item: None,
             };
             self.sink.push(completion, false);

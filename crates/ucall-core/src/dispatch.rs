@@ -8,11 +8,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::context::Context;
+use crate::context::{Context, Transport};
+use crate::date::monotonic_nanos;
 use crate::defer::{Meter, Target};
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
-use crate::jsonrpc::{as_text, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
+use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
+use crate::request_log::{Carrier, Entry, Lines, Pending, RequestLog, Seed};
 use crate::router::{Call, Cancel, Handler, Reply, Router};
 use crate::streaming::CANCEL_METHOD;
 
@@ -36,6 +38,8 @@ pub struct Scratch {
     /// The HTTP status the last message's error named (a single call's only: a batch
     /// answers 200 whatever its calls' errors say).
     pub http_status: Option<u16>,
+    /// The worker's request log lines not yet written (when the log is on).
+    pub(crate) lines: Lines,
 }
 
 /// A deferred reply's place in the message's output.
@@ -69,10 +73,128 @@ pub enum Invoked {
     Deferred(u64),
 }
 
+/// When a handler ran, on the monotonic clock: read once for the metrics and the request
+/// log both. Zero while not read.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Clock {
+    pub(crate) started: u64,
+    pub(crate) ended: u64,
+}
+
+/// The request log of the message under way, when the log is on.
+struct Logging<'l> {
+    log: &'l RequestLog,
+    lines: &'l mut Lines,
+    carrier: Carrier,
+    /// The size of the call's JSON text.
+    bytes_in: usize,
+}
+
+impl Logging<'_> {
+    fn seed<'a>(&self, context: &Context<'_>, method: &'a str, id: Option<&'a str>) -> Seed<'a> {
+        Seed {
+            peer: context.peer(),
+            transport: context.transport().as_str(),
+            method,
+            id,
+            carrier: self.carrier,
+            bytes_in: self.bytes_in,
+        }
+    }
+
+    /// The line of a call that ended with `error` (or not), as `clock` timed it, having
+    /// replied `bytes_out` bytes.
+    fn line(&mut self, seed: &Seed<'_>, clock: Clock, error: Option<&RpcError>, bytes_out: usize) {
+        let code = error.map_or(0, RpcError::code);
+        let status = http_status(seed.carrier, seed.id, error);
+        let entry = if clock.ended == 0 {
+            // No handler ran (an unknown method): no time to speak of.
+            seed.entry(monotonic_nanos(), 0, code, status, bytes_out)
+        } else {
+            let nanos = clock.ended.saturating_sub(clock.started);
+            seed.entry(clock.ended, nanos, code, status, bytes_out)
+        };
+        self.lines.push(self.log, &entry);
+    }
+
+    /// The line of a message, or batch element, answered `code` without running a call:
+    /// not JSON, not a request, an empty or too large batch.
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, context: &Context<'_>, id: Option<&str>, code: i32, bytes_out: usize) {
+        let id = Some(id.unwrap_or("null"));
+        let entry = Entry {
+            ended: monotonic_nanos(),
+            peer: context.peer(),
+            transport: context.transport().as_str(),
+            method: None,
+            id,
+            code,
+            status: http_status(self.carrier, id, None),
+            nanos: 0,
+            bytes_in: self.bytes_in,
+            bytes_out,
+        };
+        self.lines.push(self.log, &entry);
+    }
+}
+
+/// The status of the HTTP reply that carries a call with `id` that ended with `error`
+/// (if any), as the sessions answer: `None` over raw TCP and WebSocket.
+pub(crate) fn http_status(carrier: Carrier, id: Option<&str>, error: Option<&RpcError>) -> Option<u16> {
+    match carrier {
+        Carrier::Stream => None,
+        // §4.1: no reply to a notification; HTTP says so with 204.
+        Carrier::Single if id.is_none() => Some(204),
+        Carrier::Single => Some(error.and_then(RpcError::http_status).unwrap_or(200)),
+        Carrier::Batch(status) => Some(status),
+        Carrier::Rest => Some(error.map_or(200, RpcError::rest_status)),
+    }
+}
+
+/// The line of a deferred call, `pending` its fields so far, that started at `started`
+/// and completed at `ended` with `outcome`. Its reply's size is that of the reply the
+/// session writes (the result itself is not copied to measure it).
+pub(crate) fn log_completed(
+    log: &RequestLog,
+    lines: &mut Lines,
+    pending: &Pending,
+    (started, ended): (u64, u64),
+    outcome: &Result<Vec<u8>, RpcError>,
+) {
+    let id = pending.id.as_deref();
+    let rest = pending.carrier == Carrier::Rest;
+    let measure = &mut lines.measure;
+    measure.clear();
+    let bytes_out = match (outcome, id) {
+        (Ok(result), _) if rest => result.len(),
+        (Err(error), _) if rest => {
+            jsonrpc::write_error_object(measure, error.code(), error.message(), error.data());
+            measure.len()
+        }
+        (_, None) => 0,
+        (Ok(result), Some(id)) => {
+            jsonrpc::write_result_opening(measure, id);
+            measure.len() + result.len() + 1
+        }
+        (Err(error), id) => {
+            write_rpc_error(measure, id, error);
+            measure.len()
+        }
+    };
+    let seed = Seed::of(pending);
+    let error = outcome.as_ref().err();
+    let status = http_status(pending.carrier, id, error);
+    let code = error.map_or(0, RpcError::code);
+    let entry = seed.entry(ended, ended.saturating_sub(started), code, status, bytes_out);
+    lines.push(log, &entry);
+}
+
 /// Process one JSON text (a request or a batch), appending the reply to `out`.
 ///
 /// Replies that handlers defer are not written: their places are listed in
 /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
+/// With the request log on, each call gets a line ([`crate::request_log`]).
 pub fn process(
     text: &[u8],
     context: &Context<'_>,
@@ -84,10 +206,17 @@ pub fn process(
 ) -> Outcome {
     scratch.deferred.clear();
     scratch.http_status = None;
+    let http = context.transport() == Transport::Http;
+    let mut logging = router.request_log().map(|log| Logging {
+        log,
+        lines: &mut scratch.lines,
+        carrier: if http { Carrier::Single } else { Carrier::Stream },
+        bytes_in: text.len(),
+    });
     // One UTF-8 check up front (§ "-32700 ... including invalid UTF-8"); the parser then
     // works on `str` and every slice it hands out is text already.
     let Some(text) = as_text(text) else {
-        return parse_error(router, out);
+        return parse_error(router, logging, context, out);
     };
     if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
@@ -100,6 +229,7 @@ pub fn process(
                     deferrals,
                     &mut scratch.deferred,
                     status,
+                    logging.as_mut(),
                     out,
                 ) {
                     Outcome::Replied
@@ -107,18 +237,19 @@ pub fn process(
                     Outcome::Silent
                 }
             }
-            Err(ParseError) => parse_error(router, out),
+            Err(ParseError) => parse_error(router, logging, context, out),
         };
     }
     scratch.elements.clear();
     if message::parse_batch(text, &mut scratch.elements).is_err() {
-        return parse_error(router, out);
+        return parse_error(router, logging, context, out);
     }
     // §6: "If the batch rpc call itself fails to be recognized as an valid JSON or as an
     // Array with at least one value, the response from the Server MUST be a single
     // Response object."
     if scratch.elements.is_empty() {
         refused(router, Refusal::InvalidRequest);
+        let start = out.len();
         write_error(
             out,
             None,
@@ -126,6 +257,9 @@ pub fn process(
             "Invalid Request: empty batch",
             None,
         );
+        if let Some(logging) = &mut logging {
+            logging.refused(context, None, ErrorCode::InvalidRequest.code(), out.len() - start);
+        }
         return Outcome::Replied;
     }
     if scratch.elements.len() > max_batch {
@@ -143,9 +277,25 @@ pub fn process(
                 scratch.elements.len()
             ),
         );
+        let start = out.len();
         write_error(out, None, ErrorCode::InvalidRequest.code(), &message, None);
+        if let Some(logging) = &mut logging {
+            logging.refused(context, None, ErrorCode::InvalidRequest.code(), out.len() - start);
+        }
         return Outcome::Replied;
     }
+    // Each element's own text, for its line's `bytes_in`; and, over HTTP, the batch's
+    // status: 204 when every element is a notification (no reply is sent).
+    let mut raw_elements = logging.as_mut().map(|logging| {
+        if http {
+            let silent = scratch
+                .elements
+                .iter()
+                .all(|element| matches!(element.envelope(text), Envelope::Request(Request { id: None, .. })));
+            logging.carrier = Carrier::Batch(if silent { 204 } else { 200 });
+        }
+        scan::Elements::new(text)
+    });
     let opening = out.len();
     out.push(b'[');
     // A batch's reply is one message: its calls cannot stream.
@@ -156,6 +306,9 @@ pub fn process(
         if replies > 0 {
             out.push(b',');
         }
+        if let Some(logging) = &mut logging {
+            logging.bytes_in = raw_elements.as_mut().and_then(Iterator::next).map_or(0, str::len);
+        }
         let envelope = element.envelope(text);
         if answer(
             &envelope,
@@ -164,6 +317,7 @@ pub fn process(
             deferrals,
             &mut scratch.deferred,
             &mut None,
+            logging.as_mut(),
             out,
         ) {
             replies += 1;
@@ -184,6 +338,7 @@ pub fn process(
 
 /// Answer one element; returns whether a reply was appended. An error that names an HTTP
 /// status leaves it in `status`.
+#[allow(clippy::too_many_arguments)]
 fn answer(
     envelope: &Envelope<'_>,
     context: &Context<'_>,
@@ -191,19 +346,25 @@ fn answer(
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
     status: &mut Option<u16>,
+    logging: Option<&mut Logging<'_>>,
     out: &mut Vec<u8>,
 ) -> bool {
     match envelope {
         Envelope::Invalid { id, reason } => {
             refused(router, Refusal::InvalidRequest);
             let message = format!("Invalid Request: {reason}");
+            let start = out.len();
             write_error(out, *id, ErrorCode::InvalidRequest.code(), &message, None);
+            if let Some(logging) = logging {
+                logging.refused(context, *id, ErrorCode::InvalidRequest.code(), out.len() - start);
+            }
             true
         }
-        Envelope::Request(request) => call(request, context, router, deferrals, deferred, status, out),
+        Envelope::Request(request) => call(request, context, router, deferrals, deferred, status, logging, out),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn call(
     request: &Request<'_>,
     context: &Context<'_>,
@@ -211,10 +372,38 @@ fn call(
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
     status: &mut Option<u16>,
+    logging: Option<&mut Logging<'_>>,
+    out: &mut Vec<u8>,
+) -> bool {
+    // Two copies of one body: without the log, the call pays this one branch.
+    match logging {
+        None => call_as::<false>(request, context, router, deferrals, deferred, status, None, out),
+        logging => call_as::<true>(request, context, router, deferrals, deferred, status, logging, out),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn call_as<const LOG: bool>(
+    request: &Request<'_>,
+    context: &Context<'_>,
+    router: &Router,
+    deferrals: &mut Deferrals<'_>,
+    deferred: &mut Vec<DeferredAt>,
+    status: &mut Option<u16>,
+    logging: Option<&mut Logging<'_>>,
     out: &mut Vec<u8>,
 ) -> bool {
     let start = out.len();
     let id = request.id;
+    let seed = if LOG {
+        logging
+            .as_ref()
+            .map(|logging| logging.seed(context, &request.method, id))
+    } else {
+        None
+    };
+    let mut clock = Clock::default();
     let outcome = match router.find(&request.method) {
         Some(found) => {
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
@@ -230,7 +419,13 @@ fn call(
                 }
             };
             let call = Call::new(&request.method, request.params, id).with_context(context);
-            run(found, &call, router.metrics(), deferrals, out)
+            if LOG {
+                let (outcome, ran) = run_logged(found, &call, router.metrics(), seed.as_ref(), deferrals, out);
+                clock = ran;
+                outcome
+            } else {
+                run(found, &call, router.metrics(), deferrals, out)
+            }
         }
         None if &*request.method == CANCEL_METHOD => {
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
@@ -246,28 +441,38 @@ fn call(
             Err(RpcError::method_not_found(&request.method))
         }
     };
-    if id.is_none() {
+    let replied = if id.is_none() {
         // §4.1: "The Server MUST NOT reply to a Notification".
         out.truncate(start);
-        return false;
-    }
-    match outcome {
-        Ok(Invoked::Done) => out.push(b'}'),
-        Ok(Invoked::Deferred(slot)) => {
-            out.truncate(start);
-            deferred.push(DeferredAt {
-                offset: start,
-                slot,
-                id: id.map(Box::from),
-            });
+        false
+    } else {
+        match &outcome {
+            Ok(Invoked::Done) => out.push(b'}'),
+            Ok(Invoked::Deferred(slot)) => {
+                out.truncate(start);
+                deferred.push(DeferredAt {
+                    offset: start,
+                    slot: *slot,
+                    id: id.map(Box::from),
+                });
+            }
+            Err(error) => {
+                out.truncate(start);
+                write_rpc_error(out, id, error);
+                *status = error.http_status();
+            }
         }
-        Err(error) => {
-            out.truncate(start);
-            write_rpc_error(out, id, &error);
-            *status = error.http_status();
+        true
+    };
+    // A deferred call's line is written when it completes (it carries its seed).
+    if LOG {
+        if let (Some(logging), Some(seed)) = (logging, seed) {
+            if !matches!(outcome, Ok(Invoked::Deferred(_))) {
+                logging.line(&seed, clock, outcome.as_ref().err(), out.len() - start);
+            }
         }
     }
-    true
+    replied
 }
 
 /// Run the handler `found` by [`Router::find`] as [`invoke`] does, counted in `metrics`
@@ -288,9 +493,33 @@ pub fn run(
             method: slot,
             started: metrics.now(),
         };
-        (&**metrics, meter)
+        (Some(&**metrics), meter)
     });
-    invoke_metered(handler, call, deferrals, metered, out)
+    invoke_metered(handler, call, deferrals, metered, None, out).0
+}
+
+/// As [`run`], with the request log on: the call is timed whether or not the metrics
+/// are on (one clock reading serves both), and a call that defers carries `seed`, its
+/// line's fields so far.
+pub(crate) fn run_logged(
+    (handler, slot): (&dyn Handler, u32),
+    call: &Call<'_>,
+    metrics: Option<&std::sync::Arc<Metrics>>,
+    seed: Option<&Seed<'_>>,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> (Result<Invoked, RpcError>, Clock) {
+    let meter = Meter {
+        method: slot,
+        started: monotonic_nanos(),
+    };
+    let metrics = metrics.map(|metrics| &**metrics);
+    let (outcome, ended) = invoke_metered(handler, call, deferrals, Some((metrics, meter)), seed, out);
+    let clock = Clock {
+        started: meter.started,
+        ended,
+    };
+    (outcome, clock)
 }
 
 /// Run `handler`, appending its result (`null` when it wrote none) to `out`.
@@ -305,19 +534,23 @@ pub fn invoke(
     deferrals: &mut Deferrals<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Invoked, RpcError> {
-    invoke_metered(handler, call, deferrals, None, out)
+    invoke_metered(handler, call, deferrals, None, None, out).0
 }
 
+/// [`invoke`], timed under `metered` (counted in its metrics when on); returns when the
+/// handler ended on the monotonic clock (0 when not timed, or deferred).
 fn invoke_metered(
     handler: &dyn Handler,
     call: &Call<'_>,
     deferrals: &mut Deferrals<'_>,
-    metered: Option<(&Metrics, Meter)>,
+    metered: Option<(Option<&Metrics>, Meter)>,
+    seed: Option<&Seed<'_>>,
     out: &mut Vec<u8>,
-) -> Result<Invoked, RpcError> {
+) -> (Result<Invoked, RpcError>, u64) {
     let start = out.len();
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     reply.set_meter(metered.map(|(_, meter)| meter));
+    reply.set_seed(seed);
     if let Some(id) = call.id().filter(|_| deferrals.streams) {
         reply.allow_streaming(id);
     }
@@ -326,29 +559,36 @@ fn invoke_metered(
     let deferred = reply.deferred();
     // Counted here, before the outcome is built: counting after it cost a copy of the
     // result (100 instructions a call).
+    let mut ended = 0;
     match result {
         Ok(()) => {
             if let Some(slot) = deferred {
                 out.truncate(start);
-                if let Some((metrics, meter)) = metered {
+                if let Some((Some(metrics), meter)) = metered {
                     metrics.deferred(meter.method);
                 }
-                return Ok(Invoked::Deferred(slot));
+                return (Ok(Invoked::Deferred(slot)), 0);
             }
             if out.len() == start {
                 out.extend_from_slice(b"null");
             }
             if let Some((metrics, meter)) = metered {
-                metrics.handled(meter.method, Ok(()), meter.started);
+                ended = monotonic_nanos();
+                if let Some(metrics) = metrics {
+                    metrics.handled_at(meter.method, Ok(()), meter.started, ended);
+                }
             }
-            Ok(Invoked::Done)
+            (Ok(Invoked::Done), ended)
         }
         Err(error) => {
             if let Some((metrics, meter)) = metered {
-                metrics.handled(meter.method, Err(error.code()), meter.started);
+                ended = monotonic_nanos();
+                if let Some(metrics) = metrics {
+                    metrics.handled_at(meter.method, Err(error.code()), meter.started, ended);
+                }
             }
             out.truncate(start);
-            Err(error)
+            (Err(error), ended)
         }
     }
 }
@@ -362,9 +602,13 @@ fn refused(router: &Router, why: Refusal) {
 
 #[cold]
 #[inline(never)]
-fn parse_error(router: &Router, out: &mut Vec<u8>) -> Outcome {
+fn parse_error(router: &Router, logging: Option<Logging<'_>>, context: &Context<'_>, out: &mut Vec<u8>) -> Outcome {
     refused(router, Refusal::ParseError);
+    let start = out.len();
     write_parse_error(out);
+    if let Some(mut logging) = logging {
+        logging.refused(context, None, ErrorCode::ParseError.code(), out.len() - start);
+    }
     Outcome::ParseError
 }
 

@@ -73,6 +73,7 @@ pub mod jsonrpc;
 mod logs;
 pub mod metrics;
 pub mod params;
+pub mod request_log;
 #[doc(hidden)]
 pub mod router;
 mod server;
@@ -96,6 +97,7 @@ pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use metrics::MetricsConfig;
 pub use params::Param;
+pub use request_log::{LogFormat, RequestLog};
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;

@@ -17,6 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::date::monotonic_nanos;
 use crate::jsonrpc::codes::{is_server_error, ErrorCode};
 
 /// The `Content-Type` of the page (the Prometheus text format, version 0.0.4).
@@ -230,7 +231,13 @@ impl Metrics {
     /// A call to the method in `slot` ended (`Ok`, or the error's code) after starting at
     /// `started` (from [`Metrics::now`]).
     pub fn handled(&self, slot: u32, code: Result<(), i32>, started: u64) {
-        let nanos = monotonic_nanos().saturating_sub(started);
+        self.handled_at(slot, code, started, monotonic_nanos());
+    }
+
+    /// As [`Metrics::handled`], for a call that ended at `ended` (a reading of the clock
+    /// the caller shares with the request log).
+    pub fn handled_at(&self, slot: u32, code: Result<(), i32>, started: u64, ended: u64) {
+        let nanos = ended.saturating_sub(started);
         let stats = self.stats(slot);
         let class = code.map_or_else(code_class, |()| 0);
         stats.handled[class].fetch_add(1, Relaxed);
@@ -259,8 +266,13 @@ impl Metrics {
 
     /// A deferred call to the method in `slot` completed.
     pub fn completed(&self, slot: u32, code: Result<(), i32>, started: u64) {
+        self.completed_at(slot, code, started, monotonic_nanos());
+    }
+
+    /// As [`Metrics::completed`], for a call that ended at `ended`.
+    pub fn completed_at(&self, slot: u32, code: Result<(), i32>, started: u64, ended: u64) {
         self.stats(slot).in_flight.fetch_sub(1, Relaxed);
-        self.handled(slot, code, started);
+        self.handled_at(slot, code, started, ended);
     }
 
     /// A request was refused before any call ran.
@@ -317,30 +329,6 @@ impl Metrics {
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &registry);
         text
     }
-}
-
-/// The monotonic clock in nanoseconds. Two `Instant` reads and their difference (a
-/// `Duration`, checked on the way) cost about 250 instructions a call, 3 % of a small
-/// request (callgrind); this is the same clock, read as one integer. (quanta's CPU
-/// counter is cheaper still, but spins at start-up for as long as its calibration
-/// needs, which the callgrind comparison cannot tell from per-call work.)
-#[cfg(unix)]
-fn monotonic_nanos() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid timespec owned here; CLOCK_MONOTONIC exists on every unix
-    // this builds for, so the call cannot fail (and a failure would leave zeros).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    #[allow(clippy::cast_sign_loss)]
-    let (secs, nanos) = (now.tv_sec as u64, now.tv_nsec as u64);
-    secs.wrapping_mul(1_000_000_000).wrapping_add(nanos)
-}
-
-/// The same from `Instant` where there is no `clock_gettime`.
-#[cfg(not(unix))]
-fn monotonic_nanos() -> u64 {
-    static START: OnceLock<std::time::Instant> = OnceLock::new();
-    let start = START.get_or_init(std::time::Instant::now);
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl fmt::Debug for Metrics {

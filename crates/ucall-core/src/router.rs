@@ -17,6 +17,7 @@ use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
 use crate::metrics::{Metrics, MetricsConfig};
 pub use crate::params::Params;
+use crate::request_log::{RequestLog, Seed};
 
 /// A procedure: reads its call, writes its result into `reply` or returns an error.
 ///
@@ -91,8 +92,10 @@ pub struct Router {
     metrics: Option<Arc<Metrics>>,
     /// Keep each call's peer address and request head (see [`Router::keep_context`]).
     keeps_context: bool,
-    /// Hooks run around every call, the first outermost; applied when serving starts.
+    /// Run hooks around every call, the first outermost; applied when serving starts.
     hooks: Vec<Arc<dyn Hook>>,
+    /// Where each call gets a line, when the request log is on.
+    request_log: Option<RequestLog>,
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -156,6 +159,24 @@ impl Router {
     #[must_use]
     pub fn keeps_context(&self) -> bool {
         self.keeps_context
+    }
+
+    /// Whether connections need their peer's address: for the calls' context or the
+    /// request log.
+    #[must_use]
+    pub fn keeps_peer(&self) -> bool {
+        self.keeps_context || self.request_log.is_some()
+    }
+
+    /// Log every call to `log` (or none, with `None`).
+    pub fn set_request_log(&mut self, log: Option<RequestLog>) {
+        self.request_log = log;
+    }
+
+    /// Where each call gets a line, when the request log is on.
+    #[must_use]
+    pub fn request_log(&self) -> Option<&RequestLog> {
+        self.request_log.as_ref()
     }
 
     /// Run `hook` around every call (inside the hooks added before it). Hooks see each
@@ -356,6 +377,8 @@ pub struct Reply<'o> {
     deferred: Option<u64>,
     /// Carried by a deferred reply, for the metrics.
     meter: Option<Meter>,
+    /// What a deferred reply's request log line needs, when the log is on.
+    seed: Option<&'o Seed<'o>>,
     /// The call's id when it may stream its result ([`Reply::stream`]).
     stream_id: Option<&'o str>,
 }
@@ -369,6 +392,7 @@ impl<'o> Reply<'o> {
             deferral,
             deferred: None,
             meter: None,
+            seed: None,
             stream_id: None,
         }
     }
@@ -388,6 +412,11 @@ impl<'o> Reply<'o> {
     /// Count the call under `meter` should it defer its reply.
     pub(crate) fn set_meter(&mut self, meter: Option<Meter>) {
         self.meter = meter;
+    }
+
+    /// Keep what the call's request log line needs should it defer its reply.
+    pub(crate) fn set_seed(&mut self, seed: Option<&'o Seed<'o>>) {
+        self.seed = seed;
     }
 
     /// Answer later: the returned handle completes the call from any thread, and replies
@@ -438,7 +467,8 @@ impl<'o> Reply<'o> {
         **next_slot += 1;
         self.deferred = Some(slot);
         self.out.truncate(self.start);
-        Ok(Deferred::new(*target, slot, self.meter, watch))
+        let note = self.seed.map(Seed::keep);
+        Ok(Deferred::new(*target, slot, self.meter, note, watch))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.

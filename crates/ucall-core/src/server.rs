@@ -129,6 +129,18 @@ impl ServerBuilder {
         self
     }
 
+    /// Log one line per call to `log` (see [`Config::request_log`]).
+    ///
+    /// ```no_run
+    /// # use ucall_core::{LogFormat, RequestLog, Server};
+    /// let log = RequestLog::open("requests.log", LogFormat::Json).expect("a writable file");
+    /// let builder = Server::builder().request_log(log);
+    /// ```
+    pub fn request_log(mut self, log: crate::request_log::RequestLog) -> Self {
+        self.config.request_log = Some(log);
+        self
+    }
+
     /// Where the health probes are served (see [`Config::health`]).
     pub fn health(mut self, paths: HealthPaths) -> Self {
         self.config.health = paths;
@@ -395,6 +407,7 @@ impl Server {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
         self.router.start_metrics(&self.shared.config.metrics);
+        self.router.set_request_log(self.shared.config.request_log.clone());
         let router = Arc::new(std::mem::take(&mut self.router));
         if let Some(metrics) = router.metrics() {
             metrics.set_engine(self.engine.name(), self.workers.len());

@@ -18,12 +18,14 @@ pub fn config_from_args() -> Config {
         ..Config::default()
     };
     let mut args = std::env::args().skip(1);
+    let (mut request_log, mut format) = (None, ucall_core::LogFormat::Text);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             println!(
                 "options: --host H --port P --threads N --engine auto|poll|uring --max-body-bytes N \
                  --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N \
-                 --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM] [--cors-origin ORIGIN]..."
+                 --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM] [--cors-origin ORIGIN]... \
+                 [--request-log PATH [--request-log-format text|json]]"
             );
             std::process::exit(0);
         }
@@ -61,8 +63,18 @@ pub fn config_from_args() -> Config {
                 tls(&mut config).port =
                     Some(u16::try_from(number()).unwrap_or_else(|_| fail("--tls-port: out of range")));
             }
+            "--request-log" => request_log = Some(value),
+            "--request-log-format" => {
+                format =
+                    ucall_core::LogFormat::parse(&value).unwrap_or_else(|| fail("--request-log-format: text or json"));
+            }
             _ => fail(&format!("unknown option {flag} (try --help)")),
         }
+    }
+    if let Some(path) = request_log {
+        let log =
+            ucall_core::RequestLog::open(&path, format).unwrap_or_else(|e| fail(&format!("--request-log {path}: {e}")));
+        config.request_log = Some(log);
     }
     config
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::health::HealthPaths;
 use crate::metrics::MetricsConfig;
+use crate::request_log::RequestLog;
 use crate::session::Limits;
 use crate::tls::TlsConfig;
 
@@ -84,6 +85,9 @@ pub struct Config {
     pub health: HealthPaths,
     /// Where `GET /metrics` (Prometheus text format) is served, or not, and its latency buckets.
     pub metrics: MetricsConfig,
+    /// The request log: one line per call (see [`crate::request_log`]). `None` (the
+    /// default): off, at the cost of one branch per call.
+    pub request_log: Option<RequestLog>,
     /// Where the engines report what they cannot return as an error: a failed accept, a
     /// worker that stops. Default: a line on stderr.
     pub events: EventLog,
@@ -149,6 +153,7 @@ impl Default for Config {
             share_port: false,
             health: HealthPaths::default(),
             metrics: MetricsConfig::default(),
+            request_log: None,
             events: EventLog::default(),
         }
     }

@@ -376,16 +376,30 @@ impl Serving {
         self.router.metrics().map(AsRef::as_ref)
     }
 
-    /// Count a deferred call whose completion arrived (whether or not its connection is
-    /// still there to be answered).
-    pub(crate) fn count(&self, completion: &Completion) {
-        if let (Some(metrics), Some(meter)) = (self.metrics(), completion.meter) {
+    /// Count, and log, a deferred call whose completion arrived (whether or not its
+    /// connection is still there to be answered).
+    pub(crate) fn count(&mut self, completion: &Completion) {
+        let Some(meter) = completion.meter else { return };
+        // One reading of the clock for the metrics and the request log both.
+        let ended = crate::date::monotonic_nanos();
+        if let Some(metrics) = self.router.metrics() {
             let code = completion
                 .outcome
                 .as_ref()
                 .map(|_| ())
                 .map_err(crate::jsonrpc::RpcError::code);
-            metrics.completed(meter.method, code, meter.started);
+            metrics.completed_at(meter.method, code, meter.started, ended);
+        }
+        if let (Some(log), Some(note)) = (self.router.request_log(), &completion.note) {
+            let times = (meter.started, ended);
+            crate::dispatch::log_completed(log, self.scratch.lines(), note, times, &completion.outcome);
+        }
+    }
+
+    /// Write the request log lines of this turn (one branch when the log is off).
+    pub(crate) fn flush_log(&mut self) {
+        if let Some(log) = self.router.request_log() {
+            self.scratch.lines().flush(log);
         }
     }
 

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use super::{Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
-use crate::dispatch::{self, Deferrals, DeferredAt, Invoked, Outcome};
+use crate::date::monotonic_nanos;
+use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
+use crate::request_log::{Carrier, Entry, Seed};
 use crate::router::{Call, Router};
 use crate::ws;
 
@@ -381,7 +383,8 @@ fn looks_like_jsonrpc(body: &[u8]) -> bool {
         && jsonrpc::message::is_json(text)
 }
 
-/// Run a REST-style call, writing the bare result (or an error object) as the body.
+/// Run a REST-style call, writing the bare result (or an error object) as the body; with
+/// the request log on, the call gets its line (a deferred one when it completes).
 #[allow(clippy::too_many_arguments)]
 fn rest_call(
     method: Method,
@@ -393,9 +396,66 @@ fn rest_call(
     deferrals: &mut Deferrals<'_>,
     data: &mut Vec<u8>,
 ) -> Status {
+    let Some(log) = router.request_log() else {
+        return run_rest(method, target, body, context, router, scratch, deferrals, None, data).0;
+    };
+    let start = data.len();
+    let mut clock = Clock::default();
+    let (status, code) = run_rest(
+        method,
+        target,
+        body,
+        context,
+        router,
+        scratch,
+        deferrals,
+        Some(&mut clock),
+        data,
+    );
+    if scratch.jsonrpc.deferred.is_empty() {
+        let name = std::str::from_utf8(&scratch.name).ok().filter(|name| !name.is_empty());
+        let ended = if clock.ended == 0 {
+            monotonic_nanos()
+        } else {
+            clock.ended
+        };
+        let entry = Entry {
+            ended,
+            peer: context.peer(),
+            transport: context.transport().as_str(),
+            method: name,
+            id: None,
+            code,
+            status: Some(status.code()),
+            nanos: ended.saturating_sub(if clock.ended == 0 { ended } else { clock.started }),
+            bytes_in: body.len(),
+            bytes_out: data.len() - start,
+        };
+        scratch.jsonrpc.lines.push(log, &entry);
+    }
+    status
+}
+
+/// [`rest_call`]'s work: the status, and the JSON-RPC code of the outcome (0 for a
+/// result). With a `clock` (the request log is on), the call is timed in it, and a call
+/// that defers carries its line's seed.
+#[allow(clippy::too_many_arguments)]
+fn run_rest(
+    method: Method,
+    target: &str,
+    body: &[u8],
+    context: &CallContext<'_>,
+    router: &Router,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    clock: Option<&mut Clock>,
+    data: &mut Vec<u8>,
+) -> (Status, i32) {
+    let failed = |data: &mut Vec<u8>, error: &RpcError| (rest_error(data, error), error.code());
     scratch.jsonrpc.deferred.clear();
     let Some(query) = rest::split_target(target, &mut scratch.name) else {
-        return rest_error(
+        scratch.name.clear();
+        return failed(
             data,
             &RpcError::new(
                 ErrorCode::InvalidRequest.code(),
@@ -408,7 +468,7 @@ fn rest_call(
         if let Some(metrics) = router.metrics() {
             metrics.unknown_method();
         }
-        return rest_error(data, &RpcError::method_not_found(name));
+        return failed(data, &RpcError::method_not_found(name));
     };
     // GET, or a POST with no body (`curl -X POST '/sum?a=1&b=2'`): the query's params.
     let params = if method == Method::Get || body.iter().all(u8::is_ascii_whitespace) {
@@ -418,33 +478,49 @@ fn rest_call(
             Some(std::str::from_utf8(&scratch.params).unwrap_or("{}"))
         } else {
             let error = RpcError::invalid_params("Invalid params: the query is not valid UTF-8");
-            return rest_error(data, &error);
+            return failed(data, &error);
         }
     } else {
         match jsonrpc::as_text(body).filter(|text| jsonrpc::message::is_json(text)) {
             Some(text) if text.trim_start().starts_with('{') => Some(text.trim()),
             Some(_) => {
                 let error = RpcError::invalid_params("Invalid params: the body must be a JSON object of named params");
-                return rest_error(data, &error);
+                return failed(data, &error);
             }
             _ => {
                 let error = RpcError::new(ErrorCode::ParseError.code(), "Parse error: the body is not valid JSON");
-                return rest_error(data, &error);
+                return failed(data, &error);
             }
         }
     };
     let call = Call::new(name, params, Some("null")).with_context(context);
-    match dispatch::run(found, &call, router.metrics(), deferrals, data) {
-        Ok(Invoked::Done) => Status::Ok,
+    let seed = clock.is_some().then(|| Seed {
+        peer: context.peer(),
+        transport: context.transport().as_str(),
+        method: name,
+        id: None,
+        carrier: Carrier::Rest,
+        bytes_in: body.len(),
+    });
+    let outcome = match clock {
+        Some(clock) => {
+            let (outcome, ran) = dispatch::run_logged(found, &call, router.metrics(), seed.as_ref(), deferrals, data);
+            *clock = ran;
+            outcome
+        }
+        None => dispatch::run(found, &call, router.metrics(), deferrals, data),
+    };
+    match outcome {
+        Ok(Invoked::Done) => (Status::Ok, 0),
         Ok(Invoked::Deferred(slot)) => {
             scratch.jsonrpc.deferred.push(DeferredAt {
                 offset: data.len(),
                 slot,
                 id: None,
             });
-            Status::Ok
+            (Status::Ok, 0)
         }
-        Err(error) => rest_error(data, &error),
+        Err(error) => failed(data, &error),
     }
 }
 

@@ -68,6 +68,13 @@ pub struct Scratch {
     decoded: Vec<u8>,
 }
 
+impl Scratch {
+    /// The worker's request log lines not yet written.
+    pub(crate) fn lines(&mut self) -> &mut crate::request_log::Lines {
+        &mut self.jsonrpc.lines
+    }
+}
+
 /// What a session needs from its worker.
 pub struct Context<'a> {
     /// The procedures.

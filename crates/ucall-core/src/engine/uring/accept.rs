@@ -159,7 +159,7 @@ impl UringWorker {
             let Some(fd) = self.listeners[port].as_ref().map(AsRawFd::as_raw_fd) else {
                 continue;
             };
-            self.accepting[port].addressed = self.serving.router.keeps_context();
+            self.accepting[port].addressed = self.serving.router.keeps_peer();
             let (cancel_multishot, arm) = self.accepting[port].next_turn();
             if cancel_multishot {
                 self.cancel(token(Op::Accept, port, MULTISHOT));

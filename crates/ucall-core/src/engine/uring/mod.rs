@@ -340,6 +340,13 @@ impl UringWorker {
     /// Wait for completions (at most `wait_cap`, when given), serve them, and return whether
     /// the worker goes on: `false` once it has stopped and closed every connection.
     pub(crate) fn turn(&mut self, wait_cap: Option<Duration>) -> bool {
+        let going = self.serve_turn(wait_cap);
+        // The turn's request log lines go out together, without a lock per call.
+        self.serving.flush_log();
+        going
+    }
+
+    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool {
         if self.finished {
             return false;
         }
