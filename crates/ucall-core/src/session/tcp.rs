@@ -82,6 +82,7 @@ impl Stream {
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
+            streams: true,
         };
         let context =
             CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]).with_tls_subject(calls.tls_subject.as_deref());
