@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import json
 import logging
 import os
@@ -667,7 +668,9 @@ class Server:
                     "serve them from a server without middleware, or check callers in the batch function"
                 )
             async_middleware = any(_middleware.is_async(m) for m in self._middleware)
-            needs_loop = async_middleware or any(_is_async(p.func) for p in self._procedures.values())
+            needs_loop = async_middleware or any(
+                _is_async(p.func) or inspect.isasyncgenfunction(p.func) for p in self._procedures.values()
+            )
             loop = _EventLoop() if needs_loop else None
             native = _ucall.NativeServer(
                 self.host,
@@ -697,14 +700,17 @@ class Server:
                             procedure.name, runner, _signature.plan(batch.view, None), ignore, **batch.options
                         )
                         continue
+                    # A generator streams its items, then its return value (docs/streaming.md).
+                    streams = inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func)
                     native.add(
                         procedure.name,
                         func,
                         _signature.plan(func, procedure.localns),
                         ignore,
-                        async_middleware or _is_async(func),
+                        async_middleware or _is_async(func) or inspect.isasyncgenfunction(func),
                         _signature.context_param(func, procedure.localns),
                         procedure.timeout,
+                        streams=streams,
                     )
                 if HEALTH not in self._procedures:
                     native.add(HEALTH, self._health, _signature.plan(self._health, None), True, async_middleware)

@@ -14,6 +14,7 @@ __all__ = [
     "NativeServer",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
+    "StreamReply",
     "__version__",
     "code_for_http_status",
     "dumps",
@@ -85,10 +86,11 @@ class NativeServer:
         is_async: bool = False,
         context: Optional[tuple[str, Optional[int]]] = None,
         timeout: Optional[float] = None,
+        streams: bool = False,
     ) -> None:
         """Register ``func`` under ``name``; only before ``start``. ``context``: the
         parameter that takes the call's ``Context``, and its positional place (or ``None``:
-        by name)."""
+        by name). ``streams``: ``func`` is a generator whose items stream."""
     def add_batch(
         self,
         name: str,
@@ -149,6 +151,14 @@ class NativeServer:
 class DeferredReply:
     """The reply of an ``async def`` call; completed by its task's done-callback."""
 
+    def settle(self, task: Any) -> None: ...
+
+@final
+class StreamReply:
+    """The streamed reply of an async generator handler, fed by ``ucall._streaming.drive``."""
+
+    def offer(self, item: Any) -> Optional[bool]:
+        """Send ``item`` if there is room: True sent, False full, None the caller has gone."""
     def settle(self, task: Any) -> None: ...
 
 @final

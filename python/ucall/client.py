@@ -39,12 +39,12 @@ import urllib.parse
 from collections import deque
 from typing import Any, Awaitable, Callable, Iterable, Union, overload
 
-from ucall import _codec
+from ucall import _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
-__all__ = ["AsyncClient", "Batch", "Client", "ClientTLS", "Response"]
+__all__ = ["AsyncClient", "AsyncStream", "Batch", "Client", "ClientTLS", "Response", "Stream"]
 
 Progress = Callable[[int, int], None]
 Framer = Union[ReplyReader, WebSocketReader]
@@ -481,6 +481,15 @@ class Client(_Endpoint):
         response: Response = self._exchange(request, progress)
         return self._in_time(response)
 
+    def stream(self, method: str, *args: Any, **kwargs: Any) -> Stream:
+        """Call ``method``, which streams its result (a generator on the server): iterate
+        the ``Stream`` for its items as they arrive (``for token in client.stream(...)``);
+        once it is exhausted, its ``result`` is the final reply's. An error reply raises
+        ``ucall.RPCError``. The call has a connection of its own; closing the stream
+        (``close()``, or leaving ``with client.stream(...) as items:``) hangs up, which
+        stops the generator on the server."""
+        return Stream(self, method, _params(args, kwargs))
+
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
         self._exchange(_request(method, _params(args, kwargs), None, self.timeout))
@@ -702,6 +711,222 @@ class Client(_Endpoint):
 
 class _Closed(Exception):
     pass
+
+
+def _stream_kind(endpoint: _Endpoint) -> str:
+    return "ws" if endpoint.websocket else "http" if endpoint.use_http else "tcp"
+
+
+def _stream_end(data: Any, request_id: int, cancelled: bool) -> Any:
+    """The final reply's result; raises ``RPCError`` for an error reply (but the one
+    that ends a stream its caller cancelled)."""
+    response = Response(data)
+    if isinstance(data, dict) and data.get("id") not in (request_id, None):
+        raise ProtocolError(f"a reply to another request: {data!r}")
+    error = response.error
+    if cancelled and error is not None and error.code == _streamed.CANCELLED:
+        return None
+    return response.json
+
+
+def _cancel_request(request_id: int) -> bytes:
+    return dumps({"jsonrpc": "2.0", "method": _streamed.CANCEL_METHOD, "params": {"id": request_id}})
+
+
+class Stream:
+    """The items of a streamed call (``Client.stream``), as they arrive; ``result`` is the
+    final reply's result once they are all read."""
+
+    def __init__(self, client: Client, method: str, params: Any) -> None:
+        self.result: Any = None
+        self._id = client.next_id()
+        self._where = client._where
+        self._timeout = client.timeout
+        kind = _stream_kind(client)
+        body = _streamed.request(method, params, self._id)
+        try:
+            raw = socket.create_connection((client.uri, client.port), timeout=client.timeout)
+        except socket.timeout:
+            raise TimeoutError(f"cannot connect to {self._where} within {client.timeout} s") from None
+        except OSError as error:
+            raise ConnectError(f"cannot connect to {self._where}: {error}") from None
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = raw
+        try:
+            sock = client._wrap(raw)
+            ws = None
+            if kind == "ws":
+                ws = WebSocketReader(client.uri, client.port, client.path, client.tls)
+                client._open_websocket(sock, ws)
+                payload = ws.encode(body)
+            else:
+                payload = _streamed.request_bytes(kind, body, client.uri, client.port, client.path)
+            sock.sendall(payload)
+        except BaseException:
+            sock.close()
+            raw.close()
+            raise
+        self._sock: socket.socket | None = sock
+        self._framer = _streamed.StreamFramer(kind, self._id, ws)
+        self._events: deque[tuple[str, Any]] = deque()
+        self._cancelled = False
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> Any:
+        while not self._events:
+            sock = self._sock
+            if sock is None:
+                raise StopIteration
+            try:
+                data = sock.recv(1 << 16)
+            except socket.timeout:
+                self.close()
+                raise TimeoutError(f"no item from {self._where} within {self._timeout} s") from None
+            except OSError as error:
+                self.close()
+                raise TransportError(f"connection to {self._where} lost during a stream: {error}") from None
+            self._framer.feed(data)
+            owed = self._framer.to_send()
+            if owed:
+                sock.sendall(owed)
+            try:
+                self._events.extend(self._framer.events())
+            except ProtocolError:
+                self.close()
+                raise
+        kind, value = self._events.popleft()
+        if kind == _streamed.ITEM:
+            return value
+        self.close()
+        self.result = _stream_end(value, self._id, self._cancelled)
+        raise StopIteration
+
+    def cancel(self) -> None:
+        """Ask the server to stop the stream: over raw TCP and WebSocket with
+        ``ucall.cancel`` (the items already sent still come, then the stream ends); over
+        HTTP by hanging up."""
+        sock = self._sock
+        if sock is None or self._framer.kind == "http":
+            self.close()
+            return
+        self._cancelled = True
+        message = _cancel_request(self._id)
+        ws = self._framer.ws
+        sock.sendall(ws.encode(message) if ws is not None else message + b"\n")
+
+    def close(self) -> None:
+        """Hang up: the server stops the stream."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        sock = self.__dict__.get("_sock")
+        if sock is not None:
+            sock.close()
+
+
+class AsyncStream:
+    """The items of a streamed call (``AsyncClient.stream``), for ``async for``; ``result``
+    is the final reply's result once they are all read."""
+
+    def __init__(self, client: AsyncClient, method: str, params: Any) -> None:
+        self.result: Any = None
+        self._client = client
+        self._id = client.next_id()
+        self._body = _streamed.request(method, params, self._id)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._framer: _streamed.StreamFramer | None = None
+        self._events: deque[tuple[str, Any]] = deque()
+        self._ended = False
+        self._cancelled = False
+
+    def __aiter__(self) -> AsyncStream:
+        return self
+
+    async def _start(self) -> _streamed.StreamFramer:
+        client = self._client
+        kind = _stream_kind(client)
+        try:
+            reader, writer, framer = await asyncio.wait_for(client._open(), client.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"cannot connect to {client._where} within {client.timeout} s") from None
+        ws = framer if isinstance(framer, WebSocketReader) else None
+        if ws is not None:
+            writer.write(ws.encode(self._body))
+        else:
+            writer.write(_streamed.request_bytes(kind, self._body, client.uri, client.port, client.path))
+        self._reader, self._writer = reader, writer
+        self._framer = _streamed.StreamFramer(kind, self._id, ws)
+        return self._framer
+
+    async def __anext__(self) -> Any:
+        framer = self._framer
+        if framer is None and not self._ended:
+            framer = await self._start()
+        while not self._events:
+            if self._ended or framer is None or self._reader is None:
+                raise StopAsyncIteration
+            try:
+                data = await asyncio.wait_for(self._reader.read(1 << 16), self._client.timeout)
+            except asyncio.TimeoutError:
+                await self.aclose()
+                raise TimeoutError(f"no item from {self._client._where} within {self._client.timeout} s") from None
+            except OSError as error:
+                await self.aclose()
+                raise TransportError(f"connection to {self._client._where} lost during a stream: {error}") from None
+            framer.feed(data)
+            owed = framer.to_send()
+            if owed and self._writer is not None:
+                self._writer.write(owed)
+            try:
+                self._events.extend(framer.events())
+            except ProtocolError:
+                await self.aclose()
+                raise
+        kind, value = self._events.popleft()
+        if kind == _streamed.ITEM:
+            return value
+        await self.aclose()
+        self.result = _stream_end(value, self._id, self._cancelled)
+        raise StopAsyncIteration
+
+    async def cancel(self) -> None:
+        """As ``Stream.cancel``."""
+        framer, writer = self._framer, self._writer
+        if framer is None or writer is None or framer.kind == "http":
+            await self.aclose()
+            return
+        self._cancelled = True
+        message = _cancel_request(self._id)
+        writer.write(framer.ws.encode(message) if framer.ws is not None else message + b"\n")
+        await writer.drain()
+
+    async def aclose(self) -> None:
+        """Hang up: the server stops the stream."""
+        self._ended = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+    async def __aenter__(self) -> AsyncStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -942,6 +1167,12 @@ class AsyncClient(_Endpoint):
             return self._in_time(Client._check(Response(_decode(reply)), {"id": request_id}))
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         return self._in_time(await self._exchange(request))
+
+    def stream(self, method: str, *args: Any, **kwargs: Any) -> AsyncStream:
+        """As ``Client.stream``: ``async for token in client.stream("generate", prompt=...)``.
+        The call has a connection of its own; ``aclose()`` (or leaving ``async with``)
+        hangs up, which stops the generator on the server."""
+        return AsyncStream(self, method, _params(args, kwargs))
 
     async def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         await self._exchange(_request(method, _params(args, kwargs), None, self.timeout))

@@ -269,6 +269,7 @@ pub fn jsonrpc_messages(data: &[u8]) {
     let mut deferrals = Deferrals {
         target: None,
         next_slot: &mut next_slot,
+        streams: false,
     };
     let mut out = Vec::new();
     let max_batch = 16;

@@ -171,6 +171,17 @@ impl OutBuf {
     /// Fill hole `id` with what `write` queues (through `commit`/`push`). Returns `false`
     /// (and queues nothing) when there is no such hole.
     pub fn fill(&mut self, id: u64, write: impl FnOnce(&mut OutBuf)) -> bool {
+        self.write_at_hole(id, true, write)
+    }
+
+    /// Queue what `write` queues just before hole `id`, which stays open: a streamed
+    /// reply's items go out ahead of its final reply, and after every reply before it.
+    /// Returns `false` (and queues nothing) when there is no such hole.
+    pub fn fill_before(&mut self, id: u64, write: impl FnOnce(&mut OutBuf)) -> bool {
+        self.write_at_hole(id, false, write)
+    }
+
+    fn write_at_hole(&mut self, id: u64, close: bool, write: impl FnOnce(&mut OutBuf)) -> bool {
         // Holes are never behind `first`.
         let hint = self.next_hole_at.clamp(self.first, self.segments.len());
         let is_it = |s: &Segment| s.hole == Some(id);
@@ -190,7 +201,9 @@ impl OutBuf {
         self.barrier = barrier;
         let written: Vec<Segment> = self.segments.drain(before..).collect();
         self.next_hole_at = index + written.len();
-        self.segments.splice(index..=index, written);
+        // Filling replaces the hole; writing before it keeps the hole after the bytes.
+        let replaced = if close { index..index + 1 } else { index..index };
+        self.segments.splice(replaced, written);
         true
     }
 
@@ -493,6 +506,25 @@ mod tests {
         out.advance(3);
         assert!(out.is_empty());
         assert!(out.data().is_empty());
+    }
+
+    #[test]
+    fn writing_before_a_hole_keeps_it_open() {
+        let mut out = OutBuf::new();
+        out.push(b"a");
+        out.push_hole(7);
+        out.push(b"z");
+        assert!(out.fill_before(7, |out| out.push(b"1")));
+        assert!(out.fill_before(7, |out| out.push(b"2")));
+        assert_eq!(
+            out.to_vec(),
+            b"a12",
+            "items leave, the hole still holds what follows it"
+        );
+        assert!(!out.fill_before(8, |out| out.push(b"x")), "no such hole");
+        assert!(out.fill(7, |out| out.push(b"!")));
+        assert_eq!(out.to_vec(), b"a12!z");
+        assert_eq!(out.pending(), 5);
     }
 
     /// `pending` is a running count: after any mix of operations it must equal the bytes

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::jsonrpc::RpcError;
 use crate::request_log::Pending;
+use crate::streaming::{Credit, StreamError, Streams, CANCELLED};
 
 /// What a deferred call produced: the result's JSON text, or an error.
 pub type Outcome = Result<Vec<u8>, RpcError>;
@@ -34,6 +35,10 @@ pub struct Completion {
     pub meter: Option<Meter>,
     /// The call's request log line so far, when the log is on.
     pub note: Option<Box<Pending>>,
+    /// `Some` for an item of a streamed reply (`outcome` is its JSON), not the call's end:
+    /// the credit its producer took, given back once the item is on its way
+    /// (see [`crate::streaming`]).
+    pub item: Option<Arc<Credit>>,
 }
 
 /// A deferred call's method (its slot in `crate::metrics::Metrics`) and when it started:
@@ -78,8 +83,9 @@ pub struct Sink {
     /// `queue` holds completions. Set under its lock; read without it, so that the
     /// worker's every turn (which drains) takes no lock when nothing was deferred.
     queued: AtomicBool,
-    /// Deferred calls made on the worker whose completions it has not drained yet. Only
-    /// the worker's thread changes it (it defers and drains).
+    /// Deferred calls made on the worker whose completions it has not drained yet, and
+    /// streamed items queued. The worker's thread defers and drains; a streamed reply's
+    /// producer adds its items from any thread.
     awaited: AtomicUsize,
 }
 
@@ -197,11 +203,16 @@ impl<'a> Target<'a> {
 /// goes down when the connection ends, or when an HTTP or WebSocket client stops sending
 /// (such clients close rather than half-close while they wait for replies).
 #[derive(Debug, Default)]
-pub struct Presence(OnceLock<Arc<AtomicBool>>);
+pub struct Presence(OnceLock<Arc<AtomicBool>>, Streams);
 
 impl Presence {
     fn watch(&self) -> Arc<AtomicBool> {
         Arc::clone(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
+    }
+
+    /// The connection's streamed calls under way, for `ucall.cancel`.
+    pub(crate) fn streams(&self) -> &Streams {
+        &self.1
     }
 
     /// The caller is gone: every call watching this connection is abandoned.
@@ -231,7 +242,9 @@ pub struct Deferred {
     note: Option<Box<Pending>>,
     done: bool,
     /// The connection's presence, when the call asked to watch it.
-    present: Option<Arc<AtomicBool>>,
+    pub(crate) present: Option<Arc<AtomicBool>>,
+    /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
+    pub(crate) stream: Option<Arc<Credit>>,
 }
 
 impl Deferred {
@@ -256,7 +269,27 @@ impl Deferred {
             } else {
                 None
             },
+            stream: None,
         }
+    }
+
+    /// Queue one item of a streamed reply (its JSON text) for the connection; the caller
+    /// holds one of the stream's credits, which the worker gives back.
+    pub(crate) fn push_item(&self, credit: &Arc<Credit>, json: Vec<u8>) {
+        // Counted as awaited until drained, as every completion is (`Sink::drain`).
+        self.sink.awaited.fetch_add(1, Ordering::Relaxed);
+        // Woken even while the worker's completions are held: an item leaves at once, also
+        // when its generator runs on the thread that turns the worker.
+        let completion = Completion {
+            conn: self.conn,
+            generation: self.generation,
+            slot: self.slot,
+            outcome: Ok(json),
+            meter: None,
+            note: None,
+            item: Some(Arc::clone(credit)),
+        };
+        self.sink.push(completion, true);
     }
 
     /// Whether the caller is known to be gone (its connection ended): its reply would
@@ -312,6 +345,7 @@ impl Deferred {
             outcome,
             meter: self.meter,
             note: self.note.take(),
+            item: None,
         };
         self.sink.push(completion, always_wake);
     }
@@ -328,8 +362,114 @@ impl Drop for Deferred {
                 outcome,
                 meter: self.meter,
                 note: self.note.take(),
+                item: None,
             };
             self.sink.push(completion, false);
         }
+    }
+}
+
+/// The final reply of a cancelled stream: `-32800` "Request cancelled"
+/// ([`crate::streaming::CANCELLED`]).
+#[must_use]
+pub fn cancelled() -> RpcError {
+    RpcError::new(CANCELLED, "Request cancelled")
+}
+
+/// Sending the items of a streamed reply (made with [`crate::Reply::stream`]; see
+/// [`crate::streaming`] and docs/streaming.md).
+impl Deferred {
+    /// Whether this reply carries items before its final reply.
+    #[must_use]
+    pub fn is_streamed(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Whether the caller cancelled this streamed call (`ucall.cancel`).
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.stream.as_ref().is_some_and(|credit| credit.is_cancelled())
+    }
+
+    /// Send `item`, serialized to JSON, waiting while [`crate::streaming::WINDOW`] items
+    /// are on their way.
+    ///
+    /// # Errors
+    /// [`StreamError::Gone`] once the caller has gone and [`StreamError::Cancelled`] once
+    /// it cancelled the call (stop producing then); [`StreamError::Invalid`] when `item`
+    /// cannot be serialized.
+    pub fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), StreamError> {
+        let json = serde_json::to_vec(item)
+            .map_err(|e| StreamError::Invalid(format!("Internal error: an item cannot be serialized: {e}")))?;
+        self.send_item_trusted(json)
+    }
+
+    /// Send `json`, checked to be one valid JSON text, as the next item (see
+    /// [`Deferred::send_item`]).
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item`].
+    pub fn send_item_raw(&self, json: &str) -> Result<(), StreamError> {
+        if serde_json::from_str::<serde::de::IgnoredAny>(json).is_err() {
+            return Err(StreamError::Invalid(
+                "Internal error: the procedure streamed invalid JSON".into(),
+            ));
+        }
+        self.send_item_trusted(json.trim().as_bytes().to_vec())
+    }
+
+    /// Send `json` as the next item without checking it: the caller guarantees one valid
+    /// JSON text. Waits while [`crate::streaming::WINDOW`] items are on their way.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item`]; [`StreamError::NotStreamed`] for a reply made with
+    /// [`crate::Reply::defer`].
+    pub fn send_item_trusted(&self, json: Vec<u8>) -> Result<(), StreamError> {
+        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
+        credit.take(|| !self.is_abandoned(), true)?;
+        self.push_item(credit, json);
+        Ok(())
+    }
+
+    /// Send `json` (trusted, as [`Deferred::send_item_trusted`]) only if there is room
+    /// now; `Ok(false)` (nothing sent) when the window is full. For producers that must
+    /// not block (an event loop): they try again later, or wait with
+    /// [`Deferred::wait_for_room`] on a thread of their own.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item_trusted`].
+    pub fn try_send_item_trusted(&self, json: Vec<u8>) -> Result<bool, StreamError> {
+        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
+        if !credit.take(|| !self.is_abandoned(), false)? {
+            return Ok(false);
+        }
+        self.push_item(credit, json);
+        Ok(true)
+    }
+
+    /// Whether an item could be sent now without waiting.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item_trusted`].
+    pub fn has_room(&self) -> Result<bool, StreamError> {
+        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
+        credit.check(|| !self.is_abandoned())?;
+        Ok(credit.has_room())
+    }
+
+    /// Wait up to `timeout` for room for one more item; whether there is.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item_trusted`].
+    pub fn wait_for_room(&self, timeout: std::time::Duration) -> Result<bool, StreamError> {
+        let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
+        credit.wait_for_room(|| !self.is_abandoned(), timeout)
+    }
+
+    /// Make this reply a stream; its credit, for [`Streams::register`].
+    pub(crate) fn make_streamed(&mut self) -> Arc<Credit> {
+        let credit = Credit::new();
+        self.stream = Some(Arc::clone(&credit));
+        credit
     }
 }

@@ -15,7 +15,8 @@ use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
 use crate::request_log::{Carrier, Entry, Lines, Pending, RequestLog, Seed};
-use crate::router::{Call, Handler, Reply, Router};
+use crate::router::{Call, Cancel, Handler, Reply, Router};
+use crate::streaming::CANCEL_METHOD;
 
 /// What processing one message produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,9 @@ pub struct Deferrals<'a> {
     pub target: Option<Target<'a>>,
     /// The connection's counter of deferred replies.
     pub next_slot: &'a mut u64,
+    /// Whether a single call with an id may stream its result (the transport carries
+    /// items: see [`crate::streaming`]); calls in a batch never do.
+    pub streams: bool,
 }
 
 /// What running a handler produced.
@@ -294,6 +298,8 @@ pub fn process(
     });
     let opening = out.len();
     out.push(b'[');
+    // A batch's reply is one message: its calls cannot stream.
+    let streams = std::mem::replace(&mut deferrals.streams, false);
     let mut replies = 0usize;
     for element in &scratch.elements {
         let comma_at = out.len();
@@ -319,6 +325,7 @@ pub fn process(
             out.truncate(comma_at);
         }
     }
+    deferrals.streams = streams;
     if replies == 0 {
         // §6: "If there are no Response objects contained within the Response array as it
         // is to be sent to the client, the server MUST NOT return an empty Array".
@@ -419,6 +426,13 @@ fn call_as<const LOG: bool>(
             } else {
                 run(found, &call, router.metrics(), deferrals, out)
             }
+        }
+        None if &*request.method == CANCEL_METHOD => {
+            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            out.extend_from_slice(id.unwrap_or("null").as_bytes());
+            out.extend_from_slice(b",\"result\":");
+            let call = Call::new(&request.method, request.params, id).with_context(context);
+            invoke(&Cancel, &call, deferrals, out)
         }
         None => {
             if let Some(metrics) = router.metrics() {
@@ -537,6 +551,9 @@ fn invoke_metered(
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     reply.set_meter(metered.map(|(_, meter)| meter));
     reply.set_seed(seed);
+    if let Some(id) = call.id().filter(|_| deferrals.streams) {
+        reply.allow_streaming(id);
+    }
     let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
     let deferred = reply.deferred();

@@ -81,6 +81,7 @@ mod server;
 pub mod session;
 #[doc(hidden)]
 pub mod stream;
+pub mod streaming;
 mod tls;
 #[doc(hidden)]
 pub mod ws;
@@ -100,4 +101,5 @@ pub use request_log::{LogFormat, RequestLog};
 pub use router::{Call, Handler, Hook, Params, Reply, Router};
 pub use server::{Config, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
+pub use streaming::StreamError;
 pub use tls::TlsConfig;

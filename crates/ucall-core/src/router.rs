@@ -192,6 +192,32 @@ impl Router {
     }
 }
 
+/// Answers [`crate::streaming::CANCEL_METHOD`] where no procedure has that name (not in
+/// the table, so that every other lookup stays as it was): cancels the streamed call named
+/// by its `id` param on the same connection; answers whether one was under way.
+pub(crate) struct Cancel;
+
+impl Handler for Cancel {
+    fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        // The id's text as sent (the params are valid JSON already).
+        let id = call
+            .params()
+            .raw_at(0, "id")
+            .ok_or_else(|| RpcError::missing_param("id"))?;
+        let found = reply.streams().is_some_and(|streams| streams.cancel(id.trim()));
+        reply.json(&found)
+    }
+}
+
+/// The error a call that cannot stream is answered with.
+fn not_streamable() -> RpcError {
+    RpcError::new(
+        crate::jsonrpc::ErrorCode::InvalidRequest.code(),
+        "Invalid Request: this method streams its result; call it alone and with an id \
+         (not in a batch, not as a notification, not over HTTP/1.0 or a REST-style URL)",
+    )
+}
+
 /// Answers `rpc.discover` with the OpenRPC document.
 struct Discover(Arc<str>);
 
@@ -230,6 +256,7 @@ impl Router {
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }
+
         // Each procedure gets its hooks once, here, so that a call's lookup stays one.
         for hook in std::mem::take(&mut self.hooks).iter().rev() {
             for procedure in self.procedures.values_mut() {
@@ -352,6 +379,8 @@ pub struct Reply<'o> {
     meter: Option<Meter>,
     /// What a deferred reply's request log line needs, when the log is on.
     seed: Option<&'o Seed<'o>>,
+    /// The call's id when it may stream its result ([`Reply::stream`]).
+    stream_id: Option<&'o str>,
 }
 
 impl<'o> Reply<'o> {
@@ -364,7 +393,20 @@ impl<'o> Reply<'o> {
             deferred: None,
             meter: None,
             seed: None,
+            stream_id: None,
         }
+    }
+
+    /// Let the call stream its result: a single call with an id, on a transport that
+    /// carries items.
+    pub(crate) fn allow_streaming(&mut self, id: &'o str) {
+        self.stream_id = Some(id);
+    }
+
+    /// The connection's streamed calls under way, where known.
+    pub(crate) fn streams(&self) -> Option<&crate::streaming::Streams> {
+        let (target, _) = self.deferral.as_ref()?;
+        target.presence.map(crate::defer::Presence::streams)
     }
 
     /// Count the call under `meter` should it defer its reply.
@@ -395,6 +437,26 @@ impl<'o> Reply<'o> {
     /// `-32603` where deferring is not available.
     pub fn defer_watched(&mut self) -> Result<Deferred, RpcError> {
         self.defer_as(true)
+    }
+
+    /// Stream the result: the returned handle sends items ([`Deferred::send_item`]), from
+    /// any thread, and then completes the call with its final reply as
+    /// [`Reply::defer`]'s does. It knows when the caller has gone
+    /// ([`crate::StreamError::Gone`]). Wire format: `crate::streaming`.
+    ///
+    /// # Errors
+    /// `-32600` when the call cannot stream (in a batch, a notification, over HTTP/1.0 or
+    /// a REST-style URL); `-32603` where deferring is not available.
+    pub fn stream(&mut self) -> Result<Deferred, RpcError> {
+        let Some(id) = self.stream_id else {
+            return Err(not_streamable());
+        };
+        let mut deferred = self.defer_as(true)?;
+        let credit = deferred.make_streamed();
+        if let Some(streams) = self.streams() {
+            streams.register(id, &credit);
+        }
+        Ok(deferred)
     }
 
     fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {

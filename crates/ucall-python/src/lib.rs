@@ -17,6 +17,7 @@ mod params;
 mod procedure;
 mod runtime;
 mod server;
+mod streaming;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -68,6 +69,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
+    m.add_class::<streaming::StreamReply>()?;
     m.add_class::<context::Context>()?;
     m.add_class::<batch::BatchReply>()?;
     m.add_class::<client::NativeClient>()?;

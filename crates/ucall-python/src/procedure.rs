@@ -200,6 +200,12 @@ impl Procedure {
         self.is_async
     }
 
+    /// Never run this procedure's calls on a pinned turner, however quick they have been:
+    /// a streamed reply waits for its reader, and the turner must go on meanwhile.
+    pub fn never_trust(&self) {
+        self.slow.store(true, Ordering::Relaxed);
+    }
+
     /// Whether this procedure's calls have all been quick for a while, so that a pinned
     /// worker's thread may run them itself.
     pub fn trusted(&self) -> bool {
@@ -291,6 +297,12 @@ impl Procedure {
         }
         match self.call(py, params, context) {
             Err(error) => reply.finish(Err(error)),
+            // A generator (or async generator) procedure: its items, then its end.
+            Ok(result) if reply.is_streamed() => {
+                let (deferred, _) = reply.into_deferred()?;
+                let hooks: Arc<dyn crate::streaming::StreamHooks> = self.hooks.clone();
+                return crate::streaming::drive(py, &hooks, &self.name, result, deferred);
+            }
             Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
                 let Some((deferred, seconds)) = reply.into_deferred() else {
                     let _ = result.call_method0("close"); // past its deadline: never started
@@ -332,6 +344,11 @@ impl Answer {
             Some(deadline) => Answer::Bounded(Bounded::new(reply, deadline)),
             None => Answer::Direct(reply),
         }
+    }
+
+    /// Whether the call streams its result (it has no deadline then).
+    fn is_streamed(&self) -> bool {
+        matches!(self, Answer::Direct(reply) if reply.is_streamed())
     }
 
     fn is_past(&self) -> bool {
@@ -411,6 +428,20 @@ impl DeferredReply {
         if let Some(deferred) = self.deferred.lock().unwrap_or_else(PoisonError::into_inner).take() {
             deferred.error(self.hooks.error(py, error, &self.method));
         }
+    }
+}
+
+impl crate::streaming::StreamHooks for Hooks {
+    fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        Hooks::serialize(self, value, out)
+    }
+
+    fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {
+        Hooks::error(self, py, error, method)
+    }
+
+    fn has_loop(&self) -> bool {
+        self.submit.is_some()
     }
 }
 

@@ -32,7 +32,11 @@ const STOP_SLACK: Duration = Duration::from_secs(1);
 
 /// The router's entry for a procedure: defers the call to the lane's next group, or runs
 /// it at once when its params are large (see [`runtime::ParamsText::RUN_AT_ONCE_FROM`]).
-struct Entry(Arc<Procedure>);
+struct Entry(Arc<Procedure>, Streams);
+
+/// Whether a procedure's calls stream their results (a generator function).
+#[derive(Clone, Copy)]
+struct Streams(bool);
 
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
@@ -43,6 +47,17 @@ impl Handler for Entry {
             .0
             .wants_context()
             .then(|| CallContext::of(call, self.0.hooks.middleware.is_some(), deadline));
+        if self.1 .0 {
+            // Items go out as the generator yields them (`crate::streaming`). A stream has
+            // no deadline: it lasts while its caller reads, and stops when it goes.
+            let deferred = reply.stream()?;
+            return queue(runtime::Job {
+                procedure: Arc::clone(&self.0),
+                params: params.map(runtime::ParamsText::new),
+                context,
+                reply: Answer::new(deferred, None),
+            });
+        }
         // A call with a deadline is never run inline: the deadline must be able to answer it.
         if deadline.is_none()
             && runtime::ParamsText::is_large(params)
@@ -55,29 +70,34 @@ impl Handler for Entry {
             // Driven without an engine (in-memory sessions): answer inline.
             return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer()));
         };
-        let job = runtime::Job {
+        queue(runtime::Job {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
             reply: Answer::new(deferred, deadline),
-        };
-        if let Err(job) = runtime::collect(job) {
-            Python::attach(|py| {
-                if let Some(started) = job.procedure.run(
-                    py,
-                    job.params.as_ref().map(runtime::ParamsText::as_str),
-                    job.context,
-                    job.reply,
-                    None,
-                ) {
-                    if let Some(submit) = &self.0.hooks.submit {
-                        let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
-                    }
-                }
-            });
-        }
-        Ok(())
+        })
     }
+}
+
+/// Hand `job` to the lane's next group, or run it now where there is none.
+fn queue(job: runtime::Job) -> Result<(), RpcError> {
+    if let Err(job) = runtime::collect(job) {
+        Python::attach(|py| {
+            let submit = job.procedure.hooks.submit.as_ref().map(|s| s.clone_ref(py));
+            if let Some(started) = job.procedure.run(
+                py,
+                job.params.as_ref().map(runtime::ParamsText::as_str),
+                job.context,
+                job.reply,
+                None,
+            ) {
+                if let Some(submit) = submit {
+                    let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
+                }
+            }
+        });
+    }
+    Ok(())
 }
 
 enum State {
@@ -303,7 +323,7 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None, streams=false))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -315,19 +335,26 @@ impl NativeServer {
         is_async: bool,
         context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
         timeout: Option<f64>,
+        streams: bool,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
         let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
         let wants_context = context.is_some() || self.hooks.middleware.is_some();
-        let procedure = Entry(Arc::new(Procedure::new(
-            name,
-            func,
-            plan,
-            Arc::clone(&self.hooks),
-            is_async,
-            context,
-            timeout,
-        )));
+        let procedure = Entry(
+            Arc::new(Procedure::new(
+                name,
+                func,
+                plan,
+                Arc::clone(&self.hooks),
+                is_async,
+                context,
+                timeout,
+            )),
+            Streams(streams),
+        );
+        if streams {
+            procedure.0.never_trust();
+        }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State::Configuring(builder) = std::mem::replace(&mut *state, State::Stopped) else {
             return Err(PyRuntimeError::new_err(

@@ -14,6 +14,7 @@ const RANKS: &[(&str, u32)] = &[
     ("context", 1),
     ("deadline", 1),
     ("params", 1),
+    ("streaming", 1),
     ("procedure", 2),
     ("runtime", 3),
     ("batch", 3),

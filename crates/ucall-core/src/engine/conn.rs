@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::Clocks;
 use crate::buffer::{self, OutBuf};
-use crate::defer::{Outcome, Sink};
+use crate::defer::{Completion, Sink};
 use crate::metrics::Metrics;
 use crate::session::{Context, Session};
 use crate::tls::{Received, TlsSession};
@@ -310,14 +310,31 @@ impl Conn {
         true
     }
 
-    /// A deferred reply arrived: put it in place. Returns whether it was this session's;
-    /// input held back while replies were awaited may then go on.
-    pub(crate) fn complete(&mut self, slot: u64, outcome: Outcome, date: &[u8]) -> bool {
-        let placed = self.session.complete(slot, outcome, &mut self.out, date);
+    /// A deferred reply, or an item of a streamed one, arrived: put it in place. Returns
+    /// whether it was this session's; input held back while replies were awaited may
+    /// then go on.
+    pub(crate) fn complete(&mut self, completion: Completion, date: &[u8]) -> bool {
+        let Completion {
+            slot, outcome, item, ..
+        } = completion;
+        let placed = match (item, outcome) {
+            (Some(credit), Ok(json)) => self.session.stream_item(slot, &json, credit, &mut self.out, date),
+            (Some(credit), Err(_)) => {
+                credit.give_back();
+                false
+            }
+            (None, outcome) => self.session.complete(slot, outcome, &mut self.out, date),
+        };
         if placed {
             self.mark_backlog();
         }
         placed
+    }
+
+    /// Some output has left (`in_flight` bytes of it are still with the engine): streamed
+    /// replies whose items wait for room may go on.
+    pub(crate) fn output_left(&mut self, in_flight: usize) {
+        self.session.give_back_credits(self.out.pending() + in_flight);
     }
 
     /// Input held back may go on now (a reply or room arrived): a backlog if any.

@@ -130,7 +130,7 @@ impl Pipe {
                 let mut completions: Vec<Completion> = Vec::new();
                 self.sink.drain(&mut completions);
                 for completion in completions {
-                    self.conn.complete(completion.slot, completion.outcome, DATE);
+                    self.conn.complete(completion, DATE);
                 }
             }
             Step::Wait(time) => {

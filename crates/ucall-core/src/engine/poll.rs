@@ -312,9 +312,12 @@ impl PollWorker {
         let mut reads = 0;
         let mut failed = false;
         loop {
-            if pc.conn.has_output() && flush(pc, now, metrics).is_err() {
-                failed = true;
-                break;
+            if pc.conn.has_output() {
+                if flush(pc, now, metrics).is_err() {
+                    failed = true;
+                    break;
+                }
+                pc.conn.output_left(0);
             }
             if pc.conn.is_closing() {
                 break;
@@ -388,11 +391,9 @@ impl PollWorker {
                 continue;
             }
             // Input held back while replies were awaited may go on (`complete`).
-            if pc
-                .conn
-                .complete(completion.slot, completion.outcome, self.serving.date.get())
-            {
-                touched.push(completion.conn);
+            let key = completion.conn;
+            if pc.conn.complete(completion, self.serving.date.get()) {
+                touched.push(key);
             }
         }
         self.completions = completions;

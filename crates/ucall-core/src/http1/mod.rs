@@ -54,6 +54,9 @@ pub struct RequestHead {
     pub websocket_key: Option<[u8; 24]>,
     /// Where the CORS request headers are in the head's bytes.
     pub cors: cors::Fields,
+    /// `Accept` names `text/event-stream`: a streamed reply goes as server-sent events
+    /// (docs/streaming.md).
+    pub event_stream: bool,
     /// `UCall-Timeout: <seconds>`: the time the caller allows the request's calls.
     pub timeout: Option<std::time::Duration>,
 }
@@ -185,6 +188,9 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 }
             }
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
+            6 if name.eq_ignore_ascii_case("accept") => {
+                head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
+            }
             13 if name.eq_ignore_ascii_case("ucall-timeout") => {
                 let Some(timeout) = crate::jsonrpc::message::seconds(value) else {
                     return HeadStatus::Rejected(reject(
@@ -443,6 +449,52 @@ pub fn respond_typed(
     let end = data.len();
     out.commit(head_start..end);
 }
+
+/// The head of a streamed reply (docs/streaming.md): `200`, a body in chunked transfer
+/// coding (RFC 9112 §7.1) of `content_type`, its length unknown until the last chunk.
+pub fn write_stream_head(
+    data: &mut Vec<u8>,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    content_type: &[u8],
+) {
+    data.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: ");
+    data.extend_from_slice(content_type);
+    // Proxies must pass each chunk on at once, not collect the body (`no-transform`).
+    data.extend_from_slice(b"\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, no-transform\r\nDate: ");
+    data.extend_from_slice(date);
+    data.extend_from_slice(b"\r\n");
+    match persistence {
+        Persistence::KeepAlive => {}
+        Persistence::KeepAliveLegacy => data.extend_from_slice(b"Connection: keep-alive\r\n"),
+        Persistence::Close => data.extend_from_slice(b"Connection: close\r\n"),
+    }
+    data.extend_from_slice(headers);
+    data.extend_from_slice(b"\r\n");
+}
+
+/// Append `payload` as one chunk (RFC 9112 §7.1: size in hex, CRLF, data, CRLF).
+pub fn write_chunk(data: &mut Vec<u8>, payload: &[u8]) {
+    if payload.is_empty() {
+        return; // an empty chunk would end the body
+    }
+    let mut size = [0u8; 16];
+    let mut at = size.len();
+    let mut n = payload.len();
+    while n > 0 || at == size.len() {
+        at -= 1;
+        size[at] = b"0123456789abcdef"[n % 16];
+        n /= 16;
+    }
+    data.extend_from_slice(&size[at..]);
+    data.extend_from_slice(b"\r\n");
+    data.extend_from_slice(payload);
+    data.extend_from_slice(b"\r\n");
+}
+
+/// The last chunk, with no trailer: the end of a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// `100 Continue` (RFC 9110 §15.2.1), sent before reading a body the client holds back.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";

@@ -45,6 +45,23 @@ pub(crate) fn write_result_opening(out: &mut Vec<u8>, id: &str) {
     out.extend_from_slice(b",\"result\":");
 }
 
+/// The method of the notifications that carry a streamed reply's items
+/// (docs/streaming.md).
+pub const ITEM_METHOD: &str = "ucall.stream";
+
+/// Append the notification that carries one item of the streamed reply to `id`:
+/// `{"jsonrpc":"2.0","method":"ucall.stream","params":{"id":ID,"item":ITEM}}`; both are
+/// raw JSON.
+pub(crate) fn write_item(out: &mut Vec<u8>, id: &str, item: &[u8]) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
+    out.extend_from_slice(ITEM_METHOD.as_bytes());
+    out.extend_from_slice(b"\",\"params\":{\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"item\":");
+    out.extend_from_slice(item);
+    out.extend_from_slice(b"}}");
+}
+
 /// Append the error object `error` as the reply to `id`.
 pub fn write_rpc_error(out: &mut Vec<u8>, id: Option<&str>, error: &RpcError) {
     write_error(out, id, error.code(), error.message(), error.data());

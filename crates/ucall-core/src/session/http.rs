@@ -266,6 +266,8 @@ impl Http {
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
+            // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
+            streams: is_jsonrpc && head.minor_version >= 1,
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head).with_timeout(head.timeout);
         // A reply that waits for deferred calls is taken out whole, with where it began.
@@ -313,7 +315,14 @@ impl Http {
                 out,
                 text,
                 base,
-                MessageKind::Http(persistence),
+                MessageKind::Http(
+                    persistence,
+                    if head.event_stream {
+                        super::Lines::Events
+                    } else {
+                        super::Lines::Json
+                    },
+                ),
                 headers,
                 &mut ctx.scratch.jsonrpc.deferred,
             );

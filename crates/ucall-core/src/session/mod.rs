@@ -11,6 +11,7 @@ mod websocket;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
@@ -20,6 +21,7 @@ use crate::http1::{self, Persistence, Status};
 use crate::jsonrpc;
 use crate::metrics::Transport;
 use crate::router::Router;
+use crate::streaming::{Credit, OUTPUT_ROOM};
 use crate::ws;
 use http::{respond_rejection, rest_error, Http};
 use tcp::{one_line, Stream};
@@ -116,13 +118,49 @@ struct PendingMessage {
     slots: Vec<PendingSlot>,
     /// Slots still without an outcome.
     awaited: usize,
+    /// HTTP: a streamed reply's head and first items have gone; the reply ends as the
+    /// last chunk of its body.
+    streamed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum MessageKind {
     Stream,
-    Http(Persistence),
+    Http(Persistence, Lines),
     WebSocket,
+}
+
+/// How a streamed reply's messages are framed in an HTTP body (docs/streaming.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    /// `application/jsonl`: one message per line.
+    Json,
+    /// `text/event-stream` (server-sent events): one `data:` event per message.
+    Events,
+}
+
+impl Lines {
+    fn content_type(self) -> &'static [u8] {
+        match self {
+            Lines::Json => b"application/jsonl",
+            Lines::Events => b"text/event-stream",
+        }
+    }
+
+    /// Append `message` (one line of JSON) framed as one line or event.
+    fn frame(self, message: &[u8], out: &mut Vec<u8>) {
+        match self {
+            Lines::Json => {
+                out.extend_from_slice(message);
+                out.push(b'\n');
+            }
+            Lines::Events => {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(message);
+                out.extend_from_slice(b"\n\n");
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -190,9 +228,12 @@ struct Calls {
     /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
     /// only when the router asks ([`Router::keeps_context`]).
     head: Vec<u8>,
-    /// Whether the caller is still there, for calls queued for a batch (goes down when the
-    /// session is dropped with its connection).
+    /// Whether the caller is still there, for calls queued for a batch and streamed
+    /// replies (goes down when the session is dropped with its connection).
     presence: Presence,
+    /// Credits of streamed items placed while the output was long: given back once it
+    /// has drained ([`Session::give_back_credits`]).
+    owed: Vec<Arc<Credit>>,
 }
 
 impl Default for Session {
@@ -365,38 +406,11 @@ impl Session {
     /// queue the message's reply. Returns `false` for a slot this session does not await
     /// (a notification, or a call whose handler failed after deferring).
     pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
-        // Calls mostly complete in request order: the first message's. Otherwise the last
-        // message whose first slot is at most `slot` is the only one that can hold it
-        // (deep pipelines await a thousand messages; a scan per completion was a third of
-        // the Python server's time).
-        let in_first = self
-            .calls
-            .pending
-            .front()
-            .and_then(|m| m.slots.last())
-            .is_some_and(|last| slot <= last.slot);
-        let index = if in_first {
-            0
-        } else {
-            match self
-                .calls
-                .pending
-                .partition_point(|m| m.slots[0].slot <= slot)
-                .checked_sub(1)
-            {
-                Some(index) => index,
-                None => return false,
-            }
+        let Some((index, at)) = self.calls.find(slot) else {
+            return false;
         };
         let message = &mut self.calls.pending[index];
-        let Ok(at) = message.slots.binary_search_by_key(&slot, |s| s.slot) else {
-            return false;
-        };
-        let pending_slot = &mut message.slots[at];
-        if pending_slot.outcome.is_some() {
-            return false;
-        }
-        pending_slot.outcome = Some(outcome);
+        message.slots[at].outcome = Some(outcome);
         message.awaited -= 1;
         if message.awaited == 0 {
             let message = self
@@ -407,6 +421,72 @@ impl Session {
             render(message, out, date);
         }
         true
+    }
+
+    /// An item of the streamed reply in `slot` arrived (its JSON text): queue it ahead of
+    /// the reply's place, and give its `credit` back once the output is short. Returns
+    /// `false` for a slot this session does not await (the item is dropped).
+    pub fn stream_item(&mut self, slot: u64, item: &[u8], credit: Arc<Credit>, out: &mut OutBuf, date: &[u8]) -> bool {
+        let Some((index, at)) = self.calls.find(slot) else {
+            credit.give_back();
+            return false;
+        };
+        let message = &mut self.calls.pending[index];
+        // Only a single call with an id streams (`Reply::stream`).
+        let Some(id) = message.slots[at].id.as_deref() else {
+            credit.give_back();
+            return false;
+        };
+        let streamed = &mut message.streamed;
+        let (kind, headers) = (message.kind, &message.headers);
+        out.fill_before(message.hole, |out| match kind {
+            MessageKind::Stream => {
+                let data = out.data();
+                let start = data.len();
+                jsonrpc::write_item(data, id, item);
+                one_line(&mut data[start..]);
+                data.push(b'\n');
+                let end = data.len();
+                out.commit(start..end);
+            }
+            MessageKind::WebSocket => {
+                let start = reserve_ws_header(out.data());
+                jsonrpc::write_item(out.data(), id, item);
+                commit_ws_text(out, start);
+            }
+            MessageKind::Http(persistence, lines) => {
+                let data = out.data();
+                let start = data.len();
+                if !*streamed {
+                    *streamed = true;
+                    http1::write_stream_head(data, persistence, headers, date, lines.content_type());
+                }
+                let mut message = Vec::with_capacity(item.len() + 64);
+                jsonrpc::write_item(&mut message, id, item);
+                one_line(&mut message);
+                let mut framed = Vec::with_capacity(message.len() + 8);
+                lines.frame(&message, &mut framed);
+                http1::write_chunk(data, &framed);
+                let end = data.len();
+                out.commit(start..end);
+            }
+        });
+        if out.pending() <= OUTPUT_ROOM {
+            credit.give_back();
+        } else {
+            self.calls.owed.push(credit);
+        }
+        true
+    }
+
+    /// The output has drained to `pending` bytes: give back the credits of streamed items
+    /// held while it was long, so that their producers go on.
+    pub fn give_back_credits(&mut self, pending: usize) {
+        if pending <= OUTPUT_ROOM {
+            for credit in self.calls.owed.drain(..) {
+                credit.give_back();
+            }
+        }
     }
 
     /// Called when a client took too long: queue the reply it gets, if any, before closing.
@@ -446,7 +526,7 @@ impl Session {
         let Some(last) = self.calls.pending.back_mut() else {
             return false;
         };
-        if let MessageKind::Http(persistence) = &mut last.kind {
+        if let MessageKind::Http(persistence, _) = &mut last.kind {
             *persistence = Persistence::Close;
         }
         self.closing = true;
@@ -485,6 +565,30 @@ fn opened(ctx: &Context<'_>, before: Option<Transport>, now: Transport) {
 }
 
 impl Calls {
+    /// The pending message (its index) and slot (its index in the message) awaiting
+    /// `slot`, if any.
+    fn find(&self, slot: u64) -> Option<(usize, usize)> {
+        // Calls mostly complete in request order: the first message's. Otherwise the last
+        // message whose first slot is at most `slot` is the only one that can hold it
+        // (deep pipelines await a thousand messages; a scan per completion was a third of
+        // the Python server's time).
+        let in_first = self
+            .pending
+            .front()
+            .and_then(|m| m.slots.last())
+            .is_some_and(|last| slot <= last.slot);
+        let index = if in_first {
+            0
+        } else {
+            self.pending
+                .partition_point(|m| m.slots[0].slot <= slot)
+                .checked_sub(1)?
+        };
+        let message = &self.pending[index];
+        let at = message.slots.binary_search_by_key(&slot, |s| s.slot).ok()?;
+        message.slots[at].outcome.is_none().then_some((index, at))
+    }
+
     /// Keep the request head `head` for the calls' context, when the router asks.
     fn keep_head(&mut self, head: &[u8], router: &Router) {
         if router.keeps_context() {
@@ -550,6 +654,7 @@ impl Calls {
             headers,
             awaited: slots.len(),
             slots,
+            streamed: false,
         });
     }
 }
@@ -564,6 +669,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         text,
         headers,
         slots,
+        streamed,
         ..
     } = message;
     out.fill(hole, |out| match kind {
@@ -581,7 +687,22 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(persistence) => http1::respond_out(out, persistence, &headers, date, |out| {
+        MessageKind::Http(_, lines) if streamed => {
+            // The final reply is the body's last line or event (docs/streaming.md).
+            let mut reply = OutBuf::new();
+            write_completed(&text, slots, &mut reply, false);
+            let mut reply = std::mem::take(reply.data());
+            one_line(&mut reply);
+            let mut framed = Vec::with_capacity(reply.len() + 8);
+            lines.frame(&reply, &mut framed);
+            let data = out.data();
+            let start = data.len();
+            http1::write_chunk(data, &framed);
+            data.extend_from_slice(http1::LAST_CHUNK);
+            let end = data.len();
+            out.commit(start..end);
+        }
+        MessageKind::Http(persistence, _) => http1::respond_out(out, persistence, &headers, date, |out| {
             Some(write_completed(&text, slots, out, true))
         }),
     });

@@ -82,6 +82,7 @@ impl Stream {
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
+            streams: true,
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]);
         let scratch = &mut ctx.scratch.jsonrpc;

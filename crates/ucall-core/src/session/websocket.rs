@@ -140,6 +140,7 @@ impl WebSocket {
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
+            streams: true,
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head);
         let scratch = &mut ctx.scratch.jsonrpc;

@@ -21,6 +21,7 @@ const RANKS: &[(&str, u32)] = &[
     ("stream", 1),
     ("jsonrpc", 1),
     ("tls", 1),
+    ("streaming", 1),
     ("http1", 2),
     ("params", 2),
     ("defer", 2),

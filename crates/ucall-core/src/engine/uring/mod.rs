@@ -486,11 +486,9 @@ impl UringWorker {
                 continue;
             }
             // Input held back while replies were awaited may now go on (`complete`).
-            if conn
-                .core
-                .complete(completion.slot, completion.outcome, self.serving.date.get())
-            {
-                self.touch(completion.conn);
+            let key = completion.conn;
+            if conn.core.complete(completion, self.serving.date.get()) {
+                self.touch(key);
             }
         }
         self.completions = completions;

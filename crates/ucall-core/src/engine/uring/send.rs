@@ -119,6 +119,7 @@ impl UringWorker {
                     conn.sending.advance(n.unsigned_abs() as usize);
                     conn.core.count_sent(n.unsigned_abs() as usize, metrics);
                     conn.core.clocks.last_progress = now;
+                    conn.core.output_left(conn.sending.pending());
                 }
                 e if e == -libc::EOPNOTSUPP && !conn.dead => zc_unsupported = true,
                 _ => conn.core.phase = Phase::Failed,
