@@ -76,6 +76,9 @@ class NativeServer:
         metrics_path: Optional[str] = ...,  # "/metrics"
         metrics_buckets: Optional[List[float]] = ...,  # gRPC's, 100 µs to 10 s
         metrics_extra: Optional[Callable[[], str]] = ...,  # the page's tail: a registry's text
+        request_log_path: Optional[str] = None,
+        request_log_fd: Optional[int] = None,
+        request_log_format: Optional[str] = None,  # "text"
     ) -> "NativeServer": ...
     def add(
         self,
