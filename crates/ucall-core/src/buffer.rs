@@ -692,8 +692,13 @@ mod tests {
         assert!(spares.held() <= Spares::KEPT * (4 << 20));
     }
 
+    /// The tests that keep and take buffers of the process's pool, one at a time: a
+    /// buffer one keeps is large enough for what another takes.
+    static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_large_buffer_allocated_for_one_role_fits_the_next() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Sizes no other test of this binary keeps: the pool is the process's.
         let params = (3 << 20) + 1000;
         let copy = take_or_allocate(params);
@@ -720,6 +725,7 @@ mod tests {
 
     #[test]
     fn growing_past_the_threshold_moves_into_a_kept_buffer() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Sizes no other test of this binary keeps: the pool is the process's.
         let size = (5 << 20) + 4096;
         keep(Vec::with_capacity(size));
@@ -734,6 +740,7 @@ mod tests {
 
     #[test]
     fn a_large_reply_is_written_into_a_kept_buffer_and_kept_again() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let size = (7 << 20) + 4096;
         let mut out = OutBuf::new();
         keep(Vec::with_capacity(size));
