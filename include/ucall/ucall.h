@@ -333,6 +333,16 @@ typedef struct ucall_config_t {
    * `"/metrics"`; `""`: off, and nothing is counted.
    */
   const char *metrics_path;
+  /**
+   * The request log: when true, every call also gets a line on `logs_file_descriptor`,
+   * in `logs_format`: `"human"` writes logfmt (`time=2026-11-27T10:01:02.345Z
+   * peer=127.0.0.1:40312 transport=http method="sum" id=1 code=0 status=200
+   * duration_us=12 bytes_in=45 bytes_out=38`), `"json"` one object per line with the
+   * same keys (docs/operations.md, "Request log"). Each serving thread writes its
+   * lines once per turn, in whole lines. False (default): off, at the cost of one
+   * branch per call. Written back as false when there is no `logs_file_descriptor`.
+   */
+  bool log_requests;
 } ucall_config_t;
 
 /**

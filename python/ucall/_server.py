@@ -18,7 +18,7 @@ import traceback
 import types
 import warnings
 import weakref
-from typing import Any, Callable, Sequence, TypeVar, overload
+from typing import IO, Any, Callable, Sequence, TypeVar, overload
 
 from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
 from ucall.exceptions import HTTPError, RPCError
@@ -196,6 +196,11 @@ class Server:
         metrics_path: where ``GET`` serves Prometheus metrics (calls by method and outcome,
             latency, connections and bytes by transport; docs/operations.md); ``None``
             turns metrics off, and nothing is counted.
+        request_log: log one line per call (time, peer, transport, method, id, code, HTTP
+            status, duration, bytes in and out; docs/operations.md, "Request log"): a path,
+            appended to (worker processes may share it), ``"-"`` for stdout, a file object
+            or a file descriptor (the server writes to a duplicate of it). Off by default.
+        request_log_format: ``"text"`` (logfmt) or ``"json"`` (JSON lines).
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -243,6 +248,8 @@ class Server:
         readyz_path: str | None = "/readyz",
         readyz_not_found: bool = False,
         metrics_path: str | None = "/metrics",
+        request_log: str | os.PathLike[str] | int | IO[Any] | None = None,
+        request_log_format: str = "text",
     ) -> None:
         _check_options(
             port=port,
@@ -294,6 +301,7 @@ class Server:
             "readyz_not_found": bool(readyz_not_found),
             "metrics_path": metrics_path,
         }
+        self._set_request_log(request_log, request_log_format)
         for option in ("healthz_path", "readyz_path", "metrics_path"):
             path = self._limits[option]
             if path is not None and (not isinstance(path, str) or not path.startswith("/")):
@@ -608,6 +616,32 @@ class Server:
         if not ready:
             raise RPCError(state["status"], data=state)
         return state
+
+    def _set_request_log(self, target: Any, log_format: str) -> None:
+        """Where the request log goes (``request_log``), as the extension takes it."""
+        if log_format not in ("text", "json"):
+            raise ValueError(f"request_log_format must be 'text' or 'json', got {log_format!r}")
+        path: str | None = None
+        fd: int | None = None
+        if target is None:
+            pass
+        elif isinstance(target, str) and target == "-":
+            fd = sys.stdout.fileno()
+        elif isinstance(target, (str, os.PathLike)):
+            path = os.fspath(target)
+        elif isinstance(target, int) and not isinstance(target, bool):
+            fd = target
+        elif hasattr(target, "fileno"):
+            if hasattr(target, "flush"):
+                target.flush()  # what Python buffered goes before the server's lines
+            fd = target.fileno()
+        else:
+            raise TypeError(
+                f"request_log takes a path, '-', a file object or a file descriptor, not {type(target).__name__}"
+            )
+        # A file object stays referenced (and so open) while the server may start.
+        self._request_log = target
+        self._limits.update(request_log_path=path, request_log_fd=fd, request_log_format=log_format)
 
     def _native_options(self) -> dict[str, Any]:
         """The extension server's keyword options: the limits, and what tests set."""

@@ -73,6 +73,9 @@ class NativeServer:
         readyz_path: Optional[str] = ...,  # "/readyz"
         readyz_not_found: bool = False,
         metrics_path: Optional[str] = ...,  # "/metrics"
+        request_log_path: Optional[str] = None,
+        request_log_fd: Optional[int] = None,
+        request_log_format: Optional[str] = None,  # "text"
     ) -> "NativeServer": ...
     def add(
         self,

@@ -563,6 +563,20 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
     default=None,
     help="With --workers: serve the workers' totals at GET /metrics on this port (0: any free one).",
 )
+@click.option(
+    "--access-log",
+    default=None,
+    metavar="PATH",
+    help="Log one line per call (time, peer, transport, method, id, code, status, duration, bytes) "
+    "to PATH, appended to ('-': stdout); with --workers, each worker appends whole lines to it.",
+)
+@click.option(
+    "--access-log-format",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="The access log's lines: logfmt text, or JSON lines.",
+)
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
     target: str,
@@ -575,6 +589,8 @@ def serve(
     log_level: str,
     metrics_path: str | None,
     metrics_port: int | None,
+    access_log: str | None,
+    access_log_format: str,
     ready_fd: int | None,
 ) -> None:
     """Import MODULE and run its Server object SERVER (default name: server)."""
@@ -593,6 +609,8 @@ def serve(
         if metrics_path and not metrics_path.startswith("/"):
             _cannot_serve(f"--metrics-path must start with '/' (or be '' for none), got {metrics_path!r}")
         server._limits["metrics_path"] = metrics_path or None
+    if access_log is not None:
+        server._set_request_log(access_log, access_log_format)
     if ready_fd is not None:
         try:
             server._serve_as_worker(ready_fd)
@@ -613,7 +631,8 @@ def serve(
             click.secho(f"ucall: {error}", fg="red", err=True)
             sys.exit(2)
         return
-    sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port))
+    access = [] if access_log is None else ["--access-log", access_log, "--access-log-format", access_log_format]
+    sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port, access))
 
 
 def _load_server(target: str) -> Server:
@@ -635,7 +654,14 @@ def _load_server(target: str) -> Server:
 
 
 def _supervise(
-    server: Server, target: str, workers: int, reload: bool, threads: int | None, log_level: str, metrics_port: int | None
+    server: Server,
+    target: str,
+    workers: int,
+    reload: bool,
+    threads: int | None,
+    log_level: str,
+    metrics_port: int | None,
+    access: list[str],
 ) -> int:
     """Run ``workers`` processes of ``ucall serve TARGET`` on one port under a supervisor.
     Each worker imports the module afresh, so a restart (SIGHUP, --reload) serves the
@@ -651,6 +677,8 @@ def _supervise(
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
     command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
     command += ["--metrics-path", server._limits["metrics_path"] or ""]
+    # Each worker opens the access log itself, O_APPEND: their lines never interleave.
+    command += access
     if threads is not None:
         command += ["--threads", str(threads)]
 

@@ -2,9 +2,10 @@
 //! `ucall_config_t`: the published configuration struct, plus fields appended at its end.
 
 use std::ffi::{c_char, CStr};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, TlsConfig};
+use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, RequestLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
 use crate::log::{LogFormat, Logger};
@@ -133,6 +134,14 @@ pub struct ucall_config_t {
     /// and outcome, latency, connections and bytes by transport). NULL (default):
     /// `"/metrics"`; `""`: off, and nothing is counted.
     pub metrics_path: *const c_char,
+    /// The request log: when true, every call also gets a line on `logs_file_descriptor`,
+    /// in `logs_format`: `"human"` writes logfmt (`time=2026-11-27T10:01:02.345Z
+    /// peer=127.0.0.1:40312 transport=http method="sum" id=1 code=0 status=200
+    /// duration_us=12 bytes_in=45 bytes_out=38`), `"json"` one object per line with the
+    /// same keys (docs/operations.md, "Request log"). Each serving thread writes its
+    /// lines once per turn, in whole lines. False (default): off, at the cost of one
+    /// branch per call. Written back as false when there is no `logs_file_descriptor`.
+    pub log_requests: bool,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -222,6 +231,10 @@ impl ucall_config_t {
         let logs = self.log_target(format);
         if logs.is_none() {
             self.logs_file_descriptor = -1;
+            self.log_requests = false;
+        }
+        if let Some((fd, format)) = logs.filter(|_| self.log_requests) {
+            core.request_log = Some(request_log(fd, format)?);
         }
         // The engines' events (a failed accept, a worker that stops) go to the same log,
         // or nowhere: this library writes nothing to stderr.
@@ -392,6 +405,21 @@ impl ucall_config_t {
     }
 }
 
+/// The request log on the caller's descriptor `fd`, in `format`: the core writes to a
+/// duplicate of it, so that the caller keeps theirs to close when they like.
+fn request_log(fd: i32, format: LogFormat) -> Result<RequestLog, String> {
+    let format = match format {
+        LogFormat::Human => ucall_core::LogFormat::Text,
+        LogFormat::Json => ucall_core::LogFormat::Json,
+    };
+    // SAFETY: `fd` is the caller's positive `logs_file_descriptor`, open for the duration
+    // of `ucall_init` (its contract); it is only duplicated here, at once, and a
+    // descriptor that is not open makes the duplication fail (EBADF), reported as such.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    RequestLog::to_fd(borrowed, format)
+        .map_err(|e| format!("config.log_requests: cannot use logs_file_descriptor {fd}: {e}"))
+}
+
 fn saturating_micros(duration: Duration) -> u32 {
     u32::try_from(duration.as_micros()).unwrap_or(u32::MAX)
 }
@@ -435,6 +463,7 @@ mod tests {
             readyz_path: std::ptr::null(),
             readyz_not_found: false,
             metrics_path: std::ptr::null(),
+            log_requests: false,
         }
     }
 
@@ -558,6 +587,24 @@ mod tests {
         // Without use_ssl, the TLS fields are not read at all.
         config.use_ssl = false;
         assert!(config.settings().unwrap().core.tls.is_none());
+    }
+
+    #[test]
+    fn log_requests_needs_a_descriptor() {
+        let mut config = zeroed();
+        config.log_requests = true;
+        assert!(config.settings().expect("defaults").core.request_log.is_none());
+        assert!(!config.log_requests, "written back as off without a descriptor");
+        config.log_requests = true;
+        config.logs_file_descriptor = 2; // duplicated, not written to here
+        config.logs_format = c"json".as_ptr();
+        let log = config.settings().expect("stderr").core.request_log;
+        assert_eq!(log.map(|log| log.format()), Some(ucall_core::LogFormat::Json));
+        assert!(config.log_requests);
+        assert!(
+            zeroed().settings().expect("defaults").core.request_log.is_none(),
+            "off by default"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Log lines to the caller's file descriptor (`logs_file_descriptor`, `logs_format`).
 //!
-//! Lifecycle events only (listening, serving, stopping, freed) and refused API calls:
-//! nothing per request, so logging costs the hot path nothing.
+//! Lifecycle events only (listening, serving, stopping, freed) and refused API calls. The
+//! per-call lines of `log_requests` are the core's request log, written to a duplicate
+//! of the same descriptor (`config.rs`).
 
 use std::fmt::Write as _;
 use std::io::Write as _;

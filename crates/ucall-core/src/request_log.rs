@@ -249,10 +249,12 @@ const FLUSH_AT: usize = 64 << 10;
 pub struct Lines {
     buf: Vec<u8>,
     /// Wall-clock nanoseconds minus monotonic ones, refreshed when the lines are written.
-    offset: Option<i128>,
+    offset: Option<u64>,
     /// The second `prefix` formats (`YYYY-MM-DDTHH:MM:SS`), in Unix seconds.
     second: Option<i64>,
     prefix: [u8; 19],
+    /// The last peer written, and its text: a connection's calls come in runs.
+    peer: Option<(SocketAddr, Vec<u8>)>,
     /// Where a deferred call's reply is measured (see `dispatch::log_completed`).
     pub(crate) measure: Vec<u8>,
 }
@@ -267,7 +269,7 @@ impl Lines {
         buf.extend_from_slice(if json { b"{\"time\":\"" } else { b"time=" });
         buf.extend_from_slice(&self.prefix);
         buf.push(b'.');
-        let millis = u32::try_from(wall.rem_euclid(1_000_000_000) / 1_000_000).unwrap_or(0);
+        let millis = u32::try_from(wall % 1_000_000_000 / 1_000_000).unwrap_or(0);
         buf.extend_from_slice(&[
             b'0' + (millis / 100) as u8,
             b'0' + (millis / 10 % 10) as u8,
@@ -279,12 +281,21 @@ impl Lines {
         }
         key(buf, json, "peer");
         match entry.peer {
-            // An address has no character that needs escaping.
-            Some(peer) if json => {
-                let _ = write!(buf, "\"{peer}\"");
-            }
             Some(peer) => {
-                let _ = write!(buf, "{peer}");
+                if self.peer.as_ref().is_none_or(|(last, _)| *last != peer) {
+                    let mut text = Vec::with_capacity(48);
+                    // An address has no character that needs escaping.
+                    let _ = write!(text, "{peer}");
+                    self.peer = Some((peer, text));
+                }
+                let text = self.peer.as_ref().map_or(&[][..], |(_, text)| text);
+                if json {
+                    buf.push(b'"');
+                }
+                buf.extend_from_slice(text);
+                if json {
+                    buf.push(b'"');
+                }
             }
             None => buf.extend_from_slice(b"null"),
         }
@@ -340,15 +351,17 @@ impl Lines {
     }
 
     /// Wall-clock nanoseconds at the monotonic instant `mono`, with the second's prefix ready.
-    fn wall(&mut self, mono: u64) -> i128 {
+    fn wall(&mut self, mono: u64) -> u64 {
         let offset = *self.offset.get_or_insert_with(|| {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            i128::try_from(now).unwrap_or(0) - i128::from(monotonic_nanos())
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            // Wrapping: the monotonic clock counts from boot, the wall clock from 1970,
+            // and their sum below wraps back.
+            now.wrapping_sub(monotonic_nanos())
         });
-        let wall = i128::from(mono) + offset;
-        let second = i64::try_from(wall.div_euclid(1_000_000_000)).unwrap_or(0);
+        let wall = mono.wrapping_add(offset);
+        let second = i64::try_from(wall / 1_000_000_000).unwrap_or(0);
         if self.second != Some(second) {
             self.second = Some(second);
             format_second(second, &mut self.prefix);

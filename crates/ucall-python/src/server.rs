@@ -16,8 +16,8 @@ use pyo3::types::{PyDict, PyList, PyType};
 use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::metrics::Metrics;
 use ucall_core::{
-    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, MethodDoc, MetricsConfig,
-    NotReady, Readiness, Reply, RpcError, Server, ServerBuilder, TlsConfig,
+    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, Handler, HealthPaths, LogFormat, MethodDoc,
+    MetricsConfig, NotReady, Readiness, Reply, RequestLog, RpcError, Server, ServerBuilder, TlsConfig,
 };
 
 use crate::batch::BatchRunner;
@@ -135,6 +135,38 @@ fn engine(name: &str) -> PyResult<EngineKind> {
         .ok_or_else(|| PyValueError::new_err(format!("engine {name:?}: expected auto, poll or uring")))
 }
 
+/// The request log: appended to the file at `path` (each worker process opens it), or
+/// written to a duplicate of the descriptor `fd`; in `format`, `text` by default.
+fn request_log(
+    path: Option<std::path::PathBuf>,
+    fd: Option<i32>,
+    format: Option<&str>,
+) -> PyResult<Option<RequestLog>> {
+    let format = match format {
+        None => LogFormat::Text,
+        Some(name) => LogFormat::parse(name).ok_or_else(|| {
+            PyValueError::new_err(format!("request_log_format must be 'text' or 'json', got {name:?}"))
+        })?,
+    };
+    match (path, fd) {
+        (Some(path), _) => RequestLog::open(&path, format)
+            .map(Some)
+            .map_err(|e| PyOSError::new_err(format!("request_log {}: {e}", path.display()))),
+        (None, Some(fd)) if fd >= 0 => {
+            // SAFETY: the descriptor is only duplicated here, at once; one that is not open
+            // makes the duplication fail (EBADF), raised as OSError.
+            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            RequestLog::to_fd(borrowed, format)
+                .map(Some)
+                .map_err(|e| PyOSError::new_err(format!("request_log descriptor {fd}: {e}")))
+        }
+        (None, Some(fd)) => Err(PyValueError::new_err(format!(
+            "request_log: {fd} is not a file descriptor"
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
 fn secs(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value)
         .map_err(|_| PyValueError::new_err(format!("{what} must be a positive number of seconds")))
@@ -163,7 +195,8 @@ impl NativeServer {
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
         healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
-        metrics_path=Some("/metrics".to_owned()),
+        metrics_path=Some("/metrics".to_owned()), request_log_path=None, request_log_fd=None,
+        request_log_format=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -200,6 +233,9 @@ impl NativeServer {
         readyz_path: Option<String>,
         readyz_not_found: bool,
         metrics_path: Option<String>,
+        request_log_path: Option<std::path::PathBuf>,
+        request_log_fd: Option<i32>,
+        request_log_format: Option<String>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -267,6 +303,7 @@ impl NativeServer {
                 ))
             }
         }
+        config.request_log = request_log(request_log_path, request_log_fd, request_log_format.as_deref())?;
         let builder = Server::builder().config(config);
         Ok(NativeServer {
             readiness: Arc::clone(builder.router().readiness()),

@@ -562,6 +562,71 @@ static void test_free_waits_for_serving_threads(void) {
     CHECK(1, "free while serving");
 }
 
+/* The request log: with log_requests, each call gets a line on logs_file_descriptor in
+ * logs_format; without it (the default), no call is logged there. */
+static void test_request_log(void) {
+    static char const tag_text[] = "\"logged\"";
+    static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":7}";
+    static char const unknown[] = "{\"jsonrpc\":\"2.0\",\"method\":\"nope\",\"id\":8}";
+    ucall_config_t config;
+    pthread_t thread;
+    struct sockaddr_in local;
+    socklen_t local_length = sizeof local;
+    char expected[256];
+    char const* log;
+    size_t call_reply, unknown_reply;
+    int ends[2], fd, on;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.log_requests = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL && !config.log_requests, "log_requests without a descriptor: written back as off");
+    ucall_free(the_server);
+    the_server = NULL;
+
+    for (on = 0; on < 2; ++on) {
+        open_log_pipe(ends);
+        memset(&config, 0, sizeof config);
+        config.ephemeral_port = true;
+        config.logs_file_descriptor = ends[1];
+        config.logs_format = "json";
+        config.log_requests = on;
+        ucall_init(&config, &the_server);
+        CHECK(the_server != NULL && config.log_requests == on, "init with log_requests = %d", on);
+        if (!the_server)
+            return;
+        ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t)tag_text);
+        pthread_create(&thread, NULL, serve, NULL);
+        fd = connect_to(config.port);
+        call_reply = strlen(exchange(fd, call));
+        unknown_reply = strlen(exchange(fd, unknown));
+        getsockname(fd, (struct sockaddr*)&local, &local_length);
+        ucall_free(the_server); /* the serving thread writes its last lines as it stops */
+        pthread_join(thread, NULL);
+        the_server = NULL;
+        close(fd);
+        log = read_log(ends[0]);
+        if (!on) {
+            CHECK(strstr(log, "\"method\"") == NULL, "off by default: no call is logged: %s", log);
+        } else {
+            snprintf(expected, sizeof expected,
+                     "\"peer\":\"127.0.0.1:%u\",\"transport\":\"tcp\",\"method\":\"tagged\",\"id\":7,\"code\":0,",
+                     (unsigned)ntohs(local.sin_port));
+            CHECK(strstr(log, expected) != NULL, "the call's line: %s", log);
+            snprintf(expected, sizeof expected, "\"bytes_in\":%zu,\"bytes_out\":%zu}\n", strlen(call), call_reply);
+            CHECK(strstr(log, expected) != NULL, "its sizes (%s): %s", expected, log);
+            CHECK(strstr(log, "\"method\":\"nope\",\"id\":8,\"code\":-32601,\"duration_us\":0,") != NULL,
+                  "an unknown method's line: %s", log);
+            snprintf(expected, sizeof expected, "\"bytes_in\":%zu,\"bytes_out\":%zu}\n", strlen(unknown), unknown_reply);
+            CHECK(strstr(log, expected) != NULL, "its sizes (%s): %s", expected, log);
+            CHECK(count_of(log, "{\"time\":\"") == 2, "two lines, one per call: %s", log);
+        }
+        close(ends[0]);
+        close(ends[1]);
+    }
+}
+
 /* max_lifetime_exchanges: the connection closes cleanly after that many exchanges. */
 static void test_exchanges_per_connection(void) {
     static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}";
@@ -1243,6 +1308,7 @@ int main(void) {
     test_serving();
     test_free_waits_for_serving_threads();
     test_exchanges_per_connection();
+    test_request_log();
     test_context();
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
