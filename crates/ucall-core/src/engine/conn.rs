@@ -341,6 +341,7 @@ impl Conn {
 
     /// Some output has left (`in_flight` bytes of it are still with the engine): streamed
     /// replies whose items wait for room may go on.
+    #[inline]
     pub(crate) fn output_left(&mut self, in_flight: usize) {
         self.session.give_back_credits(self.out.pending() + in_flight);
     }

@@ -487,9 +487,12 @@ impl Session {
     }
 
     /// The output has drained to `pending` bytes: give back the credits of streamed items
-    /// held while it was long, so that their producers go on.
+    /// held while it was long, so that their producers go on. Inlined: the engines call
+    /// it after every send, and almost always nothing is owed (a call cost 16 instructions
+    /// per request in callgrind).
+    #[inline]
     pub fn give_back_credits(&mut self, pending: usize) {
-        if pending <= OUTPUT_ROOM {
+        if !self.calls.owed.is_empty() && pending <= OUTPUT_ROOM {
             for credit in self.calls.owed.drain(..) {
                 credit.give_back();
             }
