@@ -365,20 +365,7 @@ fn a_reply_completed_during_shutdown_says_connection_close() {
 fn a_call_still_running_at_the_shutdown_timeout_is_counted_as_cut_off() {
     for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
         let parked = Arc::new(Mutex::new(Vec::new()));
-        let park = Arc::clone(&parked);
-        let server = Server::builder()
-            .port(0)
-            .threads(1)
-            .engine(engine)
-            .shutdown_timeout(Duration::from_millis(200))
-            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
-                park.lock().unwrap().push(reply.defer()?);
-                Ok(())
-            })
-            .bind()
-            .expect("bind")
-            .spawn()
-            .expect("spawn");
+        let server = parking_server_with(engine, &parked, |b| b.shutdown_timeout(Duration::from_millis(200)));
         let mut stream = TcpStream::connect(server.local_addr()).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         stream
@@ -501,11 +488,17 @@ fn wait_until_still(parked: &Mutex<Vec<Deferred>>) -> usize {
 
 /// A server of one worker whose `park` procedure parks every call's reply in `parked`.
 fn parking_server(engine: ucall_core::EngineKind, parked: &Arc<Mutex<Vec<Deferred>>>) -> ucall_core::ServerHandle {
+    parking_server_with(engine, parked, |builder| builder)
+}
+
+/// The same, with more settings.
+fn parking_server_with(
+    engine: ucall_core::EngineKind,
+    parked: &Arc<Mutex<Vec<Deferred>>>,
+    configure: impl FnOnce(ucall_core::ServerBuilder) -> ucall_core::ServerBuilder,
+) -> ucall_core::ServerHandle {
     let park = Arc::clone(parked);
-    Server::builder()
-        .port(0)
-        .threads(1)
-        .engine(engine)
+    configure(Server::builder().port(0).threads(1).engine(engine))
         .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
             park.lock().unwrap().push(reply.defer()?);
             Ok(())
@@ -685,20 +678,7 @@ fn a_worker_awaits_a_bounded_number_of_deferred_calls_and_answers_them_all() {
 fn past_max_pending_calls_a_call_is_refused_safe_to_retry() {
     for engine in [ucall_core::EngineKind::Poll, ucall_core::EngineKind::Auto] {
         let parked = Arc::new(Mutex::new(Vec::new()));
-        let park = Arc::clone(&parked);
-        let server = Server::builder()
-            .port(0)
-            .threads(1)
-            .engine(engine)
-            .max_pending_calls(2)
-            .handler("park", move |_: &Call<'_>, reply: &mut Reply<'_>| {
-                park.lock().unwrap().push(reply.defer()?);
-                Ok(())
-            })
-            .bind()
-            .expect("bind")
-            .spawn()
-            .expect("spawn");
+        let server = parking_server_with(engine, &parked, |b| b.max_pending_calls(2));
         let addr = server.local_addr();
         let mut tcp = TcpStream::connect(addr).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
