@@ -16,8 +16,8 @@ use pyo3::types::PyTuple;
 
 use ucall_core::{Deferred, RpcError, StreamError};
 
-/// What driving a stream needs of the server's Python hooks (`crate::procedure::Hooks`
-/// implements it; this module sits below the procedures).
+/// What driving a stream needs of the server's Python hooks: the procedures' hooks
+/// implement it, so that this module, below them, names nothing of theirs.
 pub(crate) trait StreamHooks: Send + Sync {
     /// Serialize a value the handler yielded or returned into `out`.
     fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError>;
