@@ -303,17 +303,23 @@ static ssize_t read_until_closed(int fd, char* buffer, size_t capacity) {
     return (ssize_t)used;
 }
 
-/* `GET path` on a connection of its own, closed after the reply: the whole answer in
- * `buffer`, NUL-terminated; its length, or -1 as `read_until_closed` says. */
-static ssize_t http_get(uint16_t port, char const* path, char* buffer, size_t capacity) {
-    char request[256];
+/* `request` on a connection of its own, closed after the reply: everything the server
+ * sends until it closes, in `buffer`, NUL-terminated; its length, or -1 as
+ * `read_until_closed` says. */
+static ssize_t http_exchange(uint16_t port, char const* request, char* buffer, size_t capacity) {
     ssize_t length;
     int fd = connect_to(port);
-    snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
     write_all(fd, request);
     length = read_until_closed(fd, buffer, capacity);
     close(fd);
     return length;
+}
+
+/* `GET path` with `Connection: close`, as `http_exchange`. */
+static ssize_t http_get(uint16_t port, char const* path, char* buffer, size_t capacity) {
+    char request[256];
+    snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    return http_exchange(port, request, buffer, capacity);
 }
 
 /* A pipe for the library's log lines: [0] read end (non-blocking), [1] the descriptor
@@ -694,9 +700,7 @@ static void test_exchanges_per_connection(void) {
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s"
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(call), call, strlen(call), call);
-    fd = connect_to(config.port);
-    write_all(fd, request);
-    length = read_until_closed(fd, received, sizeof received);
+    length = http_exchange(config.port, request, received, sizeof received);
     CHECK(length > 0, "HTTP: the server closes after two replies");
     if (length > 0) {
         second = strstr(received + 1, "HTTP/1.1 200 OK");
@@ -707,7 +711,6 @@ static void test_exchanges_per_connection(void) {
         CHECK((size_t)length > strlen(tail) && strcmp(received + length - strlen(tail), tail) == 0,
               "the last reply is whole and nothing follows it: %s", received);
     }
-    close(fd);
 
     ucall_stop(the_server);
     pthread_join(thread, NULL);
@@ -810,21 +813,15 @@ static void test_context(void) {
     snprintf(request, sizeof request,
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(guarded), guarded);
-    fd = connect_to(config.port);
-    write_all(fd, request);
-    length = read_until_closed(fd, received, sizeof received);
+    length = http_exchange(config.port, request, received, sizeof received);
     CHECK(length > 0 && strncmp(received, "HTTP/1.1 401 ", 13) == 0 && strstr(received, "a token is required"),
           "HTTP: 401 with the JSON-RPC error in the body: %s", length > 0 ? received : "");
-    close(fd);
     snprintf(request, sizeof request,
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(guarded), guarded);
-    fd = connect_to(config.port);
-    write_all(fd, request);
-    length = read_until_closed(fd, received, sizeof received);
+    length = http_exchange(config.port, request, received, sizeof received);
     CHECK(length > 0 && strncmp(received, "HTTP/1.1 200 ", 13) == 0 && strstr(received, "\"guarded\""),
           "HTTP: the token lets the call through: %s", length > 0 ? received : "");
-    close(fd);
     CHECK(hook_calls == 5, "the hook ran around every call: %d", hook_calls);
 
     ucall_stop(the_server);
