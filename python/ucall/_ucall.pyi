@@ -207,6 +207,10 @@ class Context:
         """When the caller stops waiting, on ``time.monotonic()``'s clock (the earlier of the
         procedure's ``timeout=`` and the caller's), or ``None``."""
     @property
+    def caller_gone(self) -> bool:
+        """Whether the caller has gone (its connection ended, an HTTP client stopped sending,
+        a WebSocket client sent Close): a handler that works long can stop."""
+    @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""
 

@@ -8,10 +8,11 @@
 //! [`Sink`], which wakes the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
+use crate::context::Liveness;
 use crate::jsonrpc::RpcError;
 use crate::request_log::Pending;
 use crate::streaming::{Credit, StreamError, Streams, CANCELLED};
@@ -214,16 +215,14 @@ impl<'a> Target<'a> {
     }
 }
 
-/// Whether one connection's caller is still there: a flag shared with the deferred calls
-/// that asked for it (made on the first such call, so that other calls pay nothing). It
-/// goes down when the connection ends, or when an HTTP or WebSocket client stops sending
-/// (such clients close rather than half-close while they wait for replies).
+/// Whether one connection's caller is still there (its [`Liveness`], which deferred calls
+/// that asked and the calls' context watch), and its streamed calls under way.
 #[derive(Debug, Default)]
-pub struct Presence(OnceLock<Arc<AtomicBool>>, Streams);
+pub struct Presence(Liveness, Streams);
 
 impl Presence {
     fn watch(&self) -> Arc<AtomicBool> {
-        Arc::clone(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
+        self.0.watch()
     }
 
     /// The connection's streamed calls under way, for `ucall.cancel`.
@@ -231,17 +230,15 @@ impl Presence {
         &self.1
     }
 
+    /// The caller's presence, for the calls' context.
+    #[must_use]
+    pub fn liveness(&self) -> &Liveness {
+        &self.0
+    }
+
     /// The caller is gone: every call watching this connection is abandoned.
     pub fn gone(&self) {
-        if let Some(flag) = self.0.get() {
-            flag.store(false, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Presence {
-    fn drop(&mut self) {
-        self.gone();
+        self.0.gone();
     }
 }
 

@@ -87,7 +87,7 @@ mod tls;
 pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
-pub use context::{Context, Transport};
+pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;

@@ -730,9 +730,10 @@ static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_id(call, &id, &id_length);
     ucall_call_method(call, &method, &method_length);
-    snprintf(reply, sizeof reply, "[\"%s\",%s,\"%s\",\"%.*s\",%.*s,\"%.*s\",%s]", ucall_call_transport(call),
+    snprintf(reply, sizeof reply, "[\"%s\",%s,\"%s\",\"%.*s\",%.*s,\"%.*s\",%s,%s]", ucall_call_transport(call),
              ucall_call_is_tls(call) ? "true" : "false", has_peer ? peer : "", has_token ? (int)token_length : 0,
-             has_token ? token : "", (int)id_length, id, (int)method_length, method, small ? "true" : "false");
+             has_token ? token : "", (int)id_length, id, (int)method_length, method, small ? "true" : "false",
+             ucall_call_caller_gone(call) ? "true" : "false");
     ucall_call_reply_content(call, reply, 0);
 }
 
@@ -778,12 +779,13 @@ static void test_context(void) {
     ucall_set_hook(the_server, NULL, NULL);
     CHECK(last_error_contains("NULL"), "a NULL hook is refused");
     ucall_set_hook(the_server, token_hook, &hook_calls);
-    CHECK(ucall_call_transport(NULL) == NULL && !ucall_call_is_tls(NULL), "no call, no context");
+    CHECK(ucall_call_transport(NULL) == NULL && !ucall_call_is_tls(NULL) && !ucall_call_caller_gone(NULL),
+          "no call, no context");
     pthread_create(&thread, NULL, serve, NULL);
 
     fd = connect_to(config.port);
     getsockname(fd, (struct sockaddr*)&local, &local_length);
-    snprintf(expected, sizeof expected, "[\"tcp\",false,\"127.0.0.1:%u\",\"\",\"c1\",\"context_view\",false]",
+    snprintf(expected, sizeof expected, "[\"tcp\",false,\"127.0.0.1:%u\",\"\",\"c1\",\"context_view\",false,false]",
              (unsigned)ntohs(local.sin_port));
     reply = exchange(fd, call);
     CHECK(strstr(reply, expected) != NULL, "raw TCP: transport, peer, id, method, no header: %s (want %s)", reply,
@@ -797,7 +799,7 @@ static void test_context(void) {
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(call), call);
     snprintf(expected, sizeof expected,
-             "[\"http\",false,\"127.0.0.1:%u\",\"abc\",\"c1\",\"context_view\",false]", (unsigned)ntohs(local.sin_port));
+             "[\"http\",false,\"127.0.0.1:%u\",\"abc\",\"c1\",\"context_view\",false,false]", (unsigned)ntohs(local.sin_port));
     write_all(fd, request);
     length = read_until_closed(fd, received, sizeof received);
     CHECK(length > 0 && strstr(received, expected) != NULL, "HTTP: the header too: %s (want %s)",
