@@ -357,7 +357,8 @@ impl Queue {
         Some(self.admit(taken))
     }
 
-    /// Count the batch, and answer the calls whose caller has gone.
+    /// Count the batch, and answer the calls whose caller has gone (and leave out those
+    /// their deadline answered).
     fn admit(&self, taken: Vec<Item>) -> Batch {
         let now = Instant::now();
         let mut items = Vec::with_capacity(taken.len());
@@ -370,6 +371,9 @@ impl Queue {
                 self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
                 item.reply
                     .error(RpcError::internal("Internal error: the caller disconnected"));
+            } else if item.reply.is_expired() {
+                // Its deadline has answered it: the batch need not run it for nobody.
+                drop(item);
             } else {
                 items.push(item);
             }

@@ -125,8 +125,8 @@ impl<'a> Context<'a> {
 
     /// The time the caller allows the call, counted from its arrival, if it said: the HTTP
     /// header `UCall-Timeout`, or the request object's member `"timeout"` (the shorter of
-    /// the two). The server answers nothing on its own at that time; front ends that
-    /// bound calls (the Python one) do.
+    /// the two). At that time (or its procedure's own limit, if shorter) the caller gets
+    /// "Deadline exceeded" ([`crate::Reply::deadline`]).
     #[must_use]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout

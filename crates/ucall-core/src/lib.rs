@@ -57,6 +57,7 @@ pub mod batch;
 pub mod buffer;
 pub mod context;
 mod date;
+mod deadline;
 #[doc(hidden)]
 pub mod defer;
 mod discover;

@@ -41,7 +41,8 @@ struct Streams(bool);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
-        let deadline = self.0.deadline(call.context().timeout());
+        // The earlier of the procedure's `timeout=` and the caller's (the core's one rule).
+        let deadline = reply.deadline();
         // Copied out only for a procedure that takes it: the others pay nothing.
         let context = self
             .0
@@ -55,7 +56,7 @@ impl Handler for Entry {
                 procedure: Arc::clone(&self.0),
                 params: params.map(runtime::ParamsText::new),
                 context,
-                reply: Answer::new(deferred, None),
+                reply: Answer::new(deferred),
             });
         }
         // A call with a deadline is never run inline: the deadline must be able to answer it.
@@ -76,7 +77,7 @@ impl Handler for Entry {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
-            reply: Answer::new(deferred, deadline),
+            reply: Answer::new(deferred),
         })
     }
 }
@@ -370,7 +371,6 @@ impl NativeServer {
                 Arc::clone(&self.hooks),
                 is_async,
                 context,
-                timeout,
             )),
             Streams(streams),
         );
@@ -383,7 +383,10 @@ impl NativeServer {
                 "procedures must be registered before the server starts",
             ));
         };
-        let builder = (*builder).handler(name, procedure);
+        let mut builder = (*builder).handler(name, procedure);
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(name, timeout);
+        }
         *state = State::Configuring(Box::new(if wants_context { builder.keep_context() } else { builder }));
         Ok(())
     }
