@@ -105,10 +105,12 @@ class NativeServer:
         max_wait: float,
         max_concurrent: int,
         max_queue: int,
+        gate: Optional[Callable[[list[Context]], list[Optional[BaseException]]]] = None,
     ) -> None:
         """Register the batch procedure ``name``: ``runner(rows)`` gets the params of a
         batch's calls bound by the per-item ``params`` and returns one value per call (or
-        an awaitable of them); only before ``start``."""
+        an awaitable of them); ``gate(contexts)`` (with middleware) runs the middleware for
+        each call first: ``None`` admits it, an exception refuses it. Only before ``start``."""
     def batch_stats(self) -> dict[str, dict[str, Any]]:
         """Each batch procedure's counters, by name."""
     def describe(self, description: str) -> None:

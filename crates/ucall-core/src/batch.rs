@@ -19,6 +19,7 @@
 //! Above `router` and `defer`, beside `dispatch`: the router sees a batch procedure as
 //! one more [`Handler`].
 
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -93,6 +94,8 @@ struct Counters {
 /// One queued call.
 struct Item {
     params: Option<Box<str>>,
+    /// What the handler kept of the call when it was queued ([`BatchHandler::keep`]).
+    kept: Option<Box<dyn Any + Send>>,
     reply: Deferred,
     queued: Instant,
 }
@@ -132,6 +135,12 @@ impl Batch {
     #[must_use]
     pub fn call(&self, index: usize) -> Call<'_> {
         Call::new(&self.method, self.items[index].params.as_deref(), Some("null"))
+    }
+
+    /// What the handler kept of call `index` when it was queued ([`BatchHandler::keep`]),
+    /// taken out (`None` the second time, or when nothing was kept).
+    pub fn take_kept(&mut self, index: usize) -> Option<Box<dyn Any + Send>> {
+        self.items.get_mut(index).and_then(|item| item.kept.take())
     }
 
     /// Every call's params, in order.
@@ -206,6 +215,14 @@ impl Batch {
 pub trait BatchHandler: Send + Sync + 'static {
     /// Run one batch.
     fn run(&self, batch: Batch);
+
+    /// What to keep of a call, due by `deadline`, when it is queued, for the batch's run
+    /// ([`Batch::take_kept`]): its context, say, which the call no longer has by then. Called
+    /// on the thread that serves the call's connection. Nothing by default.
+    fn keep(&self, call: &Call<'_>, deadline: Option<Instant>) -> Option<Box<dyn Any + Send>> {
+        let _ = (call, deadline);
+        None
+    }
 }
 
 impl<F> BatchHandler for F
@@ -246,7 +263,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 const GAP_WEIGHT: f64 = 0.125;
 
 impl Queue {
-    fn push(&self, params: Option<&str>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+    fn push(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        // Outside the lock: other callers queue meanwhile.
+        let kept = self.handler.keep(call, reply.deadline());
         let mut state = lock(&self.state);
         if state.closed {
             return Err(RpcError::http(503, "Server stopping").with_data(&serde_json::json!({ "executed": false })));
@@ -268,7 +287,8 @@ impl Queue {
         }
         state.last_arrival = Some(now);
         state.items.push_back(Item {
-            params: params.map(Box::from),
+            params: call.params().raw().map(Box::from),
+            kept,
             reply: deferred,
             queued: now,
         });
@@ -544,7 +564,7 @@ impl Handler for Batcher {
             self.start()
                 .map_err(|e| RpcError::internal(format!("Internal error: cannot start the batch thread: {e}")))?;
         }
-        self.queue.push(call.params().raw(), reply)
+        self.queue.push(call, reply)
     }
 }
 

@@ -393,8 +393,9 @@ impl NativeServer {
 
     /// Register the batch procedure `name`: `runner(rows)` gets the bound params of a
     /// batch's calls (one tuple per call, bound by the per-item plan `params`) and returns
-    /// one value per call, or an awaitable of that list.
-    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue))]
+    /// one value per call, or an awaitable of that list. With `gate` (the server has
+    /// middleware), `gate(contexts)` runs the middleware for each call of a batch first.
+    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue, gate=None))]
     #[allow(clippy::too_many_arguments)]
     fn add_batch(
         &self,
@@ -407,8 +408,11 @@ impl NativeServer {
         max_wait: f64,
         max_concurrent: usize,
         max_queue: usize,
+        gate: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        // The middleware sees each call's context, as around any procedure.
+        let keep = gate.is_some();
         let options = BatchOptions {
             max_size,
             max_wait: secs(max_wait, "max_wait")?,
@@ -418,9 +422,16 @@ impl NativeServer {
         let batcher = Batcher::new(
             name,
             options,
-            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks)),
+            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks), gate),
         );
-        self.configure(|builder| builder.handler(name, batcher.clone()))?;
+        self.configure(|builder| {
+            let builder = builder.handler(name, batcher.clone());
+            if keep {
+                builder.keep_context()
+            } else {
+                builder
+            }
+        })?;
         let mut batchers = self.batchers.lock().unwrap_or_else(PoisonError::into_inner);
         batchers.retain(|(earlier, _)| earlier != name);
         batchers.push((name.to_owned(), batcher));
