@@ -16,12 +16,15 @@
 //! runs. When `max_queue` calls wait, a new call is answered at once with an overload
 //! error (`-32000`, HTTP 503) whose `data` says `"executed": false`: a retry is safe.
 //!
+//! With metrics on, each batch run counts its size, and each of its calls its time in the
+//! queue, into the procedure's histograms on the metrics page ([`BatchMeter`]).
+//!
 //! Above `router` and `defer`, beside `dispatch`: the router sees a batch procedure as
 //! one more [`Handler`].
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,6 +32,7 @@ use serde::Serialize;
 
 use crate::defer::{Deferred, Outcome};
 use crate::jsonrpc::RpcError;
+use crate::metrics::BatchMeter;
 use crate::router::{Call, Handler, Params, Reply};
 
 /// How a batch procedure forms its batches.
@@ -236,6 +240,8 @@ struct Queue {
     state: Mutex<State>,
     changed: Condvar,
     counters: Counters,
+    /// The histograms on the metrics page, once a server serving with metrics on has it.
+    meter: OnceLock<Arc<BatchMeter>>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -362,8 +368,10 @@ impl Queue {
         let now = Instant::now();
         let mut items = Vec::with_capacity(taken.len());
         let (mut waited, mut longest) = (0u64, 0u64);
+        let meter = self.meter.get();
         for item in taken {
-            let wait = u64::try_from(now.saturating_duration_since(item.queued).as_micros()).unwrap_or(u64::MAX);
+            let nanos = u64::try_from(now.saturating_duration_since(item.queued).as_nanos()).unwrap_or(u64::MAX);
+            let wait = nanos / 1000;
             waited = waited.saturating_add(wait);
             longest = longest.max(wait);
             if item.reply.is_abandoned() {
@@ -371,6 +379,9 @@ impl Queue {
                 item.reply
                     .error(RpcError::internal("Internal error: the caller disconnected"));
             } else {
+                if let Some(meter) = meter {
+                    meter.waited(nanos);
+                }
                 items.push(item);
             }
         }
@@ -385,6 +396,9 @@ impl Queue {
                 .position(|&bound| items.len() <= bound)
                 .unwrap_or(SIZE_BUCKETS.len() - 1);
             counters.sizes[bucket].fetch_add(1, Ordering::Relaxed);
+            if let Some(meter) = meter {
+                meter.ran(items.len());
+            }
         }
         Batch {
             method: Arc::clone(&self.method),
@@ -464,6 +478,7 @@ impl Batcher {
             }),
             changed: Condvar::new(),
             counters: Counters::default(),
+            meter: OnceLock::new(),
         });
         Batcher {
             _closer: Arc::new(Closer(Arc::clone(&queue))),
@@ -541,6 +556,11 @@ impl Handler for Batcher {
                 .map_err(|e| RpcError::internal(format!("Internal error: cannot start the batch thread: {e}")))?;
         }
         self.queue.push(call.params().raw(), reply)
+    }
+
+    /// Counts into the first server's metrics that asks (a procedure serves one server).
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        let _ = self.queue.meter.get_or_init(|| meter(self.queue.options.max_size));
     }
 }
 
