@@ -231,6 +231,11 @@ pub(crate) struct UringWorker {
     /// this time.
     accept_retry: Option<Instant>,
     bufs: BufRing,
+    /// A connection has closed since the receive buffers' pages were last given back.
+    /// The kernel takes the buffers in ring order, so traffic touches every one of them
+    /// (a page each for small messages, 32 KiB for large); once no connection is left
+    /// they can go back ([`BufRing::release_pages`]).
+    bufs_touched: bool,
     waker: Arc<EventFd>,
     /// The wake read writes here (owned by the kernel while the read is armed).
     wake_buf: Box<u64>,
@@ -307,6 +312,7 @@ impl UringWorker {
             accept_addrs: [Box::default(), Box::default()],
             accept_retry: None,
             bufs,
+            bufs_touched: false,
             waker,
             wake_buf: Box::new(0),
             conns: Slab::new(),
@@ -649,7 +655,8 @@ impl UringWorker {
         // A receive that completed after `close` brought the input back.
         conn.core.release(self.serving.metrics());
         conn.sending.release();
-        if super::table_oversized(&self.conns) {
+        self.bufs_touched = true;
+        if self.conns.is_empty() || super::table_oversized(&self.conns) {
             self.schedule_scan(self.now + IDLE_TRIM);
         }
     }
@@ -693,6 +700,11 @@ impl UringWorker {
             self.serve(key);
         }
         super::after_scan(&mut self.conns, trimmed);
+        if self.conns.is_empty() && self.bufs_touched {
+            // No receive is in flight: the receive buffers' pages can go back.
+            self.bufs.release_pages();
+            self.bufs_touched = false;
+        }
         if let Some(at) = earliest {
             self.schedule_scan(at);
         }
