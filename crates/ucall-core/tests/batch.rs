@@ -499,3 +499,60 @@ fn metrics_show_batch_sizes_and_queue_waits() {
         server.join();
     });
 }
+
+#[test]
+fn a_call_whose_deadline_passed_is_dropped_before_its_batch_runs() {
+    for_each_engine(|engine| {
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&sizes);
+        let procedure = move |batch: Batch| {
+            seen.lock().unwrap().push(batch.len());
+            let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            let n = batch.len();
+            batch.complete_json(vec![Ok::<_, RpcError>(7); n]);
+        };
+        let batcher = Batcher::new("slow", options(8, 5), procedure);
+        let server = start(engine, builder(engine).handler("slow", batcher.clone()));
+        let addr = server.local_addr();
+        let mut first = Conn::open(addr);
+        first.send(&post("/", call("slow", "[]", "1").as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || sizes.lock().unwrap().len() == 1));
+        // Queued behind the running batch: two callers that wait 50 ms (the "timeout"
+        // member, over HTTP and raw TCP), and one that waits 10 s.
+        let hurried = r#"{"jsonrpc":"2.0","method":"slow","params":[],"id":2,"timeout":0.05}"#;
+        let mut over_http = Conn::open(addr);
+        over_http.send(&post("/", hurried.as_bytes()));
+        let mut over_tcp = Conn::open(addr);
+        over_tcp.send(format!("{hurried}\n").as_bytes());
+        let mut patient = Conn::open(addr);
+        let waits = r#"{"jsonrpc":"2.0","method":"slow","params":[],"id":3,"timeout":10}"#;
+        patient.send(&post("/", waits.as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || batcher.queued() == 3));
+        std::thread::sleep(Duration::from_millis(150));
+        release.send(()).unwrap();
+        assert_eq!(result(&first.read_response().json()), Some(7));
+        // Answered while the next batch (the patient caller's) is still held: they are not in it.
+        let late = over_http.read_response();
+        assert_eq!(late.status, 504, "{late:?}");
+        let late = late.json();
+        assert_eq!(code(&late), Some(-32000), "{late:?}");
+        assert_eq!(
+            late.get("error").and_then(|e| e.get("message")).and_then(Json::as_str),
+            Some("Deadline exceeded")
+        );
+        assert_eq!(code(&parse_reply(&over_tcp.read_line())), Some(-32000));
+        release.send(()).unwrap();
+        assert_eq!(result(&patient.read_response().json()), Some(7));
+        assert_eq!(
+            *sizes.lock().unwrap(),
+            [1, 1],
+            "the calls past their deadline did not run"
+        );
+        let stats = batcher.stats();
+        assert_eq!((stats.expired, stats.calls), (2, 2), "{stats:?}");
+        server.stop();
+        server.join();
+    });
+}
