@@ -96,7 +96,7 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
 	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
 	@# 9,000 of them, and after they close) and js/bench/echo.mjs (the JS client beside jayson and
-	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) add their tables to the brief,
+	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) and benches/workers.py (--workers 2 against 1) add their tables to the brief,
 	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
 	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
@@ -104,6 +104,7 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/workers.py --append benches/results/latest-brief.md --goals-are-reported || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
 	$(PY) benches/idle_memory.py --servers rust,python --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin bench_server && \

@@ -8,6 +8,10 @@ calls/s; two processes on two cores should answer close to twice that. The goal:
 workers answer at least 1.6x the calls per second of one.
 
     python benches/workers.py [--seconds 10] [--connections 16] [--json FILE]
+                              [--append FILE [--goals-are-reported]]
+
+Exits 1 when the goal is missed, unless --goals-are-reported (make bench, whose brief
+shows it).
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--append", type=Path, help="add the table to this Markdown file")
+    parser.add_argument("--goals-are-reported", action="store_true", help="exit 0 when the goal is missed")
     args = parser.parse_args()
     if not LOAD_BIN.exists():
         print(f"{LOAD_BIN} is missing: cargo build --release -p ucall-bench --bin ucall-load", file=sys.stderr)
@@ -105,19 +111,27 @@ def main() -> int:
             rows.append(measure(workers, args.seconds, args.connections, Path(folder)))
             time.sleep(0.5)
     ratio = rows[1]["calls_per_s"] / max(rows[0]["calls_per_s"], 1)
-    print(f"a handler computing 100 µs, {args.connections} connections, {args.seconds:g} s each, {os.cpu_count()} CPUs")
-    print("| workers | calls/s | p50 µs | p99 µs | errors | client CPU % |")
-    print("|--------:|--------:|-------:|-------:|-------:|-------------:|")
+    met = ratio >= GOAL and all(row["errors"] == 0 for row in rows)
+    lines = [
+        f"A handler computing 100 µs (`benches/workers.py`), `ucall serve --workers 1` then `--workers 2`, "
+        f"{args.connections} connections, {args.seconds:g} s each, {os.cpu_count()} CPUs.",
+        "",
+        "| workers | calls/s | p50 µs | p99 µs | errors | client CPU % |",
+        "|--------:|--------:|-------:|-------:|-------:|-------------:|",
+    ]
     for row in rows:
-        print(
+        lines.append(
             f"| {row['workers']} | {row['calls_per_s']} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | "
             f"{row['errors']} | {row['client_cpu_percent']:.0f} |"
         )
-    met = ratio >= GOAL and all(row["errors"] == 0 for row in rows)
-    print(f"2 workers / 1 worker: {ratio:.2f}x (goal >= {GOAL}x): {'met' if met else 'NOT met'}")
+    lines += ["", f"2 workers / 1 worker: {ratio:.2f}x (goal >= {GOAL}x): {'met' if met else 'NOT met'}"]
+    print("\n".join(lines))
+    if args.append:
+        with args.append.open("a") as brief:
+            brief.write("\n### Worker processes (benches/workers.py)\n\n" + "\n".join(lines) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "ratio": ratio, "goal": GOAL, "met": met}, indent=2))
-    return 0 if met else 1
+    return 0 if met or args.goals_are_reported else 1
 
 
 if __name__ == "__main__":

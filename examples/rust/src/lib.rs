@@ -25,7 +25,7 @@ pub fn config_from_args() -> Config {
                 "options: --host H --port P --threads N --engine auto|poll|uring --max-body-bytes N \
                  --max-header-bytes N --max-batch N --max-connections N --header-timeout-ms N --idle-timeout-ms N \
                  --tls-cert PEM --tls-key PEM [--tls-port P] [--tls-client-ca PEM] [--cors-origin ORIGIN]... \
-                 [--request-log PATH [--request-log-format text|json]]"
+                 [--request-log PATH [--request-log-format text|json]] [--metrics-path PATH (\"\": off)]"
             );
             std::process::exit(0);
         }
@@ -64,6 +64,8 @@ pub fn config_from_args() -> Config {
                     Some(u16::try_from(number()).unwrap_or_else(|_| fail("--tls-port: out of range")));
             }
             "--request-log" => request_log = Some(value),
+            // An empty path turns metrics off (what `benches/callgrind.py --metrics-off` measures).
+            "--metrics-path" => config.metrics.path = Some(value).filter(|path| !path.is_empty()),
             "--request-log-format" => {
                 format =
                     ucall_core::LogFormat::parse(&value).unwrap_or_else(|| fail("--request-log-format: text or json"));

@@ -134,6 +134,23 @@ impl BufRing {
         self.publish();
     }
 
+    /// Give the buffers' pages back to the system; a buffer reads as zeros until the kernel
+    /// writes into it again, and its pages come back then. Call it only while no receive
+    /// can write into the buffers: the worker does so with no connection left, since a
+    /// connection's slot is freed only once the kernel reads none of its buffers.
+    pub(super) fn release_pages(&mut self) {
+        if self.storage_bytes == 0 {
+            return;
+        }
+        // SAFETY: the storage mapping was made by `new` with this length and stays mapped
+        // until `Drop`. MADV_DONTNEED on private anonymous memory only drops its pages
+        // (the next touch maps zeroed ones); with no receive in flight (the caller's
+        // contract) no byte the kernel wrote can be lost. A failure leaves the pages be.
+        unsafe {
+            libc::madvise(self.storage.as_ptr().cast(), self.storage_bytes, libc::MADV_DONTNEED);
+        }
+    }
+
     /// Write the entry for `bid` at the tail (not yet visible to the kernel).
     fn put(&mut self, bid: u16) {
         let index = usize::from(self.tail & (self.count - 1));
@@ -191,6 +208,26 @@ impl BufRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn released_pages_read_as_zeros_and_take_writes_again() {
+        let mut ring = BufRing::new(4, 4096).expect("map a buffer ring");
+        let write = |ring: &mut BufRing, byte: u8| {
+            // SAFETY: the test stands in for the kernel: buffer 1 lies inside the storage
+            // mapping and nothing else touches it.
+            unsafe { ring.storage.as_ptr().add(4096).write_bytes(byte, 4096) };
+        };
+        write(&mut ring, 0xAB);
+        assert!(ring.bytes(1, 4096).iter().all(|&b| b == 0xAB));
+        ring.release_pages();
+        assert!(
+            ring.bytes(1, 4096).iter().all(|&b| b == 0),
+            "released pages read as zeros"
+        );
+        write(&mut ring, 0xCD);
+        assert!(ring.bytes(1, 4096).iter().all(|&b| b == 0xCD));
+        BufRing::none().release_pages(); // owns nothing: nothing to give back
+    }
 
     #[test]
     fn a_buffer_ring_publishes_every_buffer_and_recycles_in_order() {

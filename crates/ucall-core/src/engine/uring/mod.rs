@@ -128,25 +128,15 @@ struct UringConn {
     sending: OutBuf,
     /// Bytes `sending` held when it was filled (what it pins if it goes zero-copy).
     sending_bytes: usize,
-    /// Buffers sent with zero copy whose pages the kernel may still read: kept as they are
-    /// until `zc_notifs` is back to zero.
-    parked: Vec<OutBuf>,
-    parked_bytes: usize,
+    /// What only large messages and zero-copy sends need (see [`Bulk`]).
+    bulk: Option<Box<Bulk>>,
     msg: Option<Box<MsgBox>>,
     /// A receive is armed (until its last completion).
     recv_armed: bool,
     /// A cancel has been sent for the armed receive.
     recv_cancelled: bool,
-    /// The input, while a receive straight into its spare capacity is in flight (see
-    /// [`BULK_MIN`]); `core.input` is empty meanwhile.
-    receiving: Option<Vec<u8>>,
     /// One-shot receives left before multishot again (see [`ONE_SHOT_SPELL`]).
     one_shot: u32,
-    /// Made when the buffer ring ran dry (`ENOBUFS`) for this connection's receive: the
-    /// next receive reads into it, so that clients with much to send cannot keep the
-    /// connection waiting for the ring. Written by the kernel while that receive is in
-    /// flight; dropped once it completes.
-    own_buffer: Option<Vec<u8>>,
     send_inflight: bool,
     /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
     zc_notifs: u32,
@@ -172,11 +162,49 @@ struct UringConn {
     close_after_shutdown: bool,
 }
 
+/// A connection's buffers for large messages and zero-copy sends, which most connections
+/// never need: behind one pointer, they keep the slot of every other connection 72 bytes
+/// smaller (the slot is most of what an idle connection costs: issue goal, 1 KiB). The
+/// kernel reads or writes the heap memory of these buffers, never this struct, so the box
+/// may move; it is dropped only once all of them are empty (`UringConn::trim`).
+#[derive(Default)]
+struct Bulk {
+    /// Buffers sent with zero copy whose pages the kernel may still read: kept as they are
+    /// until `zc_notifs` is back to zero.
+    parked: Vec<OutBuf>,
+    parked_bytes: usize,
+    /// The input, while a receive straight into its spare capacity is in flight (see
+    /// [`BULK_MIN`]); `core.input` is empty meanwhile.
+    receiving: Option<Vec<u8>>,
+    /// Made when the buffer ring ran dry (`ENOBUFS`) for this connection's receive: the
+    /// next receive reads into it, so that clients with much to send cannot keep the
+    /// connection waiting for the ring. Written by the kernel while that receive is in
+    /// flight; dropped once it completes.
+    own_buffer: Option<Vec<u8>>,
+}
+
+impl Bulk {
+    /// Nothing in it is in use or holds memory.
+    fn is_vacant(&self) -> bool {
+        self.parked.capacity() == 0 && self.receiving.is_none() && self.own_buffer.is_none()
+    }
+}
+
 impl UringConn {
+    /// The large-message buffers, made when first needed.
+    fn bulk(&mut self) -> &mut Bulk {
+        self.bulk.get_or_insert_with(Box::default)
+    }
+
+    /// A receive straight into the input is in flight (see [`Bulk::receiving`]).
+    fn receiving(&self) -> bool {
+        self.bulk.as_ref().is_some_and(|bulk| bulk.receiving.is_some())
+    }
+
     /// Bytes handed to the kernel and not yet sent, and bytes sent but still pinned by
     /// zero-copy sends: they count against the output's high-water mark.
     fn in_flight(&self) -> usize {
-        self.sending.pending() + self.parked_bytes
+        self.sending.pending() + self.bulk.as_ref().map_or(0, |bulk| bulk.parked_bytes)
     }
 
     fn is_quiet(&self) -> bool {
@@ -194,9 +222,15 @@ impl UringConn {
     /// When this idle connection gives its buffers back (see [`Conn::trim_at`]): never
     /// while the kernel may still read or write any of them.
     fn trim_at(&self) -> Option<Instant> {
-        let kernel_done = !self.send_inflight && self.zc_notifs == 0 && self.parked.is_empty();
-        let quiet = kernel_done && !self.dead && self.cut_at.is_none() && self.receiving.is_none();
-        let held = self.sending.holds_memory() || self.msg.is_some() || self.parked.capacity() > 0;
+        let parked = self.bulk.as_ref().map_or(0, |bulk| bulk.parked.len());
+        let kernel_done = !self.send_inflight && self.zc_notifs == 0 && parked == 0;
+        let quiet = kernel_done && !self.dead && self.cut_at.is_none() && !self.receiving();
+        // A buffer of its own is not counted: the next receive takes it (see `trim`).
+        let bulk_held = self
+            .bulk
+            .as_ref()
+            .is_some_and(|bulk| bulk.parked.capacity() > 0 || bulk.is_vacant());
+        let held = self.sending.holds_memory() || self.msg.is_some() || bulk_held;
         quiet.then(|| self.core.trim_at(held)).flatten()
     }
 
@@ -204,7 +238,11 @@ impl UringConn {
     fn trim(&mut self) {
         self.core.release_buffers();
         self.sending.release();
-        self.parked = Vec::new();
+        if let Some(bulk) = self.bulk.as_mut() {
+            bulk.parked = Vec::new();
+        }
+        // A buffer of its own may still be the kernel's (a receive is armed): kept then.
+        self.bulk.take_if(|bulk| bulk.is_vacant());
         self.msg = None;
     }
 }
@@ -238,6 +276,11 @@ pub(crate) struct UringWorker {
     /// this time.
     accept_retry: Option<Instant>,
     bufs: BufRing,
+    /// A connection has closed since the receive buffers' pages were last given back.
+    /// The kernel takes the buffers in ring order, so traffic touches every one of them
+    /// (a page each for small messages, 32 KiB for large); once no connection is left
+    /// they can go back ([`BufRing::release_pages`]).
+    bufs_touched: bool,
     waker: Arc<EventFd>,
     /// The wake read writes here (owned by the kernel while the read is armed).
     wake_buf: Box<u64>,
@@ -320,6 +363,7 @@ impl UringWorker {
             accept_addrs: Default::default(),
             accept_retry: None,
             bufs,
+            bufs_touched: false,
             waker,
             wake_buf: Box::new(0),
             conns: Slab::new(),
@@ -662,7 +706,8 @@ impl UringWorker {
         // A receive that completed after `close` brought the input back.
         conn.core.release(self.serving.metrics());
         conn.sending.release();
-        if super::table_oversized(&self.conns) {
+        self.bufs_touched = true;
+        if self.conns.is_empty() || super::table_oversized(&self.conns) {
             self.schedule_scan(self.now + IDLE_TRIM);
         }
     }
@@ -706,6 +751,11 @@ impl UringWorker {
             self.serve(key);
         }
         super::after_scan(&mut self.conns, trimmed);
+        if self.conns.is_empty() && self.bufs_touched {
+            // No receive is in flight: the receive buffers' pages can go back.
+            self.bufs.release_pages();
+            self.bufs_touched = false;
+        }
         if let Some(at) = earliest {
             self.schedule_scan(at);
         }

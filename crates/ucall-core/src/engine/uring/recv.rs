@@ -26,10 +26,10 @@ impl UringWorker {
                 room.as_mut_ptr().cast::<u8>(),
                 u32::try_from(room.len()).unwrap_or(u32::MAX),
             );
-            conn.receiving = Some(input);
+            conn.bulk().receiving = Some(input);
             conn.one_shot = ONE_SHOT_SPELL;
             opcode::Recv::new(fd, at, len).build()
-        } else if let Some(own) = conn.own_buffer.as_mut() {
+        } else if let Some(own) = conn.bulk.as_mut().and_then(|bulk| bulk.own_buffer.as_mut()) {
             let at = own.spare_capacity_mut().as_mut_ptr().cast::<u8>();
             opcode::Recv::new(fd, at, RECV_BUFFER_SIZE).build()
         } else if self.multishot_recv && conn.one_shot == 0 {
@@ -69,15 +69,20 @@ impl UringWorker {
             }
             // A buffer of its own is what this receive read into, unless it went into the
             // input (`arm_recv` takes that first).
-            let own = conn.own_buffer.take_if(|_| conn.receiving.is_none()).map(|mut own| {
-                // SAFETY: the receive initialised the first `result` bytes of the spare
-                // capacity (it cannot exceed the capacity it was given).
-                unsafe { own.set_len(usize::try_from(result).unwrap_or(0)) };
-                own
-            });
+            let own = conn
+                .bulk
+                .as_mut()
+                .filter(|bulk| bulk.receiving.is_none())
+                .and_then(|bulk| bulk.own_buffer.take())
+                .map(|mut own| {
+                    // SAFETY: the receive initialised the first `result` bytes of the spare
+                    // capacity (it cannot exceed the capacity it was given).
+                    unsafe { own.set_len(usize::try_from(result).unwrap_or(0)) };
+                    own
+                });
             let in_flight = conn.in_flight();
             let mut ctx = self.serving.context(shared, key, conn.core.generation);
-            if let Some(input) = conn.receiving.take() {
+            if let Some(input) = conn.bulk.as_mut().and_then(|bulk| bulk.receiving.take()) {
                 received_into_input(conn, input, result, &mut ctx, now);
             } else if !conn.dead {
                 match result {
@@ -105,7 +110,7 @@ impl UringWorker {
                     }
                     0 => conn.core.input_ended = true,
                     e if e == -libc::ENOBUFS => {
-                        conn.own_buffer = Some(Vec::with_capacity(RECV_BUFFER_SIZE as usize));
+                        conn.bulk().own_buffer = Some(Vec::with_capacity(RECV_BUFFER_SIZE as usize));
                     }
                     e if e == -libc::ECANCELED => {}
                     e if e == -libc::EINVAL && self.multishot_recv => {

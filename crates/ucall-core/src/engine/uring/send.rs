@@ -104,10 +104,12 @@ impl UringWorker {
             conn.zc_notifs = conn.zc_notifs.saturating_sub(1);
             if conn.zc_notifs == 0 {
                 // The kernel has let go of every zero-copy page.
-                for mut parked in conn.parked.drain(..) {
-                    parked.shrink(0);
+                if let Some(bulk) = conn.bulk.as_mut() {
+                    for mut parked in bulk.parked.drain(..) {
+                        parked.shrink(0);
+                    }
+                    bulk.parked_bytes = 0;
                 }
-                conn.parked_bytes = 0;
             }
         } else {
             conn.send_inflight = false;
@@ -127,8 +129,11 @@ impl UringWorker {
             if conn.sending.is_empty() && conn.zc_notifs > 0 {
                 // All sent, but zero-copy pages may still be read: park the buffer (its
                 // heap memory stays where it is) and fill a fresh one meanwhile.
-                conn.parked.push(std::mem::take(&mut conn.sending));
-                conn.parked_bytes += conn.sending_bytes;
+                let sent = std::mem::take(&mut conn.sending);
+                let bytes = conn.sending_bytes;
+                let bulk = conn.bulk();
+                bulk.parked.push(sent);
+                bulk.parked_bytes += bytes;
             }
         }
         if zc_unsupported {
