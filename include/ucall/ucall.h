@@ -186,8 +186,10 @@ typedef struct ucall_config_t {
   uint16_t max_threads;
   /**
    * Where the server writes its log lines (start, serving, stop, misuse, failed
-   * accepts, a worker that stops). 0 or a negative value: no logs (written back as -1).
-   * Nothing ever goes to stderr. The descriptor stays the caller's: it is never closed.
+   * accepts, a worker that stops, and the core's records as the event `log` with a
+   * `level` and a `message`: limits hit, TLS failures, a failing batch procedure).
+   * 0 or a negative value: no logs (written back as -1). Nothing ever goes to stderr.
+   * The descriptor stays the caller's: it is never closed.
    */
   int32_t logs_file_descriptor;
   /**

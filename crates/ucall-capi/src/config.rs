@@ -40,8 +40,10 @@ pub struct ucall_config_t {
     /// over all of them. Default 1.
     pub max_threads: u16,
     /// Where the server writes its log lines (start, serving, stop, misuse, failed
-    /// accepts, a worker that stops). 0 or a negative value: no logs (written back as -1).
-    /// Nothing ever goes to stderr. The descriptor stays the caller's: it is never closed.
+    /// accepts, a worker that stops, and the core's records as the event `log` with a
+    /// `level` and a `message`: limits hit, TLS failures, a failing batch procedure).
+    /// 0 or a negative value: no logs (written back as -1). Nothing ever goes to stderr.
+    /// The descriptor stays the caller's: it is never closed.
     pub logs_file_descriptor: i32,
     /// `"human"` (default) for lines of text or `"json"` for one JSON object per line.
     pub logs_format: *const c_char,

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Log lines to the caller's file descriptor (`logs_file_descriptor`, `logs_format`).
 //!
-//! Lifecycle events only (listening, serving, stopping, freed) and refused API calls. The
-//! per-call lines of `log_requests` are the core's request log, written to a duplicate
-//! of the same descriptor (`config.rs`).
+//! Lifecycle events (listening, serving, stopping, freed), refused API calls, and the
+//! core's own records ([`CoreRecords`]: limits hit, TLS failures, a batch procedure that
+//! failed). The per-call lines of `log_requests` are the core's request log, written to a
+//! duplicate of the same descriptor (`config.rs`).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once, PoisonError};
 
 /// How the server logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +25,71 @@ pub enum LogFormat {
 /// Where and how to log; `None` logs nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Logger(Option<(i32, LogFormat)>);
+
+/// The logs of the servers alive that get the core's records, by registration.
+static FORWARDED_TO: Mutex<Vec<(u64, Logger)>> = Mutex::new(Vec::new());
+
+/// The core's records through the `log` facade (target `ucall`): a C host has no logger of
+/// its own, so without this they went nowhere. Each record at info level or above goes to
+/// the log of every server alive as the event `log`, with its `level` and `message`
+/// (`ucall: log level=warn message=batch refused: ...`). Records are rare (limits hit and
+/// TLS failures are at most one a second each), so a lock per record costs nothing a
+/// call pays.
+struct Forward;
+
+static FORWARD: Forward = Forward;
+
+impl log::Log for Forward {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        // Not the core's start-up and shutdown lines (target `ucall::server`): the library
+        // logs its own (`listening`, `serving`, `freed`).
+        metadata.level() <= log::Level::Info && metadata.target() == "ucall"
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let (level, message) = (record.level().as_str().to_ascii_lowercase(), record.args().to_string());
+        for (_, logger) in FORWARDED_TO.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            logger.event("log", &[("level", &level), ("message", &message)]);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// One server's log among those that get the core's records, until dropped (with the
+/// server). The forwarder is installed by the first server with a log, unless the process
+/// has a `log` logger already (a Rust program linking the C library keeps its own).
+pub(crate) struct CoreRecords(u64);
+
+impl CoreRecords {
+    /// Forward the core's records to `logger`; `None` when it logs nowhere.
+    pub(crate) fn to(logger: Logger) -> Option<Self> {
+        logger.0?;
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| {
+            if log::set_logger(&FORWARD).is_ok() {
+                log::set_max_level(log::LevelFilter::Info);
+            }
+        });
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        FORWARDED_TO
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id, logger));
+        Some(CoreRecords(id))
+    }
+}
+
+impl Drop for CoreRecords {
+    fn drop(&mut self) {
+        let mut forwarded = FORWARDED_TO.lock().unwrap_or_else(PoisonError::into_inner);
+        forwarded.retain(|(id, _)| *id != self.0);
+    }
+}
 
 impl Logger {
     pub(crate) fn new(target: Option<(i32, LogFormat)>) -> Self {

@@ -19,7 +19,7 @@ use crate::call::{CHook, CProcedure, InCallback};
 use crate::config::ucall_config_t;
 use crate::error;
 use crate::ffi::{self, ucall_callback_tag_t, ucall_str_t, Handle, Tag};
-use crate::log::Logger;
+use crate::log::{CoreRecords, Logger};
 
 /// A server, made by `ucall_init()` and released by `ucall_free()`.
 ///
@@ -75,6 +75,8 @@ pub struct CServer {
     one_thread_per_index: bool,
     max_callbacks: usize,
     log: Logger,
+    /// Keeps `log` among those that get the core's records while the server lives.
+    _core_records: Option<CoreRecords>,
 }
 
 // SAFETY: `CServer` is `#[repr(C)]` and starts with its `Tag`.
@@ -219,6 +221,7 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
         one_thread_per_index,
         max_callbacks: settings.max_callbacks,
         log,
+        _core_records: CoreRecords::to(log),
     }))
 }
 

@@ -682,6 +682,44 @@ static void test_request_log(void) {
     }
 }
 
+/* The core's own records (here: a limit hit) go to logs_file_descriptor too, as the event
+ * "log" with a level and a message, in logs_format; a server without logs gets none. */
+static void test_core_records_go_to_the_log(void) {
+    static char const batch[] = "[{\"jsonrpc\":\"2.0\",\"method\":\"a\",\"id\":1},"
+                                "{\"jsonrpc\":\"2.0\",\"method\":\"b\",\"id\":2},"
+                                "{\"jsonrpc\":\"2.0\",\"method\":\"c\",\"id\":3}]";
+    ucall_config_t config;
+    pthread_t thread;
+    char const* log;
+    char const* reply;
+    int ends[2], fd;
+
+    open_log_pipe(ends);
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.logs_file_descriptor = ends[1];
+    config.logs_format = "json";
+    config.max_batch_size = 2;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init with a log and max_batch_size 2");
+    if (!the_server)
+        return;
+    pthread_create(&thread, NULL, serve, NULL);
+    fd = connect_to(config.port);
+    reply = exchange(fd, batch);
+    CHECK(strstr(reply, "exceeds the limit of 2") != NULL, "a batch of 3 is refused: %s", reply);
+    close(fd);
+    ucall_free(the_server);
+    pthread_join(thread, NULL);
+    the_server = NULL;
+    log = read_log(ends[0]);
+    CHECK(strstr(log, "{\"event\":\"log\",\"level\":\"warn\",\"message\":\"batch refused: 3 requests, more than "
+                      "max_batch = 2\"}\n") != NULL,
+          "the core's record of the limit is in the log: %s", log);
+    close(ends[0]);
+    close(ends[1]);
+}
+
 /* max_lifetime_exchanges: the connection closes cleanly after that many exchanges. */
 static void test_exchanges_per_connection(void) {
     static char const call[] = "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}";
@@ -1498,6 +1536,7 @@ int main(void) {
     test_free_waits_for_serving_threads();
     test_exchanges_per_connection();
     test_request_log();
+    test_core_records_go_to_the_log();
     test_context();
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
