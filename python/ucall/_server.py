@@ -516,7 +516,7 @@ class Server:
         ``batches`` run and ``calls`` in them, ``sizes`` (``{bound: batches}``: a batch of
         n calls counts under the first bound of at least n), ``queue_wait_us`` (all calls'
         waits added up) and ``max_queue_wait_us``, ``rejected`` (queue full), ``abandoned``
-        (caller gone), and ``queued`` now. Empty before ``start()``."""
+        (caller gone), ``expired`` (deadline passed while queued), and ``queued`` now. Empty before ``start()``."""
         native = self._native
         return {} if native is None else native.batch_stats()
 

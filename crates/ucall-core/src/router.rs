@@ -15,7 +15,7 @@ use crate::defer::{Deferred, Meter, Target};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
-use crate::metrics::{Metrics, MetricsConfig};
+use crate::metrics::{BatchMeter, Metrics, MetricsConfig};
 pub use crate::params::Params;
 use crate::request_log::{RequestLog, Seed};
 
@@ -29,6 +29,13 @@ pub trait Handler: Send + Sync + 'static {
     /// # Errors
     /// The error is sent to the caller as the JSON-RPC error object.
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError>;
+
+    /// A batch procedure (`crate::batch`) counts its batches into the meter that
+    /// `meter(max_size)` makes; other procedures have none and ignore it. Called once,
+    /// when serving starts with metrics on.
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        let _ = meter;
+    }
 }
 
 impl<F> Handler for F
@@ -74,6 +81,10 @@ struct Hooked {
 impl Handler for Hooked {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         self.hook.around(call, reply, &*self.inner)
+    }
+
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        self.inner.meter_batches(meter);
     }
 }
 
@@ -140,7 +151,16 @@ impl Router {
                 label.clone_from(name);
             }
         }
-        self.metrics = Metrics::new(config, names).map(Arc::new);
+        let mut metrics = Metrics::new(config, names);
+        if let Some(metrics) = &mut metrics {
+            for procedure in self.procedures.values() {
+                let slot = procedure.slot;
+                procedure
+                    .handler
+                    .meter_batches(&mut |max_size| metrics.batch_meter(slot, max_size));
+            }
+        }
+        self.metrics = metrics.map(Arc::new);
     }
 
     /// The counters, once serving has started with metrics on.

@@ -431,7 +431,7 @@ impl NativeServer {
 
     /// Each batch procedure's counters: `{name: {"batches": ..., "calls": ..., "sizes":
     /// {bound: count}, "queue_wait_us": ..., "max_queue_wait_us": ..., "rejected": ...,
-    /// "abandoned": ..., "queued": ...}}`.
+    /// "abandoned": ..., "expired": ..., "queued": ...}}`.
     fn batch_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let all = PyDict::new(py);
         for (name, batcher) in self.batchers.lock().unwrap_or_else(PoisonError::into_inner).iter() {
@@ -448,6 +448,7 @@ impl NativeServer {
             one.set_item("max_queue_wait_us", stats.max_queue_wait_us)?;
             one.set_item("rejected", stats.rejected)?;
             one.set_item("abandoned", stats.abandoned)?;
+            one.set_item("expired", stats.expired)?;
             one.set_item("queued", batcher.queued())?;
             all.set_item(name, one)?;
         }
