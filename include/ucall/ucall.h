@@ -355,6 +355,20 @@ typedef struct ucall_config_t {
    * How many bounds `metrics_buckets` holds.
    */
   size_t metrics_buckets_count;
+  /**
+   * Also listen on this Unix domain socket (a file path, at most 107 bytes), beside
+   * `port`: HTTP, raw TCP and WebSocket are served over it as over the port, in
+   * plaintext (TLS stays on TCP). A socket file left by a server that died is
+   * replaced; a path where a server answers, or that is not a socket, fails
+   * `ucall_init()`. The file is removed when the server stops. Calls over it have no
+   * peer address. NULL (default): none. Read during `ucall_init()` only.
+   */
+  const char *unix_socket_path;
+  /**
+   * Permission bits of the Unix socket's file (`0660`: owner and group may connect).
+   * 0 (default): as the process's umask leaves them.
+   */
+  uint32_t unix_socket_mode;
 } ucall_config_t;
 
 /**

@@ -210,6 +210,13 @@ class Server:
             appended to (worker processes may share it), ``"-"`` for stdout, a file object
             or a file descriptor (the server writes to a duplicate of it). Off by default.
         request_log_format: ``"text"`` (logfmt) or ``"json"`` (JSON lines).
+        unix_socket: also listen on this Unix domain socket path, beside the port: HTTP,
+            raw TCP and WebSocket over it, in plaintext (TLS stays on the port). A socket
+            file left by a server that died is replaced; a path where a server answers,
+            or that is not a socket, is refused. The file is removed at stop. Calls over
+            it have no peer address. One process only: not with ``run(workers=N)``.
+        unix_socket_mode: the socket file's permission bits (``0o660``: owner and group
+            may connect); ``None`` (default): as the umask leaves them.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -262,6 +269,8 @@ class Server:
         metrics_registry: Any = None,
         request_log: str | os.PathLike[str] | int | IO[Any] | None = None,
         request_log_format: str = "text",
+        unix_socket: str | os.PathLike[str] | None = None,
+        unix_socket_mode: int | None = None,
     ) -> None:
         _check_options(
             port=port,
@@ -317,6 +326,7 @@ class Server:
             "metrics_buckets": None if metrics_buckets is None else [float(b) for b in metrics_buckets],
             "metrics_extra": None if metrics_registry is None else _registry_page(metrics_registry),
         }
+        self._set_unix_socket(unix_socket, unix_socket_mode)
         self._set_request_log(request_log, request_log_format)
         for option in ("healthz_path", "readyz_path", "metrics_path"):
             path = self._limits[option]
@@ -663,6 +673,25 @@ class Server:
         self._request_log = target
         self._limits.update(request_log_path=path, request_log_fd=fd, request_log_format=log_format)
 
+    def _set_unix_socket(self, path: str | os.PathLike[str] | None, mode: int | None) -> None:
+        """The Unix domain socket to listen on too (``unix_socket``), checked."""
+        if path is not None:
+            path = os.fspath(path)
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"unix_socket must be a path, got {path!r}")
+        if mode is not None:
+            if path is None:
+                raise ValueError("unix_socket_mode needs unix_socket, the socket's path")
+            if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+                raise ValueError(f"unix_socket_mode takes permission bits (0o660), got {mode!r}")
+        self._limits.update(unix_socket=path, unix_socket_mode=mode)
+
+    @property
+    def unix_socket(self) -> str | None:
+        """The Unix domain socket's path the server listens on too, or ``None``."""
+        path: str | None = self._limits["unix_socket"]
+        return path
+
     def _native_options(self) -> dict[str, Any]:
         """The extension server's keyword options: the limits, and what tests set."""
         options = dict(self._limits)
@@ -867,8 +896,9 @@ class Server:
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
         tls = f", TLS on port {self.tls_port}" if self._limits["tls_port"] is not None else ""
+        unix = f" and unix:{self.unix_socket}" if self.unix_socket is not None else ""
         procedures = f"{len(names)} procedure{'s' if len(names) != 1 else ''}" + (f": {shown}" if names else "")
-        return f"listening on {self.url} (engine {self.engine}, {threads}{tls}; {procedures}{tail})"
+        return f"listening on {self.url}{unix} (engine {self.engine}, {threads}{tls}; {procedures}{tail})"
 
     def _stop_timeout(self) -> float:
         """How long a worker told to stop may take before its supervisor kills it."""
@@ -882,6 +912,8 @@ class Server:
             raise RuntimeError("run(workers=N) starts the workers itself: call it on a server not started")
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("run(workers=N) needs the main thread: it handles the signals")
+        if self.unix_socket is not None:
+            raise ValueError(_UNIX_SOCKET_ONE_PROCESS)
         requested = self._requested_port, self._limits["tls_port"]
         reserved = [_workers.reserve_port(self.host, self._requested_port)]
         try:
@@ -980,6 +1012,13 @@ class Server:
         state = f"running on {self.url}" if self.running else "stopped"
         return f"<ucall.Server {state}, {len(self._procedures)} procedures>"
 
+
+#: Why worker processes and a Unix socket do not go together: a restart starts the new
+#: worker while the old one still holds the socket's path, which one process owns.
+_UNIX_SOCKET_ONE_PROCESS = (
+    "unix_socket is served by one process: worker processes cannot share its path "
+    "(serve the Unix socket without workers, or the TCP port with them)"
+)
 
 # The largest size the core takes (a usize).
 _SIZE_MAX = 2 ** (8 * struct.calcsize("P")) - 1

@@ -79,6 +79,8 @@ class NativeServer:
         request_log_path: Optional[str] = None,
         request_log_fd: Optional[int] = None,
         request_log_format: Optional[str] = None,  # "text"
+        unix_socket: Optional[str] = None,
+        unix_socket_mode: Optional[int] = None,
     ) -> "NativeServer": ...
     def add(
         self,

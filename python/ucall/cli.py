@@ -14,6 +14,7 @@
     ucall -p 8545 --list                       # the server's methods, from rpc.discover
     ucall sum --help                           # one method's params, from rpc.discover
     ucall serve app:server --workers 4         # four processes on one port, supervised
+    ucall serve app:server --uds /run/app.sock # also on a Unix domain socket
 
 Exit status: 0 on success, 1 when the server answered an error, 2 on a usage or
 transport error.
@@ -30,7 +31,7 @@ import re
 import shlex
 import ssl
 import sys
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn, TypeVar
 
 import click
 
@@ -38,6 +39,8 @@ from ucall._server import Server
 from ucall._ucall import __version__
 from ucall.client import Client, Response
 from ucall.exceptions import ConnectError, RPCError, UCallError
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 UPLOAD_PROGRESS_BYTES = 4 << 20
 TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "image")
@@ -510,6 +513,192 @@ def _cannot_serve(message: str) -> NoReturn:
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
+def _octal(text: str) -> int:
+    """Permission bits written in octal (``660``, ``0o660``)."""
+    try:
+        mode = int(text.removeprefix("0o"), 8)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an octal mode such as 660") from None
+    if not 0 <= mode <= 0o7777:
+        raise click.BadParameter(f"{text!r} is not a mode (at most 7777)")
+    return mode
+
+
+def _buckets(text: str) -> list[float]:
+    """Bucket bounds in seconds, comma-separated (the core checks their order)."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected seconds separated by commas, such as 0.005,0.05,0.5") from None
+
+
+#: ``Server(...)`` options that ``ucall serve`` sets beside --host, --port, --threads,
+#: --drain-delay and --metrics-path: (flag, the option's name, click type, help). Those
+#: given are passed on to worker processes as they were given.
+SERVER_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    (
+        "--engine",
+        "engine",
+        click.Choice(("auto", "poll", "uring")),
+        "Engine: auto (io_uring where it works, else poll), poll or uring; UCALL_ENGINE overrides it.",
+    ),
+    (
+        "--max-threads",
+        "max_threads",
+        click.IntRange(min=1),
+        "Most threads per worker thread while handlers block (default 64).",
+    ),
+    (
+        "--max-connections",
+        "max_connections",
+        click.IntRange(min=1),
+        "Most connections open at once; more are closed on accept (default 10000).",
+    ),
+    (
+        "--max-pending-calls",
+        "max_pending_calls",
+        click.IntRange(min=1),
+        "Most calls waiting for (or running in) a handler per thread; past it a call is answered at once "
+        "with -32000 (HTTP 503 with Retry-After) and data.executed false, safe to retry (default: no limit).",
+    ),
+    (
+        "--max-body-bytes",
+        "max_body_bytes",
+        click.IntRange(min=1),
+        "Largest request body (HTTP) or JSON text (raw TCP) in bytes (default 64 MiB).",
+    ),
+    (
+        "--max-head-bytes",
+        "max_head_bytes",
+        click.IntRange(min=64),
+        "Largest HTTP request head in bytes (default 16 KiB).",
+    ),
+    ("--max-batch", "max_batch", click.IntRange(min=1), "Most requests in one JSON-RPC batch (default 1024)."),
+    (
+        "--header-timeout",
+        "header_timeout",
+        click.FloatRange(min=0, min_open=True),
+        "Seconds to receive a request head, from its first byte (default 10).",
+    ),
+    (
+        "--idle-timeout",
+        "idle_timeout",
+        click.FloatRange(min=0, min_open=True),
+        "Seconds a connection may sit without progress before it is closed (default 60).",
+    ),
+    (
+        "--shutdown-timeout",
+        "shutdown_timeout",
+        click.FloatRange(min=0, min_open=True),
+        "Seconds calls in flight get to finish at stop, after --drain-delay (default 5).",
+    ),
+    (
+        "--tls-cert",
+        "tls_cert",
+        click.Path(exists=True, dir_okay=False),
+        "PEM certificate chain: the port speaks TLS (needs --tls-key).",
+    ),
+    ("--tls-key", "tls_key", click.Path(exists=True, dir_okay=False), "PEM private key of --tls-cert."),
+    (
+        "--tls-client-ca",
+        "tls_client_ca",
+        click.Path(exists=True, dir_okay=False),
+        "Require client certificates signed by the CAs in this PEM file (mutual TLS).",
+    ),
+    (
+        "--tls-port",
+        "tls_port",
+        click.IntRange(0, 65535),
+        "Serve TLS on this port too, the port staying plaintext (0: any free one).",
+    ),
+    ("--healthz-path", "healthz_path", str, "Where GET serves the liveness probe ('' turns it off; default /healthz)."),
+    ("--readyz-path", "readyz_path", str, "Where GET serves the readiness probe ('' turns it off; default /readyz)."),
+    (
+        "--metrics-buckets",
+        "metrics_buckets",
+        _buckets,
+        "The latency histogram's bucket bounds in seconds, comma-separated and ascending "
+        "(default gRPC's, 0.0001 to 10).",
+    ),
+    (
+        "--uds",
+        "unix_socket",
+        click.Path(dir_okay=False),
+        "Also listen on this Unix domain socket: HTTP, raw TCP and WebSocket, in plaintext. A socket file left "
+        "by a dead server is replaced; one where a server answers is refused. One process: not with --workers.",
+    ),
+    (
+        "--uds-mode",
+        "unix_socket_mode",
+        _octal,
+        "Permission bits of the --uds socket file, in octal (660: owner and group may connect).",
+    ),
+)
+
+#: Paths among ``SERVER_FLAGS``: ``''`` turns the route off.
+ROUTE_OPTIONS = ("healthz_path", "readyz_path")
+
+
+def _server_flags(command: _Command) -> _Command:
+    """Add ``SERVER_FLAGS`` and ``--readyz-not-found`` to the ``serve`` command."""
+    command = click.option(
+        "--readyz-not-found",
+        is_flag=True,
+        default=None,
+        help="The readiness probe answers 404 rather than 503 when not ready (HAProxy's http-check disable-on-404).",
+    )(command)
+    for flag, name, kind, text in reversed(SERVER_FLAGS):
+        command = click.option(flag, name, type=kind, default=None, help=text)(command)
+    return command
+
+
+def _configure(server: Server, given: dict[str, Any]) -> None:
+    """Set the ``Server(...)`` options given as ``SERVER_FLAGS`` (those not ``None``)."""
+    for name in ROUTE_OPTIONS:
+        path = given.get(name)
+        if path is not None and path and not path.startswith("/"):
+            _cannot_serve(f"--{name.replace('_', '-')} must start with '/' (or be '' for none), got {path!r}")
+    for name, value in given.items():
+        if value is None or name in ("unix_socket", "unix_socket_mode"):
+            continue
+        if name == "engine":
+            server.engine_name = value
+        elif name == "max_threads":
+            server.max_threads = value
+        elif name in ROUTE_OPTIONS:
+            server._limits[name] = value or None
+        elif name in ("tls_cert", "tls_key", "tls_client_ca"):
+            server._limits[name] = str(value)
+        else:
+            server._limits[name] = value
+    if (server._limits["tls_cert"] is None) != (server._limits["tls_key"] is None):
+        _cannot_serve("TLS needs both --tls-cert and --tls-key")
+    if given.get("unix_socket") is not None or given.get("unix_socket_mode") is not None:
+        path = given.get("unix_socket") or server.unix_socket
+        mode = given.get("unix_socket_mode")
+        try:
+            server._set_unix_socket(path, mode if mode is not None else server._limits["unix_socket_mode"])
+        except ValueError as error:
+            _cannot_serve(str(error).replace("unix_socket_mode", "--uds-mode").replace("unix_socket", "--uds"))
+
+
+def _passed_on(given: dict[str, Any]) -> list[str]:
+    """The ``SERVER_FLAGS`` given, as a worker's command line takes them."""
+    words: list[str] = []
+    for flag, name, _, _ in SERVER_FLAGS:
+        value = given.get(name)
+        if value is None:
+            continue
+        if name == "metrics_buckets":
+            value = ",".join(repr(bound) for bound in value)
+        elif name == "unix_socket_mode":
+            value = format(value, "o")
+        words += [flag, str(value)]
+    if given.get("readyz_not_found"):
+        words.append("--readyz-not-found")
+    return words
+
+
 @main.command("serve")
 @click.argument("target", metavar="MODULE:SERVER")
 @click.option(
@@ -577,6 +766,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
     show_default=True,
     help="The access log's lines: logfmt text, or JSON lines.",
 )
+@_server_flags
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
     target: str,
@@ -592,8 +782,12 @@ def serve(
     access_log: str | None,
     access_log_format: str,
     ready_fd: int | None,
+    readyz_not_found: bool | None,
+    **given: Any,
 ) -> None:
-    """Import MODULE and run its Server object SERVER (default name: server)."""
+    """Import MODULE and run its Server object SERVER (default name: server).
+
+    Options not given keep the values the module's Server(...) was made with."""
     # Before the import: the module's own loggers find the configuration in place.
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = _load_server(target)
@@ -611,6 +805,15 @@ def serve(
         server._limits["metrics_path"] = metrics_path or None
     if access_log is not None:
         server._set_request_log(access_log, access_log_format)
+    _configure(server, given)
+    if readyz_not_found:
+        server._limits["readyz_not_found"] = True
+    given["readyz_not_found"] = readyz_not_found
+    if server.unix_socket is not None and (workers is not None or reload):
+        _cannot_serve(
+            "--uds serves from one process: not with --workers or --reload (a restarted worker "
+            "would find the socket's path held by the one it replaces)"
+        )
     if ready_fd is not None:
         try:
             server._serve_as_worker(ready_fd)
@@ -622,7 +825,8 @@ def serve(
     if workers is None and not reload:
 
         def ready(s: Server) -> None:
-            click.echo(f"listening on {shown_host}:{s.port} ({len(s.procedures)} procedures)")
+            unix = "" if s.unix_socket is None else f" and unix:{s.unix_socket}"
+            click.echo(f"listening on {shown_host}:{s.port}{unix} ({len(s.procedures)} procedures)")
             sys.stdout.flush()
 
         try:
@@ -632,6 +836,7 @@ def serve(
             sys.exit(2)
         return
     access = [] if access_log is None else ["--access-log", access_log, "--access-log-format", access_log_format]
+    access += _passed_on(given)
     sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port, access))
 
 
@@ -661,7 +866,7 @@ def _supervise(
     threads: int | None,
     log_level: str,
     metrics_port: int | None,
-    access: list[str],
+    passed_on: list[str],
 ) -> int:
     """Run ``workers`` processes of ``ucall serve TARGET`` on one port under a supervisor.
     Each worker imports the module afresh, so a restart (SIGHUP, --reload) serves the
@@ -677,8 +882,9 @@ def _supervise(
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
     command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
     command += ["--metrics-path", server._limits["metrics_path"] or ""]
-    # Each worker opens the access log itself, O_APPEND: their lines never interleave.
-    command += access
+    # The access log and the Server options given; each worker opens the access log
+    # itself, O_APPEND: their lines never interleave.
+    command += passed_on
     if threads is not None:
         command += ["--threads", str(threads)]
 

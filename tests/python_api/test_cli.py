@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `ucall` command: the published call form, additions, and `ucall serve`."""
 
+import http.client
+import inspect
 import io
 import json
 import os
@@ -8,13 +10,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, once, serving, with_client_procedures
+from conftest import REPO_ROOT, once, serving, tcp_exchange, with_client_procedures
+from test_workers import supervised
 
+from ucall import Server
 from ucall._ucall import __version__
-from ucall.cli import main
+from ucall.cli import main, serve
 
 
 @pytest.fixture
@@ -250,3 +256,97 @@ def test_terminal_output_has_colour_and_an_upload_progress_bar(port, tmp_path):
     text = output.decode("utf-8", "replace")
     assert "uploading" in text
     assert "\x1b[" in text and str(6 << 20) in text  # coloured JSON with the result
+
+
+#: ``Server(...)`` options ``ucall serve`` has no flag for: what the module's code says
+#: about its API (its description, CORS, debugging, validation), not how it is deployed.
+LEFT_TO_CODE = {
+    "ignore_extra_params", "debug", "quiet", "docs", "title", "version", "description", "openrpc_path",
+    "openapi_path", "docs_path", "cors_origins", "cors_methods", "cors_headers", "cors_max_age", "metrics_registry",
+}
+#: Flags named as uvicorn names them rather than after the option.
+RENAMED = {"request_log": "access_log", "request_log_format": "access_log_format"}
+
+
+def test_serve_has_a_flag_for_each_deployment_option_of_server():
+    options = set(inspect.signature(Server.__init__).parameters) - {"self"}
+    flags = {param.name for param in serve.params}
+    missing = {name for name in options - LEFT_TO_CODE if RENAMED.get(name, name) not in flags}
+    assert not missing, f"Server options without a ucall serve flag: {sorted(missing)}"
+    text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
+    for flag in ("--max-pending-calls", "--metrics-buckets", "--uds", "--uds-mode", "--engine", "--tls-cert"):
+        assert flag in text
+
+
+def serve_app(tmp_path, *flags: str, engine: str = "poll"):
+    (tmp_path / "app.py").write_text(textwrap.dedent("""
+        import time
+        from ucall import Server
+        server = Server()
+
+        @server
+        def nap(seconds: float, started: str = "") -> float:
+            if started:
+                open(started, "w").close()  # tells the test the handler runs
+            time.sleep(seconds)
+            return seconds
+    """))
+    return serving(["-m", "ucall", "serve", "app:server", "--port", "0", *flags], engine, cwd=tmp_path)
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path)
+        reply = connection.getresponse()
+        return reply.status, reply.read().decode()
+    finally:
+        connection.close()
+
+
+def test_serve_flags_reach_the_server(tmp_path, engine):
+    flags = ["--metrics-buckets", "0.02,0.2", "--max-pending-calls", "1", "--engine", engine, "--healthz-path", "/live"]
+    with serve_app(tmp_path, *flags, engine=engine) as (proc, port):
+        status, page = http_get(port, "/metrics")
+        assert status == 200 and 'le="0.02"' in page and 'le="0.005"' not in page, page[:600]
+        assert http_get(port, "/live") == (200, "{\"status\":\"alive\"}")
+        # While one call runs its handler, --max-pending-calls 1 refuses the next at once.
+        started = tmp_path / "started"
+        first = threading.Thread(target=once, args=(port, "nap", {"seconds": 1.0, "started": str(started)}))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [reply] = tcp_exchange(port, b'{"jsonrpc":"2.0","method":"nap","params":[0],"id":2}\n', 1)
+        first.join(10)
+        assert reply["error"]["code"] == -32000 and reply["error"]["data"]["executed"] is False, reply
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def test_serve_flags_go_to_the_workers(tmp_path):
+    (tmp_path / "app.py").write_text("from ucall import Server\nserver = Server(threads=1)\nserver.route(lambda: 1, name='one')\n")
+    args = ["-m", "ucall", "serve", "app:server", "--port", "0", "--workers", "1", "--metrics-buckets", "0.03"]
+    with supervised(args, tmp_path) as s:
+        page = http_get(s.port, "/metrics")[1]
+        assert 'le="0.03"' in page and 'le="0.005"' not in page, page[:600]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--uds-mode", "600"], "--uds-mode needs --uds"),
+        (["--healthz-path", "live"], "--healthz-path must start with '/'"),
+        (["--metrics-buckets", "0.1,0.01"], "ascend"),
+        (["--metrics-buckets", "fast"], "expected seconds separated by commas"),
+        (["--uds-mode", "999"], "is not an octal mode"),
+    ],
+)
+def test_serve_flags_refuse_bad_values(tmp_path, flags, expected):
+    (tmp_path / "app.py").write_text("from ucall import Server\nserver = Server(port=0)\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python"))
+    result = subprocess.run(
+        [sys.executable, "-m", "ucall", "serve", "app:server", *flags],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=30,
+    )
+    assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, result.stderr

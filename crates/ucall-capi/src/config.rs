@@ -150,6 +150,16 @@ pub struct ucall_config_t {
     pub metrics_buckets: *const f64,
     /// How many bounds `metrics_buckets` holds.
     pub metrics_buckets_count: usize,
+    /// Also listen on this Unix domain socket (a file path, at most 107 bytes), beside
+    /// `port`: HTTP, raw TCP and WebSocket are served over it as over the port, in
+    /// plaintext (TLS stays on TCP). A socket file left by a server that died is
+    /// replaced; a path where a server answers, or that is not a socket, fails
+    /// `ucall_init()`. The file is removed when the server stops. Calls over it have no
+    /// peer address. NULL (default): none. Read during `ucall_init()` only.
+    pub unix_socket_path: *const c_char,
+    /// Permission bits of the Unix socket's file (`0660`: owner and group may connect).
+    /// 0 (default): as the process's umask leaves them.
+    pub unix_socket_mode: u32,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -308,6 +318,17 @@ impl ucall_config_t {
             core.metrics
                 .check()
                 .map_err(|e| format!("config.metrics_buckets: {e}"))?;
+        }
+        match text_field("unix_socket_path", self.unix_socket_path)? {
+            Some("") => return Err("config.unix_socket_path is empty: give a path, or NULL for none".into()),
+            Some(path) => {
+                core.unix_socket = Some(path.into());
+                core.unix_socket_mode = (self.unix_socket_mode != 0).then_some(self.unix_socket_mode);
+            }
+            None if self.unix_socket_mode != 0 => {
+                return Err("config.unix_socket_mode needs unix_socket_path, the socket's path".into());
+            }
+            None => {}
         }
         let discovery = match text_field("discovery", self.discovery)? {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
@@ -482,6 +503,8 @@ mod tests {
             log_requests: false,
             metrics_buckets: std::ptr::null(),
             metrics_buckets_count: 0,
+            unix_socket_path: std::ptr::null(),
+            unix_socket_mode: 0,
         }
     }
 
@@ -641,6 +664,22 @@ mod tests {
             zeroed().settings().expect("defaults").core.request_log.is_none(),
             "off by default"
         );
+    }
+
+    #[test]
+    fn unix_socket_path_and_mode() {
+        let mut config = zeroed();
+        let socket =
+            |config: &mut ucall_config_t| config.settings().map(|s| (s.core.unix_socket, s.core.unix_socket_mode));
+        assert_eq!(socket(&mut config), Ok((None, None)));
+        config.unix_socket_path = c"/run/api.sock".as_ptr();
+        assert_eq!(socket(&mut config), Ok((Some("/run/api.sock".into()), None)));
+        config.unix_socket_mode = 0o660;
+        assert_eq!(socket(&mut config), Ok((Some("/run/api.sock".into()), Some(0o660))));
+        config.unix_socket_path = c"".as_ptr();
+        assert!(socket(&mut config).is_err_and(|e| e.contains("unix_socket_path is empty")));
+        config.unix_socket_path = std::ptr::null();
+        assert!(socket(&mut config).is_err_and(|e| e.contains("needs unix_socket_path")));
     }
 
     #[test]

@@ -200,6 +200,9 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     if let Some(tls_addr) = tls_addr {
         fields.push(("tls", tls_addr.to_string()));
     }
+    if let Some(path) = bound.unix_socket() {
+        fields.push(("unix_socket", path.display().to_string()));
+    }
     if let Some(why) = bound.engine_fallback() {
         // Why `auto` took poll (a seccomp filter, the sysctl, an old kernel).
         fields.push(("fallback", format!("io_uring unavailable: {why}")));

@@ -21,7 +21,8 @@
 //!
 //! `curl -s localhost:8545 -d '{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}'`
 //! then answers `{"jsonrpc":"2.0","id":1,"result":3}`. [`ServerBuilder`] holds every
-//! option ([`Config`]: engine, threads, limits, time-outs, TLS); [`ServerBuilder::handler`]
+//! option ([`Config`]: engine, threads, limits, time-outs, TLS, a Unix domain socket
+//! beside the port); [`ServerBuilder::handler`]
 //! registers a [`Handler`] that writes its reply itself or answers later from another
 //! thread ([`Reply::defer`]).
 //!

@@ -160,6 +160,24 @@ impl ServerBuilder {
         self
     }
 
+    /// Also listen on the Unix domain socket `path`, beside the TCP port (see
+    /// [`Config::unix_socket`]).
+    ///
+    /// ```no_run
+    /// # use ucall_core::Server;
+    /// let server = Server::builder().port(0).unix_socket("/run/ucall/api.sock").unix_socket_mode(0o660).bind();
+    /// ```
+    pub fn unix_socket(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.unix_socket = Some(path.into());
+        self
+    }
+
+    /// Permission bits of the Unix socket's file (see [`Config::unix_socket_mode`]).
+    pub fn unix_socket_mode(mut self, mode: u32) -> Self {
+        self.config.unix_socket_mode = Some(mode);
+        self
+    }
+
     /// Serve TLS with this certificate material (see [`TlsConfig`] for a port of its own).
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.config.tls = Some(tls);
@@ -302,6 +320,12 @@ impl ServerBuilder {
             ));
         }
         config.metrics.check().map_err(Error::config)?;
+        if config.unix_socket_mode.is_some_and(|mode| mode > 0o7777) {
+            return Err(Error::config("unix_socket_mode takes permission bits, at most 0o7777"));
+        }
+        if config.unix_socket.is_none() && config.unix_socket_mode.is_some() {
+            return Err(Error::config("unix_socket_mode needs unix_socket, the socket's path"));
+        }
         let addr = resolve(&config.host, config.port)?;
         if let Some(port) = config.tls.as_ref().and_then(|tls| tls.port) {
             if port != 0 && port == config.port {
@@ -390,6 +414,12 @@ impl Server {
         tls_addr(&self.shared, self.local_addr)
     }
 
+    /// The Unix domain socket the server also listens on, when configured.
+    #[must_use]
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.shared.config.unix_socket.as_deref()
+    }
+
     /// The engine in use (never `Auto`).
     #[must_use]
     pub fn engine(&self) -> EngineKind {
@@ -444,9 +474,11 @@ impl Server {
         }
         if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
             let (threads, procedures) = (self.workers.len(), router.names().count());
+            let unix = (self.shared.config.unix_socket.as_ref())
+                .map_or(String::new(), |path| format!(" and unix:{}", path.display()));
             log::info!(
                 target: crate::logs::SERVER_TARGET,
-                "serving on {} (engine {}, {threads} thread{}, {procedures} procedure{})",
+                "serving on {}{unix} (engine {}, {threads} thread{}, {procedures} procedure{})",
                 self.local_addr,
                 self.engine.name(),
                 if threads == 1 { "" } else { "s" },
@@ -607,6 +639,12 @@ impl ServerHandle {
     #[must_use]
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         tls_addr(&self.shared, self.local_addr)
+    }
+
+    /// The Unix domain socket the server also listens on, when configured.
+    #[must_use]
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.shared.config.unix_socket.as_deref()
     }
 
     /// Connections open now.

@@ -214,6 +214,7 @@ impl NativeServer {
         healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
         metrics_path=Some("/metrics".to_owned()), metrics_buckets=None, metrics_extra=None,
         request_log_path=None, request_log_fd=None, request_log_format=None,
+        unix_socket=None, unix_socket_mode=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -256,6 +257,8 @@ impl NativeServer {
         request_log_path: Option<std::path::PathBuf>,
         request_log_fd: Option<i32>,
         request_log_format: Option<String>,
+        unix_socket: Option<std::path::PathBuf>,
+        unix_socket_mode: Option<u32>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -264,6 +267,8 @@ impl NativeServer {
             engine: engine(engine_name)?,
             quiet,
             share_port,
+            unix_socket,
+            unix_socket_mode,
             health: HealthPaths {
                 healthz: healthz_path,
                 readyz: readyz_path,

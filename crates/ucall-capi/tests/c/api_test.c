@@ -3,7 +3,7 @@
  * The C API's defined outcomes, checked against a live server on 127.0.0.1: init
  * failures and their text, replies given twice / never / as invalid JSON, JSON, bytes
  * and JSON Pointer parameters, NULL and mixed-up handles, misuse of the serving calls,
- * stop and free, exchanges per connection, TLS. A client in the main thread talks raw
+ * stop and free, exchanges per connection, TLS, the Unix domain socket. A client in the main thread talks raw
  * TCP (one JSON text per line); the TLS clients are curl and openssl s_client, and the
  * certificates are made by openssl in a temporary directory, removed at the end.
  *
@@ -25,7 +25,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -246,6 +248,26 @@ static int connect_to(uint16_t port) {
     if (fd < 0 || connect(fd, (struct sockaddr*)&address, sizeof address) != 0) {
         perror("connect");
         exit(1);
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    return fd;
+}
+
+/* A client of the Unix domain socket `path`, or -1 (errno set) when it cannot connect. */
+static int connect_unix(char const* path) {
+    struct sockaddr_un address;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct timeval timeout = {5, 0};
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr*)&address, sizeof address) != 0) {
+        int error = errno;
+        close(fd);
+        errno = error;
+        return -1;
     }
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     return fd;
@@ -1495,6 +1517,94 @@ static void test_operations(void) {
     the_server = NULL;
 }
 
+/* The Unix domain socket beside the port: raw TCP and HTTP over it, the file's mode, a
+ * stale file replaced, a live one and a plain file refused, the file removed at free. */
+static void test_unix_socket(void) {
+    static char received[1 << 12];
+    char dir[] = "/tmp/ucall-api-unix-XXXXXX";
+    char path[128];
+    ucall_config_t config;
+    pthread_t thread;
+    struct stat info;
+    ucall_server_t second = NULL;
+    int fd;
+
+    memset(&info, 0, sizeof info);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/api.sock", dir);
+    /* What a killed server leaves: a socket file nobody listens on. */
+    fd = connect_unix(path);
+    CHECK(fd < 0 && errno == ENOENT, "nothing at the path yet");
+    {
+        struct sockaddr_un address;
+        int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+        memset(&address, 0, sizeof address);
+        address.sun_family = AF_UNIX;
+        strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+        CHECK(bind(stale, (struct sockaddr*)&address, sizeof address) == 0, "a stale file: %s", strerror(errno));
+        close(stale);
+    }
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.unix_socket_mode = 0600;
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("config.unix_socket_mode needs unix_socket_path"),
+          "a mode without a path is refused");
+    config.unix_socket_path = path;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init with unix_socket_path replaces the stale file");
+    if (!the_server)
+        return;
+    CHECK(stat(path, &info) == 0 && S_ISSOCK(info.st_mode) && (info.st_mode & 0777) == 0600,
+          "a socket file of mode 0600: %o", (unsigned)info.st_mode);
+    ucall_add_procedure(the_server, "tagged", tagged, (ucall_callback_tag_t) "\"over unix\"");
+    pthread_create(&thread, NULL, serve, NULL);
+
+    fd = connect_unix(path);
+    CHECK(fd >= 0, "connect to the Unix socket: %s", strerror(errno));
+    if (fd >= 0) {
+        char const* reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"tagged\",\"id\":1}");
+        CHECK(strstr(reply, "\"result\":\"over unix\"") != NULL, "raw TCP over the Unix socket: %s", reply);
+        close(fd);
+    }
+    fd = connect_unix(path);
+    if (fd >= 0) {
+        write_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, " 200 ") &&
+                  strstr(received, "alive"),
+              "HTTP over the Unix socket: %.200s", received);
+        close(fd);
+    }
+    /* The port serves beside it. */
+    CHECK(http_get(config.port, "/healthz", received, sizeof received) > 0 && strstr(received, " 200 "),
+          "the port still serves: %.200s", received);
+
+    ucall_init(&config, &second);
+    CHECK(second == NULL && last_error_contains("another server listens on it"),
+          "a second server on a live socket is refused");
+    ucall_free(the_server);
+    pthread_join(thread, NULL);
+    the_server = NULL;
+    CHECK(stat(path, &info) != 0 && errno == ENOENT, "the socket file is removed at free");
+
+    {
+        FILE* plain = fopen(path, "w");
+        if (plain) {
+            fputs("data", plain);
+            fclose(plain);
+        }
+    }
+    ucall_init(&config, &second);
+    CHECK(second == NULL && last_error_contains("is not a socket"), "a plain file at the path is refused");
+    CHECK(stat(path, &info) == 0 && S_ISREG(info.st_mode), "and kept");
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     /* First: a process probes io_uring once, and the forked child must not inherit a
      * probe made before its filter. */
@@ -1514,5 +1624,6 @@ int main(void) {
     test_tls();
     test_described();
     test_operations();
+    test_unix_socket();
     return report();
 }

@@ -2,6 +2,7 @@
 //! What a server can be told: the engine to use, the limits, the time-outs, TLS, and
 //! where the engines report what they cannot return as an error.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,6 +76,15 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// TLS: certificate material, and whether it takes the port or a port of its own.
     pub tls: Option<TlsConfig>,
+    /// Also listen on this Unix domain socket, beside the TCP port: HTTP, raw TCP and
+    /// WebSocket are served over it as over the port, in plaintext (TLS stays on TCP).
+    /// A socket file left by a server that died is replaced; a path where a server
+    /// answers, or that is not a socket, is refused. The file is removed at stop. Calls
+    /// over it have no peer address ([`crate::Context::peer`] is `None`). `None` (default): none.
+    pub unix_socket: Option<PathBuf>,
+    /// Permission bits of the Unix socket's file (`0o660`: owner and group may connect);
+    /// `None` (default): as the process's umask leaves them.
+    pub unix_socket_mode: Option<u32>,
     /// `uring` engine only: a kernel thread polls each ring's submission queue
     /// (`IORING_SETUP_SQPOLL`), saving the submit system call at the cost of a busy CPU
     /// while traffic flows (it sleeps after a second without). Off by default.
@@ -154,6 +164,8 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(5),
             tls: None,
+            unix_socket: None,
+            unix_socket_mode: None,
             sqpoll: false,
             quiet: false,
             share_port: false,

@@ -3,7 +3,8 @@
 //!
 //! Each worker thread owns one listener (`SO_REUSEPORT`, so the kernel spreads new
 //! connections), its connections and its buffers; workers share only the router, the
-//! configuration and a few counters.
+//! configuration and a few counters. A Unix domain socket, when configured, is one
+//! socket that every worker accepts from (see `unix`).
 
 mod config;
 mod conn;
@@ -11,6 +12,7 @@ mod conn;
 mod conn_tests;
 mod poll;
 mod shared;
+mod unix;
 #[cfg(target_os = "linux")]
 mod uring;
 
@@ -205,6 +207,10 @@ pub(crate) fn bind_workers(
     }
     let mut workers = Vec::with_capacity(shared.config.threads);
     let mut bound = addr;
+    let unix = match &shared.config.unix_socket {
+        Some(path) => Some(unix::bind(path, shared.config.unix_socket_mode)?),
+        None => None,
+    };
     for index in 0..shared.config.threads {
         let listener = listen(bound)?;
         if index == 0 {
@@ -212,6 +218,7 @@ pub(crate) fn bind_workers(
                 .local_addr()
                 .map_err(|e| Error::io("cannot read the bound address", e))?;
         }
+        let unix = unix.as_ref().map(unix::UnixListen::share).transpose()?;
         let inner = match engine.kind {
             #[cfg(target_os = "linux")]
             EngineKind::Uring => {
@@ -222,10 +229,11 @@ pub(crate) fn bind_workers(
                 Inner::Uring(Box::new(uring::UringWorker::new(
                     Arc::clone(shared),
                     listener,
+                    unix,
                     features,
                 )?))
             }
-            _ => Inner::Poll(Box::new(poll::PollWorker::new(Arc::clone(shared), listener)?)),
+            _ => Inner::Poll(Box::new(poll::PollWorker::new(Arc::clone(shared), listener, unix)?)),
         };
         workers.push(Worker { inner });
     }
@@ -418,6 +426,24 @@ impl Serving {
             }),
             draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
         }
+    }
+}
+
+/// A worker's listeners, as indices of its state per listener (and, on io_uring, in its
+/// accepts' tokens): the TCP port, a separate TLS port, the Unix domain socket.
+pub(crate) const PLAIN_PORT: usize = 0;
+pub(crate) const TLS_PORT: usize = 1;
+pub(crate) const UNIX_SOCKET: usize = 2;
+pub(crate) const LISTENERS: usize = 3;
+
+/// The TLS settings of a connection accepted on listener `port`: the separate TLS port's,
+/// or the TCP port's when TLS takes it. The Unix socket is plaintext.
+pub(crate) fn tls_of(shared: &Shared, port: usize) -> Option<&TlsShared> {
+    let tls = shared.tls.as_ref()?;
+    match port {
+        TLS_PORT => Some(tls),
+        PLAIN_PORT if tls.separate.is_none() => Some(tls),
+        _ => None,
     }
 }
 

@@ -7,16 +7,18 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use super::conn::{Conn, TlsFailed, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
-use super::ACCEPTS_PER_TURN;
+use super::unix::{SocketFile, UnixListen};
+use super::{ACCEPTS_PER_TURN, LISTENERS, PLAIN_PORT, TLS_PORT, UNIX_SOCKET};
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
 use crate::error::Error;
@@ -28,17 +30,74 @@ const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 /// The listener of a separate TLS port.
 const TLS_LISTENER: Token = Token(2);
-const FIRST_CONNECTION: usize = 3;
+/// The Unix domain socket's listener.
+const UNIX_LISTENER: Token = Token(3);
+const FIRST_CONNECTION: usize = 4;
 
 /// Size of the per-worker read buffer, and of each read.
 const READ_CHUNK: usize = 64 << 10;
 /// Reads per connection per wake-up before other connections get a turn.
 const READS_PER_TURN: usize = 16;
 
+/// A connection's socket: TCP, or a stream of the Unix domain socket. Both take the same
+/// system calls; only accepting them and `TCP_NODELAY` differ.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.read(buf),
+            Stream::Unix(stream) => stream.read(buf),
+        }
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.shutdown(how),
+            Stream::Unix(stream) => stream.shutdown(how),
+        }
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(stream) => stream.as_fd(),
+            Stream::Unix(stream) => stream.as_fd(),
+        }
+    }
+}
+
+impl mio::event::Source for Stream {
+    fn register(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.register(registry, token, interests),
+            Stream::Unix(stream) => stream.register(registry, token, interests),
+        }
+    }
+
+    fn reregister(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.reregister(registry, token, interests),
+            Stream::Unix(stream) => stream.reregister(registry, token, interests),
+        }
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.deregister(registry),
+            Stream::Unix(stream) => stream.deregister(registry),
+        }
+    }
+}
+
 /// A connection: its socket and what the edge-triggered poller said of it; the rest is
 /// the engine-independent [`Conn`].
 struct PollConn {
-    stream: TcpStream,
+    stream: Stream,
     /// Edge-triggered: the socket may hold unread bytes.
     readable: bool,
     /// An event reported the peer's close or an error: read until the end, since no
@@ -54,13 +113,15 @@ pub(crate) struct PollWorker {
     listener: Option<TcpListener>,
     /// A separate TLS port's listener.
     tls_listener: Option<TcpListener>,
+    /// The Unix domain socket's listener, and this worker's share of its file.
+    unix_listener: Option<(UnixListener, SocketFile)>,
     conns: Slab<PollConn>,
     read_buf: Vec<u8>,
     /// Connections to serve again without waiting for an event (their turn ended early).
     again: Vec<usize>,
-    /// Listeners (plain, TLS) to accept from again next turn: the last turn stopped at
-    /// [`ACCEPTS_PER_TURN`].
-    accept_again: [bool; 2],
+    /// Listeners (by [`PLAIN_PORT`], [`TLS_PORT`], [`UNIX_SOCKET`]) to accept from again
+    /// next turn: the last turn stopped at [`ACCEPTS_PER_TURN`].
+    accept_again: [bool; LISTENERS],
     /// Connections held back while the worker awaits the most deferred calls it takes.
     held: super::HeldBack,
     next_scan: Option<Instant>,
@@ -91,7 +152,11 @@ pub(crate) fn wake_all(shared: &Shared) {
 }
 
 impl PollWorker {
-    pub(crate) fn new(shared: Arc<Shared>, listener: std::net::TcpListener) -> Result<Self, Error> {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        listener: std::net::TcpListener,
+        unix: Option<UnixListen>,
+    ) -> Result<Self, Error> {
         let poll = Poll::new().map_err(|e| Error::io("cannot create a poller", e))?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| Error::io("cannot create a waker", e))?);
         let sink = {
@@ -117,16 +182,27 @@ impl PollWorker {
                 Some(tls_listener)
             }
         };
+        let unix_listener = match unix {
+            None => None,
+            Some(UnixListen { listener, file }) => {
+                let mut listener = UnixListener::from_std(listener);
+                poll.registry()
+                    .register(&mut listener, UNIX_LISTENER, Interest::READABLE)
+                    .map_err(|e| Error::io("cannot register the Unix socket's listener", e))?;
+                Some((listener, file))
+            }
+        };
         Ok(PollWorker {
             shared,
             poll,
             waker,
             listener: Some(listener),
             tls_listener,
+            unix_listener,
             conns: Slab::new(),
             read_buf: vec![0; READ_CHUNK],
             again: Vec::new(),
-            accept_again: [false; 2],
+            accept_again: [false; LISTENERS],
             held: super::HeldBack::default(),
             next_scan: None,
             drain_deadline: None,
@@ -178,8 +254,9 @@ impl PollWorker {
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         for event in &events {
             match event.token() {
-                LISTENER => self.accept(false),
-                TLS_LISTENER => self.accept(true),
+                LISTENER => self.accept(PLAIN_PORT),
+                TLS_LISTENER => self.accept(TLS_PORT),
+                UNIX_LISTENER => self.accept(UNIX_SOCKET),
                 WAKER => {
                     self.deliver_completions();
                 }
@@ -199,10 +276,9 @@ impl PollWorker {
         for key in std::mem::take(&mut self.again) {
             self.serve(key);
         }
-        for tls_port in [false, true] {
-            if std::mem::take(&mut self.accept_again[usize::from(tls_port)]) {
-                self.accept(tls_port);
-            }
+        let again = std::mem::take(&mut self.accept_again);
+        for (port, _) in again.into_iter().enumerate().filter(|(_, again)| *again) {
+            self.accept(port);
         }
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
             self.finish();
@@ -235,19 +311,32 @@ impl PollWorker {
         wake_at.map(|at| at.saturating_duration_since(now))
     }
 
-    /// Accept what waits on the plain listener, or with `tls_port` the separate TLS one,
-    /// up to [`ACCEPTS_PER_TURN`] connections.
-    fn accept(&mut self, tls_port: bool) {
+    /// Accept what waits on listener `port` ([`PLAIN_PORT`], [`TLS_PORT`] or
+    /// [`UNIX_SOCKET`]), up to [`ACCEPTS_PER_TURN`] connections.
+    fn accept(&mut self, port: usize) {
         let shared = Arc::clone(&self.shared);
-        let tls_config = shared.tls.as_ref().filter(|tls| tls_port || tls.separate.is_none());
+        let tls_config = super::tls_of(&shared, port);
         for _ in 0..ACCEPTS_PER_TURN {
-            let listener = if tls_port {
-                self.tls_listener.as_ref()
-            } else {
-                self.listener.as_ref()
+            let accepted = match port {
+                // A Unix peer has no address worth keeping (clients' sockets are unnamed).
+                UNIX_SOCKET => match &self.unix_listener {
+                    Some((listener, _)) => listener.accept().map(|(stream, _)| (Stream::Unix(stream), None)),
+                    None => return,
+                },
+                _ => {
+                    let listener = if port == TLS_PORT {
+                        self.tls_listener.as_ref()
+                    } else {
+                        self.listener.as_ref()
+                    };
+                    let Some(listener) = listener else { return };
+                    listener.accept().map(|(stream, peer)| {
+                        let _ = stream.set_nodelay(true);
+                        (Stream::Tcp(stream), Some(peer))
+                    })
+                }
             };
-            let Some(listener) = listener else { return };
-            let (mut stream, peer) = match listener.accept() {
+            let (mut stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -261,7 +350,6 @@ impl PollWorker {
                 drop(stream);
                 continue;
             }
-            let _ = stream.set_nodelay(true);
             let tls = match tls_config.map(|tls| TlsSession::new(&tls.config)).transpose() {
                 Ok(tls) => tls.map(Box::new),
                 Err(_) => {
@@ -286,12 +374,12 @@ impl PollWorker {
                 stream,
                 readable: true,
                 hang_up: false,
-                conn: Conn::new(self.next_generation, tls, Some(peer), now),
+                conn: Conn::new(self.next_generation, tls, peer, now),
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }
         // Edge-triggered: no event announces the connections still queued.
-        self.accept_again[usize::from(tls_port)] = true;
+        self.accept_again[port] = true;
     }
 
     /// Move bytes for one connection until it has nothing more to do right now.
@@ -461,6 +549,10 @@ impl PollWorker {
         if let Some(mut listener) = self.tls_listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
+        // The last worker to let go of the Unix socket removes its file.
+        if let Some((mut listener, _file)) = self.unix_listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
             self.drain_deadline = Some(Instant::now() + self.shared.config.shutdown_timeout);
@@ -627,7 +719,7 @@ fn read_tls_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'
 /// a `SIGPIPE` that would kill a host program that does not ignore it (C programs do
 /// not; Rust and Python programs do). `writev`, which std and rustls use for vectored
 /// writes, has no such flag.
-struct NoSigPipe<'a>(&'a TcpStream);
+struct NoSigPipe<'a>(&'a Stream);
 
 /// A writer that counts the bytes it wrote (TLS records, for the metrics).
 struct Counted<'a>(NoSigPipe<'a>, usize);

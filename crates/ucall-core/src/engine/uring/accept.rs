@@ -14,10 +14,11 @@ use super::ring::{short_generation, token, Op};
 use super::{UringConn, UringWorker, SCAN_GRANULARITY};
 use crate::buffer::OutBuf;
 use crate::engine::conn::Conn;
+use crate::engine::UNIX_SOCKET;
 use crate::tls::TlsSession;
 
-/// An accept's token holds the listener (0 plain, 1 TLS) as its slot, and its kind as its
-/// generation.
+/// An accept's token holds the listener (`PLAIN_PORT`, `TLS_PORT`, `UNIX_SOCKET`) as its
+/// slot, and its kind as its generation.
 pub(super) const MULTISHOT: u32 = 0;
 pub(super) const ONE_SHOT: u32 = 1;
 
@@ -159,7 +160,8 @@ impl UringWorker {
             let Some(fd) = self.listeners[port].as_ref().map(AsRawFd::as_raw_fd) else {
                 continue;
             };
-            self.accepting[port].addressed = self.serving.router.keeps_peer();
+            // A Unix peer has no address worth keeping (clients' sockets are unnamed).
+            self.accepting[port].addressed = self.serving.router.keeps_peer() && port != UNIX_SOCKET;
             let (cancel_multishot, arm) = self.accepting[port].next_turn();
             if cancel_multishot {
                 self.cancel(token(Op::Accept, port, MULTISHOT));
@@ -194,8 +196,10 @@ impl UringWorker {
         self.listeners.iter().any(Option::is_some)
     }
 
-    /// Stop accepting: drop the listeners, cancelling their accepts.
+    /// Stop accepting: drop the listeners, cancelling their accepts. The last worker to
+    /// let go of the Unix socket removes its file.
     pub(super) fn stop_accepting(&mut self) {
+        self.unix_file = None;
         for port in 0..self.listeners.len() {
             if self.listeners[port].take().is_none() {
                 continue;
@@ -212,10 +216,13 @@ impl UringWorker {
         self.accept_retry = None;
     }
 
-    /// A connection accepted on the plain listener, or with `tls_port` the separate TLS one.
-    pub(super) fn on_accept(&mut self, tls_port: bool, one_shot: bool, result: i32, flags: u32) {
+    /// A connection accepted on listener `port` (the slot of the accept's token).
+    pub(super) fn on_accept(&mut self, port: usize, one_shot: bool, result: i32, flags: u32) {
+        let Some(accepting) = self.accepting.get_mut(port) else {
+            return;
+        };
         let ended = one_shot || !cqueue::more(flags);
-        self.accepting[usize::from(tls_port)].completed(one_shot, ended, result >= 0);
+        accepting.completed(one_shot, ended, result >= 0);
         if result < 0 {
             if ended
                 && !matches!(
@@ -237,8 +244,8 @@ impl UringWorker {
             self.close_file(file, 0, 0);
             return;
         }
-        let tls = match self.shared.tls.as_ref() {
-            Some(tls) if tls_port || tls.separate.is_none() => match TlsSession::new(&tls.config) {
+        let tls = match crate::engine::tls_of(&self.shared, port) {
+            Some(tls) => match TlsSession::new(&tls.config) {
                 Ok(session) => Some(Box::new(session)),
                 Err(_) => {
                     self.shared.connections.fetch_sub(1, Ordering::AcqRel);
@@ -246,10 +253,10 @@ impl UringWorker {
                     return;
                 }
             },
-            _ => None,
+            None => None,
         };
-        let peer = if one_shot && self.accepting[usize::from(tls_port)].addressed {
-            self.accept_addrs[usize::from(tls_port)].read()
+        let peer = if one_shot && self.accepting[port].addressed {
+            self.accept_addrs[port].read()
         } else {
             None
         };
@@ -272,6 +279,7 @@ impl UringWorker {
             touched: false,
             accepted_turn: self.turns,
             tls_done: false,
+            unix_socket: port == UNIX_SOCKET,
             shutdown_inflight: false,
             close_after_shutdown: false,
         });

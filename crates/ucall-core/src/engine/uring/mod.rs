@@ -74,6 +74,8 @@ use ring::{build_ring, explain_setup_error, short_generation, token, untoken, Op
 use send::{zero_copy_wanted, MsgBox};
 
 use super::conn::{Conn, Phase, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::unix::{SocketFile, UnixListen};
+use super::LISTENERS;
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
@@ -150,6 +152,8 @@ struct UringConn {
     accepted_turn: u64,
     /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
     tls_done: bool,
+    /// Accepted on the Unix domain socket, which takes no zero-copy sends.
+    unix_socket: bool,
     /// A shutdown is in flight. The kernel runs it on a worker thread, where it looks up
     /// the registered file only then: the file's slot must not be closed (and reused by
     /// the next accept) before it completes.
@@ -256,15 +260,18 @@ pub(crate) struct UringWorker {
     finished: bool,
     /// Closing down: no operation is re-armed.
     finishing: bool,
-    /// The plain listener, and with a TLS port of its own (`TlsConfig::port`) the TLS one:
-    /// indexed by the port's accept token slot, as `accepting` is.
-    listeners: [Option<std::net::TcpListener>; 2],
+    /// The plain listener, with a TLS port of its own (`TlsConfig::port`) the TLS one, and
+    /// the Unix domain socket's: indexed by the accept token's slot
+    /// ([`super::PLAIN_PORT`], [`super::TLS_PORT`], [`super::UNIX_SOCKET`]), as `accepting` is.
+    listeners: [Option<std::os::fd::OwnedFd>; LISTENERS],
+    /// This worker's share of the Unix socket's file, let go when it stops accepting.
+    unix_file: Option<SocketFile>,
     /// The accepts of each listener.
-    accepting: [Accepting; 2],
+    accepting: [Accepting; LISTENERS],
     /// Where each listener's one-shot accept has the kernel write the peer's address, when
     /// the router keeps it (owned by the kernel while that accept is armed; dropped after
     /// the ring).
-    accept_addrs: [Box<accept::PeerAddr>; 2],
+    accept_addrs: [Box<accept::PeerAddr>; LISTENERS],
     /// Accepting stopped on an error (a full file table...): retry after a close or at
     /// this time.
     accept_retry: Option<Instant>,
@@ -315,6 +322,7 @@ impl UringWorker {
     pub(crate) fn new(
         shared: Arc<Shared>,
         listener: std::net::TcpListener,
+        unix: Option<UnixListen>,
         features: &Features,
     ) -> Result<Self, Error> {
         let (ring, enable_on_start) = build_ring(features.flag_set, shared.config.sqpoll)
@@ -338,6 +346,10 @@ impl UringWorker {
             let waker = Arc::clone(&waker);
             Sink::bounded(move || waker.wake(), shared.config.max_pending_calls)
         };
+        let (unix_listener, unix_file) = match unix {
+            Some(UnixListen { listener, file }) => (Some(listener.into()), Some(file)),
+            None => (None, None),
+        };
         Ok(UringWorker {
             ring,
             shared,
@@ -345,9 +357,10 @@ impl UringWorker {
             started: false,
             finished: false,
             finishing: false,
-            listeners: [Some(listener), tls_listener],
-            accepting: [Accepting::default(), Accepting::default()],
-            accept_addrs: [Box::default(), Box::default()],
+            listeners: [Some(listener.into()), tls_listener.map(Into::into), unix_listener],
+            unix_file,
+            accepting: Default::default(),
+            accept_addrs: Default::default(),
             accept_retry: None,
             bufs,
             bufs_touched: false,
@@ -494,7 +507,7 @@ impl UringWorker {
             return;
         };
         match op {
-            Op::Accept => self.on_accept(key == 1, generation == ONE_SHOT, result, flags),
+            Op::Accept => self.on_accept(key, generation == ONE_SHOT, result, flags),
             Op::Wake => {
                 if !self.finishing {
                     self.arm_wake();

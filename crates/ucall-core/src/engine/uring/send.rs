@@ -50,7 +50,7 @@ impl UringWorker {
         let fd = types::Fixed(conn.file);
         let entry = if count == 1 {
             let (buf, len) = (slices[0].as_ptr(), u32::try_from(slices[0].len()).unwrap_or(u32::MAX));
-            if self.send_zc && total >= ZC_THRESHOLD {
+            if self.send_zc && total >= ZC_THRESHOLD && !conn.unix_socket {
                 opcode::SendZc::new(fd, buf, len).flags(libc::MSG_NOSIGNAL).build()
             } else {
                 opcode::Send::new(fd, buf, len).flags(libc::MSG_NOSIGNAL).build()
@@ -65,7 +65,7 @@ impl UringWorker {
             msg.hdr.msg_iovlen = count as _;
             let hdr = ptr::addr_of!(msg.hdr);
             let flags = libc::MSG_NOSIGNAL.unsigned_abs();
-            if self.sendmsg_zc && total >= ZC_THRESHOLD {
+            if self.sendmsg_zc && total >= ZC_THRESHOLD && !conn.unix_socket {
                 opcode::SendMsgZc::new(fd, hdr).flags(flags).build()
             } else {
                 opcode::SendMsg::new(fd, hdr).flags(flags).build()
