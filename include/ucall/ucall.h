@@ -619,6 +619,18 @@ ucall_str_t ucall_call_transport(ucall_call_t call);
 bool ucall_call_is_tls(ucall_call_t call);
 
 /**
+ * Whether the caller is known to have gone: its connection ended, an HTTP client stopped
+ * sending, or a WebSocket client sent Close (`false` for a NULL or stale `call`). A
+ * callback runs on the thread that serves its connection, which reads nothing while the
+ * callback runs: this tells what that thread knew when the callback began, not what
+ * happens during it.
+ *
+ * # Safety
+ * `call` must be NULL or the running callback's call.
+ */
+bool ucall_call_caller_gone(ucall_call_t call);
+
+/**
  * The subject of the client's TLS certificate (mutual TLS, `ssl_client_ca_path`), as
  * RFC 4514 writes a distinguished name (`CN=alice, O=Example`): `*output` points to it
  * (not NUL-terminated, valid until the callback returns) and `*output_length` says its
@@ -913,6 +925,21 @@ void ucall_set_hook(ucall_server_t server, ucall_hook_t hook, ucall_callback_tag
  * `server` must be NULL or a live server.
  */
 void ucall_keep_context(ucall_server_t server);
+
+/**
+ * Bound the calls of the procedure `name` (added before or after) to `micro_seconds`,
+ * counted from each call's arrival; a caller may ask for less (the HTTP header
+ * `UCall-Timeout`, or the request's `"timeout"` member), never more. When a call's
+ * callback returns after its deadline, its reply is dropped and the caller gets `-32000`
+ * "Deadline exceeded" (HTTP 504) in its place; the callback runs on the thread that
+ * serves its connection, so that is when the caller hears. Call it after `ucall_init()`
+ * and before the first `ucall_take_call(s)()`; a NULL or non-UTF-8 name, 0 micro-seconds,
+ * or a later call are refused (`ucall_last_error()` says why).
+ *
+ * # Safety
+ * `server` must be NULL or a live server; `name` NULL or NUL-terminated.
+ */
+void ucall_set_procedure_timeout(ucall_server_t server, ucall_str_t name, uint32_t micro_seconds);
 
 /**
  * `ucall_add_procedure()` with a description of the procedure, as JSON, for the method

@@ -2,9 +2,10 @@
 // The client for every transport, picked by the URL's scheme.
 
 import { BaseClient, type ClientOptions, type Params, type Sink } from "./base.js";
-import { httpTransport, type HttpOptions } from "./http.js";
+import type { HttpOptions } from "./http.js";
+import { httpTransport, tcp } from "./platform.js";
 import { StreamTransport } from "./stream.js";
-import { tcp, type TlsOptions } from "./tcp.js";
+import type { TlsOptions } from "./tcp.js";
 import { webSocket, type WebSocketConstructor } from "./ws.js";
 
 /** Options of `Client`: the common ones plus each transport's. */

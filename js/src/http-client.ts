@@ -2,7 +2,8 @@
 // `@ucall/client/http`: the client with the HTTP transport only, for the smallest bundles.
 
 import { BaseClient, type ClientOptions, type Params } from "./base.js";
-import { httpTransport, type HttpOptions } from "./http.js";
+import type { HttpOptions } from "./http.js";
+import { httpTransport } from "./platform.js";
 
 export { RpcError, ErrorCode, type Executed } from "./errors.js";
 export type { CallOptions, ClientOptions, Methods, Params } from "./base.js";

@@ -1,20 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// HTTP transport: one POST per message, through node:net in Node (http1.ts) and the
-// platform's fetch elsewhere, or where a fetch is passed in.
+// HTTP transport through fetch: one POST per message. What browsers use, and Node where a
+// fetch is passed in (platform.ts picks Node's own connections otherwise).
 
 import { HttpStatus, NotSent, type Message, type Transport } from "./base.js";
-import { Http1Transport, type Http1Options } from "./http1.js";
+import type { Http1Options } from "./http1.js";
 
 /** Options of the HTTP transport. */
 export interface HttpOptions extends Http1Options {
   /** A fetch to use instead of Node's own connections (in Node) or the global fetch. */
   fetch?: typeof fetch;
-}
-
-/** The HTTP transport for this platform. */
-export function httpTransport(url: string, options: HttpOptions = {}): Transport {
-  const node = typeof process === "object" && !!process.versions?.node;
-  return node && !options.fetch ? new Http1Transport(new URL(url), options) : new FetchTransport(url, options);
 }
 
 /** Error codes (Node's undici) of a connection that was never made, so nothing was sent. */
@@ -29,7 +23,7 @@ function neverConnected(error: unknown): boolean {
   return false;
 }
 
-class FetchTransport implements Transport {
+export class FetchTransport implements Transport {
   private readonly headers: Record<string, string>;
   private readonly fetch: typeof fetch;
 

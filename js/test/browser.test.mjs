@@ -10,13 +10,21 @@ import puppeteer from "puppeteer-core";
 import { startServer } from "./servers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const CLIENT = readFileSync(new URL("../dist/index.js", import.meta.url));
+// The bundle a browser bundler picks for the page (package.json's "browser" condition).
+const EXPORTS = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).exports;
+const CLIENT = readFileSync(new URL(`../${EXPORTS["."].browser.import.default}`, import.meta.url));
 const PAGE = `<!doctype html><meta charset="utf-8"><title>ucall</title>
 <script type="module">
 import { Client, ErrorCode, RpcError, fromBase64 } from "/client.js";
 const describe = (e) => e instanceof RpcError ? { code: e.code, executed: e.executed, message: e.message } : String(e);
 window.exercise = async (http, ws) => {
   const out = {};
+  try {
+    new Client("tcp://127.0.0.1:1");
+    out.tcp = "made";
+  } catch (e) {
+    out.tcp = String(e);
+  }
   for (const [name, url] of [["http", http], ["ws", ws]]) {
     const client = new Client(url, { timeout: 10000 });
     const seen = (out[name] = {});
@@ -107,6 +115,7 @@ test("HTTP and WebSocket calls, batches, bytes and aborts from a page", { timeou
     assert.equal(seen.after, 42, transport);
   }
   assert.equal(out.http.abortedDuring.executed, "maybe");
+  assert.match(out.tcp, /^TypeError: tcp:\/\/ URLs need Node/);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -5,11 +5,13 @@ the function on a whole batch.
 The core forms the batches and binds each call's params with the per-item signature
 (``item_view``); ``Runner`` turns the bound rows into the function's columns (lists, or
 numpy arrays stacked on axis 0), calls the function once, and gives back one value per
-call (an array result is split on axis 0).
+call (an array result is split on axis 0). With middleware, ``gate`` runs it for each call
+of a batch before the function does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 import functools
 import inspect
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 from ucall import _codec, _signature
 
-__all__ = ["Runner", "item_view"]
+__all__ = ["Runner", "gate", "item_view"]
 
 _LISTS = {list, collections.abc.Sequence, collections.abc.MutableSequence}
 
@@ -131,3 +133,39 @@ def _split(result: Any) -> list[Any]:
     raise TypeError(
         f"a batch procedure returns a list or an array (one item per call), got {type(result).__qualname__}"
     )
+
+
+def _admitted() -> None:
+    """The end of the middleware chain around a batched call: the call goes on in its batch."""
+    return None
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def gate(
+    chain: Callable[..., Any], loop: asyncio.AbstractEventLoop | None
+) -> Callable[[list[Any]], list[BaseException | None]]:
+    """``admit(contexts)``: the middleware ``chain`` run for each call of a batch, before the
+    batch function; for each call ``None`` (it goes on) or the exception that refused it.
+    There ``call_next()`` admits the call and returns ``None``: the results come later, from
+    the batch as a whole, so middleware checks or refuses batched calls but cannot see or
+    replace their results. An async middleware runs on the server's ``loop`` while the
+    batch's thread waits."""
+
+    def admit(contexts: list[Any]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        for ctx in contexts:
+            try:
+                result = chain(ctx, _admitted, (), None)
+                if inspect.isawaitable(result):
+                    if loop is None:
+                        raise RuntimeError("an async middleware needs the server's event loop")
+                    asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+                outcomes.append(None)
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
+
+    return admit

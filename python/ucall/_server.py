@@ -482,6 +482,8 @@ class Server:
         waited is dropped. When ``max_queue`` calls wait, new ones are answered at once
         with an overload error (``-32000``, HTTP 503) whose ``data`` says ``"executed":
         false``. ``batch_stats()`` counts batches, their sizes and the calls' waits.
+        Middleware runs for each call as its batch starts: a call it refuses gets its
+        error and is left out, the others go on; there ``call_next()`` returns ``None``.
         """
         for option, value, low in (("max_size", max_size, 1), ("max_concurrent", max_concurrent, 1), ("max_queue", max_queue, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -506,7 +508,7 @@ class Server:
         ``batches`` run and ``calls`` in them, ``sizes`` (``{bound: batches}``: a batch of
         n calls counts under the first bound of at least n), ``queue_wait_us`` (all calls'
         waits added up) and ``max_queue_wait_us``, ``rejected`` (queue full), ``abandoned``
-        (caller gone), and ``queued`` now. Empty before ``start()``."""
+        (caller gone), ``expired`` (deadline passed while queued), and ``queued`` now. Empty before ``start()``."""
         native = self._native
         return {} if native is None else native.batch_stats()
 
@@ -578,7 +580,9 @@ class Server:
         its ``method`` and ``params``; ``call_next()`` runs the call and returns its result.
         Raise to reject the call (``ucall.HTTPError(401, ...)`` answers HTTP with 401); an
         ``async def`` middleware awaits ``call_next()``. With an async middleware every
-        call runs on the server's asyncio loop, plain handlers included."""
+        call runs on the server's asyncio loop, plain handlers included. Around a batch
+        procedure it runs for each call as its batch starts, and ``call_next()`` only lets
+        the call go on (it returns ``None``: the results come from the batch)."""
         if not callable(func):
             raise TypeError(f"a middleware must be callable, got {func!r}")
         with self._lock:
@@ -675,19 +679,14 @@ class Server:
         with self._lock:
             if self._native is not None:
                 raise RuntimeError("the server is already running")
-            batched = [p.name for p in self._procedures.values() if p.batch is not None]
-            if self._middleware and batched:
-                # Middleware is often the authentication: a batch procedure it does not
-                # wrap would answer every caller, so the pair is refused rather than run.
-                raise RuntimeError(
-                    f"middleware does not run around batch procedures ({', '.join(batched)}) yet: "
-                    "serve them from a server without middleware, or check callers in the batch function"
-                )
             async_middleware = any(_middleware.is_async(m) for m in self._middleware)
             needs_loop = async_middleware or any(
                 _is_async(p.func) or inspect.isasyncgenfunction(p.func) for p in self._procedures.values()
             )
             loop = _EventLoop() if needs_loop else None
+            chain = _middleware.chain(self._middleware)
+            # Around a batch procedure the middleware runs for each call as its batch starts.
+            gate = None if chain is None else _batch.gate(chain, loop.loop if loop is not None else None)
             native = _ucall.NativeServer(
                 self.host,
                 self._requested_port,
@@ -698,7 +697,7 @@ class Server:
                 _describe if self.debug else None,
                 loop.submit if loop is not None else None,
                 log_failure=_log_failure,
-                middleware=_middleware.chain(self._middleware),
+                middleware=chain,
                 max_threads=self.max_threads,
                 **self._native_options(),
             )
@@ -713,7 +712,12 @@ class Server:
                     if batch is not None:
                         runner = _batch.Runner(func, batch.columns, _is_async(func))
                         native.add_batch(
-                            procedure.name, runner, _signature.plan(batch.view, None), ignore, **batch.options
+                            procedure.name,
+                            runner,
+                            _signature.plan(batch.view, None),
+                            ignore,
+                            gate=gate,
+                            **batch.options,
                         )
                         continue
                     # A generator streams its items, then its return value (docs/streaming.md).

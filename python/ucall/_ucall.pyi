@@ -105,10 +105,12 @@ class NativeServer:
         max_wait: float,
         max_concurrent: int,
         max_queue: int,
+        gate: Optional[Callable[[list[Context]], list[Optional[BaseException]]]] = None,
     ) -> None:
         """Register the batch procedure ``name``: ``runner(rows)`` gets the params of a
         batch's calls bound by the per-item ``params`` and returns one value per call (or
-        an awaitable of them); only before ``start``."""
+        an awaitable of them); ``gate(contexts)`` (with middleware) runs the middleware for
+        each call first: ``None`` admits it, an exception refuses it. Only before ``start``."""
     def batch_stats(self) -> dict[str, dict[str, Any]]:
         """Each batch procedure's counters, by name."""
     def describe(self, description: str) -> None:
@@ -206,6 +208,10 @@ class Context:
     def deadline(self) -> Optional[float]:
         """When the caller stops waiting, on ``time.monotonic()``'s clock (the earlier of the
         procedure's ``timeout=`` and the caller's), or ``None``."""
+    @property
+    def caller_gone(self) -> bool:
+        """Whether the caller has gone (its connection ended, an HTTP client stopped sending,
+        a WebSocket client sent Close): a handler that works long can stop."""
     @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""

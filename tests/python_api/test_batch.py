@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Batch procedures (``@server.batch``): calls sent one item at a time over HTTP, raw TCP
 and WebSocket run together, one Python call per batch, with errors per caller, a bounded
-queue, callers that left dropped, and no wait for a lone caller; on each engine."""
+queue, callers that left or whose deadline passed dropped, and no wait for a lone caller;
+on each engine."""
 
 from __future__ import annotations
 
@@ -197,6 +198,51 @@ def test_a_caller_that_left_is_dropped_before_its_batch_runs(make_server, wire):
         assert (first.result(10), staying.result(10)) == (1, 3)
     assert sizes == [1, 1]
     assert server.batch_stats()["slow"]["abandoned"] == 1
+
+
+def test_a_call_whose_deadline_passed_is_dropped_before_its_batch_runs(make_server, wire):
+    server = make_server()
+    entered = threading.Event()
+    release = threading.Event()
+    seen: list[list[int]] = []
+
+    @server.batch(max_size=8, max_wait_ms=1)
+    def slow(x: list[int]) -> list[int]:
+        seen.append(list(x))
+        entered.set()
+        release.wait(10)
+        return [v * v for v in x]
+
+    first_wire, batch_wire, single_wire = wire(server), wire(server), wire(server)
+
+    def queued(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while server.batch_stats()["slow"]["queued"] < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.batch_stats()["slow"]["queued"] == n
+
+    hurried = {"jsonrpc": "2.0", "method": "slow", "params": [2], "id": 2, "timeout": 0.05}
+    patient = {"jsonrpc": "2.0", "method": "slow", "params": [3], "id": 3, "timeout": 10}
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(first_wire.result, "slow", [1])
+        assert entered.wait(5)
+        # Queued behind the running batch: a JSON-RPC batch with a caller that waits 50 ms and
+        # one that waits 10 s, and a single call that waits 50 ms.
+        in_batch = pool.submit(batch_wire.post, json.dumps([hurried, patient]))
+        queued(2)
+        single = pool.submit(single_wire.post, json.dumps({**hurried, "id": 4}))
+        queued(3)
+        time.sleep(0.15)
+        release.set()
+        assert first.result(10) == 1
+        status, body = single.result(10)
+        replies = json.loads(in_batch.result(10)[1])
+    assert status == 504, body
+    assert json.loads(body)["error"] == {"code": -32000, "message": "Deadline exceeded"}
+    assert replies[0]["error"]["code"] == -32000 and replies[1]["result"] == 9, replies
+    assert seen == [[1], [3]], "the calls past their deadline did not run"
+    stats = server.batch_stats()["slow"]
+    assert (stats["expired"], stats["calls"]) == (2, 2), stats
 
 
 def test_async_batch_functions(make_server, wire):

@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """`ucall.Context`: a handler parameter annotated with it gets how the call arrived
 (transport, TLS, peer, header fields, id, method) over HTTP, raw TCP and WebSocket, and is
-no part of the procedure's params or schema."""
+no part of the procedure's params or schema; `ctx.caller_gone` turns true once the caller
+hangs up."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
+import struct
+import threading
+import time
 
 import pytest
 from conftest import tcp_exchange
@@ -133,3 +138,92 @@ def test_a_context_param_must_be_passable_by_keyword(make_server):
 
         @server
         def twice(a: Context, b: Context) -> None: ...
+
+
+class Watched:
+    """What `wait_gone` and `await_gone` saw, by tag: whether the caller had gone, and when."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[bool, float]] = {}
+        self.changed = threading.Condition()
+
+    def record(self, tag: str, gone: bool) -> bool:
+        with self.changed:
+            self.seen[tag] = (gone, time.monotonic())
+            self.changed.notify_all()
+        return gone
+
+    def wait(self, tag: str, limit: float = 10) -> tuple[bool, float]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: tag in self.seen, timeout=limit), f"{tag}: the handler never ended"
+            return self.seen[tag]
+
+
+@pytest.fixture
+def watching(make_server):
+    """A server whose `wait_gone` (plain) and `await_gone` (async) wait up to `seconds` for
+    their caller to go, and say whether it went."""
+    server = make_server()
+    watched = Watched()
+
+    @server
+    def wait_gone(tag: str, seconds: float, ctx: Context) -> bool:
+        until = time.monotonic() + seconds
+        while not ctx.caller_gone and time.monotonic() < until:
+            time.sleep(0.01)
+        return watched.record(tag, ctx.caller_gone)
+
+    @server
+    async def await_gone(tag: str, seconds: float, ctx: Context) -> bool:
+        until = time.monotonic() + seconds
+        while not ctx.caller_gone and time.monotonic() < until:
+            await asyncio.sleep(0.01)
+        return watched.record(tag, ctx.caller_gone)
+
+    return server.start(), watched
+
+
+def hang_up(port: int, transport: str, method: str, tag: str) -> float:
+    """Call `method(tag, 30)` over `transport`, then hang up without reading the reply;
+    returns when it hung up. Raw TCP resets the connection (a half-close alone may still
+    wait for the reply); HTTP closes; WebSocket sends Close."""
+    body = json.dumps(call(method, [tag, 30])).encode()
+    if transport == "websocket":
+        with connect(f"ws://127.0.0.1:{port}/") as ws:
+            ws.send(body.decode())
+            time.sleep(0.1)  # the call is under way
+            hung_up = time.monotonic()
+            ws.close()
+        return hung_up
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if transport == "http":
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    else:
+        sock.sendall(body + b"\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.1)
+    sock.close()
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("method", ["wait_gone", "await_gone"])
+@pytest.mark.parametrize("transport", ["http", "tcp", "websocket"])
+def test_a_handler_sees_its_caller_hang_up(watching, transport, method):
+    server, watched = watching
+    tag = f"{transport}-{method}"
+    hung_up = hang_up(server.port, transport, method, tag)
+    gone, at = watched.wait(tag)
+    assert gone, f"{tag}: the handler waited its 30 s without seeing the caller go"
+    assert at - hung_up < 5, f"{tag}: seen {at - hung_up:.1f} s after the caller went"
+
+
+@pytest.mark.parametrize("method", ["wait_gone", "await_gone"])
+def test_a_caller_that_stays_is_not_gone(watching, method):
+    server, watched = watching
+    body = json.dumps(call(method, ["tcp-stays", 0.3])).encode()
+    assert tcp_exchange(server.port, body, 1)[0]["result"] is False
+    status, reply, _ = post(server.port, call(method, ["http-stays", 0.3]), {})
+    assert (status, reply["result"]) == (200, False)
+    with connect(f"ws://127.0.0.1:{server.port}/") as ws:
+        ws.send(json.dumps(call(method, ["ws-stays", 0.3])))
+        assert json.loads(ws.recv(timeout=10))["result"] is False

@@ -4,6 +4,7 @@ replies deferred) are counted and timed to their completion; the path moves or t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -37,6 +39,45 @@ def scrape(wire: Wire, path: str = "/metrics") -> tuple[int, dict[tuple[str, fro
 
 def value(samples, name: str, **labels) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_batch_sizes_and_queue_waits_are_histograms(make_server, wire):
+    server = make_server()
+
+    @server.batch(max_size=5, max_wait_ms=5)
+    def square(x: list[int]) -> list[int]:
+        if 0 in x:
+            time.sleep(0.2)  # a slow batch, that the next calls queue behind
+        return [v * v for v in x]
+
+    @server
+    def double(x: int) -> int:
+        return 2 * x
+
+    w, slow = wire(server), wire(server)
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(slow.result, "square", [0])
+        time.sleep(0.05)
+        calls = [{"jsonrpc": "2.0", "method": "square", "params": [i], "id": i} for i in range(1, 6)]
+        status, body = w.post(json.dumps(calls))
+        assert held.result(10) == 0
+    assert status == 200
+    assert [r["result"] for r in json.loads(body)] == [1, 4, 9, 16, 25]
+    assert w.result("double", [4]) == 8
+    status, samples = scrape(w)
+    assert status == 200
+    # A batch of 1, then the five queued behind it as one: buckets 1, 2, 4, max_size 5.
+    sizes = [value(samples, "ucall_batch_size_bucket", method="square", le=le) for le in ("1", "2", "4", "5", "+Inf")]
+    assert sizes == [1, 1, 1, 2, 2], samples
+    assert value(samples, "ucall_batch_size_count", method="square") == 2
+    assert value(samples, "ucall_batch_size_sum", method="square") == 6
+    # Each call's wait: the five waited for the slow batch (about 150 ms), the first for none.
+    assert value(samples, "ucall_batch_queue_wait_seconds_count", method="square") == 6
+    assert value(samples, "ucall_batch_queue_wait_seconds_sum", method="square") >= 5 * 0.1
+    assert value(samples, "ucall_batch_queue_wait_seconds_bucket", method="square", le="0.05") <= 1
+    assert value(samples, "ucall_batch_queue_wait_seconds_bucket", method="square", le="+Inf") == 6
+    # An ordinary procedure has no batch histograms.
+    assert ("ucall_batch_size_count", frozenset({("method", "double")})) not in samples
 
 
 def test_python_handlers_are_counted_and_timed(make_server, wire):

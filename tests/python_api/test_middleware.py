@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`@server.middleware` runs around every call (sync and async, in order), sees the
-context, method and params, and may reject a call; `ucall.auth` checks an API key or a
-bearer token. A rejected call over HTTP answers 401/403 with the JSON-RPC error in the
+"""`@server.middleware` runs around every call (sync and async, in order, and for each
+call of a batch procedure), sees the context, method and params, and may reject a call;
+`ucall.auth` checks an API key or a bearer token. A rejected call over HTTP answers 401/403 with the JSON-RPC error in the
 body, over raw TCP and WebSocket the JSON-RPC error alone."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import tcp_exchange
 from websockets.sync.client import connect
 
-from ucall import Context, HTTPError, Server, auth
+from ucall import Context, HTTPError, auth
 
 
 def call(method: str, params, id=1) -> bytes:
@@ -179,16 +180,52 @@ def test_middleware_is_registered_before_start(make_server):
         server.middleware(lambda ctx, call_next: call_next())
 
 
-def test_a_server_with_middleware_and_batch_procedures_refuses_to_start():
-    """Middleware does not wrap batch procedures yet: running them unchecked beside an
-    authenticating middleware would answer every caller, so the server does not start."""
-    server = Server(port=0)
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_middleware_runs_for_each_batched_call(make_server, asynchronous):
+    """Around a batch procedure the middleware runs for each call as its batch starts: a
+    refused caller gets its error, the others go on in the batch; `call_next()` gives None."""
+    server = make_server()
+    seen: list[tuple] = []
     server.middleware(auth.api_key("k"))
 
-    @server.batch(max_size=4, max_wait_ms=1)
+    def check(ctx: Context) -> None:
+        seen.append((ctx.method, ctx.params, ctx.transport))
+        if ctx.params[0] < 0:
+            raise HTTPError(422, "no negative numbers")
+
+    if asynchronous:
+
+        @server.middleware
+        async def no_negatives(ctx: Context, call_next):
+            await asyncio.sleep(0)
+            check(ctx)
+            assert await call_next() is None
+            return "ignored: results come from the batch"
+
+    else:
+
+        @server.middleware
+        def no_negatives(ctx: Context, call_next):
+            check(ctx)
+            assert call_next() is None
+            return "ignored: results come from the batch"
+
+    ran: list[int] = []
+
+    @server.batch(max_size=16, max_wait_ms=200)
     def double(x: list[int]) -> list[int]:
+        ran.extend(x)
         return [2 * v for v in x]
 
-    with pytest.raises(RuntimeError, match=r"middleware does not run around batch procedures \(double\)"):
-        server.start()
-    assert server._native is None
+    server.start()
+    calls = [(1, {"X-API-Key": "k"}), (-2, {"X-API-Key": "k"}), (3, {}), (4, {"X-API-Key": "k"})]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        answers = list(pool.map(lambda c: post(server.port, call("double", [c[0]]), c[1]), calls))
+    assert answers[0] == (200, {"jsonrpc": "2.0", "id": 1, "result": 2})
+    assert answers[1][0] == 422 and answers[1][1]["error"]["message"] == "no negative numbers"
+    assert answers[2][0] == 401 and "X-API-Key" in answers[2][1]["error"]["message"]
+    assert answers[3] == (200, {"jsonrpc": "2.0", "id": 1, "result": 8})
+    # The key check refused one caller before the second middleware saw it.
+    assert sorted(seen) == [("double", [-2], "http"), ("double", [1], "http"), ("double", [4], "http")]
+    # Only the admitted calls reached the batch function.
+    assert sorted(ran) == [1, 4]

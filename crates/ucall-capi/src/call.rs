@@ -716,6 +716,22 @@ pub unsafe extern "C" fn ucall_call_is_tls(call: ucall_call_t) -> bool {
     }
 }
 
+/// Whether the caller is known to have gone: its connection ended, an HTTP client stopped
+/// sending, or a WebSocket client sent Close (`false` for a NULL or stale `call`). A
+/// callback runs on the thread that serves its connection, which reads nothing while the
+/// callback runs: this tells what that thread knew when the callback began, not what
+/// happens during it.
+///
+/// # Safety
+/// `call` must be NULL or the running callback's call.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_caller_gone(call: ucall_call_t) -> bool {
+    ffi_panic_boundary! {"ucall_call_caller_gone",
+        // SAFETY: the caller's contract.
+        unsafe { context(call) }.is_some_and(|c| c.call.context().is_caller_gone())
+    }
+}
+
 /// The subject of the client's TLS certificate (mutual TLS, `ssl_client_ca_path`), as
 /// RFC 4514 writes a distinguished name (`CN=alice, O=Example`): `*output` points to it
 /// (not NUL-terminated, valid until the callback returns) and `*output_length` says its

@@ -342,6 +342,42 @@ pub unsafe extern "C" fn ucall_keep_context(server: ucall_server_t) {
     }
 }
 
+/// Bound the calls of the procedure `name` (added before or after) to `micro_seconds`,
+/// counted from each call's arrival; a caller may ask for less (the HTTP header
+/// `UCall-Timeout`, or the request's `"timeout"` member), never more. When a call's
+/// callback returns after its deadline, its reply is dropped and the caller gets `-32000`
+/// "Deadline exceeded" (HTTP 504) in its place; the callback runs on the thread that
+/// serves its connection, so that is when the caller hears. Call it after `ucall_init()`
+/// and before the first `ucall_take_call(s)()`; a NULL or non-UTF-8 name, 0 micro-seconds,
+/// or a later call are refused (`ucall_last_error()` says why).
+///
+/// # Safety
+/// `server` must be NULL or a live server; `name` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_set_procedure_timeout(server: ucall_server_t, name: ucall_str_t, micro_seconds: u32) {
+    ffi_panic_boundary! {"ucall_set_procedure_timeout",
+        error::clear();
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_set_procedure_timeout") }) else { return };
+        // SAFETY: NULL or NUL-terminated, by the caller's contract.
+        let Some(name) = (unsafe { ffi::c_str_arg(name) }).and_then(|name| name.to_str().ok()) else {
+            return error::set("ucall_set_procedure_timeout: the name is NULL or not valid UTF-8".to_owned());
+        };
+        if micro_seconds == 0 {
+            return error::set(format!("ucall_set_procedure_timeout: {name:?}: the time limit is 0"));
+        }
+        let mut setup = srv.setup();
+        match setup.server.as_mut() {
+            Some(bound) if !srv.stopper.is_stopping() => {
+                bound.router_mut().set_timeout(name, Duration::from_micros(u64::from(micro_seconds)));
+            }
+            _ => error::set(
+                "ucall_set_procedure_timeout: called after serving started or after ucall_stop".to_owned(),
+            ),
+        }
+    }
+}
+
 /// `ucall_add_procedure()` with a description of the procedure, as JSON, for the method
 /// `rpc.discover` and the pages `GET /openrpc.json`, `/openapi.json` and `/docs`:
 ///

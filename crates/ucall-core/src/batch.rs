@@ -13,15 +13,23 @@
 //!   own reply before they send again (one caller, or a few) pay no batching delay.
 //!
 //! A caller whose connection ended while its call waited is dropped before the batch
-//! runs. When `max_queue` calls wait, a new call is answered at once with an overload
+//! runs, and so is a call whose deadline (its caller's `UCall-Timeout` header or
+//! `"timeout"` member) passed while it waited: it is answered `-32000` "Deadline exceeded"
+//! (HTTP 504) when its batch is formed, or sooner while the batch threads wait; calls
+//! queued behind a running batch hear it when that batch ends. When `max_queue` calls
+//! wait, a new call is answered at once with an overload
 //! error (`-32000`, HTTP 503) whose `data` says `"executed": false`: a retry is safe.
+//!
+//! With metrics on, each batch run counts its size, and each of its calls its time in the
+//! queue, into the procedure's histograms on the metrics page ([`BatchMeter`]).
 //!
 //! Above `router` and `defer`, beside `dispatch`: the router sees a batch procedure as
 //! one more [`Handler`].
 
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,6 +37,7 @@ use serde::Serialize;
 
 use crate::defer::{Deferred, Outcome};
 use crate::jsonrpc::RpcError;
+use crate::metrics::BatchMeter;
 use crate::router::{Call, Handler, Params, Reply};
 
 /// How a batch procedure forms its batches.
@@ -77,6 +86,8 @@ pub struct BatchStats {
     pub rejected: u64,
     /// Calls dropped because their caller had gone before the batch ran.
     pub abandoned: u64,
+    /// Calls dropped because their deadline passed before the batch ran.
+    pub expired: u64,
 }
 
 #[derive(Default)]
@@ -88,13 +99,18 @@ struct Counters {
     max_queue_wait_us: AtomicU64,
     rejected: AtomicU64,
     abandoned: AtomicU64,
+    expired: AtomicU64,
 }
 
 /// One queued call.
 struct Item {
     params: Option<Box<str>>,
+    /// What the handler kept of the call when it was queued ([`BatchHandler::keep`]).
+    kept: Option<Box<dyn Any + Send>>,
     reply: Deferred,
     queued: Instant,
+    /// When its caller stops waiting, if it said.
+    deadline: Option<Instant>,
 }
 
 /// The calls of one batch, in the order they were queued. The handler reads each call's
@@ -132,6 +148,12 @@ impl Batch {
     #[must_use]
     pub fn call(&self, index: usize) -> Call<'_> {
         Call::new(&self.method, self.items[index].params.as_deref(), Some("null"))
+    }
+
+    /// What the handler kept of call `index` when it was queued ([`BatchHandler::keep`]),
+    /// taken out (`None` the second time, or when nothing was kept).
+    pub fn take_kept(&mut self, index: usize) -> Option<Box<dyn Any + Send>> {
+        self.items.get_mut(index).and_then(|item| item.kept.take())
     }
 
     /// Every call's params, in order.
@@ -206,6 +228,14 @@ impl Batch {
 pub trait BatchHandler: Send + Sync + 'static {
     /// Run one batch.
     fn run(&self, batch: Batch);
+
+    /// What to keep of a call, due by `deadline`, when it is queued, for the batch's run
+    /// ([`Batch::take_kept`]): its context, say, which the call no longer has by then. Called
+    /// on the thread that serves the call's connection. Nothing by default.
+    fn keep(&self, call: &Call<'_>, deadline: Option<Instant>) -> Option<Box<dyn Any + Send>> {
+        let _ = (call, deadline);
+        None
+    }
 }
 
 impl<F> BatchHandler for F
@@ -227,6 +257,8 @@ struct State {
     gap: Option<f64>,
     /// Threads waiting for calls (they need a wake when a call comes).
     idle: usize,
+    /// Calls waiting that have a deadline (none: no sweep for expired calls).
+    deadlines: usize,
 }
 
 struct Queue {
@@ -236,6 +268,8 @@ struct Queue {
     state: Mutex<State>,
     changed: Condvar,
     counters: Counters,
+    /// The histograms on the metrics page, once a server serving with metrics on has it.
+    meter: OnceLock<Arc<BatchMeter>>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -246,7 +280,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 const GAP_WEIGHT: f64 = 0.125;
 
 impl Queue {
-    fn push(&self, params: Option<&str>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+    fn push(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+        // Outside the lock: other callers queue meanwhile.
+        let kept = self.handler.keep(call, reply.deadline());
         let mut state = lock(&self.state);
         if state.closed {
             return Err(RpcError::http(503, "Server stopping").with_data(&serde_json::json!({ "executed": false })));
@@ -257,6 +293,8 @@ impl Queue {
             return Err(overloaded(&self.method, self.options.max_queue));
         }
         let deferred = reply.defer_watched()?;
+        // The call's deadline (its caller's; batch procedures take none of their own).
+        let deadline = deferred.deadline();
         let now = Instant::now();
         if !state.items.is_empty() {
             // Only calls that find others waiting tell how fast a batch fills: a caller that
@@ -268,10 +306,15 @@ impl Queue {
         }
         state.last_arrival = Some(now);
         state.items.push_back(Item {
-            params: params.map(Box::from),
+            params: call.params().raw().map(Box::from),
+            kept,
             reply: deferred,
             queued: now,
+            deadline,
         });
+        if state.items.back().is_some_and(|item| item.deadline.is_some()) {
+            state.deadlines += 1;
+        }
         let len = state.items.len();
         // A thread waits either for a first call or for a batch to fill: wake it for those.
         let wake = state.idle > 0 && (len == 1 || len == self.options.max_size);
@@ -307,6 +350,7 @@ impl Queue {
         // When this batch began to wait for more calls, and how many it had then.
         let mut waiting: Option<(Instant, usize)> = None;
         loop {
+            let earliest = self.expire(&mut state);
             if state.items.is_empty() {
                 if state.closed {
                     return None;
@@ -339,15 +383,19 @@ impl Queue {
             }
             waiting.get_or_insert((now, len));
             state.idle += 1;
+            // Woken at the earliest deadline too, to answer that call at once.
+            let wait = earliest.map_or(left, |at| left.min(at.saturating_duration_since(now)));
             state = self
                 .changed
-                .wait_timeout(state, left)
+                .wait_timeout(state, wait)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
             state.idle -= 1;
         }
         let take = state.items.len().min(self.options.max_size);
         let taken: Vec<Item> = state.items.drain(..take).collect();
+        let with_deadline = taken.iter().filter(|item| item.deadline.is_some()).count();
+        state.deadlines = state.deadlines.saturating_sub(with_deadline);
         let more = !state.items.is_empty() && state.idle > 0;
         drop(state);
         if more {
@@ -357,20 +405,61 @@ impl Queue {
         Some(self.admit(taken))
     }
 
-    /// Count the batch, and answer the calls whose caller has gone.
+    /// Answer the waiting calls whose deadline has passed, and take them out of the queue;
+    /// the earliest deadline of those left. Reads the clock only while a call waiting has
+    /// a deadline.
+    fn expire(&self, state: &mut State) -> Option<Instant> {
+        if state.deadlines == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        let deadlines = || state.items.iter().filter_map(|item| item.deadline);
+        if deadlines().all(|at| at > now) {
+            return deadlines().min();
+        }
+        let mut earliest: Option<Instant> = None;
+        for item in std::mem::take(&mut state.items) {
+            match item.deadline {
+                Some(at) if at <= now => {
+                    state.deadlines = state.deadlines.saturating_sub(1);
+                    self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                    item.reply.error_now(RpcError::deadline_exceeded());
+                }
+                deadline => {
+                    if let Some(at) = deadline {
+                        earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                    }
+                    state.items.push_back(item);
+                }
+            }
+        }
+        earliest
+    }
+
+    /// Count the batch, and answer the calls whose caller has gone or whose deadline has
+    /// passed.
     fn admit(&self, taken: Vec<Item>) -> Batch {
         let now = Instant::now();
         let mut items = Vec::with_capacity(taken.len());
         let (mut waited, mut longest) = (0u64, 0u64);
+        let meter = self.meter.get();
         for item in taken {
-            let wait = u64::try_from(now.saturating_duration_since(item.queued).as_micros()).unwrap_or(u64::MAX);
+            let nanos = u64::try_from(now.saturating_duration_since(item.queued).as_nanos()).unwrap_or(u64::MAX);
+            let wait = nanos / 1000;
             waited = waited.saturating_add(wait);
             longest = longest.max(wait);
             if item.reply.is_abandoned() {
                 self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
                 item.reply
                     .error(RpcError::internal("Internal error: the caller disconnected"));
+            } else if item.deadline.is_some_and(|at| at <= now) || item.reply.is_expired() {
+                // Answered already if the deadline watcher came first (then this is dropped).
+                self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                item.reply.error_now(RpcError::deadline_exceeded());
             } else {
+                if let Some(meter) = meter {
+                    meter.waited(nanos);
+                }
                 items.push(item);
             }
         }
@@ -385,6 +474,9 @@ impl Queue {
                 .position(|&bound| items.len() <= bound)
                 .unwrap_or(SIZE_BUCKETS.len() - 1);
             counters.sizes[bucket].fetch_add(1, Ordering::Relaxed);
+            if let Some(meter) = meter {
+                meter.ran(items.len());
+            }
         }
         Batch {
             method: Arc::clone(&self.method),
@@ -402,6 +494,7 @@ impl Queue {
             max_queue_wait_us: c.max_queue_wait_us.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
             abandoned: c.abandoned.load(Ordering::Relaxed),
+            expired: c.expired.load(Ordering::Relaxed),
         }
     }
 }
@@ -461,9 +554,11 @@ impl Batcher {
                 last_arrival: None,
                 gap: None,
                 idle: 0,
+                deadlines: 0,
             }),
             changed: Condvar::new(),
             counters: Counters::default(),
+            meter: OnceLock::new(),
         });
         Batcher {
             _closer: Arc::new(Closer(Arc::clone(&queue))),
@@ -540,7 +635,12 @@ impl Handler for Batcher {
             self.start()
                 .map_err(|e| RpcError::internal(format!("Internal error: cannot start the batch thread: {e}")))?;
         }
-        self.queue.push(call.params().raw(), reply)
+        self.queue.push(call, reply)
+    }
+
+    /// Counts into the first server's metrics that asks (a procedure serves one server).
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        let _ = self.queue.meter.get_or_init(|| meter(self.queue.options.max_size));
     }
 }
 

@@ -8,8 +8,17 @@
 //! server asks for them ([`crate::ServerBuilder::keep_context`]; the Python and C front
 //! ends ask when a procedure or a hook wants them), so a server that never reads them
 //! copies no head and, on io_uring, asks the kernel for no address.
+//!
+//! Whether the caller is still there ([`Context::caller`]) comes from the connection's
+//! [`Liveness`], the flag that streamed replies and calls queued for a batch watch too:
+//! it goes down when the connection ends (a reset, a failed write, the engine closing it),
+//! when an HTTP client stops sending, and when a WebSocket client sends Close or stops
+//! sending. A raw TCP client that half-closes may still be reading its replies: that alone
+//! does not count as gone.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The protocol a call arrived over.
@@ -49,6 +58,8 @@ pub struct Context<'a> {
     timeout: Option<Duration>,
     /// The subject of the client's TLS certificate, when it presented one.
     tls_subject: Option<&'a str>,
+    /// Whether the connection's caller is still there; `None` outside a connection.
+    liveness: Option<&'a Liveness>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -60,6 +71,7 @@ pub const NONE: Context<'static> = Context {
     head: &[],
     timeout: None,
     tls_subject: None,
+    liveness: None,
 };
 
 impl<'a> Context<'a> {
@@ -73,7 +85,36 @@ impl<'a> Context<'a> {
             head,
             timeout: None,
             tls_subject: None,
+            liveness: None,
         }
+    }
+
+    /// The same context, on a connection whose caller's presence `liveness` tracks.
+    #[must_use]
+    pub fn with_liveness(self, liveness: &'a Liveness) -> Self {
+        Context {
+            liveness: Some(liveness),
+            ..self
+        }
+    }
+
+    /// Whether the caller is known to have gone now (see the module documentation). A
+    /// handler that answers inline runs on the thread that serves its connection, which
+    /// reads nothing meanwhile: this is for a call that asks later, through
+    /// [`Context::caller`].
+    #[must_use]
+    pub fn is_caller_gone(&self) -> bool {
+        self.liveness.is_some_and(Liveness::is_gone)
+    }
+
+    /// A handle that says, from any thread and for as long as it is kept, whether the
+    /// caller has gone: for a handler that answers later (a deferred reply, work on
+    /// another thread), which can then stop working for nobody. The first ask on a
+    /// connection makes its shared flag (one allocation); a call that never asks pays
+    /// nothing. Outside a connection (a call built in memory) it never says gone.
+    #[must_use]
+    pub fn caller(&self) -> Caller {
+        Caller(self.liveness.map(Liveness::watch))
     }
 
     /// The same context with the caller's deadline budget `timeout`.
@@ -84,8 +125,8 @@ impl<'a> Context<'a> {
 
     /// The time the caller allows the call, counted from its arrival, if it said: the HTTP
     /// header `UCall-Timeout`, or the request object's member `"timeout"` (the shorter of
-    /// the two). The server answers nothing on its own at that time; front ends that
-    /// bound calls (the Python one) do.
+    /// the two). At that time (or its procedure's own limit, if shorter) the caller gets
+    /// "Deadline exceeded" ([`crate::Reply::deadline`]).
     #[must_use]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
@@ -155,6 +196,61 @@ impl<'a> Context<'a> {
     }
 }
 
+/// Whether one connection's caller is still there. Its shared flag is made on the first
+/// ask ([`Liveness::watch`]), so that connections whose calls never ask pay nothing; it
+/// goes down once, when the caller is known gone ([`Liveness::gone`], or the drop of the
+/// connection's state).
+#[derive(Debug, Default)]
+pub struct Liveness {
+    /// `true` while the caller is there; shared with the calls that asked.
+    shared: OnceLock<Arc<AtomicBool>>,
+    /// The caller has gone (for a flag made after that).
+    gone: AtomicBool,
+}
+
+impl Liveness {
+    /// The flag shared with the calls that asked: `true` while the caller is there.
+    pub fn watch(&self) -> Arc<AtomicBool> {
+        Arc::clone(
+            self.shared
+                .get_or_init(|| Arc::new(AtomicBool::new(!self.gone.load(Ordering::Relaxed)))),
+        )
+    }
+
+    /// The caller is gone: every call watching it learns so.
+    pub fn gone(&self) {
+        self.gone.store(true, Ordering::Relaxed);
+        if let Some(flag) = self.shared.get() {
+            flag.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the caller is known to have gone.
+    #[must_use]
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        self.gone();
+    }
+}
+
+/// Whether a call's caller has gone, readable from any thread ([`Context::caller`]).
+#[derive(Debug, Clone, Default)]
+pub struct Caller(Option<Arc<AtomicBool>>);
+
+impl Caller {
+    /// Whether the caller has gone: its connection ended, or it stopped sending (see the
+    /// module documentation). Never for a call made outside a connection.
+    #[must_use]
+    pub fn is_gone(&self) -> bool {
+        self.0.as_ref().is_some_and(|present| !present.load(Ordering::Relaxed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +268,24 @@ mod tests {
         assert_eq!(context.header("missing"), None);
         assert_eq!(Context::default().headers().count(), 0);
         assert_eq!(Context::default().transport().as_str(), "http");
+    }
+
+    #[test]
+    fn the_caller_is_gone_once_its_connection_says_so() {
+        assert!(!Context::default().caller().is_gone(), "outside a connection: never");
+        let liveness = Liveness::default();
+        let context = Context::default().with_liveness(&liveness);
+        let early = context.caller();
+        assert!(!early.is_gone() && !context.is_caller_gone());
+        liveness.gone();
+        assert!(early.is_gone() && context.is_caller_gone());
+        assert!(context.caller().is_gone(), "a flag made after the caller went says so");
+        let kept = {
+            let liveness = Liveness::default();
+            let caller = Context::default().with_liveness(&liveness).caller();
+            assert!(!caller.is_gone());
+            caller
+        };
+        assert!(kept.is_gone(), "the connection's state was dropped");
     }
 }

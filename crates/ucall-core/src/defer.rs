@@ -8,10 +8,13 @@
 //! [`Sink`], which wakes the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::context::Liveness;
+use crate::deadline::{self, Expire};
 use crate::jsonrpc::RpcError;
 use crate::request_log::Pending;
 use crate::streaming::{Credit, StreamError, Streams, CANCELLED};
@@ -214,16 +217,14 @@ impl<'a> Target<'a> {
     }
 }
 
-/// Whether one connection's caller is still there: a flag shared with the deferred calls
-/// that asked for it (made on the first such call, so that other calls pay nothing). It
-/// goes down when the connection ends, or when an HTTP or WebSocket client stops sending
-/// (such clients close rather than half-close while they wait for replies).
+/// Whether one connection's caller is still there (its [`Liveness`], which deferred calls
+/// that asked and the calls' context watch), and its streamed calls under way.
 #[derive(Debug, Default)]
-pub struct Presence(OnceLock<Arc<AtomicBool>>, Streams);
+pub struct Presence(Liveness, Streams);
 
 impl Presence {
     fn watch(&self) -> Arc<AtomicBool> {
-        Arc::clone(self.0.get_or_init(|| Arc::new(AtomicBool::new(true))))
+        self.0.watch()
     }
 
     /// The connection's streamed calls under way, for `ucall.cancel`.
@@ -231,17 +232,15 @@ impl Presence {
         &self.1
     }
 
+    /// The caller's presence, for the calls' context.
+    #[must_use]
+    pub fn liveness(&self) -> &Liveness {
+        &self.0
+    }
+
     /// The caller is gone: every call watching this connection is abandoned.
     pub fn gone(&self) {
-        if let Some(flag) = self.0.get() {
-            flag.store(false, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Presence {
-    fn drop(&mut self) {
-        self.gone();
+        self.0.gone();
     }
 }
 
@@ -261,17 +260,65 @@ fn pending_full(max_pending: usize) -> RpcError {
 
 #[must_use = "a deferred reply must be completed; dropping it answers -32603"]
 pub struct Deferred {
+    /// Where the completion goes; `None` once it has gone.
+    to: Option<To>,
+    /// When the caller stops waiting, if the call has a deadline.
+    deadline: Option<Instant>,
+    /// The connection's presence, when the call asked to watch it.
+    pub(crate) present: Option<Arc<AtomicBool>>,
+    /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
+    pub(crate) stream: Option<Arc<Credit>>,
+}
+
+/// Where a deferred call's completion goes, and what it carries besides its outcome.
+struct Return {
     sink: Arc<Sink>,
     conn: usize,
     generation: u64,
     slot: u64,
     meter: Option<Meter>,
     note: Option<Box<Pending>>,
-    done: bool,
-    /// The connection's presence, when the call asked to watch it.
-    pub(crate) present: Option<Arc<AtomicBool>>,
-    /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
-    pub(crate) stream: Option<Arc<Credit>>,
+}
+
+impl Return {
+    fn send(self, outcome: Outcome, always_wake: bool) {
+        let completion = Completion {
+            conn: self.conn,
+            generation: self.generation,
+            slot: self.slot,
+            outcome,
+            meter: self.meter,
+            note: self.note,
+            item: None,
+        };
+        self.sink.push(completion, always_wake);
+    }
+}
+
+/// A deferred call's way back: its own, or, with a deadline, shared with the deadline
+/// watcher ([`crate::deadline`]), and whoever takes it first answers.
+enum To {
+    Own(Return),
+    Raced(Arc<Race>),
+}
+
+/// The way back of a call with a deadline, until the call or its deadline takes it.
+struct Race(Mutex<Option<Return>>);
+
+impl Race {
+    fn take(&self) -> Option<Return> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl Expire for Race {
+    /// At the deadline the caller hears at once: the worker is woken even while its
+    /// completions are held, since the thread that holds them may be running the call.
+    fn expire(&self) {
+        if let Some(back) = self.take() {
+            back.send(Err(RpcError::deadline_exceeded()), true);
+        }
+    }
 }
 
 impl Deferred {
@@ -281,16 +328,29 @@ impl Deferred {
         meter: Option<Meter>,
         note: Option<Box<Pending>>,
         watch: bool,
+        deadline: Option<Instant>,
     ) -> Self {
         target.sink.awaited.fetch_add(1, Ordering::Relaxed);
-        Deferred {
+        let back = Return {
             sink: Arc::clone(target.sink),
             conn: target.conn,
             generation: target.generation,
             slot,
             meter,
             note,
-            done: false,
+        };
+        let to = match deadline {
+            None => To::Own(back),
+            Some(at) => {
+                let race = Arc::new(Race(Mutex::new(Some(back))));
+                let watched: Arc<dyn Expire> = race.clone();
+                deadline::watch(at, Arc::downgrade(&watched));
+                To::Raced(race)
+            }
+        };
+        Deferred {
+            to: Some(to),
+            deadline,
             present: if watch {
                 target.presence.map(Presence::watch)
             } else {
@@ -303,20 +363,25 @@ impl Deferred {
     /// Queue one item of a streamed reply (its JSON text) for the connection; the caller
     /// holds one of the stream's credits, which the worker gives back.
     pub(crate) fn push_item(&self, credit: &Arc<Credit>, json: Vec<u8>) {
+        // A streamed reply has no deadline: its way back is its own until it ends.
+        let Some(To::Own(back)) = &self.to else {
+            credit.give_back();
+            return;
+        };
         // Counted as awaited until drained, as every completion is (`Sink::drain`).
-        self.sink.awaited.fetch_add(1, Ordering::Relaxed);
+        back.sink.awaited.fetch_add(1, Ordering::Relaxed);
         // Woken even while the worker's completions are held: an item leaves at once, also
         // when its generator runs on the thread that turns the worker.
         let completion = Completion {
-            conn: self.conn,
-            generation: self.generation,
-            slot: self.slot,
+            conn: back.conn,
+            generation: back.generation,
+            slot: back.slot,
             outcome: Ok(json),
             meter: None,
             note: None,
             item: Some(Arc::clone(credit)),
         };
-        self.sink.push(completion, true);
+        back.sink.push(completion, true);
     }
 
     /// Whether the caller is known to be gone (its connection ended): its reply would
@@ -325,6 +390,23 @@ impl Deferred {
     #[must_use]
     pub fn is_abandoned(&self) -> bool {
         self.present.as_ref().is_some_and(|flag| !flag.load(Ordering::Relaxed))
+    }
+
+    /// When the caller stops waiting: the call's deadline (its procedure's time limit or
+    /// its caller's, see [`crate::Reply::deadline`]), if it has one.
+    #[must_use]
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether the deadline has answered the caller already ("Deadline exceeded"): an
+    /// answer now is dropped, so the work may stop.
+    #[must_use]
+    pub fn is_expired(&self) -> bool {
+        match &self.to {
+            Some(To::Raced(race)) => race.0.lock().unwrap_or_else(PoisonError::into_inner).is_none(),
+            _ => false,
+        }
     }
 
     /// Answer with `value`, serialized to JSON (`-32603` if it cannot be).
@@ -364,34 +446,31 @@ impl Deferred {
     }
 
     fn finish(mut self, outcome: Outcome, always_wake: bool) {
-        self.done = true;
-        let completion = Completion {
-            conn: self.conn,
-            generation: self.generation,
-            slot: self.slot,
-            outcome,
-            meter: self.meter,
-            note: self.note.take(),
-            item: None,
+        self.send(outcome, always_wake);
+    }
+
+    /// Send `outcome` back, unless sent already or, with a deadline, unless the deadline
+    /// answered first: a late answer is dropped.
+    fn send(&mut self, outcome: Outcome, always_wake: bool) {
+        let back = match self.to.take() {
+            Some(To::Own(back)) => back,
+            Some(To::Raced(race)) => match race.take() {
+                Some(back) => back,
+                None => return,
+            },
+            None => return,
         };
-        self.sink.push(completion, always_wake);
+        back.send(outcome, always_wake);
     }
 }
 
 impl Drop for Deferred {
     fn drop(&mut self) {
-        if !self.done {
-            let outcome = Err(RpcError::internal("Internal error: the procedure dropped its reply"));
-            let completion = Completion {
-                conn: self.conn,
-                generation: self.generation,
-                slot: self.slot,
-                outcome,
-                meter: self.meter,
-                note: self.note.take(),
-                item: None,
-            };
-            self.sink.push(completion, false);
+        if self.to.is_some() {
+            self.send(
+                Err(RpcError::internal("Internal error: the procedure dropped its reply")),
+                false,
+            );
         }
     }
 }

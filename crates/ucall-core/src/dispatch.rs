@@ -7,6 +7,7 @@
 //! handlers.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
 
 use crate::context::{Context, Transport};
 use crate::date::monotonic_nanos;
@@ -15,7 +16,7 @@ use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
 use crate::request_log::{Carrier, Entry, Lines, Pending, RequestLog, Seed};
-use crate::router::{Call, Cancel, Handler, Reply, Router};
+use crate::router::{Call, Cancel, Found, Handler, Reply, Router};
 use crate::streaming::CANCEL_METHOD;
 
 /// What processing one message produced.
@@ -482,7 +483,7 @@ fn call_as<const LOG: bool>(
 /// # Errors
 /// As [`invoke`].
 pub fn run(
-    (handler, slot): (&dyn Handler, u32),
+    found: Found<'_>,
     call: &Call<'_>,
     metrics: Option<&std::sync::Arc<Metrics>>,
     deferrals: &mut Deferrals<'_>,
@@ -490,19 +491,19 @@ pub fn run(
 ) -> Result<Invoked, RpcError> {
     let metered = metrics.map(|metrics| {
         let meter = Meter {
-            method: slot,
+            method: found.slot,
             started: metrics.now(),
         };
         (Some(&**metrics), meter)
     });
-    invoke_metered(handler, call, deferrals, metered, None, out).0
+    invoke_metered(found.handler, found.timeout, call, deferrals, metered, None, out).0
 }
 
 /// As [`run`], with the request log on: the call is timed whether or not the metrics
 /// are on (one clock reading serves both), and a call that defers carries `seed`, its
 /// line's fields so far.
 pub(crate) fn run_logged(
-    (handler, slot): (&dyn Handler, u32),
+    found: Found<'_>,
     call: &Call<'_>,
     metrics: Option<&std::sync::Arc<Metrics>>,
     seed: Option<&Seed<'_>>,
@@ -510,11 +511,12 @@ pub(crate) fn run_logged(
     out: &mut Vec<u8>,
 ) -> (Result<Invoked, RpcError>, Clock) {
     let meter = Meter {
-        method: slot,
+        method: found.slot,
         started: monotonic_nanos(),
     };
     let metrics = metrics.map(|metrics| &**metrics);
-    let (outcome, ended) = invoke_metered(handler, call, deferrals, Some((metrics, meter)), seed, out);
+    let metered = Some((metrics, meter));
+    let (outcome, ended) = invoke_metered(found.handler, found.timeout, call, deferrals, metered, seed, out);
     let clock = Clock {
         started: meter.started,
         ended,
@@ -534,13 +536,15 @@ pub fn invoke(
     deferrals: &mut Deferrals<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Invoked, RpcError> {
-    invoke_metered(handler, call, deferrals, None, None, out).0
+    invoke_metered(handler, None, call, deferrals, None, None, out).0
 }
 
-/// [`invoke`], timed under `metered` (counted in its metrics when on); returns when the
-/// handler ended on the monotonic clock (0 when not timed, or deferred).
+/// [`invoke`], timed under `metered` (counted in its metrics when on), within the
+/// procedure's time limit `timeout` and its caller's; returns when the handler ended on
+/// the monotonic clock (0 when not timed, or deferred).
 fn invoke_metered(
     handler: &dyn Handler,
+    timeout: Option<Duration>,
     call: &Call<'_>,
     deferrals: &mut Deferrals<'_>,
     metered: Option<(Option<&Metrics>, Meter)>,
@@ -554,9 +558,18 @@ fn invoke_metered(
     if let Some(id) = call.id().filter(|_| deferrals.streams) {
         reply.allow_streaming(id);
     }
-    let result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
+    // No clock is read for a call without a deadline.
+    let deadline = match (timeout, call.context().timeout()) {
+        (None, None) => None,
+        (own, caller) => deadline_of(own, caller),
+    };
+    reply.set_deadline(deadline);
+    let mut result = catch_unwind(AssertUnwindSafe(|| handler.handle(call, &mut reply)))
         .unwrap_or_else(|panic| Err(panicked(&panic, call.method())));
     let deferred = reply.deferred();
+    if let Some(deadline) = deadline.filter(|_| deferred.is_none()) {
+        late(deadline, &mut result);
+    }
     // Counted here, before the outcome is built: counting after it cost a copy of the
     // result (100 instructions a call).
     let mut ended = 0;
@@ -590,6 +603,29 @@ fn invoke_metered(
             out.truncate(start);
             (Err(error), ended)
         }
+    }
+}
+
+/// When a call that arrives now must be answered: within the procedure's time limit `own`
+/// and its caller's, whichever is shorter; `None` for a budget past what the clock can
+/// count (centuries: no deadline in effect).
+#[cold]
+#[inline(never)]
+fn deadline_of(own: Option<Duration>, caller: Option<Duration>) -> Option<Instant> {
+    let budget = match (own, caller) {
+        (Some(own), Some(caller)) => own.min(caller),
+        (own, caller) => own.or(caller)?,
+    };
+    Instant::now().checked_add(budget)
+}
+
+/// A handler that answered inline after its call's deadline: its result is dropped (the
+/// caller hears "Deadline exceeded" in its place, in order).
+#[cold]
+#[inline(never)]
+fn late(deadline: Instant, result: &mut Result<(), RpcError>) {
+    if Instant::now() >= deadline {
+        *result = Err(RpcError::deadline_exceeded());
     }
 }
 

@@ -57,6 +57,7 @@ pub mod batch;
 pub mod buffer;
 pub mod context;
 mod date;
+mod deadline;
 #[doc(hidden)]
 pub mod defer;
 mod discover;
@@ -87,7 +88,7 @@ mod tls;
 pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
-pub use context::{Context, Transport};
+pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;

@@ -208,6 +208,62 @@ struct TransportStats {
     bytes_out: AtomicU64,
 }
 
+/// One batch procedure's histograms (`crate::batch`): calls per batch, and each call's
+/// time in the queue until its batch ran. Made when serving starts ([`Metrics::batch_meter`]);
+/// the procedure's batch threads count into it once per batch, with relaxed atomics.
+#[derive(Debug)]
+pub struct BatchMeter {
+    /// Bounds of the size buckets: 1, 2, 4, ... and the procedure's `max_size` last.
+    size_bounds: Box<[u64]>,
+    /// Batches per size bucket (not cumulative), the last one `+Inf`.
+    sizes: Box<[AtomicU64]>,
+    /// Calls in all batches.
+    calls: AtomicU64,
+    /// The latency buckets' bounds ([`MetricsConfig::buckets`]), in nanoseconds.
+    wait_bounds_nanos: Box<[u64]>,
+    /// Calls per queue-wait bucket (not cumulative), the last one `+Inf`.
+    waits: Box<[AtomicU64]>,
+    wait_sum_nanos: AtomicU64,
+}
+
+impl BatchMeter {
+    fn new(max_size: usize, wait_bounds_nanos: &[u64]) -> Self {
+        let max = max_size.max(1) as u64;
+        let mut size_bounds: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+            .take_while(|&b| b < max)
+            .collect();
+        size_bounds.push(max);
+        BatchMeter {
+            sizes: (0..=size_bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            size_bounds: size_bounds.into_boxed_slice(),
+            calls: AtomicU64::new(0),
+            wait_bounds_nanos: wait_bounds_nanos.into(),
+            waits: (0..=wait_bounds_nanos.len()).map(|_| AtomicU64::new(0)).collect(),
+            wait_sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// A batch of `calls` calls ran (count each call's wait with [`BatchMeter::waited`]).
+    pub fn ran(&self, calls: usize) {
+        let calls = calls as u64;
+        let bucket = bucket_of(&self.size_bounds, calls);
+        self.sizes[bucket].fetch_add(1, Relaxed);
+        self.calls.fetch_add(calls, Relaxed);
+    }
+
+    /// A call of a batch that ran had waited `nanos` in the queue.
+    pub fn waited(&self, nanos: u64) {
+        self.waits[bucket_of(&self.wait_bounds_nanos, nanos)].fetch_add(1, Relaxed);
+        self.wait_sum_nanos.fetch_add(nanos, Relaxed);
+    }
+}
+
+/// The bucket of `value`: the first whose bound is at least `value`, or the `+Inf` one after
+/// them (as [`Metrics::handled_at`] finds a call's).
+fn bucket_of(bounds: &[u64], value: u64) -> usize {
+    bounds.iter().position(|&bound| value <= bound).unwrap_or(bounds.len())
+}
+
 /// The counters of one server, shared by all its workers.
 pub struct Metrics {
     path: Box<str>,
@@ -219,6 +275,8 @@ pub struct Metrics {
     refused: [AtomicU64; Refusal::ALL.len()],
     accepted: AtomicU64,
     transports: [TransportStats; Transport::ALL.len()],
+    /// The batch procedures' histograms, by method slot, in slot order.
+    batches: Vec<(u32, Arc<BatchMeter>)>,
     /// The engine and its threads, set when serving starts.
     engine: OnceLock<(&'static str, usize)>,
     extra: Option<ExtraMetrics>,
@@ -259,9 +317,19 @@ impl Metrics {
             refused: Default::default(),
             accepted: AtomicU64::new(0),
             transports: Default::default(),
+            batches: Vec::new(),
             engine: OnceLock::new(),
             extra: config.extra.clone(),
         })
+    }
+
+    /// The histograms of the batch procedure in `slot`, which forms batches of at most
+    /// `max_size` calls (made before serving starts, once per batch procedure).
+    pub fn batch_meter(&mut self, slot: u32, max_size: usize) -> Arc<BatchMeter> {
+        let meter = Arc::new(BatchMeter::new(max_size, &self.bounds_nanos));
+        let at = self.batches.partition_point(|(other, _)| *other < slot);
+        self.batches.insert(at, (slot, Arc::clone(&meter)));
+        meter
     }
 
     /// Whether `target` (query ignored) is the metrics page.
@@ -442,6 +510,51 @@ fn count(value: &AtomicU64) -> i64 {
     value.load(Relaxed) as i64
 }
 
+impl Page {
+    /// The batch procedures' two histograms.
+    fn encode_batches(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let m = &*self.0;
+        let name = |slot: u32| m.names.get(slot as usize).map_or(OTHER, AsRef::as_ref);
+        let mut buckets = Vec::new();
+        let mut histogram = encoder.encode_descriptor(
+            "ucall_batch_size",
+            "Calls per batch run, by batch procedure.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (slot, meter) in &m.batches {
+            buckets.clear();
+            #[allow(clippy::cast_precision_loss)]
+            let bounds = meter.size_bounds.iter().map(|&b| b as f64).chain([f64::INFINITY]);
+            buckets.extend(bounds.zip(meter.sizes.iter().map(|n| n.load(Relaxed))));
+            let batches = buckets.iter().map(|(_, n)| n).sum();
+            #[allow(clippy::cast_precision_loss)]
+            let calls = meter.calls.load(Relaxed) as f64;
+            histogram
+                .encode_family(&[("method", name(*slot))])?
+                .encode_histogram::<NoLabelSet>(calls, batches, &buckets, None)?;
+        }
+        let mut histogram = encoder.encode_descriptor(
+            "ucall_batch_queue_wait_seconds",
+            "Time a call of a batch procedure waited in its queue until its batch ran.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (slot, meter) in &m.batches {
+            buckets.clear();
+            let bounds = m.bounds_seconds.iter().copied().chain([f64::INFINITY]);
+            buckets.extend(bounds.zip(meter.waits.iter().map(|n| n.load(Relaxed))));
+            let calls = buckets.iter().map(|(_, n)| n).sum();
+            #[allow(clippy::cast_precision_loss)]
+            let sum = meter.wait_sum_nanos.load(Relaxed) as f64 / 1e9;
+            histogram
+                .encode_family(&[("method", name(*slot))])?
+                .encode_histogram::<NoLabelSet>(sum, calls, &buckets, None)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for Page {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let m = &*self.0;
@@ -497,6 +610,9 @@ impl Collector for Page {
             histogram
                 .encode_family(&[("method", method)])?
                 .encode_histogram::<NoLabelSet>(sum, calls, &buckets, None)?;
+        }
+        if !m.batches.is_empty() {
+            self.encode_batches(&mut encoder)?;
         }
         let refused = Refusal::ALL
             .iter()
@@ -571,7 +687,13 @@ mod tests {
     #[test]
     fn counts_land_in_their_slots_and_render() {
         let config = MetricsConfig::default();
-        let metrics = Arc::new(Metrics::new(&config, vec!["sum".into(), "a\"b".into()]).expect("on"));
+        let mut metrics = Metrics::new(&config, vec!["sum".into(), "a\"b".into()]).expect("on");
+        let batches = metrics.batch_meter(1, 3);
+        let metrics = Arc::new(metrics);
+        batches.ran(3);
+        batches.waited(2_000_000);
+        batches.waited(3_000_000);
+        batches.waited(20_000_000_000);
         let started = metrics.now();
         metrics.handled(0, Ok(()), started);
         metrics.handled(0, Err(-32602), started);
@@ -596,9 +718,18 @@ mod tests {
             "ucall_requests_refused_total{reason=\"limit\"} 1",
             "ucall_connections_open{transport=\"tcp\"} 1",
             "ucall_received_bytes_total{transport=\"tcp\"} 10",
+            // Sizes 1, 2, then max_size (3); waits in the latency buckets.
+            "ucall_batch_size_bucket{method=\"a\\\"b\",le=\"2\"} 0",
+            "ucall_batch_size_bucket{method=\"a\\\"b\",le=\"3\"} 1",
+            "ucall_batch_size_sum{method=\"a\\\"b\"} 3.0",
+            "ucall_batch_queue_wait_seconds_bucket{method=\"a\\\"b\",le=\"0.0025\"} 1",
+            "ucall_batch_queue_wait_seconds_bucket{method=\"a\\\"b\",le=\"0.005\"} 2",
+            "ucall_batch_queue_wait_seconds_bucket{method=\"a\\\"b\",le=\"10\"} 2",
+            "ucall_batch_queue_wait_seconds_count{method=\"a\\\"b\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }
+        assert!(!text.contains("ucall_batch_size_count{method=\"sum\"}"), "{text}");
         assert!(metrics.is_page("/metrics?x") && !metrics.is_page("/metricsx"));
         assert!(Metrics::new(&MetricsConfig { path: None, ..config }, Vec::new()).is_none());
     }

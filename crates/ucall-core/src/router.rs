@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
@@ -15,7 +16,7 @@ use crate::defer::{Deferred, Meter, Target};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
-use crate::metrics::{Metrics, MetricsConfig};
+use crate::metrics::{BatchMeter, Metrics, MetricsConfig};
 pub use crate::params::Params;
 use crate::request_log::{RequestLog, Seed};
 
@@ -29,6 +30,13 @@ pub trait Handler: Send + Sync + 'static {
     /// # Errors
     /// The error is sent to the caller as the JSON-RPC error object.
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError>;
+
+    /// A batch procedure (`crate::batch`) counts its batches into the meter that
+    /// `meter(max_size)` makes; other procedures have none and ignore it. Called once,
+    /// when serving starts with metrics on.
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        let _ = meter;
+    }
 }
 
 impl<F> Handler for F
@@ -75,6 +83,10 @@ impl Handler for Hooked {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         self.hook.around(call, reply, &*self.inner)
     }
+
+    fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
+        self.inner.meter_batches(meter);
+    }
 }
 
 /// The table of procedures, shared read-only by every worker thread.
@@ -96,6 +108,8 @@ pub struct Router {
     hooks: Vec<Arc<dyn Hook>>,
     /// Where each call gets a line, when the request log is on.
     request_log: Option<RequestLog>,
+    /// Procedures' time limits, by name; applied when serving starts.
+    timeouts: Vec<(Box<str>, Duration)>,
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -103,6 +117,19 @@ pub struct Router {
 struct Procedure {
     handler: Arc<dyn Handler>,
     slot: u32,
+    /// Longest a call may take, if bounded ([`Router::set_timeout`]).
+    timeout: Option<Duration>,
+}
+
+/// A procedure found by name ([`Router::find`]).
+#[derive(Clone, Copy)]
+pub struct Found<'a> {
+    /// Its handler.
+    pub handler: &'a dyn Handler,
+    /// Its slot in the metrics.
+    pub slot: u32,
+    /// Longest a call may take, if bounded.
+    pub timeout: Option<Duration>,
 }
 
 impl Router {
@@ -116,7 +143,12 @@ impl Router {
     pub fn insert(&mut self, name: &str, handler: Arc<dyn Handler>) {
         let next = u32::try_from(self.procedures.len()).unwrap_or(u32::MAX);
         let slot = self.procedures.get(name).map_or(next, |p| p.slot);
-        self.procedures.insert(name.into(), Procedure { handler, slot });
+        let procedure = Procedure {
+            handler,
+            slot,
+            timeout: None,
+        };
+        self.procedures.insert(name.into(), procedure);
     }
 
     /// The handler registered under `name`.
@@ -125,10 +157,21 @@ impl Router {
         self.procedures.get(name).map(|p| p.handler.as_ref())
     }
 
-    /// The handler registered under `name`, with its slot in the metrics.
+    /// The handler registered under `name`, with its slot in the metrics and its time limit.
     #[must_use]
-    pub fn find(&self, name: &str) -> Option<(&dyn Handler, u32)> {
-        self.procedures.get(name).map(|p| (p.handler.as_ref(), p.slot))
+    pub fn find(&self, name: &str) -> Option<Found<'_>> {
+        self.procedures.get(name).map(|p| Found {
+            handler: p.handler.as_ref(),
+            slot: p.slot,
+            timeout: p.timeout,
+        })
+    }
+
+    /// Bound the calls of the procedure `name` (registered before or after) to `timeout`:
+    /// at its deadline the caller gets "Deadline exceeded" (see [`Reply::deadline`]).
+    pub fn set_timeout(&mut self, name: &str, timeout: Duration) {
+        self.timeouts.retain(|(earlier, _)| &**earlier != name);
+        self.timeouts.push((name.into(), timeout));
     }
 
     /// Count calls to the procedures registered now, and serve the counts at
@@ -140,7 +183,16 @@ impl Router {
                 label.clone_from(name);
             }
         }
-        self.metrics = Metrics::new(config, names).map(Arc::new);
+        let mut metrics = Metrics::new(config, names);
+        if let Some(metrics) = &mut metrics {
+            for procedure in self.procedures.values() {
+                let slot = procedure.slot;
+                procedure
+                    .handler
+                    .meter_batches(&mut |max_size| metrics.batch_meter(slot, max_size));
+            }
+        }
+        self.metrics = metrics.map(Arc::new);
     }
 
     /// The counters, once serving has started with metrics on.
@@ -255,6 +307,12 @@ impl Router {
             .publish(self.procedures.keys().map(AsRef::as_ref), addr, tls);
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
+        }
+
+        for (name, timeout) in &self.timeouts {
+            if let Some(procedure) = self.procedures.get_mut(&**name) {
+                procedure.timeout = Some(*timeout);
+            }
         }
 
         // Each procedure gets its hooks once, here, so that a call's lookup stays one.
@@ -381,6 +439,8 @@ pub struct Reply<'o> {
     seed: Option<&'o Seed<'o>>,
     /// The call's id when it may stream its result ([`Reply::stream`]).
     stream_id: Option<&'o str>,
+    /// When the caller stops waiting, if the call has a deadline.
+    deadline: Option<Instant>,
 }
 
 impl<'o> Reply<'o> {
@@ -394,7 +454,24 @@ impl<'o> Reply<'o> {
             meter: None,
             seed: None,
             stream_id: None,
+            deadline: None,
         }
+    }
+
+    /// The call must be answered by `deadline` (see [`Reply::deadline`]).
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// When the caller stops waiting, if the call has a deadline: the earlier of its
+    /// procedure's time limit ([`crate::ServerBuilder::timeout`]) and its caller's
+    /// ([`crate::Context::timeout`]), counted from the call's arrival. At that time the
+    /// caller gets `-32000` "Deadline exceeded" (HTTP 504): at once for a deferred reply
+    /// (which is dropped if it comes later), or when the handler returns for one that
+    /// answers inline (its late result is dropped).
+    #[must_use]
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Let the call stream its result: a single call with an id, on a transport that
@@ -426,7 +503,7 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` where deferring is not available (a session driven without an engine).
     pub fn defer(&mut self) -> Result<Deferred, RpcError> {
-        self.defer_as(false)
+        self.defer_as(false, self.deadline)
     }
 
     /// As [`Reply::defer`], for a call that waits before it runs (queued for a batch):
@@ -436,7 +513,7 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` where deferring is not available.
     pub fn defer_watched(&mut self) -> Result<Deferred, RpcError> {
-        self.defer_as(true)
+        self.defer_as(true, self.deadline)
     }
 
     /// Whether [`Reply::defer`] can work here: an engine drives the session (it may still
@@ -458,7 +535,8 @@ impl<'o> Reply<'o> {
         let Some(id) = self.stream_id else {
             return Err(not_streamable());
         };
-        let mut deferred = self.defer_as(true)?;
+        // A stream has no deadline: it lasts while its caller reads, and stops when it goes.
+        let mut deferred = self.defer_as(true, None)?;
         let credit = deferred.make_streamed();
         if let Some(streams) = self.streams() {
             streams.register(id, &credit);
@@ -466,7 +544,7 @@ impl<'o> Reply<'o> {
         Ok(deferred)
     }
 
-    fn defer_as(&mut self, watch: bool) -> Result<Deferred, RpcError> {
+    fn defer_as(&mut self, watch: bool, deadline: Option<Instant>) -> Result<Deferred, RpcError> {
         let Some((target, next_slot)) = self.deferral.as_mut() else {
             return Err(RpcError::internal("Internal error: this server cannot defer replies"));
         };
@@ -478,7 +556,7 @@ impl<'o> Reply<'o> {
         self.deferred = Some(slot);
         self.out.truncate(self.start);
         let note = self.seed.map(Seed::keep);
-        Ok(Deferred::new(*target, slot, self.meter, note, watch))
+        Ok(Deferred::new(*target, slot, self.meter, note, watch, deadline))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.

@@ -203,6 +203,27 @@ impl ServerBuilder {
         self.handler(name, Batcher::new(name, options, crate::batch::values(procedure)))
     }
 
+    /// Bound the calls of the procedure `name` (registered before or after) to `timeout`,
+    /// counted from each call's arrival; a caller may ask for less (`UCall-Timeout`, or
+    /// the request's `"timeout"` member), never more. At the deadline the caller gets
+    /// `-32000` "Deadline exceeded" (HTTP 504): at once when the procedure deferred its
+    /// reply ([`Reply::defer`]; a reply that comes later is dropped, and
+    /// [`crate::Deferred::is_expired`] says so to the work that would make it), or when
+    /// the procedure returns for one that answers inline (its late result is dropped). A
+    /// procedure that works long should defer, so that its caller hears in time.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ucall_core::Server;
+    /// let builder = Server::builder()
+    ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+    ///     .timeout("sum", Duration::from_millis(250));
+    /// ```
+    pub fn timeout(mut self, name: &str, timeout: Duration) -> Self {
+        self.router.set_timeout(name, timeout);
+        self
+    }
+
     /// Register a procedure that writes its result itself through [`Reply`].
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.router.insert(name, Arc::new(handler));

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{call, for_each_engine, parse_reply, post, start, wait_until, Conn, Json};
+use common::{call, for_each_engine, get, parse_reply, post, start, wait_until, Conn, Json};
 use ucall_core::{Batch, BatchOptions, Batcher, EngineKind, RpcError, Server, ServerBuilder};
 
 /// A reply's integer result.
@@ -408,6 +408,150 @@ fn the_rust_api_answers_a_batch_with_values() {
         let replies = reply.as_array().expect("an array");
         assert_eq!(result(&replies[0]), Some(2));
         assert_eq!(code(&replies[1]), Some(-32602));
+        server.stop();
+        server.join();
+    });
+}
+
+/// The value of the sample line `series` (`name{labels}`) on a metrics page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn metrics_show_batch_sizes_and_queue_waits() {
+    for_each_engine(|engine| {
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let procedure = move |batch: Batch| {
+            // The first batch holds the thread until released: the next calls queue meanwhile.
+            if batch.params().any(|p| p.get::<i64>(0, "x").ok() == Some(0)) {
+                let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            }
+            let results = batch.params().map(|p| p.get::<i64>(0, "x").map(|x| x * x)).collect();
+            batch.complete_json::<i64>(results);
+        };
+        let batcher = Batcher::new("square", options(5, 5), procedure);
+        let server = start(
+            engine,
+            builder(engine)
+                .handler("square", batcher.clone())
+                .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?)),
+        );
+        let addr = server.local_addr();
+        let mut first = Conn::open(addr);
+        first.send(&post("/", call("square", "[0]", "0").as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || batcher.stats().batches == 1));
+        // Five calls queue behind the held batch for at least 150 ms, then run as one.
+        let mut conn = Conn::open(addr);
+        let body = format!(
+            "[{}]",
+            (1..=5)
+                .map(|i| call("square", &format!("[{i}]"), &i.to_string()))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        conn.send(&post("/", body.as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || batcher.queued() == 5));
+        std::thread::sleep(Duration::from_millis(150));
+        release.send(()).unwrap();
+        assert_eq!(result(&first.read_response().json()), Some(0));
+        assert_eq!(conn.read_response().json().as_array().map(<[Json]>::len), Some(5));
+        assert_eq!(
+            conn.roundtrip(&post("/", call("sum", "[1, 2]", "9").as_bytes())).status,
+            200
+        );
+
+        let page = conn.roundtrip(&get("/metrics"));
+        assert_eq!(page.status, 200);
+        let page = String::from_utf8(page.body).expect("UTF-8");
+        let size = |le: &str| {
+            sample(
+                &page,
+                &format!("ucall_batch_size_bucket{{method=\"square\",le=\"{le}\"}}"),
+            )
+        };
+        // Buckets 1, 2, 4, then max_size (5), then +Inf; counts are cumulative.
+        let buckets: Vec<Option<f64>> = ["1", "2", "4", "5", "+Inf"].iter().map(|le| size(le)).collect();
+        assert_eq!(
+            buckets,
+            [Some(1.0), Some(1.0), Some(1.0), Some(2.0), Some(2.0)],
+            "{page}"
+        );
+        assert_eq!(sample(&page, "ucall_batch_size_count{method=\"square\"}"), Some(2.0));
+        assert_eq!(sample(&page, "ucall_batch_size_sum{method=\"square\"}"), Some(6.0));
+        let wait = |series: &str| sample(&page, &format!("ucall_batch_queue_wait_seconds{series}"));
+        assert_eq!(wait("_count{method=\"square\"}"), Some(6.0), "{page}");
+        assert!(
+            wait("_sum{method=\"square\"}").is_some_and(|s| s >= 5.0 * 0.15),
+            "{page}"
+        );
+        // The five waited past 0.1 s (the default buckets' bound below 0.25 s); the first did not.
+        assert!(
+            wait("_bucket{method=\"square\",le=\"0.1\"}").is_some_and(|n| n <= 1.0),
+            "{page}"
+        );
+        assert_eq!(wait("_bucket{method=\"square\",le=\"+Inf\"}"), Some(6.0), "{page}");
+        // Ordinary procedures have no batch histograms.
+        assert!(!page.contains("ucall_batch_size_count{method=\"sum\"}"), "{page}");
+        server.stop();
+        server.join();
+    });
+}
+
+#[test]
+fn a_call_whose_deadline_passed_is_dropped_before_its_batch_runs() {
+    for_each_engine(|engine| {
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&sizes);
+        let procedure = move |batch: Batch| {
+            seen.lock().unwrap().push(batch.len());
+            let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            let n = batch.len();
+            batch.complete_json(vec![Ok::<_, RpcError>(7); n]);
+        };
+        let batcher = Batcher::new("slow", options(8, 5), procedure);
+        let server = start(engine, builder(engine).handler("slow", batcher.clone()));
+        let addr = server.local_addr();
+        let mut first = Conn::open(addr);
+        first.send(&post("/", call("slow", "[]", "1").as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || sizes.lock().unwrap().len() == 1));
+        // Queued behind the running batch: two callers that wait 50 ms (the "timeout"
+        // member, over HTTP and raw TCP), and one that waits 10 s.
+        let hurried = r#"{"jsonrpc":"2.0","method":"slow","params":[],"id":2,"timeout":0.05}"#;
+        let mut over_http = Conn::open(addr);
+        over_http.send(&post("/", hurried.as_bytes()));
+        let mut over_tcp = Conn::open(addr);
+        over_tcp.send(format!("{hurried}\n").as_bytes());
+        let mut patient = Conn::open(addr);
+        let waits = r#"{"jsonrpc":"2.0","method":"slow","params":[],"id":3,"timeout":10}"#;
+        patient.send(&post("/", waits.as_bytes()));
+        assert!(wait_until(Duration::from_secs(5), || batcher.queued() == 3));
+        std::thread::sleep(Duration::from_millis(150));
+        release.send(()).unwrap();
+        assert_eq!(result(&first.read_response().json()), Some(7));
+        // Answered while the next batch (the patient caller's) is still held: they are not in it.
+        let late = over_http.read_response();
+        assert_eq!(late.status, 504, "{late:?}");
+        let late = late.json();
+        assert_eq!(code(&late), Some(-32000), "{late:?}");
+        assert_eq!(
+            late.get("error").and_then(|e| e.get("message")).and_then(Json::as_str),
+            Some("Deadline exceeded")
+        );
+        assert_eq!(code(&parse_reply(&over_tcp.read_line())), Some(-32000));
+        release.send(()).unwrap();
+        assert_eq!(result(&patient.read_response().json()), Some(7));
+        assert_eq!(
+            *sizes.lock().unwrap(),
+            [1, 1],
+            "the calls past their deadline did not run"
+        );
+        let stats = batcher.stats();
+        assert_eq!((stats.expired, stats.calls), (2, 2), "{stats:?}");
         server.stop();
         server.join();
     });

@@ -186,3 +186,107 @@ fn hooks_run_around_every_call_and_may_refuse() {
         );
     });
 }
+
+/// What `wait_gone` saw: whether its caller had gone, and when it stopped waiting.
+type Seen = std::sync::mpsc::Receiver<(bool, std::time::Instant)>;
+
+/// `wait_gone(seconds)` answers later, from a thread of its own that waits up to
+/// `seconds` for its caller to go: whether it went (also sent to the returned channel).
+fn serve_watching(engine: EngineKind) -> (ServerHandle, Seen) {
+    let (seen, saw) = std::sync::mpsc::channel();
+    let wait_gone = move |call: &Call<'_>, reply: &mut ucall_core::Reply<'_>| -> Result<(), ucall_core::RpcError> {
+        let seconds: f64 = call.get(0, "seconds")?;
+        let caller = call.context().caller();
+        let deferred = reply.defer()?;
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + Duration::from_secs_f64(seconds);
+            while !caller.is_gone() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = seen.send((caller.is_gone(), std::time::Instant::now()));
+            deferred.json(&caller.is_gone());
+        });
+        Ok(())
+    };
+    (
+        common::start(engine, common::builder(engine).handler("wait_gone", wait_gone)),
+        saw,
+    )
+}
+
+/// Open `transport`'s conversation with `request` sent.
+fn send_over(server: &ServerHandle, transport: &str, request: &str) -> Conn {
+    let mut conn = Conn::to(server);
+    match transport {
+        "http" => conn.send(&common::post("/", request.as_bytes())),
+        "tcp" => conn.send(format!("{request}\n").as_bytes()),
+        _ => {
+            conn.send(
+                b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                  Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            );
+            assert_eq!(conn.read_response().status, 101);
+            conn.send(&common::ws_text(request));
+        }
+    }
+    conn
+}
+
+#[test]
+fn a_handler_that_answers_later_sees_its_caller_hang_up() {
+    common::for_each_engine(|engine| {
+        let (server, seen) = serve_watching(engine);
+        for transport in ["http", "tcp", "websocket"] {
+            let conn = send_over(&server, transport, &call("wait_gone", "[30]", "1"));
+            std::thread::sleep(Duration::from_millis(100)); // the call is under way
+            match transport {
+                // A raw TCP client that only half-closes may still read its reply: it
+                // hangs up with a reset.
+                "tcp" => socket2::SockRef::from(&conn.stream)
+                    .set_linger(Some(Duration::ZERO))
+                    .expect("SO_LINGER"),
+                // A WebSocket client says Close, and may wait for the server's.
+                "websocket" => {
+                    let mut conn = conn;
+                    conn.send(&[0x88, 0x80, 0, 0, 0, 0]);
+                    let hung_up = std::time::Instant::now();
+                    let (gone, at) = seen.recv_timeout(Duration::from_secs(10)).expect("the handler ended");
+                    assert!(
+                        gone && at.saturating_duration_since(hung_up) < Duration::from_secs(5),
+                        "{engine:?} websocket"
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            drop(conn);
+            let hung_up = std::time::Instant::now();
+            let (gone, at) = seen
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{engine:?} {transport}: the handler never saw its caller go"));
+            assert!(gone, "{engine:?} {transport}");
+            assert!(
+                at.saturating_duration_since(hung_up) < Duration::from_secs(5),
+                "{engine:?} {transport}: seen {:?} after the hang-up",
+                at - hung_up
+            );
+        }
+        // A caller that stays is not gone, over every transport.
+        for transport in ["http", "tcp", "websocket"] {
+            let mut conn = send_over(&server, transport, &call("wait_gone", "[0.2]", "2"));
+            let reply = match transport {
+                "http" => conn.read_response().body,
+                "tcp" => conn.read_line(),
+                _ => {
+                    let head = conn.read_exact_bytes(2);
+                    assert_eq!(head[0], 0x81, "a text frame");
+                    conn.read_exact_bytes(usize::from(head[1]))
+                }
+            };
+            assert_eq!(result_of(&reply), Json::from(false), "{engine:?} {transport}");
+            let (gone, _) = seen.recv_timeout(Duration::from_secs(10)).expect("the handler ended");
+            assert!(!gone, "{engine:?} {transport}");
+        }
+    });
+}

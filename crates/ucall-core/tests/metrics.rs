@@ -67,6 +67,10 @@ fn the_path_moves_or_turns_off() {
             sample(&page, "ucall_call_duration_seconds_bucket{method=\"sum\",le=\"+Inf\"}"),
             Some(1.0)
         );
+        assert!(
+            !page.contains("ucall_batch"),
+            "no batch procedure, no batch histograms: {page}"
+        );
         let info = format!("ucall_engine_info{{engine=\"{}\",threads=\"2\"}}", engine.name());
         assert_eq!(sample(&page, &info), Some(1.0), "{page}");
         // The host's own metrics come after the server's, as given.

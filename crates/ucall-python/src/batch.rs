@@ -7,15 +7,22 @@
 //! columns (lists, or numpy arrays stacked on axis 0), calls it, and hands back one value
 //! per call (an `async def` function: a coroutine that does so). Here each value becomes
 //! its caller's reply; an exception instance in the list answers that caller only.
+//!
+//! With middleware, each call's context is copied when it is queued, and the middleware
+//! runs for each call of a batch before the function does (`ucall._batch.gate`): a call it
+//! refuses is answered with its error and left out; the others go on in the batch.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use ucall_core::{Batch, BatchHandler, RpcError};
+use ucall_core::{Batch, BatchHandler, Call, RpcError};
 
+use crate::context::{Context, Owned as CallContext};
 use crate::params::Plan;
 use crate::procedure::{is_awaitable, Hooks};
 
@@ -27,22 +34,77 @@ pub struct BatchRunner {
     /// Binds one call's params (the documented, per-item signature).
     plan: Plan,
     hooks: Arc<Hooks>,
+    /// `gate(contexts) -> [None | exception]`: the middleware run for each call, when the
+    /// server has middleware.
+    gate: Option<Py<PyAny>>,
 }
 
 impl BatchRunner {
-    pub fn new(name: &str, runner: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>) -> Self {
+    pub fn new(name: &str, runner: Py<PyAny>, plan: Plan, hooks: Arc<Hooks>, gate: Option<Py<PyAny>>) -> Self {
         BatchRunner {
             name: Arc::from(name),
             runner,
             plan,
             hooks,
+            gate,
         }
+    }
+
+    /// Run the middleware for each call of `batch`, answering those it refuses; `false`
+    /// when none is left.
+    fn admit(&self, py: Python<'_>, gate: &Py<PyAny>, batch: &mut Batch) -> bool {
+        let contexts: PyResult<Vec<Bound<'_, Context>>> = (0..batch.len())
+            .map(|index| {
+                let owned = batch
+                    .take_kept(index)
+                    .and_then(|kept| kept.downcast::<CallContext>().ok())
+                    .unwrap_or_else(|| CallContext::of(&batch.call(index), true, None));
+                Bound::new(py, Context::new(owned))
+            })
+            .collect();
+        let outcomes = contexts
+            .and_then(|contexts| PyList::new(py, contexts))
+            .and_then(|contexts| gate.bind(py).call1((contexts,)))
+            .and_then(|outcomes| outcomes.try_iter()?.collect::<PyResult<Vec<_>>>());
+        let outcomes = match outcomes {
+            Ok(outcomes) if outcomes.len() == batch.len() => outcomes,
+            Ok(_) => {
+                let error = RpcError::internal("Internal error: the middleware of a batch answered wrongly");
+                batch.refuse((0..batch.len()).map(|index| (index, error.clone())).collect());
+                return false;
+            }
+            Err(error) => {
+                let error = self.hooks.error(py, &error, &self.name);
+                batch.refuse((0..batch.len()).map(|index| (index, error.clone())).collect());
+                return false;
+            }
+        };
+        let refused = outcomes
+            .into_iter()
+            .enumerate()
+            .filter(|(_, outcome)| !outcome.is_none())
+            .map(|(index, exception)| (index, self.hooks.error(py, &PyErr::from_value(exception), &self.name)))
+            .collect();
+        batch.refuse(refused);
+        !batch.is_empty()
     }
 }
 
 impl BatchHandler for BatchRunner {
+    /// With middleware, the call's context (with its params), for the middleware's run.
+    fn keep(&self, call: &Call<'_>, deadline: Option<Instant>) -> Option<Box<dyn Any + Send>> {
+        self.gate.as_ref()?;
+        let kept: Box<dyn Any + Send> = CallContext::of(call, true, deadline);
+        Some(kept)
+    }
+
     fn run(&self, mut batch: Batch) {
         Python::attach(|py| {
+            if let Some(gate) = &self.gate {
+                if !self.admit(py, gate, &mut batch) {
+                    return;
+                }
+            }
             let mut rows = Vec::with_capacity(batch.len());
             let mut refused = Vec::new();
             for index in 0..batch.len() {

@@ -12,7 +12,7 @@ use std::time::Instant;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use ucall_core::{Call, Transport};
+use ucall_core::{Call, Caller, Transport};
 
 use crate::convert;
 
@@ -32,6 +32,8 @@ pub struct Owned {
     timeout: Option<std::time::Duration>,
     /// When the call's caller stops waiting (its procedure's `timeout=` or the caller's).
     deadline: Option<Instant>,
+    /// Whether the caller has gone (its connection's flag, shared).
+    caller: Caller,
 }
 
 impl Owned {
@@ -50,6 +52,7 @@ impl Owned {
             params: call.params().raw().filter(|_| params).map(Box::from),
             timeout: context.timeout(),
             deadline,
+            caller: context.caller(),
         })
     }
 
@@ -159,6 +162,14 @@ impl Context {
             None => -now.duration_since(deadline).as_secs_f64(),
         };
         Ok(Some(monotonic + left))
+    }
+
+    /// Whether the caller has gone: its connection ended (a reset, a failed write), an
+    /// HTTP client stopped sending, or a WebSocket client sent Close. A raw TCP client
+    /// that only half-closes may still read its reply: that alone does not count.
+    #[getter]
+    fn caller_gone(&self) -> bool {
+        self.owned.caller.is_gone()
     }
 
     /// The params as sent, decoded (a list, a dict, or `None`); kept for middleware only.

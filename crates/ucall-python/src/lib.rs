@@ -11,7 +11,6 @@ mod batch;
 mod client;
 mod context;
 mod convert;
-mod deadline;
 mod logs;
 mod params;
 mod procedure;

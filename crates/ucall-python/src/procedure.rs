@@ -16,7 +16,6 @@ use ucall_core::{Deferred, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::convert::write_json;
-use crate::deadline::{self, Bounded};
 use crate::params::Plan;
 
 /// Python objects every procedure of one server needs.
@@ -47,8 +46,6 @@ pub struct Procedure {
     plan: Plan,
     pub(crate) hooks: Arc<Hooks>,
     is_async: bool,
-    /// Longest a call may take (`timeout=`), if bounded.
-    timeout: Option<Duration>,
     /// The parameter that takes the call's `ucall.Context`, when the function has one: its
     /// name, and its place among the positional arguments (else it is passed by name).
     context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
@@ -88,10 +85,8 @@ impl Procedure {
         hooks: Arc<Hooks>,
         is_async: bool,
         context_param: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
-        timeout: Option<Duration>,
     ) -> Self {
         Procedure {
-            timeout,
             name: Arc::from(name),
             func,
             plan,
@@ -102,17 +97,6 @@ impl Procedure {
             slow: AtomicBool::new(false),
             proven: AtomicBool::new(false),
         }
-    }
-
-    /// When a call that arrived now must be answered: its procedure's `timeout` or its
-    /// caller's, whichever is shorter; `None` without either (no clock is read then), or
-    /// for a budget past what the clock can count (centuries: no deadline in effect).
-    pub fn deadline(&self, caller: Option<Duration>) -> Option<Instant> {
-        let budget = match (self.timeout, caller) {
-            (Some(own), Some(caller)) => own.min(caller),
-            (own, caller) => own.or(caller)?,
-        };
-        Instant::now().checked_add(budget)
     }
 
     /// Whether calls carry their context (the function takes a `ucall.Context`, or
@@ -292,7 +276,7 @@ impl Procedure {
     ) -> Option<Bound<'py, PyAny>> {
         if reply.is_past() {
             // Its caller has stopped waiting: the call is not run at all.
-            reply.finish(Err(deadline::exceeded()));
+            reply.finish(Err(RpcError::deadline_exceeded()));
             return None;
         }
         match self.call(py, params, context) {
@@ -328,54 +312,41 @@ impl Procedure {
     }
 }
 
-/// Where a call's outcome goes: its reply, or with a deadline whichever of the call and
-/// the deadline comes first (a result after the deadline is dropped).
-pub enum Answer {
-    /// No deadline.
-    Direct(Deferred),
-    /// A deadline (see [`crate::deadline`]).
-    Bounded(Arc<Bounded>),
-}
+/// Where a call's outcome goes: its reply, which, with a deadline, the core answers at
+/// the deadline if the call has not (a result after that is dropped: see
+/// [`ucall_core::Reply::deadline`]).
+pub struct Answer(Deferred);
 
 impl Answer {
-    /// `reply`, answered by `deadline` if it has one.
-    pub fn new(reply: Deferred, deadline: Option<Instant>) -> Self {
-        match deadline {
-            Some(deadline) => Answer::Bounded(Bounded::new(reply, deadline)),
-            None => Answer::Direct(reply),
-        }
+    /// The call's `reply`.
+    pub fn new(reply: Deferred) -> Self {
+        Answer(reply)
     }
 
     /// Whether the call streams its result (it has no deadline then).
     fn is_streamed(&self) -> bool {
-        matches!(self, Answer::Direct(reply) if reply.is_streamed())
+        self.0.is_streamed()
     }
 
     fn is_past(&self) -> bool {
-        matches!(self, Answer::Bounded(bounded) if bounded.is_past())
+        self.0.deadline().is_some_and(|deadline| Instant::now() >= deadline)
     }
 
     fn finish(self, outcome: ucall_core::defer::Outcome) {
-        match self {
-            Answer::Direct(reply) => reply.complete(outcome),
-            Answer::Bounded(bounded) => {
-                if let Some(reply) = bounded.take() {
-                    reply.complete(outcome);
-                }
-            }
-        }
+        self.0.complete(outcome);
     }
 
     /// The reply for an `async def` call, with the seconds left until its deadline;
     /// `None` when the deadline has answered it already.
     fn into_deferred(self) -> Option<(Deferred, Option<f64>)> {
-        match self {
-            Answer::Direct(reply) => Some((reply, None)),
-            Answer::Bounded(bounded) => {
-                let left = bounded.deadline().saturating_duration_since(Instant::now());
-                bounded.take().map(|reply| (reply, Some(left.as_secs_f64())))
-            }
+        if self.0.is_expired() {
+            return None;
         }
+        let left = self
+            .0
+            .deadline()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()).as_secs_f64());
+        Some((self.0, left))
     }
 }
 

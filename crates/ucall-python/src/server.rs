@@ -41,7 +41,8 @@ struct Streams(bool);
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         let params = call.params().raw();
-        let deadline = self.0.deadline(call.context().timeout());
+        // The earlier of the procedure's `timeout=` and the caller's (the core's one rule).
+        let deadline = reply.deadline();
         // Copied out only for a procedure that takes it: the others pay nothing.
         let context = self
             .0
@@ -55,7 +56,7 @@ impl Handler for Entry {
                 procedure: Arc::clone(&self.0),
                 params: params.map(runtime::ParamsText::new),
                 context,
-                reply: Answer::new(deferred, None),
+                reply: Answer::new(deferred),
             });
         }
         // A call with a deadline is never run inline: the deadline must be able to answer it.
@@ -76,7 +77,7 @@ impl Handler for Entry {
             procedure: Arc::clone(&self.0),
             params: params.map(runtime::ParamsText::new),
             context,
-            reply: Answer::new(deferred, deadline),
+            reply: Answer::new(deferred),
         })
     }
 }
@@ -370,7 +371,6 @@ impl NativeServer {
                 Arc::clone(&self.hooks),
                 is_async,
                 context,
-                timeout,
             )),
             Streams(streams),
         );
@@ -383,15 +383,19 @@ impl NativeServer {
                 "procedures must be registered before the server starts",
             ));
         };
-        let builder = (*builder).handler(name, procedure);
+        let mut builder = (*builder).handler(name, procedure);
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(name, timeout);
+        }
         *state = State::Configuring(Box::new(if wants_context { builder.keep_context() } else { builder }));
         Ok(())
     }
 
     /// Register the batch procedure `name`: `runner(rows)` gets the bound params of a
     /// batch's calls (one tuple per call, bound by the per-item plan `params`) and returns
-    /// one value per call, or an awaitable of that list.
-    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue))]
+    /// one value per call, or an awaitable of that list. With `gate` (the server has
+    /// middleware), `gate(contexts)` runs the middleware for each call of a batch first.
+    #[pyo3(signature = (name, runner, params, ignore_extra, *, max_size, max_wait, max_concurrent, max_queue, gate=None))]
     #[allow(clippy::too_many_arguments)]
     fn add_batch(
         &self,
@@ -404,8 +408,11 @@ impl NativeServer {
         max_wait: f64,
         max_concurrent: usize,
         max_queue: usize,
+        gate: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
+        // The middleware sees each call's context, as around any procedure.
+        let keep = gate.is_some();
         let options = BatchOptions {
             max_size,
             max_wait: secs(max_wait, "max_wait")?,
@@ -415,9 +422,16 @@ impl NativeServer {
         let batcher = Batcher::new(
             name,
             options,
-            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks)),
+            BatchRunner::new(name, runner, plan, Arc::clone(&self.hooks), gate),
         );
-        self.configure(|builder| builder.handler(name, batcher.clone()))?;
+        self.configure(|builder| {
+            let builder = builder.handler(name, batcher.clone());
+            if keep {
+                builder.keep_context()
+            } else {
+                builder
+            }
+        })?;
         let mut batchers = self.batchers.lock().unwrap_or_else(PoisonError::into_inner);
         batchers.retain(|(earlier, _)| earlier != name);
         batchers.push((name.to_owned(), batcher));
@@ -426,7 +440,7 @@ impl NativeServer {
 
     /// Each batch procedure's counters: `{name: {"batches": ..., "calls": ..., "sizes":
     /// {bound: count}, "queue_wait_us": ..., "max_queue_wait_us": ..., "rejected": ...,
-    /// "abandoned": ..., "queued": ...}}`.
+    /// "abandoned": ..., "expired": ..., "queued": ...}}`.
     fn batch_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let all = PyDict::new(py);
         for (name, batcher) in self.batchers.lock().unwrap_or_else(PoisonError::into_inner).iter() {
@@ -443,6 +457,7 @@ impl NativeServer {
             one.set_item("max_queue_wait_us", stats.max_queue_wait_us)?;
             one.set_item("rejected", stats.rejected)?;
             one.set_item("abandoned", stats.abandoned)?;
+            one.set_item("expired", stats.expired)?;
             one.set_item("queued", batcher.queued())?;
             all.set_item(name, one)?;
         }

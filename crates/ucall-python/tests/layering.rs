@@ -12,7 +12,6 @@ const RANKS: &[(&str, u32)] = &[
     ("convert", 0),
     ("logs", 0),
     ("context", 1),
-    ("deadline", 1),
     ("params", 1),
     ("streaming", 1),
     ("procedure", 2),

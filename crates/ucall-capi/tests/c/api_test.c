@@ -756,6 +756,84 @@ static void test_exchanges_per_connection(void) {
     the_server = NULL;
 }
 
+/* `nap(micro_seconds)`: sleeps that long, then answers "rested". */
+static void nap(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t micro_seconds = 0;
+    struct timespec pause;
+    (void)tag;
+    ucall_param_positional_i64(call, 0, &micro_seconds);
+    pause.tv_sec = (time_t)(micro_seconds / 1000000);
+    pause.tv_nsec = (long)(micro_seconds % 1000000) * 1000;
+    nanosleep(&pause, NULL);
+    ucall_call_reply_content(call, "\"rested\"", 0);
+}
+
+/* A procedure's time limit (ucall_set_procedure_timeout, 0.2 s) and a caller's (the
+ * "timeout" member): a callback that returns late (0.6 s) has its reply dropped; the caller gets -32000
+ * "Deadline exceeded" (HTTP 504) in its place, and the next reply follows in order. */
+static void test_deadlines(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    char request[1024], received[4096];
+    char const *reply, *second;
+    ssize_t length;
+    int fd;
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init for the deadline test");
+    if (!the_server)
+        return;
+    ucall_set_procedure_timeout(the_server, "bounded", 200000); /* before the procedure: taken */
+    CHECK(ucall_last_error(NULL, 0) == 0, "a time limit before its procedure is taken");
+    ucall_add_procedure(the_server, "bounded", nap, NULL);
+    ucall_add_procedure(the_server, "free", nap, NULL);
+    ucall_set_procedure_timeout(the_server, NULL, 1000);
+    CHECK(last_error_contains("NULL"), "a NULL name is refused");
+    ucall_set_procedure_timeout(the_server, "free", 0);
+    CHECK(last_error_contains("is 0"), "a limit of 0 is refused");
+    ucall_set_procedure_timeout(NULL, "free", 1000); /* no server: nothing happens */
+    pthread_create(&thread, NULL, serve, NULL);
+
+    fd = connect_to(config.port);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bounded\",\"params\":[1000],\"id\":1}");
+    CHECK(strstr(reply, "\"result\":\"rested\"") != NULL, "in time: answered: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"bounded\",\"params\":[600000],\"id\":2}");
+    CHECK(strstr(reply, "\"code\":-32000") != NULL && strstr(reply, "Deadline exceeded") != NULL &&
+              strstr(reply, "\"id\":2") != NULL,
+          "late: the reply is dropped for the error: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"free\",\"params\":[600000],\"id\":3,\"timeout\":0.2}");
+    CHECK(strstr(reply, "Deadline exceeded") != NULL && strstr(reply, "\"id\":3") != NULL,
+          "the caller's own deadline applies too: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"free\",\"params\":[1000],\"id\":4}");
+    CHECK(strstr(reply, "\"result\":\"rested\"") != NULL && strstr(reply, "\"id\":4") != NULL,
+          "without a deadline: answered: %s", reply);
+    close(fd);
+
+    /* HTTP, two requests in one write: 504 for the late one, then the next in order. */
+    snprintf(request, sizeof request,
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s"
+             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen("{\"jsonrpc\":\"2.0\",\"method\":\"bounded\",\"params\":[600000],\"id\":5}"),
+             "{\"jsonrpc\":\"2.0\",\"method\":\"bounded\",\"params\":[600000],\"id\":5}",
+             strlen("{\"jsonrpc\":\"2.0\",\"method\":\"free\",\"params\":[1],\"id\":6}"),
+             "{\"jsonrpc\":\"2.0\",\"method\":\"free\",\"params\":[1],\"id\":6}");
+    length = http_exchange(config.port, request, received, sizeof received);
+    second = length > 0 ? strstr(received, "HTTP/1.1 200 ") : NULL;
+    CHECK(length > 0 && strncmp(received, "HTTP/1.1 504 ", 13) == 0 && strstr(received, "Deadline exceeded") != NULL,
+          "HTTP: 504 for the late call: %s", length > 0 ? received : "");
+    CHECK(second != NULL && strstr(second, "\"id\":6,\"result\":\"rested\"") != NULL,
+          "HTTP: the next reply follows in order: %s", length > 0 ? received : "");
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_set_procedure_timeout(the_server, "free", 1000);
+    CHECK(last_error_contains("after serving started"), "a time limit once serving started is refused");
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
 /* The call view's context: the transport, the peer's address, a request header, the id
  * and the method, written back as a JSON array. */
 static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
@@ -768,9 +846,10 @@ static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     ucall_call_id(call, &id, &id_length);
     ucall_call_method(call, &method, &method_length);
-    snprintf(reply, sizeof reply, "[\"%s\",%s,\"%s\",\"%.*s\",%.*s,\"%.*s\",%s]", ucall_call_transport(call),
+    snprintf(reply, sizeof reply, "[\"%s\",%s,\"%s\",\"%.*s\",%.*s,\"%.*s\",%s,%s]", ucall_call_transport(call),
              ucall_call_is_tls(call) ? "true" : "false", has_peer ? peer : "", has_token ? (int)token_length : 0,
-             has_token ? token : "", (int)id_length, id, (int)method_length, method, small ? "true" : "false");
+             has_token ? token : "", (int)id_length, id, (int)method_length, method, small ? "true" : "false",
+             ucall_call_caller_gone(call) ? "true" : "false");
     ucall_call_reply_content(call, reply, 0);
 }
 
@@ -816,12 +895,13 @@ static void test_context(void) {
     ucall_set_hook(the_server, NULL, NULL);
     CHECK(last_error_contains("NULL"), "a NULL hook is refused");
     ucall_set_hook(the_server, token_hook, &hook_calls);
-    CHECK(ucall_call_transport(NULL) == NULL && !ucall_call_is_tls(NULL), "no call, no context");
+    CHECK(ucall_call_transport(NULL) == NULL && !ucall_call_is_tls(NULL) && !ucall_call_caller_gone(NULL),
+          "no call, no context");
     pthread_create(&thread, NULL, serve, NULL);
 
     fd = connect_to(config.port);
     getsockname(fd, (struct sockaddr*)&local, &local_length);
-    snprintf(expected, sizeof expected, "[\"tcp\",false,\"127.0.0.1:%u\",\"\",\"c1\",\"context_view\",false]",
+    snprintf(expected, sizeof expected, "[\"tcp\",false,\"127.0.0.1:%u\",\"\",\"c1\",\"context_view\",false,false]",
              (unsigned)ntohs(local.sin_port));
     reply = exchange(fd, call);
     CHECK(strstr(reply, expected) != NULL, "raw TCP: transport, peer, id, method, no header: %s (want %s)", reply,
@@ -835,7 +915,7 @@ static void test_context(void) {
              "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(call), call);
     snprintf(expected, sizeof expected,
-             "[\"http\",false,\"127.0.0.1:%u\",\"abc\",\"c1\",\"context_view\",false]", (unsigned)ntohs(local.sin_port));
+             "[\"http\",false,\"127.0.0.1:%u\",\"abc\",\"c1\",\"context_view\",false,false]", (unsigned)ntohs(local.sin_port));
     write_all(fd, request);
     length = read_until_closed(fd, received, sizeof received);
     CHECK(length > 0 && strstr(received, expected) != NULL, "HTTP: the header too: %s (want %s)",
@@ -1428,6 +1508,7 @@ int main(void) {
     test_request_log();
     test_core_records_go_to_the_log();
     test_context();
+    test_deadlines();
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
     test_tls();

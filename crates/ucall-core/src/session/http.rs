@@ -271,7 +271,8 @@ impl Http {
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
-            .with_tls_subject(calls.tls_subject.as_deref());
+            .with_tls_subject(calls.tls_subject.as_deref())
+            .with_liveness(calls.presence.liveness());
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
         http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {

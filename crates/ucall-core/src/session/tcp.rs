@@ -84,8 +84,9 @@ impl Stream {
             next_slot: &mut calls.next_slot,
             streams: true,
         };
-        let context =
-            CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[]).with_tls_subject(calls.tls_subject.as_deref());
+        let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
+            .with_tls_subject(calls.tls_subject.as_deref())
+            .with_liveness(calls.presence.liveness());
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             text,

@@ -75,6 +75,8 @@ impl WebSocket {
                     out.commit(start..end);
                     Step::Progressed
                 } else {
+                    // The client is leaving: calls still under way answer nobody.
+                    calls.presence.gone();
                     // §5.5.1: answer a Close with a Close, then close the connection.
                     let code = ws::close_reply(&control);
                     ws::frame(ws::Opcode::Close, &code.to_be_bytes(), data);
@@ -143,7 +145,8 @@ impl WebSocket {
             streams: true,
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
-            .with_tls_subject(calls.tls_subject.as_deref());
+            .with_tls_subject(calls.tls_subject.as_deref())
+            .with_liveness(calls.presence.liveness());
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             &message,

@@ -16,6 +16,7 @@ const RANKS: &[(&str, u32)] = &[
     ("date", 0),
     ("logs", 0),
     ("context", 1),
+    ("deadline", 1),
     ("request_log", 1),
     ("ws", 1),
     ("stream", 1),

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Deadlines of calls to plain (`def`) handlers: at its deadline a call's caller gets
-//! "deadline exceeded" at once, whether the call still waits for the GIL or runs; a result
-//! that comes later is dropped. (`async def` handlers are cancelled on the asyncio loop
-//! instead, `ucall._server._bounded`.)
+//! The process's deadline watcher: at a call's deadline, what watches it ([`Expire`]) is
+//! told, so that the caller hears "deadline exceeded" at once whatever the call is doing
+//! (see `crate::defer`, where a deferred reply with a deadline races its watcher).
 //!
-//! One thread for the process sleeps until the earliest deadline; it exists once a call
-//! with a deadline has come, and calls without one never touch it. A call answered in time
+//! One thread for the process sleeps until the earliest deadline; it starts with the first
+//! call that has a deadline, and calls without one never touch it. A call answered in time
 //! leaves its entry behind until the entries double (the Python clients give every call
 //! their 30 s `timeout`: at 100,000 calls a second, 30 s of entries would be 3 million);
 //! they are swept then, which costs each call a constant share.
@@ -13,52 +12,23 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Instant;
 
-use ucall_core::{Deferred, RpcError};
-
-/// The reply of a call with a deadline: whoever takes it first answers.
-pub struct Bounded {
-    reply: Mutex<Option<Deferred>>,
-    deadline: Instant,
+/// What a deadline ends: told once, at the deadline, if still alive then.
+pub trait Expire: Send + Sync {
+    /// The deadline has passed.
+    fn expire(&self);
 }
 
-impl Bounded {
-    /// The reply `reply`, due by `deadline`; the watcher answers it then if nobody has.
-    pub fn new(reply: Deferred, deadline: Instant) -> Arc<Self> {
-        let bounded = Arc::new(Bounded {
-            reply: Mutex::new(Some(reply)),
-            deadline,
-        });
-        watcher().watch(&bounded);
-        bounded
-    }
-
-    /// The reply, unless the deadline answered it already.
-    pub fn take(&self) -> Option<Deferred> {
-        self.reply.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
-
-    /// When the call's caller stops waiting.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Whether the deadline has passed.
-    pub fn is_past(&self) -> bool {
-        Instant::now() >= self.deadline
-    }
-}
-
-/// The error a caller gets at a call's deadline.
-pub fn exceeded() -> RpcError {
-    RpcError::deadline_exceeded()
+/// Tell `what` at `at`, unless it has been dropped by then.
+pub fn watch(at: Instant, what: Weak<dyn Expire>) {
+    watcher().watch(at, what);
 }
 
 struct Entry {
     at: Instant,
-    reply: Weak<Bounded>,
+    what: Weak<dyn Expire>,
 }
 
 impl PartialEq for Entry {
@@ -78,7 +48,7 @@ impl Ord for Entry {
     }
 }
 
-/// The deadlines awaited, earliest first, and the thread that answers them.
+/// The deadlines awaited, earliest first, and the thread that tells them.
 struct Watcher {
     entries: Mutex<BinaryHeap<Reverse<Entry>>>,
     changed: Condvar,
@@ -112,19 +82,16 @@ impl Watcher {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn watch(&self, bounded: &Arc<Bounded>) {
+    fn watch(&self, at: Instant, what: Weak<dyn Expire>) {
         let mut entries = self.lock();
         if entries.len() >= self.sweep_at.load(Ordering::Relaxed) {
-            // Calls answered in time dropped their `Bounded`: nothing is left to answer.
-            entries.retain(|Reverse(entry)| entry.reply.strong_count() > 0);
+            // Calls answered in time dropped what their entries point to.
+            entries.retain(|Reverse(entry)| entry.what.strong_count() > 0);
             self.sweep_at
                 .store((2 * entries.len()).max(SWEEP_FROM), Ordering::Relaxed);
         }
-        let earliest = entries.peek().is_none_or(|Reverse(first)| bounded.deadline < first.at);
-        entries.push(Reverse(Entry {
-            at: bounded.deadline,
-            reply: Arc::downgrade(bounded),
-        }));
+        let earliest = entries.peek().is_none_or(|Reverse(first)| at < first.at);
+        entries.push(Reverse(Entry { at, what }));
         drop(entries);
         if earliest {
             self.changed.notify_one();
@@ -146,14 +113,50 @@ impl Watcher {
                 }
                 Some(_) => {
                     let Some(Reverse(entry)) = entries.pop() else { continue };
-                    // Answered and gone already, or answered now: the caller stops waiting.
-                    if let Some(reply) = entry.reply.upgrade().and_then(|bounded| bounded.take()) {
+                    if let Some(what) = entry.what.upgrade() {
                         drop(entries);
-                        reply.error_now(exceeded());
+                        what.expire();
+                        drop(what);
                         entries = self.lock();
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    struct Flag(AtomicBool);
+
+    impl Expire for Flag {
+        fn expire(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn tells_what_is_alive_at_its_deadline() {
+        let soon = Arc::new(Flag(AtomicBool::new(false)));
+        let later = Arc::new(Flag(AtomicBool::new(false)));
+        let now = Instant::now();
+        let soon_weak: Weak<dyn Expire> = Arc::downgrade(&soon) as Weak<dyn Expire>;
+        let later_weak: Weak<dyn Expire> = Arc::downgrade(&later) as Weak<dyn Expire>;
+        watch(now + Duration::from_secs(60), later_weak);
+        watch(now + Duration::from_millis(20), soon_weak);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !soon.0.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            soon.0.load(Ordering::SeqCst),
+            "told at its deadline, before a later one"
+        );
+        assert!(!later.0.load(Ordering::SeqCst), "not before its own");
     }
 }
