@@ -37,7 +37,7 @@ import socket
 import ssl
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable, Iterable, Union, overload
+from typing import Any, Awaitable, Callable, Iterable, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux
@@ -411,7 +411,32 @@ class _Endpoint:
         return not (isinstance(request, dict) and "id" not in request and "method" in request)
 
 
-class Client(_Endpoint):
+_Owner = TypeVar("_Owner", bound="_OwnsSocket")
+
+
+class _OwnsSocket:
+    """What a blocking client object that owns a socket (in the attribute named by
+    ``_SOCKET``) does at its end: ``with`` calls ``close()``, and the garbage collector
+    closes the socket when ``close()`` never ran."""
+
+    _SOCKET = "sock"
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Owner) -> _Owner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        sock = self.__dict__.get(self._SOCKET)
+        if sock is not None:
+            sock.close()
+
+
+class Client(_Endpoint, _OwnsSocket):
     """A blocking JSON-RPC client over HTTP/1.1 (default), raw TCP (``use_http=False``) or
     WebSocket (a ``ws://`` or ``wss://`` URI), each in plaintext or over TLS.
 
@@ -697,17 +722,6 @@ class Client(_Endpoint):
             finally:
                 sock.close()
 
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        sock = self.__dict__.get("sock")
-        if sock is not None:
-            sock.close()
-
 
 class _Closed(Exception):
     pass
@@ -733,9 +747,11 @@ def _cancel_request(request_id: int) -> bytes:
     return dumps({"jsonrpc": "2.0", "method": _streamed.CANCEL_METHOD, "params": {"id": request_id}})
 
 
-class Stream:
+class Stream(_OwnsSocket):
     """The items of a streamed call (``Client.stream``), as they arrive; ``result`` is the
     final reply's result once they are all read."""
+
+    _SOCKET = "_sock"
 
     def __init__(self, client: Client, method: str, params: Any) -> None:
         self.result: Any = None
@@ -819,17 +835,6 @@ class Stream:
     def close(self) -> None:
         """Hang up: the server stops the stream."""
         sock, self._sock = self._sock, None
-        if sock is not None:
-            sock.close()
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        sock = self.__dict__.get("_sock")
         if sock is not None:
             sock.close()
 

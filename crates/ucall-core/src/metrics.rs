@@ -259,7 +259,8 @@ impl BatchMeter {
 }
 
 /// The bucket of `value`: the first whose bound is at least `value`, or the `+Inf` one after
-/// them (as [`Metrics::handled_at`] finds a call's).
+/// them. From the smallest bound up: most calls land in the first buckets, which a scan
+/// reaches sooner than a binary search.
 fn bucket_of(bounds: &[u64], value: u64) -> usize {
     bounds.iter().position(|&bound| value <= bound).unwrap_or(bounds.len())
 }
@@ -363,14 +364,7 @@ impl Metrics {
         let stats = self.stats(slot);
         let class = code.map_or_else(code_class, |()| 0);
         stats.handled[class].fetch_add(1, Relaxed);
-        // From the smallest bound up: most calls land in the first buckets, which a scan
-        // reaches sooner than a binary search.
-        let bucket = self
-            .bounds_nanos
-            .iter()
-            .position(|&bound| nanos <= bound)
-            .unwrap_or(self.bounds_nanos.len());
-        stats.buckets[bucket].fetch_add(1, Relaxed);
+        stats.buckets[bucket_of(&self.bounds_nanos, nanos)].fetch_add(1, Relaxed);
         stats.sum_nanos.fetch_add(nanos, Relaxed);
     }
 
