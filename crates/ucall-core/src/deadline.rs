@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The process's deadline watcher: at a call's deadline, what watches it ([`Expire`]) is
 //! told, so that the caller hears "deadline exceeded" at once whatever the call is doing
-//! (see `crate::defer`, where a deferred reply with a deadline races its watcher).
+//! (a deferred reply with a deadline races its watcher: whichever comes first answers).
+//! Below the call layers: it knows only the [`Expire`] it is handed, never who made it.
 //!
 //! One thread for the process sleeps until the earliest deadline; it starts with the first
 //! call that has a deadline, and calls without one never touch it. A call answered in time

@@ -208,7 +208,7 @@ struct TransportStats {
     bytes_out: AtomicU64,
 }
 
-/// One batch procedure's histograms (`crate::batch`): calls per batch, and each call's
+/// One batch procedure's histograms: calls per batch, and each call's
 /// time in the queue until its batch ran. Made when serving starts ([`Metrics::batch_meter`]);
 /// the procedure's batch threads count into it once per batch, with relaxed atomics.
 #[derive(Debug)]

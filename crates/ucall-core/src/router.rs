@@ -31,7 +31,7 @@ pub trait Handler: Send + Sync + 'static {
     /// The error is sent to the caller as the JSON-RPC error object.
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError>;
 
-    /// A batch procedure (`crate::batch`) counts its batches into the meter that
+    /// A batch procedure (one that forms batches of calls) counts its batches into the meter that
     /// `meter(max_size)` makes; other procedures have none and ignore it. Called once,
     /// when serving starts with metrics on.
     fn meter_batches(&self, meter: &mut dyn FnMut(usize) -> Arc<BatchMeter>) {
