@@ -230,6 +230,32 @@ def big_arrays(run: Run):
     return name, body
 
 
+def peak(run: Run, width: int = 4, rounds: int = 3) -> None:
+    """Before the steady load: `rounds` times, `width` 1.6 MB echoes at once (over HTTP and raw
+    TCP). The server keeps a few large buffers for its next large messages (a bounded pool,
+    `buffer::Spares`) and the allocator keeps what it freed: their high-water mark is reached
+    here, so that a later rare overlap of large messages (one workload sends them, a
+    connection each) is not judged as growth. A leak still grows after it."""
+    name, body = big_arrays(run)
+    for round_ in range(rounds):
+        threads = [
+            threading.Thread(target=forever_once, args=(name, run, body, 1000 * round_ + i), daemon=True)
+            for i in range(width)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+
+
+def forever_once(name: str, run: Run, body: Callable[[random.Random], None], seed: int) -> None:
+    """Run `body` once, recording an exception as a failure (as `forever` does)."""
+    try:
+        body(random.Random(seed))
+    except (OSError, Closed, ValueError) as error:
+        run.fail(name, f"{type(error).__name__}: {error}")
+
+
 def churn(run: Run):
     """A connection per call, over HTTP, raw TCP and TLS (a handshake each time)."""
     name = "churn"
