@@ -63,7 +63,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use slab::Slab;
@@ -431,7 +431,7 @@ impl UringWorker {
         }
         self.turns += 1;
         self.now = Instant::now();
-        self.serving.date.refresh(SystemTime::now());
+        self.serving.date.refresh(self.now);
         self.reap();
         self.start_accepted();
         if self.shared.stopping.load(Ordering::Acquire) && self.drain() {
