@@ -41,6 +41,16 @@ pub struct Scratch {
     pub http_status: Option<u16>,
     /// The worker's request log lines not yet written (when the log is on).
     pub(crate) lines: Lines,
+    /// The router's slot of the last procedure called (see [`Router::find_after`]).
+    last_found: u32,
+}
+
+/// What answering one element leaves besides its reply: the places of deferred replies,
+/// the HTTP status its error names (kept for a single call only) and the slot found.
+struct Notes<'s> {
+    deferred: &'s mut Vec<DeferredAt>,
+    status: Option<&'s mut Option<u16>>,
+    last_found: &'s mut u32,
 }
 
 /// A deferred reply's place in the message's output.
@@ -222,17 +232,12 @@ pub fn process(
     if !message::is_batch(text.as_bytes()) {
         return match message::parse_request(text) {
             Ok(envelope) => {
-                let status = &mut scratch.http_status;
-                if answer(
-                    &envelope,
-                    context,
-                    router,
-                    deferrals,
-                    &mut scratch.deferred,
-                    status,
-                    logging.as_mut(),
-                    out,
-                ) {
+                let mut notes = Notes {
+                    deferred: &mut scratch.deferred,
+                    status: Some(&mut scratch.http_status),
+                    last_found: &mut scratch.last_found,
+                };
+                if answer(&envelope, context, router, deferrals, &mut notes, logging.as_mut(), out) {
                     Outcome::Replied
                 } else {
                     Outcome::Silent
@@ -302,6 +307,11 @@ pub fn process(
     // A batch's reply is one message: its calls cannot stream.
     let streams = std::mem::replace(&mut deferrals.streams, false);
     let mut replies = 0usize;
+    let mut notes = Notes {
+        deferred: &mut scratch.deferred,
+        status: None,
+        last_found: &mut scratch.last_found,
+    };
     for element in &scratch.elements {
         let comma_at = out.len();
         if replies > 0 {
@@ -311,16 +321,7 @@ pub fn process(
             logging.bytes_in = raw_elements.as_mut().and_then(Iterator::next).map_or(0, str::len);
         }
         let envelope = element.envelope(text);
-        if answer(
-            &envelope,
-            context,
-            router,
-            deferrals,
-            &mut scratch.deferred,
-            &mut None,
-            logging.as_mut(),
-            out,
-        ) {
+        if answer(&envelope, context, router, deferrals, &mut notes, logging.as_mut(), out) {
             replies += 1;
         } else {
             out.truncate(comma_at);
@@ -337,16 +338,13 @@ pub fn process(
     Outcome::Replied
 }
 
-/// Answer one element; returns whether a reply was appended. An error that names an HTTP
-/// status leaves it in `status`.
-#[allow(clippy::too_many_arguments)]
+/// Answer one element; returns whether a reply was appended.
 fn answer(
     envelope: &Envelope<'_>,
     context: &Context<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    status: &mut Option<u16>,
+    notes: &mut Notes<'_>,
     logging: Option<&mut Logging<'_>>,
     out: &mut Vec<u8>,
 ) -> bool {
@@ -361,37 +359,33 @@ fn answer(
             }
             true
         }
-        Envelope::Request(request) => call(request, context, router, deferrals, deferred, status, logging, out),
+        Envelope::Request(request) => call(request, context, router, deferrals, notes, logging, out),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn call(
     request: &Request<'_>,
     context: &Context<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    status: &mut Option<u16>,
+    notes: &mut Notes<'_>,
     logging: Option<&mut Logging<'_>>,
     out: &mut Vec<u8>,
 ) -> bool {
     // Two copies of one body: without the log, the call pays this one branch.
     match logging {
-        None => call_as::<false>(request, context, router, deferrals, deferred, status, None, out),
-        logging => call_as::<true>(request, context, router, deferrals, deferred, status, logging, out),
+        None => call_as::<false>(request, context, router, deferrals, notes, None, out),
+        logging => call_as::<true>(request, context, router, deferrals, notes, logging, out),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn call_as<const LOG: bool>(
     request: &Request<'_>,
     context: &Context<'_>,
     router: &Router,
     deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    status: &mut Option<u16>,
+    notes: &mut Notes<'_>,
     logging: Option<&mut Logging<'_>>,
     out: &mut Vec<u8>,
 ) -> bool {
@@ -405,7 +399,7 @@ fn call_as<const LOG: bool>(
         None
     };
     let mut clock = Clock::default();
-    let outcome = match router.find(&request.method) {
+    let outcome = match router.find_after(&request.method, notes.last_found) {
         Some(found) => {
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
@@ -451,7 +445,7 @@ fn call_as<const LOG: bool>(
             Ok(Invoked::Done) => out.push(b'}'),
             Ok(Invoked::Deferred(slot)) => {
                 out.truncate(start);
-                deferred.push(DeferredAt {
+                notes.deferred.push(DeferredAt {
                     offset: start,
                     slot: *slot,
                     id: id.map(Box::from),
@@ -460,7 +454,9 @@ fn call_as<const LOG: bool>(
             Err(error) => {
                 out.truncate(start);
                 write_rpc_error(out, id, error);
-                *status = error.http_status();
+                if let Some(status) = notes.status.as_deref_mut() {
+                    *status = error.http_status();
+                }
             }
         }
         true
