@@ -45,9 +45,19 @@ fn skip_value(s: &[u8], i: usize) -> usize {
 /// Index just past the string whose opening quote is at `i`.
 ///
 /// memchr finds the next quote or backslash with SIMD: large strings (base64 payloads)
-/// are the common case where this walk shows up in profiles.
+/// are the common case where this walk shows up in profiles. Its set-up costs more than
+/// a short string (a key, a small value): the first [`SHORT_STRING`] bytes are looked at
+/// one by one.
 fn skip_string(s: &[u8], mut i: usize) -> usize {
     i += 1;
+    let short_end = s.len().min(i + SHORT_STRING);
+    while i < short_end {
+        match s[i] {
+            b'"' => return i + 1,
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
     while let Some(found) = s.get(i..).and_then(|rest| memchr::memchr2(b'"', b'\\', rest)) {
         i += found;
         if s[i] == b'"' {
@@ -57,6 +67,9 @@ fn skip_string(s: &[u8], mut i: usize) -> usize {
     }
     s.len()
 }
+
+/// How far [`skip_string`] looks byte by byte before handing a string to memchr.
+const SHORT_STRING: usize = 16;
 
 const fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b'\r')
@@ -159,7 +172,8 @@ impl<'a> Iterator for Members<'a> {
 #[must_use]
 pub fn key_equals(raw_key: &str, name: &str) -> bool {
     let inner = raw_key.get(1..raw_key.len().saturating_sub(1)).unwrap_or("");
-    if !inner.contains('\\') {
+    // Keys are short: a plain loop, not the memchr set-up `contains` pays.
+    if !inner.bytes().any(|b| b == b'\\') {
         return inner == name;
     }
     cold_decode_string(raw_key).is_some_and(|decoded| decoded == name)
@@ -206,9 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn short_and_long_strings_end_at_their_closing_quote() {
+        // Every length across the byte loop's reach, with and without an escape at each
+        // place, against the string's own end.
+        for len in 0..(3 * SHORT_STRING) {
+            for escape_at in std::iter::once(None).chain((0..len).map(Some)) {
+                let mut body = "x".repeat(len);
+                if let Some(at) = escape_at {
+                    body.insert_str(at, r#"\""#);
+                }
+                let text = format!(r#""{body}",1"#);
+                assert_eq!(skip_string(text.as_bytes(), 0), body.len() + 2, "{text}");
+            }
+        }
+        // An unterminated string, or one ending in a lone backslash, runs to the end.
+        assert_eq!(skip_string(br#""abc"#, 0), 4);
+        assert_eq!(skip_string(br#""abc\"#, 0), 5);
+    }
+
+    #[test]
     fn skips_long_strings_with_escapes_anywhere() {
         // The SIMD search must honour an escape that falls at any offset in a long string.
-        for at in [0, 1, 31, 32, 33, 63, 64, 4095] {
+        // Offsets around SHORT_STRING too: an escape the byte loop skips past its end.
+        for at in [0, 1, 14, 15, 16, 17, 31, 32, 33, 63, 64, 4095] {
             let mut body = "A".repeat(5000);
             body.insert_str(at, r#"\\\""#); // an escaped backslash, then an escaped quote
             let text = format!(r#"{{"data":"{body}","n":[1,"]"]}}"#);
