@@ -89,14 +89,14 @@ format:  ## Format the Rust code
 	cargo fmt --all
 
 .PHONY: bench
-bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor and peers, memory, hostile clients; writes docs/benchmarks.md
+bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor and peers, memory, hostile clients; writes docs/benchmarks.md
 	@scripts/setup.sh bench
 	@# The tables show what failed, so they are published either way; the status is the run's.
 	@# A run that stopped before writing its tables (an error before measuring, a signal)
 	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
 	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
 	@# 9,000 of them, and after they close) and js/bench/echo.mjs (the JS client beside jayson and
-	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) and benches/workers.py (--workers 2 against 1) add their tables to the brief,
+	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) and benches/workers.py (--workers 2 against 1) and benches/client_bench.py (the clients beside grpcio and httpx) and benches/client_tls.py (the Python clients over HTTPS, rustls beside Python's ssl) add their tables to the brief,
 	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
 	@stamp=$$(mktemp); $(BENCH) ; status=$$?; \
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
@@ -105,6 +105,8 @@ bench: python  ## Full benchmarks (about 35 minutes): UCall beside the C floor a
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/workers.py --append benches/results/latest-brief.md --goals-are-reported || status=1; \
+	$(PY) benches/client_bench.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/client_tls.py --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin sum_server && \
 	$(PY) benches/idle_memory.py --servers rust,python --goals-are-reported --append benches/results/latest-brief.md || status=1; \
 	cargo build --release --quiet -p ucall-examples --bin bench_server && \
@@ -129,6 +131,10 @@ bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust an
 	@scripts/setup.sh bench
 	@benches/setup_peers.sh >/dev/null || true  # grpcio's server and client; a failed install shows in the table
 	$(PY) benches/client_bench.py
+
+.PHONY: bench-client-tls
+bench-client-tls: python  ## The Python clients over HTTPS (about 1 minute): rustls beside Python's ssl
+	$(PY) benches/client_tls.py
 
 .PHONY: bench-batching
 bench-batching: python  ## Dynamic batching (about 2 minutes): a numpy MLP batched vs unbatched, beside Ray Serve's @serve.batch

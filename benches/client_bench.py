@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Client benchmarks: gRPCClient2.jl's two workloads against one server core.
 
-    python benches/client_bench.py [--samples N] [--only NAME,...]     (make bench-client)
+    python benches/client_bench.py [--samples N] [--only NAME,...] [--append FILE]
+                                                    (make bench-client; make bench appends its table)
 
 * smol: 1,000 echo calls of 16 bytes in flight per sample;
 * large ("batch inference"): 100 echo calls of a 32x224x224 uint8 array (1.6 MB) per sample.
@@ -21,8 +22,8 @@ the result as JSON text. Clients:
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
 * ``httpx``: ``httpx.AsyncClient`` (HTTP/1.1, a pool of connections), calls gathered.
 
-Prints a table and the goals, and writes ``target/bench/client.json``. Every process it
-starts is stopped by its PID.
+Prints a table and the goals (``--append FILE`` adds them to a Markdown brief), and
+writes ``target/bench/client.json``. Every process it starts is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -260,6 +261,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=5, help="measured samples per client and workload")
     parser.add_argument("--only", default="", help="comma-separated clients to run (default: all)")
     parser.add_argument("--workloads", default="smol,large")
+    parser.add_argument("--append", type=Path, help="add the table and goals to this Markdown file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)
@@ -300,6 +302,15 @@ def main() -> int:
                 grpc_server.stop()
     (OUT / "client.json").write_text(json.dumps(results, indent=1))
     print(table(results))
+    if args.append:
+        sizes = ", ".join(f"{w}: {WORKLOADS[w][0]:,} calls of {WORKLOADS[w][1]:,} bytes" for w in workloads)
+        with args.append.open("a") as brief:
+            brief.write(
+                "\n### Clients (benches/client_bench.py)\n\n"
+                f"gRPCClient2.jl's workloads ({sizes} per sample, {args.samples} samples), echoed by the Rust "
+                f"`bench_server` on CPU {SERVER_CPU}, each client in a process of its own on CPU {CLIENT_CPU}; "
+                "client CPU is all its threads'.\n\n" + table(results) + "\n"
+            )
     return 0
 
 

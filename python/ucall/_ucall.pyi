@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The private extension module behind ``ucall`` (Rust, PyO3). Use the public API instead."""
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, final
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, final
 
 __all__ = [
     "BatchReply",
@@ -229,10 +229,19 @@ def loads(text: str) -> Any:
 
 @final
 class NativeClient:
-    """A blocking client's connection (plain HTTP, raw TCP or WebSocket); the GIL is
-    released while it waits."""
+    """A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS);
+    the GIL is released while it waits. ``tls`` (None: plaintext) holds ``cacert``,
+    ``insecure``, ``tls_cert``, ``tls_key``, ``server_hostname`` and ``resumption``."""
 
-    def __new__(cls, host: str, port: int, protocol: str, path: str, timeout: Optional[float]) -> "NativeClient": ...
+    def __new__(
+        cls,
+        host: str,
+        port: int,
+        protocol: str,
+        path: str,
+        timeout: Optional[float],
+        tls: Optional[Dict[str, Any]] = None,
+    ) -> "NativeClient": ...
     def calls(
         self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
     ) -> List[Tuple[Optional[int], bytes, bool]]:
@@ -243,13 +252,23 @@ class NativeClient:
     ) -> List[Tuple[Optional[int], bytes, bool]]:
         """Send request objects and read ``replies`` replies."""
     def close(self) -> None: ...
+    def tls_info(self) -> Optional[Tuple[Optional[str], bool, Optional[bytes]]]:
+        """What the open TLS connection agreed on: ``(alpn, resumed, server certificate
+        DER)``; None without TLS or a connection."""
 
 @final
 class NativeMux:
     """One connection with many calls in flight and an I/O thread of its own."""
 
     def __new__(
-        cls, host: str, port: int, protocol: str, path: str, timeout: Optional[float], notify_fd: int
+        cls,
+        host: str,
+        port: int,
+        protocol: str,
+        path: str,
+        timeout: Optional[float],
+        notify_fd: int,
+        tls: Optional[Dict[str, Any]] = None,
     ) -> "NativeMux": ...
     def call(
         self, method: str, params: Any, id: Optional[int], encode: Callable[[Any], Any], timeout: Optional[float] = None

@@ -21,9 +21,11 @@ them; ``Response.bytes``, ``.numpy`` and ``.image`` unpack rich results.
 
 TLS verifies the server's certificate and name by default, against the system's CAs or
 ``cacert``; ``insecure=True`` skips the check. A failed check raises ``ConnectError``
-whose ``__cause__`` is the ``ssl.SSLCertVerificationError``. ``tls_cert=`` and
+whose ``__cause__`` is an ``ssl.SSLCertVerificationError`` saying why. ``tls_cert=`` and
 ``tls_key=`` present a client certificate to a server that requires one; a server that
-refuses it (or its absence) makes the call raise ``ConnectError`` saying so.
+refuses it (or its absence) makes the call raise ``ConnectError`` saying so. Calls run on
+the native transport (rustls for TLS); a client given an ``ssl_context=`` uses Python's
+``ssl`` with it instead.
 """
 
 from __future__ import annotations
@@ -328,16 +330,29 @@ class _Endpoint:
         self.path = path
         if ssl_context is not None and (cacert is not None or insecure or tls_cert is not None or tls_key is not None):
             raise ValueError("ssl_context= is used as given: drop cacert=, insecure=, tls_cert= and tls_key=")
+        given_context = ssl_context is not None
         if self.tls and ssl_context is None:
+            # Made even for the native transport: it checks the files (naming them in its
+            # errors), and streams and uploads with progress reports run on Python's ssl.
             ssl_context = tls_context(cacert, insecure, use_http, tls_cert, tls_key)
         self.ssl_context = ssl_context if self.tls else None
         self.server_hostname = server_hostname or uri
         self._ids = itertools.count(1)
-        # Plain HTTP, raw TCP and WebSocket run on the native transport (ucall-client):
-        # requests written and replies framed in Rust, the GIL released while waiting. TLS
-        # stays on Python's ssl (ssl_context=, session resumption, the certificate-error
-        # chain), WebSocket over TLS included.
-        self._native_protocol = None if self.tls else ("ws" if self.websocket else "http" if self.use_http else "tcp")
+        # Calls run on the native transport (ucall-client): requests written and replies
+        # framed in Rust, TLS by rustls, the GIL released while waiting. An ssl_context=
+        # is a Python object, so a client given one stays on Python's ssl.
+        native = not given_context
+        self._native_protocol = ("ws" if self.websocket else "http" if self.use_http else "tcp") if native else None
+        self._native_tls: dict[str, Any] | None = None
+        if self.tls and native:
+            self._native_tls = {
+                "cacert": os.fspath(cacert) if cacert is not None else None,
+                "insecure": insecure,
+                "tls_cert": os.fspath(tls_cert) if tls_cert is not None else None,
+                "tls_key": os.fspath(tls_key) if tls_key is not None else None,
+                "server_hostname": server_hostname,
+                "resumption": True,
+            }
 
     @property
     def url(self) -> str:
@@ -478,7 +493,10 @@ class Client(_Endpoint, _OwnsSocket):
         self._reader: Framer = ReplyReader(self.use_http)
         self._native: NativeClient | None = None
         if self._native_protocol is not None:
-            self._native = NativeClient(self.uri, self.port, self._native_protocol, self.path, timeout)
+            if self._native_tls is not None:
+                self._native_tls["resumption"] = session_resumption
+            native = self._native_protocol, self.path, timeout
+            self._native = NativeClient(self.uri, self.port, *native, self._native_tls)
 
     # ------------------------------------------------------------ calling
 
@@ -1122,8 +1140,9 @@ class AsyncClient(_Endpoint):
             results = await asyncio.gather(*(client.sum(i, 1) for i in range(100)))
 
     It takes the same addresses and TLS options as ``Client`` (``ws://``, ``wss://``,
-    ``tls=True``, ``cacert``, ``tls_cert``, ...); asyncio gives no way to resume a TLS
-    session. As ``Client``, it opens a new connection for a call when the server has
+    ``tls=True``, ``cacert``, ``tls_cert``, ...) but ``session_resumption``: it resumes
+    TLS sessions on reconnection, except with an ``ssl_context=`` (asyncio gives no way
+    to resume one). As ``Client``, it opens a new connection for a call when the server has
     closed the idle one, whether or not the event loop has run since.
     """
 
@@ -1381,7 +1400,8 @@ class _Mux:
         try:
             # The write end goes to the native side, which closes it after its I/O thread.
             fd = wake_w.detach()
-            self.native = NativeMux(client.uri, client.port, client._native_protocol, client.path, client.timeout, fd)
+            native = client._native_protocol, client.path, client.timeout
+            self.native = NativeMux(client.uri, client.port, *native, fd, client._native_tls)
         except BaseException:
             self.wake_r.close()
             raise
@@ -1433,6 +1453,13 @@ class _Mux:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: no "never retrieved" warning
+
+    def __del__(self) -> None:
+        # A client dropped without close() (after a failed connection, say): the wake-up
+        # socket goes with it quietly, as a Client's socket does.
+        wake_r = self.__dict__.get("wake_r")
+        if wake_r is not None:
+            wake_r.close()
 
     def close(self, error: Exception) -> None:
         if self.timer is not None:

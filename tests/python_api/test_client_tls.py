@@ -74,12 +74,17 @@ def server(certs, request):
         server.stop()
 
 
+def served_certificate(certs: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert((certs / "cert.pem").read_text())
+
+
 def test_https_verified_against_the_ca(server, certs):
     with Client(port=server.tls_port, tls=True, cacert=certs / "ca.pem") as client:
         assert client.url == f"https://127.0.0.1:{server.tls_port}/"
         assert client.sum(a=1, b=2).json == 3
-        assert client.sock.selected_alpn_protocol() == "http/1.1"
-        assert client.sock.getpeercert()["subject"] == ((("commonName", "localhost"),),)
+        assert client.sock is None  # the native transport (rustls) carries the calls
+        alpn, resumed, peer = client._native.tls_info()
+        assert (alpn, resumed, peer) == ("http/1.1", False, served_certificate(certs))
         assert client.notify("echo", 1) is None
         with client.batch() as batch:
             first = batch.sum(1, 2)
@@ -92,11 +97,23 @@ def test_https_verified_against_the_ca(server, certs):
         assert client.sum(2, 2).json == 4
     with Client(port=server.tls_port, cacert=certs / "ca.pem", server_hostname="localhost") as client:
         assert client.sum(3, 3).json == 6
+    # An ssl_context= is Python's: the calls go through Python's ssl, on client.sock.
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    context.set_alpn_protocols(["http/1.1"])
+    with Client(port=server.tls_port, ssl_context=context) as client:
+        assert client.sum(4, 4).json == 8
+        assert client.sock.selected_alpn_protocol() == "http/1.1"
+        assert client.sock.getpeercert()["subject"] == ((("commonName", "localhost"),),)
 
 
 def test_verification_is_on_by_default_and_fails_clearly(server, certs):
     with pytest.raises(ConnectError, match="cannot verify the TLS certificate of 127.0.0.1:") as caught:
         Client(port=server.tls_port, tls=True).sum(1, 2)
+    assert isinstance(caught.value.__cause__, ssl.SSLCertVerificationError)
+    assert "unknown issuer" in caught.value.__cause__.verify_message
+    context = ssl.create_default_context()  # Python's ssl: its own error is the cause
+    with pytest.raises(ConnectError, match="cannot verify the TLS certificate of 127.0.0.1:") as caught:
+        Client(port=server.tls_port, ssl_context=context).sum(1, 2)
     assert isinstance(caught.value.__cause__, ssl.SSLCertVerificationError)
     with pytest.raises(ConnectError, match="cannot verify the TLS certificate"):
         Client(f"https://127.0.0.1:{server.tls_port}", cacert=certs / "other-ca.pem").sum(1, 2)
@@ -154,15 +171,33 @@ def test_raw_tcp_over_tls(server, certs):
         assert client.echo(BIG).bytes == BIG
 
 
+def resumed(client: Client) -> bool:
+    info = client._native.tls_info()
+    assert info is not None, "no TLS connection open"
+    return info[1]
+
+
 def test_session_resumption(server, certs):
     with Client(port=server.tls_port, cacert=certs / "ca.pem") as client:
+        assert client.sum(1, 2).json == 3
+        assert not resumed(client)
+        client.close()
+        assert client.sum(1, 2).json == 3  # a new connection, the session resumed
+        assert resumed(client)
+    with Client(port=server.tls_port, cacert=certs / "ca.pem", session_resumption=False) as client:
+        client.sum(1, 2)
+        client.close()
+        client.sum(1, 2)
+        assert not resumed(client)
+    # With an ssl_context=, Python's ssl keeps the session (client.session) and resumes it.
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    with Client(port=server.tls_port, ssl_context=context) as client:
         assert client.sum(1, 2).json == 3
         assert not client.sock.session_reused
         client.close()
         assert client.session is not None
-        assert client.sum(1, 2).json == 3  # a new connection, the session resumed
-        assert client.sock.session_reused
-    with Client(port=server.tls_port, cacert=certs / "ca.pem", session_resumption=False) as client:
+        assert client.sum(1, 2).json == 3 and client.sock.session_reused
+    with Client(port=server.tls_port, ssl_context=context, session_resumption=False) as client:
         client.sum(1, 2)
         client.close()
         client.sum(1, 2)
@@ -174,7 +209,11 @@ def test_published_client_tls(server, certs):
         assert client.sum(a=1, b=2).json == 3
         assert client.sum(3, 4).json == 7
         client.close()
-        assert client.sum(1, 1).json == 2 and client.sock.session_reused
+        assert client.sum(1, 1).json == 2 and resumed(client)
+    with ClientTLS("127.0.0.1", server.tls_port, None, True, False) as client:
+        assert client.sum(1, 2).json == 3
+        client.close()
+        assert client.sum(1, 2).json == 3 and not resumed(client)
     context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
     with ClientTLS("127.0.0.1", server.tls_port, context, False, False) as client:
         assert client.ssl_context is context and client.sum(1, 2).json == 3

@@ -125,14 +125,14 @@ def test_wss(secure, certs):
     with Client(url, cacert=certs / "ca.pem") as client:
         assert client.tls and client.websocket
         assert client.sum(1, 2).json == 3
-        assert client.sock.selected_alpn_protocol() == "http/1.1"
+        assert client._native.tls_info()[0] == "http/1.1"
         assert client.notify("echo", 1) is None
         with client.batch() as batch:
             first, second = batch.sum(1, 2), batch.sum(3, 4)
         assert (first.json, second.json) == (3, 7)
         assert client.echo(BIG).bytes == BIG
         client.close()
-        assert client.sum(2, 2).json == 4 and client.sock.session_reused
+        assert client.sum(2, 2).json == 4 and client._native.tls_info()[1]  # resumed
     with Client(f"wss://127.0.0.1:{secure.port}", insecure=True) as client:
         assert client.sum(2, 3).json == 5
     with pytest.raises(ConnectError, match="cannot verify the TLS certificate"):

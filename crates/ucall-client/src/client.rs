@@ -242,6 +242,13 @@ impl Client {
         Err(Error::transport(format!("connection to {where_} lost")))
     }
 
+    /// What the open TLS connection agreed on (ALPN, resumption, the server's
+    /// certificate); `None` without TLS or before the first call.
+    #[must_use]
+    pub fn tls_info(&self) -> Option<crate::TlsInfo> {
+        self.conn.tls_info()
+    }
+
     /// Close the connection (a WebSocket with its closing frame); calls re-open it.
     pub fn close(&mut self) {
         self.conn.close();

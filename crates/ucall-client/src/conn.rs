@@ -14,7 +14,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::endpoint::Endpoint;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result, TlsRefusal};
 use crate::framing::{websocket_handshake, OutQueue, Protocol, Reply, ReplyReader, RequestFramer};
 
 const SOCKET: Token = Token(0);
@@ -45,6 +45,19 @@ struct Link {
     writable: bool,
     /// The server has sent reply bytes on this connection.
     heard: bool,
+    /// `host:port`, for errors.
+    authority: String,
+}
+
+/// What a TLS connection agreed on (see [`Connection::tls_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsInfo {
+    /// The ALPN protocol chosen (`http/1.1` for HTTP and WebSocket), if any.
+    pub alpn: Option<Vec<u8>>,
+    /// Whether the session was resumed rather than negotiated in full.
+    pub resumed: bool,
+    /// The server's certificate (DER).
+    pub peer_certificate: Option<Vec<u8>>,
 }
 
 /// A reusable connection to one endpoint: opened on demand, dropped on failure.
@@ -156,6 +169,7 @@ impl Connection {
             readable: false,
             writable: false,
             heard: false,
+            authority,
         };
         if let Some(tls) = &mut link.tls {
             tls.set_buffer_limit(Some(TLS_BUFFER));
@@ -189,14 +203,12 @@ impl Connection {
                     )));
                 }
                 Ok(_) => {}
+                Err(error) if error.tls_refusal().is_some() => return Err(error),
                 Err(error) if tls_busy => {
                     let why = error.message().trim_start_matches("TLS: ");
-                    return Err(Error::connect(match why.strip_prefix("invalid peer certificate: ") {
-                        Some(why) => format!("cannot verify the TLS certificate of {where_}: {why}"),
-                        None => format!("TLS handshake with {where_} failed: {why}"),
-                    }));
+                    return Err(Error::connect(format!("TLS handshake with {where_} failed: {why}")));
                 }
-                Err(error) if error.kind() == crate::ErrorKind::Protocol => return Err(error),
+                Err(error) if error.kind() == ErrorKind::Protocol => return Err(error),
                 Err(error) => {
                     return Err(Error::connect(format!(
                         "WebSocket handshake with {where_} failed: {}",
@@ -205,6 +217,20 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// What the open TLS connection agreed on; `None` without TLS or a connection.
+    #[must_use]
+    pub fn tls_info(&self) -> Option<TlsInfo> {
+        let tls = self.link.as_ref()?.tls.as_ref()?;
+        Some(TlsInfo {
+            alpn: tls.alpn_protocol().map(<[u8]>::to_vec),
+            resumed: tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            peer_certificate: tls
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|cert| cert.as_ref().to_vec()),
+        })
     }
 
     /// Whether the kept-alive socket is unfit for the next call: between calls a server
@@ -400,9 +426,7 @@ fn fill(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<()> {
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                     Err(error) => return Err(Error::transport(format!("read: {error}"))),
                 }
-                let state = tls
-                    .process_new_packets()
-                    .map_err(|e| Error::transport(format!("TLS: {e}")))?;
+                let state = tls.process_new_packets().map_err(|e| tls_error(&link.authority, &e))?;
                 let mut plain = state.plaintext_bytes_to_read();
                 while plain > 0 {
                     let room = link.reader.read_buf();
@@ -437,6 +461,47 @@ fn fill(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A TLS failure as the caller can act on it: the server's certificate that did not
+/// verify, the server's refusal of the client's certificate (under TLS 1.3 that alert
+/// comes after the handshake, in place of a reply), or anything else.
+fn tls_error(authority: &str, error: &rustls::Error) -> Error {
+    use rustls::{AlertDescription as Alert, CertificateError as Cert};
+    match error {
+        rustls::Error::InvalidCertificate(why) => {
+            let why = match why {
+                Cert::NotValidForName | Cert::NotValidForNameContext { .. } => format!("hostname mismatch: {why}"),
+                Cert::UnknownIssuer => "unknown issuer: no trusted CA signed it (a self-signed certificate, or \
+                                        one from a CA that is not trusted here)"
+                    .to_owned(),
+                Cert::Expired | Cert::ExpiredContext { .. } => format!("certificate has expired: {why}"),
+                _ => why.to_string(),
+            };
+            Error::refused(
+                TlsRefusal::ServerCertificate,
+                format!("cannot verify the TLS certificate of {authority}: {why}"),
+            )
+        }
+        rustls::Error::AlertReceived(alert) => {
+            let what = match alert {
+                Alert::CertificateRequired => "certificate required",
+                Alert::BadCertificate => "bad certificate",
+                Alert::UnsupportedCertificate => "unsupported certificate",
+                Alert::CertificateRevoked => "certificate revoked",
+                Alert::CertificateExpired => "certificate expired",
+                Alert::CertificateUnknown => "certificate unknown",
+                Alert::UnknownCA => "unknown ca",
+                Alert::AccessDenied => "access denied",
+                _ => return Error::transport(format!("TLS: {error}")),
+            };
+            Error::refused(
+                TlsRefusal::ClientCertificate,
+                format!("{authority} requires a client certificate it trusts: {what}"),
+            )
+        }
+        _ => Error::transport(format!("TLS: {error}")),
+    }
 }
 
 /// A connected, non-blocking socket with `TCP_NODELAY`, trying each address in turn.

@@ -43,6 +43,7 @@ struct TlsOptions {
     cacert: Option<PathBuf>,
     insecure: bool,
     client_cert: Option<(PathBuf, Option<PathBuf>)>,
+    no_resumption: bool,
 }
 
 impl Endpoint {
@@ -151,6 +152,14 @@ impl Endpoint {
     /// Use TLS and present this certificate chain (PEM), its key in `key` or in the same file.
     pub fn client_cert(mut self, chain: impl Into<PathBuf>, key: Option<PathBuf>) -> Self {
         self.tls.get_or_insert_with(TlsOptions::default).client_cert = Some((chain.into(), key));
+        self.tls_config = None;
+        self
+    }
+
+    /// Use TLS and negotiate every connection in full (sessions are resumed by default,
+    /// from the tickets of this endpoint's earlier connections).
+    pub fn no_resumption(mut self) -> Self {
+        self.tls.get_or_insert_with(TlsOptions::default).no_resumption = true;
         self.tls_config = None;
         self
     }
@@ -322,6 +331,9 @@ fn client_config(options: &TlsOptions, http: bool) -> Result<ClientConfig> {
                 .map_err(|e| Error::invalid(format!("client key file {}: {e}", key_path.display())))?
         }
     };
+    if options.no_resumption {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
     if http {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
     }

@@ -10,6 +10,17 @@ use std::fmt;
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    tls: Option<TlsRefusal>,
+}
+
+/// Which side's certificate a failed TLS connection was about, for callers that report
+/// the two differently (which CA to trust, or which certificate to present).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsRefusal {
+    /// The server's certificate (or its name) did not verify; the text says why.
+    ServerCertificate,
+    /// The server refused the client's certificate, or its absence (its TLS alert).
+    ClientCertificate,
 }
 
 /// The kinds of [`Error`], as the Python client's exception classes name them.
@@ -33,7 +44,22 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            tls: None,
         }
+    }
+
+    #[cold]
+    pub(crate) fn refused(refusal: TlsRefusal, message: impl Into<String>) -> Self {
+        Error {
+            tls: Some(refusal),
+            ..Self::new(ErrorKind::Connect, message)
+        }
+    }
+
+    /// Whose certificate made the TLS connection fail, when that is why it failed.
+    #[must_use]
+    pub fn tls_refusal(&self) -> Option<TlsRefusal> {
+        self.tls
     }
 
     #[cold]

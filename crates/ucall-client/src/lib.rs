@@ -40,9 +40,9 @@ mod mux;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use client::{Batch, Client, Pool};
-pub use conn::Connection;
+pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, TlsRefusal};
 pub use framing::{Protocol, Reply};
 pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, ToParams};
 pub use mux::{Completion, Multiplexed, Ticket};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use ucall_client::{Client, Endpoint, ErrorKind, NoParams, Params, Protocol};
+use ucall_client::{Client, Endpoint, ErrorKind, NoParams, Params, Protocol, TlsRefusal};
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle, TlsConfig};
 
 fn serve(tls: Option<TlsConfig>) -> ServerHandle {
@@ -47,7 +47,10 @@ impl Drop for Certs {
 }
 
 fn certs() -> Certs {
-    let dir = std::env::temp_dir().join(format!("ucall-client-tls-{}", std::process::id()));
+    // One folder per call: tests run in parallel, and each removes its own at the end.
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ucall-client-tls-{}-{made}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let ca_key = KeyPair::generate().expect("a key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
@@ -62,6 +65,13 @@ fn certs() -> Certs {
     std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
     std::fs::write(dir.join("server.pem"), cert.pem()).expect("write");
     std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
+    let key = KeyPair::generate().expect("a key");
+    let cert = CertificateParams::new(Vec::<String>::new())
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("a certificate");
+    std::fs::write(dir.join("client.pem"), cert.pem()).expect("write");
+    std::fs::write(dir.join("client.key"), key.serialize_pem()).expect("write");
     Certs(dir)
 }
 
@@ -121,7 +131,36 @@ fn every_transport_plain_and_tls() {
         Client::new(Endpoint::parse(&format!("https://127.0.0.1:{port}")).expect("a URL")).expect("a client");
     let error = unknown.call("sum", [1, 2]).expect_err("an unknown CA");
     assert_eq!(error.kind(), ErrorKind::Connect);
+    assert_eq!(error.tls_refusal(), Some(TlsRefusal::ServerCertificate));
     assert!(error.message().contains("cannot verify the TLS certificate"), "{error}");
+    assert!(error.message().contains("unknown issuer"), "{error}");
+    let mut wrong_name = Client::new(
+        Endpoint::parse(&format!("https://127.0.0.1:{port}"))
+            .expect("a URL")
+            .cacert(&ca)
+            .server_name("example.com"),
+    )
+    .expect("a client");
+    let error = wrong_name.call("sum", [1, 2]).expect_err("another name");
+    assert!(error.message().contains("hostname mismatch"), "{error}");
+    // Sessions resume on reconnection, from the tickets of the connection before.
+    let https = Endpoint::parse(&format!("https://127.0.0.1:{port}"))
+        .expect("a URL")
+        .cacert(&ca);
+    for resume in [true, false] {
+        let endpoint = if resume {
+            https.clone()
+        } else {
+            https.clone().no_resumption()
+        };
+        let mut client = Client::new(endpoint).expect("a client");
+        assert_eq!(client.call("sum", [1, 2]).expect("a call").result::<i64>(), Ok(3));
+        let first = client.tls_info().expect("a TLS connection");
+        assert_eq!((first.alpn.as_deref(), first.resumed), (Some(&b"http/1.1"[..]), false));
+        client.close();
+        assert_eq!(client.call("sum", [1, 2]).expect("a call").result::<i64>(), Ok(3));
+        assert_eq!(client.tls_info().expect("a TLS connection").resumed, resume);
+    }
     let mut insecure = Client::new(
         Endpoint::parse(&format!("https://127.0.0.1:{port}"))
             .expect("a URL")
@@ -292,4 +331,36 @@ fn no_server_is_a_connect_error() {
         client.call("sum", [1, 2]).expect_err("refused").kind(),
         ErrorKind::Connect
     );
+}
+
+#[test]
+fn a_server_that_requires_a_client_certificate() {
+    let certs = certs();
+    let mut config = TlsConfig::new(certs.0.join("server.pem"), certs.0.join("server.key"));
+    config.client_ca = Some(certs.0.join("ca.pem"));
+    let server = serve(Some(config));
+    let https = Endpoint::parse(&format!("https://127.0.0.1:{}", server.port()))
+        .expect("a URL")
+        .cacert(certs.0.join("ca.pem"));
+    for protocol in [Protocol::Http, Protocol::Tcp] {
+        let mut without = Client::new(https.clone().with_protocol(protocol)).expect("a client");
+        let error = without.call("sum", [1, 2]).expect_err("no client certificate");
+        assert_eq!(error.kind(), ErrorKind::Connect, "{error}");
+        assert_eq!(error.tls_refusal(), Some(TlsRefusal::ClientCertificate), "{error}");
+        assert!(
+            error.message().contains("requires a client certificate it trusts"),
+            "{error}"
+        );
+        let mine = https
+            .clone()
+            .with_protocol(protocol)
+            .client_cert(certs.0.join("client.pem"), Some(certs.0.join("client.key")));
+        let mut with = Client::new(mine).expect("a client");
+        assert_eq!(
+            with.call("sum", [1, 2]).expect("a trusted certificate").result::<i64>(),
+            Ok(3)
+        );
+    }
+    server.stop();
+    server.join();
 }

@@ -14,21 +14,60 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use ucall_client::{Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply};
+use ucall_client::{Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply, TlsRefusal};
 
 use crate::convert::write_json;
 
-fn endpoint(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>) -> PyResult<Endpoint> {
+/// TLS as the Python clients' keywords say it (`tls=None`: plaintext). The files were
+/// checked by the package already, which names them in its errors.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct TlsSettings {
+    cacert: Option<String>,
+    insecure: bool,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    server_hostname: Option<String>,
+    resumption: bool,
+}
+
+fn endpoint(
+    host: &str,
+    port: u16,
+    protocol: &str,
+    path: &str,
+    timeout: Option<f64>,
+    tls: Option<TlsSettings>,
+) -> PyResult<Endpoint> {
     let protocol = match protocol {
         "http" => Protocol::Http,
         "tcp" => Protocol::Tcp,
         "ws" => Protocol::WebSocket,
         other => return Err(PyValueError::new_err(format!("unknown protocol {other:?}"))),
     };
-    Ok(Endpoint::new(host, port)
+    let mut endpoint = Endpoint::new(host, port)
         .with_protocol(protocol)
         .with_path(path)
-        .with_timeout(seconds(timeout)?))
+        .with_timeout(seconds(timeout)?);
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls();
+        if let Some(cacert) = tls.cacert {
+            endpoint = endpoint.cacert(cacert);
+        }
+        if tls.insecure {
+            endpoint = endpoint.insecure();
+        }
+        if let Some(cert) = tls.tls_cert {
+            endpoint = endpoint.client_cert(cert, tls.tls_key.map(Into::into));
+        }
+        if let Some(name) = tls.server_hostname {
+            endpoint = endpoint.server_name(name);
+        }
+        if !tls.resumption {
+            endpoint = endpoint.no_resumption();
+        }
+    }
+    Ok(endpoint)
 }
 
 fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
@@ -47,14 +86,43 @@ fn exception(py: Python<'_>, error: &Error) -> PyErr {
         ErrorKind::Protocol => "ProtocolError",
         ErrorKind::Invalid => return PyValueError::new_err(error.message().to_owned()),
     };
-    match py
+    let message = match error.tls_refusal() {
+        Some(TlsRefusal::ClientCertificate) => {
+            error
+                .message()
+                .replacen("it trusts:", "it trusts (tls_cert=, tls_key=):", 1)
+        }
+        _ => error.message().to_owned(),
+    };
+    let made = py
         .import("ucall.exceptions")
         .and_then(|module| module.getattr(name))
-        .and_then(|class| class.call1((error.message(),)))
-    {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(failure) => failure,
+        .and_then(|class| class.call1((message,)));
+    let instance = match made {
+        Ok(instance) => instance,
+        Err(failure) => return failure,
+    };
+    if error.tls_refusal() == Some(TlsRefusal::ServerCertificate) {
+        // As with Python's ssl: the verification error is the cause (what `ucall`'s
+        // command line looks for to suggest --cacert), built from rustls's reason.
+        if let Err(failure) = certificate_cause(py, &instance, error.message()) {
+            return failure;
+        }
     }
+    PyErr::from_value(instance)
+}
+
+fn certificate_cause(py: Python<'_>, instance: &Bound<'_, PyAny>, message: &str) -> PyResult<()> {
+    let why = message
+        .split_once("TLS certificate of ")
+        .map_or(message, |(_, rest)| rest.split_once(": ").map_or(rest, |(_, why)| why));
+    let cause = py
+        .import("ssl")?
+        .getattr("SSLCertVerificationError")?
+        .call1((1, format!("certificate verify failed: {why}")))?;
+    cause.setattr("verify_message", why)?;
+    cause.setattr("reason", "CERTIFICATE_VERIFY_FAILED")?;
+    instance.setattr("__cause__", cause)
 }
 
 /// Serialize `obj` whole (a request object or a batch of them).
@@ -112,7 +180,7 @@ fn reply_tuple<'py>(py: Python<'py>, reply: &Reply) -> PyResult<Bound<'py, PyTup
     )
 }
 
-/// A blocking client's connection (plain HTTP, raw TCP or WebSocket).
+/// A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS).
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct NativeClient {
     client: Mutex<Client>,
@@ -148,9 +216,16 @@ impl NativeClient {
 #[pymethods]
 impl NativeClient {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout))]
-    fn new(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>) -> PyResult<Self> {
-        let client = Client::new(endpoint(host, port, protocol, path, timeout)?)
+    #[pyo3(signature = (host, port, protocol, path, timeout, tls=None))]
+    fn new(
+        host: &str,
+        port: u16,
+        protocol: &str,
+        path: &str,
+        timeout: Option<f64>,
+        tls: Option<TlsSettings>,
+    ) -> PyResult<Self> {
+        let client = Client::new(endpoint(host, port, protocol, path, timeout, tls)?)
             .map_err(|e| Python::attach(|py| exception(py, &e)))?;
         Ok(NativeClient {
             client: Mutex::new(client),
@@ -197,6 +272,24 @@ impl NativeClient {
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.lock().close());
     }
+
+    /// What the open TLS connection agreed on, `(alpn, resumed, server certificate
+    /// DER)`; None without TLS or a connection.
+    fn tls_info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(info) = self.lock().tls_info() else {
+            return Ok(None);
+        };
+        let alpn = match &info.alpn {
+            Some(alpn) => String::from_utf8_lossy(alpn).into_pyobject(py)?.into_any(),
+            None => py.None().into_bound(py),
+        };
+        let cert = match &info.peer_certificate {
+            Some(der) => PyBytes::new(py, der).into_any(),
+            None => py.None().into_bound(py),
+        };
+        let resumed = pyo3::types::PyBool::new(py, info.resumed).to_owned().into_any();
+        PyTuple::new(py, [alpn, resumed, cert]).map(Some)
+    }
 }
 
 /// One connection with many calls in flight, for an event loop.
@@ -232,9 +325,24 @@ impl NativeMux {
 #[pymethods]
 impl NativeMux {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd))]
-    fn new(host: &str, port: u16, protocol: &str, path: &str, timeout: Option<f64>, notify_fd: i32) -> PyResult<Self> {
-        let endpoint = endpoint(host, port, protocol, path, timeout)?;
+    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd, tls=None))]
+    fn new(
+        host: &str,
+        port: u16,
+        protocol: &str,
+        path: &str,
+        timeout: Option<f64>,
+        notify_fd: i32,
+        tls: Option<TlsSettings>,
+    ) -> PyResult<Self> {
+        let endpoint = match endpoint(host, port, protocol, path, timeout, tls) {
+            Ok(endpoint) => endpoint,
+            Err(error) => {
+                // SAFETY: the descriptor was handed over and no thread uses it.
+                unsafe { libc::close(notify_fd) };
+                return Err(error);
+            }
+        };
         let notify = move || {
             let byte = 1u8;
             // SAFETY: `notify_fd` belongs to the `NativeMux`, which closes it only after
