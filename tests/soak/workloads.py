@@ -99,16 +99,23 @@ def check_batch(reply, expected: dict[int, int]) -> str | None:
     return None
 
 
+def once(name: str, run: Run, body: Callable[[random.Random], None], rng: random.Random) -> bool:
+    """Run `body` once; an exception (before the run stops) is recorded as a failure."""
+    try:
+        body(rng)
+        return True
+    except (OSError, Closed, ValueError) as error:
+        if not run.stop.is_set():
+            run.fail(name, f"{type(error).__name__}: {error}")
+        return False
+
+
 def forever(name: str, run: Run, body: Callable[[random.Random], None], seed: int) -> None:
-    """Run `body` until the run stops; an exception is a failure, then it starts again."""
+    """Run `body` until the run stops; after a failure it starts again."""
     rng = random.Random(seed)
     while not run.stop.is_set():
-        try:
-            body(rng)
-        except (OSError, Closed, ValueError) as error:
-            if not run.stop.is_set():
-                run.fail(name, f"{type(error).__name__}: {error}")
-                time.sleep(0.05)
+        if not once(name, run, body, rng):
+            time.sleep(0.05)
 
 
 def http_calls(run: Run, tls: bool = False):
@@ -239,21 +246,13 @@ def peak(run: Run, width: int = 4, rounds: int = 3) -> None:
     name, body = big_arrays(run)
     for round_ in range(rounds):
         threads = [
-            threading.Thread(target=forever_once, args=(name, run, body, 1000 * round_ + i), daemon=True)
+            threading.Thread(target=once, args=(name, run, body, random.Random(1000 * round_ + i)), daemon=True)
             for i in range(width)
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(120)
-
-
-def forever_once(name: str, run: Run, body: Callable[[random.Random], None], seed: int) -> None:
-    """Run `body` once, recording an exception as a failure (as `forever` does)."""
-    try:
-        body(random.Random(seed))
-    except (OSError, Closed, ValueError) as error:
-        run.fail(name, f"{type(error).__name__}: {error}")
 
 
 def churn(run: Run):

@@ -278,25 +278,53 @@ fn a_full_queue_answers_at_once_and_says_nothing_ran() {
     });
 }
 
+/// A server whose batch procedure `slow` (batches of up to 8, 5 ms) holds every batch until
+/// `release` gets a message, and records each batch's size in `sizes`; one call (`first`,
+/// over HTTP) is already running, so that the next ones queue behind it.
+struct HeldBatches {
+    server: ucall_core::ServerHandle,
+    batcher: Batcher,
+    release: mpsc::Sender<()>,
+    sizes: Arc<Mutex<Vec<usize>>>,
+    first: Conn,
+}
+
+fn held_batches(engine: EngineKind) -> HeldBatches {
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&sizes);
+    let procedure = move |batch: Batch| {
+        seen.lock().unwrap().push(batch.len());
+        let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
+        let n = batch.len();
+        batch.complete_json(vec![Ok::<_, RpcError>(7); n]);
+    };
+    let batcher = Batcher::new("slow", options(8, 5), procedure);
+    let server = start(engine, builder(engine).handler("slow", batcher.clone()));
+    let mut first = Conn::open(server.local_addr());
+    first.send(&post("/", call("slow", "[]", "1").as_bytes()));
+    assert!(wait_until(Duration::from_secs(5), || sizes.lock().unwrap().len() == 1));
+    HeldBatches {
+        server,
+        batcher,
+        release,
+        sizes,
+        first,
+    }
+}
+
 #[test]
 fn a_caller_that_left_is_dropped_before_its_batch_runs() {
     for_each_engine(|engine| {
-        let (release, gate) = mpsc::channel::<()>();
-        let gate = Mutex::new(gate);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&sizes);
-        let procedure = move |batch: Batch| {
-            seen.lock().unwrap().push(batch.len());
-            let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
-            let n = batch.len();
-            batch.complete_json(vec![Ok::<_, RpcError>(7); n]);
-        };
-        let batcher = Batcher::new("slow", options(8, 5), procedure);
-        let server = start(engine, builder(engine).handler("slow", batcher.clone()));
+        let HeldBatches {
+            server,
+            batcher,
+            release,
+            sizes,
+            mut first,
+        } = held_batches(engine);
         let addr = server.local_addr();
-        let mut first = Conn::open(addr);
-        first.send(&post("/", call("slow", "[]", "1").as_bytes()));
-        assert!(wait_until(Duration::from_secs(5), || sizes.lock().unwrap().len() == 1));
         // Queued behind the running batch, then gone: over HTTP and over WebSocket.
         for transport in 0..2 {
             let mut leaving = Conn::open(addr);
@@ -503,22 +531,14 @@ fn metrics_show_batch_sizes_and_queue_waits() {
 #[test]
 fn a_call_whose_deadline_passed_is_dropped_before_its_batch_runs() {
     for_each_engine(|engine| {
-        let (release, gate) = mpsc::channel::<()>();
-        let gate = Mutex::new(gate);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&sizes);
-        let procedure = move |batch: Batch| {
-            seen.lock().unwrap().push(batch.len());
-            let _ = gate.lock().unwrap().recv_timeout(Duration::from_secs(10));
-            let n = batch.len();
-            batch.complete_json(vec![Ok::<_, RpcError>(7); n]);
-        };
-        let batcher = Batcher::new("slow", options(8, 5), procedure);
-        let server = start(engine, builder(engine).handler("slow", batcher.clone()));
+        let HeldBatches {
+            server,
+            batcher,
+            release,
+            sizes,
+            mut first,
+        } = held_batches(engine);
         let addr = server.local_addr();
-        let mut first = Conn::open(addr);
-        first.send(&post("/", call("slow", "[]", "1").as_bytes()));
-        assert!(wait_until(Duration::from_secs(5), || sizes.lock().unwrap().len() == 1));
         // Queued behind the running batch: two callers that wait 50 ms (the "timeout"
         // member, over HTTP and raw TCP), and one that waits 10 s.
         let hurried = r#"{"jsonrpc":"2.0","method":"slow","params":[],"id":2,"timeout":0.05}"#;
