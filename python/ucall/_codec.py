@@ -50,6 +50,14 @@ def npy_bytes(array: Any) -> bytes:
     """``array`` as a ``.npy`` file."""
     import numpy as np
 
+    if array.flags.c_contiguous and not array.dtype.hasobject:
+        # np.save's bytes, copied once: it writes to a BytesIO in chunks, copied again to read.
+        header = io.BytesIO()
+        try:
+            np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+            return b"".join((header.getvalue(), array.reshape(-1).view(np.uint8)))
+        except ValueError:  # a header too long for version 1: np.save picks the version
+            pass
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
@@ -62,19 +70,44 @@ def pack_ndarray(array: Any) -> str:
 NPY_MAGIC = b"\x93NUMPY"
 
 
-def unpack_ndarray(data: bytes) -> Any:
+def unpack_ndarray(data: bytes | bytearray) -> Any:
     """The array in ``data``, a ``.npy`` file; ``ValueError`` saying why not. numpy's own
     messages take other data for a pickle and point to ``allow_pickle=``, which stays off."""
     import numpy as np
 
     if not data.startswith(NPY_MAGIC):
         raise ValueError("the data is not a .npy array (pickled arrays are refused)")
+    if isinstance(data, bytearray):
+        array = _view_ndarray(np, data)
+        if array is not None:
+            return array
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as error:  # numpy's ValueError mostly; EOFError, SyntaxError from a damaged header
         if "pickle" in str(error):
             raise ValueError("a .npy array of Python objects, which only pickle could load (refused)") from None
         raise ValueError(f"a damaged .npy array: {error}") from None
+
+
+def _view_ndarray(np: Any, data: bytearray) -> Any:
+    """The array of a ``.npy`` version 1 or 2 file in ``data`` as a view of it (no copy, and
+    writable as ``np.load``'s arrays are); None for anything else, which ``np.load`` reads."""
+    header = io.BytesIO(memoryview(data)[:65536])
+    try:
+        version = np.lib.format.read_magic(header)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            return None
+        shape, fortran_order, dtype = read(header)
+    except ValueError:
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    offset = header.tell()
+    if dtype.hasobject or dtype.itemsize == 0 or len(data) - offset != count * dtype.itemsize:
+        return None
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape, order="F" if fortran_order else "C")
 
 
 def pack_image(image: Any) -> str:

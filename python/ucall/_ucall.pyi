@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The private extension module behind ``ucall`` (Rust, PyO3). Use the public API instead."""
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, final
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union, final, overload
 
 __all__ = [
     "BatchReply",
@@ -16,6 +16,7 @@ __all__ = [
     "SERVER_ERROR_MIN",
     "StreamReply",
     "__version__",
+    "b64decode",
     "code_for_http_status",
     "dumps",
     "loads",
@@ -224,8 +225,17 @@ def code_for_http_status(status: int) -> int:
 def dumps(obj: Any, encode: Optional[Callable[[Any], Any]] = None) -> str:
     """Serialize as the server does (``ValueError`` when there is no JSON form)."""
 
-def loads(text: str) -> Any:
-    """Parse JSON as the server does (integers of any size stay exact)."""
+def loads(text: Union[str, bytes]) -> Any:
+    """Parse JSON (``str`` or UTF-8 ``bytes``) as the server does (integers of any size stay exact)."""
+
+@overload
+def b64decode(text: Union[str, bytes], bytearray: Literal[False] = False) -> bytes:
+    """Base64 by the core's rule (padding optional, leftover bits zero); ``ValueError`` otherwise."""
+
+@overload
+def b64decode(text: Union[str, bytes], bytearray: Literal[True]) -> bytearray: ...
+@overload
+def b64decode(text: Union[str, bytes], bytearray: bool) -> Union[bytes, bytearray]: ...
 
 @final
 class NativeClient:

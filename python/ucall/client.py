@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import builtins
 import json
 import os
 import select
@@ -42,7 +43,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Iterable, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
-from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux
+from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux, b64decode, loads
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
@@ -97,18 +98,22 @@ class Response:
     @property
     def bytes(self) -> bytes:
         """The result decoded from base64 (``ProtocolError`` when it is not base64)."""
+        return bytes(self._decoded(bytearray=False))  # bytes(a bytes object) is itself
+
+    def _decoded(self, bytearray: bool) -> builtins.bytes | builtins.bytearray:
+        # The core's base64 rule, as for the servers' bytes params; SIMD, into the new object.
         result = self.json
         if not isinstance(result, str):
             raise ProtocolError(f"the result is {_shown(result)}, not bytes (a base64 string)")
         try:
-            return _codec.b64decode(result)
+            return b64decode(result, bytearray)
         except ValueError:
             raise ProtocolError(f"the result is {_shown(result)}, not bytes (a base64 string)") from None
 
     @property
     def numpy(self) -> Any:
         """The result as a numpy array (``.npy`` in base64, loaded with pickling disabled)."""
-        data = self.bytes
+        data = self._decoded(bytearray=True)  # writable: the array is a view of it, not a copy
         try:
             return _codec.unpack_ndarray(data)
         except ValueError as error:
@@ -194,7 +199,7 @@ def _decode(reply: Reply) -> Any:
     if reply.status is not None and reply.status == 204:
         return None
     try:
-        data = json.loads(reply.body)
+        data = loads(reply.body)
     except ValueError:
         text = reply.body[:200].decode("utf-8", "replace")
         status = f"HTTP {reply.status}: " if reply.status is not None else ""

@@ -138,6 +138,40 @@ def test_rich_arguments_and_results(server):
         assert client.echo(picture).image.getpixel((1, 1)) == (1, 2, 3)
 
 
+def test_large_arrays_come_back_as_writable_arrays_equal_to_what_was_sent(server):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(3)
+    arrays = [
+        rng.integers(0, 256, (32, 224, 224), dtype=np.uint8),  # 1.6 MB: the native fast path
+        rng.standard_normal((300, 200)).astype(">f8"),  # big-endian
+        np.asfortranarray(rng.standard_normal((256, 257))),  # not C-contiguous: np.save's path
+        np.zeros((0, 3), dtype=np.int32),
+        np.array(7.5),
+    ]
+    with Client(port=server.port) as client:
+        for array in arrays:
+            returned = client.echo(array).numpy
+            assert returned.dtype == array.dtype and returned.shape == array.shape
+            assert np.array_equal(returned, array)
+            returned[...] = 0  # writable, as np.load's arrays are
+
+
+def test_replies_are_read_by_the_cores_json_and_base64_rules():
+    # The core's reader gives what json.loads gives for JSON, and refuses what is not.
+    texts = ['{"a": [1, -2.5e3, "\\u00e9\\ud83d\\ude00", null, true]}', "123456789012345678901234567890", '"x"']
+    for text in texts:
+        assert ucall._ucall.loads(text.encode()) == json.loads(text) == ucall._ucall.loads(text)
+    for bad in (b"{", b"NaN", b'{"a": 1} x', b'"\xff"'):  # the last one is not UTF-8
+        with pytest.raises(ValueError):
+            ucall._ucall.loads(bad)
+    # Results are base64 by the rule bytes params follow: padding optional, leftover bits zero.
+    assert Response({"jsonrpc": "2.0", "id": 1, "result": "Zm8"}).bytes == b"fo"
+    assert Response({"jsonrpc": "2.0", "id": 1, "result": "Zm8="}).bytes == b"fo"
+    for bad in ("Zh==", "Zg=", "Z", "Zm8 ", "Zm-_", "é"):
+        with pytest.raises(ProtocolError, match="not bytes"):
+            Response({"jsonrpc": "2.0", "id": 1, "result": bad}).bytes
+
+
 def test_reconnects_after_the_server_closed(make_server):
     server = make_server(idle_timeout=0.2)
     server.route(lambda: "ok", name="ping")

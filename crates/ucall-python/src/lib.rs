@@ -29,6 +29,29 @@ fn code_for_http_status(status: u16) -> i32 {
     ucall_core::jsonrpc::code_for_http_status(status)
 }
 
+/// `text` (`str` or `bytes`) decoded from base64 by the core's one rule (padding optional,
+/// leftover bits zero), into `bytes` or a writable `bytearray`: SIMD, straight into the
+/// new object (`binascii` takes 4.7 ms for a 1.6 MB array, this about 0.2 ms).
+#[pyfunction]
+#[pyo3(signature = (text, bytearray=false))]
+fn b64decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>, bytearray: bool) -> PyResult<Bound<'py, PyAny>> {
+    let ascii;
+    let text = match text.cast::<pyo3::types::PyBytes>() {
+        Ok(bytes) => bytes.as_bytes(),
+        Err(_) => {
+            let text = text.cast::<pyo3::types::PyString>()?;
+            // SAFETY: `text` is a live `str`; the call returns a new reference (or null
+            // with an exception set, which `from_owned_ptr_or_err` takes). Base64 is
+            // ASCII: one copy, where `to_cow` makes two under the stable ABI of 3.9.
+            ascii = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyUnicode_AsASCIIString(text.as_ptr())) }
+                .map_err(|_| pyo3::exceptions::PyValueError::new_err("not base64"))?
+                .cast_into::<pyo3::types::PyBytes>()?;
+            ascii.as_bytes()
+        }
+    };
+    params::decode_base64(py, text, bytearray).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not base64"))
+}
+
 /// The crate version in PEP 440 form (`0.1.0-alpha.1` → `0.1.0a1`).
 fn python_version() -> String {
     let version = env!("CARGO_PKG_VERSION");
@@ -77,5 +100,6 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
     logs::forward(py);
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
+    m.add_function(wrap_pyfunction!(b64decode, m)?)?;
     Ok(())
 }

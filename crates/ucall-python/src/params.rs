@@ -292,7 +292,7 @@ fn float64s<'py>(py: Python<'py>, raw: &str) -> Option<Bound<'py, PyAny>> {
 /// Base64 `text` (the core's rule: `ucall_core::params::base64`) decoded into a new
 /// `bytes` (or `bytearray`). SIMD decoding writes straight into the Python object: a
 /// 1.6 MB payload is neither copied nor zeroed on the way.
-fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
+pub(crate) fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let len = base64::decoded_len(text)?;
     if bytearray {
         let decode = |buf: &mut [u8]| {

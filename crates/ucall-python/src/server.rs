@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 
 use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::metrics::Metrics;
@@ -700,10 +700,22 @@ pub fn dumps(py: Python<'_>, obj: &Bound<'_, PyAny>, encode: Option<&Bound<'_, P
     String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// Parse JSON text with the reader procedures use (big integers stay exact).
+/// Parse JSON text (`str`, or UTF-8 `bytes`) with the reader procedures use (big
+/// integers stay exact). The clients read every reply with it: the core's validation is
+/// SIMD for large texts, a few times faster than `json.loads` on a 2 MB reply.
 #[pyfunction]
-pub fn loads<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
-    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+pub fn loads<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let owned;
+    let text = match text.cast::<PyBytes>() {
+        Ok(bytes) => {
+            ucall_core::jsonrpc::as_text(bytes.as_bytes()).ok_or_else(|| PyValueError::new_err("not UTF-8"))?
+        }
+        Err(_) => {
+            owned = text.cast::<PyString>()?.to_cow()?;
+            &owned
+        }
+    };
+    if !ucall_core::jsonrpc::message::is_json(text) {
         return Err(PyValueError::new_err("invalid JSON"));
     }
     convert::to_python(py, text)
