@@ -31,8 +31,9 @@ the native transport (rustls for TLS); a client given an ``ssl_context=`` uses P
 from __future__ import annotations
 
 import asyncio
-import itertools
 import builtins
+import collections.abc
+import itertools
 import json
 import os
 import select
@@ -92,8 +93,10 @@ class Response:
     @property
     def json(self) -> Any:
         """The result; raises ``ucall.RPCError`` for an error reply."""
-        self.raise_for_status()
-        return self.data.get("result")
+        data = self.data
+        if type(data) is not dict or "error" in data:
+            self.raise_for_status()
+        return data.get("result")
 
     @property
     def bytes(self) -> bytes:
@@ -196,15 +199,19 @@ def _native_encode(obj: Any) -> Any:
 
 
 def _decode(reply: Reply) -> Any:
-    if reply.status is not None and reply.status == 204:
+    return _decode_body(reply.status, reply.body)
+
+
+def _decode_body(status: int | None, body: bytes) -> Any:
+    if status == 204:
         return None
     try:
-        data = loads(reply.body)
+        data = loads(body)
     except ValueError:
-        text = reply.body[:200].decode("utf-8", "replace")
-        status = f"HTTP {reply.status}: " if reply.status is not None else ""
-        raise ProtocolError(f"{status}the reply is not JSON: {text!r}") from None
-    if reply.status is not None and reply.status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
+        text = body[:200].decode("utf-8", "replace")
+        shown = f"HTTP {status}: " if status is not None else ""
+        raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
+    if status is not None and status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
         # The server refused the HTTP request itself (a body or head too large, a method
         # it does not serve): the body is the bare error object, about no call in it.
         if "code" in data and "message" in data:
@@ -1177,23 +1184,40 @@ class AsyncClient(_Endpoint):
         self._connecting: asyncio.Lock | None = None
         self._mux: _Mux | None = None
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Response]]:
         if name.startswith("_"):
             raise AttributeError(name)
 
-        async def call(*args: Any, **kwargs: Any) -> Response:
-            return await self.call(name, *args, **kwargs)
+        def call(*args: Any, **kwargs: Any) -> Awaitable[Response]:
+            return self.call(name, *args, **kwargs)
 
         call.__name__ = name
+        if len(self.__dict__) < _KEPT_METHODS:
+            self.__dict__[name] = call  # found at once next time, without this lookup
         return call
 
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Awaitable[Response]:
+        """The call's ``Response``, to await (or gather, or run as a task). On the native
+        transport, inside a running event loop, the request is sent at once and what comes
+        back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
         if self._native_protocol is not None:
+            try:
+                mux = self._native_mux()
+            except RuntimeError:  # no running loop yet (``asyncio.run(client.ping())``)
+                return self._call(method, args, kwargs)
             request_id = self.next_id()
-            mux = self._native_mux()
-            params = _native_params(args, kwargs)
-            reply = await mux.wait(mux.native.call(method, params, request_id, _native_encode, self.timeout))
-            return self._in_time(Client._check(Response(_decode(reply)), {"id": request_id}))
+            try:
+                ticket = mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode, self.timeout)
+            except Exception as error:  # raised where it is awaited, as from a coroutine
+                failed = _Call(loop=mux.loop)
+                failed.set_exception(error)
+                return failed
+            return mux.wait(ticket, request_id)
+        return self._call(method, args, kwargs)
+
+    async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Response:
+        if self._native_protocol is not None:
+            return await self.call(method, *args, **kwargs)
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         return self._in_time(await self._exchange(request))
 
@@ -1387,6 +1411,34 @@ class AsyncClient(_Endpoint):
         await self.close()
 
 
+#: How many attributes an ``AsyncClient`` keeps, its methods' callers included: a client of
+#: a few hundred methods keeps them all, one called with ever new names stays bounded.
+_KEPT_METHODS = 512
+
+
+class _Call(asyncio.Future):  # type: ignore[type-arg]
+    """A call's ``Response`` on the native transport: a future, which ``asyncio.gather``
+    awaits as it is (wrapping each of 1,000 coroutines in a task cost more than the rest of
+    a small call), that also steps as a coroutine, so that ``create_task`` and
+    ``asyncio.run`` take it as they took the coroutine ``call`` once returned."""
+
+    def send(self, value: None) -> _Call:
+        if not self.done():
+            self._asyncio_future_blocking = True
+            return self
+        raise StopIteration(self.result())
+
+    def throw(self, kind: Any, value: Any = None, traceback: Any = None) -> _Call:
+        self.cancel()  # the task running it was cancelled (or had an error thrown in)
+        raise value if value is not None else kind
+
+    def close(self) -> None:
+        self.cancel()
+
+
+collections.abc.Coroutine.register(_Call)
+
+
 class _Mux:
     """An ``AsyncClient``'s native connection on one event loop: calls are submitted to
     its I/O thread, which writes a byte to a socket the loop watches when replies are
@@ -1396,7 +1448,7 @@ class _Mux:
     def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
         self.client = client
         self.loop = loop
-        self.waiting: dict[int, tuple[asyncio.Future[Reply], float]] = {}
+        self.waiting: dict[int, tuple[asyncio.Future[Any], float, int | None]] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.wake_r, wake_w = socket.socketpair()
         for end in (self.wake_r, wake_w):
@@ -1412,11 +1464,17 @@ class _Mux:
             raise
         loop.add_reader(self.wake_r.fileno(), self._ready)
 
-    def wait(self, ticket: int) -> asyncio.Future[Reply]:
-        future = self.loop.create_future()
+    @overload
+    def wait(self, ticket: int) -> asyncio.Future[Reply]: ...
+    @overload
+    def wait(self, ticket: int, call_id: int) -> _Call: ...
+    def wait(self, ticket: int, call_id: int | None = None) -> asyncio.Future[Any]:
+        """The future of request ``ticket``'s reply; with ``call_id``, of the ``Response``
+        to the call of that id (checked here, so that the caller needs no coroutine)."""
+        future: asyncio.Future[Any] = self.loop.create_future() if call_id is None else _Call(loop=self.loop)
         timeout = self.client.timeout
         deadline = self.loop.time() + timeout if timeout is not None else float("inf")
-        self.waiting[ticket] = (future, deadline)
+        self.waiting[ticket] = (future, deadline, call_id)
         if self.timer is None and timeout is not None:
             self.timer = self.loop.call_at(deadline, self._expire)
         return future
@@ -1432,16 +1490,28 @@ class _Mux:
             entry = waiting.pop(ticket, None)
             if entry is None or entry[0].done():
                 continue
+            future, _, call_id = entry
             if error is not None or body is None:
-                entry[0].set_exception(error or ProtocolError("no reply"))
+                future.set_exception(error or ProtocolError("no reply"))
+            elif call_id is None:
+                future.set_result(Reply(status, body, close))
             else:
-                entry[0].set_result(Reply(status, body, close))
+                try:
+                    data = _decode_body(status, body)
+                    if type(data) is dict and "error" not in data and data.get("id") == call_id:
+                        response = Response(data)  # a result, to this call: nothing to check
+                    else:
+                        response = self.client._in_time(Client._check(Response(data), {"id": call_id}))
+                except (ProtocolError, RPCError, TimeoutError) as failed:
+                    future.set_exception(failed)
+                else:
+                    future.set_result(response)
 
     def _expire(self) -> None:
         self.timer = None
         if not self.waiting:
             return
-        first = min(deadline for _, deadline in self.waiting.values())
+        first = min(deadline for _, deadline, _ in self.waiting.values())
         if first > self.loop.time():
             if first != float("inf"):
                 self.timer = self.loop.call_at(first, self._expire)
@@ -1454,7 +1524,7 @@ class _Mux:
 
     def _fail(self, error: Exception) -> None:
         waiting, self.waiting = self.waiting, {}
-        for future, _ in waiting.values():
+        for future, _, _ in waiting.values():
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: no "never retrieved" warning

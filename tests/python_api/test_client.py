@@ -172,6 +172,35 @@ def test_replies_are_read_by_the_cores_json_and_base64_rules():
             Response({"jsonrpc": "2.0", "id": 1, "result": bad}).bytes
 
 
+def test_async_calls_are_awaited_gathered_run_as_tasks_and_cancelled(server):
+    async def main() -> None:
+        async with AsyncClient(port=server.port, timeout=10) as client:
+            assert (await client.sum(1, 2)).json == 3
+            assert (await asyncio.create_task(client.sum(2, 3))).json == 5
+            gathered = await asyncio.gather(*(client.sum(i, i) for i in range(200)))
+            assert [r.json for r in gathered] == [2 * i for i in range(200)]
+            assert (await asyncio.wait_for(client.call("sum", 3, 4), 10)).json == 7
+            # An argument with no JSON form fails where the call is awaited, as a coroutine's would.
+            unsent = client.sum(object(), 1)
+            with pytest.raises(TypeError, match="cannot serialize"):
+                await unsent
+            # A task cancelled while its call runs ends cancelled; the connection goes on.
+            napping = asyncio.create_task(client.nap(1))
+            await asyncio.sleep(0.2)
+            napping.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await napping
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.nap(1), 0.2)
+            assert (await client.sum(5, 5)).json == 10
+            assert (await client.fail()).error is not None
+
+    asyncio.run(main())
+    # A call made before any event loop runs is a coroutine that asyncio.run takes.
+    client = AsyncClient(port=server.port)
+    assert asyncio.run(client.sum(20, 22)).json == 42
+
+
 def test_reconnects_after_the_server_closed(make_server):
     server = make_server(idle_timeout=0.2)
     server.route(lambda: "ok", name="ping")
