@@ -281,7 +281,7 @@ fn check(reply: Reply, id: u64) -> Result<Response> {
 
 /// Responses for a batch's calls in request order; a batch refused whole answers each.
 fn split_batch(reply: &Reply, ids: &[u64]) -> Result<Vec<Response>> {
-    let text = std::str::from_utf8(&reply.body).map_err(|_| Error::protocol("the reply is not UTF-8"))?;
+    let text = ucall_core::jsonrpc::as_text(&reply.body).ok_or_else(|| Error::protocol("the reply is not UTF-8"))?;
     if text.trim_start().starts_with('{') {
         let response = Response::new(reply.status, reply.body.clone());
         return Ok(ids.iter().map(|_| response.clone()).collect());

@@ -224,7 +224,7 @@ impl<'a> Envelope<'a> {
     /// # Errors
     /// The text is not a JSON object.
     pub fn parse(body: &'a [u8]) -> std::result::Result<Self, RpcError> {
-        let text = std::str::from_utf8(body).map_err(|_| internal("the reply is not UTF-8"))?;
+        let text = ucall_core::jsonrpc::as_text(body).ok_or_else(|| internal("the reply is not UTF-8"))?;
         if !text.trim_start().starts_with('{') {
             return Err(internal(format!("not a JSON-RPC reply: {}", shown(text))));
         }
