@@ -27,7 +27,7 @@ TLS_ALERT = b"\x15\x03"
 @dataclasses.dataclass
 class Reply:
     status: int | None  # the HTTP status, None over raw TCP
-    body: bytes
+    body: Any  # bytes; from the native transport, the reply's JSON value when it is JSON
     close: bool = False  # the server will close the connection after this reply
 
 

@@ -202,15 +202,20 @@ def _decode(reply: Reply) -> Any:
     return _decode_body(reply.status, reply.body)
 
 
-def _decode_body(status: int | None, body: bytes) -> Any:
+def _decode_body(status: int | None, body: Any) -> Any:
+    """The reply's JSON value; ``body`` is its bytes, or that value already (the native
+    transport parses what is JSON as it takes the reply: JSON is never ``bytes``)."""
     if status == 204:
         return None
-    try:
-        data = loads(body)
-    except ValueError:
-        text = body[:200].decode("utf-8", "replace")
-        shown = f"HTTP {status}: " if status is not None else ""
-        raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
+    if not isinstance(body, bytes):
+        data = body
+    else:
+        try:
+            data = loads(body)
+        except ValueError:
+            text = body[:200].decode("utf-8", "replace")
+            shown = f"HTTP {status}: " if status is not None else ""
+            raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
     if status is not None and status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
         # The server refused the HTTP request itself (a body or head too large, a method
         # it does not serve): the body is the bare error object, about no call in it.
@@ -1491,8 +1496,8 @@ class _Mux:
             if entry is None or entry[0].done():
                 continue
             future, _, call_id = entry
-            if error is not None or body is None:
-                future.set_exception(error or ProtocolError("no reply"))
+            if error is not None:
+                future.set_exception(error)
             elif call_id is None:
                 future.set_result(Reply(status, body, close))
             else:

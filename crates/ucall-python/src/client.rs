@@ -169,15 +169,24 @@ fn call_body(
     Ok(out)
 }
 
+/// `(status, body, close)`, the body parsed as [`parsed_body`] does.
 fn reply_tuple<'py>(py: Python<'py>, reply: &Reply) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(
         py,
         [
             reply.status.into_pyobject(py)?.into_any(),
-            PyBytes::new(py, &reply.body).into_any(),
+            parsed_body(py, &reply.body),
             pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
         ],
     )
+}
+
+/// A reply body as its Python value when it is JSON, else as `bytes`.
+fn parsed_body<'py>(py: Python<'py>, body: &[u8]) -> Bound<'py, PyAny> {
+    ucall_core::jsonrpc::as_text(body)
+        .filter(|text| ucall_core::jsonrpc::message::is_json(text))
+        .and_then(|text| crate::convert::to_python(py, text).ok())
+        .unwrap_or_else(|| PyBytes::new(py, body).into_any())
 }
 
 /// A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS).
@@ -386,7 +395,10 @@ impl NativeMux {
     }
 
     /// Every completion so far: `[(ticket, status, body, close, error)]`, `error` an
-    /// exception instance (and `body` None) when the request failed.
+    /// exception instance (and `body` None) when the request failed. `body` is the reply
+    /// already parsed (a dict, a list...) when it is JSON; `bytes` otherwise (a 204's empty
+    /// body, a proxy's HTML page), for the caller's error message. Parsing it here saves a
+    /// copy of the body into a `bytes` and a call into Python per reply.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let mut done: Vec<Completion> = Vec::new();
         if let Some(mux) = self.mux.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
@@ -401,7 +413,7 @@ impl NativeMux {
                     [
                         ticket,
                         reply.status.into_pyobject(py)?.into_any(),
-                        PyBytes::new(py, &reply.body).into_any(),
+                        parsed_body(py, &reply.body),
                         pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
                         py.None().into_bound(py),
                     ],
