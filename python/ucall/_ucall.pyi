@@ -254,13 +254,14 @@ class NativeClient:
     ) -> "NativeClient": ...
     def calls(
         self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
-    ) -> List[Tuple[Optional[int], bytes, bool]]:
+    ) -> List[Tuple[Optional[int], Any, bool]]:
         """Send ``(method, params, id)`` calls back to back, reading while writing; each
-        carries ``timeout`` as its deadline member ``"timeout"``."""
+        carries ``timeout`` as its deadline member ``"timeout"``. Each reply is
+        ``(status, body, close)``, the body parsed when it is JSON, else ``bytes``."""
     def send(
         self, requests: Sequence[Any], replies: int, encode: Callable[[Any], Any], timeout: Optional[float]
-    ) -> List[Tuple[Optional[int], bytes, bool]]:
-        """Send request objects and read ``replies`` replies."""
+    ) -> List[Tuple[Optional[int], Any, bool]]:
+        """Send request objects and read ``replies`` replies (as ``calls`` gives them)."""
     def close(self) -> None: ...
     def tls_info(self) -> Optional[Tuple[Optional[str], bool, Optional[bytes]]]:
         """What the open TLS connection agreed on: ``(alpn, resumed, server certificate
@@ -285,8 +286,9 @@ class NativeMux:
     ) -> int:
         """Submit a call (with ``timeout``, its deadline member); its ticket."""
     def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
-    def take(self) -> List[Tuple[int, Optional[int], Optional[bytes], bool, Optional[BaseException]]]:
-        """Every completion so far: ``(ticket, status, body, close, error)``."""
+    def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException]]]:
+        """Every completion so far: ``(ticket, status, body, close, error)``; the body
+        parsed when it is JSON, else ``bytes``; None with an ``error``."""
     def reset(self, message: str, timeout: bool) -> None: ...
     def in_flight(self) -> int: ...
     def close(self) -> None: ...

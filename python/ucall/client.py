@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import collections.abc
+import functools
 import itertools
 import json
 import os
@@ -1193,10 +1194,7 @@ class AsyncClient(_Endpoint):
         if name.startswith("_"):
             raise AttributeError(name)
 
-        def call(*args: Any, **kwargs: Any) -> Awaitable[Response]:
-            return self.call(name, *args, **kwargs)
-
-        call.__name__ = name
+        call = functools.partial(self.call, name)
         if len(self.__dict__) < _KEPT_METHODS:
             self.__dict__[name] = call  # found at once next time, without this lookup
         return call
@@ -1206,13 +1204,17 @@ class AsyncClient(_Endpoint):
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
         if self._native_protocol is not None:
+            mux = self._mux
             try:
-                mux = self._native_mux()
+                if mux is None or mux.loop is not asyncio.get_running_loop():
+                    mux = self._native_mux()
             except RuntimeError:  # no running loop yet (``asyncio.run(client.ping())``)
                 return self._call(method, args, kwargs)
-            request_id = self.next_id()
+            request_id = next(self._ids)
             try:
-                ticket = mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode, self.timeout)
+                if args and kwargs:
+                    raise TypeError("pass params either by position or by name, not both")
+                ticket = mux.native.call(method, kwargs or args or None, request_id, _native_encode, self.timeout)
             except Exception as error:  # raised where it is awaited, as from a coroutine
                 failed = _Call(loop=mux.loop)
                 failed.set_exception(error)
@@ -1500,13 +1502,12 @@ class _Mux:
                 future.set_exception(error)
             elif call_id is None:
                 future.set_result(Reply(status, body, close))
+            elif type(body) is dict and "error" not in body and body.get("id") == call_id and (status or 0) < 400:
+                future.set_result(Response(body))  # a result, to this call: nothing to check
             else:
                 try:
                     data = _decode_body(status, body)
-                    if type(data) is dict and "error" not in data and data.get("id") == call_id:
-                        response = Response(data)  # a result, to this call: nothing to check
-                    else:
-                        response = self.client._in_time(Client._check(Response(data), {"id": call_id}))
+                    response = self.client._in_time(Client._check(Response(data), {"id": call_id}))
                 except (ProtocolError, RPCError, TimeoutError) as failed:
                     future.set_exception(failed)
                 else:
