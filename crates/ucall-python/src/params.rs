@@ -294,30 +294,39 @@ fn float64s<'py>(py: Python<'py>, raw: &str) -> Option<Bound<'py, PyAny>> {
 /// 1.6 MB payload is neither copied nor zeroed on the way.
 pub(crate) fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) -> Option<Bound<'py, PyAny>> {
     let len = base64::decoded_len(text)?;
-    if bytearray {
-        let decode = |buf: &mut [u8]| {
-            // SAFETY: the same bytes seen as possibly uninitialised; only initialised
-            // bytes are written through this view.
-            let out = unsafe { &mut *(std::ptr::from_mut(buf) as *mut [std::mem::MaybeUninit<u8>]) };
-            if base64::decode_into(text, out) {
-                Ok(())
-            } else {
-                Err(pyo3::exceptions::PyValueError::new_err("invalid base64"))
-            }
-        };
-        return PyByteArray::new_with(py, len, decode).ok().map(Bound::into_any);
-    }
     let size = pyo3::ffi::Py_ssize_t::try_from(len).ok()?;
-    // SAFETY: a new `bytes` of `len` uninitialised bytes, owned here and shared with no
-    // one until it is returned; the decoder writes all `len` of them (a failed decode
-    // drops the object unseen). `PyBytes::new_with` would first zero them: a pass over
-    // the payload for nothing.
+    // SAFETY: a new `bytes` (or `bytearray`) of `len` uninitialised bytes, owned here and
+    // shared with no one until it is returned; the decoder writes all `len` of them (a
+    // failed decode drops the object unseen). PyO3's `new_with` would first zero them: a
+    // pass over the payload for nothing.
     unsafe {
-        let object = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size);
-        let bytes = Bound::from_owned_ptr_or_opt(py, object)?;
-        let data = pyo3::ffi::PyBytes_AsString(object).cast::<std::mem::MaybeUninit<u8>>();
-        let buf = std::slice::from_raw_parts_mut(data, len);
-        base64::decode_into(text, buf).then_some(bytes)
+        let (object, data) = if bytearray {
+            let object = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), size);
+            (
+                object,
+                if object.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    pyo3::ffi::PyByteArray_AsString(object)
+                },
+            )
+        } else {
+            let object = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size);
+            (
+                object,
+                if object.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    pyo3::ffi::PyBytes_AsString(object)
+                },
+            )
+        };
+        let decoded = Bound::from_owned_ptr_or_opt(py, object)?;
+        if len == 0 {
+            return Some(decoded); // an empty bytearray may have no buffer at all
+        }
+        let buf = std::slice::from_raw_parts_mut(data.cast::<std::mem::MaybeUninit<u8>>(), len);
+        base64::decode_into(text, buf).then_some(decoded)
     }
 }
 
