@@ -240,10 +240,10 @@ pub unsafe extern "C" fn ucall_client_call(
             error::set(format!("{F}: the method name is not UTF-8"));
             return false;
         };
-        let params = match params.map(std::str::from_utf8) {
+        let params = match params.map(ucall_core::jsonrpc::as_text) {
             None => None,
-            Some(Ok(params)) => Some(params),
-            Some(Err(_)) => {
+            Some(Some(params)) => Some(params),
+            Some(None) => {
                 error::set(format!("{F}: params are not UTF-8"));
                 return false;
             }

@@ -10,7 +10,7 @@ use crate::conn::{Connection, Step};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::framing::Reply;
-use crate::message::{write_request, Envelope, NoParams, Response, ToParams};
+use crate::message::{write_request, CheckedJson, Envelope, NoParams, Response, ToParams};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
 /// server closed it.
@@ -152,9 +152,15 @@ impl Client {
         match params {
             None => self.call(method, NoParams),
             Some(text) => {
-                let raw: &serde_json::value::RawValue =
-                    serde_json::from_str(text).map_err(|e| Error::invalid(format!("params are not JSON: {e}")))?;
-                self.call(method, Some(raw))
+                // The core's check (SIMD for large texts: serde_json's took a sixth of a
+                // 1.6 MB array's call); serde_json only to say where the text goes wrong.
+                if !ucall_core::jsonrpc::message::is_json(text) {
+                    let why = serde_json::from_str::<&serde_json::value::RawValue>(text)
+                        .err()
+                        .map_or_else(|| "not a JSON text".to_owned(), |e| e.to_string());
+                    return Err(Error::invalid(format!("params are not JSON: {why}")));
+                }
+                self.call(method, CheckedJson(text))
             }
         }
     }

@@ -159,6 +159,16 @@ impl ToParams for Option<&serde_json::value::RawValue> {
     }
 }
 
+/// Params already checked to be one JSON text, written as they are.
+pub(crate) struct CheckedJson<'a>(pub(crate) &'a str);
+
+impl ToParams for CheckedJson<'_> {
+    fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(true)
+    }
+}
+
 /// Append one request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`; no id
 /// makes a notification.
 ///
