@@ -300,31 +300,20 @@ pub(crate) fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) 
     // failed decode drops the object unseen). PyO3's `new_with` would first zero them: a
     // pass over the payload for nothing.
     unsafe {
-        let (object, data) = if bytearray {
-            let object = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), size);
-            (
-                object,
-                if object.is_null() {
-                    std::ptr::null_mut()
-                } else {
-                    pyo3::ffi::PyByteArray_AsString(object)
-                },
-            )
+        let object = if bytearray {
+            pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), size)
         } else {
-            let object = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size);
-            (
-                object,
-                if object.is_null() {
-                    std::ptr::null_mut()
-                } else {
-                    pyo3::ffi::PyBytes_AsString(object)
-                },
-            )
+            pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size)
         };
         let decoded = Bound::from_owned_ptr_or_opt(py, object)?;
         if len == 0 {
             return Some(decoded); // an empty bytearray may have no buffer at all
         }
+        let data = if bytearray {
+            pyo3::ffi::PyByteArray_AsString(object)
+        } else {
+            pyo3::ffi::PyBytes_AsString(object)
+        };
         let buf = std::slice::from_raw_parts_mut(data.cast::<std::mem::MaybeUninit<u8>>(), len);
         base64::decode_into(text, buf).then_some(decoded)
     }
