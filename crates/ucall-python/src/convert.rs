@@ -187,6 +187,10 @@ fn write_float(value: f64, out: &mut Vec<u8>) -> Result<(), Unserializable> {
 
 fn write_str(s: &Bound<'_, PyString>, out: &mut Vec<u8>) -> Result<(), Unserializable> {
     let text = s.to_cow().map_err(|e| Unserializable(e.to_string()))?;
+    // A large string (an echoed base64 payload) goes into a buffer kept from an earlier
+    // reply. Grown by doubling instead, each such reply allocated some 8 MB afresh, which
+    // the allocator kept around for the thread that ran the call.
+    ucall_core::buffer::reserve(out, text.len() + 2);
     serde_json::to_writer(&mut *out, text.as_ref()).map_err(|e| Unserializable(e.to_string()))
 }
 

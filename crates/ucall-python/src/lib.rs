@@ -7,6 +7,7 @@
 //! ([`convert`]), Python's parameter binding rules ([`params`]), and the clients' native
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
+mod allocator;
 mod batch;
 mod client;
 mod context;

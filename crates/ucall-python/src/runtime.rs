@@ -16,9 +16,10 @@
 //! Engines whose workers must stay on one thread (io_uring rings set up for a single
 //! issuer) are *pinned*: the turner hands each group to the lane's executor threads, which
 //! run it with the GIL. When an executor's call blocks (by the same rule), the monitor
-//! starts another executor, once per blocked call; an executor left idle for
-//! [`EXECUTOR_IDLE`] exits while another one waits for work (one always stays free unless
-//! all are blocked). A procedure whose calls have all been quick for a while is trusted:
+//! wakes an idle executor, or starts one when none is idle, once per blocked call. Work
+//! goes to the executor that went idle last, so surplus ones stay idle, and one left idle
+//! for [`EXECUTOR_IDLE`] exits while another one waits for work (one always stays free
+//! unless all are blocked). A procedure whose calls have all been quick for a while is trusted:
 //! the turner runs its calls itself, saving two thread switches per group. A slow call (1 ms or more) that gave
 //! up its core (slept, waited) withdraws the trust for good; one that was only preempted
 //! or computed for long makes the procedure earn it again (see `Procedure::run`).
@@ -180,15 +181,18 @@ struct Lane {
     busy_tid: AtomicI32,
     /// Threads serving this lane now (the turner and blocked ones, or the executors).
     threads: AtomicUsize,
-    /// Pinned lanes: wakes an executor when a group is queued.
-    work: Condvar,
+    /// Pinned lanes: executors waiting for a group, the last to wait on top (changed with
+    /// `jobs` locked). Work goes to the top one, so that under steady load the same few
+    /// executors run it and the ones below go unused for [`EXECUTOR_IDLE`] and exit: woken
+    /// in turn (a condition variable's order), every spare ever started got work often
+    /// enough to stay, and under a mixed load on a busy host their number climbed from 6
+    /// to 27, each with memory of its own in the allocator.
+    idle: Mutex<Vec<Thread>>,
     /// Pinned lanes: the blocked call already helped (its number in `calls`), so that each
     /// blocked call gets one more executor. Keyed by call, not by executor: the executor
     /// that blocked outlives the spare it got when that spare idles out, and keyed by it,
     /// its every later blocking call would go without help.
     helped: AtomicU64,
-    /// Pinned lanes: executors waiting for a group (changed with `jobs` locked).
-    waiting: AtomicUsize,
     /// Pinned lanes: the worker has finished; executors exit once the queue is empty.
     done: AtomicBool,
     /// The turner completes its group's calls without waking the worker: it turns next,
@@ -240,9 +244,8 @@ impl Runtime {
                     calls: AtomicU64::new(0),
                     busy_tid: AtomicI32::new(0),
                     threads: AtomicUsize::new(0),
-                    work: Condvar::new(),
+                    idle: Mutex::new(Vec::new()),
                     helped: AtomicU64::new(u64::MAX),
-                    waiting: AtomicUsize::new(0),
                     done: AtomicBool::new(false),
                 })
                 .collect(),
@@ -351,35 +354,55 @@ impl Runtime {
     /// A pinned lane's executor: run the groups its turner queues.
     fn execute(self: Arc<Self>, index: usize, tag: u64) {
         let lane = &self.lanes[index];
+        let me = std::thread::current();
         Python::attach(|py| {
-            py.detach(|| loop {
-                {
-                    let mut jobs = lock(&lane.jobs);
-                    while jobs.is_empty() {
-                        if lane.done.load(Ordering::SeqCst) {
-                            lane.threads.fetch_sub(1, Ordering::SeqCst);
-                            return;
-                        }
-                        lane.waiting.fetch_add(1, Ordering::SeqCst);
-                        let (guard, waited) = lane
-                            .work
-                            .wait_timeout(jobs, EXECUTOR_IDLE)
-                            .unwrap_or_else(PoisonError::into_inner);
-                        jobs = guard;
-                        // Counted under the queue's lock, so two spares never both leave.
-                        let others_waiting = lane.waiting.fetch_sub(1, Ordering::SeqCst) - 1;
-                        if waited.timed_out() && jobs.is_empty() && others_waiting > 0 {
-                            // A spare left from a blocked call. It leaves only when another
-                            // executor waits for work too: one still blocked (a long sleep)
-                            // would leave the next calls nobody to run them.
-                            lane.threads.fetch_sub(1, Ordering::SeqCst);
-                            return;
-                        }
-                    }
+            py.detach(|| {
+                while Self::wait_for_work(lane, &me) {
+                    self.run_group(lane, tag, false);
                 }
-                self.run_group(lane, tag, false);
+                lane.threads.fetch_sub(1, Ordering::SeqCst);
             });
         });
+    }
+
+    /// Wait on the lane's idle stack until calls are queued: true then, false when this
+    /// executor should exit (the lane is done, or it has had no work for [`EXECUTOR_IDLE`]
+    /// while another executor waits too; one still blocked, a long sleep, would leave the
+    /// next calls nobody to run them).
+    fn wait_for_work(lane: &Lane, me: &Thread) -> bool {
+        let since = Instant::now();
+        loop {
+            {
+                let jobs = lock(&lane.jobs);
+                let mut idle = lock(&lane.idle);
+                // Still listed: not handed work (a time-out, or a wake meant for before).
+                idle.retain(|thread| thread.id() != me.id());
+                if !jobs.is_empty() {
+                    return true;
+                }
+                if lane.done.load(Ordering::SeqCst) {
+                    return false;
+                }
+                if since.elapsed() >= EXECUTOR_IDLE && !idle.is_empty() {
+                    return false;
+                }
+                idle.push(me.clone());
+            }
+            std::thread::park_timeout(EXECUTOR_IDLE.saturating_sub(since.elapsed()).max(MONITOR_TICK));
+        }
+    }
+
+    /// Wake the pinned lane's executor that waited last, if calls are queued and one waits.
+    /// Returns whether one was woken.
+    fn wake_executor(lane: &Lane) -> bool {
+        let next = {
+            let jobs = lock(&lane.jobs);
+            if jobs.is_empty() {
+                return false;
+            }
+            lock(&lane.idle).pop()
+        };
+        next.map(|thread| thread.unpark()).is_some()
     }
 
     /// A turner's life: turn, run the group, again; until the lane finishes or another
@@ -429,8 +452,12 @@ impl Runtime {
                     alive
                 };
                 if self.pinned {
-                    if !lock(&lane.jobs).is_empty() {
-                        lane.work.notify_one();
+                    // Not while a call of the lane runs: its executor takes the queue next,
+                    // and the monitor wakes another if that call blocks. Woken on every
+                    // turn, the idle executors took turns at waiting for the GIL, and none
+                    // stayed idle long enough to exit.
+                    if lane.busy.load(Ordering::SeqCst) == IDLE {
+                        Self::wake_executor(lane);
                     }
                 } else {
                     lane.hold.hold();
@@ -441,7 +468,12 @@ impl Runtime {
                 if !alive {
                     if self.pinned {
                         lane.done.store(true, Ordering::SeqCst);
-                        lane.work.notify_all();
+                        // With the queue locked: an executor checks `done` and then lists
+                        // itself under it, so none is listed after this.
+                        let _jobs = lock(&lane.jobs);
+                        for thread in lock(&lane.idle).drain(..) {
+                            thread.unpark();
+                        }
                     }
                     *lock(&self.finished) += 1;
                     self.finished_changed.notify_all();
@@ -588,17 +620,20 @@ impl Runtime {
                     }
                 }
                 if self.pinned {
-                    // Another executor, once per blocked call, when calls wait for it. A slow
-                    // call with none waiting needs no thread: spawning one for each slow
-                    // call kept 40 threads alive under one connection of 4 ms calls, each
-                    // with memory of its own in the allocator.
+                    // Another executor, once per blocked call, when calls wait for it: an
+                    // idle one if any (the turner may be waiting for input, not waking
+                    // it), else a new one. A slow call with none waiting needs no thread:
+                    // spawning one for each slow call kept 40 threads alive under one
+                    // connection of 4 ms calls, each with memory of its own in the
+                    // allocator.
                     if lane.helped.load(Ordering::SeqCst) != calls
-                        && lane.threads.load(Ordering::SeqCst) < self.max_threads
                         && !lane.done.load(Ordering::SeqCst)
                         && !lock(&lane.jobs).is_empty()
                     {
                         lane.helped.store(calls, Ordering::SeqCst);
-                        let _ = self.spawn_executor(index);
+                        if !Self::wake_executor(lane) && lane.threads.load(Ordering::SeqCst) < self.max_threads {
+                            let _ = self.spawn_executor(index);
+                        }
                     }
                     continue;
                 }

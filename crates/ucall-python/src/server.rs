@@ -497,6 +497,7 @@ impl NativeServer {
             }
         };
         crate::logs::reload_levels();
+        crate::allocator::configure();
         let server = builder.bind().map_err(|e| PyOSError::new_err(e.to_string()))?;
         let port = server.local_addr().port();
         let tls_port = server.tls_addr().map(|addr| addr.port());
