@@ -11,6 +11,7 @@ use std::path::Path;
 const RANKS: &[(&str, u32)] = &[
     ("convert", 0),
     ("logs", 0),
+    ("allocator", 0),
     ("context", 1),
     ("params", 1),
     ("streaming", 1),
