@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import collections.abc
 import functools
 import itertools
 import json
@@ -42,7 +41,7 @@ import socket
 import ssl
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable, Iterable, TypeVar, Union, overload
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux, b64decode, loads
@@ -1190,7 +1189,7 @@ class AsyncClient(_Endpoint):
         self._connecting: asyncio.Lock | None = None
         self._mux: _Mux | None = None
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Response]]:
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Response]]:
         if name.startswith("_"):
             raise AttributeError(name)
 
@@ -1199,7 +1198,7 @@ class AsyncClient(_Endpoint):
             self.__dict__[name] = call  # found at once next time, without this lookup
         return call
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Awaitable[Response]:
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Response]:
         """The call's ``Response``, to await (or gather, or run as a task). On the native
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
@@ -1423,27 +1422,24 @@ class AsyncClient(_Endpoint):
 _KEPT_METHODS = 512
 
 
-class _Call(asyncio.Future):  # type: ignore[type-arg]
+class _Call(asyncio.Future["Response"], Coroutine[Any, Any, "Response"]):
     """A call's ``Response`` on the native transport: a future, which ``asyncio.gather``
     awaits as it is (wrapping each of 1,000 coroutines in a task cost more than the rest of
     a small call), that also steps as a coroutine, so that ``create_task`` and
     ``asyncio.run`` take it as they took the coroutine ``call`` once returned."""
 
-    def send(self, value: None) -> _Call:
+    def send(self, value: Any) -> Any:
         if not self.done():
             self._asyncio_future_blocking = True
             return self
         raise StopIteration(self.result())
 
-    def throw(self, kind: Any, value: Any = None, traceback: Any = None) -> _Call:
+    def throw(self, kind: Any, value: Any = None, traceback: Any = None) -> Any:
         self.cancel()  # the task running it was cancelled (or had an error thrown in)
         raise value if value is not None else kind
 
     def close(self) -> None:
         self.cancel()
-
-
-collections.abc.Coroutine.register(_Call)
 
 
 class _Mux:
