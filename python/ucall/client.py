@@ -1211,9 +1211,7 @@ class AsyncClient(_Endpoint):
                 return self._call(method, args, kwargs)
             request_id = next(self._ids)
             try:
-                if args and kwargs:
-                    raise TypeError("pass params either by position or by name, not both")
-                ticket = mux.native.call(method, kwargs or args or None, request_id, _native_encode, self.timeout)
+                ticket = mux.native.call(method, _native_params(args, kwargs), request_id, _native_encode, self.timeout)
             except Exception as error:  # raised where it is awaited, as from a coroutine
                 failed = _Call(loop=mux.loop)
                 failed.set_exception(error)

@@ -183,10 +183,7 @@ fn reply_tuple<'py>(py: Python<'py>, reply: &Reply) -> PyResult<Bound<'py, PyTup
 
 /// A reply body as its Python value when it is JSON, else as `bytes`.
 fn parsed_body<'py>(py: Python<'py>, body: &[u8]) -> Bound<'py, PyAny> {
-    ucall_core::jsonrpc::as_text(body)
-        .filter(|text| ucall_core::jsonrpc::message::is_json(text))
-        .and_then(|text| crate::convert::to_python(py, text).ok())
-        .unwrap_or_else(|| PyBytes::new(py, body).into_any())
+    crate::convert::from_json(py, body).unwrap_or_else(|_| PyBytes::new(py, body).into_any())
 }
 
 /// A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS).

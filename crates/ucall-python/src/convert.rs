@@ -18,6 +18,19 @@ use ucall_core::Param;
 /// self-referencing results).
 pub const MAX_DEPTH: usize = 256;
 
+/// The Python value of a JSON text that has not been checked yet (UTF-8, then the core's
+/// JSON validation, then [`to_python`]): the one reading rule of `loads` and the clients.
+///
+/// # Errors
+/// `ValueError` saying what the text is not.
+pub fn from_json<'py>(py: Python<'py>, text: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    let text = ucall_core::jsonrpc::as_text(text).ok_or_else(|| PyValueError::new_err("not UTF-8"))?;
+    if !ucall_core::jsonrpc::message::is_json(text) {
+        return Err(invalid());
+    }
+    to_python(py, text)
+}
+
 /// Build the Python value of one validated JSON text.
 ///
 /// # Errors
