@@ -12,6 +12,7 @@ __all__ = [
     "NativeClient",
     "NativeMux",
     "NativeServer",
+    "ReplyBody",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
     "StreamReply",
@@ -236,6 +237,23 @@ def b64decode(text: Union[str, bytes], bytearray: Literal[False] = False) -> byt
 def b64decode(text: Union[str, bytes], bytearray: Literal[True]) -> bytearray: ...
 @overload
 def b64decode(text: Union[str, bytes], bytearray: bool) -> Union[bytes, bytearray]: ...
+
+@final
+class ReplyBody:
+    """A large JSON reply from the native transport, checked and kept as its text."""
+
+    def value(self) -> Any:
+        """The whole reply as its Python value."""
+    def answers(self, id: Any) -> bool:
+        """Whether this is a result (no error) for the call with this id."""
+    @overload
+    def result_base64(self, bytearray: Literal[False] = False) -> Optional[bytes]:
+        """The result decoded from base64; None when it is not a base64 string."""
+    @overload
+    def result_base64(self, bytearray: Literal[True]) -> Optional[bytearray]: ...
+    @overload
+    def result_base64(self, bytearray: bool) -> Optional[Union[bytes, bytearray]]: ...
+    def __len__(self) -> int: ...
 
 @final
 class NativeClient:

@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
-from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux, b64decode, loads
+from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux, ReplyBody, b64decode, loads
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
@@ -137,6 +137,41 @@ class Response:
         return f"Response({self.data!r})"
 
 
+class _LargeResponse(Response):
+    """A large result as the native transport keeps it (``ReplyBody``): ``.bytes`` and
+    ``.numpy`` decode its base64 straight from the reply's buffer, with no 2 MB ``str`` in
+    between; ``data`` is built on first use."""
+
+    def __init__(self, body: ReplyBody) -> None:
+        self._body = body
+
+    @property
+    def data(self) -> Any:
+        data = self.__dict__.get("_data", _UNREAD)
+        if data is _UNREAD:
+            data = self._data = self._body.value()
+        return data
+
+    def _decoded(self, bytearray: bool) -> builtins.bytes | builtins.bytearray:
+        decoded = self._body.result_base64(bytearray)
+        return decoded if decoded is not None else super()._decoded(bytearray)
+
+
+_UNREAD = object()
+
+
+def _native_response(status: int | None, body: Any, call_id: Any) -> Response | None:
+    """A result to call ``call_id`` as a ``Response`` without further checks; None when
+    the reply needs them (an error, another id, an HTTP error status, not JSON)."""
+    if (status or 0) >= 400:
+        return None
+    if type(body) is dict:
+        return Response(body) if "error" not in body and body.get("id") == call_id else None
+    if type(body) is ReplyBody and body.answers(call_id):
+        return _LargeResponse(body)
+    return None
+
+
 def _shown(value: Any) -> str:
     """A value for an error message: its JSON, cut to a readable length."""
     text = json.dumps(value)
@@ -207,7 +242,9 @@ def _decode_body(status: int | None, body: Any) -> Any:
     transport parses what is JSON as it takes the reply: JSON is never ``bytes``)."""
     if status == 204:
         return None
-    if not isinstance(body, bytes):
+    if type(body) is ReplyBody:
+        data = body.value()
+    elif not isinstance(body, bytes):
         data = body
     else:
         try:
@@ -391,7 +428,9 @@ class _Endpoint:
         """``response``, unless the server gave up on the call at its deadline: a client
         with a ``timeout`` (which it sent as the call's deadline) raises ``TimeoutError``
         then, as when no reply comes in time; the connection stays usable."""
-        error = response.data.get("error") if self.timeout is not None and isinstance(response.data, dict) else None
+        if self.timeout is None or type(response) is _LargeResponse:  # (a large result has no error)
+            return response
+        error = response.data.get("error") if isinstance(response.data, dict) else None
         if isinstance(error, dict) and (error.get("code"), error.get("message")) == _DEADLINE:
             raise TimeoutError(f"no result from {self._where} within {self.timeout} s: the server's {_DEADLINE[1]!r}")
         return response
@@ -585,7 +624,8 @@ class Client(_Endpoint, _OwnsSocket):
         items = [(method, params, self.next_id()) for method, params in calls]
         replies = self._native.calls(items, _native_encode, self.timeout)
         return [
-            self._check(Response(_decode(Reply(*reply))), {"id": item[2]}) for reply, item in zip(replies, items)
+            _native_response(reply[0], reply[1], item[2]) or self._check(Response(_decode(Reply(*reply))), {"id": item[2]})
+            for reply, item in zip(replies, items)
         ]
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
@@ -1496,8 +1536,8 @@ class _Mux:
                 future.set_exception(error)
             elif call_id is None:
                 future.set_result(Reply(status, body, close))
-            elif type(body) is dict and "error" not in body and body.get("id") == call_id and (status or 0) < 400:
-                future.set_result(Response(body))  # a result, to this call: nothing to check
+            elif (response := _native_response(status, body, call_id)) is not None:
+                future.set_result(response)  # a result, to this call: nothing to check
             else:
                 try:
                     data = _decode_body(status, body)

@@ -2,12 +2,13 @@
 """ucall.client: Client and AsyncClient against real servers, over HTTP and raw TCP."""
 
 import asyncio
+import base64
 import json
 import socket
 import ssl
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import pytest
 from conftest import canned_server, with_client_procedures
@@ -170,6 +171,60 @@ def test_replies_are_read_by_the_cores_json_and_base64_rules():
     for bad in ("Zh==", "Zg=", "Z", "Zm8 ", "Zm-_", "é"):
         with pytest.raises(ProtocolError, match="not bytes"):
             Response({"jsonrpc": "2.0", "id": 1, "result": bad}).bytes
+
+
+def test_large_replies_are_read_as_small_ones_are():
+    # Replies of 64 KiB and more are kept as their text and decoded from it when asked
+    # (.bytes and .numpy never build the 2 MB str): every reading must match json.loads's.
+    payload = bytes(range(256)) * 400  # its base64 has "/" and "+" in it
+    text = base64.b64encode(payload).decode()
+    escaped = text.replace("/", "\\/")  # as some encoders write "/"
+    cases = [
+        {"jsonrpc": "2.0", "id": 1, "result": text},
+        json.dumps({"jsonrpc": "2.0", "id": 1, "result": "x"})[:-1] + f', "result": "{escaped}"}}',
+        {"jsonrpc": "2.0", "id": 1, "result": ["x" * 70000]},
+        {"jsonrpc": "2.0", "id": 1, "result": text, "error": {"code": 7, "message": "both"}},
+        {"jsonrpc": "2.0", "id": 2, "result": text},
+        {"jsonrpc": "2.0", "id": 1, "error": {"code": 5, "message": "big", "data": text}},
+    ]
+    for case in cases:
+        body = case.encode() if isinstance(case, str) else json.dumps(case).encode()
+        expected = json.loads(body)
+        assert len(body) >= 65536
+        reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        for kind in ("sync", "async"):
+            with canned_server(reply) as port:
+                if kind == "sync":
+                    with Client(port=port) as client:
+                        outcome = _outcome(lambda: client.echo())
+                else:
+
+                    async def call() -> Any:
+                        async with AsyncClient(port=port) as client:
+                            return await client.echo()
+
+                    outcome = _outcome(lambda: asyncio.run(call()))
+            if expected["id"] != 1:
+                assert isinstance(outcome, ProtocolError) and "another request" in str(outcome), (case, kind)
+                continue
+            assert isinstance(outcome, Response), (outcome, kind)
+            assert outcome.data == expected and outcome.ok == ("error" not in expected)
+            if "error" in expected:
+                with pytest.raises(RPCError) as caught:
+                    outcome.bytes
+                assert caught.value.code == expected["error"]["code"]
+            elif isinstance(expected["result"], str):
+                assert outcome.bytes == payload and outcome.json == text
+            else:
+                with pytest.raises(ProtocolError, match="not bytes"):
+                    outcome.bytes
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as error:  # the outcome compared, whichever it is
+        return error
 
 
 def test_async_calls_are_awaited_gathered_run_as_tasks_and_cancelled(server):

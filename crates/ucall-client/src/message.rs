@@ -14,6 +14,12 @@ pub trait ToParams {
     /// # Errors
     /// A value with no JSON form.
     fn write_params(&self, out: &mut Vec<u8>) -> Result<bool>;
+
+    /// The length of the params' JSON when known without writing it, so that the request
+    /// is written into a buffer reserved once (a 2 MB body grown by doubling is copied twice).
+    fn len_hint(&self) -> usize {
+        0
+    }
 }
 
 impl<T: Serialize + ?Sized> ToParams for &T {
@@ -145,6 +151,10 @@ impl ToParams for Params {
         out.push(self.close);
         Ok(true)
     }
+
+    fn len_hint(&self) -> usize {
+        self.text.len() + 1
+    }
 }
 
 impl ToParams for Option<&serde_json::value::RawValue> {
@@ -157,6 +167,10 @@ impl ToParams for Option<&serde_json::value::RawValue> {
             None => Ok(false),
         }
     }
+
+    fn len_hint(&self) -> usize {
+        self.map_or(0, |raw| raw.get().len())
+    }
 }
 
 /// Params already checked to be one JSON text, written as they are.
@@ -167,6 +181,10 @@ impl ToParams for CheckedJson<'_> {
         out.extend_from_slice(self.0.as_bytes());
         Ok(true)
     }
+
+    fn len_hint(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// Append one request: `{"jsonrpc":"2.0","method":...,"params":...,"id":...}`; no id
@@ -175,6 +193,8 @@ impl ToParams for CheckedJson<'_> {
 /// # Errors
 /// Params with no JSON form; `out` then holds a partial text.
 pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<()> {
+    // The envelope, `{"jsonrpc":"2.0","method":"","params":,"id":}` with a 20-digit id, is 65 bytes.
+    out.reserve(72 + method.len() + params.len_hint());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     serde_json::to_writer(&mut *out, method).map_err(|e| Error::invalid(e.to_string()))?;
     let mark = out.len();

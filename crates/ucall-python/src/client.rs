@@ -169,21 +169,106 @@ fn call_body(
     Ok(out)
 }
 
-/// `(status, body, close)`, the body parsed as [`parsed_body`] does.
-fn reply_tuple<'py>(py: Python<'py>, reply: &Reply) -> PyResult<Bound<'py, PyTuple>> {
+/// `(status, body, close)`, the body read as [`reply_body`] does.
+fn reply_tuple(py: Python<'_>, reply: Reply) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(
         py,
         [
             reply.status.into_pyobject(py)?.into_any(),
-            parsed_body(py, &reply.body),
+            reply_body(py, reply.body)?,
             pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
         ],
     )
 }
 
-/// A reply body as its Python value when it is JSON, else as `bytes`.
-fn parsed_body<'py>(py: Python<'py>, body: &[u8]) -> Bound<'py, PyAny> {
-    crate::convert::from_json(py, body).unwrap_or_else(|_| PyBytes::new(py, body).into_any())
+/// Replies from this size on are checked once and read when asked ([`ReplyBody`]).
+const LARGE_REPLY: usize = 64 << 10;
+
+/// A reply body as its Python value when it is JSON (a [`ReplyBody`] when large), else as
+/// `bytes`.
+fn reply_body(py: Python<'_>, body: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
+    if body.len() >= LARGE_REPLY {
+        if let Some(large) = ReplyBody::new(body.as_slice()) {
+            let large = ReplyBody { body, ..large };
+            return Ok(Bound::new(py, large)?.into_any());
+        }
+    }
+    Ok(crate::convert::from_json(py, &body).unwrap_or_else(|_| PyBytes::new(py, &body).into_any()))
+}
+
+/// A large JSON reply, checked and kept as its text: `.numpy` and `.bytes` decode its
+/// result's base64 straight from here (a 1.6 MB array's reply was otherwise copied into a
+/// 2 MB `str` first, fresh pages and all), and `value()` builds the whole Python value
+/// for everything else.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct ReplyBody {
+    /// One JSON text (checked when made).
+    body: Vec<u8>,
+    /// Where the `result` member's value is in `body`, when the reply is an object with one.
+    result: Option<(usize, usize)>,
+    /// The `id` member, when it is an integer.
+    id: Option<i64>,
+    /// Whether the object has an `error` member.
+    error: bool,
+}
+
+impl ReplyBody {
+    /// The members that matter of `body` when it is one JSON text (an empty `body` then).
+    fn new(body: &[u8]) -> Option<ReplyBody> {
+        let text = ucall_core::jsonrpc::as_text(body)?;
+        if !ucall_core::jsonrpc::message::is_json(text) {
+            return None;
+        }
+        let mut large = ReplyBody {
+            body: Vec::new(),
+            result: None,
+            id: None,
+            error: false,
+        };
+        // As a dict built from the object would have it: the last of repeated names wins.
+        for (key, value) in ucall_core::Param::new(text.trim()).members() {
+            if key.str_equals("result") {
+                let start = value.raw().as_ptr() as usize - text.as_ptr() as usize;
+                large.result = Some((start, start + value.raw().len()));
+            } else if key.str_equals("id") {
+                large.id = value.as_i64();
+            } else if key.str_equals("error") {
+                large.error = true;
+            }
+        }
+        Some(large)
+    }
+
+    fn text(&self) -> &str {
+        // SAFETY: `body` was checked to be UTF-8 when this was made, and never changes.
+        unsafe { std::str::from_utf8_unchecked(&self.body) }
+    }
+}
+
+#[pymethods]
+impl ReplyBody {
+    /// The whole reply as its Python value (what a small reply is handed over as).
+    fn value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        crate::convert::to_python(py, self.text())
+    }
+
+    /// Whether this is a result (no error) for the call with this id.
+    fn answers(&self, id: &Bound<'_, PyAny>) -> bool {
+        self.result.is_some() && !self.error && self.id.is_some() && id.extract::<i64>().ok() == self.id
+    }
+
+    /// The result decoded from base64 into `bytes` or a `bytearray` (SIMD, straight into
+    /// the new object); None when it is not a base64 string, for `value()` to say why.
+    #[pyo3(signature = (bytearray=false))]
+    fn result_base64<'py>(&self, py: Python<'py>, bytearray: bool) -> Option<Bound<'py, PyAny>> {
+        let (start, end) = self.result?;
+        ucall_core::Param::new(&self.text()[start..end])
+            .with_base64(|text| crate::params::decode_base64(py, text, bytearray))
+    }
+
+    fn __len__(&self) -> usize {
+        self.body.len()
+    }
 }
 
 /// A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS).
@@ -212,7 +297,7 @@ impl NativeClient {
         });
         let replies = result.map_err(|e| exception(py, &e))?;
         let list = PyList::empty(py);
-        for reply in &replies {
+        for reply in replies {
             list.append(reply_tuple(py, reply)?)?;
         }
         Ok(list)
@@ -404,13 +489,13 @@ impl NativeMux {
         let list = PyList::empty(py);
         for completion in done {
             let ticket = completion.ticket.into_pyobject(py)?.into_any();
-            let item = match &completion.result {
+            let item = match completion.result {
                 Ok(reply) => PyTuple::new(
                     py,
                     [
                         ticket,
                         reply.status.into_pyobject(py)?.into_any(),
-                        parsed_body(py, &reply.body),
+                        reply_body(py, reply.body)?,
                         pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
                         py.None().into_bound(py),
                     ],
@@ -422,7 +507,7 @@ impl NativeMux {
                         py.None().into_bound(py),
                         py.None().into_bound(py),
                         pyo3::types::PyBool::new(py, true).to_owned().into_any(),
-                        exception(py, error).into_value(py).into_bound(py).into_any(),
+                        exception(py, &error).into_value(py).into_bound(py).into_any(),
                     ],
                 )?,
             };
