@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Base64 of `bytes` on the wire: RFC 4648 §4, the standard alphabet, padded and strict.
-//! The client's params and the Python server's `bytes` results are written here; `bytes`
-//! params a server receives are decoded by the core (`ucall_core::params::base64`).
+//! Base64 of `bytes` on the wire: RFC 4648 §4, the standard alphabet, written padded.
+//! The client's params and the Python server's `bytes` results are written here. Results
+//! are read by the core's rule (`ucall_core::params::base64`), the one `bytes` params are
+//! held to, with simdutf decoding the groups of four.
 //!
 //! With the `simd` feature (the default) simdutf does the work, AVX-512 where the CPU has
 //! it: on a 1.6 MB payload it encodes 1.2x as fast as base64-simd (docs/design.md, "Large
@@ -66,30 +67,30 @@ pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-/// The length `text` decodes to as strict standard base64, `None` when it cannot be.
+/// The length `text` decodes to by the core's base64 rule (padding optional; see
+/// `ucall_core::params::base64`), `None` when its length rules base64 out.
 #[must_use]
 pub fn base64_decoded_len(text: &[u8]) -> Option<usize> {
-    if text.len() % 4 != 0 {
-        return None;
-    }
-    let padding = text.iter().rev().take(2).take_while(|&&c| c == b'=').count();
-    Some(text.len() / 4 * 3 - padding)
+    ucall_core::params::base64::decoded_len(text)
 }
 
-/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
-/// `false` when `text` is not base64.
-#[cfg(feature = "simd")]
+/// Decode `text` into all of `out` ([`base64_decoded_len`] long) by the core's base64 rule,
+/// the rule servers hold `bytes` params to; `false` when `text` is not base64.
 pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
-    if base64_decoded_len(text) != Some(out.len()) {
-        return false;
-    }
+    ucall_core::params::base64::decode_into_with(text, out, decode_groups)
+}
+
+/// Complete groups of four, decoded by simdutf: AVX-512 where the CPU has it, a 1.6 MB
+/// array's base64 in about half base64-simd's time (docs/design.md, "Large messages").
+#[cfg(feature = "simd")]
+pub fn decode_groups(groups: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
     let mut written = out.len();
-    // SAFETY: `text` is readable for its length and `out` writable for `written` bytes,
+    // SAFETY: `groups` is readable for its length and `out` writable for `written` bytes,
     // which the bounded decoder never passes; `out` is borrowed mutably, so they are apart.
     let result = unsafe {
         simdutf::base64_to_binary_safe(
-            text.as_ptr(),
-            text.len(),
+            groups.as_ptr(),
+            groups.len(),
             out.as_mut_ptr().cast::<u8>(),
             &mut written,
             Base64Options::Default,
@@ -97,26 +98,51 @@ pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
             false,
         )
     };
-    // Skipped whitespace shows as fewer bytes written: refused, as strict base64 has none.
+    // simdutf skips whitespace and reads `=` as padding: either shows as fewer bytes
+    // written, and is refused, as the rule has neither inside the text.
     result.error == ErrorCode::Success && written == out.len()
 }
 
-/// Decode strict standard base64 `text` into all of `out` ([`base64_decoded_len`] long).
-/// `false` when `text` is not base64.
+/// Complete groups of four, decoded by the core's decoder (no simdutf in this build).
 #[cfg(not(feature = "simd"))]
-pub fn base64_decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
-    use ::base64::Engine as _;
-    if base64_decoded_len(text) != Some(out.len()) {
-        return false;
+pub fn decode_groups(groups: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    ucall_core::params::base64::decode_into(groups, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoded(text: &[u8]) -> Option<Vec<u8>> {
+        let len = base64_decoded_len(text)?;
+        let mut out = Vec::with_capacity(len);
+        if !base64_decode_into(text, &mut out.spare_capacity_mut()[..len]) {
+            return None;
+        }
+        // SAFETY: the decoder wrote all `len` bytes (it succeeded).
+        unsafe { out.set_len(len) };
+        Some(out)
     }
-    let Ok(decoded) = ::base64::engine::general_purpose::STANDARD.decode(text) else {
-        return false;
-    };
-    if decoded.len() != out.len() {
-        return false;
+
+    #[test]
+    fn results_are_read_by_the_cores_rule_through_simd() {
+        let plain: Vec<u8> = (0..=255u8).cycle().take(300_002).collect();
+        let mut text = Vec::new();
+        write_base64(&plain, &mut text);
+        let text = &text[1..text.len() - 1]; // the quotes off
+        assert!(text.ends_with(b"="));
+        assert_eq!(decoded(text).as_deref(), Some(&plain[..]), "padded");
+        let unpadded = &text[..text.len() - 1];
+        assert_eq!(decoded(unpadded).as_deref(), Some(&plain[..]), "unpadded, as the rule allows");
+        // What the rule refuses, wherever simdutf meets it among the groups of four.
+        for at in [0, 1, 100, 200_000, text.len() - 5] {
+            for bad in [b' ', b'\n', b'=', b'-', b'_', b'\\', 0xc3] {
+                let mut broken = text.to_vec();
+                broken[at] = bad;
+                assert_eq!(decoded(&broken), None, "{bad:#x} at {at}");
+            }
+        }
+        assert_eq!(decoded(b"Zh=="), None, "leftover bits set");
+        assert_eq!(decoded(b"Zg="), None, "padding that completes no group");
     }
-    for (slot, byte) in out.iter_mut().zip(decoded) {
-        slot.write(byte);
-    }
-    true
 }

@@ -315,7 +315,7 @@ pub(crate) fn decode_base64<'py>(py: Python<'py>, text: &[u8], bytearray: bool) 
             pyo3::ffi::PyBytes_AsString(object)
         };
         let buf = std::slice::from_raw_parts_mut(data.cast::<std::mem::MaybeUninit<u8>>(), len);
-        base64::decode_into(text, buf).then_some(decoded)
+        base64::decode_into_with(text, buf, ucall_client::base64::decode_groups).then_some(decoded)
     }
 }
 

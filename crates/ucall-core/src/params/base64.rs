@@ -53,6 +53,18 @@ const VALUES: [u8; 256] = {
 /// (a new Python `bytes`): every byte of it is written on success.
 #[must_use]
 pub fn decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    decode_into_with(text, out, decode_groups)
+}
+
+/// Decodes complete groups of four characters (no `=` among them) into exactly
+/// `groups.len() / 4 * 3` bytes, every one written; `false` on anything else.
+pub type GroupDecoder = fn(groups: &[u8], out: &mut [MaybeUninit<u8>]) -> bool;
+
+/// [`decode_into`] with the complete groups decoded by `groups`, another SIMD engine (the
+/// Python binding's simdutf has AVX-512 kernels): the rule, padding and the final group,
+/// stays here.
+#[must_use]
+pub fn decode_into_with(text: &[u8], out: &mut [MaybeUninit<u8>], groups: GroupDecoder) -> bool {
     let Some((data, _)) = split(text) else { return false };
     if decoded_len(text) != Some(out.len()) {
         return false;
@@ -60,15 +72,17 @@ pub fn decode_into(text: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
     let whole = data.len() / 4 * 4;
     let (body, tail) = data.split_at(whole);
     let (out_body, out_tail) = out.split_at_mut(whole / 4 * 3);
-    if !body.is_empty() {
-        // A `=` inside the body reads as padding and yields fewer bytes: caught here.
-        let expected = out_body.len();
-        match STANDARD.decode(body, Out::from_uninit_slice(out_body)) {
-            Ok(written) if written.len() == expected => {}
-            _ => return false,
-        }
+    if !body.is_empty() && !groups(body, out_body) {
+        return false;
     }
     decode_tail(tail, out_tail)
+}
+
+/// The core's [`GroupDecoder`]: base64-simd (AVX2, pure Rust).
+fn decode_groups(groups: &[u8], out: &mut [MaybeUninit<u8>]) -> bool {
+    // A `=` inside the groups reads as padding and yields fewer bytes: caught here.
+    let expected = out.len();
+    matches!(STANDARD.decode(groups, Out::from_uninit_slice(out)), Ok(written) if written.len() == expected)
 }
 
 /// Decode the final partial group (0, 2 or 3 characters) into its 0, 1 or 2 bytes.
