@@ -133,7 +133,11 @@ mod tests {
         assert!(text.ends_with(b"="));
         assert_eq!(decoded(text).as_deref(), Some(&plain[..]), "padded");
         let unpadded = &text[..text.len() - 1];
-        assert_eq!(decoded(unpadded).as_deref(), Some(&plain[..]), "unpadded, as the rule allows");
+        assert_eq!(
+            decoded(unpadded).as_deref(),
+            Some(&plain[..]),
+            "unpadded, as the rule allows"
+        );
         // What the rule refuses, wherever simdutf meets it among the groups of four.
         for at in [0, 1, 100, 200_000, text.len() - 5] {
             for bad in [b' ', b'\n', b'=', b'-', b'_', b'\\', 0xc3] {

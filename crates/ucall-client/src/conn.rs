@@ -395,13 +395,26 @@ fn fill_counting(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<bool> {
     Ok(was_readable)
 }
 
+/// `recv(2)` into memory not yet written: a large reply's body read in place, not zeroed
+/// first (zeroing it cost as much as the kernel's copy into it).
+fn recv(sock: &TcpStream, room: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `room` is writable for its length; recv writes at most that many bytes and
+    // says how many, which is all the caller treats as written.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), room.as_mut_ptr().cast(), room.len(), 0) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// Read what arrived until the socket would block, each complete reply to `sink`.
 fn fill(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<()> {
     while link.readable {
         match &mut link.tls {
             None => {
-                let room = link.reader.read_buf();
-                match link.sock.read(room) {
+                let read = match link.reader.read_spare() {
+                    Some(spare) => recv(&link.sock, spare),
+                    None => link.sock.read(link.reader.read_buf()),
+                };
+                match read {
                     Ok(0) => {
                         link.reader.eof();
                         link.readable = false;

@@ -324,6 +324,14 @@ pub struct Response {
     body: Vec<u8>,
 }
 
+impl Drop for Response {
+    fn drop(&mut self) {
+        // A large body's buffer serves the next large reply or request (fresh pages cost
+        // more than the copy into them); the process keeps a few (`ucall_core::buffer`).
+        ucall_core::buffer::keep(std::mem::take(&mut self.body));
+    }
+}
+
 impl Response {
     /// A reply with this HTTP status (if any) and JSON body.
     #[must_use]
@@ -339,8 +347,8 @@ impl Response {
 
     /// The reply's JSON text, moved out.
     #[must_use]
-    pub fn into_body(self) -> Vec<u8> {
-        self.body
+    pub fn into_body(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.body)
     }
 
     /// The HTTP status (`None` over raw TCP and WebSocket).

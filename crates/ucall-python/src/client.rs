@@ -193,7 +193,9 @@ fn reply_body(py: Python<'_>, body: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
             return Ok(Bound::new(py, large)?.into_any());
         }
     }
-    Ok(crate::convert::from_json(py, &body).unwrap_or_else(|_| PyBytes::new(py, &body).into_any()))
+    let value = crate::convert::from_json(py, &body).unwrap_or_else(|_| PyBytes::new(py, &body).into_any());
+    ucall_core::buffer::keep(body); // for the next large reply, if it was large
+    Ok(value)
 }
 
 /// A large JSON reply, checked and kept as its text: `.numpy` and `.bytes` decode its
@@ -242,6 +244,13 @@ impl ReplyBody {
     fn text(&self) -> &str {
         // SAFETY: `body` was checked to be UTF-8 when this was made, and never changes.
         unsafe { std::str::from_utf8_unchecked(&self.body) }
+    }
+}
+
+impl Drop for ReplyBody {
+    fn drop(&mut self) {
+        // Its buffer serves the next large reply or request, in pages already mapped.
+        ucall_core::buffer::keep(std::mem::take(&mut self.body));
     }
 }
 
