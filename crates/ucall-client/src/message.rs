@@ -113,7 +113,7 @@ impl Params {
     /// Append bytes as a base64 string (to an array).
     pub fn bytes(mut self, bytes: &[u8]) -> Self {
         self.comma();
-        write_base64(bytes, &mut self.text);
+        self.base64(bytes);
         self
     }
 
@@ -129,8 +129,15 @@ impl Params {
     /// Add named bytes as a base64 string (to an object).
     pub fn named_bytes(mut self, name: &str, bytes: &[u8]) -> Self {
         self.key(name);
-        write_base64(bytes, &mut self.text);
+        self.base64(bytes);
         self
+    }
+
+    fn base64(&mut self, bytes: &[u8]) {
+        // A large payload goes into a buffer the process kept (see `Drop`), in pages
+        // already mapped, rather than into fresh ones.
+        ucall_core::buffer::reserve(&mut self.text, crate::base64::encoded_len(bytes.len()) + 2);
+        write_base64(bytes, &mut self.text);
     }
 
     /// The params' JSON text.
@@ -139,6 +146,12 @@ impl Params {
         let mut text = self.text.clone();
         text.push(self.close);
         String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+impl Drop for Params {
+    fn drop(&mut self) {
+        ucall_core::buffer::keep(std::mem::take(&mut self.text));
     }
 }
 
@@ -194,7 +207,7 @@ impl ToParams for CheckedJson<'_> {
 /// Params with no JSON form; `out` then holds a partial text.
 pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<()> {
     // The envelope, `{"jsonrpc":"2.0","method":"","params":,"id":}` with a 20-digit id, is 65 bytes.
-    out.reserve(72 + method.len() + params.len_hint());
+    ucall_core::buffer::reserve(out, 72 + method.len() + params.len_hint());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     serde_json::to_writer(&mut *out, method).map_err(|e| Error::invalid(e.to_string()))?;
     let mark = out.len();
@@ -318,10 +331,44 @@ fn shown(text: &str) -> String {
 }
 
 /// One call's reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Response {
     status: Option<u16>,
     body: Vec<u8>,
+    /// Where its members are, scanned once: the id check and `result_bytes` each read a
+    /// 2 MB reply whole before (UTF-8 and JSON both times).
+    scanned: std::cell::OnceCell<std::result::Result<Spans, RpcError>>,
+}
+
+impl PartialEq for Response {
+    fn eq(&self, other: &Self) -> bool {
+        self.status == other.status && self.body == other.body
+    }
+}
+
+impl Eq for Response {}
+
+/// An [`Envelope`]'s members as ranges of the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Spans {
+    id: Option<(usize, usize)>,
+    result: Option<(usize, usize)>,
+    error: Option<(usize, usize)>,
+}
+
+impl Spans {
+    fn of(envelope: &Envelope<'_>, body: &[u8]) -> Self {
+        let span = |part: Option<&str>| {
+            let part = part?;
+            let start = (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+            (start + part.len() <= body.len()).then_some((start, start + part.len()))
+        };
+        Spans {
+            id: span(envelope.id),
+            result: span(envelope.result),
+            error: span(envelope.error),
+        }
+    }
 }
 
 impl Drop for Response {
@@ -336,7 +383,11 @@ impl Response {
     /// A reply with this HTTP status (if any) and JSON body.
     #[must_use]
     pub fn new(status: Option<u16>, body: Vec<u8>) -> Self {
-        Response { status, body }
+        Response {
+            status,
+            body,
+            scanned: std::cell::OnceCell::new(),
+        }
     }
 
     /// The reply's JSON text.
@@ -362,14 +413,29 @@ impl Response {
     /// # Errors
     /// The reply is not a JSON object.
     pub fn envelope(&self) -> std::result::Result<Envelope<'_>, RpcError> {
-        if self.body.is_empty() {
-            return Err(internal(format!("an empty reply (HTTP {})", self.status.unwrap_or(0))));
-        }
-        Envelope::parse(&self.body).map_err(|mut error| {
-            if let Some(status) = self.status.filter(|&s| s != 200) {
-                error.message = format!("HTTP {status}: {}", error.message);
+        let spans = self.scanned.get_or_init(|| {
+            if self.body.is_empty() {
+                return Err(internal(format!("an empty reply (HTTP {})", self.status.unwrap_or(0))));
             }
-            error
+            match Envelope::parse(&self.body) {
+                Ok(envelope) => Ok(Spans::of(&envelope, &self.body)),
+                Err(mut error) => {
+                    if let Some(status) = self.status.filter(|&s| s != 200) {
+                        error.message = format!("HTTP {status}: {}", error.message);
+                    }
+                    Err(error)
+                }
+            }
+        });
+        let spans = spans.clone()?;
+        // SAFETY: the body was checked to be UTF-8 when it was scanned, and the spans are
+        // where the scan found the members, on character boundaries (JSON punctuation).
+        let text = unsafe { std::str::from_utf8_unchecked(&self.body) };
+        let part = |span: Option<(usize, usize)>| span.map(|(start, end)| &text[start..end]);
+        Ok(Envelope {
+            id: part(spans.id),
+            result: part(spans.result),
+            error: part(spans.error),
         })
     }
 
@@ -459,5 +525,28 @@ mod tests {
             .message
             .contains("not bytes"));
         assert!(Response::new(None, b"nope".to_vec()).result::<i64>().is_err());
+    }
+
+    #[test]
+    fn a_reply_is_scanned_once_and_compared_by_its_text() {
+        let body = br#"{"jsonrpc":"2.0","id":3,"result":"AAE"}"#.to_vec();
+        let (read, unread) = (Response::new(Some(200), body.clone()), Response::new(Some(200), body));
+        assert_eq!(read.result_bytes().expect("bytes, unpadded as the rule allows"), [0, 1]);
+        assert_eq!(read.result_json().expect("again, from the scan"), r#""AAE""#);
+        assert_eq!(read, unread);
+        let empty = Response::new(Some(502), Vec::new());
+        for _ in 0..2 {
+            assert!(empty
+                .result_json()
+                .expect_err("empty")
+                .message
+                .contains("an empty reply (HTTP 502)"));
+        }
+        let cut = Response::new(Some(500), br#"{"jsonrpc":"2.0","#.to_vec());
+        assert!(cut
+            .result_json()
+            .expect_err("not JSON")
+            .message
+            .starts_with("HTTP 500: "));
     }
 }
