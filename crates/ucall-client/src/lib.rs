@@ -44,5 +44,5 @@ pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, TlsRefusal};
 pub use framing::{Protocol, Reply};
-pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, ToParams};
+pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, Spans, ToParams};
 pub use mux::{Completion, Multiplexed, Ticket};

@@ -348,27 +348,56 @@ impl PartialEq for Response {
 
 impl Eq for Response {}
 
-/// An [`Envelope`]'s members as ranges of the body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Spans {
-    id: Option<(usize, usize)>,
-    result: Option<(usize, usize)>,
-    error: Option<(usize, usize)>,
+/// Where a reply's `id`, `result` and `error` members' values are in its text, as
+/// `(start, end)` byte offsets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spans {
+    /// The `id` member's value.
+    pub id: Option<(usize, usize)>,
+    /// The `result` member's value.
+    pub result: Option<(usize, usize)>,
+    /// The `error` member's value.
+    pub error: Option<(usize, usize)>,
 }
 
 impl Spans {
+    /// Check that `body` is one JSON text by the core's rule (what the servers accept, and
+    /// what Python's `json.loads` does) and find its members: a value that is not an
+    /// object has none; of repeated names the last counts, as in a dict. `None` when it is
+    /// not JSON.
+    #[must_use]
+    pub fn check(body: &[u8]) -> Option<Spans> {
+        let text = ucall_core::jsonrpc::as_text(body)?;
+        if !ucall_core::jsonrpc::message::is_json(text) {
+            return None;
+        }
+        let mut spans = Spans::default();
+        for (key, value) in ucall_core::Param::new(text.trim()).members() {
+            let span = offsets(value.raw(), body);
+            if key.str_equals("result") {
+                spans.result = span;
+            } else if key.str_equals("id") {
+                spans.id = span;
+            } else if key.str_equals("error") {
+                spans.error = span;
+            }
+        }
+        Some(spans)
+    }
+
     fn of(envelope: &Envelope<'_>, body: &[u8]) -> Self {
-        let span = |part: Option<&str>| {
-            let part = part?;
-            let start = (part.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-            (start + part.len() <= body.len()).then_some((start, start + part.len()))
-        };
         Spans {
-            id: span(envelope.id),
-            result: span(envelope.result),
-            error: span(envelope.error),
+            id: envelope.id.and_then(|part| offsets(part, body)),
+            result: envelope.result.and_then(|part| offsets(part, body)),
+            error: envelope.error.and_then(|part| offsets(part, body)),
         }
     }
+}
+
+/// Where `part`, a slice of `whole`, is in it.
+fn offsets(part: &str, whole: &[u8]) -> Option<(usize, usize)> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then_some((start, start + part.len()))
 }
 
 impl Drop for Response {
@@ -525,6 +554,24 @@ mod tests {
             .message
             .contains("not bytes"));
         assert!(Response::new(None, b"nope".to_vec()).result::<i64>().is_err());
+    }
+
+    #[test]
+    fn replies_are_checked_by_the_cores_rule_and_their_members_found() {
+        let body = br#" {"id":1,"result":"a","\u0072esult":"b","error":null} "#;
+        let spans = Spans::check(body).expect("JSON");
+        let text = |span: Option<(usize, usize)>| span.map(|(start, end)| &body[start..end]);
+        assert_eq!(text(spans.result), Some(&br#""b""#[..]), "the last of repeated names");
+        assert_eq!(text(spans.id), Some(&b"1"[..]));
+        assert_eq!(text(spans.error), Some(&b"null"[..]));
+        assert_eq!(
+            Spans::check(b"[1,2]"),
+            Some(Spans::default()),
+            "not an object: no members"
+        );
+        for bad in [&b"{"[..], b"{\"a\":1} x", b"\"\\udjso\"", b"\"\xff\""] {
+            assert_eq!(Spans::check(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

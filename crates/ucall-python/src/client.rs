@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use ucall_client::{Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply, TlsRefusal};
+use ucall_client::{Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply, Spans, TlsRefusal};
 
 use crate::convert::write_json;
 
@@ -188,14 +188,13 @@ const LARGE_REPLY: usize = 64 << 10;
 /// `bytes`.
 fn reply_body(py: Python<'_>, body: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
     if body.len() >= LARGE_REPLY {
-        if let Some(large) = ReplyBody::new(body.as_slice()) {
-            let large = ReplyBody { body, ..large };
-            return Ok(Bound::new(py, large)?.into_any());
-        }
+        let value = match Spans::check(&body) {
+            Some(spans) => Bound::new(py, ReplyBody { body, spans })?.into_any(),
+            None => PyBytes::new(py, &body).into_any(),
+        };
+        return Ok(value);
     }
-    let value = crate::convert::from_json(py, &body).unwrap_or_else(|_| PyBytes::new(py, &body).into_any());
-    ucall_core::buffer::keep(body); // for the next large reply, if it was large
-    Ok(value)
+    Ok(crate::convert::from_json(py, &body).unwrap_or_else(|_| PyBytes::new(py, &body).into_any()))
 }
 
 /// A large JSON reply, checked and kept as its text: `.numpy` and `.bytes` decode its
@@ -206,44 +205,18 @@ fn reply_body(py: Python<'_>, body: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
 pub struct ReplyBody {
     /// One JSON text (checked when made).
     body: Vec<u8>,
-    /// Where the `result` member's value is in `body`, when the reply is an object with one.
-    result: Option<(usize, usize)>,
-    /// The `id` member, when it is an integer.
-    id: Option<i64>,
-    /// Whether the object has an `error` member.
-    error: bool,
+    /// Where its members are.
+    spans: Spans,
 }
 
 impl ReplyBody {
-    /// The members that matter of `body` when it is one JSON text (an empty `body` then).
-    fn new(body: &[u8]) -> Option<ReplyBody> {
-        let text = ucall_core::jsonrpc::as_text(body)?;
-        if !ucall_core::jsonrpc::message::is_json(text) {
-            return None;
-        }
-        let mut large = ReplyBody {
-            body: Vec::new(),
-            result: None,
-            id: None,
-            error: false,
-        };
-        // As a dict built from the object would have it: the last of repeated names wins.
-        for (key, value) in ucall_core::Param::new(text.trim()).members() {
-            if key.str_equals("result") {
-                let start = value.raw().as_ptr() as usize - text.as_ptr() as usize;
-                large.result = Some((start, start + value.raw().len()));
-            } else if key.str_equals("id") {
-                large.id = value.as_i64();
-            } else if key.str_equals("error") {
-                large.error = true;
-            }
-        }
-        Some(large)
-    }
-
     fn text(&self) -> &str {
         // SAFETY: `body` was checked to be UTF-8 when this was made, and never changes.
         unsafe { std::str::from_utf8_unchecked(&self.body) }
+    }
+
+    fn member(&self, span: Option<(usize, usize)>) -> Option<ucall_core::Param<'_>> {
+        span.map(|(start, end)| ucall_core::Param::new(&self.text()[start..end]))
     }
 }
 
@@ -263,15 +236,15 @@ impl ReplyBody {
 
     /// Whether this is a result (no error) for the call with this id.
     fn answers(&self, id: &Bound<'_, PyAny>) -> bool {
-        self.result.is_some() && !self.error && self.id.is_some() && id.extract::<i64>().ok() == self.id
+        let ours = self.member(self.spans.id).and_then(ucall_core::Param::as_i64);
+        self.spans.result.is_some() && self.spans.error.is_none() && ours.is_some() && id.extract::<i64>().ok() == ours
     }
 
     /// The result decoded from base64 into `bytes` or a `bytearray` (SIMD, straight into
     /// the new object); None when it is not a base64 string, for `value()` to say why.
     #[pyo3(signature = (bytearray=false))]
     fn result_base64<'py>(&self, py: Python<'py>, bytearray: bool) -> Option<Bound<'py, PyAny>> {
-        let (start, end) = self.result?;
-        ucall_core::Param::new(&self.text()[start..end])
+        self.member(self.spans.result)?
             .with_base64(|text| crate::params::decode_base64(py, text, bytearray))
     }
 
