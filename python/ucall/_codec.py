@@ -21,6 +21,8 @@ import sys
 import uuid
 from typing import Any
 
+from ucall._ucall import NpyBytes
+
 
 def b64encode(data: bytes | bytearray | memoryview) -> str:
     return base64.b64encode(data).decode("ascii")
@@ -50,17 +52,36 @@ def npy_bytes(array: Any) -> bytes:
     """``array`` as a ``.npy`` file."""
     import numpy as np
 
-    if array.flags.c_contiguous and not array.dtype.hasobject:
+    header = _npy_header(array)
+    if header is not None:
         # np.save's bytes, copied once: it writes to a BytesIO in chunks, copied again to read.
-        header = io.BytesIO()
-        try:
-            np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-            return b"".join((header.getvalue(), array.reshape(-1).view(np.uint8)))
-        except ValueError:  # a header too long for version 1: np.save picks the version
-            pass
+        return b"".join((header, array.reshape(-1).view(np.uint8)))
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
+
+
+def npy_parts(array: Any) -> Any:
+    """``array``'s ``.npy`` file as its header and the array itself, for the native writer
+    to write as base64 without joining them (``_ucall.NpyBytes``); ``npy_bytes`` for a
+    small array or one that is not C-contiguous."""
+    header = _npy_header(array) if array.nbytes >= 65536 else None
+    return npy_bytes(array) if header is None else NpyBytes(header, array)
+
+
+def _npy_header(array: Any) -> bytes | None:
+    """The version 1 ``.npy`` header of a C-contiguous array; None for any other array
+    (``np.save`` then picks the layout and version)."""
+    import numpy as np
+
+    if not array.flags.c_contiguous or array.dtype.hasobject:
+        return None
+    header = io.BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    except ValueError:  # a header too long for version 1
+        return None
+    return header.getvalue()
 
 
 def pack_ndarray(array: Any) -> str:

@@ -12,6 +12,7 @@ __all__ = [
     "NativeClient",
     "NativeMux",
     "NativeServer",
+    "NpyBytes",
     "ReplyBody",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
@@ -237,6 +238,13 @@ def b64decode(text: Union[str, bytes], bytearray: Literal[False] = False) -> byt
 def b64decode(text: Union[str, bytes], bytearray: Literal[True]) -> bytearray: ...
 @overload
 def b64decode(text: Union[str, bytes], bytearray: bool) -> Union[bytes, bytearray]: ...
+
+@final
+class NpyBytes:
+    """A C-contiguous numpy array's ``.npy`` file as its header and the array, written as
+    base64 by the native writer without joining them first."""
+
+    def __new__(cls, header: bytes, array: Any) -> NpyBytes: ...
 
 @final
 class ReplyBody:

@@ -225,11 +225,12 @@ def _native_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _native_encode(obj: Any) -> Any:
     """The native writer's hook for types it does not know: a numpy array becomes its
-    ``.npy`` bytes, which the writer turns into base64 straight in the request."""
+    ``.npy`` bytes (a large one its header and itself), which the writer turns into base64
+    straight in the request."""
     if _codec.is_ndarray(obj):
         if obj.dtype.hasobject:
             raise TypeError("a numpy array of Python objects (no .npy form without pickle)")
-        return _codec.npy_bytes(obj)
+        return _codec.npy_parts(obj)
     return _codec.encode(obj)
 
 

@@ -144,6 +144,8 @@ def test_large_arrays_come_back_as_writable_arrays_equal_to_what_was_sent(server
     rng = np.random.default_rng(3)
     arrays = [
         rng.integers(0, 256, (32, 224, 224), dtype=np.uint8),  # 1.6 MB: the native fast path
+        rng.integers(0, 256, (33, 224, 224), dtype=np.uint8)[1:],  # contiguous, not at its buffer's start
+        rng.integers(0, 256, (64, 4096), dtype=np.uint8)[:, ::2],  # strided: np.save's path
         rng.standard_normal((300, 200)).astype(">f8"),  # big-endian
         np.asfortranarray(rng.standard_normal((256, 257))),  # not C-contiguous: np.save's path
         np.zeros((0, 3), dtype=np.int32),

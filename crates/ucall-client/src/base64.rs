@@ -67,6 +67,30 @@ pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// Append `first` and `second`, joined, as a quoted standard base64 string, without
+/// joining them in memory first (a `.npy` file's header and its array's memory).
+pub fn write_base64_joined(first: &[u8], second: &[u8], out: &mut Vec<u8>) {
+    out.reserve(encoded_len(first.len() + second.len()) + 2);
+    out.push(b'"');
+    // Whole groups of three from `first` (no padding), a group that bridges the two when
+    // `first` leaves one or two bytes over, then the rest of `second`, padded at the end.
+    let whole = first.len() / 3 * 3;
+    encode_append(&first[..whole], out);
+    let mut bridge = [0u8; 3];
+    let mut filled = first.len() - whole;
+    bridge[..filled].copy_from_slice(&first[whole..]);
+    let mut rest = second;
+    if filled > 0 {
+        let take = (3 - filled).min(rest.len());
+        bridge[filled..filled + take].copy_from_slice(&rest[..take]);
+        filled += take;
+        rest = &rest[take..];
+        encode_append(&bridge[..filled], out);
+    }
+    encode_append(rest, out);
+    out.push(b'"');
+}
+
 /// The length `text` decodes to by the core's base64 rule (padding optional; see
 /// `ucall_core::params::base64`), `None` when its length rules base64 out.
 #[must_use]
@@ -147,6 +171,24 @@ mod tests {
             }
         }
         assert_eq!(decoded(b"Zh=="), None, "leftover bits set");
+    }
+
+    #[test]
+    fn two_pieces_are_written_as_the_base64_of_both_joined() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        for first in [0, 1, 2, 3, 4, 128, 998, 1000] {
+            for second in [0, 1, 2, 3, 100, 1000 - first] {
+                let (a, b) = (&bytes[..first], &bytes[first..(first + second).min(1000)]);
+                let (mut joined, mut apart) = (Vec::new(), Vec::new());
+                write_base64(&[a, b].concat(), &mut joined);
+                write_base64_joined(a, b, &mut apart);
+                assert_eq!(
+                    String::from_utf8(apart).unwrap(),
+                    String::from_utf8(joined).unwrap(),
+                    "{first} + {second}"
+                );
+            }
+        }
         assert_eq!(decoded(b"Zg="), None, "padding that completes no group");
     }
 }

@@ -110,6 +110,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;
     m.add_class::<client::ReplyBody>()?;
+    m.add_class::<convert::NpyBytes>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
     logs::forward(py);
