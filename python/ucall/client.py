@@ -152,6 +152,10 @@ class _LargeResponse(Response):
             data = self._data = self._body.value()
         return data
 
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._data = value
+
     def _decoded(self, bytearray: bool) -> builtins.bytes | builtins.bytearray:
         decoded = self._body.result_base64(bytearray)
         return decoded if decoded is not None else super()._decoded(bytearray)

@@ -28,6 +28,10 @@ use crate::error::{Error, Result};
 pub const MAX_HEAD: usize = 64 << 10;
 /// Bodies at least this long are read straight into their own buffer.
 const DIRECT: usize = 64 << 10;
+/// ...and at most this long: a buffer is made for the length a server announces before
+/// any of the body arrives, so a longer one grows with what does arrive instead (a
+/// `Content-Length` of a petabyte would otherwise be allocated, or abort the process).
+const DIRECT_MAX: usize = 256 << 20;
 /// Requests shorter than this are copied into one buffer with their neighbours (one
 /// write for a thousand small calls); longer ones are written from where they are.
 const COALESCE: usize = 16 << 10;
@@ -752,7 +756,7 @@ impl ReplyReader {
                         }
                     } else if let Some(len) = head.content_length {
                         let buffered = self.end - self.start;
-                        let direct = (len >= DIRECT && buffered < len)
+                        let direct = ((DIRECT..=DIRECT_MAX).contains(&len) && buffered < len)
                             .then(|| direct_body(len, &self.data[self.start..self.end]));
                         if direct.is_some() {
                             self.start = self.end;
@@ -902,8 +906,8 @@ impl ReplyReader {
                     };
                     self.start += at;
                     let buffered = self.end - self.start;
-                    let direct =
-                        (len >= DIRECT && buffered < len).then(|| direct_body(len, &self.data[self.start..self.end]));
+                    let direct = ((DIRECT..=DIRECT_MAX).contains(&len) && buffered < len)
+                        .then(|| direct_body(len, &self.data[self.start..self.end]));
                     if direct.is_some() {
                         self.start = self.end;
                     }
@@ -1110,6 +1114,16 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
         assert!((5..10).contains(&raw_reads), "the raw path was taken {raw_reads} times");
         let bodies: Vec<&[u8]> = replies.iter().map(|r| r.body.as_slice()).collect();
         assert_eq!(bodies, [&first[..], b"{}"]);
+    }
+
+    #[test]
+    fn a_huge_announced_length_is_not_allocated_up_front() {
+        let mut reader = ReplyReader::new(Protocol::Http, None);
+        reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1125899906842624\r\n\r\n{\"a\":");
+        assert!(reader.next_reply().expect("partial").is_none());
+        assert!(reader.data.capacity() < 1 << 20);
+        reader.eof();
+        assert!(reader.next_reply().is_err());
     }
 
     #[test]
