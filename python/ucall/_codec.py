@@ -50,23 +50,27 @@ def is_image(obj: Any) -> bool:
 
 def npy_bytes(array: Any) -> bytes:
     """``array`` as a ``.npy`` file."""
-    import numpy as np
-
-    header = _npy_header(array)
-    if header is not None:
-        # np.save's bytes, copied once: it writes to a BytesIO in chunks, copied again to read.
-        return b"".join((header, array.reshape(-1).view(np.uint8)))
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+    return _npy_file(array, _npy_header(array))
 
 
 def npy_parts(array: Any) -> Any:
     """``array``'s ``.npy`` file as its header and the array itself, for the native writer
     to write as base64 without joining them (``_ucall.NpyBytes``); ``npy_bytes`` for a
     small array or one that is not C-contiguous."""
-    header = _npy_header(array) if array.nbytes >= 65536 else None
-    return npy_bytes(array) if header is None else NpyBytes(header, array)
+    header = _npy_header(array)
+    return NpyBytes(header, array) if header is not None and array.nbytes >= 65536 else _npy_file(array, header)
+
+
+def _npy_file(array: Any, header: bytes | None) -> bytes:
+    """``array`` as a ``.npy`` file, given its ``_npy_header``."""
+    import numpy as np
+
+    if header is not None:
+        # np.save's bytes, copied once: it writes to a BytesIO in chunks, copied again to read.
+        return b"".join((header, array.reshape(-1).view(np.uint8)))
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
 
 
 def _npy_header(array: Any) -> bytes | None:

@@ -156,6 +156,15 @@ class _LargeResponse(Response):
     def data(self, value: Any) -> None:
         self._data = value
 
+    # Made only for a result to its call (``ReplyBody.answers``): no error to read for.
+    @property
+    def ok(self) -> bool:
+        return True
+
+    @property
+    def error(self) -> RPCError | None:
+        return None
+
     def _decoded(self, bytearray: bool) -> builtins.bytes | builtins.bytearray:
         decoded = self._body.result_base64(bytearray)
         return decoded if decoded is not None else super()._decoded(bytearray)
@@ -433,10 +442,8 @@ class _Endpoint:
         """``response``, unless the server gave up on the call at its deadline: a client
         with a ``timeout`` (which it sent as the call's deadline) raises ``TimeoutError``
         then, as when no reply comes in time; the connection stays usable."""
-        if self.timeout is None or type(response) is _LargeResponse:  # (a large result has no error)
-            return response
-        error = response.data.get("error") if isinstance(response.data, dict) else None
-        if isinstance(error, dict) and (error.get("code"), error.get("message")) == _DEADLINE:
+        error = response.error if self.timeout is not None else None
+        if error is not None and (error.code, error.message) == _DEADLINE:
             raise TimeoutError(f"no result from {self._where} within {self.timeout} s: the server's {_DEADLINE[1]!r}")
         return response
 

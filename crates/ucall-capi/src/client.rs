@@ -317,16 +317,16 @@ pub unsafe extern "C" fn ucall_client_notify(
             error::set(format!("{F}: the method name is NULL or not UTF-8"));
             return false;
         };
-        let raw = match params.map(|p| std::str::from_utf8(p).map_err(|e| e.to_string()).and_then(|p| serde_json::from_str::<&serde_json::value::RawValue>(p).map_err(|e| e.to_string()))) {
+        let params = match params.map(ucall_core::jsonrpc::as_text) {
             None => None,
-            Some(Ok(raw)) => Some(raw),
-            Some(Err(why)) => {
-                error::set(format!("{F}: params are not JSON: {why}"));
+            Some(Some(params)) => Some(params),
+            Some(None) => {
+                error::set(format!("{F}: params are not UTF-8"));
                 return false;
             }
         };
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match state.client.notify(method, raw) {
+        match state.client.notify_json(method, params) {
             Ok(()) => true,
             Err(why) => {
                 error::set(format!("{F}: {why}"));

@@ -10,7 +10,7 @@ use crate::conn::{Connection, Step};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::framing::Reply;
-use crate::message::{write_request, CheckedJson, Envelope, NoParams, Response, ToParams};
+use crate::message::{write_request, CheckedJson, Envelope, Response, ToParams};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
 /// server closed it.
@@ -74,7 +74,7 @@ impl Client {
     }
 
     /// Call `method` with `params` (anything `Serialize` as an array or object, a
-    /// [`crate::Params`], or [`NoParams`]).
+    /// [`crate::Params`], or [`crate::NoParams`]).
     ///
     /// # Errors
     /// A transport failure; a JSON-RPC error reply is a `Response` (see
@@ -149,20 +149,15 @@ impl Client {
     /// # Errors
     /// As [`Client::call`], and `params` that is not JSON.
     pub fn call_json(&mut self, method: &str, params: Option<&str>) -> Result<Response> {
-        match params {
-            None => self.call(method, NoParams),
-            Some(text) => {
-                // The core's check (SIMD for large texts: serde_json's took a sixth of a
-                // 1.6 MB array's call); serde_json only to say where the text goes wrong.
-                if !ucall_core::jsonrpc::message::is_json(text) {
-                    let why = serde_json::from_str::<&serde_json::value::RawValue>(text)
-                        .err()
-                        .map_or_else(|| "not a JSON text".to_owned(), |e| e.to_string());
-                    return Err(Error::invalid(format!("params are not JSON: {why}")));
-                }
-                self.call(method, CheckedJson(text))
-            }
-        }
+        self.call(method, CheckedJson::new(params)?)
+    }
+
+    /// Notify with params already written as JSON text (`None`: no params).
+    ///
+    /// # Errors
+    /// As [`Client::notify`], and `params` that is not JSON.
+    pub fn notify_json(&mut self, method: &str, params: Option<&str>) -> Result<()> {
+        self.notify(method, CheckedJson::new(params)?)
     }
 
     /// Send request bodies (JSON texts) and collect `replies` replies, under the retry

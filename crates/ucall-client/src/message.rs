@@ -186,17 +186,33 @@ impl ToParams for Option<&serde_json::value::RawValue> {
     }
 }
 
-/// Params already checked to be one JSON text, written as they are.
-pub(crate) struct CheckedJson<'a>(pub(crate) &'a str);
+/// Params written as JSON text by the caller (`None`: no params), checked to be one JSON
+/// text when made, and written as they are.
+pub(crate) struct CheckedJson<'a>(Option<&'a str>);
+
+impl<'a> CheckedJson<'a> {
+    /// Check `text` by the core's rule (SIMD for large texts: serde_json's check took a
+    /// sixth of a 1.6 MB array's call); serde_json only says where a bad one goes wrong.
+    pub(crate) fn new(text: Option<&'a str>) -> Result<Self> {
+        if let Some(text) = text.filter(|text| !ucall_core::jsonrpc::message::is_json(text)) {
+            let why = serde_json::from_str::<&serde_json::value::RawValue>(text)
+                .err()
+                .map_or_else(|| "not a JSON text".to_owned(), |e| e.to_string());
+            return Err(Error::invalid(format!("params are not JSON: {why}")));
+        }
+        Ok(CheckedJson(text))
+    }
+}
 
 impl ToParams for CheckedJson<'_> {
     fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
-        out.extend_from_slice(self.0.as_bytes());
+        let Some(text) = self.0 else { return Ok(false) };
+        out.extend_from_slice(text.as_bytes());
         Ok(true)
     }
 
     fn len_hint(&self) -> usize {
-        self.0.len()
+        self.0.map_or(0, str::len)
     }
 }
 

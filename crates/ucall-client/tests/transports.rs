@@ -83,6 +83,12 @@ fn exercise(endpoint: Endpoint) {
     let echoed = client.call("echo", Params::array().bytes(&blob)).expect(&url);
     assert_eq!(echoed.result_bytes().expect("bytes"), blob, "{url}");
     client.notify("sum", [1, 1]).expect(&url);
+    client.notify_json("sum", Some("[1, 1]")).expect(&url);
+    assert_eq!(client.call_json("sum", Some("[2,3]")).expect(&url).result::<i64>(), Ok(5), "{url}");
+    for bad in ["[1,", "[1] x"] {
+        let refused = client.notify_json("sum", Some(bad)).expect_err("not JSON");
+        assert!(refused.message().starts_with("params are not JSON"), "{url}: {refused}");
+    }
     let replies = client.pipeline((0..500).map(|i| ("sum", [i, 1]))).expect(&url);
     let results: Vec<i64> = replies.iter().map(|r| r.result().expect("a result")).collect();
     assert_eq!(results, (1..=500).collect::<Vec<i64>>(), "{url}");

@@ -82,6 +82,8 @@ static void exercise(char const *url) {
     CHECK(!ucall_client_call(client, "sum", 0, "[1,", 0, &response) && last_error_contains("not JSON"),
           "%s: params that are not JSON fail before sending", url);
     CHECK(response.result_length == 12345 && response.error_code == 777, "%s: the response is untouched on failure", url);
+    CHECK(!ucall_client_notify(client, "sum", 0, "[1] x", 0) && last_error_contains("not JSON"),
+          "%s: a notification's params are checked as a call's are", url);
     memset(big, ' ', sizeof big - 1);
     big[0] = '[';
     big[sizeof big - 3] = '1';
