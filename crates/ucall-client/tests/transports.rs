@@ -84,7 +84,11 @@ fn exercise(endpoint: Endpoint) {
     assert_eq!(echoed.result_bytes().expect("bytes"), blob, "{url}");
     client.notify("sum", [1, 1]).expect(&url);
     client.notify_json("sum", Some("[1, 1]")).expect(&url);
-    assert_eq!(client.call_json("sum", Some("[2,3]")).expect(&url).result::<i64>(), Ok(5), "{url}");
+    assert_eq!(
+        client.call_json("sum", Some("[2,3]")).expect(&url).result::<i64>(),
+        Ok(5),
+        "{url}"
+    );
     for bad in ["[1,", "[1] x"] {
         let refused = client.notify_json("sum", Some(bad)).expect_err("not JSON");
         assert!(refused.message().starts_with("params are not JSON"), "{url}: {refused}");
