@@ -74,7 +74,9 @@ struct Complex<'a> {
 fn with_serde_json(text: &[u8], args: Args) -> u64 {
     // As the server does: one UTF-8 check, then the parser works on text.
     let text = std::str::from_utf8(text).unwrap();
-    let Ok(Envelope::Request(request)) = parse_request(text) else { panic!("not a request") };
+    let Ok(Envelope::Request(request)) = parse_request(text) else {
+        panic!("not a request")
+    };
     let call = Call::new(&request.method, request.params, request.id);
     let id_len = request.id.map_or(0, str::len) as u64;
     id_len
@@ -113,7 +115,8 @@ fn with_sonic(text: &[u8], args: Args) -> u64 {
             Args::TwoInts if params.starts_with('[') => {
                 let a = sonic_rs::get_from_str(params, &[0usize]).unwrap();
                 let b = sonic_rs::get_from_str(params, &[1usize]).unwrap();
-                (sonic_rs::from_str::<i64>(a.as_raw_str()).unwrap() + sonic_rs::from_str::<i64>(b.as_raw_str()).unwrap()) as u64
+                (sonic_rs::from_str::<i64>(a.as_raw_str()).unwrap()
+                    + sonic_rs::from_str::<i64>(b.as_raw_str()).unwrap()) as u64
             }
             Args::TwoInts => {
                 (sonic_rs::from_str::<i64>(get("a").as_raw_str()).unwrap()
@@ -135,11 +138,22 @@ fn with_simd_json(text: &[u8], scratch: &mut Vec<u8>, args: Args) -> u64 {
     scratch.extend_from_slice(text);
     let value = simd_json::to_borrowed_value(scratch).unwrap();
     let params = value.get("params").unwrap();
-    let arg = |key: &str, index: usize| if params.is_array() { params.get_idx(index).unwrap() } else { params.get(key).unwrap() };
+    let arg = |key: &str, index: usize| {
+        if params.is_array() {
+            params.get_idx(index).unwrap()
+        } else {
+            params.get(key).unwrap()
+        }
+    };
     match args {
         Args::TwoInts => (arg("a", 0).as_i64().unwrap() + arg("b", 1).as_i64().unwrap()) as u64,
         Args::Struct => arg("a", 0).get("id").unwrap().as_u64().unwrap(),
-        Args::ThousandInts => arg("a", 0).as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).sum(),
+        Args::ThousandInts => arg("a", 0)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum(),
         Args::BigString => arg("a", 0).as_str().unwrap().len() as u64,
     }
 }
@@ -164,12 +178,15 @@ fn main() {
     for shape in shapes() {
         let text = shape.text.as_bytes();
         let expected = with_serde_json(text, shape.args);
-        assert_eq!(with_sonic(text, shape.args) , expected, "{}", shape.name);
+        assert_eq!(with_sonic(text, shape.args), expected, "{}", shape.name);
         let iterations = (20_000_000 / text.len().max(64)).clamp(20, 200_000) as u32;
         let serde = measure(|| with_serde_json(black_box(text), shape.args), iterations, 7);
         let sonic = measure(|| with_sonic(black_box(text), shape.args), iterations, 7);
-        let simd = measure(|| with_simd_json(black_box(text), &mut scratch, shape.args), iterations, 7);
+        let simd = measure(
+            || with_simd_json(black_box(text), &mut scratch, shape.args),
+            iterations,
+            7,
+        );
         println!("| {} | {serde:.0} | {sonic:.0} | {simd:.0} |", shape.name);
     }
 }
-

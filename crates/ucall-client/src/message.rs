@@ -377,28 +377,21 @@ pub struct Spans {
 }
 
 impl Spans {
-    /// Check that `body` is one JSON text by the core's rule (what the servers accept, and
-    /// what Python's `json.loads` does) and find its members: a value that is not an
-    /// object has none; of repeated names the last counts, as in a dict. `None` when it is
-    /// not JSON.
+    /// Check that `body` is one JSON text by the core's rule (what the servers accept) and
+    /// find its members, in one pass: a value that is not an object has none; of repeated
+    /// names the last counts, as in a dict. `None` when it is not JSON, or names a member
+    /// with a lone surrogate escape (`"\ud800"`), which the caller's slower path reads.
     #[must_use]
     pub fn check(body: &[u8]) -> Option<Spans> {
         let text = ucall_core::jsonrpc::as_text(body)?;
-        if !ucall_core::jsonrpc::message::is_json(text) {
-            return None;
-        }
-        let mut spans = Spans::default();
-        for (key, value) in ucall_core::Param::new(text.trim()).members() {
-            let span = offsets(value.raw(), body);
-            if key.str_equals("result") {
-                spans.result = span;
-            } else if key.str_equals("id") {
-                spans.id = span;
-            } else if key.str_equals("error") {
-                spans.error = span;
-            }
-        }
-        Some(spans)
+        let members = ucall_core::jsonrpc::message::object_members(text, &["id", "result", "error"]).ok()?;
+        let [id, result, error] = members.unwrap_or_default();
+        let span = |member: Option<&str>| member.and_then(|part| offsets(part, body));
+        Some(Spans {
+            id: span(id),
+            result: span(result),
+            error: span(error),
+        })
     }
 
     fn of(envelope: &Envelope<'_>, body: &[u8]) -> Self {

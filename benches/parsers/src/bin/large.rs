@@ -87,11 +87,18 @@ fn main() {
             let e: SonicEnvelope<'_> = sonic_rs::from_str(black_box(&text)).expect("valid JSON");
             e.method.len() + e.params.map_or(0, |p| p.as_raw_str().len())
         });
-        println!("| {name} | {} | {serde:.2} | {sonic:.2} | {:.2} |", text.len(), sonic / serde);
+        println!(
+            "| {name} | {} | {serde:.2} | {sonic:.2} | {:.2} |",
+            text.len(),
+            sonic / serde
+        );
     }
 
     println!();
-    println!("| 1.6 MB payload ({} B of base64) | base64-simd (µs) | simdutf (µs) |", b64.len());
+    println!(
+        "| 1.6 MB payload ({} B of base64) | base64-simd (µs) | simdutf (µs) |",
+        b64.len()
+    );
     println!("|---|---:|---:|");
     let text = b64.as_bytes();
     let mut out = vec![0u8; image.len()];
