@@ -308,9 +308,16 @@ class NativeMux:
         tls: Optional[Dict[str, Any]] = None,
     ) -> "NativeMux": ...
     def call(
-        self, method: str, params: Any, id: Optional[int], encode: Callable[[Any], Any], timeout: Optional[float] = None
-    ) -> int:
-        """Submit a call (with ``timeout``, its deadline member); its ticket."""
+        self,
+        method: str,
+        params: Any,
+        id: Optional[int],
+        encode: Callable[[Any], Any],
+        timeout: Optional[float] = None,
+        unsent_at_most: Optional[int] = None,
+    ) -> Optional[int]:
+        """Submit a call (with ``timeout``, its deadline member); its ticket. With
+        ``unsent_at_most``, None (nothing encoded) while more bytes wait to be written."""
     def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
     def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException]]]:
         """Every completion so far: ``(ticket, status, body, close, error)``; the body

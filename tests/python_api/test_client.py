@@ -258,6 +258,61 @@ def test_async_calls_are_awaited_gathered_run_as_tasks_and_cancelled(server):
     assert asyncio.run(client.sum(20, 22)).json == 42
 
 
+def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make_server):
+    # Calls made while megabytes wait to be written are held back unencoded and sent as
+    # replies come: every one still runs once, in call order; a cancelled one never runs,
+    # one that cannot be encoded fails alone, and a time-out fails those held too.
+    seen: list[int] = []
+    server = make_server(max_body_bytes=64 << 20)
+
+    @server
+    def record(data: bytes, n: int) -> int:
+        seen.append(n)
+        return len(data) + n
+
+    server.start()
+    big = bytes(range(256)) * 4096  # 1 MiB, 1.4 MB of base64
+
+    async def main() -> None:
+        async with AsyncClient(port=server.port, timeout=20) as client:
+            calls = [client.record(big if n % 3 else b"x", n) for n in range(24)]
+            mux = client._mux
+            assert mux is not None and len(mux.held) > 10  # most were held, none encoded
+            calls[22].cancel()  # held (the last ten are): never sent
+            calls.append(client.record(object(), 24))  # cannot be encoded: fails alone
+            calls.append(client.record(b"y", 25))
+            outcomes = await asyncio.gather(*(c for n, c in enumerate(calls) if n != 22), return_exceptions=True)
+            sent = [n for n in range(26) if n not in (22, 24)]
+            assert [o.json for o in outcomes if isinstance(o, Response)] == [
+                len(big if n % 3 else b"x") + n if n < 24 else 1 + n for n in sent
+            ]
+            assert [type(o) for o in outcomes if not isinstance(o, Response)] == [TypeError]
+            assert seen == sent
+            assert not mux.held and not mux.waiting
+
+    asyncio.run(main())
+
+    # A server that reads nothing: the socket fills, calls are held, and the time-out
+    # fails the held ones with the rest, in time.
+    with socket.create_server(("127.0.0.1", 0)) as deaf:
+        accepted: list[socket.socket] = []
+        threading.Thread(target=lambda: accepted.append(deaf.accept()[0]), daemon=True).start()
+
+        async def unread() -> None:
+            async with AsyncClient(port=deaf.getsockname()[1], timeout=1) as client:
+                started = time.monotonic()
+                calls = [client.record(big, n) for n in range(40)]
+                await asyncio.sleep(0.3)
+                assert client._mux is not None and client._mux.held
+                outcomes = await asyncio.gather(*calls, return_exceptions=True)
+                assert all(isinstance(o, TimeoutError) for o in outcomes), outcomes
+                assert time.monotonic() - started < 2.5
+
+        asyncio.run(unread())
+        for conn in accepted:
+            conn.close()
+
+
 def test_reconnects_after_the_server_closed(make_server):
     server = make_server(idle_timeout=0.2)
     server.route(lambda: "ok", name="ping")

@@ -8,6 +8,7 @@
 //! `AsyncClient` wakes asyncio through a socket and settles a thousand futures per wakeup.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -34,6 +35,8 @@ pub struct Completion {
 #[derive(Default)]
 struct State {
     submitted: Vec<(Ticket, Vec<u8>, bool)>,
+    /// The bytes of `submitted`.
+    submitted_bytes: usize,
     done: Vec<Completion>,
     next: Ticket,
     sleeping: bool,
@@ -46,6 +49,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     notify: Box<dyn Fn() + Send + Sync>,
+    /// Bytes the I/O thread has taken and not yet written to the socket.
+    unwritten: AtomicUsize,
 }
 
 impl Shared {
@@ -96,6 +101,7 @@ impl Multiplexed {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             notify: Box::new(notify),
+            unwritten: AtomicUsize::new(0),
         });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -114,6 +120,7 @@ impl Multiplexed {
         let mut state = self.shared.lock();
         state.next += 1;
         let ticket = state.next;
+        state.submitted_bytes += body.len();
         state.submitted.push((ticket, body, expects_reply));
         state.in_flight += 1;
         if state.sleeping {
@@ -145,6 +152,14 @@ impl Multiplexed {
     #[must_use]
     pub fn in_flight(&self) -> usize {
         self.shared.lock().in_flight
+    }
+
+    /// Bytes submitted and not yet written to the socket: a caller with many large
+    /// requests to make holds the next one back while this is high, so that each is
+    /// encoded shortly before it is sent (see [`Multiplexed::submit`]).
+    #[must_use]
+    pub fn unsent(&self) -> usize {
+        self.shared.lock().submitted_bytes + self.shared.unwritten.load(Ordering::Relaxed)
     }
 }
 
@@ -191,6 +206,9 @@ fn run(mut conn: Connection, shared: &Shared) {
     loop {
         let (submitted, reset, closing) = {
             let mut state = shared.lock();
+            shared
+                .unwritten
+                .fetch_add(std::mem::take(&mut state.submitted_bytes), Ordering::Relaxed);
             (std::mem::take(&mut state.submitted), state.reset.take(), state.closing)
         };
         if let Some(error) = reset {
@@ -242,12 +260,14 @@ fn run(mut conn: Connection, shared: &Shared) {
                 })),
             }
         }
+        shared.unwritten.store(conn.pending(), Ordering::Relaxed);
         complete(shared, &mut done);
         if !conn.is_open() {
             idle(&mut conn, shared);
             continue;
         }
         let moved = conn.advance(&mut |reply| replies.push(reply));
+        shared.unwritten.store(conn.pending(), Ordering::Relaxed);
         let mut closed = false;
         for reply in replies.drain(..) {
             closed |= reply.close;

@@ -222,6 +222,39 @@ fn a_call_that_outlives_the_time_out_fails_and_the_next_one_works() {
     server.join();
 }
 
+#[test]
+fn a_multiplexed_connection_counts_what_it_has_not_written() {
+    // A server that reads nothing for a while: what the socket does not take stays unsent.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("an address").port();
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("a connection");
+        std::thread::sleep(Duration::from_millis(500));
+        let mut sink = vec![0u8; 1 << 20];
+        let mut total = 0;
+        while total < 16 << 20 {
+            match stream.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        total
+    });
+    let mux = ucall_client::Multiplexed::new(Endpoint::new("127.0.0.1", port), || {}).expect("a connection");
+    assert_eq!(mux.unsent(), 0);
+    let body = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"]}}"#, "A".repeat(4 << 20)).into_bytes();
+    for _ in 0..4 {
+        mux.submit(body.clone(), false);
+    }
+    assert!(mux.unsent() > 4 << 20, "the socket cannot take 16 MB unread: {}", mux.unsent());
+    assert!(reader.join().expect("the reader") >= 16 << 20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mux.unsent() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(mux.unsent(), 0, "all written once the server read it");
+}
+
 /// A one-connection-at-a-time HTTP server run by `script(connection number, stream)`.
 fn scripted(script: impl Fn(usize, &mut TcpStream) + Send + 'static) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");

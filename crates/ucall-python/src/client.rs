@@ -437,8 +437,9 @@ impl NativeMux {
         })
     }
 
-    /// Submit a call; its ticket.
-    #[pyo3(signature = (method, params, id, encode, timeout=None))]
+    /// Submit a call; its ticket. With `unsent_at_most`, None (and nothing encoded) while
+    /// more bytes than that are waiting to be written: the caller holds the call back.
+    #[pyo3(signature = (method, params, id, encode, timeout=None, unsent_at_most=None))]
     fn call(
         &self,
         method: &str,
@@ -446,9 +447,21 @@ impl NativeMux {
         id: Option<u64>,
         encode: &Bound<'_, PyAny>,
         timeout: Option<f64>,
-    ) -> PyResult<u64> {
+        unsent_at_most: Option<usize>,
+    ) -> PyResult<Option<u64>> {
+        if let Some(limit) = unsent_at_most {
+            let unsent = self
+                .mux
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map(Multiplexed::unsent);
+            if unsent.is_some_and(|unsent| unsent > limit) {
+                return Ok(None);
+            }
+        }
         let body = call_body(method, Some(params), id, Some(encode), timeout)?;
-        self.submit(body, id.is_some())
+        self.submit(body, id.is_some()).map(Some)
     }
 
     /// Submit a request object (or batch), serialized whole; its ticket.
