@@ -242,11 +242,19 @@ fn a_multiplexed_connection_counts_what_it_has_not_written() {
     });
     let mux = ucall_client::Multiplexed::new(Endpoint::new("127.0.0.1", port), || {}).expect("a connection");
     assert_eq!(mux.unsent(), 0);
-    let body = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"]}}"#, "A".repeat(4 << 20)).into_bytes();
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"]}}"#,
+        "A".repeat(4 << 20)
+    )
+    .into_bytes();
     for _ in 0..4 {
         mux.submit(body.clone(), false);
     }
-    assert!(mux.unsent() > 4 << 20, "the socket cannot take 16 MB unread: {}", mux.unsent());
+    assert!(
+        mux.unsent() > 4 << 20,
+        "the socket cannot take 16 MB unread: {}",
+        mux.unsent()
+    );
     assert!(reader.join().expect("the reader") >= 16 << 20);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while mux.unsent() > 0 && std::time::Instant::now() < deadline {
