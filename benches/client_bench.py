@@ -20,7 +20,11 @@ the result as JSON text. Clients:
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
-* ``httpx``: ``httpx.AsyncClient`` (HTTP/1.1, a pool of connections), calls gathered.
+* ``httpx``: ``httpx.AsyncClient`` (HTTP/1.1, a pool of connections), calls gathered;
+* ``socket-floor``: no client: the sample's HTTP requests, encoded once before timing, are
+  written by one thread on a plain socket while another reads the replies whole and drops
+  them. What the transport alone costs a client process on this host, below which no
+  client that sends and reads these bytes can go.
 
 Prints a table and the goals (``--append FILE`` adds them to a Markdown brief), and
 writes ``target/bench/client.json``. Every process it starts is stopped by its PID.
@@ -34,6 +38,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,7 +50,7 @@ OUT = ROOT / "target" / "bench"
 PEERS_PY = ROOT / "benches" / ".venv-peers" / "bin" / "python"
 GENERATED = OUT / "peers"
 WORKLOADS = {"smol": (1000, 16), "large": (100, 32 * 224 * 224)}
-UCALL_CLIENTS = ["python-async", "python-pipeline", "python-sequential", "rust", "c", "httpx"]
+UCALL_CLIENTS = ["python-async", "python-pipeline", "python-sequential", "rust", "c", "httpx", "socket-floor"]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 SHAPE = (32, 224, 224)
 
@@ -143,6 +148,58 @@ def worker_httpx(port: int, workload: str, samples: int) -> dict:
         loop.run_until_complete(client.aclose())
         loop.close()
         del np
+
+
+def worker_socket_floor(port: int, workload: str, samples: int) -> dict:
+    import threading
+
+    from ucall import _codec
+
+    calls, _ = WORKLOADS[workload]
+    data = payload(workload)
+    text = base64.b64encode(data).decode() if workload == "smol" else _codec.pack_ndarray(data)
+    body = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": text}, "id": 1}).encode()
+    head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    request = head % len(body) + body
+    # Written a megabyte at a time, from one buffer: the bytes a client must send, and no
+    # more memory than they fill.
+    together = max(1, min(calls, (1 << 20) // len(request)))
+    writes = [request * together] * (calls // together) + [request * (calls % together)]
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    room = bytearray(max(64 << 20, 4 * len(request)))
+    view = memoryview(room)
+
+    def write() -> None:
+        for chunk in writes:
+            sock.sendall(chunk)
+
+    def sample() -> None:
+        writer = threading.Thread(target=write)
+        writer.start()
+        got = have = start = 0
+        while got < calls:
+            n = sock.recv_into(view[have:])
+            if not n:
+                raise SystemExit("the server closed the connection")
+            have += n
+            while (end := room.find(b"\r\n\r\n", start, have)) >= 0:
+                at = room.find(b"Content-Length:", start, end) + len(b"Content-Length:")
+                length = int(room[at : room.find(b"\r\n", at)])
+                if have < end + 4 + length:
+                    break
+                start, got = end + 4 + length, got + 1
+            if start == have:
+                have = start = 0
+            elif have > len(room) // 2:
+                room[: have - start] = room[start:have]
+                have, start = have - start, 0
+        writer.join()
+
+    try:
+        return run_samples(sample, samples, calls)
+    finally:
+        sock.close()
 
 
 def worker_grpc(port: int, workload: str, samples: int) -> dict:
@@ -271,6 +328,8 @@ def main() -> int:
             figures = worker_grpc(args.port, args.workload, args.samples)
         elif args.worker == "httpx":
             figures = worker_httpx(args.port, args.workload, args.samples)
+        elif args.worker == "socket-floor":
+            figures = worker_socket_floor(args.port, args.workload, args.samples)
         else:
             figures = worker_ucall(args.worker, args.port, args.workload, args.samples)
         print(json.dumps(figures))
@@ -351,6 +410,12 @@ def goals(results: dict[str, dict[str, dict]]) -> list[str]:
             get(workload, "python-async", "cpu_us_per_call"),
             grpc / 3 if grpc else None,
             at_least=False,
+        )
+    floor = get("large", "socket-floor", "calls_per_second")
+    if floor is not None:
+        out.append(
+            f"- large socket-floor (the transport alone, no JSON): {floor:,.1f} calls/s at "
+            f"{get('large', 'socket-floor', 'cpu_us_per_call'):,.1f} µs of client CPU: the server's ceiling here"
         )
     sequential = get("smol", "python-sequential", "calls_per_second")
     goal(

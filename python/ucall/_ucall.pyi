@@ -17,6 +17,7 @@ __all__ = [
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
     "StreamReply",
+    "UNSENT_AT_MOST",
     "__version__",
     "b64decode",
     "code_for_http_status",
@@ -32,6 +33,8 @@ SERVER_ERROR_MIN: int
 SERVER_ERROR_MAX: int
 #: ``(status, message)`` of the error a caller gets at its call's deadline (the core's).
 DEADLINE_EXCEEDED: tuple[int, str]
+#: While more request bytes than this wait to be written, the native clients encode no more.
+UNSENT_AT_MOST: int
 
 #: ``(name, kind, check, converter, has_default, default)``; see ``ucall._signature``.
 _ParamSpec = tuple[str, int, int, Optional[Callable[[Any], Any]], bool, Any]

@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
-from ucall._ucall import DEADLINE_EXCEEDED, NativeClient, NativeMux, ReplyBody, b64decode, loads
+from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
@@ -1266,7 +1266,7 @@ class AsyncClient(_Endpoint):
             if mux.held:
                 return mux.hold(method, params, request_id)
             try:
-                ticket = mux.native.call(method, params, request_id, _native_encode, self.timeout, _UNSENT_AT_MOST)
+                ticket = mux.native.call(method, params, request_id, _native_encode, self.timeout, UNSENT_AT_MOST)
             except Exception as error:  # raised where it is awaited, as from a coroutine
                 failed = _Call(loop=mux.loop)
                 failed.set_exception(error)
@@ -1497,20 +1497,18 @@ class _Call(asyncio.Future["Response"], Coroutine[Any, Any, "Response"]):
         self.cancel()
 
 
-# While more than this many request bytes wait to be written, further calls are held back
-# unencoded and submitted as replies come: a hundred 1.6 MB arrays gathered were otherwise
-# encoded at once into 210 MB of fresh pages, each written long after from memory no cache
-# held (3.0 ms of client CPU per call; 2.4 ms held so). Small calls never wait: a thousand
-# gathered are 60 KB. See docs/design.md, "The clients' large requests".
-_UNSENT_AT_MOST = 2 << 20
-
-
 class _Mux:
     """An ``AsyncClient``'s native connection on one event loop: calls are submitted to
     its I/O thread, which writes a byte to a socket the loop watches when replies are
     waiting; the loop then settles every waiting future at once. Replies come in request
-    order, so the oldest call's deadline is the only one a timer needs to watch. Calls
-    made while much is unsent wait in ``held``, in order, and go as replies come."""
+    order, so the oldest call's deadline is the only one a timer needs to watch.
+
+    While more than ``UNSENT_AT_MOST`` request bytes (2 MiB) wait to be written, calls are
+    held back unencoded in ``held``, in order, and submitted as replies come: a hundred
+    1.6 MB arrays gathered were otherwise encoded at once into 210 MB of fresh pages, each
+    written long after from memory no cache held (3.0 ms of client CPU per call; 2.4 ms
+    held so). Small calls never wait: a thousand gathered are 60 KB. See docs/design.md,
+    "The clients' large requests"."""
 
     def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
         self.client = client
@@ -1568,7 +1566,7 @@ class _Mux:
                 continue
             try:
                 ticket = self.native.call(
-                    method, params, call_id, _native_encode, self.client.timeout, _UNSENT_AT_MOST
+                    method, params, call_id, _native_encode, self.client.timeout, UNSENT_AT_MOST
                 )
             except Exception as error:
                 held.popleft()

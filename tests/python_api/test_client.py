@@ -126,6 +126,37 @@ def test_batches_and_pipelining(server, use_http):
         assert batch.send() == []
 
 
+def test_a_large_pipeline_is_encoded_as_it_is_sent_and_stops_at_a_call_it_cannot_encode(make_server):
+    # Past 2 MiB of requests, calls are encoded as the socket takes them; one that cannot
+    # be encoded ends the pipeline there (those before it ran, and the connection stays in
+    # step). Below that, a call that cannot be encoded stops the pipeline before any is sent.
+    seen: list[int] = []
+    server = make_server(max_body_bytes=64 << 20)
+
+    @server
+    def record(data: bytes, n: int) -> int:
+        seen.append(n)
+        return len(data) + n
+
+    server.start()
+    big = bytes(range(256)) * 4096  # 1 MiB, 1.4 MB of base64
+    for use_http in (True, False):
+        seen.clear()
+        with Client(port=server.port, use_http=use_http, timeout=20) as client:
+            replies = client.pipeline([("record", [big, n]) for n in range(12)])
+            assert [r.json for r in replies] == [len(big) + n for n in range(12)] and seen == list(range(12))
+            seen.clear()
+            calls = [("record", [big, n]) for n in range(6)] + [("record", [object(), 6])]
+            with pytest.raises(TypeError, match="cannot serialize"):
+                client.pipeline(calls + [("record", [big, 7])])
+            assert seen == list(range(6))
+            assert client.record(b"ok", 1).json == 3  # in step: the replies to the six were read
+            seen.clear()
+            with pytest.raises(TypeError, match="cannot serialize"):
+                client.pipeline([("record", [b"x", 0]), ("record", [object(), 1])])
+            assert client.record(b"", 2).json == 2 and seen == [2]
+
+
 def test_rich_arguments_and_results(server):
     np = pytest.importorskip("numpy")
     image = pytest.importorskip("PIL.Image")

@@ -35,12 +35,10 @@ pub struct Client {
     timeout: Option<Duration>,
 }
 
-/// What a call of [`Client::exchange`] sends: request bodies (JSON texts) and how many
-/// replies they get.
-struct Exchange {
-    bodies: Vec<Arc<Vec<u8>>>,
-    replies: usize,
-}
+/// While more than this many request bytes wait to be written, a pipeline makes no more
+/// ([`Client::exchange_with`]) and the Python `AsyncClient` holds its next call back
+/// ([`crate::Multiplexed::unsent`]). Measured: docs/design.md, "The clients' large requests".
+pub const UNSENT_AT_MOST: usize = 2 << 20;
 
 impl Client {
     /// A client of `endpoint` (nothing is connected yet).
@@ -101,25 +99,29 @@ impl Client {
 
     /// Send `calls` back to back on the connection, reading replies while writing, and
     /// return their responses in order. Any number of calls of any size completes: the
-    /// client never stops reading while it writes.
+    /// client never stops reading while it writes, and takes the next call from `calls`
+    /// (writing its params) only when the socket has room for it.
     ///
     /// # Errors
-    /// A transport failure, or a reply that answers another request.
+    /// A transport failure, or a reply that answers another request. Params that cannot
+    /// be written end the pipeline there: the calls before them were sent, and their
+    /// replies read, but only the error is returned.
     pub fn pipeline<'m, P: ToParams>(
         &mut self,
         calls: impl IntoIterator<Item = (&'m str, P)>,
     ) -> Result<Vec<Response>> {
-        let mut bodies = Vec::new();
-        let mut ids = Vec::new();
-        for (method, params) in calls {
-            let id = self.next_id();
+        let mut calls = calls.into_iter();
+        let (mut last_id, mut ids) = (self.next_id, Vec::new());
+        let mut more = || {
+            let (method, params) = calls.next()?;
+            last_id += 1;
+            ids.push(last_id);
             let mut body = Vec::with_capacity(64);
-            write_request(&mut body, method, &params, Some(id))?;
-            bodies.push(body);
-            ids.push(id);
-        }
-        let replies = self.exchange(bodies, ids.len())?;
-        replies
+            Some(write_request(&mut body, method, &params, Some(last_id)).map(|()| body))
+        };
+        let replies = self.exchange_with(Vec::new(), 0, &mut more);
+        self.next_id = last_id;
+        replies?
             .into_iter()
             .zip(ids)
             .map(|(reply, id)| check(reply, id))
@@ -166,10 +168,28 @@ impl Client {
     /// # Errors
     /// Connect, time-out, transport and protocol failures.
     pub fn exchange(&mut self, bodies: Vec<Vec<u8>>, replies: usize) -> Result<Vec<Reply>> {
-        let exchange = Exchange {
-            bodies: bodies.into_iter().map(Arc::new).collect(),
-            replies,
-        };
+        self.exchange_with(bodies, replies, &mut || None)
+    }
+
+    /// As [`Client::exchange`], then the bodies `more` makes, one each time fewer than
+    /// [`UNSENT_AT_MOST`] bytes wait to be written, each getting one reply: a pipeline of
+    /// a hundred 2 MB requests is encoded as the socket takes it, into buffers just
+    /// written, not into 200 MB of fresh memory first. When `more` fails, nothing more is
+    /// sent, the replies to what was are read (the connection stays in step), and its
+    /// error is returned.
+    ///
+    /// # Errors
+    /// As [`Client::exchange`], and the first error `more` returns.
+    pub fn exchange_with(
+        &mut self,
+        bodies: Vec<Vec<u8>>,
+        replies: usize,
+        more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
+    ) -> Result<Vec<Reply>> {
+        let given: Vec<Arc<Vec<u8>>> = bodies.into_iter().map(Arc::new).collect();
+        // Bodies `more` made, kept while a resend may need them (until a reply is heard).
+        let mut made: Vec<Arc<Vec<u8>>> = Vec::new();
+        let (mut expected, mut exhausted, mut refused) = (replies, false, None);
         if self.conn.is_open() && self.conn.closed_by_peer() {
             self.conn.close(); // closed by the server between calls: an idle time-out, a restart
         }
@@ -178,20 +198,42 @@ impl Client {
             let fresh = !self.conn.is_open();
             let deadline = self.timeout.map(|t| Instant::now() + t);
             self.conn.open(deadline)?;
-            for body in &exchange.bodies {
+            for body in given.iter().chain(&made) {
                 self.conn.queue_shared(body);
             }
-            let mut got = Vec::with_capacity(exchange.replies);
+            let mut got = Vec::with_capacity(expected);
             let mut sent = false;
             let mut heard = false;
             let failure = loop {
-                sent = sent || self.conn.pending() == 0;
                 heard = heard || self.conn.heard();
-                if sent && got.len() >= exchange.replies {
+                if heard {
+                    made.clear(); // no resend now: written buffers are kept for reuse instead
+                }
+                while !exhausted && self.conn.pending() <= UNSENT_AT_MOST {
+                    match more() {
+                        Some(Ok(body)) if heard => self.conn.queue(body),
+                        Some(Ok(body)) => {
+                            let body = Arc::new(body);
+                            self.conn.queue_shared(&body);
+                            made.push(body);
+                        }
+                        Some(Err(error)) => {
+                            (exhausted, refused) = (true, Some(error));
+                            continue;
+                        }
+                        None => {
+                            exhausted = true;
+                            continue;
+                        }
+                    }
+                    expected += 1;
+                }
+                sent = sent || (exhausted && self.conn.pending() == 0);
+                if sent && got.len() >= expected {
                     break None;
                 }
                 if let Some(why) = self.conn.ended() {
-                    if got.len() < exchange.replies {
+                    if got.len() < expected {
                         break Some(Error::transport(format!("the server closed the connection{why}")));
                     }
                 }
@@ -206,7 +248,7 @@ impl Client {
                     Ok(_) => {}
                     Err(error) => {
                         let (unsent, replied) = self.conn.failed();
-                        sent = sent || unsent == 0;
+                        sent = sent || (exhausted && unsent == 0);
                         heard = heard || replied;
                         break Some(error);
                     }
@@ -216,7 +258,7 @@ impl Client {
                 if got.last().is_some_and(|reply| reply.close) || self.conn.ended().is_some() {
                     self.conn.close();
                 }
-                return Ok(got);
+                return refused.map_or(Ok(got), Err);
             };
             self.conn.close();
             if error.kind() != ErrorKind::Transport {

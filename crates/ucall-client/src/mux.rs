@@ -155,8 +155,8 @@ impl Multiplexed {
     }
 
     /// Bytes submitted and not yet written to the socket: a caller with many large
-    /// requests to make holds the next one back while this is high, so that each is
-    /// encoded shortly before it is sent (see [`Multiplexed::submit`]).
+    /// requests to make holds the next one back while this is above
+    /// [`crate::UNSENT_AT_MOST`], so that each is encoded shortly before it is sent.
     #[must_use]
     pub fn unsent(&self) -> usize {
         self.shared.lock().submitted_bytes + self.shared.unwritten.load(Ordering::Relaxed)

@@ -208,6 +208,44 @@ fn a_pipeline_of_large_calls_completes() {
     server.join();
 }
 
+/// Params that cannot be written when `fail` is set.
+struct Flaky(i64, bool);
+
+impl ucall_client::ToParams for Flaky {
+    fn write_params(&self, out: &mut Vec<u8>) -> ucall_client::Result<bool> {
+        if self.1 {
+            return Err(ucall_client::Error::new(ErrorKind::Invalid, "no JSON form"));
+        }
+        out.extend_from_slice(format!("[{},{}]", self.0, self.0).as_bytes());
+        Ok(true)
+    }
+}
+
+#[test]
+fn a_pipeline_stops_at_params_that_cannot_be_written_and_stays_in_step() {
+    let server = serve(None);
+    let mut client = Client::new(Endpoint::new("127.0.0.1", server.port())).expect("a client");
+    let calls = [Flaky(1, false), Flaky(2, false), Flaky(3, true), Flaky(4, false)];
+    let error = client
+        .pipeline(calls.into_iter().map(|params| ("sum", params)))
+        .expect_err("the third cannot be written");
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    // The replies to the two sent were read: the next call gets its own.
+    assert_eq!(client.call("sum", [5, 5]).expect("a reply").result::<i64>(), Ok(10));
+    let replies = client
+        .pipeline((0..3).map(|i| ("sum", Flaky(i, false))))
+        .expect("replies");
+    assert_eq!(
+        replies
+            .iter()
+            .map(|r| r.result::<i64>().expect("sums"))
+            .collect::<Vec<_>>(),
+        [0, 2, 4]
+    );
+    server.stop();
+    server.join();
+}
+
 #[test]
 fn a_call_that_outlives_the_time_out_fails_and_the_next_one_works() {
     let server = serve(None);

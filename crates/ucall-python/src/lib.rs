@@ -102,6 +102,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEADLINE_EXCEEDED",
         (exceeded.rest_status(), exceeded.message().to_owned()),
     )?;
+    m.add("UNSENT_AT_MOST", ucall_client::UNSENT_AT_MOST)?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<procedure::DeferredReply>()?;
     m.add_class::<streaming::StreamReply>()?;
