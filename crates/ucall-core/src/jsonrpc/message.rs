@@ -113,16 +113,8 @@ fn suits_sonic(text: &str) -> bool {
 /// # Errors
 /// [`ParseError`] when `text` is not one valid JSON text.
 pub fn parse_request(text: &str) -> Result<Envelope<'_>, ParseError> {
-    let read_by_sonic = if suits_sonic(text) {
-        read_with_sonic(text, EnvelopeVisitor::<LazyValue<'_>>(PhantomData)).ok()
-    } else {
-        None
-    };
-    let members = match read_by_sonic {
-        Some(members) => members,
-        None => read_with_serde_json(text, EnvelopeVisitor::<&RawValue>(PhantomData))?,
-    };
-    Ok(members.map_or_else(not_an_object, Members::validate))
+    let members = object_members(text, &REQUEST_MEMBERS)?;
+    Ok(members.map_or_else(not_an_object, |members| Members::from(members).validate()))
 }
 
 /// Whether `text` is one valid JSON text, read as [`parse_request`] reads it.
@@ -313,18 +305,10 @@ impl Element {
     /// The entry as a request (or why it is not one), borrowing from the batch `text`.
     #[must_use]
     pub fn envelope<'a>(&self, text: &'a str) -> Envelope<'a> {
-        let Some([jsonrpc, method, params, id, timeout]) = &self.members else {
+        let Some(members) = &self.members else {
             return not_an_object();
         };
-        let slice = |range: &Option<Range<usize>>| range.clone().and_then(|r| text.get(r));
-        Members {
-            jsonrpc: slice(jsonrpc),
-            method: slice(method),
-            params: slice(params),
-            id: slice(id),
-            timeout: slice(timeout),
-        }
-        .validate()
+        Members::from(members.clone().map(|range| range.and_then(|r| text.get(r)))).validate()
     }
 }
 
@@ -352,71 +336,23 @@ impl<'de, R: RawText<'de>> Visitor<'de> for ElementCollector<'_, R> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         // Each entry is read as a request object directly (not kept as a raw value first),
         // which also keeps serde_json from allocating a nesting stack per batch.
-        while let Some(members) = seq.next_element_seed(EnvelopeVisitor::<R>(PhantomData))? {
+        while let Some(members) = seq.next_element_seed(NamedMembers::<R, 5>(&REQUEST_MEMBERS, PhantomData))? {
             let span = |raw: Option<&str>| {
                 raw.map(|raw| {
                     let start = raw.as_ptr() as usize - self.base;
                     start..start + raw.len()
                 })
             };
-            let members = members.map(|m| {
-                [
-                    span(m.jsonrpc),
-                    span(m.method),
-                    span(m.params),
-                    span(m.id),
-                    span(m.timeout),
-                ]
+            self.elements.push(Element {
+                members: members.map(|members| members.map(span)),
             });
-            self.elements.push(Element { members });
         }
         Ok(())
     }
 }
 
-impl<'de, R: RawText<'de>> DeserializeSeed<'de> for EnvelopeVisitor<R> {
-    type Value = Option<Members<'de>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Field {
-    Jsonrpc,
-    Method,
-    Params,
-    Id,
-    Timeout,
-    Other,
-}
-
-impl<'de> de::Deserialize<'de> for Field {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct FieldVisitor;
-        impl Visitor<'_> for FieldVisitor {
-            type Value = Field;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<Field, E> {
-                Ok(match key {
-                    "jsonrpc" => Field::Jsonrpc,
-                    "method" => Field::Method,
-                    "params" => Field::Params,
-                    "id" => Field::Id,
-                    "timeout" => Field::Timeout,
-                    _ => Field::Other,
-                })
-            }
-        }
-        deserializer.deserialize_identifier(FieldVisitor)
-    }
-}
-
-/// Reads a request object's members as raw text `R`.
-struct EnvelopeVisitor<R>(PhantomData<R>);
+/// The members of a request that matter, in [`Members`]' order.
+const REQUEST_MEMBERS: [&str; 5] = ["jsonrpc", "method", "params", "id", "timeout"];
 
 /// The members of a request object that matter, as raw JSON text.
 struct Members<'a> {
@@ -429,61 +365,15 @@ struct Members<'a> {
 
 const NOT_AN_OBJECT: &str = "a request must be a JSON object";
 
-impl<'de, R: RawText<'de>> Visitor<'de> for EnvelopeVisitor<R> {
-    /// `None` for valid JSON that is not an object.
-    type Value = Option<Members<'de>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON-RPC request object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut jsonrpc, mut method, mut params, mut id, mut timeout) = (None, None, None, None, None);
-        while let Some(field) = map.next_key::<Field>()? {
-            let value = map.next_value::<R>()?.text();
-            if value.is_none() {
-                return Err(de::Error::custom("a member was copied, not borrowed"));
-            }
-            match field {
-                Field::Jsonrpc => jsonrpc = value,
-                Field::Method => method = value,
-                Field::Params => params = value,
-                Field::Id => id = value,
-                Field::Timeout => timeout = value,
-                Field::Other => {}
-            }
-        }
-        Ok(Some(Members {
+impl<'a> From<[Option<&'a str>; 5]> for Members<'a> {
+    fn from([jsonrpc, method, params, id, timeout]: [Option<&'a str>; 5]) -> Self {
+        Members {
             jsonrpc,
             method,
             params,
             id,
             timeout,
-        }))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
+        }
     }
 }
 
