@@ -126,10 +126,11 @@ def test_batches_and_pipelining(server, use_http):
         assert batch.send() == []
 
 
-def test_a_large_pipeline_is_encoded_as_it_is_sent_and_stops_at_a_call_it_cannot_encode(make_server):
-    # Past 2 MiB of requests, calls are encoded as the socket takes them; one that cannot
-    # be encoded ends the pipeline there (those before it ran, and the connection stays in
-    # step). Below that, a call that cannot be encoded stops the pipeline before any is sent.
+BIG = bytes(range(256)) * 4096  # 1 MiB, 1.4 MB of base64
+
+
+def recording_server(make_server) -> tuple[ucall.Server, list[int]]:
+    """A started server whose `record(data, n)` notes `n` in the list, in the order calls run."""
     seen: list[int] = []
     server = make_server(max_body_bytes=64 << 20)
 
@@ -138,17 +139,23 @@ def test_a_large_pipeline_is_encoded_as_it_is_sent_and_stops_at_a_call_it_cannot
         seen.append(n)
         return len(data) + n
 
-    server.start()
-    big = bytes(range(256)) * 4096  # 1 MiB, 1.4 MB of base64
+    return server.start(), seen
+
+
+def test_a_large_pipeline_is_encoded_as_it_is_sent_and_stops_at_a_call_it_cannot_encode(make_server):
+    # Past 2 MiB of requests, calls are encoded as the socket takes them; one that cannot
+    # be encoded ends the pipeline there (those before it ran, and the connection stays in
+    # step). Below that, a call that cannot be encoded stops the pipeline before any is sent.
+    server, seen = recording_server(make_server)
     for use_http in (True, False):
         seen.clear()
         with Client(port=server.port, use_http=use_http, timeout=20) as client:
-            replies = client.pipeline([("record", [big, n]) for n in range(12)])
-            assert [r.json for r in replies] == [len(big) + n for n in range(12)] and seen == list(range(12))
+            replies = client.pipeline([("record", [BIG, n]) for n in range(12)])
+            assert [r.json for r in replies] == [len(BIG) + n for n in range(12)] and seen == list(range(12))
             seen.clear()
-            calls = [("record", [big, n]) for n in range(6)] + [("record", [object(), 6])]
+            calls = [("record", [BIG, n]) for n in range(6)] + [("record", [object(), 6])]
             with pytest.raises(TypeError, match="cannot serialize"):
-                client.pipeline(calls + [("record", [big, 7])])
+                client.pipeline(calls + [("record", [BIG, 7])])
             assert seen == list(range(6))
             assert client.record(b"ok", 1).json == 3  # in step: the replies to the six were read
             seen.clear()
@@ -293,20 +300,11 @@ def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make
     # Calls made while megabytes wait to be written are held back unencoded and sent as
     # replies come: every one still runs once, in call order; a cancelled one never runs,
     # one that cannot be encoded fails alone, and a time-out fails those held too.
-    seen: list[int] = []
-    server = make_server(max_body_bytes=64 << 20)
-
-    @server
-    def record(data: bytes, n: int) -> int:
-        seen.append(n)
-        return len(data) + n
-
-    server.start()
-    big = bytes(range(256)) * 4096  # 1 MiB, 1.4 MB of base64
+    server, seen = recording_server(make_server)
 
     async def main() -> None:
         async with AsyncClient(port=server.port, timeout=20) as client:
-            calls = [client.record(big if n % 3 else b"x", n) for n in range(24)]
+            calls = [client.record(BIG if n % 3 else b"x", n) for n in range(24)]
             mux = client._mux
             assert mux is not None and len(mux.held) > 10  # most were held, none encoded
             calls[22].cancel()  # held (the last ten are): never sent
@@ -315,7 +313,7 @@ def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make
             outcomes = await asyncio.gather(*(c for n, c in enumerate(calls) if n != 22), return_exceptions=True)
             sent = [n for n in range(26) if n not in (22, 24)]
             assert [o.json for o in outcomes if isinstance(o, Response)] == [
-                len(big if n % 3 else b"x") + n if n < 24 else 1 + n for n in sent
+                len(BIG if n % 3 else b"x") + n if n < 24 else 1 + n for n in sent
             ]
             assert [type(o) for o in outcomes if not isinstance(o, Response)] == [TypeError]
             assert seen == sent
@@ -332,7 +330,7 @@ def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make
         async def unread() -> None:
             async with AsyncClient(port=deaf.getsockname()[1], timeout=1) as client:
                 started = time.monotonic()
-                calls = [client.record(big, n) for n in range(40)]
+                calls = [client.record(BIG, n) for n in range(40)]
                 await asyncio.sleep(0.3)
                 assert client._mux is not None and client._mux.held
                 outcomes = await asyncio.gather(*calls, return_exceptions=True)
