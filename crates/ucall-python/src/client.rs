@@ -171,6 +171,12 @@ fn call_body(
     Ok(out)
 }
 
+/// The request body of a `(method, params, id)` call.
+fn call_tuple_body(call: &Bound<'_, PyAny>, encode: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<Vec<u8>> {
+    let (method, params, id): (String, Bound<'_, PyAny>, Option<u64>) = call.extract()?;
+    call_body(&method, Some(&params), id, Some(encode), timeout)
+}
+
 /// `(status, body, close)`, the body read as [`reply_body`] does.
 fn reply_tuple(py: Python<'_>, reply: Reply) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(
@@ -322,13 +328,13 @@ impl NativeClient {
 
     /// Send `(method, params, id)` calls back to back, reading replies while writing;
     /// `[(status, body, close)]` in order.
-    #[pyo3(signature = (calls, encode, timeout))]
     ///
     /// Calls are encoded up front while they total at most [`UNSENT_AT_MOST`] bytes (a
     /// thousand small ones: all of them, with nothing sent if one fails), the rest one by
     /// one as the socket takes them, the GIL taken for each: a hundred 1.6 MB arrays are
     /// not encoded into 200 MB of fresh memory first. One of those that cannot be encoded
     /// ends the exchange there, once the replies to those sent are read.
+    #[pyo3(signature = (calls, encode, timeout))]
     fn calls<'py>(
         &self,
         py: Python<'py>,
@@ -336,13 +342,9 @@ impl NativeClient {
         encode: &Bound<'py, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let body = |call: Bound<'py, PyAny>| -> PyResult<Vec<u8>> {
-            let (method, params, id): (String, Bound<'py, PyAny>, Option<u64>) = call.extract()?;
-            call_body(&method, Some(&params), id, Some(encode), timeout)
-        };
         let (mut bodies, mut total) = (Vec::with_capacity(calls.len()), 0);
         while bodies.len() < calls.len() && total <= UNSENT_AT_MOST {
-            bodies.push(body(calls.get_item(bodies.len())?)?);
+            bodies.push(call_tuple_body(&calls.get_item(bodies.len())?, encode, timeout)?);
             total += bodies.last().map_or(0, Vec::len);
         }
         let replies = bodies.len();
@@ -356,10 +358,7 @@ impl NativeClient {
                 let (calls, encode) = (rest.bind(py), encode.bind(py));
                 let call = calls.get_item(next).ok()?;
                 next += 1;
-                let made = call
-                    .extract::<(String, Bound<'_, PyAny>, Option<u64>)>()
-                    .and_then(|(method, params, id)| call_body(&method, Some(&params), id, Some(encode), timeout));
-                Some(made.map_err(|error| {
+                Some(call_tuple_body(&call, encode, timeout).map_err(|error| {
                     failed = Some(error);
                     Error::new(ErrorKind::Invalid, "a call could not be encoded")
                 }))
