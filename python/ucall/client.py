@@ -1564,10 +1564,10 @@ class _Mux:
             if future.done():  # cancelled while held: never sent
                 held.popleft()
                 continue
+            # The server is told the time the call has left, which began when it was made.
+            left = None if deadline == float("inf") else max(deadline - self.loop.time(), 0.001)
             try:
-                ticket = self.native.call(
-                    method, params, call_id, _native_encode, self.client.timeout, UNSENT_AT_MOST
-                )
+                ticket = self.native.call(method, params, call_id, _native_encode, left, UNSENT_AT_MOST)
             except Exception as error:
                 held.popleft()
                 future.set_exception(error)
