@@ -278,29 +278,17 @@ pub struct Envelope<'a> {
 }
 
 impl<'a> Envelope<'a> {
-    /// Scan a reply object's top-level members (SIMD skipping of long strings).
+    /// Check a reply object and find its members, in one read by the core's JSON rule
+    /// (what [`Spans::check`] reads too).
     ///
     /// # Errors
     /// The text is not a JSON object.
     pub fn parse(body: &'a [u8]) -> std::result::Result<Self, RpcError> {
         let text = ucall_core::jsonrpc::as_text(body).ok_or_else(|| internal("the reply is not UTF-8"))?;
-        if !text.trim_start().starts_with('{') {
-            return Err(internal(format!("not a JSON-RPC reply: {}", shown(text))));
-        }
-        let mut envelope = Envelope::default();
-        for member in sonic_rs::to_object_iter(text) {
-            let (key, value) = member.map_err(|_| internal(format!("the reply is not JSON: {}", shown(text))))?;
-            let raw = value.as_raw_str();
-            // SAFETY-free lifetime juggling: the raw text is a slice of `text`.
-            let raw = slice_of(text, raw);
-            match key.as_ref() {
-                "id" => envelope.id = Some(raw),
-                "result" => envelope.result = Some(raw),
-                "error" => envelope.error = Some(raw),
-                _ => {}
-            }
-        }
-        Ok(envelope)
+        let members = ucall_core::jsonrpc::message::object_members(text, &REPLY_MEMBERS)
+            .map_err(|_| internal(format!("the reply is not JSON: {}", shown(text))))?;
+        let [id, result, error] = members.ok_or_else(|| internal(format!("not a JSON-RPC reply: {}", shown(text))))?;
+        Ok(Envelope { id, result, error })
     }
 
     /// The error member as an [`RpcError`], when there is one.
@@ -326,16 +314,8 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// `part` as a slice of `whole` (sonic-rs hands raw text back with its input's lifetime
-/// only through `FastStr`-like owners; the bytes are the same).
-fn slice_of<'a>(whole: &'a str, part: &str) -> &'a str {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    if start <= whole.len() && start + part.len() <= whole.len() {
-        &whole[start..start + part.len()]
-    } else {
-        ""
-    }
-}
+/// The members of a reply that matter, in [`Envelope`]'s order.
+const REPLY_MEMBERS: [&str; 3] = ["id", "result", "error"];
 
 fn shown(text: &str) -> String {
     let cut: String = text.chars().take(60).collect();
@@ -384,7 +364,7 @@ impl Spans {
     #[must_use]
     pub fn check(body: &[u8]) -> Option<Spans> {
         let text = ucall_core::jsonrpc::as_text(body)?;
-        let members = ucall_core::jsonrpc::message::object_members(text, &["id", "result", "error"]).ok()?;
+        let members = ucall_core::jsonrpc::message::object_members(text, &REPLY_MEMBERS).ok()?;
         let [id, result, error] = members.unwrap_or_default();
         let span = |member: Option<&str>| member.and_then(|part| offsets(part, body));
         Some(Spans {

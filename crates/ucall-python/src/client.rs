@@ -272,19 +272,10 @@ impl NativeClient {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Send `bodies`, then those `more` makes as the socket takes them, and read
+    /// `replies` replies plus one per body made ([`Client::exchange_with`]); the GIL is
+    /// released meanwhile.
     fn run<'py>(
-        &self,
-        py: Python<'py>,
-        bodies: Vec<Vec<u8>>,
-        replies: usize,
-        timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        self.run_with(py, bodies, replies, timeout, &mut || None)
-    }
-
-    /// As [`NativeClient::run`], then the bodies `more` makes as the socket takes them
-    /// ([`Client::exchange_with`]); the GIL is released meanwhile.
-    fn run_with<'py>(
         &self,
         py: Python<'py>,
         bodies: Vec<Vec<u8>>,
@@ -349,7 +340,7 @@ impl NativeClient {
         }
         let replies = bodies.len();
         if replies == calls.len() {
-            return self.run(py, bodies, replies, timeout);
+            return self.run(py, bodies, replies, timeout, &mut || None);
         }
         let (rest, encode) = (calls.clone().unbind(), encode.clone().unbind());
         let (mut next, mut failed) = (replies, None::<PyErr>);
@@ -364,7 +355,7 @@ impl NativeClient {
                 }))
             })
         };
-        let result = self.run_with(py, bodies, replies, timeout, &mut more);
+        let result = self.run(py, bodies, replies, timeout, &mut more);
         match failed {
             Some(error) => Err(error),
             None => result,
@@ -385,7 +376,7 @@ impl NativeClient {
             .iter()
             .map(|request| json_body(&request, Some(encode)))
             .collect::<PyResult<Vec<_>>>()?;
-        self.run(py, bodies, replies, timeout)
+        self.run(py, bodies, replies, timeout, &mut || None)
     }
 
     /// Close the connection; calls open a new one.
