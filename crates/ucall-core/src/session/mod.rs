@@ -370,7 +370,8 @@ impl Session {
         match &self.protocol {
             Protocol::Http(http) => http.body_wanted(),
             Protocol::WebSocket(websocket) => websocket.frame_wanted(),
-            Protocol::Unknown | Protocol::Stream(_) => 0,
+            Protocol::Stream(stream) => stream.message_wanted(),
+            Protocol::Unknown => 0,
         }
     }
 
