@@ -25,7 +25,7 @@ NAME_RE = re.compile(r"^(?:valid|invalid)_[a-z0-9]+(?:_[a-z0-9]+)*\.json$")
 COMMON_KEYS = {"description", "source", "reply"}
 # One of three shapes, told apart by which members are present.
 BODY_KEYS = {"json", "attachments", "section_length", "error_message_contains"}
-MESSAGE_KEYS = {"message_hex", "tcp_after"}
+MESSAGE_KEYS = {"message_hex", "tcp_after", "websocket_reply"}
 HTTP_KEYS = {"http_headers", "body_hex", "http_status"}
 
 

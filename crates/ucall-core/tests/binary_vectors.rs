@@ -21,6 +21,8 @@ struct Binary {
     vector: Vector,
     /// Whether raw TCP closes after the reply.
     tcp_closes: bool,
+    /// The reply over WebSocket, where it differs.
+    websocket_reply: Option<Json>,
     /// The HTTP form, when the vector has one.
     http: Option<HttpForm>,
 }
@@ -119,6 +121,7 @@ fn load(name: &str, file: &Json) -> Result<Binary, String> {
             error_exact: false,
         },
         tcp_closes,
+        websocket_reply: file.get("websocket_reply").cloned(),
         http,
     })
 }
@@ -380,4 +383,133 @@ fn binary_vectors_over_http() {
             }
         });
     });
+}
+
+const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+                            Sec-WebSocket-Protocol: chat, ucall.binary.v1\r\n\r\n";
+
+/// A client's masked WebSocket frame.
+fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+    let mut out = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&MASK);
+    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    out
+}
+
+/// The server's frames in `bytes` as (opcode, payload).
+fn ws_server_frames(mut bytes: &[u8]) -> Result<Vec<(u8, Vec<u8>)>, String> {
+    let mut frames = Vec::new();
+    while bytes.len() >= 2 {
+        let (len, at) = match bytes[1] & 0x7F {
+            126 => (usize::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes")) as usize,
+                10,
+            ),
+            n => (usize::from(n), 2),
+        };
+        let payload = bytes.get(at..at + len).ok_or("a frame cut short")?;
+        frames.push((bytes[0] & 0x0F, payload.to_vec()));
+        bytes = &bytes[at + len..];
+    }
+    Ok(frames)
+}
+
+#[test]
+fn binary_vectors_in_memory_over_websocket() {
+    // Each vector's message as one binary WebSocket message under the subprotocol, then a
+    // text message: a broken message costs a -32700 text message, never the connection.
+    let vectors: Vec<Vector> = load_all()
+        .into_iter()
+        .filter(|b| !b.vector.request.is_empty())
+        .map(|b| match b.websocket_reply {
+            Some(reply) => Vector {
+                reply: Some(reply),
+                ..b.vector
+            },
+            None => b.vector,
+        })
+        .collect();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    check_all("in memory over WebSocket", &vectors, |vector| {
+        let mut session = Session::new();
+        let mut out = OutBuf::new();
+        let mut ctx = Context {
+            router,
+            limits: &limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut scratch,
+            defer: None,
+            draining: false,
+        };
+        session.feed(WS_HANDSHAKE.as_bytes(), &mut out, &mut ctx, usize::MAX);
+        let handshake = out.to_vec();
+        out.advance(handshake.len());
+        let mut problems = Vec::new();
+        if !String::from_utf8_lossy(&handshake).contains("\r\nSec-WebSocket-Protocol: ucall.binary.v1\r\n") {
+            problems.push(format!("the subprotocol is not selected: {}", show(&handshake)));
+        }
+        let mut input = ws_frame(2, &vector.request);
+        input.extend_from_slice(&ws_frame(1, follow_up().as_bytes()));
+        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
+        if progress.close {
+            problems.push("the session closes".into());
+        }
+        let frames = match ws_server_frames(&out.to_vec()) {
+            Ok(frames) => frames,
+            Err(e) => return vec![e],
+        };
+        match (&vector.reply, &frames[..]) {
+            (None, [(1, follow)]) => problems.extend(follow_up_differences(follow)),
+            (Some(_), [(1, reply), (1, follow)]) => {
+                problems.extend(reply_differences(vector, reply));
+                problems.extend(follow_up_differences(follow));
+            }
+            _ => problems.push(format!("unexpected frames: {frames:?}")),
+        }
+        problems
+    });
+}
+
+#[test]
+fn without_the_subprotocol_websocket_is_unchanged() {
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let mut ctx = Context {
+        router: builder.router(),
+        limits: &limits,
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+        scratch: &mut scratch,
+        defer: None,
+        draining: false,
+    };
+    let mut session = Session::new();
+    let mut out = OutBuf::new();
+    let plain = WS_HANDSHAKE.replace("chat, ucall.binary.v1", "chat");
+    session.feed(plain.as_bytes(), &mut out, &mut ctx, usize::MAX);
+    let handshake = out.to_vec();
+    out.advance(handshake.len());
+    assert!(!String::from_utf8_lossy(&handshake).contains("Sec-WebSocket-Protocol"));
+    // A binary WebSocket message is a JSON text there, as it always was.
+    let call = br#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#;
+    session.feed(&ws_frame(2, call), &mut out, &mut ctx, usize::MAX);
+    let frames = ws_server_frames(&out.to_vec()).unwrap();
+    assert_eq!(frames, [(1, br#"{"jsonrpc":"2.0","id":1,"result":3}"#.to_vec())]);
 }

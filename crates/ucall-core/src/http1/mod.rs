@@ -65,6 +65,8 @@ pub struct RequestHead {
     pub binary_body: bool,
     /// `UCall-JSON-Length`, when sent once as decimal digits; `Err` when sent otherwise.
     pub json_length: Option<Result<usize, ()>>,
+    /// `Sec-WebSocket-Protocol` offers the binary-message subprotocol (docs/wire.md §3.3).
+    pub websocket_binary: bool,
 }
 
 impl RequestHead {
@@ -211,6 +213,9 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 }
             }
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
+            22 if name.eq_ignore_ascii_case("sec-websocket-protocol") => {
+                head.websocket_binary |= tokens(value).any(|t| t == wire::SUBPROTOCOL.as_bytes());
+            }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
             }

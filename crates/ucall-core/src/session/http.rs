@@ -110,8 +110,17 @@ impl Http {
                     out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
                     out.push(b"Sec-WebSocket-Accept: ");
                     out.push(ws::accept_key(&key).as_bytes());
+                    if head.websocket_binary {
+                        out.push(b"\r\nSec-WebSocket-Protocol: ");
+                        out.push(wire::SUBPROTOCOL.as_bytes());
+                    }
                     out.push(b"\r\n\r\n");
-                    (used, Step::Upgrade)
+                    (
+                        used,
+                        Step::Upgrade {
+                            binary: head.websocket_binary,
+                        },
+                    )
                 }
                 HeadStatus::Complete(head, used) => {
                     calls.keep_head(&rest[..used], ctx.router);
