@@ -69,6 +69,24 @@ def query(request: bytes) -> bytes | None:
     return f"/{quote(str(message.get('method', '')))}?{'&'.join(pairs)}".encode()
 
 
+def binary_inputs() -> list[bytes]:
+    """The binary vectors' JSON texts and sections, as `binary_messages` reads them."""
+    found = []
+    for path in sorted((ROOT / "tests/vectors/binary").glob("*.json")):
+        vector = json.loads(path.read_text())
+        text = vector.get("json", "").encode()
+        if not text or len(text) > 255:
+            continue
+        section = bytearray(vector.get("section_length", 0))
+        for item in vector["attachments"]:
+            data = bytes.fromhex(item["hex"])
+            end = item["offset"] + len(data)
+            section.extend(bytes(max(0, end - len(section))))
+            section[item["offset"] : end] = data
+        found.append(b"\x05" + bytes([len(text)]) + text + bytes(section))
+    return found
+
+
 def seeds() -> dict[str, list[bytes]]:
     texts = requests()
     split = b"\x05"  # the first byte of a split target: its split points
@@ -86,6 +104,7 @@ def seeds() -> dict[str, list[bytes]]:
         + [split + WS_UPGRADE + b"".join(ws_frame(t) for t in texts[:8])]
         + [split + b"GET /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\n\r\n" + http_post(texts[0])],
         "bytes_params": [b"", b"Zm9vYmFy", b"Zm9vYg==", b"Zm9vYg", b"AP8A/w==", b"QR==", b"Zm9 v"],
+        "binary_messages": binary_inputs(),
     }
 
 

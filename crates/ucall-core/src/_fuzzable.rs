@@ -26,7 +26,7 @@ use crate::jsonrpc::message::{self, Envelope};
 use crate::params::base64 as bytes_param;
 use crate::session::{Context, Limits, Scratch, Session};
 use crate::stream::{Frame, Framer};
-use crate::{ws, Server, ServerBuilder};
+use crate::{wire, ws, Server, ServerBuilder};
 
 /// The names of the entry points, as the fuzz targets and the vector folders are named.
 pub const TARGETS: &[&str] = &[
@@ -39,6 +39,7 @@ pub const TARGETS: &[&str] = &[
     "rest_query",
     "bytes_params",
     "session",
+    "binary_messages",
 ];
 
 /// Run the entry point called `target` on `data`; `false` when there is none by that name.
@@ -53,6 +54,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "rest_query" => rest_query(data),
         "bytes_params" => bytes_params(data),
         "session" => session(data),
+        "binary_messages" => binary_messages(data),
         _ => return false,
     }
     true
@@ -258,6 +260,7 @@ fn procedures() -> ServerBuilder {
         })
         .procedure("echo", |call| call.get::<serde_json::Value>(0, "data"))
         .procedure("ping", |_| Ok("pong"))
+        .procedure("len", |call| Ok(call.params().bytes_view(0, "data")?.len()))
 }
 
 /// JSON-RPC requests and batches through the codec and a router: every reply is one JSON
@@ -516,6 +519,56 @@ pub fn session(data: &[u8]) {
             "the split changed the replies"
         );
     }
+}
+
+/// Binary messages (docs/wire.md) over raw TCP: the input after its split byte is a
+/// length byte, a JSON text that long and an attachment section, framed here with a valid
+/// prefix so that mutations explore the text and its placeholders rather than die at the
+/// prefix. The message is sent twice, then the raw input (prefix and all, as it came):
+/// however split, the replies are the same, one JSON text per line.
+pub fn binary_messages(data: &[u8]) {
+    let (mut splits, input) = Splits::from_input(data);
+    let Some((&json_len, rest)) = input.split_first() else {
+        return;
+    };
+    let json_len = usize::from(json_len).min(rest.len());
+    let (text, section) = rest.split_at(json_len);
+    let mut body = text.to_vec();
+    if !section.is_empty() {
+        body.resize(wire::align(text.len()), 0);
+        body.extend_from_slice(section);
+    }
+    let mut message = wire::Prefix::encode(json_len as u32, body.len() as u64).to_vec();
+    message.extend_from_slice(&body);
+    let mut conversation = message.clone();
+    conversation.extend_from_slice(&message);
+    conversation.extend_from_slice(rest);
+    assert_eq!(
+        wire::split_message(&message),
+        Ok((text, section)),
+        "the split disagrees"
+    );
+    let builder = procedures();
+    let limits = Limits {
+        max_body_bytes: 4096,
+        max_batch: 8,
+        ..Limits::default()
+    };
+    let pieces = converse(
+        &conversation,
+        &mut |left| splits.next_piece(left),
+        builder.router(),
+        &limits,
+    );
+    for line in pieces.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+        assert!(
+            serde_json::from_slice::<IgnoredAny>(line).is_ok(),
+            "raw TCP reply is not JSON: {}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    let whole = converse(&conversation, &mut |left| left, builder.router(), &limits);
+    assert_eq!(whole, pieces, "the split changed the replies");
 }
 
 /// The context an engine gives a session: deferring available (connection 0, generation

@@ -60,6 +60,9 @@ pub struct Context<'a> {
     tls_subject: Option<&'a str>,
     /// Whether the connection's caller is still there; `None` outside a connection.
     liveness: Option<&'a Liveness>,
+    /// The attachment section of the binary message the call came in (docs/wire.md);
+    /// `None` for a plain JSON text.
+    section: Option<&'a [u8]>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -72,6 +75,7 @@ pub const NONE: Context<'static> = Context {
     timeout: None,
     tls_subject: None,
     liveness: None,
+    section: None,
 };
 
 impl<'a> Context<'a> {
@@ -86,7 +90,22 @@ impl<'a> Context<'a> {
             timeout: None,
             tls_subject: None,
             liveness: None,
+            section: None,
         }
+    }
+
+    /// The same context, for calls of a binary message whose attachment section is
+    /// `section`.
+    #[must_use]
+    pub fn with_section(self, section: Option<&'a [u8]>) -> Self {
+        Context { section, ..self }
+    }
+
+    /// The attachment section of the binary message that carried the call; `None` when
+    /// it came in a plain JSON text.
+    #[must_use]
+    pub fn section(&self) -> Option<&'a [u8]> {
+        self.section
     }
 
     /// The same context, on a connection whose caller's presence `liveness` tracks.

@@ -86,6 +86,7 @@ pub mod stream;
 pub mod streaming;
 mod tls;
 #[doc(hidden)]
+pub mod wire;
 pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};

@@ -429,7 +429,7 @@ impl<'a> Call<'a> {
     /// The parameters.
     #[must_use]
     pub fn params(&self) -> Params<'a> {
-        self.params
+        self.params.with_section(self.context.section())
     }
 
     /// Parameter `name` when params are an object, else the one at `position`: the usual
@@ -442,7 +442,7 @@ impl<'a> Call<'a> {
     /// # Errors
     /// `-32602` naming the parameter when it is missing or has the wrong type.
     pub fn get<T: Deserialize<'a>>(&self, position: usize, name: &str) -> Result<T, RpcError> {
-        self.params.get(position, name)
+        self.params().get(position, name)
     }
 }
 

@@ -39,6 +39,45 @@ fn regression_vectors_pass_their_target() {
     }
 }
 
+/// A binary vector's JSON text and attachment section in the form `binary_messages`
+/// reads: a split byte, the text's length, the text, the section.
+fn binary_input(vector: &serde_json::Value) -> Option<Vec<u8>> {
+    let text = vector.get("json")?.as_str()?;
+    let mut section = Vec::new();
+    for item in vector.get("attachments")?.as_array()? {
+        let offset = usize::try_from(item.get("offset")?.as_u64()?).ok()?;
+        let hex = item.get("hex")?.as_str()?;
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
+        section.resize(section.len().max(offset + bytes.len()), 0);
+        section[offset..offset + bytes.len()].copy_from_slice(&bytes);
+    }
+    let mut data = vec![5, u8::try_from(text.len()).ok()?];
+    data.extend_from_slice(text.as_bytes());
+    data.extend_from_slice(&section);
+    Some(data)
+}
+
+#[test]
+fn binary_vectors_pass_the_binary_messages_target() {
+    let mut count = 0;
+    let mut paths: Vec<_> = std::fs::read_dir(vectors_dir().join("binary"))
+        .expect("binary vectors")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let vector: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+        if let Some(data) = binary_input(&vector) {
+            assert!(_fuzzable::run("binary_messages", &data));
+            count += 1;
+        }
+    }
+    assert!(count > 30, "{count} binary vectors");
+}
+
 #[test]
 fn shared_vectors_pass_every_target() {
     let mut paths: Vec<_> = std::fs::read_dir(vectors_dir().join("jsonrpc"))

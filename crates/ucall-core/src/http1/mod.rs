@@ -12,6 +12,7 @@ pub(crate) use status::{body_too_large, reject};
 pub use status::{Reject, Status};
 
 use crate::buffer::OutBuf;
+use crate::wire;
 
 /// The request methods the server distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,6 +60,22 @@ pub struct RequestHead {
     pub event_stream: bool,
     /// `UCall-Timeout: <seconds>`: the time the caller allows the request's calls.
     pub timeout: Option<std::time::Duration>,
+    /// `Content-Type: application/vnd.ucall.binary`: the body is a binary message
+    /// (docs/wire.md §3.1) whose JSON text is as long as [`RequestHead::json_length`] says.
+    pub binary_body: bool,
+    /// `UCall-JSON-Length`, when sent once as decimal digits; `Err` when sent otherwise.
+    pub json_length: Option<Result<usize, ()>>,
+    /// `Sec-WebSocket-Protocol` offers the binary-message subprotocol (docs/wire.md §3.3).
+    pub websocket_binary: bool,
+}
+
+impl RequestHead {
+    /// The JSON text's length of a binary body: `None` when the head does not give one
+    /// that can be read (absent, repeated, not digits).
+    #[must_use]
+    pub fn binary_json_length(&self) -> Option<usize> {
+        self.json_length.and_then(Result::ok)
+    }
 }
 
 /// Result of looking for a request head at the start of the buffered input.
@@ -74,6 +91,14 @@ pub enum HeadStatus {
 
 /// Most header fields accepted in one head (more is `431`).
 pub const MAX_HEADERS: usize = 64;
+
+/// A length written as 1 to 19 decimal digits, nothing else.
+fn decimal(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
 
 /// Parse a request head from `input`, storing its request-target into `target`.
 #[must_use]
@@ -188,8 +213,23 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 }
             }
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
+            22 if name.eq_ignore_ascii_case("sec-websocket-protocol") => {
+                head.websocket_binary |= tokens(value).any(|t| t == wire::SUBPROTOCOL.as_bytes());
+            }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
+            }
+            12 if name.eq_ignore_ascii_case("content-type") => {
+                let media_type = value.split(|&c| c == b';').next().unwrap_or_default();
+                head.binary_body = media_type
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(wire::CONTENT_TYPE.as_bytes());
+            }
+            17 if name.eq_ignore_ascii_case(wire::JSON_LENGTH_HEADER) => {
+                head.json_length = Some(match head.json_length {
+                    None => decimal(value).ok_or(()),
+                    Some(_) => Err(()),
+                });
             }
             13 if name.eq_ignore_ascii_case("ucall-timeout") => {
                 let Some(timeout) = crate::jsonrpc::message::seconds(value) else {

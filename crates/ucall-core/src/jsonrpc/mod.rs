@@ -4,6 +4,7 @@
 //! straight into an output buffer. Running calls is `dispatch`'s part, above it.
 #![forbid(unsafe_code)]
 
+pub mod attachment;
 pub mod codes;
 mod error;
 pub mod message;

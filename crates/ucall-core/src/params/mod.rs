@@ -2,7 +2,8 @@
 //! A call's params, read by one set of rules for every front end (the Rust API, the C API
 //! and the Python binding): a parameter found by name, by position or by JSON Pointer
 //! (RFC 6901), as an integer, a number, a boolean, text, raw JSON or bytes (base64, see
-//! [`base64`]).
+//! [`base64`], or in a binary message an attachment its placeholder names, see
+//! docs/wire.md).
 //!
 //! Params stay raw text borrowed from the request, which the parser has validated; a
 //! lookup walks that text (`jsonrpc::scan`) without parsing it again, and nothing is
@@ -14,6 +15,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use crate::jsonrpc::attachment::{self, Attachment};
 use crate::jsonrpc::scan::{cold_decode_string, key_equals, Elements, Members};
 use crate::jsonrpc::RpcError;
 
@@ -21,6 +23,9 @@ use crate::jsonrpc::RpcError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Param<'a> {
     raw: &'a str,
+    /// The attachment section of the binary message the value came in; `None` in a plain
+    /// JSON text, where placeholders are ordinary objects.
+    section: Option<&'a [u8]>,
 }
 
 impl<'a> Param<'a> {
@@ -29,7 +34,41 @@ impl<'a> Param<'a> {
     /// answer `None` rather than fail.
     #[must_use]
     pub fn new(raw: &'a str) -> Self {
-        Param { raw }
+        Param { raw, section: None }
+    }
+
+    /// A view of `raw` from a binary message whose attachment section is `section`.
+    #[must_use]
+    pub fn in_message(raw: &'a str, section: Option<&'a [u8]>) -> Self {
+        Param { raw, section }
+    }
+
+    /// A value nested in this one, from the same message.
+    fn child(self, raw: &'a str) -> Self {
+        Param { raw, ..self }
+    }
+
+    /// The attachment this value's placeholder names: `None` when the value is no
+    /// placeholder or not in a binary message.
+    ///
+    /// # Errors
+    /// The rule of docs/wire.md §2 an invalid placeholder breaks.
+    pub fn attachment(self) -> Result<Option<Attachment<'a>>, &'static str> {
+        match self.section {
+            Some(section) => attachment::resolve(self.raw, section),
+            None => Ok(None),
+        }
+    }
+
+    /// Bytes: an attachment's, borrowed where the message lies, or a base64 string's,
+    /// decoded. `None` for anything else, an invalid placeholder included.
+    #[must_use]
+    pub fn bytes_view(self) -> Option<Cow<'a, [u8]>> {
+        match self.attachment() {
+            Ok(Some(found)) => Some(Cow::Borrowed(found.bytes)),
+            Ok(None) => self.with_base64(base64::decode).map(Cow::Owned),
+            Err(_) => None,
+        }
     }
 
     /// The value's JSON text, exactly as the client sent it.
@@ -116,6 +155,9 @@ impl<'a> Param<'a> {
     /// when the value is not a string or its length rules base64 out.
     #[must_use]
     pub fn bytes_len(self) -> Option<usize> {
+        if let Ok(Some(found)) = self.attachment() {
+            return Some(found.bytes.len());
+        }
         self.with_base64(base64::decoded_len)
     }
 
@@ -124,26 +166,33 @@ impl<'a> Param<'a> {
     /// hold partial output).
     #[must_use]
     pub fn bytes_into(self, out: &mut [u8]) -> Option<usize> {
-        self.with_base64(|text| base64::decode_to_slice(text, out))
+        match self.attachment() {
+            Ok(Some(found)) => {
+                out.get_mut(..found.bytes.len())?.copy_from_slice(found.bytes);
+                Some(found.bytes.len())
+            }
+            Ok(None) => self.with_base64(|text| base64::decode_to_slice(text, out)),
+            Err(_) => None,
+        }
     }
 
-    /// Decode a base64 string into a new vector.
+    /// The bytes (an attachment's, or a base64 string decoded) as a new vector.
     #[must_use]
     pub fn bytes(self) -> Option<Vec<u8>> {
-        self.with_base64(base64::decode)
+        self.bytes_view().map(Cow::into_owned)
     }
 
     /// The elements of an array value (nothing for any other value).
     pub fn elements(self) -> impl Iterator<Item = Param<'a>> {
         let raw = if self.raw.starts_with('[') { self.raw } else { "" };
-        Elements::new(raw).map(Param::new)
+        Elements::new(raw).map(move |raw| self.child(raw))
     }
 
     /// The members of an object value as (name, value); the name is a string value
     /// (compare it with [`Param::str_equals`], read it with [`Param::as_str`]).
     pub fn members(self) -> impl Iterator<Item = (Param<'a>, Param<'a>)> {
         let raw = if self.raw.starts_with('{') { self.raw } else { "" };
-        Members::new(raw).map(|(key, value)| (Param::new(key), Param::new(value)))
+        Members::new(raw).map(move |(key, value)| (self.child(key), self.child(value)))
     }
 
     /// The value that the JSON Pointer `pointer` (RFC 6901) names inside this one: `""`
@@ -182,13 +231,32 @@ impl<'a> Param<'a> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Params<'a> {
     raw: Option<&'a str>,
+    /// The binary message's attachment section (see [`Param::in_message`]).
+    section: Option<&'a [u8]>,
 }
 
 impl<'a> Params<'a> {
     /// A view of `raw`, the params text of a validated request (an array or an object).
     #[must_use]
     pub fn new(raw: Option<&'a str>) -> Self {
-        Params { raw }
+        Params { raw, section: None }
+    }
+
+    /// The same params, from a binary message whose attachment section is `section`
+    /// (`None`: a plain JSON text).
+    #[must_use]
+    pub fn with_section(self, section: Option<&'a [u8]>) -> Self {
+        Params { section, ..self }
+    }
+
+    /// Whether the params came in a binary message (placeholders name attachments).
+    #[must_use]
+    pub fn in_binary_message(&self) -> bool {
+        self.section.is_some()
+    }
+
+    fn param(&self, raw: &'a str) -> Param<'a> {
+        Param::in_message(raw, self.section)
     }
 
     /// The raw JSON text, if params were sent.
@@ -200,7 +268,7 @@ impl<'a> Params<'a> {
     /// The params as one value, if they were sent.
     #[must_use]
     pub fn value(&self) -> Option<Param<'a>> {
-        self.raw.map(Param::new)
+        self.raw.map(|raw| self.param(raw))
     }
 
     /// Whether params are an object.
@@ -250,14 +318,14 @@ impl<'a> Params<'a> {
         let raw = self.raw.filter(|r| r.starts_with('{'))?;
         Members::new(raw)
             .find(|(key, _)| key_equals(key, name))
-            .map(|(_, value)| Param::new(value))
+            .map(|(_, value)| self.param(value))
     }
 
     /// The parameter at `position`, when params are an array that long.
     #[must_use]
     pub fn positional(&self, position: usize) -> Option<Param<'a>> {
         let raw = self.raw.filter(|r| r.starts_with('['))?;
-        Elements::new(raw).nth(position).map(Param::new)
+        Elements::new(raw).nth(position).map(|raw| self.param(raw))
     }
 
     /// Parameter `name` (object params) or `position` (array params).
@@ -359,12 +427,46 @@ impl<'a> Params<'a> {
         self.typed(position, name, "a string", Param::as_str)
     }
 
-    /// Bytes parameter `name` or `position` (a base64 string, see [`base64`]), decoded.
+    /// Bytes parameter `name` or `position` (a base64 string, see [`base64`], or an
+    /// attachment), as a new vector.
     ///
     /// # Errors
-    /// `-32602` naming the parameter when it is missing or not a base64 string.
+    /// `-32602` naming the parameter when it is missing, not a base64 string, or an
+    /// invalid placeholder.
     pub fn bytes(&self, position: usize, name: &str) -> Result<Vec<u8>, RpcError> {
-        self.typed(position, name, "a base64 string", Param::bytes)
+        self.bytes_view(position, name).map(Cow::into_owned)
+    }
+
+    /// Bytes parameter `name` or `position`: an attachment's bytes borrowed where the
+    /// message lies, or a base64 string decoded.
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it is missing, not a base64 string, or an
+    /// invalid placeholder.
+    pub fn bytes_view(&self, position: usize, name: &str) -> Result<Cow<'a, [u8]>, RpcError> {
+        let param = self.at(position, name).ok_or_else(|| RpcError::missing_param(name))?;
+        match param.attachment() {
+            Ok(Some(found)) => Ok(Cow::Borrowed(found.bytes)),
+            Ok(None) => param
+                .with_base64(base64::decode)
+                .map(Cow::Owned)
+                .ok_or_else(|| expected_but(name, BYTES)),
+            Err(rule) => Err(invalid_placeholder(name, rule)),
+        }
+    }
+
+    /// The attachment that parameter `name` or `position` names (docs/wire.md §2).
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it is missing, not a placeholder, or an
+    /// invalid one.
+    pub fn attachment(&self, position: usize, name: &str) -> Result<Attachment<'a>, RpcError> {
+        let param = self.at(position, name).ok_or_else(|| RpcError::missing_param(name))?;
+        match param.attachment() {
+            Ok(Some(found)) => Ok(found),
+            Ok(None) => Err(expected_but(name, "an attachment")),
+            Err(rule) => Err(invalid_placeholder(name, rule)),
+        }
     }
 
     /// Bytes parameter `name` or `position` decoded into the start of `out`; the number
@@ -375,13 +477,17 @@ impl<'a> Params<'a> {
     /// decodes to more than `out` holds.
     pub fn bytes_into(&self, position: usize, name: &str, out: &mut [u8]) -> Result<usize, RpcError> {
         let capacity = out.len();
-        self.typed(position, name, "a base64 string", |p| p.bytes_into(out))
-            .map_err(|e| match self.at(position, name).and_then(Param::bytes_len) {
+        if let Err(rule) = self.at(position, name).map_or(Ok(None), Param::attachment) {
+            return Err(invalid_placeholder(name, rule));
+        }
+        self.typed(position, name, BYTES, |p| p.bytes_into(out)).map_err(|e| {
+            match self.at(position, name).and_then(Param::bytes_len) {
                 Some(len) if len > capacity => RpcError::invalid_params(format!(
                     "Invalid params: parameter '{name}': {len} bytes, more than the {capacity} expected"
                 )),
                 _ => e,
-            })
+            }
+        })
     }
 
     /// Check that no parameter beyond `names` was sent (by name, or by count for arrays).
@@ -410,6 +516,17 @@ impl<'a> Params<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// What a bytes parameter may be, as an error says.
+const BYTES: &str = "a base64 string or an attachment";
+
+#[cold]
+#[inline(never)]
+fn invalid_placeholder(name: &str, rule: &str) -> RpcError {
+    RpcError::invalid_params(format!(
+        "Invalid params: parameter '{name}': invalid placeholder: {rule}"
+    ))
 }
 
 #[cold]

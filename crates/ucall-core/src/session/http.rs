@@ -16,6 +16,7 @@ use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
 use crate::request_log::{Carrier, Entry, Seed};
 use crate::router::{Call, Router};
+use crate::wire;
 use crate::ws;
 
 /// An HTTP/1.1 connection's state: the request under way.
@@ -109,8 +110,17 @@ impl Http {
                     out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
                     out.push(b"Sec-WebSocket-Accept: ");
                     out.push(ws::accept_key(&key).as_bytes());
+                    if head.websocket_binary {
+                        out.push(b"\r\nSec-WebSocket-Protocol: ");
+                        out.push(wire::SUBPROTOCOL.as_bytes());
+                    }
                     out.push(b"\r\n\r\n");
-                    (used, Step::Upgrade)
+                    (
+                        used,
+                        Step::Upgrade {
+                            binary: head.websocket_binary,
+                        },
+                    )
                 }
                 HeadStatus::Complete(head, used) => {
                     calls.keep_head(&rest[..used], ctx.router);
@@ -262,6 +272,25 @@ impl Http {
             );
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
+        // A binary body (docs/wire.md §3.1): its JSON text is the request, its attachment
+        // section goes beside; broken framing is 400 and the connection goes on.
+        let (body, section) = if head.binary_body && head.method == Method::Post {
+            match split_binary(head, body) {
+                Ok((json, section)) => (json, Some(section)),
+                Err(message) => {
+                    if let Some(metrics) = ctx.router.metrics() {
+                        metrics.refused(Refusal::ParseError);
+                    }
+                    http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
+                        jsonrpc::write_error(out.data(), None, ErrorCode::ParseError.code(), message, None);
+                        Some(Status::BadRequest)
+                    });
+                    return if keep_alive { Step::Progressed } else { Step::Close };
+                }
+            }
+        } else {
+            (body, None)
+        };
         let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
@@ -272,7 +301,8 @@ impl Http {
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
-            .with_liveness(calls.presence.liveness());
+            .with_liveness(calls.presence.liveness())
+            .with_section(section);
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
         http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
@@ -336,6 +366,14 @@ impl Http {
             Step::Close
         }
     }
+}
+
+/// The JSON text and attachment section of a binary body, or why they cannot be read.
+fn split_binary<'b>(head: &RequestHead, body: &'b [u8]) -> Result<(&'b [u8], &'b [u8]), &'static str> {
+    let Some(json_len) = head.binary_json_length() else {
+        return Err("Parse error: a binary body needs one UCall-JSON-Length of decimal digits");
+    };
+    wire::split_body(body, json_len).map_err(wire::Malformed::message)
 }
 
 /// Whether a WebSocket handshake may go on: without CORS, or without `Origin` (not a

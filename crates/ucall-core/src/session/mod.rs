@@ -198,8 +198,11 @@ enum Step {
     Progressed,
     NeedMore,
     Close,
-    /// HTTP: the upgrade to WebSocket was answered; the next byte is a frame's.
-    Upgrade,
+    /// HTTP: the upgrade to WebSocket was answered; the next byte is a frame's. `binary`:
+    /// the binary-message subprotocol was selected (docs/wire.md §3.3).
+    Upgrade {
+        binary: bool,
+    },
 }
 
 /// One connection's protocol state.
@@ -302,8 +305,8 @@ impl Session {
                 Step::Progressed => {}
                 Step::NeedMore => break,
                 Step::Close => self.closing = true,
-                Step::Upgrade => {
-                    self.protocol = Protocol::WebSocket(WebSocket::default());
+                Step::Upgrade { binary } => {
+                    self.protocol = Protocol::WebSocket(WebSocket::new(binary));
                     opened(ctx, Some(Transport::Http), Transport::WebSocket);
                 }
             }
@@ -370,7 +373,8 @@ impl Session {
         match &self.protocol {
             Protocol::Http(http) => http.body_wanted(),
             Protocol::WebSocket(websocket) => websocket.frame_wanted(),
-            Protocol::Unknown | Protocol::Stream(_) => 0,
+            Protocol::Stream(stream) => stream.message_wanted(),
+            Protocol::Unknown => 0,
         }
     }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Raw TCP: one JSON text in, one reply line out.
+//! Raw TCP: one JSON text or binary message (docs/wire.md §3.2) in, one reply line out.
 
 use super::{Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
@@ -8,17 +8,26 @@ use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc::{self, ErrorCode};
 use crate::metrics::Refusal;
 use crate::stream::{Frame, Framer};
+use crate::wire::{self, Prefix, PREFIX_LEN};
 
-/// A raw TCP connection's state: where the JSON text being received stands.
+/// A raw TCP connection's state: where the JSON text or binary message being received
+/// stands.
 #[derive(Debug, Default)]
 pub(super) struct Stream {
     framer: Framer,
+    /// The whole length of the binary message under way (prefix and body), 0 when none.
+    message_len: usize,
 }
 
 impl Stream {
-    /// Whether a JSON text is partly received.
+    /// Whether a JSON text or binary message is partly received.
     pub(super) fn in_text(&self) -> bool {
-        self.framer.in_text()
+        self.framer.in_text() || self.message_len != 0
+    }
+
+    /// The bytes the binary message under way needs in all (0 when none).
+    pub(super) fn message_wanted(&self) -> usize {
+        self.message_len
     }
 
     /// The peer will send nothing more; `rest` is the input not consumed. A bare word
@@ -26,15 +35,15 @@ impl Stream {
     /// short can never be completed: it is answered `-32700` (id `null`).
     pub(super) fn end_of_input(&mut self, calls: &mut Calls, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
         if let Some(range) = self.framer.finish(rest) {
-            self.answer_text(calls, &rest[range], out, ctx);
+            self.answer_text(calls, &rest[range], None, out, ctx);
             return;
         }
-        if self.framer.in_text() {
+        if self.in_text() || rest.trim_ascii_start().first() == Some(&wire::MAGIC) {
             refused(ctx, Refusal::ParseError);
             error_line(
                 out,
                 ErrorCode::ParseError,
-                "Parse error: the input ended inside a JSON text",
+                "Parse error: the input ended inside a JSON text or binary message",
             );
         }
     }
@@ -46,9 +55,17 @@ impl Stream {
         out: &mut OutBuf,
         ctx: &mut Context<'_>,
     ) -> (usize, Step) {
+        if !self.framer.in_text() {
+            if let Some(start) = rest.iter().position(|c| !c.is_ascii_whitespace()) {
+                if rest[start] == wire::MAGIC {
+                    let (used, step) = self.step_binary(calls, &rest[start..], out, ctx);
+                    return (start + used, step);
+                }
+            }
+        }
         match self.framer.next(rest, ctx.limits.max_body_bytes) {
             Frame::Complete(range) => {
-                let step = self.answer_text(calls, &rest[range.clone()], out, ctx);
+                let step = self.answer_text(calls, &rest[range.clone()], None, out, ctx);
                 (range.end, step)
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
@@ -57,25 +74,60 @@ impl Stream {
                 error_line(out, ErrorCode::ParseError, "Parse error: not the start of a JSON text");
                 (0, Step::Close)
             }
-            Frame::TooLarge => {
-                refused(ctx, Refusal::Limit);
-                let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
-                crate::logs::throttled(
-                    &crate::logs::REQUEST_REFUSED,
-                    log::Level::Warn,
-                    format_args!(
-                        "request refused: more than max_body_bytes = {}",
-                        ctx.limits.max_body_bytes
-                    ),
-                );
-                error_line(out, ErrorCode::InvalidRequest, &message);
-                (0, Step::Close)
-            }
+            Frame::TooLarge => (0, too_large(out, ctx)),
         }
     }
 
-    /// Answer one raw TCP text with one reply line (none for notifications).
-    fn answer_text(&mut self, calls: &mut Calls, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+    /// A binary message at the start of `input`: answered once whole. Framing that says
+    /// where the message ends costs it a `-32700` and the stream goes on; framing that
+    /// does not (an unknown version) closes it.
+    fn step_binary(
+        &mut self,
+        calls: &mut Calls,
+        input: &[u8],
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> (usize, Step) {
+        let prefix = match Prefix::parse(input) {
+            Ok(Some(prefix)) => prefix,
+            Ok(None) => return (0, Step::NeedMore),
+            Err(malformed) => {
+                refused(ctx, Refusal::ParseError);
+                error_line(out, ErrorCode::ParseError, malformed.message());
+                return (0, Step::Close);
+            }
+        };
+        let limit = ctx.limits.max_body_bytes;
+        let Some(body_len) = usize::try_from(prefix.body_len).ok().filter(|&len| len <= limit) else {
+            return (0, too_large(out, ctx));
+        };
+        let end = PREFIX_LEN + body_len;
+        if input.len() < end {
+            self.message_len = end;
+            return (0, Step::NeedMore);
+        }
+        self.message_len = 0;
+        let step = match wire::split_body(&input[PREFIX_LEN..end], prefix.json_len) {
+            Ok((json, section)) => self.answer_text(calls, json, Some(section), out, ctx),
+            Err(malformed) => {
+                refused(ctx, Refusal::ParseError);
+                error_line(out, ErrorCode::ParseError, malformed.message());
+                Step::Progressed
+            }
+        };
+        (end, step)
+    }
+
+    /// Answer one raw TCP text with one reply line (none for notifications); `section`
+    /// is the attachment section of the binary message the text came in.
+    fn answer_text(
+        &mut self,
+        calls: &mut Calls,
+        text: &[u8],
+        section: Option<&[u8]>,
+        out: &mut OutBuf,
+        ctx: &mut Context<'_>,
+    ) -> Step {
         self.framer.reset();
         let data = out.data();
         let start = data.len();
@@ -86,7 +138,8 @@ impl Stream {
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
             .with_tls_subject(calls.tls_subject.as_deref())
-            .with_liveness(calls.presence.liveness());
+            .with_liveness(calls.presence.liveness())
+            .with_section(section);
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
             text,
@@ -108,12 +161,30 @@ impl Stream {
             calls.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
         }
         let last = calls.count_exchange(ctx);
-        if outcome == Outcome::ParseError || last {
+        // A text that is not JSON leaves the stream's framing lost, unless a binary
+        // message's prefix said where it ends.
+        if (outcome == Outcome::ParseError && section.is_none()) || last {
             Step::Close
         } else {
             Step::Progressed
         }
     }
+}
+
+/// Refuse a text or message beyond the size limit: the stream cannot go on.
+fn too_large(out: &mut OutBuf, ctx: &Context<'_>) -> Step {
+    refused(ctx, Refusal::Limit);
+    let message = format!("Invalid Request: request exceeds {} bytes", ctx.limits.max_body_bytes);
+    crate::logs::throttled(
+        &crate::logs::REQUEST_REFUSED,
+        log::Level::Warn,
+        format_args!(
+            "request refused: more than max_body_bytes = {}",
+            ctx.limits.max_body_bytes
+        ),
+    );
+    error_line(out, ErrorCode::InvalidRequest, &message);
+    Step::Close
 }
 
 /// Count a text refused before any call ran.

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! WebSocket after an HTTP upgrade (RFC 6455): frames in, one request or batch per
-//! message, one text frame per reply.
+//! message, one text frame per reply. Under the binary-message subprotocol a binary
+//! message is a binary message of docs/wire.md §3.3: prefix, JSON text, attachments.
 
 use super::{Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc;
+use crate::wire;
 use crate::ws;
 
 /// A WebSocket connection's state: the message being reassembled and the frame being
@@ -19,9 +21,19 @@ pub(super) struct WebSocket {
     /// The size of the frame being received, header included, once its header is in; 0
     /// otherwise.
     frame_len: usize,
+    /// The binary-message subprotocol was selected at the upgrade.
+    binary: bool,
 }
 
 impl WebSocket {
+    /// A connection just upgraded; `binary`: under the binary-message subprotocol.
+    pub(super) fn new(binary: bool) -> Self {
+        WebSocket {
+            binary,
+            ..WebSocket::default()
+        }
+    }
+
     /// Whether no data message is partly received.
     pub(super) fn is_between_messages(&self) -> bool {
         self.opcode.is_none()
@@ -105,7 +117,8 @@ impl WebSocket {
                     if opcode == Some(ws::Opcode::Text) && jsonrpc::as_text(&self.message).is_none() {
                         return (0, ws_fail(out, ws::close::INVALID_PAYLOAD));
                     }
-                    return (total, self.answer(calls, out, ctx));
+                    let binary = self.binary && opcode == Some(ws::Opcode::Binary);
+                    return (total, self.answer(calls, binary, out, ctx));
                 }
                 Step::Progressed
             }
@@ -116,8 +129,8 @@ impl WebSocket {
     /// Reply to the reassembled message as one text frame (nothing for notifications);
     /// after the connection's last exchange, a Close frame follows (1000, or 1001 when the
     /// server is shutting down).
-    fn answer(&mut self, calls: &mut Calls, out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
-        self.reply(calls, out, ctx);
+    fn answer(&mut self, calls: &mut Calls, binary: bool, out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.reply(calls, binary, out, ctx);
         if calls.count_exchange(ctx) {
             let code = if ctx.draining {
                 ws::close::GOING_AWAY
@@ -134,8 +147,30 @@ impl WebSocket {
         Step::Progressed
     }
 
-    fn reply(&mut self, calls: &mut Calls, out: &mut OutBuf, ctx: &mut Context<'_>) {
+    fn reply(&mut self, calls: &mut Calls, binary: bool, out: &mut OutBuf, ctx: &mut Context<'_>) {
         let message = std::mem::take(&mut self.message);
+        let (text, section) = if binary {
+            match wire::split_message(&message) {
+                Ok((text, section)) => (text, Some(section)),
+                Err(malformed) => {
+                    let data = out.data();
+                    let start = reserve_ws_header(data);
+                    jsonrpc::write_error(
+                        data,
+                        None,
+                        jsonrpc::ErrorCode::ParseError.code(),
+                        malformed.message(),
+                        None,
+                    );
+                    commit_ws_text(out, start);
+                    self.message = message;
+                    self.message.clear();
+                    return;
+                }
+            }
+        } else {
+            (&message[..], None)
+        };
         let data = out.data();
         let reserved = data.len();
         let start = reserve_ws_header(data);
@@ -146,10 +181,11 @@ impl WebSocket {
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
             .with_tls_subject(calls.tls_subject.as_deref())
-            .with_liveness(calls.presence.liveness());
+            .with_liveness(calls.presence.liveness())
+            .with_section(section);
         let scratch = &mut ctx.scratch.jsonrpc;
         let outcome = dispatch::process(
-            &message,
+            text,
             &context,
             ctx.router,
             ctx.limits.max_batch,

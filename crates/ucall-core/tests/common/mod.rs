@@ -10,6 +10,7 @@
 pub mod spec;
 
 pub mod json;
+pub mod rule;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};

@@ -15,6 +15,7 @@ const RANKS: &[(&str, u32)] = &[
     ("error", 0),
     ("date", 0),
     ("logs", 0),
+    ("wire", 0),
     ("context", 1),
     ("deadline", 1),
     ("request_log", 1),

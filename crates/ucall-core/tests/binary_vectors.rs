@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Every binary-message vector of `tests/vectors/binary` (docs/wire.md; format in
+//! `tests/vectors/README.md`, "Binary vectors"), in memory through `Session::feed` and
+//! over loopback, each followed by an ordinary call on the same connection.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::json::{self, Json};
+use common::rule::{check_all, follow_up, follow_up_differences, reply_differences, Vector};
+use common::{show, Conn};
+use ucall_core::buffer::OutBuf;
+use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::wire::{self, Prefix};
+use ucall_core::Limits;
+
+/// A binary vector: the bytes to send and what must follow.
+struct Binary {
+    /// `request` is the raw TCP message (prefix and body); the rest is the rule's.
+    vector: Vector,
+    /// Whether raw TCP closes after the reply.
+    tcp_closes: bool,
+    /// The reply over WebSocket, where it differs.
+    websocket_reply: Option<Json>,
+    /// The HTTP form, when the vector has one.
+    http: Option<HttpForm>,
+}
+
+/// A vector's HTTP request: header fields, body and the status expected.
+type HttpForm = (Vec<(String, String)>, Vec<u8>, u16);
+
+fn vector_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/binary")
+}
+
+fn hex(text: &str) -> Result<Vec<u8>, String> {
+    if text.len() % 2 != 0 {
+        return Err("odd hex length".into());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// The body of docs/wire.md §1 for a JSON text and a section.
+fn body(json_text: &[u8], section: &[u8]) -> Vec<u8> {
+    let mut body = json_text.to_vec();
+    if !section.is_empty() {
+        body.resize(wire::align(json_text.len()), 0);
+        body.extend_from_slice(section);
+    }
+    body
+}
+
+/// A raw TCP message: the prefix, then `body`.
+fn message(json_len: usize, body: &[u8]) -> Vec<u8> {
+    let mut message = Prefix::encode(json_len as u32, body.len() as u64).to_vec();
+    message.extend_from_slice(body);
+    message
+}
+
+fn load(name: &str, file: &Json) -> Result<Binary, String> {
+    let reply = match file.get("reply") {
+        None => return Err("\"reply\" is required".into()),
+        Some(Json::Null) => None,
+        Some(reply) => Some(reply.clone()),
+    };
+    let error_message_contains = file
+        .get("error_message_contains")
+        .and_then(Json::as_str)
+        .map(String::from);
+    let mut tcp_closes = false;
+    let mut http = None;
+    let request = if let Some(text) = file.get("json").and_then(Json::as_str) {
+        let Some(Json::Array(attachments)) = file.get("attachments") else {
+            return Err("\"attachments\" must be an array".into());
+        };
+        let mut section = Vec::new();
+        for item in attachments {
+            let offset = item.get("offset").and_then(Json::as_i64).ok_or("an offset")? as usize;
+            let bytes = hex(item.get("hex").and_then(Json::as_str).ok_or("a hex string")?)?;
+            if section.len() < offset + bytes.len() {
+                section.resize(offset + bytes.len(), 0);
+            }
+            section[offset..offset + bytes.len()].copy_from_slice(&bytes);
+        }
+        if let Some(length) = file.get("section_length").and_then(Json::as_i64) {
+            section.resize(length as usize, 0);
+        }
+        let body = body(text.as_bytes(), &section);
+        let headers = vec![
+            ("Content-Type".to_string(), wire::CONTENT_TYPE.to_string()),
+            ("UCall-JSON-Length".to_string(), text.len().to_string()),
+        ];
+        http = Some((headers, body.clone(), 200));
+        message(text.len(), &body)
+    } else if let Some(text) = file.get("message_hex").and_then(Json::as_str) {
+        tcp_closes = file.get("tcp_after").and_then(Json::as_str) == Some("closed");
+        hex(text)?
+    } else if let Some(Json::Object(fields)) = file.get("http_headers") {
+        let headers = fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value.as_str().unwrap_or_default().to_string()))
+            .collect();
+        let body = hex(file.get("body_hex").and_then(Json::as_str).ok_or("body_hex")?)?;
+        let status = file.get("http_status").and_then(Json::as_i64).ok_or("http_status")? as u16;
+        http = Some((headers, body, status));
+        Vec::new()
+    } else {
+        return Err("no json, message_hex or http_headers".into());
+    };
+    Ok(Binary {
+        vector: Vector {
+            name: name.to_string(),
+            request,
+            reply,
+            reply_text_contains: Vec::new(),
+            error_message_contains,
+            error_exact: false,
+        },
+        tcp_closes,
+        websocket_reply: file.get("websocket_reply").cloned(),
+        http,
+    })
+}
+
+fn load_all() -> Vec<Binary> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(vector_dir())
+        .expect("the binary vector folder")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut problems = Vec::new();
+    let mut vectors = Vec::new();
+    for path in paths {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
+        let loaded = json::parse(&std::fs::read(&path).expect("read a vector")).and_then(|file| load(&name, &file));
+        match loaded {
+            Ok(vector) => vectors.push(vector),
+            Err(problem) => problems.push(format!("{name}: {problem}")),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "malformed binary vectors:\n{}",
+        problems.join("\n")
+    );
+    assert!(vectors.len() > 40, "only {} binary vectors", vectors.len());
+    vectors
+}
+
+/// The vectors that travel over raw TCP, as `Vector`s for `check_all`.
+fn tcp_vectors() -> (Vec<Vector>, Vec<bool>) {
+    load_all()
+        .into_iter()
+        .filter(|b| !b.vector.request.is_empty())
+        .map(|b| (b.vector, b.tcp_closes))
+        .unzip()
+}
+
+/// Where the raw TCP output for a vector (then a follow-up, unless it closes) differs.
+fn tcp_differences(vector: &Vector, closes: bool, out: &[u8], closed: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    if closed != closes {
+        problems.push(format!("closed: {closed}, expected {closes}"));
+    }
+    let Some(body) = out.strip_suffix(b"\n") else {
+        return vec![format!("the output does not end with a newline: {}", show(out))];
+    };
+    let lines: Vec<&[u8]> = body.split(|&c| c == b'\n').collect();
+    match (&vector.reply, &lines[..], closes) {
+        (Some(_), [reply], true) => problems.extend(reply_differences(vector, reply)),
+        (None, [follow], false) => problems.extend(follow_up_differences(follow)),
+        (Some(_), [reply, follow], false) => {
+            problems.extend(reply_differences(vector, reply));
+            problems.extend(follow_up_differences(follow));
+        }
+        _ => problems.push(format!("unexpected lines: {}", show(out))),
+    }
+    problems
+}
+
+#[test]
+fn binary_vectors_in_memory_over_tcp() {
+    let (vectors, closes) = tcp_vectors();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let mut index = 0;
+    check_all("in memory over raw TCP", &vectors, |vector| {
+        let closes = closes[index];
+        index += 1;
+        let mut input = vector.request.clone();
+        input.extend_from_slice(follow_up().as_bytes());
+        let mut session = Session::new();
+        let mut out = OutBuf::new();
+        let mut ctx = Context {
+            router,
+            limits: &limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut scratch,
+            defer: None,
+            draining: false,
+        };
+        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
+        tcp_differences(vector, closes, &out.to_vec(), progress.close)
+    });
+}
+
+#[test]
+fn binary_vectors_over_tcp() {
+    common::for_each_engine(|engine| {
+        let (vectors, closes) = tcp_vectors();
+        let server = common::serve(engine);
+        let mut index = 0;
+        check_all("over raw TCP", &vectors, |vector| {
+            let closes = closes[index];
+            index += 1;
+            let mut conn = Conn::to(&server);
+            let mut input = vector.request.clone();
+            input.extend_from_slice(follow_up().as_bytes());
+            conn.send(&input);
+            let mut out = Vec::new();
+            let expected_lines = usize::from(vector.reply.is_some()) + usize::from(!closes);
+            for _ in 0..expected_lines {
+                match conn.try_read_line() {
+                    Ok(line) => {
+                        out.extend_from_slice(&line);
+                        out.push(b'\n');
+                    }
+                    Err(e) => return vec![e],
+                }
+            }
+            let closed = closes
+                && conn
+                    .read_until_closed(common::IO_TIMEOUT)
+                    .is_ok_and(|rest| rest.is_empty());
+            tcp_differences(vector, closes, &out, closed)
+        });
+    });
+}
+
+#[test]
+fn a_binary_message_may_arrive_in_pieces() {
+    // One byte at a time through the prefix, then the body in two: the session waits for
+    // the whole message, asking the engine for room for all of it.
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let text = br#"{"jsonrpc":"2.0","method":"hex","params":[{"$ucall":"bytes","offset":0,"length":3}],"id":1}"#;
+    let message = message(text.len(), &body(text, b"foo"));
+    let mut session = Session::new();
+    let mut out = OutBuf::new();
+    let mut fed = 0;
+    for end in (1..=20).chain([100, message.len()]) {
+        let mut ctx = Context {
+            router,
+            limits: &limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut scratch,
+            defer: None,
+            draining: false,
+        };
+        let progress = session.feed(&message[fed..end], &mut out, &mut ctx, usize::MAX);
+        fed += progress.consumed;
+        if end >= wire::PREFIX_LEN && end < message.len() {
+            assert_eq!(session.input_wanted(), message.len() - fed, "at {end}");
+        }
+    }
+    assert_eq!(fed, message.len());
+    assert_eq!(out.to_vec(), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"666f6f\"}\n");
+}
+
+/// The vectors that travel over HTTP, with their requests as whole HTTP messages.
+fn http_vectors() -> (Vec<Vector>, Vec<u16>) {
+    load_all()
+        .into_iter()
+        .filter_map(|b| {
+            let (headers, body, status) = b.http?;
+            let mut request = b"POST / HTTP/1.1\r\nHost: x\r\n".to_vec();
+            for (name, value) in headers {
+                request.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+            }
+            request.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+            request.extend_from_slice(&body);
+            let status = if b.vector.reply.is_none() { 204 } else { status };
+            Some((Vector { request, ..b.vector }, status))
+        })
+        .unzip()
+}
+
+/// Where the HTTP responses to a vector and a follow-up differ from what is expected.
+fn http_differences(vector: &Vector, status: u16, responses: &[common::Response]) -> Vec<String> {
+    let [first, second] = responses else {
+        return vec![format!("expected 2 responses, got {}", responses.len())];
+    };
+    let mut problems = Vec::new();
+    if first.status != status {
+        problems.push(format!(
+            "status {}, expected {status}: {}",
+            first.status,
+            show(&first.body)
+        ));
+    }
+    if vector.reply.is_some() {
+        let media_type = first
+            .header("content-type")
+            .map(|v| v.split(';').next().unwrap_or("").trim().to_string());
+        if media_type.as_deref() != Some("application/json") {
+            problems.push(format!("Content-Type: expected application/json, got {media_type:?}"));
+        }
+        problems.extend(reply_differences(vector, &first.body));
+    } else if !first.body.is_empty() {
+        problems.push(format!("a body after 204: {}", show(&first.body)));
+    }
+    problems.extend(follow_up_differences(&second.body));
+    problems
+}
+
+#[test]
+fn binary_vectors_in_memory_over_http() {
+    let (vectors, statuses) = http_vectors();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let mut index = 0;
+    check_all("in memory over HTTP", &vectors, |vector| {
+        let status = statuses[index];
+        index += 1;
+        let mut input = vector.request.clone();
+        input.extend_from_slice(&common::post("/", follow_up().as_bytes()));
+        let mut session = Session::new();
+        let mut out = OutBuf::new();
+        let mut ctx = Context {
+            router,
+            limits: &limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut scratch,
+            defer: None,
+            draining: false,
+        };
+        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
+        let out = out.to_vec();
+        let mut rest = &out[..];
+        let mut responses = Vec::new();
+        while let Ok(Some((response, used))) = common::parse_response(rest) {
+            responses.push(response);
+            rest = &rest[used..];
+        }
+        let mut problems = http_differences(vector, status, &responses);
+        if progress.close {
+            problems.push("the session closes".into());
+        }
+        problems
+    });
+}
+
+#[test]
+fn binary_vectors_over_http() {
+    common::for_each_engine(|engine| {
+        let (vectors, statuses) = http_vectors();
+        let server = common::serve(engine);
+        let mut index = 0;
+        check_all("over HTTP", &vectors, |vector| {
+            let status = statuses[index];
+            index += 1;
+            let mut conn = Conn::to(&server);
+            conn.send(&vector.request);
+            let first = match conn.try_read_response() {
+                Ok(response) => response,
+                Err(e) => return vec![e],
+            };
+            conn.send(&common::post("/", follow_up().as_bytes()));
+            match conn.try_read_response() {
+                Ok(second) => http_differences(vector, status, &[first, second]),
+                Err(e) => vec![format!("follow-up: {e}")],
+            }
+        });
+    });
+}
+
+const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+                            Sec-WebSocket-Protocol: chat, ucall.binary.v1\r\n\r\n";
+
+/// A client's masked WebSocket frame.
+fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+    let mut out = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&MASK);
+    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    out
+}
+
+/// The server's frames in `bytes` as (opcode, payload).
+fn ws_server_frames(mut bytes: &[u8]) -> Result<Vec<(u8, Vec<u8>)>, String> {
+    let mut frames = Vec::new();
+    while bytes.len() >= 2 {
+        let (len, at) = match bytes[1] & 0x7F {
+            126 => (usize::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes")) as usize,
+                10,
+            ),
+            n => (usize::from(n), 2),
+        };
+        let payload = bytes.get(at..at + len).ok_or("a frame cut short")?;
+        frames.push((bytes[0] & 0x0F, payload.to_vec()));
+        bytes = &bytes[at + len..];
+    }
+    Ok(frames)
+}
+
+#[test]
+fn binary_vectors_in_memory_over_websocket() {
+    // Each vector's message as one binary WebSocket message under the subprotocol, then a
+    // text message: a broken message costs a -32700 text message, never the connection.
+    let vectors: Vec<Vector> = load_all()
+        .into_iter()
+        .filter(|b| !b.vector.request.is_empty())
+        .map(|b| match b.websocket_reply {
+            Some(reply) => Vector {
+                reply: Some(reply),
+                ..b.vector
+            },
+            None => b.vector,
+        })
+        .collect();
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let router = builder.router();
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    check_all("in memory over WebSocket", &vectors, |vector| {
+        let mut session = Session::new();
+        let mut out = OutBuf::new();
+        let mut ctx = Context {
+            router,
+            limits: &limits,
+            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+            scratch: &mut scratch,
+            defer: None,
+            draining: false,
+        };
+        session.feed(WS_HANDSHAKE.as_bytes(), &mut out, &mut ctx, usize::MAX);
+        let handshake = out.to_vec();
+        out.advance(handshake.len());
+        let mut problems = Vec::new();
+        if !String::from_utf8_lossy(&handshake).contains("\r\nSec-WebSocket-Protocol: ucall.binary.v1\r\n") {
+            problems.push(format!("the subprotocol is not selected: {}", show(&handshake)));
+        }
+        let mut input = ws_frame(2, &vector.request);
+        input.extend_from_slice(&ws_frame(1, follow_up().as_bytes()));
+        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
+        if progress.close {
+            problems.push("the session closes".into());
+        }
+        let frames = match ws_server_frames(&out.to_vec()) {
+            Ok(frames) => frames,
+            Err(e) => return vec![e],
+        };
+        match (&vector.reply, &frames[..]) {
+            (None, [(1, follow)]) => problems.extend(follow_up_differences(follow)),
+            (Some(_), [(1, reply), (1, follow)]) => {
+                problems.extend(reply_differences(vector, reply));
+                problems.extend(follow_up_differences(follow));
+            }
+            _ => problems.push(format!("unexpected frames: {frames:?}")),
+        }
+        problems
+    });
+}
+
+#[test]
+fn without_the_subprotocol_websocket_is_unchanged() {
+    let builder = common::spec::register(ucall_core::Server::builder());
+    let limits = Limits::default();
+    let mut scratch = Scratch::default();
+    let mut ctx = Context {
+        router: builder.router(),
+        limits: &limits,
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+        scratch: &mut scratch,
+        defer: None,
+        draining: false,
+    };
+    let mut session = Session::new();
+    let mut out = OutBuf::new();
+    let plain = WS_HANDSHAKE.replace("chat, ucall.binary.v1", "chat");
+    session.feed(plain.as_bytes(), &mut out, &mut ctx, usize::MAX);
+    let handshake = out.to_vec();
+    out.advance(handshake.len());
+    assert!(!String::from_utf8_lossy(&handshake).contains("Sec-WebSocket-Protocol"));
+    // A binary WebSocket message is a JSON text there, as it always was.
+    let call = br#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#;
+    session.feed(&ws_frame(2, call), &mut out, &mut ctx, usize::MAX);
+    let frames = ws_server_frames(&out.to_vec()).unwrap();
+    assert_eq!(frames, [(1, br#"{"jsonrpc":"2.0","id":1,"result":3}"#.to_vec())]);
+}
