@@ -339,3 +339,40 @@ fn hostile_bodies_get_errors_and_the_server_serves_on() {
         assert_eq!(Conn::to(&server).roundtrip(&post(&[], body)).status, 200);
     });
 }
+
+#[test]
+fn metrics_and_the_request_log_count_tool_calls_under_the_tool_name() {
+    for_each_engine(|engine| {
+        let path = std::env::temp_dir().join(format!("ucall-mcp-log-{}-{}", std::process::id(), engine.name()));
+        let log = ucall_core::RequestLog::open(&path, ucall_core::LogFormat::Json).expect("open the log");
+        let server = common::start(
+            engine,
+            common::builder(engine).mcp(McpSettings::default()).request_log(log),
+        );
+        let mut conn = Conn::to(&server);
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"subtract","arguments":{"minuend":5,"subtrahend":3}}}"#;
+        assert_eq!(conn.roundtrip(&post(&[], body)).status, 200);
+        let page = String::from_utf8(conn.roundtrip(&common::get("/metrics")).body).expect("UTF-8");
+        let started = page
+            .lines()
+            .find_map(|line| line.strip_prefix("ucall_calls_started_total{method=\"subtract\"} "))
+            .and_then(|value| value.parse::<f64>().ok());
+        assert_eq!(started, Some(1.0), "{page}");
+        drop(conn);
+        server.stop();
+        let text = std::fs::read_to_string(&path).expect("the log");
+        let _ = std::fs::remove_file(&path);
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("JSON"))
+            .collect();
+        let line = lines
+            .iter()
+            .find(|line| line["method"] == "subtract")
+            .unwrap_or_else(|| panic!("no line for the tool call in {text}"));
+        assert_eq!(line["id"], 1, "{line}");
+        assert_eq!(line["code"], 0, "{line}");
+        assert_eq!(line["status"], 200, "{line}");
+        assert_eq!(line["bytes_in"], body.len(), "{line}");
+    });
+}

@@ -21,6 +21,7 @@ use crate::dispatch::{self, Deferrals, DeferredAt, Invoked};
 use crate::http1::Status;
 use crate::jsonrpc::message::{self, Envelope};
 use crate::jsonrpc::{self, scan, ErrorCode, RpcError};
+use crate::request_log::{Carrier, Lines, Seed};
 use crate::router::{Call, Router};
 
 /// The stateless revision: version and capabilities in every request's `_meta`.
@@ -124,6 +125,8 @@ struct Request<'a> {
     meta: Meta<'a>,
     /// Its revision is 2026-07-28 (or later): served statelessly.
     modern: bool,
+    /// The size of the message it came in, for the request log.
+    bytes_in: usize,
 }
 
 /// Answer one MCP message (`body`, a request, a notification, or, where the revision
@@ -139,6 +142,7 @@ pub(crate) fn answer(
     tools: &McpTools,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    lines: &mut Lines,
     out: &mut Vec<u8>,
 ) -> Answered {
     deferred.clear();
@@ -151,13 +155,13 @@ pub(crate) fn answer(
         );
     };
     if message::is_batch(text.as_bytes()) {
-        return batch(text, fields, context, router, tools, deferrals, deferred, out);
+        return batch(text, fields, context, router, tools, deferrals, deferred, lines, out);
     }
     match message::parse_request(text) {
         Ok(Envelope::Request(request)) => {
             let started = out.len();
-            match read(&request) {
-                Ok(read) => one(&read, fields, context, router, tools, deferrals, deferred, out),
+            match read(&request, text.len()) {
+                Ok(read) => one(&read, fields, context, router, tools, deferrals, deferred, lines, out),
                 Err(error) => {
                     out.truncate(started);
                     jsonrpc::write_rpc_error(out, request.id, &error);
@@ -198,6 +202,7 @@ fn batch(
     tools: &McpTools,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    lines: &mut Lines,
     out: &mut Vec<u8>,
 ) -> Answered {
     let version = fields.and_then(|fields| fields.version).unwrap_or(ASSUMED_VERSION);
@@ -239,9 +244,9 @@ fn batch(
         }
         let before = out.len();
         match element.envelope(text) {
-            Envelope::Request(request) => match read(&request) {
+            Envelope::Request(request) => match read(&request, text.len()) {
                 Ok(read) => {
-                    one(&read, fields, context, router, tools, deferrals, &mut taken, out);
+                    one(&read, fields, context, router, tools, deferrals, &mut taken, lines, out);
                     deferred.append(&mut taken);
                 }
                 Err(error) => jsonrpc::write_rpc_error(out, request.id, &error),
@@ -274,8 +279,8 @@ fn is_response(text: &str) -> bool {
     )
 }
 
-/// Read the members of `request` the protocol needs.
-fn read<'a>(request: &'a message::Request<'a>) -> Result<Request<'a>, RpcError> {
+/// Read the members of `request` (of a body of `bytes_in` bytes) the protocol needs.
+fn read<'a>(request: &'a message::Request<'a>, bytes_in: usize) -> Result<Request<'a>, RpcError> {
     let mut params = Params::default();
     if let Some(raw) = request.params {
         let names = ["name", "arguments", "_meta", "cursor", "protocolVersion"];
@@ -305,6 +310,7 @@ fn read<'a>(request: &'a message::Request<'a>) -> Result<Request<'a>, RpcError> 
     Ok(Request {
         method: &request.method,
         id: request.id,
+        bytes_in,
         modern: meta.version.is_some(),
         params,
         meta,
@@ -321,6 +327,7 @@ fn one(
     tools: &McpTools,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    lines: &mut Lines,
     out: &mut Vec<u8>,
 ) -> Answered {
     let header_version = fields.and_then(|fields| fields.version);
@@ -344,7 +351,7 @@ fn one(
     };
     let started = out.len();
     let result = match request.method {
-        "tools/call" => return call_tool(request, id, context, router, tools, deferrals, deferred, out),
+        "tools/call" => return call_tool(request, id, context, router, tools, deferrals, deferred, lines, out),
         "tools/list" => list_tools(request, tools, out),
         "server/discover" => {
             discover(tools, out);
@@ -573,6 +580,7 @@ fn call_tool(
     tools: &McpTools,
     deferrals: &mut Deferrals<'_>,
     deferred: &mut Vec<DeferredAt>,
+    lines: &mut Lines,
     out: &mut Vec<u8>,
 ) -> Answered {
     let invalid = |out: &mut Vec<u8>, message: String| {
@@ -600,7 +608,24 @@ fn call_tool(
     };
     let call = Call::new(&tool.name, arguments, Some(id)).with_context(context);
     let start = out.len();
-    match dispatch::run(found, &call, router.metrics(), deferrals, out) {
+    // With the request log on, the call is timed and gets its line as any call (a
+    // deferred one when it completes: it carries its seed).
+    let seed = router.request_log().map(|_| Seed {
+        peer: context.peer(),
+        transport: context.transport().as_str(),
+        method: &tool.name,
+        id: Some(id),
+        carrier: Carrier::Single,
+        bytes_in: request.bytes_in,
+    });
+    let (outcome, clock) = match &seed {
+        None => (dispatch::run(found, &call, router.metrics(), deferrals, out), None),
+        Some(seed) => {
+            let (outcome, clock) = dispatch::run_logged(found, &call, router.metrics(), Some(seed), deferrals, out);
+            (outcome, Some(clock))
+        }
+    };
+    let answered = match outcome {
         Ok(Invoked::Done) => {
             let result = out.split_off(start);
             reply.write(out, id, Ok(&result));
@@ -619,11 +644,25 @@ fn call_tool(
                 streams: true,
             }
         }
-        Err(error) => match reply.write(out, id, Err(&error)) {
+        Err(ref error) => match reply.write(out, id, Err(error)) {
             Some(status) => Answered::status(Status::from_code(status)),
             None => Answered::ok(),
         },
+    };
+    if let (Some(log), Some(seed), Some(clock)) = (router.request_log(), &seed, clock) {
+        if !answered.streams {
+            let code = outcome.as_ref().err().map_or(0, RpcError::code);
+            let nanos = clock.ended.saturating_sub(clock.started);
+            let ended = if clock.ended == 0 {
+                crate::date::monotonic_nanos()
+            } else {
+                clock.ended
+            };
+            let entry = seed.entry(ended, nanos, code, Some(answered.status.code()), out.len() - start);
+            lines.push(log, &entry);
+        }
     }
+    answered
 }
 
 /// Refuse the message with `code` (HTTP 400), naming its `id` when known.

@@ -123,7 +123,8 @@ fn post(
     deferrals: &mut Deferrals<'_>,
 ) -> Option<(Vec<u8>, usize)> {
     let fields = Fields::of(context);
-    let deferred = &mut ctx.scratch.jsonrpc.deferred;
+    let scratch = &mut ctx.scratch.jsonrpc;
+    let (deferred, log_lines) = (&mut scratch.deferred, &mut scratch.lines);
     let mut held: Option<(Vec<u8>, usize)> = None;
     let mut reply = Vec::new();
     let outcome = protocol::answer(
@@ -134,6 +135,7 @@ fn post(
         tools,
         deferrals,
         deferred,
+        log_lines,
         &mut reply,
     );
     let lines = headers(cors_headers, outcome.status);
