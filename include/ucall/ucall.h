@@ -369,6 +369,14 @@ typedef struct ucall_config_t {
    * 0 (default): as the process's umask leaves them.
    */
   uint32_t unix_socket_mode;
+  /**
+   * Also serve the procedures as Model Context Protocol tools (Streamable HTTP, on
+   * the same port; docs/mcp.md), set as JSON: `{"path": "/mcp", "allowed_origins":
+   * ["https://app.example.com"], "name": "...", "version": "...", "instructions":
+   * "...", "page_size": 100}`, each member optional (`"{}"`: all defaults). NULL
+   * (default): no MCP endpoint. Read during `ucall_init()` only.
+   */
+  const char *mcp;
 } ucall_config_t;
 
 /**

@@ -5,7 +5,7 @@ use std::ffi::{c_char, CStr};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, RequestLog, TlsConfig};
+use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, McpSettings, RequestLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
 use crate::log::{LogFormat, Logger};
@@ -160,6 +160,12 @@ pub struct ucall_config_t {
     /// Permission bits of the Unix socket's file (`0660`: owner and group may connect).
     /// 0 (default): as the process's umask leaves them.
     pub unix_socket_mode: u32,
+    /// Also serve the procedures as Model Context Protocol tools (Streamable HTTP, on
+    /// the same port; docs/mcp.md), set as JSON: `{"path": "/mcp", "allowed_origins":
+    /// ["https://app.example.com"], "name": "...", "version": "...", "instructions":
+    /// "...", "page_size": 100}`, each member optional (`"{}"`: all defaults). NULL
+    /// (default): no MCP endpoint. Read during `ucall_init()` only.
+    pub mcp: *const c_char,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -185,6 +191,8 @@ pub(crate) struct Settings {
     pub(crate) tls_chain: Option<Chain>,
     /// How the server describes itself (`config.discovery`).
     pub(crate) discovery: Discovery,
+    /// The MCP endpoint (`config.mcp`), when asked for.
+    pub(crate) mcp: Option<McpSettings>,
 }
 
 fn micros(value: u32, default: Duration) -> Duration {
@@ -334,12 +342,17 @@ impl ucall_config_t {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
             None => Discovery::default(),
         };
+        let mcp = match text_field("mcp", self.mcp)? {
+            Some(json) => Some(McpSettings::from_json(json).map_err(|e| format!("config.mcp: {e}"))?),
+            None => None,
+        };
         Ok(Settings {
             core,
             max_callbacks: usize::from(self.max_callbacks),
             logs,
             tls_chain,
             discovery,
+            mcp,
         })
     }
 
@@ -505,6 +518,7 @@ mod tests {
             metrics_buckets_count: 0,
             unix_socket_path: std::ptr::null(),
             unix_socket_mode: 0,
+            mcp: std::ptr::null(),
         }
     }
 
@@ -554,6 +568,21 @@ mod tests {
             error.starts_with("config.metrics_buckets: ") && error.contains("ascend"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn mcp_is_off_unless_asked_and_bad_settings_are_refused() {
+        let mut config = zeroed();
+        assert_eq!(config.settings().unwrap().mcp, None);
+        config.mcp = c"{}".as_ptr();
+        assert_eq!(config.settings().unwrap().mcp, Some(McpSettings::default()));
+        config.mcp = c"{\"path\": \"/tools\"}".as_ptr();
+        assert_eq!(
+            config.settings().unwrap().mcp.map(|mcp| mcp.path),
+            Some("/tools".into())
+        );
+        config.mcp = c"{\"path\": \"tools\"}".as_ptr();
+        assert!(config.settings().unwrap_err().contains("config.mcp"));
     }
 
     #[test]

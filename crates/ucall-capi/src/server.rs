@@ -175,14 +175,14 @@ fn init(config: &mut ucall_config_t) -> Result<Box<CServer>, String> {
     let log = Logger::new(settings.logs);
     let separate_tls = settings.core.tls.as_ref().is_some_and(|tls| tls.port.is_some());
     let chain = settings.tls_chain;
-    let bound = Server::builder()
-        .config(settings.core)
-        .discovery(settings.discovery)
-        .bind()
-        .map_err(|e| match &chain {
-            Some(chain) => chain.explain(e.to_string()),
-            None => e.to_string(),
-        })?;
+    let mut builder = Server::builder().config(settings.core).discovery(settings.discovery);
+    if let Some(mcp) = settings.mcp {
+        builder = builder.mcp(mcp);
+    }
+    let bound = builder.bind().map_err(|e| match &chain {
+        Some(chain) => chain.explain(e.to_string()),
+        None => e.to_string(),
+    })?;
     // The certificates are read: a chain joined from several files is removed here.
     drop(chain);
     let addr = bound.local_addr();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::context::{Context, Transport};
 use crate::date::monotonic_nanos;
 use crate::defer::{Meter, Target};
+use crate::discover::mcp::ToolReply;
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
@@ -62,6 +63,8 @@ pub(crate) struct DeferredAt {
     pub(crate) slot: u64,
     /// The request's raw id (`None`: REST, where the bare result goes).
     pub(crate) id: Option<Box<str>>,
+    /// An MCP `tools/call`: how its result is wrapped (see [`crate::mcp`]).
+    pub(crate) tool: Option<Box<ToolReply>>,
 }
 
 /// Where handlers of one connection may defer replies to (see [`crate::Deferred`]).
@@ -449,6 +452,7 @@ fn call_as<const LOG: bool>(
                     offset: start,
                     slot: *slot,
                     id: id.map(Box::from),
+                    tool: None,
                 });
             }
             Err(error) => {

@@ -73,6 +73,8 @@ pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
 mod logs;
+#[doc(hidden)]
+pub mod mcp;
 pub mod metrics;
 pub mod params;
 pub mod request_log;
@@ -92,6 +94,7 @@ pub mod ws;
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
 pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
+pub use discover::mcp::McpSettings;
 pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::{self, Context};
 use crate::defer::{Deferred, Meter, Target};
+use crate::discover::mcp::{McpSettings, McpTools};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
@@ -113,6 +114,10 @@ pub struct Router {
     request_log: Option<RequestLog>,
     /// Procedures' time limits, by name; applied when serving starts.
     timeouts: Vec<(Box<str>, Duration)>,
+    /// Serve the procedures as MCP tools, so set (`None`: no MCP endpoint).
+    mcp_settings: Option<McpSettings>,
+    /// The MCP tools, once serving starts with MCP on.
+    mcp: Option<Arc<McpTools>>,
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -329,6 +334,10 @@ impl Router {
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }
+        self.mcp = self.mcp_settings.clone().map(|settings| {
+            let names = self.procedures.iter().map(|(name, _)| &**name);
+            Arc::new(self.catalog.mcp_tools(names, settings))
+        });
 
         for (name, timeout) in &self.timeouts {
             let slot = self.slots.get(&**name).map(|&slot| slot as usize);
@@ -353,6 +362,27 @@ impl Router {
     #[must_use]
     pub fn page(&self, target: &str) -> Option<Page<'_>> {
         self.catalog.page(target)
+    }
+
+    /// Serve the procedures as Model Context Protocol tools at `settings.path` (`None`:
+    /// not at all). The tools are described when serving starts.
+    pub fn set_mcp(&mut self, settings: Option<McpSettings>) {
+        self.mcp_settings = settings;
+    }
+
+    /// The MCP tools, once serving has started with MCP on.
+    #[must_use]
+    pub fn mcp(&self) -> Option<&McpTools> {
+        self.mcp.as_deref()
+    }
+
+    /// Whether `target` (query ignored) is the MCP endpoint.
+    #[must_use]
+    pub fn is_mcp_path(&self, target: &str) -> bool {
+        self.mcp.as_deref().is_some_and(|mcp| {
+            let path = target.split_once('?').map_or(target, |(path, _)| path);
+            path == mcp.settings.path
+        })
     }
 
     /// Serve the health probes at `paths`.

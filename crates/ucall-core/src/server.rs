@@ -14,6 +14,7 @@ use crate::batch::{BatchOptions, Batcher};
 use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 
+use crate::discover::mcp::McpSettings;
 use crate::discover::{Discovery, MethodDoc};
 use crate::error::Error;
 use crate::health::{HealthPaths, Readiness, ReadyState};
@@ -737,6 +738,18 @@ impl ServerBuilder {
     /// Where and whether the server describes itself ([`Discovery::off`] for not at all).
     pub fn discovery(mut self, discovery: Discovery) -> Self {
         self.router.set_discovery(discovery);
+        self
+    }
+
+    /// Serve the procedures as Model Context Protocol tools at `settings.path` (`/mcp`
+    /// by default), beside the JSON-RPC endpoint on the same port (docs/mcp.md).
+    ///
+    /// ```
+    /// use ucall_core::{McpSettings, Server};
+    /// let builder = Server::builder().mcp(McpSettings::default());
+    /// ```
+    pub fn mcp(mut self, settings: McpSettings) -> Self {
+        self.router.set_mcp(Some(settings));
         self
     }
 }

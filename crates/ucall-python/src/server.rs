@@ -17,7 +17,8 @@ use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::metrics::Metrics;
 use ucall_core::{
     BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, ExtraMetrics, Handler, HealthPaths, LogFormat,
-    MethodDoc, MetricsConfig, NotReady, Readiness, Reply, RequestLog, RpcError, Server, ServerBuilder, TlsConfig,
+    McpSettings, MethodDoc, MetricsConfig, NotReady, Readiness, Reply, RequestLog, RpcError, Server, ServerBuilder,
+    TlsConfig,
 };
 
 use crate::batch::BatchRunner;
@@ -480,6 +481,12 @@ impl NativeServer {
     fn discovery(&self, settings: &str) -> PyResult<()> {
         let discovery = Discovery::from_json(settings).map_err(PyValueError::new_err)?;
         self.configure(|builder| builder.discovery(discovery))
+    }
+
+    /// Serve the procedures as MCP tools: the JSON form of `ucall_core::McpSettings`.
+    fn mcp(&self, settings: &str) -> PyResult<()> {
+        let settings = McpSettings::from_json(settings).map_err(PyValueError::new_err)?;
+        self.configure(|builder| builder.mcp(settings))
     }
 
     /// Bind and serve on background threads; returns the port.

@@ -8,6 +8,7 @@
 //! [`MethodDoc::new`] (parameter schemas derived with `schemars`), C and Python hand its
 //! JSON form (see [`MethodDoc::from_json`]). A procedure without one still appears, by name.
 
+pub mod mcp;
 mod openapi;
 mod openrpc;
 mod schema;
@@ -421,9 +422,37 @@ impl Catalog {
             self.pages = None;
             return None;
         }
+        let methods = self.methods_of(names);
+        let url = format!("{}://{addr}", if tls { "https" } else { "http" });
+        let pages = Arc::new(build(settings, methods, &url));
+        let openrpc = pages.settings.rpc_discover.then(|| Arc::clone(&pages.openrpc));
+        self.pages = Some(pages);
+        openrpc
+    }
+
+    /// The procedures `names` as MCP tools (those whose names start with `rpc.` are left
+    /// out), served as `settings` say; the server's name and version default to the
+    /// documents' title and version.
+    #[must_use]
+    pub fn mcp_tools<'n>(&self, names: impl Iterator<Item = &'n str>, mut settings: mcp::McpSettings) -> mcp::McpTools {
+        if settings.name.is_empty() {
+            settings.name.clone_from(&self.settings.title);
+        }
+        if settings.version.is_empty() {
+            settings.version.clone_from(&self.settings.version);
+        }
+        if settings.instructions.is_none() {
+            settings.instructions.clone_from(&self.settings.description);
+        }
+        mcp::tools(settings, &self.methods_of(names))
+    }
+
+    /// The descriptions of `names` (sorted, `rpc.` methods left out), each by name only
+    /// where none was given.
+    fn methods_of<'n>(&self, names: impl Iterator<Item = &'n str>) -> Vec<MethodDoc> {
         let mut names: Vec<&str> = names.filter(|name| !name.starts_with("rpc.")).collect();
         names.sort_unstable();
-        let methods: Vec<MethodDoc> = names
+        names
             .into_iter()
             .map(|name| match self.methods.get(name) {
                 Some(doc) => MethodDoc {
@@ -435,12 +464,7 @@ impl Catalog {
                     ..MethodDoc::default()
                 },
             })
-            .collect();
-        let url = format!("{}://{addr}", if tls { "https" } else { "http" });
-        let pages = Arc::new(build(settings, methods, &url));
-        let openrpc = pages.settings.rpc_discover.then(|| Arc::clone(&pages.openrpc));
-        self.pages = Some(pages);
-        openrpc
+            .collect()
     }
 
     /// The document served at `target` (query ignored), if any.

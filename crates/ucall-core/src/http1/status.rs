@@ -98,6 +98,7 @@ impl Status {
 /// empty for others, which RFC 9112 §4 allows ("a client SHOULD ignore the reason-phrase").
 pub(super) const fn reason_phrase(code: u16) -> &'static str {
     match code {
+        202 => "Accepted",
         401 => "Unauthorized",
         402 => "Payment Required",
         403 => "Forbidden",

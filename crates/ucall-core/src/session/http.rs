@@ -105,7 +105,7 @@ impl Http {
                     (0, Step::Close)
                 }
                 HeadStatus::Complete(head, used) if head.websocket_key.is_some() => {
-                    calls.keep_head(&rest[..used], ctx.router);
+                    calls.keep_head(&rest[..used], ctx.router, false);
                     let key = head.websocket_key.unwrap_or_default();
                     out.push(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n");
                     out.push(b"Sec-WebSocket-Accept: ");
@@ -123,11 +123,13 @@ impl Http {
                     )
                 }
                 HeadStatus::Complete(head, used) => {
-                    calls.keep_head(&rest[..used], ctx.router);
+                    // The MCP endpoint reads its header fields (and the Origin) from the head.
+                    let mcp = ctx.router.is_mcp_path(&self.target);
+                    calls.keep_head(&rest[..used], ctx.router, mcp);
                     self.cors_headers.clear();
                     match &ctx.limits.cors {
                         Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
-                        None if head.method == Method::Options => {
+                        None if head.method == Method::Options && !mcp => {
                             let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
                             respond_rejection(out, ctx.router.metrics(), ctx.date, reject, b"");
                             return (0, Step::Close);
@@ -201,6 +203,10 @@ impl Http {
             (true, 0) => Persistence::KeepAliveLegacy,
             (true, _) => Persistence::KeepAlive,
         };
+        if ctx.router.is_mcp_path(&self.target) {
+            super::mcp::answer(calls, head, body, out, ctx, persistence, &mut self.cors_headers);
+            return if keep_alive { Step::Progressed } else { Step::Close };
+        }
         if head.method == Method::Options {
             // A CORS preflight: the headers say it all (none when refused, which the browser
             // reads as a refusal).
@@ -558,6 +564,7 @@ fn run_rest(
                 offset: data.len(),
                 slot,
                 id: None,
+                tool: None,
             });
             (Status::Ok, 0)
         }

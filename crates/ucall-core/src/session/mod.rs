@@ -6,6 +6,7 @@
 //! else is a raw TCP stream of JSON texts.
 
 mod http;
+mod mcp;
 mod tcp;
 mod websocket;
 
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use crate::buffer::{self, OutBuf};
 use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
+use crate::discover::mcp::ToolReply;
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Persistence, Status};
@@ -169,6 +171,8 @@ struct PendingSlot {
     slot: u64,
     /// The request's raw id; `None` for a REST call (the bare result is the body).
     id: Option<Box<str>>,
+    /// An MCP `tools/call`: its result is wrapped, its items are progress notifications.
+    tool: Option<Box<ToolReply>>,
     outcome: Option<Completed>,
 }
 
@@ -443,10 +447,27 @@ impl Session {
             return false;
         };
         let message = &mut self.calls.pending[index];
+        let slot = &mut message.slots[at];
         // Only a single call with an id streams (`Reply::stream`).
-        let Some(id) = message.slots[at].id.as_deref() else {
+        let Some(id) = slot.id.as_deref() else {
             credit.give_back();
             return false;
+        };
+        // An MCP tool's items are progress notifications, sent only when asked for.
+        let mut progress = Vec::new();
+        if let Some(tool) = slot.tool.as_deref_mut() {
+            let Some(token) = tool.progress_token.clone() else {
+                credit.give_back();
+                return true;
+            };
+            tool.write_progress(&mut progress, &token, item);
+        }
+        let write_message = |out: &mut Vec<u8>| {
+            if progress.is_empty() {
+                jsonrpc::write_item(out, id, item);
+            } else {
+                out.extend_from_slice(&progress);
+            }
         };
         let streamed = &mut message.streamed;
         let (kind, headers) = (message.kind, &message.headers);
@@ -454,7 +475,7 @@ impl Session {
             MessageKind::Stream => {
                 let data = out.data();
                 let start = data.len();
-                jsonrpc::write_item(data, id, item);
+                write_message(data);
                 one_line(&mut data[start..]);
                 data.push(b'\n');
                 let end = data.len();
@@ -462,7 +483,7 @@ impl Session {
             }
             MessageKind::WebSocket => {
                 let start = reserve_ws_header(out.data());
-                jsonrpc::write_item(out.data(), id, item);
+                write_message(out.data());
                 commit_ws_text(out, start);
             }
             MessageKind::Http(persistence, lines) => {
@@ -473,7 +494,7 @@ impl Session {
                     http1::write_stream_head(data, persistence, headers, date, lines.content_type());
                 }
                 let mut message = Vec::with_capacity(item.len() + 64);
-                jsonrpc::write_item(&mut message, id, item);
+                write_message(&mut message);
                 one_line(&mut message);
                 let mut framed = Vec::with_capacity(message.len() + 8);
                 lines.frame(&message, &mut framed);
@@ -603,11 +624,14 @@ impl Calls {
         message.slots[at].outcome.is_none().then_some((index, at))
     }
 
-    /// Keep the request head `head` for the calls' context, when the router asks.
-    fn keep_head(&mut self, head: &[u8], router: &Router) {
-        if router.keeps_context() {
+    /// Keep the request head `head` for the calls' context, when the router asks or
+    /// `wanted` says the request itself needs it.
+    fn keep_head(&mut self, head: &[u8], router: &Router, wanted: bool) {
+        if wanted || router.keeps_context() {
             self.head.clear();
             self.head.extend_from_slice(head);
+        } else if !self.head.is_empty() {
+            self.head.clear(); // an earlier request's, kept for itself only
         }
     }
 
@@ -646,6 +670,7 @@ impl Calls {
                 at: d.offset - base,
                 slot: d.slot,
                 id: d.id,
+                tool: d.tool,
                 outcome: None,
             })
             .collect();
@@ -716,6 +741,18 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             let end = data.len();
             out.commit(start..end);
         }
+        MessageKind::Http(persistence, _) if slots.iter().any(|slot| slot.tool.is_some()) => {
+            // An MCP reply: its status (a hook's 401) is known once it is written, and
+            // decides its header lines.
+            let mut body = OutBuf::new();
+            let status = write_completed(&text, slots, &mut body, false);
+            let body = std::mem::take(body.data());
+            let headers = mcp::headers(&headers, status);
+            http1::respond_out(out, persistence, &headers, date, |out| {
+                out.data().extend_from_slice(&body);
+                Some(status)
+            });
+        }
         MessageKind::Http(persistence, _) => http1::respond_out(out, persistence, &headers, date, |out| {
             Some(write_completed(&text, slots, out, true))
         }),
@@ -741,6 +778,16 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attac
             .outcome
             .expect("invariant: rendered only once every slot is filled");
         let data = out.data();
+        if let (Some(tool), Some(id)) = (&slot.tool, &slot.id) {
+            let named = tool.write(data, id, outcome.as_ref().map(Vec::as_slice));
+            if let Some(named) = named.filter(|_| single) {
+                status = Status::from_code(named);
+            }
+            if let Ok(result) = outcome {
+                buffer::keep(result);
+            }
+            continue;
+        }
         match (slot.id, outcome) {
             (id, Ok(result)) if attach && result.len() >= ATTACH_MIN => {
                 if let Some(id) = &id {

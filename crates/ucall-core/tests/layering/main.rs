@@ -33,9 +33,10 @@ const RANKS: &[(&str, u32)] = &[
     ("router", 3),
     ("dispatch", 4),
     ("batch", 4),
-    ("session", 5),
-    ("engine", 6),
-    ("server", 7),
+    ("mcp", 5),
+    ("session", 6),
+    ("engine", 7),
+    ("server", 8),
 ];
 
 #[test]
