@@ -41,6 +41,7 @@ test: setup lint test-rust test-python test-python-api  ## Build and run every t
 .PHONY: test-rust
 test-rust:  ## Rust unit, in-memory and loopback tests
 	cargo test --workspace
+	cargo test -p ucall-core --features tracing --test spans
 
 .PHONY: test-python
 test-python:  ## Python suite against the live spec server, on each engine
@@ -80,6 +81,7 @@ test: test-scale
 lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p ucall-core --features tracing --all-targets -- -D warnings
 	@# The package is abi3 for CPython 3.9+: its Python code must not need a newer one.
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/ucall examples/python
 	$(VENV)/bin/ruff check --quiet python tests benches examples/python

@@ -699,6 +699,28 @@ bool ucall_call_header(ucall_call_t call,
                        size_t *output_length);
 
 /**
+ * The caller's W3C trace context, when it sent a valid one (the request's `"_meta"`
+ * member, else the `traceparent` and `tracestate` header fields; see docs/operations.md,
+ * "Tracing"). Writes the `traceparent` as version 00 writes it, 55 characters and a NUL,
+ * into `traceparent` (`traceparent_capacity` must be at least 56), and points
+ * `*tracestate` to the `tracestate` list (not NUL-terminated, valid until the callback
+ * returns) with its length in `*tracestate_length`, or NULL and 0 when none came (or an
+ * invalid one). Returns `false` (outputs untouched) when the call carries no valid trace
+ * context, the head was not kept (see `ucall_keep_context`; a `"_meta"` member needs
+ * no head), the buffer is too small, or a pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `traceparent` NULL or
+ * `traceparent_capacity` writable bytes; `tracestate`, `tracestate_length` NULL or
+ * writable.
+ */
+bool ucall_call_trace_context(ucall_call_t call,
+                              char *traceparent,
+                              size_t traceparent_capacity,
+                              ucall_str_t *tracestate,
+                              size_t *tracestate_length);
+
+/**
  * The call's method name (`*output`, not NUL-terminated, valid until the callback
  * returns). Returns `false` (outputs untouched) for a NULL pointer or stale `call`.
  *

@@ -821,6 +821,60 @@ pub unsafe extern "C" fn ucall_call_header(
     }
 }
 
+/// The caller's W3C trace context, when it sent a valid one (the request's `"_meta"`
+/// member, else the `traceparent` and `tracestate` header fields; see docs/operations.md,
+/// "Tracing"). Writes the `traceparent` as version 00 writes it, 55 characters and a NUL,
+/// into `traceparent` (`traceparent_capacity` must be at least 56), and points
+/// `*tracestate` to the `tracestate` list (not NUL-terminated, valid until the callback
+/// returns) with its length in `*tracestate_length`, or NULL and 0 when none came (or an
+/// invalid one). Returns `false` (outputs untouched) when the call carries no valid trace
+/// context, the head was not kept (see `ucall_keep_context`; a `"_meta"` member needs
+/// no head), the buffer is too small, or a pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `traceparent` NULL or
+/// `traceparent_capacity` writable bytes; `tracestate`, `tracestate_length` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_trace_context(
+    call: ucall_call_t,
+    traceparent: *mut c_char,
+    traceparent_capacity: usize,
+    tracestate: *mut ucall_str_t,
+    tracestate_length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_call_trace_context",
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return false };
+        if traceparent.is_null() || tracestate.is_null() || tracestate_length.is_null() {
+            return false;
+        }
+        let Some(trace) = context.call.context().trace() else { return false };
+        let header = trace.parent.to_header();
+        if traceparent_capacity <= header.len() {
+            return false;
+        }
+        let state = match trace.tracestate {
+            None => (std::ptr::null(), 0),
+            Some(std::borrow::Cow::Borrowed(text)) => (text.as_ptr().cast::<c_char>(), text.len()),
+            // Several header fields joined: kept until the callback returns.
+            Some(std::borrow::Cow::Owned(text)) => {
+                context.strings.push(text.into_boxed_str());
+                let kept = context.strings.last().map_or("", |text| &**text);
+                (kept.as_ptr().cast::<c_char>(), kept.len())
+            }
+        };
+        // SAFETY: `traceparent` holds `traceparent_capacity` > 55 writable bytes (the
+        // caller's contract, checked above); the header is a local array; the other two
+        // outputs are non-NULL and writable by the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_ptr().cast::<c_char>(), traceparent, header.len());
+            *traceparent.add(header.len()) = 0;
+            ffi::write_out(tracestate, state.0) && ffi::write_out(tracestate_length, state.1)
+        }
+    }
+}
+
 /// The call's method name (`*output`, not NUL-terminated, valid until the callback
 /// returns). Returns `false` (outputs untouched) for a NULL pointer or stale `call`.
 ///

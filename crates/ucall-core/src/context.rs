@@ -9,6 +9,12 @@
 //! ends ask when a procedure or a hook wants them), so a server that never reads them
 //! copies no head and, on io_uring, asks the kernel for no address.
 //!
+//! The caller's W3C trace context ([`Context::trace`]) comes from the request's `"_meta"`
+//! member (`{"traceparent": "...", "tracestate": "..."}`, the place for raw TCP, WebSocket
+//! messages and each call of a batch) or else from the request head's `traceparent` and
+//! `tracestate` fields (HTTP, and a WebSocket's upgrade request, when kept). Invalid values
+//! are ignored ([`crate::trace_context`]).
+//!
 //! Whether the caller is still there ([`Context::caller`]) comes from the connection's
 //! [`Liveness`], the flag that streamed replies and calls queued for a batch watch too:
 //! it goes down when the connection ends (a reset, a failed write, the engine closing it),
@@ -16,10 +22,15 @@
 //! sending. A raw TCP client that half-closes may still be reading its replies: that alone
 //! does not count as gone.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::trace_context::{TraceContext, TraceParent};
 
 /// The protocol a call arrived over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -63,6 +74,8 @@ pub struct Context<'a> {
     /// The attachment section of the binary message the call came in (docs/wire.md);
     /// `None` for a plain JSON text.
     section: Option<&'a [u8]>,
+    /// The request's `"_meta"` member, raw JSON, when it has one.
+    meta: Option<&'a str>,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -76,6 +89,7 @@ pub const NONE: Context<'static> = Context {
     tls_subject: None,
     liveness: None,
     section: None,
+    meta: None,
 };
 
 impl<'a> Context<'a> {
@@ -91,6 +105,7 @@ impl<'a> Context<'a> {
             tls_subject: None,
             liveness: None,
             section: None,
+            meta: None,
         }
     }
 
@@ -149,6 +164,46 @@ impl<'a> Context<'a> {
     #[must_use]
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    /// The same context, for a request whose `"_meta"` member is `meta` (raw JSON).
+    #[must_use]
+    pub fn with_meta(self, meta: Option<&'a str>) -> Self {
+        Context { meta, ..self }
+    }
+
+    /// The request's `"_meta"` member as sent (raw JSON), if it had one.
+    #[must_use]
+    pub fn meta(&self) -> Option<&'a str> {
+        self.meta
+    }
+
+    /// The caller's W3C trace context, when it sent a valid one: the request's `"_meta"`
+    /// member's `traceparent` (and `tracestate`) strings first, else the request head's
+    /// `traceparent` field (one only) and `tracestate` fields (kept heads only: HTTP, and
+    /// WebSocket's upgrade request). Invalid values count as absent (W3C Trace Context
+    /// §3.2.2): the call starts a new trace.
+    #[must_use]
+    pub fn trace(&self) -> Option<TraceContext<'a>> {
+        if let Some(found) = self.meta.and_then(trace_in_meta) {
+            return Some(found);
+        }
+        if self.head.is_empty() {
+            return None;
+        }
+        let mut parent: Option<&[u8]> = None;
+        let mut states: Vec<&'a [u8]> = Vec::new();
+        for (name, value) in self.headers() {
+            if name.eq_ignore_ascii_case("traceparent") {
+                if parent.is_some() {
+                    return None; // two fields: which one is meant is unknown
+                }
+                parent = Some(value);
+            } else if name.eq_ignore_ascii_case("tracestate") {
+                states.push(value);
+            }
+        }
+        TraceContext::parse(parent?, &states)
     }
 
     /// The same context, with the subject of the client's TLS certificate.
@@ -213,6 +268,21 @@ impl<'a> Context<'a> {
             .find(|(field, _)| field.eq_ignore_ascii_case(name))
             .map(|(_, value)| value)
     }
+}
+
+/// The trace context in a request's `"_meta"` member (a JSON object with string members
+/// `traceparent` and `tracestate`); `None` when it holds none, or none valid.
+fn trace_in_meta(meta: &str) -> Option<TraceContext<'_>> {
+    #[derive(Deserialize)]
+    struct Meta<'m> {
+        #[serde(borrow, default)]
+        traceparent: Option<Cow<'m, str>>,
+        #[serde(borrow, default)]
+        tracestate: Option<Cow<'m, str>>,
+    }
+    let meta: Meta<'_> = serde_json::from_str(meta).ok()?;
+    let parent = TraceParent::parse(meta.traceparent?.as_bytes())?;
+    Some(TraceContext::new(parent, meta.tracestate))
 }
 
 /// Whether one connection's caller is still there. Its shared flag is made on the first

@@ -113,6 +113,7 @@ impl Logging<'_> {
             id,
             carrier: self.carrier,
             bytes_in: self.bytes_in,
+            trace_id: context.trace().map(|trace| trace.parent.trace_id),
         }
     }
 
@@ -148,6 +149,7 @@ impl Logging<'_> {
             nanos: 0,
             bytes_in: self.bytes_in,
             bytes_out,
+            trace_id: None,
         };
         self.lines.push(self.log, &entry);
     }
@@ -382,6 +384,19 @@ fn call(
     }
 }
 
+/// The context of a call whose request has its own members for it: a `"timeout"` member
+/// tightens the deadline the message came with (a header's); `"_meta"` may carry the
+/// trace context.
+#[cold]
+#[inline(never)]
+fn own_context<'a>(request: &Request<'a>, context: &Context<'a>) -> Context<'a> {
+    let context = match (request.timeout, context.timeout()) {
+        (None, _) => *context,
+        (Some(own), shared) => context.with_timeout(Some(shared.map_or(own, |shared| shared.min(own)))),
+    };
+    context.with_meta(request.meta)
+}
+
 #[inline(always)]
 fn call_as<const LOG: bool>(
     request: &Request<'_>,
@@ -394,6 +409,13 @@ fn call_as<const LOG: bool>(
 ) -> bool {
     let start = out.len();
     let id = request.id;
+    let adjusted;
+    let context = if request.timeout.is_none() && request.meta.is_none() {
+        context
+    } else {
+        adjusted = own_context(request, context);
+        &adjusted
+    };
     let seed = if LOG {
         logging
             .as_ref()
@@ -407,15 +429,6 @@ fn call_as<const LOG: bool>(
             out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
             out.extend_from_slice(id.unwrap_or("null").as_bytes());
             out.extend_from_slice(b",\"result\":");
-            // A `"timeout"` member tightens the deadline the message came with (a header's).
-            let bounded;
-            let context = match (request.timeout, context.timeout()) {
-                (None, _) => context,
-                (Some(own), shared) => {
-                    bounded = context.with_timeout(Some(shared.map_or(own, |shared| shared.min(own))));
-                    &bounded
-                }
-            };
             let call = Call::new(&request.method, request.params, id).with_context(context);
             if LOG {
                 let (outcome, ran) = run_logged(found, &call, router.metrics(), seed.as_ref(), deferrals, out);

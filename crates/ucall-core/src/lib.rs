@@ -83,10 +83,13 @@ pub mod router;
 mod server;
 #[doc(hidden)]
 pub mod session;
+#[cfg(feature = "tracing")]
+mod spans;
 #[doc(hidden)]
 pub mod stream;
 pub mod streaming;
 mod tls;
+pub mod trace_context;
 #[doc(hidden)]
 pub mod wire;
 pub mod ws;
@@ -109,3 +112,4 @@ pub use server::{Config, DrainCounts, EngineKind, EventLog, Server, ServerBuilde
 pub use session::Limits;
 pub use streaming::StreamError;
 pub use tls::TlsConfig;
+pub use trace_context::{TraceContext, TraceParent};

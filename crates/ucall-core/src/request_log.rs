@@ -18,7 +18,9 @@
 //! - `bytes_out`: the call's reply object (0 for a notification); a REST call's body;
 //! - `duration_us`: from the handler's start to its result (a deferred call: to its
 //!   completion); 0 when no handler ran (unknown method, invalid request);
-//! - `status` (HTTP only): the status of the HTTP reply that carried the call.
+//! - `status` (HTTP only): the status of the HTTP reply that carried the call;
+//! - `trace_id`: the caller's W3C trace id, when it sent a valid trace context (the
+//!   request's `"_meta"` member or the `traceparent` header field); absent otherwise.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -174,6 +176,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) nanos: u64,
     pub(crate) bytes_in: usize,
     pub(crate) bytes_out: usize,
+    /// The caller's trace id, when it sent one.
+    pub(crate) trace_id: Option<[u8; 16]>,
 }
 
 /// What a deferred call's line needs once its completion arrives, carried by its
@@ -186,6 +190,7 @@ pub struct Pending {
     pub(crate) id: Option<Box<str>>,
     pub(crate) carrier: Carrier,
     pub(crate) bytes_in: usize,
+    pub(crate) trace_id: Option<[u8; 16]>,
 }
 
 /// What a call's line needs should its handler defer (see [`Pending`]), borrowed until then.
@@ -197,6 +202,7 @@ pub(crate) struct Seed<'a> {
     pub(crate) id: Option<&'a str>,
     pub(crate) carrier: Carrier,
     pub(crate) bytes_in: usize,
+    pub(crate) trace_id: Option<[u8; 16]>,
 }
 
 impl<'a> Seed<'a> {
@@ -208,6 +214,7 @@ impl<'a> Seed<'a> {
             id: self.id.map(Box::from),
             carrier: self.carrier,
             bytes_in: self.bytes_in,
+            trace_id: self.trace_id,
         })
     }
 
@@ -220,6 +227,7 @@ impl<'a> Seed<'a> {
             id: pending.id.as_deref(),
             carrier: pending.carrier,
             bytes_in: pending.bytes_in,
+            trace_id: pending.trace_id,
         }
     }
 
@@ -237,6 +245,7 @@ impl<'a> Seed<'a> {
             nanos,
             bytes_in: self.bytes_in,
             bytes_out,
+            trace_id: self.trace_id,
         }
     }
 }
@@ -331,6 +340,16 @@ impl Lines {
         buf.extend_from_slice(itoa.format(entry.bytes_in).as_bytes());
         key(buf, json, "bytes_out");
         buf.extend_from_slice(itoa.format(entry.bytes_out).as_bytes());
+        if let Some(trace_id) = entry.trace_id {
+            key(buf, json, "trace_id");
+            if json {
+                buf.push(b'"');
+            }
+            buf.extend_from_slice(&crate::trace_context::hex_trace_id(&trace_id));
+            if json {
+                buf.push(b'"');
+            }
+        }
         if json {
             buf.push(b'}');
         }
@@ -423,6 +442,7 @@ mod tests {
             nanos: 12_345,
             bytes_in: 10,
             bytes_out: 20,
+            trace_id: None,
         }
     }
 
@@ -459,6 +479,22 @@ mod tests {
         let age = time::OffsetDateTime::now_utc() - parsed.expect("RFC 3339");
         assert!(age.whole_seconds().abs() < 5, "{time} is not now");
         assert!(time.len() == 24 && time.ends_with('Z'), "{time}");
+    }
+
+    #[test]
+    fn a_line_names_the_callers_trace_id() {
+        let traced = Entry {
+            trace_id: Some([0xab; 16]),
+            ..entry()
+        };
+        let text = lines_of(LogFormat::Text, &[traced]);
+        assert!(
+            text.trim_end().ends_with(" trace_id=abababababababababababababababab"),
+            "{text}"
+        );
+        let json = lines_of(LogFormat::Json, &[traced]);
+        let value: serde_json::Value = serde_json::from_str(json.trim_end()).expect("JSON");
+        assert_eq!(value["trace_id"], "abababababababababababababababab");
     }
 
     #[test]

@@ -246,6 +246,13 @@ impl Router {
         self.keeps_context || self.request_log.is_some()
     }
 
+    /// Whether calls carry their request head: for the calls' context, or the request
+    /// log (which names the caller's trace id, read from the head's `traceparent`).
+    #[must_use]
+    pub fn keeps_head(&self) -> bool {
+        self.keeps_context || self.request_log.is_some()
+    }
+
     /// Log every call to `log` (or none, with `None`).
     pub fn set_request_log(&mut self, log: Option<RequestLog>) {
         self.request_log = log;

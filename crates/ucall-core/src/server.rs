@@ -288,6 +288,24 @@ impl ServerBuilder {
         self
     }
 
+    /// Open a `tracing` span around every call (cargo feature `tracing`): named `jsonrpc`,
+    /// with the OpenTelemetry conventions' attributes for a JSON-RPC server and the
+    /// caller's W3C trace context (`trace_id`, `parent_span_id`); the handler runs inside
+    /// it, so its own spans are children. It is a hook ([`ServerBuilder::hook`]): hooks
+    /// added after it run inside the span. See docs/operations.md, "Tracing".
+    ///
+    /// ```
+    /// # use ucall_core::Server;
+    /// let builder = Server::builder()
+    ///     .trace_calls()
+    ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?));
+    /// ```
+    #[cfg(feature = "tracing")]
+    pub fn trace_calls(mut self) -> Self {
+        self.router.add_hook(Arc::new(crate::spans::Spans));
+        self
+    }
+
     /// The procedures registered so far, to drive a [`crate::session::Session`] in memory
     /// with the same table a server would use.
     #[must_use]

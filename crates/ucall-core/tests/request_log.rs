@@ -271,6 +271,48 @@ fn every_call_gets_a_line_with_its_fields() {
 }
 
 #[test]
+fn lines_carry_the_callers_trace_id() {
+    common::for_each_engine(|engine| {
+        let file = LogFile::new(&format!("trace-{}", engine.name()));
+        let log = RequestLog::open(&file.0, LogFormat::Json).expect("open the log");
+        let server = serve(engine, Some(log));
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut http = Conn::to(&server);
+        for (body, fields) in [
+            (call("sum", "[1, 2]", "21"), format!("traceparent: {parent}\r\n")),
+            (call("later", "[1]", "22"), format!("traceparent: {parent}\r\n")),
+            (call("sum", "[1, 2]", "23"), "traceparent: 00-bad\r\n".to_owned()),
+        ] {
+            let head = format!(
+                "POST / HTTP/1.1\r\nHost: x\r\n{fields}Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            assert_eq!(http.roundtrip(head.as_bytes()).status, 200);
+        }
+        let mut tcp = Conn::to(&server);
+        tcp.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"sum\",\"params\":[1,2],\"id\":24,\"_meta\":{\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}}\n");
+        let _ = tcp.read_line();
+        drop(server);
+        let lines = file.json_lines();
+        let trace_of = |transport: &str, method: &str, id: i64| {
+            line(&lines, transport, Some(method), Some(id.into()))["trace_id"].clone()
+        };
+        assert_eq!(trace_of("http", "sum", 21), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            trace_of("http", "later", 22),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "a deferred call's line"
+        );
+        assert_eq!(
+            trace_of("http", "sum", 23),
+            Json::Null,
+            "a malformed traceparent: no trace id"
+        );
+        assert_eq!(trace_of("tcp", "sum", 24), "0af7651916cd43dd8448eb211c80319c");
+    });
+}
+
+#[test]
 fn text_lines_are_logfmt_with_json_strings() {
     common::for_each_engine(|engine| {
         let file = LogFile::new(&format!("text-{}", engine.name()));

@@ -875,6 +875,25 @@ static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, reply, 0);
 }
 
+/* The caller's trace context, as ["traceparent","tracestate"], or null without one. */
+static void trace_view(ucall_call_t call, ucall_callback_tag_t tag) {
+    char traceparent[56], reply[512];
+    ucall_str_t tracestate = NULL;
+    size_t tracestate_length = 0;
+    (void)tag;
+    if (ucall_call_trace_context(call, traceparent, 55, &tracestate, &tracestate_length)) {
+        ucall_call_reply_content(call, "\"a 55-byte buffer was taken\"", 0);
+        return;
+    }
+    if (!ucall_call_trace_context(call, traceparent, sizeof traceparent, &tracestate, &tracestate_length)) {
+        ucall_call_reply_content(call, "null", 0);
+        return;
+    }
+    snprintf(reply, sizeof reply, "[\"%s\",\"%.*s\"]", traceparent, (int)tracestate_length,
+             tracestate != NULL ? tracestate : "");
+    ucall_call_reply_content(call, reply, 0);
+}
+
 /* A hook: calls to "guarded" need the header X-Token: abc, else 401; the tag counts the
  * calls the hook saw. */
 static bool token_hook(ucall_call_t call, ucall_callback_tag_t tag) {
@@ -914,6 +933,7 @@ static void test_context(void) {
     CHECK(ucall_last_error(NULL, 0) == 0, "ucall_keep_context before serving is taken");
     ucall_add_procedure(the_server, "context_view", context_view, NULL);
     ucall_add_procedure(the_server, "guarded", context_view, NULL);
+    ucall_add_procedure(the_server, "trace_view", trace_view, NULL);
     ucall_set_hook(the_server, NULL, NULL);
     CHECK(last_error_contains("NULL"), "a NULL hook is refused");
     ucall_set_hook(the_server, token_hook, &hook_calls);
@@ -963,6 +983,30 @@ static void test_context(void) {
     CHECK(length > 0 && strncmp(received, "HTTP/1.1 200 ", 13) == 0 && strstr(received, "\"guarded\""),
           "HTTP: the token lets the call through: %s", length > 0 ? received : "");
     CHECK(hook_calls == 5, "the hook ran around every call: %d", hook_calls);
+
+    /* Trace context: the header fields over HTTP (two tracestate fields are one list), a
+     * request's "_meta" member over raw TCP; a malformed traceparent is no context. */
+    {
+        static char const traced[] = "{\"jsonrpc\":\"2.0\",\"method\":\"trace_view\",\"id\":7}";
+        static char const parent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        snprintf(request, sizeof request,
+                 "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Token: abc\r\ntraceparent: %s\r\ntracestate: a=1\r\n"
+                 "tracestate: b=2\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                 parent, strlen(traced), traced);
+        length = http_exchange(config.port, request, received, sizeof received);
+        snprintf(expected, sizeof expected, "\"result\":[\"%s\",\"a=1,b=2\"]", parent);
+        CHECK(length > 0 && strstr(received, expected) != NULL, "HTTP: the trace context: %s (want %s)",
+              length > 0 ? received : "", expected);
+        fd = connect_to(config.port);
+        reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"trace_view\",\"id\":8,\"_meta\":{\"traceparent\":"
+                             "\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00\"}}");
+        CHECK(strstr(reply, "\"result\":[\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00\",\"\"]") != NULL,
+              "raw TCP: the _meta member's trace context: %s", reply);
+        reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"trace_view\",\"id\":9,\"_meta\":{\"traceparent\":"
+                             "\"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-00\"}}");
+        CHECK(strstr(reply, "\"id\":9,\"result\":null") != NULL, "raw TCP: an invalid one is ignored: %s", reply);
+        close(fd);
+    }
 
     ucall_stop(the_server);
     pthread_join(thread, NULL);

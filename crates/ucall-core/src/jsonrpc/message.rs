@@ -28,6 +28,9 @@ pub struct Request<'a> {
     /// The time the caller allows the call: the optional member `"timeout"` (seconds, a
     /// UCall extension of the request object, docs/context-and-middleware.md).
     pub timeout: Option<Duration>,
+    /// The raw `"_meta"` member (a UCall extension, read only by who asks: the trace
+    /// context lives there, docs/operations.md "Tracing"), or `None` when absent.
+    pub meta: Option<&'a str>,
 }
 
 /// One element of a message: a request, or why it is not one.
@@ -297,8 +300,8 @@ pub fn parse_batch(text: &str, elements: &mut Vec<Element>) -> Result<(), ParseE
 /// One batch entry, as offsets into the batch text.
 #[derive(Debug, Clone)]
 pub struct Element {
-    /// `jsonrpc`, `method`, `params`, `id`, `timeout`; `None` when the entry is not an object.
-    members: Option<[Option<Range<usize>>; 5]>,
+    /// `jsonrpc`, `method`, `params`, `id`, `timeout`, `_meta`; `None` when the entry is not an object.
+    members: Option<[Option<Range<usize>>; 6]>,
 }
 
 impl Element {
@@ -336,7 +339,7 @@ impl<'de, R: RawText<'de>> Visitor<'de> for ElementCollector<'_, R> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         // Each entry is read as a request object directly (not kept as a raw value first),
         // which also keeps serde_json from allocating a nesting stack per batch.
-        while let Some(members) = seq.next_element_seed(NamedMembers::<R, 5>(&REQUEST_MEMBERS, PhantomData))? {
+        while let Some(members) = seq.next_element_seed(NamedMembers::<R, 6>(&REQUEST_MEMBERS, PhantomData))? {
             let span = |raw: Option<&str>| {
                 raw.map(|raw| {
                     let start = raw.as_ptr() as usize - self.base;
@@ -352,7 +355,7 @@ impl<'de, R: RawText<'de>> Visitor<'de> for ElementCollector<'_, R> {
 }
 
 /// The members of a request that matter, in [`Members`]' order.
-const REQUEST_MEMBERS: [&str; 5] = ["jsonrpc", "method", "params", "id", "timeout"];
+const REQUEST_MEMBERS: [&str; 6] = ["jsonrpc", "method", "params", "id", "timeout", "_meta"];
 
 /// The members of a request object that matter, as raw JSON text.
 struct Members<'a> {
@@ -361,18 +364,20 @@ struct Members<'a> {
     params: Option<&'a str>,
     id: Option<&'a str>,
     timeout: Option<&'a str>,
+    meta: Option<&'a str>,
 }
 
 const NOT_AN_OBJECT: &str = "a request must be a JSON object";
 
-impl<'a> From<[Option<&'a str>; 5]> for Members<'a> {
-    fn from([jsonrpc, method, params, id, timeout]: [Option<&'a str>; 5]) -> Self {
+impl<'a> From<[Option<&'a str>; 6]> for Members<'a> {
+    fn from([jsonrpc, method, params, id, timeout, meta]: [Option<&'a str>; 6]) -> Self {
         Members {
             jsonrpc,
             method,
             params,
             id,
             timeout,
+            meta,
         }
     }
 }
@@ -394,6 +399,7 @@ impl<'a> Members<'a> {
             params,
             id,
             timeout,
+            meta,
         } = self;
         let id_is_valid = id.is_none_or(|raw| matches!(raw.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n'));
         if !id_is_valid {
@@ -430,6 +436,7 @@ impl<'a> Members<'a> {
             params,
             id,
             timeout,
+            meta,
         })
     }
 }

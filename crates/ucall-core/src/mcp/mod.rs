@@ -617,6 +617,7 @@ fn call_tool(
         id: Some(id),
         carrier: Carrier::Single,
         bytes_in: request.bytes_in,
+        trace_id: context.trace().map(|trace| trace.parent.trace_id),
     });
     let (outcome, clock) = match &seed {
         None => (dispatch::run(found, &call, router.metrics(), deferrals, out), None),

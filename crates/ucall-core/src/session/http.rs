@@ -477,6 +477,7 @@ fn rest_call(
             nanos: ended.saturating_sub(if clock.ended == 0 { ended } else { clock.started }),
             bytes_in: body.len(),
             bytes_out: data.len() - start,
+            trace_id: context.trace().map(|trace| trace.parent.trace_id),
         };
         scratch.jsonrpc.lines.push(log, &entry);
     }
@@ -548,6 +549,7 @@ fn run_rest(
         id: None,
         carrier: Carrier::Rest,
         bytes_in: body.len(),
+        trace_id: context.trace().map(|trace| trace.parent.trace_id),
     });
     let outcome = match clock {
         Some(clock) => {

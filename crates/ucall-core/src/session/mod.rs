@@ -235,7 +235,7 @@ struct Calls {
     /// The subject of the client's TLS certificate, once the handshake has told.
     tls_subject: Option<Box<str>>,
     /// The HTTP request head of the call under way (for WebSocket, the upgrade's), kept
-    /// only when the router asks ([`Router::keeps_context`]).
+    /// only when the router asks ([`Router::keeps_head`]).
     head: Vec<u8>,
     /// Whether the caller is still there, for calls queued for a batch and streamed
     /// replies (goes down when the session is dropped with its connection).
@@ -627,7 +627,7 @@ impl Calls {
     /// Keep the request head `head` for the calls' context, when the router asks or
     /// `wanted` says the request itself needs it.
     fn keep_head(&mut self, head: &[u8], router: &Router, wanted: bool) {
-        if wanted || router.keeps_context() {
+        if wanted || router.keeps_head() {
             self.head.clear();
             self.head.extend_from_slice(head);
         } else if !self.head.is_empty() {
