@@ -377,6 +377,32 @@ typedef struct ucall_config_t {
    * (default): no MCP endpoint. Read during `ucall_init()` only.
    */
   const char *mcp;
+  /**
+   * Calls each client may make over all procedures: `"100/s"`, `"6000/min"` (also `h`,
+   * `d`), in bursts of up to the count. A call past it is refused before its callback
+   * runs: HTTP 429 with `Retry-After`, or the JSON-RPC error -32029 whose `data` has
+   * `retry_after_ms` and `"executed": false`; counted in `/metrics`. NULL (default): no
+   * limit. `ucall_set_procedure_rate_limit()` limits one procedure besides. Read during
+   * `ucall_init()` only.
+   */
+  const char *rate_limit;
+  /**
+   * What tells clients apart for the rate limits: `"peer"` (the peer's IP address, the
+   * default), `"bearer"` (the token of `Authorization: Bearer`) or `"header:<name>"`
+   * (that header's value, as `"header:X-API-Key"`); a call without the header or token
+   * is keyed by its address. NULL: `"peer"`.
+   */
+  const char *rate_limit_key;
+  /**
+   * Proxies whose `X-Forwarded-For` names the client, for the rate limits: addresses
+   * or networks, comma-separated (`"10.0.0.0/8,::1"`). NULL (default): none.
+   */
+  const char *trusted_proxies;
+  /**
+   * Most connections open at once from one peer IP address; more are closed on
+   * accept. 0 (default): no cap beyond `max_concurrent_connections`.
+   */
+  uint32_t max_connections_per_peer;
 } ucall_config_t;
 
 /**
@@ -984,6 +1010,20 @@ void ucall_keep_context(ucall_server_t server);
  * `server` must be NULL or a live server; `name` NULL or NUL-terminated.
  */
 void ucall_set_procedure_timeout(ucall_server_t server, ucall_str_t name, uint32_t micro_seconds);
+
+/**
+ * Limit each client's calls of the procedure `name` (added before or after) to `rate`:
+ * `"10/s"`, `"600/min"` (also `h`, `d`), in bursts of up to the count, besides the
+ * server's `config.rate_limit`. A call past it is refused before its callback runs:
+ * HTTP 429 with `Retry-After`, or the JSON-RPC error -32029 whose `data` has
+ * `retry_after_ms` and `"executed": false` (docs/c-api.md, "Rate limits"). Call it after
+ * `ucall_init()` and before the first `ucall_take_call(s)()`; a NULL or non-UTF-8 name, a
+ * rate that does not parse, or a later call are refused (`ucall_last_error()` says why).
+ *
+ * # Safety
+ * `server` must be NULL or a live server; `name` and `rate` NULL or NUL-terminated.
+ */
+void ucall_set_procedure_rate_limit(ucall_server_t server, ucall_str_t name, ucall_str_t rate);
 
 /**
  * `ucall_add_procedure()` with a description of the procedure, as JSON, for the method

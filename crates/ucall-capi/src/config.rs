@@ -5,7 +5,7 @@ use std::ffi::{c_char, CStr};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
-use ucall_core::{Config, Cors, Discovery, EngineKind, EventLog, McpSettings, RequestLog, TlsConfig};
+use ucall_core::{ClientKey, Config, Cors, Discovery, EngineKind, EventLog, McpSettings, RequestLog, TlsConfig};
 
 use crate::ffi::{array_arg, c_str_arg};
 use crate::log::{LogFormat, Logger};
@@ -166,6 +166,24 @@ pub struct ucall_config_t {
     /// "...", "page_size": 100}`, each member optional (`"{}"`: all defaults). NULL
     /// (default): no MCP endpoint. Read during `ucall_init()` only.
     pub mcp: *const c_char,
+    /// Calls each client may make over all procedures: `"100/s"`, `"6000/min"` (also `h`,
+    /// `d`), in bursts of up to the count. A call past it is refused before its callback
+    /// runs: HTTP 429 with `Retry-After`, or the JSON-RPC error -32029 whose `data` has
+    /// `retry_after_ms` and `"executed": false`; counted in `/metrics`. NULL (default): no
+    /// limit. `ucall_set_procedure_rate_limit()` limits one procedure besides. Read during
+    /// `ucall_init()` only.
+    pub rate_limit: *const c_char,
+    /// What tells clients apart for the rate limits: `"peer"` (the peer's IP address, the
+    /// default), `"bearer"` (the token of `Authorization: Bearer`) or `"header:<name>"`
+    /// (that header's value, as `"header:X-API-Key"`); a call without the header or token
+    /// is keyed by its address. NULL: `"peer"`.
+    pub rate_limit_key: *const c_char,
+    /// Proxies whose `X-Forwarded-For` names the client, for the rate limits: addresses
+    /// or networks, comma-separated (`"10.0.0.0/8,::1"`). NULL (default): none.
+    pub trusted_proxies: *const c_char,
+    /// Most connections open at once from one peer IP address; more are closed on
+    /// accept. 0 (default): no cap beyond `max_concurrent_connections`.
+    pub max_connections_per_peer: u32,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -338,6 +356,7 @@ impl ucall_config_t {
             }
             None => {}
         }
+        self.rate_limits(&mut core)?;
         let discovery = match text_field("discovery", self.discovery)? {
             Some(json) => Discovery::from_json(json).map_err(|e| format!("config.discovery: {e}"))?,
             None => Discovery::default(),
@@ -354,6 +373,25 @@ impl ucall_config_t {
             discovery,
             mcp,
         })
+    }
+
+    /// The rate limits and the per-peer connection cap.
+    fn rate_limits(&self, core: &mut Config) -> Result<(), String> {
+        if let Some(rate) = text_field("rate_limit", self.rate_limit)? {
+            core.rate_limit.rate = Some(rate.parse().map_err(|e| format!("config.rate_limit: {e}"))?);
+        }
+        if let Some(key) = text_field("rate_limit_key", self.rate_limit_key)? {
+            core.rate_limit.key = ClientKey::parse(key).map_err(|e| format!("config.rate_limit_key: {e}"))?;
+        }
+        if let Some(proxies) = text_field("trusted_proxies", self.trusted_proxies)? {
+            for proxy in proxies.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let proxy = proxy.parse().map_err(|e| format!("config.trusted_proxies: {e}"))?;
+                core.rate_limit.trusted_proxies.push(proxy);
+            }
+        }
+        core.max_connections_per_peer =
+            (self.max_connections_per_peer != 0).then_some(self.max_connections_per_peer as usize);
+        Ok(())
     }
 
     /// The CORS rules, when `cors_allowed_origins` is set.
@@ -519,6 +557,10 @@ mod tests {
             unix_socket_path: std::ptr::null(),
             unix_socket_mode: 0,
             mcp: std::ptr::null(),
+            rate_limit: std::ptr::null(),
+            rate_limit_key: std::ptr::null(),
+            trusted_proxies: std::ptr::null(),
+            max_connections_per_peer: 0,
         }
     }
 

@@ -381,6 +381,42 @@ pub unsafe extern "C" fn ucall_set_procedure_timeout(server: ucall_server_t, nam
     }
 }
 
+/// Limit each client's calls of the procedure `name` (added before or after) to `rate`:
+/// `"10/s"`, `"600/min"` (also `h`, `d`), in bursts of up to the count, besides the
+/// server's `config.rate_limit`. A call past it is refused before its callback runs:
+/// HTTP 429 with `Retry-After`, or the JSON-RPC error -32029 whose `data` has
+/// `retry_after_ms` and `"executed": false` (docs/c-api.md, "Rate limits"). Call it after
+/// `ucall_init()` and before the first `ucall_take_call(s)()`; a NULL or non-UTF-8 name, a
+/// rate that does not parse, or a later call are refused (`ucall_last_error()` says why).
+///
+/// # Safety
+/// `server` must be NULL or a live server; `name` and `rate` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_set_procedure_rate_limit(server: ucall_server_t, name: ucall_str_t, rate: ucall_str_t) {
+    ffi_panic_boundary! {"ucall_set_procedure_rate_limit",
+        error::clear();
+        // SAFETY: the caller's contract.
+        let Some(srv) = (unsafe { self::server(server, "ucall_set_procedure_rate_limit") }) else { return };
+        // SAFETY: NULL or NUL-terminated, by the caller's contract.
+        let Some(name) = (unsafe { ffi::c_str_arg(name) }).and_then(|name| name.to_str().ok()) else {
+            return error::set("ucall_set_procedure_rate_limit: the name is NULL or not valid UTF-8".to_owned());
+        };
+        // SAFETY: NULL or NUL-terminated, by the caller's contract.
+        let rate = (unsafe { ffi::c_str_arg(rate) }).and_then(|rate| rate.to_str().ok()).unwrap_or_default();
+        let rate = match rate.parse::<ucall_core::Rate>() {
+            Ok(rate) => rate,
+            Err(why) => return error::set(format!("ucall_set_procedure_rate_limit: {name:?}: {why}")),
+        };
+        let mut setup = srv.setup();
+        match setup.server.as_mut() {
+            Some(bound) if !srv.stopper.is_stopping() => bound.router_mut().set_rate_limit(name, rate),
+            _ => error::set(
+                "ucall_set_procedure_rate_limit: called after serving started or after ucall_stop".to_owned(),
+            ),
+        }
+    }
+}
+
 /// `ucall_add_procedure()` with a description of the procedure, as JSON, for the method
 /// `rpc.discover` and the pages `GET /openrpc.json`, `/openapi.json` and `/docs`:
 ///

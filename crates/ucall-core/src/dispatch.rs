@@ -15,6 +15,7 @@ use crate::defer::{Meter, Target};
 use crate::discover::mcp::ToolReply;
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
 use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
+use crate::limit::{Limiter, Refused};
 use crate::metrics::{Metrics, Refusal};
 use crate::request_log::{Carrier, Entry, Lines, Pending, RequestLog, Seed};
 use crate::router::{Call, Cancel, Found, Handler, Reply, Router};
@@ -40,6 +41,8 @@ pub struct Scratch {
     /// The HTTP status the last message's error named (a single call's only: a batch
     /// answers 200 whatever its calls' errors say).
     pub http_status: Option<u16>,
+    /// The seconds after which that error says to retry (HTTP `Retry-After`), if it says.
+    pub retry_after: Option<u16>,
     /// The worker's request log lines not yet written (when the log is on).
     pub(crate) lines: Lines,
     /// The router's slot of the last procedure called (see [`Router::find_after`]).
@@ -50,7 +53,8 @@ pub struct Scratch {
 /// the HTTP status its error names (kept for a single call only) and the slot found.
 struct Notes<'s> {
     deferred: &'s mut Vec<DeferredAt>,
-    status: Option<&'s mut Option<u16>>,
+    /// The status and `Retry-After` of the error, for a single call.
+    status: Option<(&'s mut Option<u16>, &'s mut Option<u16>)>,
     last_found: &'s mut u32,
 }
 
@@ -222,6 +226,7 @@ pub fn process(
 ) -> Outcome {
     scratch.deferred.clear();
     scratch.http_status = None;
+    scratch.retry_after = None;
     let http = context.transport() == Transport::Http;
     let mut logging = router.request_log().map(|log| Logging {
         log,
@@ -239,7 +244,7 @@ pub fn process(
             Ok(envelope) => {
                 let mut notes = Notes {
                     deferred: &mut scratch.deferred,
-                    status: Some(&mut scratch.http_status),
+                    status: Some((&mut scratch.http_status, &mut scratch.retry_after)),
                     last_found: &mut scratch.last_found,
                 };
                 if answer(&envelope, context, router, deferrals, &mut notes, logging.as_mut(), out) {
@@ -471,8 +476,9 @@ fn call_as<const LOG: bool>(
             Err(error) => {
                 out.truncate(start);
                 write_rpc_error(out, id, error);
-                if let Some(status) = notes.status.as_deref_mut() {
-                    *status = error.http_status();
+                if let Some((status, retry_after)) = &mut notes.status {
+                    **status = error.http_status();
+                    **retry_after = error.retry_after();
                 }
             }
         }
@@ -502,6 +508,9 @@ pub fn run(
     deferrals: &mut Deferrals<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Invoked, RpcError> {
+    if let Some(limiter) = found.limiter {
+        admit(limiter, found.slot, call, metrics)?;
+    }
     let metered = metrics.map(|metrics| {
         let meter = Meter {
             method: found.slot,
@@ -523,6 +532,11 @@ pub(crate) fn run_logged(
     deferrals: &mut Deferrals<'_>,
     out: &mut Vec<u8>,
 ) -> (Result<Invoked, RpcError>, Clock) {
+    if let Some(limiter) = found.limiter {
+        if let Err(refused) = admit(limiter, found.slot, call, metrics) {
+            return (Err(refused), Clock::default());
+        }
+    }
     let meter = Meter {
         method: found.slot,
         started: monotonic_nanos(),
@@ -640,6 +654,29 @@ fn late(deadline: Instant, result: &mut Result<(), RpcError>) {
     if Instant::now() >= deadline {
         *result = Err(RpcError::deadline_exceeded());
     }
+}
+
+/// Take the call's tokens from the rate limits (`crate::limit`), or refuse it before it
+/// runs, counted in `metrics`.
+fn admit(
+    limiter: &Limiter,
+    slot: u32,
+    call: &Call<'_>,
+    metrics: Option<&std::sync::Arc<Metrics>>,
+) -> Result<(), RpcError> {
+    match limiter.admit(slot, call.context()) {
+        Ok(()) => Ok(()),
+        Err(refused) => Err(rate_limited(&refused, metrics)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn rate_limited(refused: &Refused, metrics: Option<&std::sync::Arc<Metrics>>) -> RpcError {
+    if let Some(metrics) = metrics {
+        metrics.refused(Refusal::RateLimited);
+    }
+    refused.error()
 }
 
 /// Count a request refused before any call ran.

@@ -72,6 +72,7 @@ pub mod health;
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+pub mod limit;
 mod logs;
 #[doc(hidden)]
 pub mod mcp;
@@ -104,6 +105,7 @@ pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
 pub use jsonrpc::{ErrorCode, RpcError};
+pub use limit::{ClientKey, IpNet, Rate, RateLimit};
 pub use metrics::{ExtraMetrics, MetricsConfig};
 pub use params::Param;
 pub use request_log::{LogFormat, RequestLog};

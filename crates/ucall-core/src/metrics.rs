@@ -164,15 +164,21 @@ pub enum Refusal {
     BadHttp,
     /// A request not received in time (header or idle time-out mid-request).
     Timeout,
+    /// A call over a rate limit (`crate::limit`), refused before it ran.
+    RateLimited,
+    /// A connection from a peer address that holds `max_connections_per_peer` already.
+    PeerConnections,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 5] = [
+    const ALL: [Refusal; 7] = [
         Refusal::ParseError,
         Refusal::InvalidRequest,
         Refusal::Limit,
         Refusal::BadHttp,
         Refusal::Timeout,
+        Refusal::RateLimited,
+        Refusal::PeerConnections,
     ];
 
     fn label(self) -> &'static str {
@@ -182,6 +188,8 @@ impl Refusal {
             Refusal::Limit => "limit",
             Refusal::BadHttp => "bad_http",
             Refusal::Timeout => "timeout",
+            Refusal::RateLimited => "rate_limited",
+            Refusal::PeerConnections => "max_connections_per_peer",
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::discover::mcp::{McpSettings, McpTools};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
+use crate::limit::{Limiter, Rate, RateLimit};
 use crate::metrics::{BatchMeter, Metrics, MetricsConfig};
 pub use crate::params::Params;
 use crate::request_log::{RequestLog, Seed};
@@ -118,6 +119,10 @@ pub struct Router {
     mcp_settings: Option<McpSettings>,
     /// The MCP tools, once serving starts with MCP on.
     mcp: Option<Arc<McpTools>>,
+    /// Procedures' rate limits, by name; applied when serving starts.
+    rate_limits: Vec<(Box<str>, Rate)>,
+    /// The rate limits in force, once serving starts with any.
+    limiter: Option<Arc<Limiter>>,
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -137,6 +142,8 @@ pub struct Found<'a> {
     pub slot: u32,
     /// Longest a call may take, if bounded.
     pub timeout: Option<Duration>,
+    /// The rate limits to admit the call through, when any are in force.
+    pub limiter: Option<&'a Limiter>,
 }
 
 impl Router {
@@ -196,7 +203,29 @@ impl Router {
             handler: p.handler.as_ref(),
             slot,
             timeout: p.timeout,
+            limiter: self.limiter.as_deref(),
         })
+    }
+
+    /// Limit the calls of the procedure `name` (registered before or after) to `rate` per
+    /// client, besides the server's limit (see [`crate::limit`]).
+    pub fn set_rate_limit(&mut self, name: &str, rate: Rate) {
+        self.rate_limits.retain(|(earlier, _)| &**earlier != name);
+        self.rate_limits.push((name.into(), rate));
+    }
+
+    /// Put the rate limits in force: the server's, `config`, and each procedure's.
+    /// Called once, when serving starts (after [`Router::publish`]).
+    pub fn start_limits(&mut self, config: &RateLimit) {
+        let mut methods = vec![None; self.procedures.len()];
+        for (name, rate) in &self.rate_limits {
+            if let Some(&slot) = self.slots.get(&**name) {
+                methods[slot as usize] = Some(*rate);
+            }
+        }
+        self.limiter = Limiter::new(config, methods).map(Arc::new);
+        // Keyed by a header, or by an address a proxy forwarded: the head is needed.
+        self.keeps_context |= self.limiter.as_ref().is_some_and(|limiter| limiter.reads_head());
     }
 
     /// Bound the calls of the procedure `name` (registered before or after) to `timeout`:
@@ -239,11 +268,11 @@ impl Router {
         self.keeps_context
     }
 
-    /// Whether connections need their peer's address: for the calls' context or the
-    /// request log.
+    /// Whether connections need their peer's address: for the calls' context, the
+    /// request log or the rate limits.
     #[must_use]
     pub fn keeps_peer(&self) -> bool {
-        self.keeps_context || self.request_log.is_some()
+        self.keeps_context || self.request_log.is_some() || self.limiter.is_some()
     }
 
     /// Whether calls carry their request head: for the calls' context, or the request

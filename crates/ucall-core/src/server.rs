@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::health::{HealthPaths, Readiness, ReadyState};
 use crate::http1::cors::Cors;
 use crate::jsonrpc::RpcError;
+use crate::limit::{ClientKey, IpNet, Rate};
 use crate::router::{Call, Handler, Reply, Router};
 use crate::tls::TlsConfig;
 
@@ -243,6 +244,49 @@ impl ServerBuilder {
         self
     }
 
+    /// Limit each client to `rate` calls over all procedures (see [`crate::limit`]): a call
+    /// past it is refused before it runs, with HTTP 429 and `Retry-After`, or JSON-RPC
+    /// error -32029 whose `data` has `retry_after_ms` and `executed: false`.
+    ///
+    /// ```
+    /// # use ucall_core::{Server, ClientKey};
+    /// let builder = Server::builder()
+    ///     .rate_limit("100/s".parse().expect("a rate"))
+    ///     .rate_limit_key(ClientKey::Header("x-api-key".into()))
+    ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?))
+    ///     .procedure_rate_limit("sum", "10/s".parse().expect("a rate"));
+    /// ```
+    pub fn rate_limit(mut self, rate: Rate) -> Self {
+        self.config.rate_limit.rate = Some(rate);
+        self
+    }
+
+    /// Limit each client's calls of the procedure `name` (registered before or after) to
+    /// `rate`, besides the server's limit ([`ServerBuilder::rate_limit`]).
+    pub fn procedure_rate_limit(mut self, name: &str, rate: Rate) -> Self {
+        self.router.set_rate_limit(name, rate);
+        self
+    }
+
+    /// What tells clients apart for the rate limits: the peer address by default.
+    pub fn rate_limit_key(mut self, key: ClientKey) -> Self {
+        self.config.rate_limit.key = key;
+        self
+    }
+
+    /// Proxies (addresses or networks) whose `X-Forwarded-For` says who the client is,
+    /// for the rate limits.
+    pub fn trusted_proxies(mut self, proxies: impl IntoIterator<Item = IpNet>) -> Self {
+        self.config.rate_limit.trusted_proxies = proxies.into_iter().collect();
+        self
+    }
+
+    /// Close connections past `connections` open at once from one peer IP address.
+    pub fn max_connections_per_peer(mut self, connections: usize) -> Self {
+        self.config.max_connections_per_peer = Some(connections);
+        self
+    }
+
     /// Register a procedure that writes its result itself through [`Reply`].
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.router.insert(name, Arc::new(handler));
@@ -333,6 +377,7 @@ impl ServerBuilder {
             || config.limits.max_head_bytes < 64
             || config.limits.max_exchanges_per_connection == Some(0)
             || config.max_pending_calls == Some(0)
+            || config.max_connections_per_peer == Some(0)
         {
             return Err(Error::config(
                 "limits must be positive (and max_head_bytes at least 64)",
@@ -486,6 +531,7 @@ impl Server {
         let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
         self.router.publish(self.local_addr, speaks_tls);
         self.router.start_metrics(&self.shared.config.metrics);
+        self.router.start_limits(&self.shared.config.rate_limit);
         self.router.set_request_log(self.shared.config.request_log.clone());
         let router = Arc::new(std::mem::take(&mut self.router));
         if let Some(metrics) = router.metrics() {

@@ -856,6 +856,85 @@ static void test_deadlines(void) {
     the_server = NULL;
 }
 
+
+/* `count`: counts its runs in the int its tag points to, and answers the count. */
+static void count_calls(ucall_call_t call, ucall_callback_tag_t tag) {
+    char reply[32];
+    snprintf(reply, sizeof reply, "%d", ++*(int*)tag);
+    ucall_call_reply_content(call, reply, 0);
+}
+
+/* Rate limits: the server's (config.rate_limit, 3 a minute) and a procedure's
+ * (ucall_set_procedure_rate_limit, 1 a minute): a call past either is refused before its
+ * callback runs (-32029 with retry_after_ms and "executed":false over raw TCP; HTTP 429
+ * with Retry-After), and a peer past config.max_connections_per_peer is closed at accept. */
+static void test_rate_limits(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    char received[4096];
+    char const* reply;
+    ssize_t length;
+    int fd, second, third;
+    int runs = 0;
+    static char const http_call[] = "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 41\r\n\r\n"
+                                    "{\"jsonrpc\":\"2.0\",\"method\":\"count\",\"id\":7}";
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    config.rate_limit = "1/fortnight";
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("rate_limit"), "a rate that does not parse is refused");
+    config.rate_limit = "3/min";
+    config.rate_limit_key = "header:";
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("rate_limit_key"), "a key without a header name is refused");
+    config.rate_limit_key = NULL;
+    config.max_connections_per_peer = 2;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init for the rate limit test");
+    if (!the_server)
+        return;
+    ucall_add_procedure(the_server, "count", count_calls, &runs);
+    ucall_add_procedure(the_server, "once", count_calls, &runs);
+    ucall_set_procedure_rate_limit(the_server, "once", "2/x");
+    CHECK(last_error_contains("\"once\""), "a procedure's rate that does not parse is refused");
+    ucall_set_procedure_rate_limit(the_server, "once", "1/min");
+    CHECK(ucall_last_error(NULL, 0) == 0, "a procedure's rate is taken");
+    pthread_create(&thread, NULL, serve, NULL);
+
+    fd = connect_to(config.port);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"once\",\"id\":1}");
+    CHECK(strstr(reply, "\"result\":1") != NULL, "the first call runs: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"once\",\"id\":2}");
+    CHECK(strstr(reply, "\"code\":-32029") != NULL && strstr(reply, "\"executed\":false") != NULL &&
+              strstr(reply, "\"retry_after_ms\":") != NULL && strstr(reply, "\"id\":2") != NULL,
+          "past the procedure's limit: refused: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"count\",\"id\":3}");
+    CHECK(strstr(reply, "\"result\":2") != NULL, "another procedure still runs: %s", reply);
+    /* A third connection from this address is one past the cap of two. */
+    second = connect_to(config.port);
+    third = connect_to(config.port);
+    length = read_until_closed(third, received, sizeof received);
+    CHECK(length == 0, "a connection past max_connections_per_peer is closed at once");
+    close(third);
+    close(second);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"count\",\"id\":4}");
+    CHECK(strstr(reply, "\"result\":3") != NULL, "the server's third call runs: %s", reply);
+    close(fd);
+    length = http_exchange(config.port, http_call, received, sizeof received);
+    CHECK(length > 0 && strncmp(received, "HTTP/1.1 429 Too Many Requests\r\n", 32) == 0 &&
+              strstr(received, "Retry-After: ") != NULL && strstr(received, "\"code\":-32029") != NULL,
+          "HTTP: 429 with Retry-After past the server's limit: %s", length > 0 ? received : "");
+    CHECK(runs == 3, "refused calls did not run: %d runs", runs);
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_set_procedure_rate_limit(the_server, "count", "1/s");
+    CHECK(last_error_contains("after serving started"), "a rate limit once serving started is refused");
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
 /* The call view's context: the transport, the peer's address, a request header, the id
  * and the method, written back as a JSON array. */
 static void context_view(ucall_call_t call, ucall_callback_tag_t tag) {
@@ -1663,6 +1742,7 @@ int main(void) {
     test_core_records_go_to_the_log();
     test_context();
     test_deadlines();
+    test_rate_limits();
     test_uring_index_keeps_its_thread();
     test_accept_failures_go_to_the_log();
     test_tls();

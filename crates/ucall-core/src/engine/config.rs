@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::health::HealthPaths;
+use crate::limit::RateLimit;
 use crate::metrics::MetricsConfig;
 use crate::request_log::RequestLog;
 use crate::session::Limits;
@@ -62,6 +63,14 @@ pub struct Config {
     pub limits: Limits,
     /// Most connections open at once, over all threads; more are closed on accept.
     pub max_connections: usize,
+    /// Most connections open at once from one peer IP address; more are closed on accept
+    /// (counted in `/metrics` as refused, `reason="max_connections_per_peer"`). `None`
+    /// (default): no cap beyond `max_connections`. Unix socket connections are not counted.
+    pub max_connections_per_peer: Option<usize>,
+    /// Calls each client may make (see [`crate::limit`]): refused past it, before they
+    /// run, with HTTP 429 and `Retry-After`, or JSON-RPC error -32029 with
+    /// `data.retry_after_ms` and `data.executed: false`. Default: no limit.
+    pub rate_limit: RateLimit,
     /// Most calls awaiting a deferred reply (Python procedures, `Reply::defer`) per worker
     /// thread; a call past it is answered at once with `-32000`, HTTP 503 and
     /// `data.executed: false`, safe to retry. `None` (default): no refusal, and past
@@ -159,6 +168,8 @@ impl Default for Config {
             engine: EngineKind::Auto,
             limits: Limits::default(),
             max_connections: 10_000,
+            max_connections_per_peer: None,
+            rate_limit: RateLimit::default(),
             max_pending_calls: None,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),

@@ -89,6 +89,9 @@ pub(crate) struct Conn {
     pub(crate) held: bool,
     /// TLS: the client's certificate has been read into the session (after the handshake).
     subject_read: bool,
+    /// The connection's place in its peer's count (`max_connections_per_peer`), given
+    /// back when the connection is dropped.
+    pub(crate) peer_slot: super::Admitted,
 }
 
 impl Conn {
@@ -110,6 +113,7 @@ impl Conn {
             generation,
             held: false,
             subject_read: false,
+            peer_slot: None,
         }
     }
 

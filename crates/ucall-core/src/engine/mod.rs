@@ -267,14 +267,29 @@ pub(crate) fn wake_all(shared: &Shared) {
     uring::wake_all(shared);
 }
 
-/// Count a connection just accepted in, unless the server is stopping (a worker may
-/// accept one before it has seen the stop that others have) or at its connection limit.
-/// Returns whether to serve it (counted in `metrics` then); when not, the caller closes it.
-pub(crate) fn admit(shared: &Shared, metrics: Option<&Metrics>) -> bool {
+/// A connection admitted by [`admit`]: its place in its peer's count, when peers are
+/// capped (given back when the connection drops it).
+pub(crate) type Admitted = Option<crate::limit::PeerSlot>;
+
+/// Count a connection from `peer` (when known) just accepted in, unless the server is
+/// stopping (a worker may accept one before it has seen the stop that others have), at
+/// its connection limit, or the peer at its own. Returns whether to serve it (counted in
+/// `metrics` then); when not, the caller closes it.
+pub(crate) fn admit(shared: &Shared, metrics: Option<&Metrics>, peer: Option<SocketAddr>) -> Option<Admitted> {
     use std::sync::atomic::Ordering;
     if shared.stopping.load(Ordering::Acquire) {
-        return false;
+        return None;
     }
+    let slot = match (&shared.peer_caps, peer) {
+        (Some(caps), Some(peer)) => match caps.admit(peer.ip()) {
+            Some(slot) => Some(slot),
+            None => {
+                peer_refused(shared, metrics, peer);
+                return None;
+            }
+        },
+        _ => None,
+    };
     let open = shared.connections.fetch_add(1, Ordering::AcqRel);
     if open >= shared.config.max_connections {
         shared.connections.fetch_sub(1, Ordering::AcqRel);
@@ -287,12 +302,30 @@ pub(crate) fn admit(shared: &Shared, metrics: Option<&Metrics>) -> bool {
                 shared.config.max_connections
             ),
         );
-        return false;
+        return None;
     }
     if let Some(metrics) = metrics {
         metrics.accepted();
     }
-    true
+    Some(slot)
+}
+
+#[cold]
+#[inline(never)]
+fn peer_refused(shared: &Shared, metrics: Option<&Metrics>, peer: SocketAddr) {
+    if let Some(metrics) = metrics {
+        metrics.refused(crate::metrics::Refusal::PeerConnections);
+    }
+    static FULL: crate::logs::Throttle = crate::logs::Throttle::new();
+    crate::logs::throttled(
+        &FULL,
+        log::Level::Warn,
+        format_args!(
+            "connection refused: {} holds max_connections_per_peer = {} already",
+            peer.ip(),
+            shared.config.max_connections_per_peer.unwrap_or(0)
+        ),
+    );
 }
 
 /// Make room in a connection's `input` for `at_least` more bytes, and at once for the

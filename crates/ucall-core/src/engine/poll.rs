@@ -346,10 +346,10 @@ impl PollWorker {
                     return;
                 }
             };
-            if !super::admit(&self.shared, self.serving.metrics()) {
+            let Some(peer_slot) = super::admit(&self.shared, self.serving.metrics(), peer) else {
                 drop(stream);
                 continue;
-            }
+            };
             let tls = match tls_config.map(|tls| TlsSession::new(&tls.config)).transpose() {
                 Ok(tls) => tls.map(Box::new),
                 Err(_) => {
@@ -370,11 +370,13 @@ impl PollWorker {
             }
             let now = self.now;
             self.next_generation += 1;
+            let mut conn = Conn::new(self.next_generation, tls, peer, now);
+            conn.peer_slot = peer_slot;
             entry.insert(PollConn {
                 stream,
                 readable: true,
                 hang_up: false,
-                conn: Conn::new(self.next_generation, tls, peer, now),
+                conn,
             });
             self.schedule_scan(now + self.shared.config.idle_timeout.min(self.shared.config.header_timeout));
         }

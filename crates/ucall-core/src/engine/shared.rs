@@ -8,12 +8,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::Config;
+use crate::limit::PeerCaps;
 
 /// State shared by every worker of one server.
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) stopping: AtomicBool,
     pub(crate) connections: AtomicUsize,
+    /// The connections of each peer address, under `max_connections_per_peer`.
+    pub(crate) peer_caps: Option<Arc<PeerCaps>>,
     /// TLS, when configured: the rustls configuration and where TLS listens.
     pub(crate) tls: Option<TlsShared>,
     /// One per worker, set once the workers exist, to interrupt their waits.
@@ -40,6 +43,7 @@ impl Shared {
     /// The state of a server about to bind its workers, with `config` in force.
     pub(crate) fn new(config: Config, tls: Option<TlsShared>) -> Self {
         Shared {
+            peer_caps: config.max_connections_per_peer.map(PeerCaps::new),
             config,
             stopping: AtomicBool::new(false),
             connections: AtomicUsize::new(0),

@@ -464,6 +464,15 @@ pub fn respond_typed(
             put(reason_phrase(code).as_bytes());
             put(b"\r\n");
         }
+        Status::RetryAfter { code, seconds } => {
+            put(b"HTTP/1.1 ");
+            put(itoa::Buffer::new().format(code).as_bytes());
+            put(b" ");
+            put(reason_phrase(code).as_bytes());
+            put(b"\r\nRetry-After: ");
+            put(itoa::Buffer::new().format(seconds).as_bytes());
+            put(b"\r\n");
+        }
         named => put(named.status_line()),
     }
     if status != Status::NoContent {

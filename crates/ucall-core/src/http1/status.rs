@@ -22,6 +22,13 @@ pub enum Status {
     VersionNotSupported,
     /// Any other 4xx or 5xx an application's error named ([`crate::RpcError::http`]).
     Other(u16),
+    /// A 4xx or 5xx that tells when to retry: `Retry-After: seconds` (a rate limit's 429).
+    RetryAfter {
+        /// The status code.
+        code: u16,
+        /// Whole seconds to wait.
+        seconds: u16,
+    },
 }
 
 impl Status {
@@ -44,7 +51,17 @@ impl Status {
             Status::ServiceUnavailable => 503,
             Status::UpgradeRequired => 426,
             Status::VersionNotSupported => 505,
-            Status::Other(code) => code,
+            Status::Other(code) | Status::RetryAfter { code, .. } => code,
+        }
+    }
+
+    /// The status of an error reply: `code`, with `Retry-After` when the error said when
+    /// to retry ([`crate::RpcError::retry_after`]).
+    #[must_use]
+    pub const fn of_error(code: u16, retry_after: Option<u16>) -> Status {
+        match retry_after {
+            Some(seconds) => Status::RetryAfter { code, seconds },
+            None => Status::from_code(code),
         }
     }
 
@@ -72,7 +89,7 @@ impl Status {
     /// The status line; [`Status::Other`] has none fixed (`respond_typed` writes it).
     pub(super) const fn status_line(self) -> &'static [u8] {
         match self {
-            Status::Other(_) => b"",
+            Status::Other(_) | Status::RetryAfter { .. } => b"",
             Status::Ok => b"HTTP/1.1 200 OK\r\n",
             Status::NoContent => b"HTTP/1.1 204 No Content\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
@@ -99,6 +116,7 @@ impl Status {
 pub(super) const fn reason_phrase(code: u16) -> &'static str {
     match code {
         202 => "Accepted",
+        400 => "Bad Request",
         401 => "Unauthorized",
         402 => "Payment Required",
         403 => "Forbidden",
@@ -120,7 +138,9 @@ pub(super) const fn reason_phrase(code: u16) -> &'static str {
         428 => "Precondition Required",
         429 => "Too Many Requests",
         451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         504 => "Gateway Timeout",
         507 => "Insufficient Storage",
         511 => "Network Authentication Required",

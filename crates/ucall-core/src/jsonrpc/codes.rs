@@ -68,13 +68,21 @@ impl ErrorCode {
 /// 500). An error given only a status (an application's "404: no such user") carries the
 /// code of the row marked `by_status` for that status, else [`SERVER_ERROR_MAX`]: a -32601
 /// would tell a JSON-RPC caller the method is missing, which a missing user is not.
-const HTTP_STATUSES: [(i32, u16, bool); 5] = [
+const HTTP_STATUSES: [(i32, u16, bool); 6] = [
     (ErrorCode::InvalidParams.code(), 400, true),
     (ErrorCode::InvalidRequest.code(), 400, false),
     (ErrorCode::ParseError.code(), 400, false),
     (ErrorCode::MethodNotFound.code(), 404, false),
     (ErrorCode::InternalError.code(), 500, true),
+    (RATE_LIMITED, RATE_LIMITED_STATUS, true),
 ];
+
+/// The code of a call refused, before it ran, for going over a rate limit
+/// (`crate::limit`); its HTTP status is [`RATE_LIMITED_STATUS`].
+pub const RATE_LIMITED: i32 = -32029;
+
+/// 429 Too Many Requests (RFC 6585 §4), sent with `Retry-After`.
+pub const RATE_LIMITED_STATUS: u16 = 429;
 
 /// The HTTP status of the error a caller gets when its call's deadline passes (504
 /// Gateway Timeout, RFC 9110 §15.6.5: the server gave up waiting on the handler); its
@@ -141,6 +149,9 @@ mod tests {
         assert_eq!(http_status(42), 500);
         assert_eq!(code_for_http_status(400), ErrorCode::InvalidParams.code());
         assert_eq!(code_for_http_status(500), ErrorCode::InternalError.code());
+        assert_eq!(code_for_http_status(429), RATE_LIMITED);
+        assert_eq!(http_status(RATE_LIMITED), 429);
+        assert!(is_server_error(RATE_LIMITED));
         // A missing resource is not a missing method.
         assert_eq!(code_for_http_status(404), SERVER_ERROR_MAX);
         assert_eq!(code_for_http_status(409), SERVER_ERROR_MAX);

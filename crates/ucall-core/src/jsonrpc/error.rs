@@ -19,6 +19,8 @@ pub struct RpcError {
     code: i32,
     /// Fits in the padding after `code`: the error is no larger for it.
     status: Option<NonZeroU16>,
+    /// Seconds after which a retry may pass (HTTP `Retry-After`); in the padding too.
+    retry_after: Option<NonZeroU16>,
     message: Cow<'static, str>,
     data: Option<Box<RawValue>>,
 }
@@ -30,6 +32,7 @@ impl RpcError {
         RpcError {
             code,
             status: None,
+            retry_after: None,
             message: message.into(),
             data: None,
         }
@@ -59,6 +62,20 @@ impl RpcError {
     #[must_use]
     pub fn http_status(&self) -> Option<u16> {
         self.status.map(NonZeroU16::get)
+    }
+
+    /// Tell an HTTP caller to retry after `seconds` (at least 1): the reply carries
+    /// `Retry-After` (RFC 9110 §10.2.3). Raw TCP and WebSocket callers see only the error.
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u16) -> Self {
+        self.retry_after = NonZeroU16::new(seconds.max(1));
+        self
+    }
+
+    /// The seconds after which a retry may pass, if said ([`RpcError::with_retry_after`]).
+    #[must_use]
+    pub fn retry_after(&self) -> Option<u16> {
+        self.retry_after.map(NonZeroU16::get)
     }
 
     /// The status a REST-style call answers with: the one given, else the code's.

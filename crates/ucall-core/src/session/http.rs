@@ -326,7 +326,8 @@ impl Http {
                 ) {
                     Outcome::Silent => Status::NoContent,
                     Outcome::Replied | Outcome::ParseError => {
-                        scratch.jsonrpc.http_status.map_or(Status::Ok, Status::from_code)
+                        let retry_after = scratch.jsonrpc.retry_after;
+                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
                     }
                 }
             } else {
@@ -578,7 +579,7 @@ fn run_rest(
 /// (the one table, `jsonrpc::codes`).
 pub(super) fn rest_error(data: &mut Vec<u8>, error: &RpcError) -> Status {
     jsonrpc::write_error_object(data, error.code(), error.message(), error.data());
-    Status::from_code(error.rest_status())
+    Status::of_error(error.rest_status(), error.retry_after())
 }
 
 /// Answer a refused request and close; `headers` are its CORS header lines, if any, so

@@ -805,7 +805,7 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attac
             (Some(id), Err(error)) => {
                 jsonrpc::write_rpc_error(data, Some(&id), &error);
                 if let Some(named) = error.http_status().filter(|_| single) {
-                    status = Status::from_code(named);
+                    status = Status::of_error(named, error.retry_after());
                 }
             }
             (None, Ok(result)) => {

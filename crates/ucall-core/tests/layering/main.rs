@@ -31,6 +31,7 @@ const RANKS: &[(&str, u32)] = &[
     ("discover", 2),
     ("health", 2),
     ("metrics", 2),
+    ("limit", 2),
     ("router", 3),
     ("dispatch", 4),
     ("spans", 4),

@@ -161,7 +161,9 @@ impl UringWorker {
                 continue;
             };
             // A Unix peer has no address worth keeping (clients' sockets are unnamed).
-            self.accepting[port].addressed = self.serving.router.keeps_peer() && port != UNIX_SOCKET;
+            // Capped per peer: every accept must say from where.
+            let wanted = self.serving.router.keeps_peer() || self.shared.peer_caps.is_some();
+            self.accepting[port].addressed = wanted && port != UNIX_SOCKET;
             let (cancel_multishot, arm) = self.accepting[port].next_turn();
             if cancel_multishot {
                 self.cancel(token(Op::Accept, port, MULTISHOT));
@@ -240,10 +242,19 @@ impl UringWorker {
             return;
         }
         let file = result.unsigned_abs();
-        if !self.listening() || !crate::engine::admit(&self.shared, self.serving.metrics()) {
+        let peer = if one_shot && self.accepting[port].addressed {
+            self.accept_addrs[port].read()
+        } else {
+            None
+        };
+        let admitted = self
+            .listening()
+            .then(|| crate::engine::admit(&self.shared, self.serving.metrics(), peer))
+            .flatten();
+        let Some(peer_slot) = admitted else {
             self.close_file(file, 0, 0);
             return;
-        }
+        };
         let tls = match crate::engine::tls_of(&self.shared, port) {
             Some(tls) => match TlsSession::new(&tls.config) {
                 Ok(session) => Some(Box::new(session)),
@@ -255,16 +266,13 @@ impl UringWorker {
             },
             None => None,
         };
-        let peer = if one_shot && self.accepting[port].addressed {
-            self.accept_addrs[port].read()
-        } else {
-            None
-        };
         self.generation += 1;
         let now = self.now;
+        let mut core = Conn::new(self.generation, tls, peer, now);
+        core.peer_slot = peer_slot;
         let key = self.conns.insert(UringConn {
             file,
-            core: Conn::new(self.generation, tls, peer, now),
+            core,
             one_shot: 0,
             sending: OutBuf::new(),
             sending_bytes: 0,
