@@ -248,6 +248,22 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 	$(PY) crates/ucall-capi/tests/sanitizer_logs.py $(C_OUT)/asan $(C_OUT)/server-exits
 	crates/ucall-capi/tests/install_test.sh
 
+# ------------------------------------------------------------------ release artifacts (packaging/)
+.PHONY: dist
+dist: setup  ## Build dist/: the manylinux2014 abi3 wheel and sdist, the .crate files, @ucall/client's .tgz, the C tarball
+	packaging/dist.sh
+
+.PHONY: dist-test
+dist-test:  ## Install dist/'s artifacts as users do and use them: every CPython 3.9..3.13 found, the sdist, Rust, Node, C
+	packaging/dist_test.sh
+
+.PHONY: test-dist
+test-dist: python  ## make test's short pass: artifacts from the release builds at hand, installed on the oldest and newest Python
+	packaging/dist.sh --quick
+	packaging/dist_test.sh --quick
+
+test: test-dist
+
 .PHONY: install
 install:  ## Install libucall, ucall.h, ucall.pc and the CMake package under PREFIX (default /usr/local)
 	cargo build --release -p ucall-capi

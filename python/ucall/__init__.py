@@ -10,7 +10,13 @@
         return a + b
 
     server.run()
+
+The submodules the docs name (``ucall.auth``, ``ucall.client``, ``ucall.testing``,
+``ucall.posix``, ...) are there after ``import ucall``, loaded when first used.
 """
+
+import importlib
+from typing import Any
 
 from ucall._server import Server
 from ucall._ucall import Context, __version__
@@ -38,3 +44,12 @@ __all__ = [
     "UCallError",
     "__version__",
 ]
+
+# Loaded on first use, so `import ucall` stays quick and `ucall.auth.api_key(...)` works.
+_SUBMODULES = frozenset({"auth", "cli", "client", "posix", "rich_posix", "rich_uring", "server", "testing", "uring"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"ucall.{name}")
+    raise AttributeError(f"module 'ucall' has no attribute {name!r}")

@@ -25,10 +25,11 @@ ITEM = "item"
 REPLY = "reply"
 
 
-def request_bytes(kind: str, body: bytes, host: str, port: int, path: str) -> bytes:
-    """The request's bytes over HTTP or raw TCP (WebSocket messages need the reader)."""
+def request_bytes(kind: str, body: bytes, host: str, port: int, path: str, headers: str = "") -> bytes:
+    """The request's bytes over HTTP or raw TCP (WebSocket messages need the reader);
+    ``headers``: extra lines (``_wire.header_lines``)."""
     if kind == "http":
-        return http_request(body, host, port, path).replace(
+        return http_request(body, host, port, path, headers).replace(
             b"Accept: application/json\r\n", b"Accept: application/jsonl, application/json\r\n", 1
         )
     return body + b"\n"

@@ -270,7 +270,9 @@ class ReplyBody:
 class NativeClient:
     """A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS);
     the GIL is released while it waits. ``tls`` (None: plaintext) holds ``cacert``,
-    ``insecure``, ``tls_cert``, ``tls_key``, ``server_hostname`` and ``resumption``."""
+    ``insecure``, ``tls_cert``, ``tls_key``, ``server_hostname`` and ``resumption``.
+    ``headers`` go with every HTTP request and the WebSocket upgrade (ValueError for a
+    bad name or value)."""
 
     def __new__(
         cls,
@@ -280,6 +282,7 @@ class NativeClient:
         path: str,
         timeout: Optional[float],
         tls: Optional[Dict[str, Any]] = None,
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> "NativeClient": ...
     def calls(
         self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
@@ -309,6 +312,7 @@ class NativeMux:
         timeout: Optional[float],
         notify_fd: int,
         tls: Optional[Dict[str, Any]] = None,
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> "NativeMux": ...
     def call(
         self,

@@ -41,12 +41,41 @@ def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def http_request(body: bytes, host: str, port: int, path: str = "/") -> bytes:
+def http_request(body: bytes, host: str, port: int, path: str = "/", headers: str = "") -> bytes:
+    """A POST of ``body``; ``headers`` are extra lines as ``header_lines`` makes them."""
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host_port(host, port)}\r\nUser-Agent: ucall-python\r\n"
-        f"Accept: application/json\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Accept: application/json\r\nContent-Type: application/json\r\n{headers}"
+        f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("latin-1") + body
+
+
+# What the client writes itself, which a caller's header would contradict.
+_OWN_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "transfer-encoding", "connection", "upgrade"}
+    | {"sec-websocket-key", "sec-websocket-version"}
+)
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.1 (tchar)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # §5.5: no CR, LF, NUL or other control
+
+
+def header_lines(headers: Any) -> str:
+    """``Name: value\\r\\n`` for each of ``headers`` (a mapping), checked: a name must be an
+    HTTP token, a value Latin-1 without control characters, and neither a header the
+    client writes itself (``Host``, ``Content-Length``, ...). ValueError says which."""
+    lines = []
+    for name, value in dict(headers).items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values are str, got {name!r}: {value!r}")
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+        if name.lower() in _OWN_HEADERS:
+            raise ValueError(f"the client writes the {name} header itself")
+        if _CONTROL.search(value) or any(ord(c) > 0xFF for c in value):
+            raise ValueError(f"the value of the {name} header has a control character or a character beyond Latin-1")
+        lines.append(f"{name}: {value.strip(' ')}\r\n")
+    return "".join(lines)
 
 
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
@@ -266,7 +295,7 @@ class WebSocketReader:
     after each ``feed``. Messages have no size limit here, as HTTP bodies have none.
     """
 
-    def __init__(self, host: str, port: int, path: str, secure: bool) -> None:
+    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = ()) -> None:
         try:
             from websockets.client import ClientProtocol
             from websockets.uri import parse_uri
@@ -275,6 +304,7 @@ class WebSocketReader:
         scheme = "wss" if secure else "ws"
         self.protocol = ClientProtocol(parse_uri(f"{scheme}://{host_port(host, port)}{path}"), max_size=None)
         self._secure = secure
+        self._headers = dict(headers)  # sent with the upgrade request (checked by header_lines)
         self.opened = False
         self.ended = False
         self.why = ""
@@ -285,6 +315,8 @@ class WebSocketReader:
         """The opening handshake's HTTP request."""
         request = self.protocol.connect()
         request.headers["User-Agent"] = "ucall-python"
+        for name, value in self._headers.items():
+            request.headers[name] = value.strip(" ")
         self.protocol.send_request(request)
         return self.to_send()
 

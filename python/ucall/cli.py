@@ -43,7 +43,7 @@ from ucall.exceptions import ConnectError, RPCError, UCallError
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 UPLOAD_PROGRESS_BYTES = 4 << 20
-TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "image")
+TYPES = ("int", "float", "str", "bool", "json", "bytes", "binary", "file", "numpy", "image")
 NEGATIVE = re.compile(r"-\.?\d")  # a dash then a digit: a negative number, a value and not an option
 HIDDEN = "\0"  # argv cannot hold a NUL, so this prefix cannot be typed
 
@@ -84,6 +84,10 @@ def _cast(text: str, kind: str | None) -> Any:
         if kind in ("bytes", "binary", "file"):
             with open(text, "rb") as f:
                 return f.read()
+        if kind == "numpy":
+            import numpy
+
+            return numpy.load(text, allow_pickle=False)
         if kind == "image":
             from PIL import Image
 
@@ -93,6 +97,14 @@ def _cast(text: str, kind: str | None) -> Any:
     except (OSError, ValueError) as error:
         raise click.BadParameter(f"{text!r} as {kind}: {error}") from None
     raise click.BadParameter(f"unknown type {kind!r} (one of {', '.join(TYPES)})")
+
+
+def _header(argument: str) -> tuple[str, str]:
+    """``-H 'Name: value'`` (curl's form) as ``(name, value)``."""
+    name, sep, value = argument.partition(":")
+    if not sep or not name.strip():
+        raise click.BadParameter(f"{argument!r}: expected 'NAME: VALUE'", param_hint="'-H'")
+    return name.strip(), value.strip()
 
 
 def _named(argument: str) -> tuple[str, Any]:
@@ -222,7 +234,7 @@ def main() -> None:
     show_default=True,
     envvar="UCALL_URI",
     show_envvar=True,
-    help="Server host, or a URL: http://, https://, ws:// or wss:// (a port or path in it wins over -p).",
+    help="Server host, or a URL: http://, https://, ws://, wss://, tcp:// or tls:// (a port or path in it wins over -p).",
 )
 @click.option(
     "-p", "--port", default=8545, show_default=True, envvar="UCALL_PORT", show_envvar=True, help="Server port."
@@ -246,6 +258,14 @@ def main() -> None:
     "cert_key",
     type=click.Path(exists=True, dir_okay=False),
     help="The private key (PEM) of --cert, when it is not in the same file.",
+)
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'NAME: VALUE'",
+    help="Send this HTTP header (an API key, a token), as curl -H does; with the WebSocket upgrade for ws://.",
 )
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the reply.")
 @click.option(
@@ -278,12 +298,14 @@ def call(
     insecure: bool,
     cert: str | None,
     cert_key: str | None,
+    headers: tuple[str, ...],
     timeout: float,
     output_format: str,
     output: str | None,
 ) -> None:
     """Call METHOD with KEY=VALUE, KEY:TYPE=VALUE or KEY:=JSON params (TYPE: int, float,
-    str, bool, json, bytes, image). METHOD --help describes it, --list lists them all."""
+    str, bool, json; bytes, binary or file: a file's bytes; numpy: a .npy file's array;
+    image: an image file). METHOD --help describes it, --list lists them all."""
     ctx = click.get_current_context()
     describe = bool(ctx.meta.get("ucall.describe"))
     if method is None and not list_methods:
@@ -314,6 +336,7 @@ def call(
             insecure=insecure,
             tls_cert=cert,
             tls_key=cert_key,
+            headers=dict(_header(h) for h in headers),
         )
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None

@@ -12,7 +12,7 @@
 
     Client("https://127.0.0.1:8545", cacert="ca.pem")   # HTTPS, the certificate checked
     Client("ws://127.0.0.1:8545")                       # WebSocket; wss:// over TLS
-    Client(port=8545, use_http=False, tls=True)         # raw TCP over TLS
+    Client("tcp://127.0.0.1:8545")                      # raw TCP; tls:// over TLS
 
 One connection per client, kept alive and re-opened when the server closed it. A client
 is not thread-safe: use one per thread (or ``AsyncClient`` with many calls in flight).
@@ -41,11 +41,11 @@ import socket
 import ssl
 import urllib.parse
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar, Union, overload
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeVar, Union, overload
 
 from ucall import _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
-from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, host_port, http_request
+from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, header_lines, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
 __all__ = ["AsyncClient", "AsyncStream", "Batch", "Client", "ClientTLS", "Response", "Stream"]
@@ -54,7 +54,15 @@ Progress = Callable[[int, int], None]
 Framer = Union[ReplyReader, WebSocketReader]
 StrPath = Union[str, "os.PathLike[str]"]
 
-SCHEMES = {"http": (False, False), "https": (True, False), "ws": (False, True), "wss": (True, True)}  # tls, websocket
+# The URI schemes every UCall client takes (as @ucall/client does): scheme -> (tls, transport).
+SCHEMES = {
+    "http": (False, "http"),
+    "https": (True, "http"),
+    "ws": (False, "ws"),
+    "wss": (True, "ws"),
+    "tcp": (False, "tcp"),
+    "tls": (True, "tcp"),
+}
 
 
 class Response:
@@ -366,6 +374,7 @@ class _Endpoint:
         server_hostname: str | None = None,
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         websocket = False
         tls_options = any(o is not None for o in (cacert, ssl_context, tls_cert, tls_key)) or insecure
@@ -374,15 +383,19 @@ class _Endpoint:
             scheme = parts.scheme.lower()
             if scheme not in SCHEMES:
                 raise ValueError(f"{uri!r}: the scheme must be one of {', '.join(SCHEMES)}")
-            if not use_http:
+            secure, transport = SCHEMES[scheme]
+            if not use_http and transport != "tcp":
                 raise ValueError(f"{uri!r} names its protocol: use_http=False (raw TCP) does not go with it")
             if not parts.hostname:
                 raise ValueError(f"{uri!r} names no host")
-            secure, websocket = SCHEMES[scheme]
+            if transport == "tcp" and parts.path not in ("", "/"):
+                raise ValueError(f"{uri!r}: raw TCP has no path")
+            websocket = transport == "ws"
+            use_http = transport == "http"
             if tls is not None and tls != secure:
                 raise ValueError(f"tls={tls} contradicts {scheme}://")
             if tls_options and not secure:
-                raise ValueError(f"{scheme}:// is plaintext: TLS options need https:// or wss://")
+                raise ValueError(f"{scheme}:// is plaintext: TLS options need https://, wss:// or tls://")
             tls = secure
             uri = parts.hostname
             port = parts.port if parts.port is not None else port
@@ -393,6 +406,14 @@ class _Endpoint:
         self.port = port
         self.use_http = use_http and not websocket
         self.websocket = websocket
+        #: Sent with every HTTP request and with the WebSocket upgrade request.
+        self.headers = dict(headers or {})
+        self._header_lines = header_lines(self.headers)
+        if self.headers and not (self.use_http or websocket):
+            raise ValueError(
+                "raw TCP carries no headers: call a server behind ucall.auth over HTTP or WebSocket"
+                " (or its methods named in public=)"
+            )
         self.tls = bool(tls) or tls_options
         self.timeout = timeout
         self.path = path
@@ -454,18 +475,30 @@ class _Endpoint:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def frame(self, body: bytes) -> bytes:
-        """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection)."""
-        return http_request(body, self.uri, self.port, self.path) if self.use_http else body + b"\n"
+    def frame(self, body: bytes, headers: str = "") -> bytes:
+        """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
+        ``headers``: a call's own header lines, after the client's."""
+        if self.use_http:
+            return http_request(body, self.uri, self.port, self.path, self._header_lines + headers)
+        return body + b"\n"
 
-    def _encode(self, framer: Framer, bodies: Iterable[bytes]) -> bytes:
+    def _encode(self, framer: Framer, bodies: Iterable[bytes], headers: str = "") -> bytes:
         if isinstance(framer, WebSocketReader):
             return b"".join(framer.encode(body) for body in bodies)
-        return b"".join(self.frame(body) for body in bodies)
+        return b"".join(self.frame(body, headers) for body in bodies)
+
+    def _call_headers(self, headers: Mapping[str, str]) -> str:
+        """A call's own headers as lines; only HTTP sends headers with each call."""
+        if not self.use_http:
+            raise ValueError(
+                "only HTTP sends headers with each call: a WebSocket sends them once, with its"
+                " upgrade (give them to the client: headers=)"
+            )
+        return header_lines(headers)
 
     def _framer(self) -> Framer:
         if self.websocket:
-            return WebSocketReader(self.uri, self.port, self.path, self.tls)
+            return WebSocketReader(self.uri, self.port, self.path, self.tls, self.headers)
         return ReplyReader(self.use_http)
 
     def _tls_failure(self, error: Exception) -> ConnectError:
@@ -523,8 +556,8 @@ class Client(_Endpoint, _OwnsSocket):
     """A blocking JSON-RPC client over HTTP/1.1 (default), raw TCP (``use_http=False``) or
     WebSocket (a ``ws://`` or ``wss://`` URI), each in plaintext or over TLS.
 
-    ``uri`` is a host, or a URL (``http``, ``https``, ``ws``, ``wss``) whose port and path,
-    when given, replace ``port`` and ``path``. TLS (``tls=True``, or an ``https``/``wss``
+    ``uri`` is a host, or a URL (``http``, ``https``, ``ws``, ``wss``, and ``tcp``, ``tls``
+    for raw TCP) whose port and path, when given, replace ``port`` and ``path``. TLS (``tls=True``, or an ``https``/``wss``
     URI) checks the server's certificate against the system's CAs, or only against the
     PEM file ``cacert``; ``insecure=True`` accepts any certificate; ``ssl_context`` is used
     as given. ``tls_cert`` is the client's certificate chain (PEM), with its key in
@@ -550,9 +583,22 @@ class Client(_Endpoint, _OwnsSocket):
         session_resumption: bool = True,
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname, tls_cert, tls_key
+            uri,
+            port,
+            use_http,
+            timeout,
+            path,
+            tls,
+            cacert,
+            insecure,
+            ssl_context,
+            server_hostname,
+            tls_cert,
+            tls_key,
+            headers,
         )
         self.sock: socket.socket | None = None
         self._heard = False  # whether the connection has sent any reply bytes
@@ -564,7 +610,7 @@ class Client(_Endpoint, _OwnsSocket):
             if self._native_tls is not None:
                 self._native_tls["resumption"] = session_resumption
             native = self._native_protocol, self.path, timeout
-            self._native = NativeClient(self.uri, self.port, *native, self._native_tls)
+            self._native = NativeClient(self.uri, self.port, *native, self._native_tls, list(self.headers.items()))
 
     # ------------------------------------------------------------ calling
 
@@ -585,6 +631,14 @@ class Client(_Endpoint, _OwnsSocket):
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         response: Response = self._exchange(request)
         return self._in_time(response)
+
+    def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:
+        """Like ``call`` with params given whole (a list, a dict or None), sending ``headers``
+        with this call only, besides the client's (HTTP only)."""
+        lines = self._call_headers(headers)
+        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
+        reply = self._roundtrip([dumps(request)], 1, None, lines)[0]
+        return self._in_time(self._check(Response(_decode(reply)), request))
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
         """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
@@ -665,7 +719,9 @@ class Client(_Endpoint, _OwnsSocket):
             raise ProtocolError(f"a reply to another request: {data!r}")
         return response
 
-    def _roundtrip(self, bodies: list[bytes], replies: int, progress: Progress | None = None) -> list[Reply]:
+    def _roundtrip(
+        self, bodies: list[bytes], replies: int, progress: Progress | None = None, headers: str = ""
+    ) -> list[Reply]:
         if self.sock is not None and (self._reader.ended or _closed_by_peer(self.sock)):
             self._drop()  # closed by the server between calls: an idle time-out, a shutdown
         for attempt in (0, 1):
@@ -673,7 +729,7 @@ class Client(_Endpoint, _OwnsSocket):
             sock = self._connect()
             sent = False
             try:
-                self._send(sock, self._encode(self._reader, bodies), progress)
+                self._send(sock, self._encode(self._reader, bodies, headers), progress)
                 sent = True
                 received = [self._receive(sock) for _ in range(replies)]
                 self._keep_session(sock)
@@ -859,11 +915,13 @@ class Stream(_OwnsSocket):
             sock = client._wrap(raw)
             ws = None
             if kind == "ws":
-                ws = WebSocketReader(client.uri, client.port, client.path, client.tls)
+                ws = WebSocketReader(client.uri, client.port, client.path, client.tls, client.headers)
                 client._open_websocket(sock, ws)
                 payload = ws.encode(body)
             else:
-                payload = _streamed.request_bytes(kind, body, client.uri, client.port, client.path)
+                payload = _streamed.request_bytes(
+                    kind, body, client.uri, client.port, client.path, client._header_lines
+                )
             sock.sendall(payload)
         except BaseException:
             sock.close()
@@ -1186,6 +1244,7 @@ class ClientTLS(Client):
         path: str = "/",
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -1199,6 +1258,7 @@ class ClientTLS(Client):
             session_resumption=enable_session_resumption,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            headers=headers,
         )
 
 
@@ -1230,9 +1290,22 @@ class AsyncClient(_Endpoint):
         server_hostname: str | None = None,
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            uri, port, use_http, timeout, path, tls, cacert, insecure, ssl_context, server_hostname, tls_cert, tls_key
+            uri,
+            port,
+            use_http,
+            timeout,
+            path,
+            tls,
+            cacert,
+            insecure,
+            ssl_context,
+            server_hostname,
+            tls_cert,
+            tls_key,
+            headers,
         )
         self._writer: asyncio.StreamWriter | None = None
         self._framer_in_use: Framer | None = None
@@ -1282,6 +1355,12 @@ class AsyncClient(_Endpoint):
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         return self._in_time(await self._exchange(request))
 
+    async def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:
+        """As ``Client.call_with_headers``: ``headers`` go with this call only (HTTP only)."""
+        lines = self._call_headers(headers)
+        request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
+        return self._in_time(await self._exchange(request, lines))
+
     def stream(self, method: str, *args: Any, **kwargs: Any) -> AsyncStream:
         """As ``Client.stream``: ``async for token in client.stream("generate", prompt=...)``.
         The call has a connection of its own; ``aclose()`` (or leaving ``async with``)
@@ -1325,8 +1404,10 @@ class AsyncClient(_Endpoint):
             mux = self._mux = _Mux(self, loop)
         return mux
 
-    async def _exchange(self, request: Any) -> Any:
-        if self._native_protocol is not None:
+    async def _exchange(self, request: Any, headers: str = "") -> Any:
+        """Send ``request`` and settle its reply; ``headers`` (a call's own lines) take
+        Python's transport, since the native one writes one head for the connection."""
+        if self._native_protocol is not None and not headers:
             mux = self._native_mux()
             expects = self.expects_reply(request)
             reply = await mux.wait(mux.native.send(request, expects, _native_encode))
@@ -1338,7 +1419,7 @@ class AsyncClient(_Endpoint):
         if self.expects_reply(request):
             future = asyncio.get_running_loop().create_future()
             self._waiting.append(future)
-        writer.write(self._encode(framer, [dumps(request)]))
+        writer.write(self._encode(framer, [dumps(request)], headers))
         if future is None:
             await writer.drain()
             return None
@@ -1524,7 +1605,7 @@ class _Mux:
             # The write end goes to the native side, which closes it after its I/O thread.
             fd = wake_w.detach()
             native = client._native_protocol, client.path, client.timeout
-            self.native = NativeMux(client.uri, client.port, *native, fd, client._native_tls)
+            self.native = NativeMux(client.uri, client.port, *native, fd, client._native_tls, list(client.headers.items()))
         except BaseException:
             self.wake_r.close()
             raise

@@ -48,3 +48,16 @@ def test_the_c_header_carries_the_workspace_version() -> None:
 
 def test_the_version_supersedes_the_published_one() -> None:
     assert parts(workspace_version()) > PUBLISHED
+
+
+def test_every_package_states_the_workspace_version() -> None:
+    # The crates' versioned dependencies on each other, @ucall/client (package.json and its
+    # lock), ucall.h's macros, and the find_package() lines the docs show.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_versions", REPO_ROOT / "packaging" / "check_versions.py")
+    assert spec is not None and spec.loader is not None
+    check_versions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_versions)
+    assert check_versions.problems() == []
+    assert set(check_versions.stated_versions()) >= {"js/package.json", "include/ucall/ucall.h"}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Install libucall into a temporary prefix, then build examples/c/sum.c against the
+# Install libucall into a temporary prefix (or take the tree at UCALL_PREFIX, an unpacked
+# release tarball: packaging/dist_test.sh), then build examples/c/sum.c against the
 # installed tree with pkg-config (shared and static) and with CMake (find_package(ucall),
 # both targets), and serve one call with each binary. Checks the SONAME, its links, and
 # that the shared builds record it. Also runs the examples `make examples-c` built in the
@@ -10,7 +11,7 @@ root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-prefix="$work/prefix"
+prefix="${UCALL_PREFIX:-$work/prefix}"
 passed=0
 failed=0
 
@@ -47,7 +48,7 @@ serve_one_call() {
     fi
 }
 
-crates/ucall-capi/packaging/install.sh "$prefix" >/dev/null
+[ -n "${UCALL_PREFIX:-}" ] || crates/ucall-capi/packaging/install.sh "$prefix" >/dev/null
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 IFS=. read -r major minor _ <<<"$version"
 if [ "$major" = 0 ]; then soname="libucall.so.0.$minor"; else soname="libucall.so.$major"; fi
@@ -83,7 +84,8 @@ static_libs="$(pkg-config --static --libs ucall | sed 's/-lucall/-Wl,-Bstatic -l
 $cc -std=c99 -Wall -Wextra -Werror -O2 examples/c/sum.c $(pkg-config --cflags ucall) $static_libs \
     -o "$work/sum_pkgconfig_static"
 check "pkg-config, shared: records the SONAME" "$(needed_by "$work/sum_pkgconfig_shared")" "$soname"
-LD_LIBRARY_PATH="$prefix/lib" serve_one_call "pkg-config, shared" "$work/sum_pkgconfig_shared"
+# No LD_LIBRARY_PATH: ucall.pc's rpath finds the library where the tree is.
+serve_one_call "pkg-config, shared" "$work/sum_pkgconfig_shared"
 serve_one_call "pkg-config, static" "$work/sum_pkgconfig_static"
 if ldd "$work/sum_pkgconfig_static" | grep -q libucall; then
     echo "FAILED: the static build links libucall.so" >&2
@@ -94,7 +96,7 @@ mkdir -p "$work/cmake"
 cat >"$work/cmake/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.16)
 project(ucall_sum C CXX)
-find_package(ucall 0.6 REQUIRED)
+find_package(ucall $major.$minor REQUIRED)
 add_executable(sum_shared "$root/examples/c/sum.c")
 set_target_properties(sum_shared PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON)
 target_link_libraries(sum_shared PRIVATE ucall::ucall Threads::Threads)
@@ -108,7 +110,7 @@ CMAKE
 cmake -S "$work/cmake" -B "$work/cmake/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/cmake/build" -j 2 >/dev/null
 check "CMake, ucall::ucall: records the SONAME" "$(needed_by "$work/cmake/build/sum_shared")" "$soname"
-LD_LIBRARY_PATH="$prefix/lib" serve_one_call "CMake, ucall::ucall" "$work/cmake/build/sum_shared"
+serve_one_call "CMake, ucall::ucall" "$work/cmake/build/sum_shared"
 serve_one_call "CMake, ucall::ucall_static" "$work/cmake/build/sum_static"
 serve_one_call "CMake, C++ example" "$work/cmake/build/sum_cpp"
 

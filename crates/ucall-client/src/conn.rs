@@ -153,7 +153,7 @@ impl Connection {
         let authority = self.endpoint.authority();
         let path = self.endpoint.path().to_owned();
         let (handshake, key) = if protocol == Protocol::WebSocket {
-            let (request, key) = websocket_handshake(&authority, &path);
+            let (request, key) = websocket_handshake(&authority, &path, self.endpoint.header_lines());
             (Some(request), Some(key))
         } else {
             (None, None)
@@ -165,7 +165,7 @@ impl Connection {
             tls,
             out: OutQueue::default(),
             reader,
-            framer: RequestFramer::new(protocol, &authority, &path),
+            framer: RequestFramer::new(protocol, &authority, &path).with_header_lines(self.endpoint.header_lines()),
             readable: false,
             writable: false,
             heard: false,

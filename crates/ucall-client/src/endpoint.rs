@@ -36,6 +36,36 @@ pub struct Endpoint {
     server_name: Option<String>,
     timeout: Option<Duration>,
     tls_config: Option<Arc<ClientConfig>>,
+    /// Extra header lines (`Name: value\r\n` each), checked when added.
+    headers: String,
+}
+
+/// Headers the client writes itself, which a caller's would contradict.
+const OWN_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+];
+
+fn check_header(name: &str, value: &str) -> Result<()> {
+    // tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(tchar) {
+        return Err(Error::invalid(format!("{name:?} is not an HTTP header name")));
+    }
+    if OWN_HEADERS.iter().any(|own| own.eq_ignore_ascii_case(name)) {
+        return Err(Error::invalid(format!("the client writes the {name} header itself")));
+    }
+    // field-value: visible characters, spaces and tabs (obs-text allowed); no CR, LF or NUL.
+    if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(Error::invalid(format!("the value of the {name} header has a control character")));
+    }
+    Ok(())
 }
 
 #[derive(Clone, Default)]
@@ -60,6 +90,7 @@ impl Endpoint {
             server_name: None,
             timeout: Some(Duration::from_secs(30)),
             tls_config: None,
+            headers: String::new(),
         }
     }
 
@@ -174,6 +205,27 @@ impl Endpoint {
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// Send `name: value` with every HTTP request and with the WebSocket upgrade request
+    /// (an API key, a bearer token: what `ucall.auth` checks). Raw TCP carries no headers.
+    ///
+    /// # Errors
+    /// A name that is not an HTTP token (RFC 9110 §5.1), a value with a control character
+    /// (§5.5), or a header the client writes itself (`Host`, `Content-Length`, ...).
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self> {
+        check_header(name, value)?;
+        self.headers.push_str(name);
+        self.headers.push_str(": ");
+        self.headers.push_str(value.trim_matches([' ', '\t']));
+        self.headers.push_str("\r\n");
+        Ok(self)
+    }
+
+    /// The extra header lines, as [`Endpoint::with_header`] added them.
+    #[must_use]
+    pub fn header_lines(&self) -> &str {
+        &self.headers
     }
 
     /// The host.

@@ -269,6 +269,17 @@ impl RequestFramer {
         }
     }
 
+    /// The same, with `lines` (`Name: value\r\n` each, as [`crate::Endpoint::with_header`]
+    /// checked them) in every HTTP request's head.
+    #[must_use]
+    pub fn with_header_lines(mut self, lines: &str) -> Self {
+        if !lines.is_empty() {
+            let at = self.head.len() - b"Content-Length: ".len();
+            self.head.splice(at..at, lines.bytes());
+        }
+        self
+    }
+
     /// Whether a notification gets a reply (HTTP answers every request, `204` for these).
     #[must_use]
     pub fn replies_to_notifications(&self) -> bool {
@@ -356,9 +367,10 @@ impl RequestFramer {
     }
 }
 
-/// The opening handshake of a WebSocket to `path` on `host`, and the key it sent.
+/// The opening handshake of a WebSocket to `path` on `host` with the extra header `lines`
+/// (`Name: value\r\n` each), and the key it sent.
 #[must_use]
-pub fn websocket_handshake(host: &str, path: &str) -> (Vec<u8>, String) {
+pub fn websocket_handshake(host: &str, path: &str, lines: &str) -> (Vec<u8>, String) {
     use base64::Engine as _;
     let mut masks = Masks::new();
     let mut nonce = [0u8; 16];
@@ -368,7 +380,7 @@ pub fn websocket_handshake(host: &str, path: &str) -> (Vec<u8>, String) {
     let key = base64::engine::general_purpose::STANDARD.encode(nonce);
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{lines}\r\n"
     );
     (request.into_bytes(), key)
 }
@@ -1149,7 +1161,7 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
 
     #[test]
     fn websocket_fragments_pings_and_close() {
-        let (_, key) = websocket_handshake("h", "/");
+        let (_, key) = websocket_handshake("h", "/", "");
         let accept = ucall_core::ws::accept_key(key.as_bytes());
         let mut reader = ReplyReader::new(Protocol::WebSocket, Some(key));
         reader.feed(
@@ -1168,6 +1180,32 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
         assert!(all(&mut reader).is_empty());
         assert!(reader.ended());
         assert_eq!(reader.why(), " (WebSocket close code 1000)");
+    }
+
+    #[test]
+    fn header_lines_go_in_every_request_and_the_upgrade() {
+        let endpoint = crate::Endpoint::new("h", 1).with_header("X-API-Key", " s3cret ").expect("a valid header");
+        let lines = endpoint.header_lines();
+        assert_eq!(lines, "X-API-Key: s3cret\r\n");
+        let mut framer = RequestFramer::new(Protocol::Http, "h:1", "/").with_header_lines(lines);
+        for _ in 0..2 {
+            let mut out = OutQueue::default();
+            framer.frame(b"{}".to_vec(), &mut out);
+            let text = String::from_utf8(out.front().to_vec()).expect("ascii");
+            assert!(text.contains("\r\nX-API-Key: s3cret\r\nContent-Length: 2\r\n\r\n{}"), "{text}");
+        }
+        let (upgrade, _) = websocket_handshake("h:1", "/", lines);
+        let upgrade = String::from_utf8(upgrade).expect("ascii");
+        assert!(upgrade.ends_with("Sec-WebSocket-Version: 13\r\nX-API-Key: s3cret\r\n\r\n"), "{upgrade}");
+    }
+
+    #[test]
+    fn bad_headers_are_refused() {
+        let endpoint = || crate::Endpoint::new("h", 1);
+        for (name, value) in [("X Key", "v"), ("", "v"), ("X-Key", "a\r\nHost: evil"), ("X-Key", "\0"), ("content-length", "1")] {
+            let error = endpoint().with_header(name, value).err().expect("refused");
+            assert_eq!(error.kind(), crate::ErrorKind::Invalid, "{name:?}: {value:?}");
+        }
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn endpoint(
     path: &str,
     timeout: Option<f64>,
     tls: Option<TlsSettings>,
+    headers: Vec<(String, String)>,
 ) -> PyResult<Endpoint> {
     let protocol = match protocol {
         "http" => Protocol::Http,
@@ -51,6 +52,11 @@ fn endpoint(
         .with_protocol(protocol)
         .with_path(path)
         .with_timeout(seconds(timeout)?);
+    for (name, value) in &headers {
+        endpoint = endpoint
+            .with_header(name, value)
+            .map_err(|e| PyValueError::new_err(e.message().to_owned()))?;
+    }
     if let Some(tls) = tls {
         endpoint = endpoint.tls();
         if let Some(cacert) = tls.cacert {
@@ -301,7 +307,7 @@ impl NativeClient {
 #[pymethods]
 impl NativeClient {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout, tls=None))]
+    #[pyo3(signature = (host, port, protocol, path, timeout, tls=None, headers=Vec::new()))]
     fn new(
         host: &str,
         port: u16,
@@ -309,8 +315,9 @@ impl NativeClient {
         path: &str,
         timeout: Option<f64>,
         tls: Option<TlsSettings>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Self> {
-        let client = Client::new(endpoint(host, port, protocol, path, timeout, tls)?)
+        let client = Client::new(endpoint(host, port, protocol, path, timeout, tls, headers)?)
             .map_err(|e| Python::attach(|py| exception(py, &e)))?;
         Ok(NativeClient {
             client: Mutex::new(client),
@@ -436,7 +443,8 @@ impl NativeMux {
 #[pymethods]
 impl NativeMux {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd, tls=None))]
+    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd, tls=None, headers=Vec::new()))]
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: &str,
         port: u16,
@@ -445,8 +453,9 @@ impl NativeMux {
         timeout: Option<f64>,
         notify_fd: i32,
         tls: Option<TlsSettings>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Self> {
-        let endpoint = match endpoint(host, port, protocol, path, timeout, tls) {
+        let endpoint = match endpoint(host, port, protocol, path, timeout, tls, headers) {
             Ok(endpoint) => endpoint,
             Err(error) => {
                 // SAFETY: the descriptor was handed over and no thread uses it.
