@@ -150,14 +150,16 @@ def unpack_image(data: bytes) -> Any:
 
 
 def encode(obj: Any) -> Any:
-    """A plain JSON value for ``obj``, whose type the native writer does not know.
+    """A value the native writer writes for ``obj``, whose type it does not know: a plain
+    JSON value, or for a numpy array its ``.npy`` file (a large one as its header and
+    itself, which the writer turns into base64 straight in the message, ``npy_parts``).
 
     Raises ``TypeError`` for an object that has no JSON form.
     """
     if is_ndarray(obj):
         if obj.dtype.hasobject:
             raise TypeError("a numpy array of Python objects (no .npy form without pickle)")
-        return pack_ndarray(obj)
+        return npy_parts(obj)
     if is_numpy_scalar(obj):
         return obj.item()
     if is_image(obj):

@@ -231,6 +231,8 @@ def _to_none(value: Any) -> None:
 
 
 def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):  # an attachment of a binary message (docs/wire.md)
+        return value
     if not isinstance(value, str):
         raise _fail("a base64 string", value)
     try:
@@ -266,15 +268,19 @@ def _is_image_type(hint: Any) -> bool:
 
 
 def _to_ndarray(value: Any) -> Any:
-    if isinstance(value, bytearray):  # float64s the extension parsed (JSON gives no bytearray)
+    # From the extension (JSON gives neither a tuple nor a bytearray): raw little-endian
+    # data, its dtype and shape (an attachment, docs/wire.md, or the float64s of a JSON
+    # list), or the .npy file of a base64 string, decoded.
+    if isinstance(value, tuple):
         import numpy as np
 
-        return np.frombuffer(value, dtype=np.float64)
+        data, dtype, shape = value
+        return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
     if isinstance(value, list):
         import numpy as np
 
         return np.asarray(value)
-    data = _to_bytes(value)
+    data = value if isinstance(value, bytearray) else _to_bytes(value)
     try:
         return _codec.unpack_ndarray(data)
     except ValueError as error:

@@ -238,21 +238,10 @@ def _complete(request: dict[str, Any], next_id: Callable[[], int]) -> dict[str, 
 
 
 def _native_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Params for the native writer, which packs rich values itself (see ``_native_encode``)."""
+    """Params for the native writer, which packs rich values itself (see ``_codec.encode``)."""
     if args and kwargs:
         raise TypeError("pass params either by position or by name, not both")
     return kwargs or args or None
-
-
-def _native_encode(obj: Any) -> Any:
-    """The native writer's hook for types it does not know: a numpy array becomes its
-    ``.npy`` bytes (a large one its header and itself), which the writer turns into base64
-    straight in the request."""
-    if _codec.is_ndarray(obj):
-        if obj.dtype.hasobject:
-            raise TypeError("a numpy array of Python objects (no .npy form without pickle)")
-        return _codec.npy_parts(obj)
-    return _codec.encode(obj)
 
 
 def _decode(reply: Reply) -> Any:
@@ -688,7 +677,7 @@ class Client(_Endpoint, _OwnsSocket):
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
         assert self._native is not None
         items = [(method, params, self.next_id()) for method, params in calls]
-        replies = self._native.calls(items, _native_encode, self.timeout)
+        replies = self._native.calls(items, _codec.encode, self.timeout)
         return [
             _native_response(reply[0], reply[1], item[2]) or self._check(Response(_decode(Reply(*reply))), {"id": item[2]})
             for reply, item in zip(replies, items)
@@ -698,7 +687,7 @@ class Client(_Endpoint, _OwnsSocket):
         expected = 1 if self.expects_reply(request) else 0
         if self._native is not None and progress is None:
             # (An upload with progress reports goes on a Python socket of its own.)
-            replies = [Reply(*r) for r in self._native.send([request], expected, _native_encode, self.timeout)]
+            replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout)]
         else:
             replies = self._roundtrip([dumps(request)], expected, progress)
         if not replies:
@@ -1339,7 +1328,7 @@ class AsyncClient(_Endpoint):
             if mux.held:
                 return mux.hold(method, params, request_id)
             try:
-                ticket = mux.native.call(method, params, request_id, _native_encode, self.timeout, UNSENT_AT_MOST)
+                ticket = mux.native.call(method, params, request_id, _codec.encode, self.timeout, UNSENT_AT_MOST)
             except Exception as error:  # raised where it is awaited, as from a coroutine
                 failed = _Call(loop=mux.loop)
                 failed.set_exception(error)
@@ -1410,7 +1399,7 @@ class AsyncClient(_Endpoint):
         if self._native_protocol is not None and not headers:
             mux = self._native_mux()
             expects = self.expects_reply(request)
-            reply = await mux.wait(mux.native.send(request, expects, _native_encode))
+            reply = await mux.wait(mux.native.send(request, expects, _codec.encode))
             if not expects:
                 return None
             return self._settle(request, reply)
@@ -1648,7 +1637,7 @@ class _Mux:
             # The server is told the time the call has left, which began when it was made.
             left = None if deadline == float("inf") else max(deadline - self.loop.time(), 0.001)
             try:
-                ticket = self.native.call(method, params, call_id, _native_encode, left, UNSENT_AT_MOST)
+                ticket = self.native.call(method, params, call_id, _codec.encode, left, UNSENT_AT_MOST)
             except Exception as error:
                 held.popleft()
                 future.set_exception(error)

@@ -137,7 +137,9 @@ def check_binary_vector(path: Path) -> tuple[dict, list[str]]:
 
     shapes = [s for s in (BODY_KEYS, MESSAGE_KEYS, HTTP_KEYS) if keys & s]
     if len(shapes) != 1:
-        return vector, problems + ["give the members of exactly one shape: json/attachments, message_hex or http_headers"]
+        return vector, problems + [
+            "give the members of exactly one shape: json/attachments, message_hex or http_headers"
+        ]
     shape = shapes[0]
     unknown = keys - COMMON_KEYS - shape
     if unknown:

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
-use ucall_core::{Deferred, RpcError};
+use ucall_core::{Deferred, Params, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::convert::write_json;
@@ -109,7 +109,7 @@ impl Procedure {
     fn call<'py>(
         &self,
         py: Python<'py>,
-        params: Option<&str>,
+        params: Params<'_>,
         context: Option<Box<CallContext>>,
     ) -> Result<Bound<'py, PyAny>, RpcError> {
         let context = context
@@ -171,7 +171,7 @@ impl Procedure {
     pub(crate) fn invoke(
         &self,
         py: Python<'_>,
-        params: Option<&str>,
+        params: Params<'_>,
         context: Option<Box<CallContext>>,
         out: &mut Vec<u8>,
     ) -> Result<(), RpcError> {
@@ -219,7 +219,7 @@ impl Procedure {
     pub fn run<'py>(
         &self,
         py: Python<'py>,
-        params: Option<&str>,
+        params: Params<'_>,
         context: Option<Box<CallContext>>,
         reply: Answer,
         timed: Option<u64>,
@@ -237,7 +237,7 @@ impl Procedure {
     pub(crate) fn run_at_once(
         &self,
         py: Python<'_>,
-        params: Option<&str>,
+        params: Params<'_>,
         context: Option<Box<CallContext>>,
         out: &mut Vec<u8>,
     ) -> Result<(), RpcError> {
@@ -246,10 +246,10 @@ impl Procedure {
 
     /// Run `call` (of `params`), and keep [`Procedure::trusted`] and
     /// [`Procedure::runs_at_once`] up to date with how long it took.
-    fn timing<T>(&self, switches_at_group_start: u64, params: Option<&str>, call: impl FnOnce() -> T) -> T {
+    fn timing<T>(&self, switches_at_group_start: u64, params: Params<'_>, call: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         let out = call();
-        let bytes = u32::try_from(params.map_or(0, str::len)).unwrap_or(u32::MAX);
+        let bytes = u32::try_from(crate::params::size(params)).unwrap_or(u32::MAX);
         if started.elapsed() >= SLOW_CALL + SLOW_CALL_PER_BYTE * bytes {
             // A call that slept or waited (I/O, a lock) gave up its core, and may block
             // again: never trusted again. One that only lost the core to another process,
@@ -270,7 +270,7 @@ impl Procedure {
     fn run_deferred<'py>(
         &self,
         py: Python<'py>,
-        params: Option<&str>,
+        params: Params<'_>,
         context: Option<Box<CallContext>>,
         reply: Answer,
     ) -> Option<Bound<'py, PyAny>> {

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use ucall_core::{Stopper, WakeHold, Worker};
+use ucall_core::{Params, Stopper, WakeHold, Worker};
 
 use crate::procedure::{voluntary_switches, Answer, DeferredReply, Procedure};
 
@@ -86,7 +86,11 @@ pub struct Job {
 /// (a base64 payload) go into a buffer the process kept from an earlier call
 /// (`ucall_core::buffer::take_kept`), and back once the call has run: fresh megabytes
 /// each call cost more in page faults than the call itself.
-pub struct ParamsText(String);
+pub struct ParamsText {
+    text: String,
+    /// A binary message's attachment section, copied with the text.
+    section: Option<Vec<u8>>,
+}
 
 impl ParamsText {
     /// Params at least this long make a call of a trusted procedure run at once, during
@@ -95,25 +99,35 @@ impl ParamsText {
     pub const RUN_AT_ONCE_FROM: usize = 64 * 1024;
 
     /// Whether `params` are long enough to run at once (see [`Self::RUN_AT_ONCE_FROM`]).
-    pub fn is_large(params: Option<&str>) -> bool {
-        params.is_some_and(|text| text.len() >= Self::RUN_AT_ONCE_FROM)
+    pub fn is_large(params: Params<'_>) -> bool {
+        crate::params::size(params) >= Self::RUN_AT_ONCE_FROM
     }
 
-    pub fn new(text: &str) -> Self {
+    /// A copy of `params` (text and section) to run later; `None` without params.
+    pub fn of(params: Params<'_>) -> Option<Self> {
+        let text = params.raw()?;
         let mut buffer = ucall_core::buffer::take_or_allocate(text.len());
         buffer.extend_from_slice(text.as_bytes());
         // SAFETY: `buffer` holds exactly the bytes of `text`, a `str`.
-        ParamsText(unsafe { String::from_utf8_unchecked(buffer) })
+        let text = unsafe { String::from_utf8_unchecked(buffer) };
+        Some(ParamsText {
+            text,
+            section: params.section().map(<[u8]>::to_vec),
+        })
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
+    /// The params as the binding reads them (absent for `None`).
+    pub fn view(params: Option<&ParamsText>) -> Params<'_> {
+        match params {
+            Some(params) => Params::new(Some(&params.text)).with_section(params.section.as_deref()),
+            None => Params::new(None),
+        }
     }
 }
 
 impl Drop for ParamsText {
     fn drop(&mut self) {
-        ucall_core::buffer::keep(std::mem::take(&mut self.0).into_bytes());
+        ucall_core::buffer::keep(std::mem::take(&mut self.text).into_bytes());
     }
 }
 
@@ -515,7 +529,7 @@ impl Runtime {
                         self.submit_coroutines(py, &list);
                     }
                 }
-                let params = job.params.as_ref().map(ParamsText::as_str);
+                let params = ParamsText::view(job.params.as_ref());
                 let timed = self
                     .times(&job)
                     .then(|| *switches_at_start.get_or_insert_with(voluntary_switches));
@@ -541,7 +555,7 @@ impl Runtime {
     /// every call until the procedure has earned it, then the large ones (so that one that
     /// blocks withdraws it).
     fn times(&self, job: &Job) -> bool {
-        self.pinned || !job.procedure.proven() || ParamsText::is_large(job.params.as_ref().map(ParamsText::as_str))
+        self.pinned || !job.procedure.proven() || ParamsText::is_large(ParamsText::view(job.params.as_ref()))
     }
 
     /// A pinned turner runs calls of procedures proven quick itself, with the GIL taken once.
@@ -550,13 +564,10 @@ impl Runtime {
             let mut started: Option<Bound<'_, PyList>> = None;
             let timed = Some(voluntary_switches());
             for job in jobs {
-                if let Some(coroutine) = job.procedure.run(
-                    py,
-                    job.params.as_ref().map(ParamsText::as_str),
-                    job.context,
-                    job.reply,
-                    timed,
-                ) {
+                if let Some(coroutine) =
+                    job.procedure
+                        .run(py, ParamsText::view(job.params.as_ref()), job.context, job.reply, timed)
+                {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }

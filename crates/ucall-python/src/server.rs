@@ -41,7 +41,7 @@ struct Streams(bool);
 
 impl Handler for Entry {
     fn handle(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
-        let params = call.params().raw();
+        let params = call.params();
         // The earlier of the procedure's `timeout=` and the caller's (the core's one rule).
         let deadline = reply.deadline();
         // Copied out only for a procedure that takes it: the others pay nothing.
@@ -55,7 +55,7 @@ impl Handler for Entry {
             let deferred = reply.stream()?;
             return queue(runtime::Job {
                 procedure: Arc::clone(&self.0),
-                params: params.map(runtime::ParamsText::new),
+                params: runtime::ParamsText::of(params),
                 context,
                 reply: Answer::new(deferred),
             });
@@ -76,7 +76,7 @@ impl Handler for Entry {
         let deferred = reply.defer()?;
         queue(runtime::Job {
             procedure: Arc::clone(&self.0),
-            params: params.map(runtime::ParamsText::new),
+            params: runtime::ParamsText::of(params),
             context,
             reply: Answer::new(deferred),
         })
@@ -90,7 +90,7 @@ fn queue(job: runtime::Job) -> Result<(), RpcError> {
             let submit = job.procedure.hooks.submit.as_ref().map(|s| s.clone_ref(py));
             if let Some(started) = job.procedure.run(
                 py,
-                job.params.as_ref().map(runtime::ParamsText::as_str),
+                runtime::ParamsText::view(job.params.as_ref()),
                 job.context,
                 job.reply,
                 None,

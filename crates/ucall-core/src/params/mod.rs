@@ -43,6 +43,12 @@ impl<'a> Param<'a> {
         Param { raw, section }
     }
 
+    /// The attachment section of the binary message the value came in.
+    #[must_use]
+    pub fn section(self) -> Option<&'a [u8]> {
+        self.section
+    }
+
     /// A value nested in this one, from the same message.
     fn child(self, raw: &'a str) -> Self {
         Param { raw, ..self }
@@ -253,6 +259,12 @@ impl<'a> Params<'a> {
     #[must_use]
     pub fn in_binary_message(&self) -> bool {
         self.section.is_some()
+    }
+
+    /// The attachment section of the binary message the params came in.
+    #[must_use]
+    pub fn section(&self) -> Option<&'a [u8]> {
+        self.section
     }
 
     fn param(&self, raw: &'a str) -> Param<'a> {

@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Python handlers read binary messages' attachments (docs/wire.md): numpy arrays, bytes,
+bytearrays and images, sent over HTTP, raw TCP and WebSocket, and checked equal."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import io
+import json
+import socket
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vectors"))
+import binary_wire  # noqa: E402
+
+np = pytest.importorskip("numpy")
+
+
+def message(method: str, params: Any, attachments: list[bytes], id: int = 1) -> tuple[bytes, bytes]:
+    """(JSON text, section) of a call whose attachments lie at successive offsets of 64."""
+    offset, placed = 0, []
+    for data in attachments:
+        placed.append((offset, data))
+        offset = binary_wire.align(offset + len(data))
+    text = json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": id}).encode()
+    return text, binary_wire.section(placed)
+
+
+def array_placeholder(array: Any, offset: int = 0) -> dict[str, Any]:
+    return {
+        "$ucall": "ndarray",
+        "offset": offset,
+        "length": array.nbytes,
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+    }
+
+
+def over_http(port: int, text: bytes, section: bytes) -> dict[str, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Content-Type": binary_wire.CONTENT_TYPE, binary_wire.JSON_LENGTH_HEADER: str(len(text))}
+        connection.request("POST", "/", binary_wire.body(text, section), headers)
+        reply = connection.getresponse()
+        assert reply.status == 200
+        return json.loads(reply.read())  # type: ignore[no-any-return]
+    finally:
+        connection.close()
+
+
+def over_tcp(port: int, text: bytes, section: bytes) -> dict[str, Any]:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(binary_wire.message(text, section))
+        return json.loads(sock.makefile("rb").readline())  # type: ignore[no-any-return]
+
+
+def over_websocket(port: int, text: bytes, section: bytes) -> dict[str, Any]:
+    from websockets.asyncio.client import connect
+
+    async def session() -> dict[str, Any]:
+        async with connect(f"ws://127.0.0.1:{port}/", subprotocols=[binary_wire.SUBPROTOCOL]) as ws:  # type: ignore[list-item]
+            await ws.send(binary_wire.message(text, section))
+            return json.loads(await ws.recv())  # type: ignore[no-any-return]
+
+    return asyncio.run(asyncio.wait_for(session(), 10))
+
+
+TRANSPORTS = {"http": over_http, "tcp": over_tcp, "websocket": over_websocket}
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_numpy_array_arrives_equal(make_server, transport):
+    server = make_server()
+
+    @server
+    def describe(x: np.ndarray, scale: float) -> dict[str, Any]:
+        return {"dtype": x.dtype.name, "shape": list(x.shape), "npy": base64.b64encode(_npy(x * scale)).decode()}
+
+    server.start()
+    array = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
+    text, section = message("describe", {"x": array_placeholder(array), "scale": 2}, [array.tobytes()])
+    reply = TRANSPORTS[transport](server.port, text, section)
+    result = reply["result"]
+    assert (result["dtype"], result["shape"]) == ("float32", [2, 3, 4])
+    back = np.load(io.BytesIO(base64.b64decode(result["npy"])), allow_pickle=False)
+    assert back.dtype == np.float32 and np.array_equal(back, array * 2)
+
+
+def _npy(array: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def test_every_dtype_and_bytes_and_bytearray(make_server):
+    server = make_server()
+
+    @server
+    def summary(x: np.ndarray) -> list[Any]:
+        return [x.dtype.name, list(x.shape), x.tobytes().hex()]
+
+    @server
+    def sizes(a: bytes, b: bytearray, c: Any) -> list[Any]:
+        return [type(a).__name__, a.hex(), type(b).__name__, b.hex(), type(c).__name__, c.hex()]
+
+    server.start()
+    for dtype in binary_wire.DTYPES:
+        array = (np.arange(6) % 2).astype(dtype).reshape(3, 2)
+        text, section = message("summary", [array_placeholder(array)], [array.tobytes()])
+        assert over_tcp(server.port, text, section)["result"] == [dtype, [3, 2], array.tobytes().hex()]
+    placeholders = [{"$ucall": "bytes", "offset": offset, "length": 3} for offset in (0, 64, 128)]
+    text, section = message("sizes", placeholders, [b"abc", b"\x00\x01\x02", b"xyz"])
+    assert over_tcp(server.port, text, section)["result"] == [
+        "bytes",
+        "616263",
+        "bytearray",
+        "000102",
+        "bytes",
+        "78797a",
+    ]
+
+
+def test_an_image_from_an_attachment(make_server):
+    pil = pytest.importorskip("PIL.Image")
+    server = make_server()
+
+    @server
+    def size(image: pil.Image) -> list[int]:
+        return list(image.size)
+
+    server.start()
+    png = io.BytesIO()
+    pil.new("RGB", (5, 3), (255, 0, 0)).save(png, format="PNG")
+    text, section = message("size", [{"$ucall": "bytes", "offset": 0, "length": len(png.getvalue())}], [png.getvalue()])
+    assert over_http(server.port, text, section)["result"] == [5, 3]
+
+
+def test_a_bad_placeholder_names_the_parameter(make_server):
+    server = make_server()
+
+    @server
+    def total(x: np.ndarray) -> float:
+        return float(x.sum())
+
+    server.start()
+    wrong = {"$ucall": "ndarray", "offset": 0, "length": 8, "dtype": "float32", "shape": [3]}
+    text, section = message("total", [wrong], [struct.pack("<2f", 1, 2)])
+    error = over_tcp(server.port, text, section)["error"]
+    assert error["code"] == -32602 and "'x'" in error["message"] and "placeholder" in error["message"]
+    # The same server answers a good one next.
+    right = {"$ucall": "ndarray", "offset": 0, "length": 8, "dtype": "float32", "shape": [2]}
+    text, section = message("total", [right], [struct.pack("<2f", 1, 2)])
+    assert over_tcp(server.port, text, section)["result"] == 3.0
