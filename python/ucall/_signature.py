@@ -235,25 +235,11 @@ def _to_bytes(value: Any) -> bytes:
         raise _fail("a base64 string", value)
     try:
         return _codec.b64decode(value)
-    except ValueError:
-        raise ConversionError(f"expected a base64 string: {_base64_problem(value)}") from None
-
-
-_BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
-
-
-def _base64_problem(text: str) -> str:
-    """What makes ``text`` not standard base64 (RFC 4648 section 4), in words."""
-    for at, char in enumerate(text):
-        if char not in _BASE64_ALPHABET:
-            hint = " (URL-safe base64 is not taken: use + and /)" if char in "-_" else ""
-            return f"{char!r} at index {at} is not a base64 character{hint}"
-    data = text.rstrip("=")
-    if "=" in data:
-        return f"'=' at index {data.index('=')} pads the middle of the text"
-    if len(text) % 4:
-        return f"its length, {len(text)}, is not a multiple of 4 (is the '=' padding missing?)"
-    return "its padding is wrong"
+    except UnicodeEncodeError:
+        raise ConversionError("expected a base64 string: it holds a lone surrogate") from None
+    except ValueError as error:
+        # "not base64: '-' at index 4 is not a base64 character ...", from the core's rule.
+        raise ConversionError(f"expected a base64 string: {str(error).removeprefix('not base64: ')}") from None
 
 
 def _is_numpy_array_type(hint: Any) -> bool:

@@ -104,11 +104,23 @@ fn route(doc: &MethodDoc, id: &str) -> Value {
     }
     let mut result = doc.result.as_ref().map_or_else(|| json!({}), |r| r.schema.clone());
     to_2020_12(&mut result);
-    let responses = json!({
+    let error_body = json!({"application/json": {"schema": {"$ref": format!("{COMPONENTS}{ERROR}")}}});
+    let mut responses = json!({
         "200": {"description": "The result", "content": {"application/json": {"schema": result}}},
         "default": {"description": "A JSON-RPC error object: 400 for invalid params, 404 for an unknown method, 422 for an application's own error (a code outside -32768..-32000), the status an error names, else 500",
-                    "content": {"application/json": {"schema": {"$ref": format!("{COMPONENTS}{ERROR}")}}}},
+                    "content": error_body.clone()},
     });
+    // The errors the procedure says it answers with, under the status they get.
+    let own: Vec<String> = doc
+        .errors
+        .iter()
+        .filter(|error| crate::jsonrpc::codes::is_application_error(error.code))
+        .map(|error| format!("{} ({})", error.code, error.message))
+        .collect();
+    if !own.is_empty() {
+        let status = crate::jsonrpc::codes::APPLICATION_ERROR_STATUS.to_string();
+        responses[status] = json!({"description": format!("The procedure's own errors: {}", own.join(", ")), "content": error_body});
+    }
     let mut get = json!({"operationId": format!("{id}_get"), "parameters": query, "responses": responses});
     let mut post = json!({
         "operationId": format!("{id}_post"),
