@@ -206,7 +206,11 @@ def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Defin
     if _signature._is_numpy_array_type(hint) or _signature._is_numpy_array_type(origin):
         return {
             "anyOf": [
-                {"type": "array", "description": "nested arrays of numbers"},
+                {
+                    "type": "array",
+                    "description": "nested arrays of numbers, of one shape",
+                    "items": {"type": ["number", "boolean", "array"]},
+                },
                 {**_BASE64, "contentMediaType": "application/x-npy", "description": "base64 of a .npy file"},
             ]
         }

@@ -259,12 +259,40 @@ def _to_ndarray(value: Any) -> Any:
     if isinstance(value, list):
         import numpy as np
 
-        return np.asarray(value)
+        # numpy makes an array of anything: strings a `<U1` array, nulls and objects an
+        # object array, `[1, "a"]` silently `['1', 'a']`. Only numbers (and booleans) in
+        # nested arrays of one shape are what the schema's `items` says.
+        odd = _not_a_number(value)
+        if odd is not None:
+            raise ConversionError(f"expected nested arrays of numbers, got {odd}")
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            raise ConversionError("expected nested arrays of numbers of one shape, got arrays of different lengths") from None
+        except OverflowError:
+            raise ConversionError("expected nested arrays of numbers, with integers of at most 64 bits") from None
+        if array.dtype.kind not in "biuf":  # a ragged nesting, or an integer beyond 64 bits
+            raise ConversionError("expected nested arrays of numbers, with integers of at most 64 bits")
+        return array
     data = _to_bytes(value)
     try:
         return _codec.unpack_ndarray(data)
     except ValueError as error:
         raise ConversionError(f"expected base64 of a .npy array: {error}") from None
+
+
+def _not_a_number(value: list[Any], at: str = "") -> str | None:
+    """What the first item of nested lists ``value`` that is neither a number, a boolean
+    nor a list is, and where (``a string at [1][0]``); ``None`` when there is none."""
+    for index, item in enumerate(value):
+        where = f"{at}[{index}]"
+        if isinstance(item, list):
+            found = _not_a_number(item, where)
+            if found is not None:
+                return found
+        elif not isinstance(item, (int, float)):
+            return f"{describe(item)} at {where}"
+    return None
 
 
 def _to_image(value: Any) -> Any:

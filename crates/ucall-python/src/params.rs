@@ -247,7 +247,11 @@ fn convert_param<'py>(
             .ok_or_else(|| fail("a boolean")),
         Check::Str if value.is_string() => convert::string(py, raw).map(Bound::into_any).map_err(|_| {
             // The one string JSON can spell that Python's `str` (Unicode text) cannot hold.
-            wrong_value(param, given, "expected Unicode text: it holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape)")
+            wrong_value(
+                param,
+                given,
+                "expected Unicode text: it holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape)",
+            )
         }),
         Check::Bytes | Check::ByteArray if value.is_string() => value
             .with_base64(|text| decode_base64(py, text, param.check == Check::ByteArray))

@@ -119,7 +119,8 @@ fn route(doc: &MethodDoc, id: &str) -> Value {
         .collect();
     if !own.is_empty() {
         let status = crate::jsonrpc::codes::APPLICATION_ERROR_STATUS.to_string();
-        responses[status] = json!({"description": format!("The procedure's own errors: {}", own.join(", ")), "content": error_body});
+        responses[status] =
+            json!({"description": format!("The procedure's own errors: {}", own.join(", ")), "content": error_body});
     }
     let mut get = json!({"operationId": format!("{id}_get"), "parameters": query, "responses": responses});
     let mut post = json!({

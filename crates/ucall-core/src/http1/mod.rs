@@ -96,6 +96,8 @@ pub struct RequestHead {
     pub json_length: Option<Result<usize, ()>>,
     /// `Sec-WebSocket-Protocol` offers the binary-message subprotocol (docs/wire.md §3.3).
     pub websocket_binary: bool,
+    /// `Sec-WebSocket-Protocol` offers [`crate::ws::SUBPROTOCOL`] (plain JSON-RPC).
+    pub websocket_plain: bool,
 }
 
 impl RequestHead {
@@ -253,6 +255,7 @@ fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize,
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
             22 if name.eq_ignore_ascii_case("sec-websocket-protocol") => {
                 head.websocket_binary |= tokens(value).any(|t| t == wire::SUBPROTOCOL.as_bytes());
+                head.websocket_plain |= tokens(value).any(|t| t == crate::ws::SUBPROTOCOL.as_bytes());
             }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();

@@ -114,6 +114,9 @@ impl Http {
                     if head.websocket_binary {
                         out.push(b"\r\nSec-WebSocket-Protocol: ");
                         out.push(wire::SUBPROTOCOL.as_bytes());
+                    } else if head.websocket_plain {
+                        out.push(b"\r\nSec-WebSocket-Protocol: ");
+                        out.push(ws::SUBPROTOCOL.as_bytes());
                     }
                     out.push(b"\r\n\r\n");
                     (
@@ -130,6 +133,11 @@ impl Http {
                     self.cors_headers.clear();
                     if let Some(cors) = &ctx.limits.cors {
                         cross_origin(cors, &head, rest, &mut self.cors_headers);
+                    }
+                    if let Some(max_age) = ctx.limits.hsts_max_age.filter(|_| calls.tls) {
+                        // RFC 6797 §7.2: only over a secure transport.
+                        let line = format!("Strict-Transport-Security: max-age={max_age}\r\n");
+                        self.cors_headers.extend_from_slice(line.as_bytes());
                     }
                     let body_bytes = rest.len() - used;
                     match head.framing {
