@@ -12,6 +12,7 @@ of a batch before the function does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import collections.abc
 import functools
 import inspect
@@ -19,6 +20,7 @@ import typing
 from typing import Any, Callable
 
 from ucall import _codec, _signature
+from ucall.exceptions import ErrorCode, RPCError
 
 __all__ = ["Runner", "gate", "item_view"]
 
@@ -92,21 +94,48 @@ class Runner:
     """Calls a batch function on the rows the core bound: ``runner(rows)`` returns one
     value per row (an ``async def`` function: a coroutine returning them)."""
 
-    __slots__ = ("columns", "func", "is_async")
+    __slots__ = ("columns", "func", "is_async", "names")
 
     def __init__(self, func: Callable[..., Any], columns: list[str], is_async: bool) -> None:
         self.func = func
         self.columns = columns
         self.is_async = is_async
+        self.names = list(inspect.signature(func).parameters)
 
     def __call__(self, rows: list[tuple[Any, ...]]) -> Any:
+        refused = self._odd_shapes(rows)
+        if refused:
+            rows = [row for index, row in enumerate(rows) if index not in refused]
         columns = self._columns(rows)
         if self.is_async:
-            return self._awaited(columns)
-        return _split(self.func(*columns))
+            return self._awaited(columns, refused)
+        return _merged(_split(self.func(*columns)), refused)
 
-    async def _awaited(self, columns: list[Any]) -> list[Any]:
-        return _split(await self.func(*columns))
+    async def _awaited(self, columns: list[Any], refused: dict[int, RPCError]) -> list[Any]:
+        return _merged(_split(await self.func(*columns)), refused)
+
+    def _odd_shapes(self, rows: list[tuple[Any, ...]]) -> dict[int, RPCError]:
+        """The calls whose arrays cannot be stacked with the others', each with its -32602:
+        the shape most calls share (the earliest, in a tie) is the batch's; one caller's
+        wrong shape costs that caller only."""
+        refused: dict[int, RPCError] = {}
+        for index, kind in enumerate(self.columns):
+            if kind != ARRAY:
+                continue
+            shapes = [getattr(row[index], "shape", None) for row in rows]
+            counts = collections.Counter(shape for at, shape in enumerate(shapes) if at not in refused)
+            if len(counts) <= 1:
+                continue
+            wanted = max(counts, key=lambda shape: (counts[shape], -shapes.index(shape)))
+            name = self.names[index]
+            for at, shape in enumerate(shapes):
+                if shape != wanted and at not in refused:
+                    refused[at] = RPCError(
+                        ErrorCode.INVALID_PARAMS,
+                        f"Invalid params: parameter '{name}': an array of shape {shape}, where the "
+                        f"other calls of this batch send {wanted}",
+                    )
+        return refused
 
     def _columns(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         columns: list[Any] = []
@@ -119,6 +148,18 @@ class Runner:
             else:
                 columns.append(column)
         return columns
+
+
+def _merged(values: list[Any], refused: dict[int, RPCError]) -> list[Any]:
+    """The answers of every call: the function's values, with the refused calls' errors
+    back in their places."""
+    if not refused:
+        return values
+    merged: list[Any] = []
+    remaining = iter(values)
+    for index in range(len(values) + len(refused)):
+        merged.append(refused[index] if index in refused else next(remaining, None))
+    return merged
 
 
 def _split(result: Any) -> list[Any]:

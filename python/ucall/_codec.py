@@ -29,8 +29,11 @@ def b64encode(data: bytes | bytearray | memoryview) -> str:
 
 
 def b64decode(text: str) -> bytes:
-    """Strict standard base64 (``binascii.Error``, a ``ValueError``, on anything else)."""
-    return base64.b64decode(text.encode("ascii"), validate=True)
+    """Standard base64 by the core's one rule (padding optional, leftover bits zero); a
+    ``ValueError`` saying what is wrong on anything else."""
+    from ucall._ucall import b64decode as decode
+
+    return decode(text)
 
 
 def is_ndarray(obj: Any) -> bool:

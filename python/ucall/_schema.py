@@ -168,12 +168,14 @@ def _error(error: Any) -> dict[str, Any]:
     raise TypeError(f"an error is an RPCError, a (code, message) pair or a dict with a code, got {error!r}")
 
 
-# Standard base64 with its padding, as `_codec.b64decode` takes it: `contentEncoding` alone
-# is a note that validators do not check.
+# The core's one base64 rule as a pattern (`contentEncoding` alone is a note validators do
+# not check): groups of four, then a final group of two or three characters whose last one
+# leaves zero bits over (A, Q, g, w after one; every fourth letter after two), padded or
+# not. tests/python_api/test_base64_rule.py checks pattern and decoder agree.
 _BASE64 = {
     "type": "string",
     "contentEncoding": "base64",
-    "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+    "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw](?:==)?|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=?)?$",
 }
 
 
@@ -204,7 +206,11 @@ def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Defin
     if _signature._is_numpy_array_type(hint) or _signature._is_numpy_array_type(origin):
         return {
             "anyOf": [
-                {"type": "array", "description": "nested arrays of numbers"},
+                {
+                    "type": "array",
+                    "description": "nested arrays of numbers, of one shape",
+                    "items": {"type": ["number", "boolean", "array"]},
+                },
                 {**_BASE64, "contentMediaType": "application/x-npy", "description": "base64 of a .npy file"},
             ]
         }

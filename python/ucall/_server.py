@@ -192,6 +192,9 @@ class Server:
             ``OPTIONS`` requests are answered and replies carry the CORS headers.
         cors_methods, cors_headers: what a preflight allows (default ``GET, POST`` and
             ``Content-Type``; ``"*"`` for any). cors_max_age: seconds a browser may cache it.
+        hsts_max_age: over TLS, every HTTP reply says ``Strict-Transport-Security:
+            max-age=<seconds>`` (RFC 6797): browsers then use HTTPS only for this host.
+            Off by default (a promise about the whole host); needs ``tls_cert``.
         drain_delay: seconds ``run()`` keeps serving after SIGTERM with ``GET /readyz``
             and ``rpc.health`` answering "draining", so that load balancers stop sending
             new calls before the server stops accepting them.
@@ -260,6 +263,7 @@ class Server:
         cors_methods: Sequence[str] | None = None,
         cors_headers: Sequence[str] | None = None,
         cors_max_age: int | None = None,
+        hsts_max_age: int | None = None,
         drain_delay: float = 0.0,
         healthz_path: str | None = "/healthz",
         readyz_path: str | None = "/readyz",
@@ -318,6 +322,7 @@ class Server:
             "tls_key": None if tls_key is None else str(tls_key),
             "tls_client_ca": None if tls_client_ca is None else str(tls_client_ca),
             "tls_port": tls_port,
+            "hsts_max_age": hsts_max_age,
             "quiet": quiet,
             "healthz_path": healthz_path,
             "readyz_path": readyz_path,
@@ -357,6 +362,11 @@ class Server:
             if not 0 <= cors_max_age <= 0xFFFFFFFF:
                 raise ValueError(f"cors_max_age must be from 0 to 4294967295, got {cors_max_age}")
             self._limits["cors_max_age"] = cors_max_age
+        if hsts_max_age is not None:
+            if tls_cert is None:
+                raise ValueError("hsts_max_age is said over TLS only: give tls_cert and tls_key")
+            if isinstance(hsts_max_age, bool) or not 0 <= hsts_max_age <= 2**63:
+                raise ValueError(f"hsts_max_age is a number of seconds from 0, got {hsts_max_age!r}")
         # Quick calls in a row before a procedure runs on a pinned worker's own thread; None
         # leaves the extension's default. Tests lower it, so that a busy host, which breaks
         # streaks, still lets one finish.

@@ -237,25 +237,11 @@ def _to_bytes(value: Any) -> bytes:
         raise _fail("a base64 string", value)
     try:
         return _codec.b64decode(value)
-    except ValueError:
-        raise ConversionError(f"expected a base64 string: {_base64_problem(value)}") from None
-
-
-_BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
-
-
-def _base64_problem(text: str) -> str:
-    """What makes ``text`` not standard base64 (RFC 4648 section 4), in words."""
-    for at, char in enumerate(text):
-        if char not in _BASE64_ALPHABET:
-            hint = " (URL-safe base64 is not taken: use + and /)" if char in "-_" else ""
-            return f"{char!r} at index {at} is not a base64 character{hint}"
-    data = text.rstrip("=")
-    if "=" in data:
-        return f"'=' at index {data.index('=')} pads the middle of the text"
-    if len(text) % 4:
-        return f"its length, {len(text)}, is not a multiple of 4 (is the '=' padding missing?)"
-    return "its padding is wrong"
+    except UnicodeEncodeError:
+        raise ConversionError("expected a base64 string: it holds a lone surrogate") from None
+    except ValueError as error:
+        # "not base64: '-' at index 4 is not a base64 character ...", from the core's rule.
+        raise ConversionError(f"expected a base64 string: {str(error).removeprefix('not base64: ')}") from None
 
 
 def _is_numpy_array_type(hint: Any) -> bool:
@@ -279,12 +265,40 @@ def _to_ndarray(value: Any) -> Any:
     if isinstance(value, list):
         import numpy as np
 
-        return np.asarray(value)
+        # numpy makes an array of anything: strings a `<U1` array, nulls and objects an
+        # object array, `[1, "a"]` silently `['1', 'a']`. Only numbers (and booleans) in
+        # nested arrays of one shape are what the schema's `items` says.
+        odd = _not_a_number(value)
+        if odd is not None:
+            raise ConversionError(f"expected nested arrays of numbers, got {odd}")
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            raise ConversionError("expected nested arrays of numbers of one shape, got arrays of different lengths") from None
+        except OverflowError:
+            raise ConversionError("expected nested arrays of numbers, with integers of at most 64 bits") from None
+        if array.dtype.kind not in "biuf":  # a ragged nesting, or an integer beyond 64 bits
+            raise ConversionError("expected nested arrays of numbers, with integers of at most 64 bits")
+        return array
     data = value if isinstance(value, bytearray) else _to_bytes(value)
     try:
         return _codec.unpack_ndarray(data)
     except ValueError as error:
         raise ConversionError(f"expected base64 of a .npy array: {error}") from None
+
+
+def _not_a_number(value: list[Any], at: str = "") -> str | None:
+    """What the first item of nested lists ``value`` that is neither a number, a boolean
+    nor a list is, and where (``a string at [1][0]``); ``None`` when there is none."""
+    for index, item in enumerate(value):
+        where = f"{at}[{index}]"
+        if isinstance(item, list):
+            found = _not_a_number(item, where)
+            if found is not None:
+                return found
+        elif not isinstance(item, (int, float)):
+            return f"{describe(item)} at {where}"
+    return None
 
 
 def _to_image(value: Any) -> Any:

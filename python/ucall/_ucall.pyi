@@ -76,6 +76,7 @@ class NativeServer:
         cors_methods: Optional[list[str]] = None,
         cors_headers: Optional[list[str]] = None,
         cors_max_age: Optional[int] = None,
+        hsts_max_age: Optional[int] = None,
         healthz_path: Optional[str] = ...,  # "/healthz"
         readyz_path: Optional[str] = ...,  # "/readyz"
         readyz_not_found: bool = False,

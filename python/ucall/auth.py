@@ -10,20 +10,35 @@
 
 A call without the credential is refused with ``HTTPError(401)``, one with a wrong
 credential with ``HTTPError(403)`` (over HTTP, that status with the JSON-RPC error in the
-body). Keys are compared in constant time (``hmac.compare_digest``), against every key
-given, so the time taken says nothing of how much of a key matched, nor which. Headers
-come with HTTP calls and, for WebSocket, with the upgrade request; raw TCP has none, so
-its calls are refused unless their method is in ``public``.
+body); either refusal's ``data`` says ``{"executed": false}``, on every transport. Keys are
+compared in constant time (``hmac.compare_digest``), against every key given, so the time
+taken says nothing of how much of a key matched, nor which.
+
+Headers come with HTTP calls and, for WebSocket, with the upgrade request. A browser
+cannot set headers on a WebSocket, so there the credential may travel in the one header it
+does send, ``Sec-WebSocket-Protocol`` (as Kubernetes does), as a subprotocol beside
+``ucall``, which the server selects::
+
+    new WebSocket(url, ["ucall", "ucall.bearer." + base64url(token)])    // auth.bearer
+    new WebSocket(url, ["ucall", "ucall.api-key." + base64url(key)])     // auth.api_key
+
+(base64url without ``=`` padding, RFC 4648 §5: a subprotocol is an HTTP token). Raw TCP
+has no headers, so its calls are refused unless their method is in ``public``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 from typing import Any, Callable, Iterable
 
 from ucall.exceptions import HTTPError
 
 __all__ = ["api_key", "bearer"]
+
+#: The refusals' data: the call did not run, so a client may send it again with a credential.
+_NOT_RUN = {"executed": False}
 
 
 def _matches(given: str, keys: tuple[bytes, ...]) -> bool:
@@ -41,9 +56,39 @@ def _keys(keys: Iterable[str], what: str) -> tuple[bytes, ...]:
     return encoded
 
 
+def _from_subprotocols(ctx: Any, kind: str) -> str | None:
+    """The credential a browser's WebSocket offered as the subprotocol
+    ``ucall.<kind>.<base64url>``, decoded; ``None`` when there is none (or it is not
+    base64url of UTF-8 text)."""
+    prefix = f"ucall.{kind}."
+    for offered in ctx.headers.get("sec-websocket-protocol", "").split(","):
+        offered = offered.strip()
+        if offered.startswith(prefix):
+            encoded = offered[len(prefix) :]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+    return None
+
+
+def _missing(ctx: Any, what: str, where: str, kind: str) -> HTTPError:
+    if ctx.transport == "tcp":
+        why = (
+            f"{what} is required, and raw TCP carries no headers: call over HTTP or WebSocket "
+            f"with {where}, or serve this method as public"
+        )
+    elif ctx.transport == "websocket":
+        why = f"{what} is required in {where} of the upgrade, or from a browser as the subprotocol ucall.{kind}.<base64url>"
+    else:
+        why = f"{what} is required in {where}"
+    return HTTPError(401, why, _NOT_RUN)
+
+
 def api_key(*keys: str, header: str = "X-API-Key", public: Iterable[str] = ()) -> Callable[[Any, Any], Any]:
-    """Middleware that lets a call through only with one of ``keys`` in ``header``; calls
-    of the methods in ``public`` need none."""
+    """Middleware that lets a call through only with one of ``keys`` in ``header`` (or, on
+    WebSocket, the subprotocol ``ucall.api-key.<base64url key>``); calls of the methods in
+    ``public`` need none."""
     valid = _keys(keys, "api_key")
     name = header.lower()
     free = frozenset(public)
@@ -51,10 +96,12 @@ def api_key(*keys: str, header: str = "X-API-Key", public: Iterable[str] = ()) -
     def check_api_key(ctx: Any, call_next: Callable[[], Any]) -> Any:
         if ctx.method not in free:
             given = ctx.headers.get(name)
+            if given is None and ctx.transport == "websocket":
+                given = _from_subprotocols(ctx, "api-key")
             if given is None:
-                raise HTTPError(401, f"an API key is required in the {header} header")
+                raise _missing(ctx, "an API key", f"the {header} header", "api-key")
             if not _matches(given, valid):
-                raise HTTPError(403, "the API key is not valid")
+                raise HTTPError(403, "the API key is not valid", _NOT_RUN)
         return call_next()
 
     return check_api_key
@@ -62,17 +109,21 @@ def api_key(*keys: str, header: str = "X-API-Key", public: Iterable[str] = ()) -
 
 def bearer(*tokens: str, public: Iterable[str] = ()) -> Callable[[Any, Any], Any]:
     """Middleware that lets a call through only with ``Authorization: Bearer <token>`` for
-    one of ``tokens`` (RFC 6750 §2.1); calls of the methods in ``public`` need none."""
+    one of ``tokens`` (RFC 6750 §2.1; on WebSocket, or the subprotocol
+    ``ucall.bearer.<base64url token>``); calls of the methods in ``public`` need none."""
     valid = _keys(tokens, "bearer")
     free = frozenset(public)
 
     def check_bearer(ctx: Any, call_next: Callable[[], Any]) -> Any:
         if ctx.method not in free:
             scheme, _, token = ctx.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise HTTPError(401, "a bearer token is required in the Authorization header")
-            if not _matches(token.strip(), valid):
-                raise HTTPError(403, "the bearer token is not valid")
+            given: str | None = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+            if given is None and ctx.transport == "websocket":
+                given = _from_subprotocols(ctx, "bearer")
+            if given is None:
+                raise _missing(ctx, "a bearer token", "the Authorization header", "bearer")
+            if not _matches(given, valid):
+                raise HTTPError(403, "the bearer token is not valid", _NOT_RUN)
         return call_next()
 
     return check_bearer

@@ -214,16 +214,33 @@ def test_other_methods_are_405(server, method):
         allow = response.header("Allow")
         assert allow is not None, "RFC 9110 §15.5.6: a 405 response must carry Allow"
         methods = {m.strip().upper() for m in allow.split(",")}
-        assert {"GET", "POST"} <= methods, allow
+        # `/` takes JSON-RPC only (`GET /` is 404).
+        assert methods == {"POST", "OPTIONS"}, allow
 
 
-def test_head_gets_405_without_content(server):
-    """RFC 9110 §9.3.2: no content in a response to HEAD (the refusal had a JSON body)."""
+@pytest.mark.parametrize("target", ["/sum?a=1&b=2", "/healthz", "/readyz", "/metrics"])
+def test_head_is_a_get_without_content(server, target):
+    """RFC 9110 §9.1 and §9.3.2: HEAD is served (uptime monitors send it), with the head a
+    GET gets and no content. It was 405."""
     with HttpConn(server) as conn:
-        conn.send(b"HEAD /sum?a=1&b=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = conn.roundtrip(http_request("GET", target, b"", {}), request_method="GET")
+        conn.send(f"HEAD {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         response = conn.final_response(timeout=3, request_method="HEAD")
-        assert response.status == 405, response
-        conn.expect_closed(3)  # nothing follows the head: a body would be read here
+        assert response.status == got.status == 200, response
+        assert response.header("Content-Type") == got.header("Content-Type")
+        if target != "/metrics":  # the page grows with each scrape
+            assert response.header("Content-Length") == str(len(got.body))
+        # Nothing followed the head: the next answer is the next request's.
+        again = conn.roundtrip(b"GET /sum?a=2&b=2 HTTP/1.1\r\nHost: x\r\n\r\n", request_method="GET")
+        assert (again.status, again.body) == (200, b"4"), again
+
+
+def test_options_names_the_methods_of_the_target(server):
+    """RFC 9110 §9.3.7: HAProxy's `option httpchk` sends OPTIONS; it was 405."""
+    with HttpConn(server) as conn:
+        for target, allow in [("/", "POST, OPTIONS"), ("/healthz", "GET, HEAD, OPTIONS"), ("/sum", "GET, HEAD, POST, OPTIONS")]:
+            response = conn.roundtrip(f"OPTIONS {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), request_method="OPTIONS")
+            assert (response.status, response.header("Allow")) == (204, allow), response
 
 
 def test_versions(server):
@@ -458,17 +475,19 @@ def test_rest_post_without_a_body_reads_the_query(server, body):
     assert response.json() == 2
 
 
-def test_post_array_to_a_procedure_path_is_a_jsonrpc_batch(server):
-    """POST on any path carries JSON-RPC: only an object without "jsonrpc" is REST params."""
-    response = rest(server, "POST", "/subtract", b"[5,3]")
-    assert response.status == 200, response
-    replies = response.json()
-    assert isinstance(replies, list) and len(replies) == 2, response
-    assert [r["error"]["code"] for r in replies] == [-32600, -32600]
-    call = b'{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":1}'
-    response = rest(server, "POST", "/subtract", call)
-    assert response.status == 200, response
-    assert response.json() == {"jsonrpc": "2.0", "id": 1, "result": 2}
+def test_a_procedure_path_runs_that_procedure_or_nothing(server):
+    """A path names one procedure or none: a JSON-RPC request or batch posted to a
+    procedure's path used to run whatever method its body named (past path-based proxy
+    rules); it is refused with -32600 saying where JSON-RPC goes."""
+    for body in [b"[5,3]", b'{"jsonrpc":"2.0","method":"sum","params":[5,3],"id":1}',
+                 b'[{"jsonrpc":"2.0","method":"sum","params":[5,3],"id":1}]']:
+        response = rest(server, "POST", "/subtract", body)
+        assert response.status == 400, response
+        assert_error_object(response, -32600)
+        assert "POST /" in response.json()["message"], response
+    # A path that names no procedure may carry JSON-RPC.
+    response = rest(server, "POST", "/rpc", b'{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":1}')
+    assert response.json() == {"jsonrpc": "2.0", "id": 1, "result": 2}, response
 
 
 def assert_error_object(response, code: int):

@@ -306,3 +306,32 @@ def test_signatures_that_cannot_batch_are_refused_at_the_decorator():
 
     assert server.procedures["plain"] is plain
     assert plain([1, 2]) == [1, 2], "the function stays callable on a batch"
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_one_callers_wrong_shape_costs_that_caller_only(make_server, wire, is_async):
+    """Six calls in one batch, one with an array of another shape: np.stack refused them
+    all ("all input arrays must have the same shape": -32603 for six callers); now the odd
+    one gets -32602 and the five run."""
+    server = make_server()
+    sizes: list[int] = []
+
+    def norm(v: np.ndarray) -> np.ndarray:
+        sizes.append(len(v))
+        return np.linalg.norm(v, axis=1)
+
+    async def anorm(v: np.ndarray) -> np.ndarray:
+        return norm(v)
+
+    server.batch(max_size=16, max_wait_ms=5)(anorm if is_async else norm)
+    name = "anorm" if is_async else "norm"
+    vectors = [[3.0, 4.0]] * 3 + [[1.0, 2.0, 2.0]] + [[6.0, 8.0]] * 2
+    calls = [{"jsonrpc": "2.0", "method": name, "params": [v], "id": i} for i, v in enumerate(vectors)]
+    status, body = wire(server).post(json.dumps(calls))
+    assert status == 200
+    replies = sorted(json.loads(body), key=lambda r: r["id"])
+    assert [r.get("result") for r in replies] == [5.0, 5.0, 5.0, None, 10.0, 10.0], replies
+    error = replies[3]["error"]
+    assert error["code"] == -32602, error
+    assert "(3,)" in error["message"] and "(2,)" in error["message"] and "'v'" in error["message"], error
+    assert sizes == [5], "the five that fit ran as one batch"

@@ -223,6 +223,30 @@ def test_published_client_tls(server, certs):
         ClientTLS(port=server.tls_port).sum(1, 2)
 
 
+@pytest.mark.parametrize("key", [("-newkey", "rsa:2048"), ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")])
+def test_allow_self_signed_accepts_an_x509_v1_certificate(tmp_path, key):
+    """UCall 0.5.4's examples/test.py: `ClientTLS(allow_self_signed=True)` against its own
+    example certificate, an X.509 v1 one (`openssl x509 -req` without extensions), which
+    the server serves with a warning. Since the client moved to rustls it failed with
+    "UnsupportedCertVersion": webpki parsed the certificate that any was to be accepted."""
+    openssl("req", *key, "-nodes", "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "csr.pem"),
+            "-subj", "/CN=localhost")
+    openssl("x509", "-req", "-in", str(tmp_path / "csr.pem"), "-signkey", str(tmp_path / "key.pem"),
+            "-out", str(tmp_path / "cert.pem"), "-days", "1")
+    der = ssl.PEM_cert_to_DER_cert((tmp_path / "cert.pem").read_text())
+    assert der[4:7] != b"\xa0\x03\x02", "a v1 certificate has no explicit version field"
+    server = tls_server(tmp_path, ENGINES[0])
+    try:
+        with ClientTLS(uri="127.0.0.1", port=server.port, allow_self_signed=True) as client:
+            assert client.sum(a=1, b=2).json == 3
+        with Client(port=server.port, insecure=True) as client:
+            assert client.sum(2, 2).json == 4
+        with pytest.raises(ConnectError, match="cannot verify"):
+            Client(port=server.port, tls=True).sum(1, 2)  # verifying still refuses it
+    finally:
+        server.stop()
+
+
 def test_large_echo_over_tls(server, certs):
     with Client(port=server.tls_port, cacert=certs / "ca.pem") as client:
         assert client.echo(BIG).bytes == BIG
@@ -287,3 +311,22 @@ def test_cli_tls_failures(server, certs):
     )
     assert result.returncode == 2 and result.stdout == ""
     assert f"ucall: cannot verify the TLS certificate of 127.0.0.1:{server.tls_port}" in result.stderr
+
+
+def test_hsts_max_age_is_said_over_tls(certs):
+    """HSTS (RFC 6797): an option, off by default, said over TLS only."""
+    import http.client
+
+    with pytest.raises(ValueError, match="over TLS only"):
+        Server(port=0, hsts_max_age=60)
+    server = tls_server(certs, ENGINES[0], tls_port=0, hsts_max_age=86400)
+    try:
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        secure = http.client.HTTPSConnection("localhost", server.tls_port, context=context, timeout=10)
+        secure.request("GET", "/healthz")
+        assert secure.getresponse().getheader("Strict-Transport-Security") == "max-age=86400"
+        plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        plain.request("GET", "/healthz")
+        assert plain.getresponse().getheader("Strict-Transport-Security") is None
+    finally:
+        server.stop()

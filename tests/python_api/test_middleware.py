@@ -164,6 +164,51 @@ def test_bearer(make_server):
         assert json.loads(ws.recv(timeout=10))["result"] == "the secret"
 
 
+def test_auth_refusals_say_nothing_ran_and_what_each_transport_can_carry(guarded):
+    status, reply = post(guarded.port, call("secret", []))
+    assert status == 401 and reply["error"]["data"] == {"executed": False}, reply
+    status, reply = post(guarded.port, call("secret", []), {"X-API-Key": "nope"})
+    assert status == 403 and reply["error"]["data"] == {"executed": False}, reply
+    # Raw TCP cannot carry the X-API-Key header the message used to ask for.
+    error = tcp_exchange(guarded.port, call("secret", []), 1)[0]["error"]
+    assert "raw TCP carries no headers" in error["message"] and error["data"] == {"executed": False}, error
+    # Over WebSocket the refusal says nothing ran as HTTP's does (the JS client read
+    # "executed: yes" there), and names the way a browser can send the key.
+    with connect(f"ws://127.0.0.1:{guarded.port}/") as ws:
+        ws.send(call("secret", []).decode())
+        error = json.loads(ws.recv(timeout=10))["error"]
+    assert error["data"] == {"executed": False} and "ucall.api-key." in error["message"], error
+
+
+@pytest.mark.parametrize("kind", ["bearer", "api-key"])
+def test_a_browser_sends_its_credential_as_a_websocket_subprotocol(make_server, kind):
+    """Browsers set no headers on a WebSocket: the credential goes as the subprotocol
+    `ucall.<kind>.<base64url>` beside `ucall`, which the server selects (a browser fails a
+    handshake whose answer selects none of the subprotocols it offered)."""
+    import base64
+
+    server = make_server()
+    server.middleware(auth.bearer("t0ken/+") if kind == "bearer" else auth.api_key("k3y?"))
+
+    @server
+    def secret() -> str:
+        return "the secret"
+
+    server.start()
+    good = "t0ken/+" if kind == "bearer" else "k3y?"
+    for credential, expected in [(good, "the secret"), ("wrong", 403)]:
+        encoded = base64.urlsafe_b64encode(credential.encode()).decode().rstrip("=")
+        protocols = ["ucall", f"ucall.{kind}.{encoded}"]
+        with connect(f"ws://127.0.0.1:{server.port}/", subprotocols=protocols) as ws:
+            assert ws.subprotocol == "ucall"
+            ws.send(call("secret", []).decode())
+            reply = json.loads(ws.recv(timeout=10))
+        if expected == 403:
+            assert reply["error"]["code"] == -32000 and "not valid" in reply["error"]["message"], reply
+        else:
+            assert reply["result"] == expected, reply
+
+
 def test_auth_needs_a_key():
     with pytest.raises(ValueError, match="non-empty key"):
         auth.api_key()

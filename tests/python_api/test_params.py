@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, TypedDict, Union
 
 import pytest
 
+from ucall import _schema
+
 INVALID_PARAMS = -32602
 
 
@@ -467,6 +469,35 @@ def test_numpy_arrays_from_json_lists_keep_numpy_asarray_rules(make_server, wire
     assert w.result("describe", [[[0.5], [1.5]]]) == ["float64", [2, 1], [[1.5], [2.5]]]
     assert w.result("describe", [[True, 0.5]]) == ["float64", [2], [2.0, 1.5]]
     assert w.result("describe", [[]]) == ["float64", [0], []]
+
+
+def test_numpy_arrays_refuse_what_is_not_numbers(make_server, wire):
+    """numpy.asarray makes an array of anything: strings a `<U1` array, nulls an object
+    array, `[1, "a"]` silently `['1', 'a']`, and `["a", "b"]` then failed in the handler
+    (-32603, HTTP 500). What the declared type cannot hold is the caller's -32602, and the
+    schema's `items` says what it can."""
+    np = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def total(array: np.ndarray) -> float:
+        return float(array.sum())
+
+    w = wire(server)
+    for value, says in [
+        (["a", "b"], "a string at [0]"),
+        ([1, "a"], "a string at [1]"),
+        ([None], "null at [0]"),
+        ([[1, 2], [3, {"x": 1}]], "an object at [1][1]"),
+        ([[1, 2], [3]], "arrays of different lengths"),
+        ([2**70], "integers of at most 64 bits"),
+    ]:
+        error = w.error("total", [value])
+        assert error["code"] == INVALID_PARAMS, (value, error)
+        assert "parameter 'array'" in error["message"] and says in error["message"], (value, error)
+    assert w.result("total", [[[1, 2], [3, True]]]) == 7
+    schema = _schema.schema(np.ndarray)["anyOf"][0]
+    assert schema["type"] == "array" and schema["items"] == {"type": ["number", "boolean", "array"]}
 
 
 def test_numpy_params_that_are_not_npy_say_so(make_server, wire):

@@ -63,7 +63,9 @@ fn check_header(name: &str, value: &str) -> Result<()> {
     }
     // field-value: visible characters, spaces and tabs (obs-text allowed); no CR, LF or NUL.
     if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return Err(Error::invalid(format!("the value of the {name} header has a control character")));
+        return Err(Error::invalid(format!(
+            "the value of the {name} header has a control character"
+        )));
     }
     Ok(())
 }
@@ -394,8 +396,61 @@ fn client_config(options: &TlsOptions, http: bool) -> Result<ClientConfig> {
 
 /// Accepts any server certificate: [`Endpoint::insecure`] only. Signatures are still
 /// checked, so the handshake itself stays sound.
+///
+/// "Any" includes what webpki will not parse: an X.509 v1 certificate (what `openssl x509
+/// -req` makes without extensions, UCall 0.5.4's example certificate), which the server
+/// serves with a warning. So the key is read with x509-parser, not webpki, and checks the
+/// handshake's signature.
 #[derive(Debug)]
 struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl AnyCertificate {
+    /// Check the handshake's signature with the key of `cert`, read without webpki: each
+    /// algorithm the provider has for the scheme is tried (one whose key type is not the
+    /// certificate's refuses the key).
+    fn verify_with_any_version(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+        tls13: bool,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        let bad = |why: &str| rustls::Error::General(format!("the server's certificate: {why}"));
+        let (_, certificate) =
+            x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| bad(&format!("not X.509 ({e})")))?;
+        let key = &certificate.public_key().subject_public_key.data;
+        // RFC 8446 §4.2.3: TLS 1.3 signs with no PKCS#1 v1.5 RSA scheme and no SHA-1.
+        let legacy = matches!(
+            dss.scheme,
+            SignatureScheme::RSA_PKCS1_SHA1
+                | SignatureScheme::RSA_PKCS1_SHA256
+                | SignatureScheme::RSA_PKCS1_SHA384
+                | SignatureScheme::RSA_PKCS1_SHA512
+                | SignatureScheme::ECDSA_SHA1_Legacy
+        );
+        if tls13 && legacy {
+            return Err(rustls::Error::PeerMisbehaved(
+                rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme,
+            ));
+        }
+        let algorithms = self.0.signature_verification_algorithms;
+        let candidates = algorithms
+            .mapping
+            .iter()
+            .find(|(scheme, _)| *scheme == dss.scheme)
+            .map_or(&[][..], |(_, candidates)| *candidates);
+        if candidates
+            .iter()
+            .any(|algorithm| algorithm.verify_signature(key, message, dss.signature()).is_ok())
+        {
+            Ok(HandshakeSignatureValid::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::BadSignature,
+            ))
+        }
+    }
+}
 
 impl ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(
@@ -415,7 +470,7 @@ impl ServerCertVerifier for AnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        self.verify_with_any_version(message, cert, dss, false)
     }
 
     fn verify_tls13_signature(
@@ -424,7 +479,7 @@ impl ServerCertVerifier for AnyCertificate {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        self.verify_with_any_version(message, cert, dss, true)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -624,7 +624,7 @@ fn invoke_metered(
             if let Some((metrics, meter)) = metered {
                 ended = monotonic_nanos();
                 if let Some(metrics) = metrics {
-                    metrics.handled_at(meter.method, Err(error.code()), meter.started, ended);
+                    metrics.handled_at(meter.method, Err(&error), meter.started, ended);
                 }
             }
             out.truncate(start);

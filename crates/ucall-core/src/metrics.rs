@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 
 use crate::date::monotonic_nanos;
 use crate::jsonrpc::codes::{is_server_error, ErrorCode};
+use crate::jsonrpc::RpcError;
 
 /// The `Content-Type` of the page (the Prometheus text format, version 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -104,7 +105,7 @@ impl PartialEq for ExtraMetrics {
 
 /// How a call ended, as the `code` label says it: `ok`, or the class of its JSON-RPC error
 /// (the classes of the one code table, `jsonrpc::codes`).
-const CODES: [&str; 8] = [
+const CODES: [&str; 9] = [
     "ok",
     "parse_error",
     "invalid_request",
@@ -113,16 +114,22 @@ const CODES: [&str; 8] = [
     "internal_error",
     "server_error",
     "application_error",
+    "client_error",
 ];
 
-/// The `code` label's index for an error `code`.
-fn code_class(code: i32) -> usize {
+/// The `code` label's index for a call that failed with `error`. A server-defined code
+/// given a 4xx status (an auth middleware's 401 or 403, an application's 404) is the
+/// caller's fault: `client_error`, so that dashboards do not show refused callers as
+/// server failures.
+fn code_class(error: &RpcError) -> usize {
+    let code = error.code();
     match ErrorCode::from_code(code) {
         Some(ErrorCode::ParseError) => 1,
         Some(ErrorCode::InvalidRequest) => 2,
         Some(ErrorCode::MethodNotFound) => 3,
         Some(ErrorCode::InvalidParams) => 4,
         Some(ErrorCode::InternalError) => 5,
+        None if is_server_error(code) && error.http_status().is_some_and(|s| (400..500).contains(&s)) => 8,
         None if is_server_error(code) => 6,
         None => 7,
     }
@@ -359,15 +366,15 @@ impl Metrics {
         monotonic_nanos()
     }
 
-    /// A call to the method in `slot` ended (`Ok`, or the error's code) after starting at
+    /// A call to the method in `slot` ended (`Ok`, or its error) after starting at
     /// `started` (from [`Metrics::now`]).
-    pub fn handled(&self, slot: u32, code: Result<(), i32>, started: u64) {
+    pub fn handled(&self, slot: u32, code: Result<(), &RpcError>, started: u64) {
         self.handled_at(slot, code, started, monotonic_nanos());
     }
 
     /// As [`Metrics::handled`], for a call that ended at `ended` (a reading of the clock
     /// the caller shares with the request log).
-    pub fn handled_at(&self, slot: u32, code: Result<(), i32>, started: u64, ended: u64) {
+    pub fn handled_at(&self, slot: u32, code: Result<(), &RpcError>, started: u64, ended: u64) {
         let nanos = ended.saturating_sub(started);
         let stats = self.stats(slot);
         let class = code.map_or_else(code_class, |()| 0);
@@ -379,7 +386,7 @@ impl Metrics {
     /// A call to an unknown method was answered `-32601` (not timed: no handler ran).
     pub fn unknown_method(&self) {
         let stats = self.stats(self.other());
-        stats.handled[code_class(ErrorCode::MethodNotFound.code())].fetch_add(1, Relaxed);
+        stats.handled[3].fetch_add(1, Relaxed); // method_not_found
         stats.buckets[0].fetch_add(1, Relaxed);
     }
 
@@ -389,12 +396,12 @@ impl Metrics {
     }
 
     /// A deferred call to the method in `slot` completed.
-    pub fn completed(&self, slot: u32, code: Result<(), i32>, started: u64) {
+    pub fn completed(&self, slot: u32, code: Result<(), &RpcError>, started: u64) {
         self.completed_at(slot, code, started, monotonic_nanos());
     }
 
     /// As [`Metrics::completed`], for a call that ended at `ended`.
-    pub fn completed_at(&self, slot: u32, code: Result<(), i32>, started: u64, ended: u64) {
+    pub fn completed_at(&self, slot: u32, code: Result<(), &RpcError>, started: u64, ended: u64) {
         self.stats(slot).in_flight.fetch_sub(1, Relaxed);
         self.handled_at(slot, code, started, ended);
     }
@@ -698,9 +705,13 @@ mod tests {
         batches.waited(20_000_000_000);
         let started = metrics.now();
         metrics.handled(0, Ok(()), started);
-        metrics.handled(0, Err(-32602), started);
-        metrics.handled(1, Err(-32050), started);
-        metrics.handled(1, Err(7), started);
+        metrics.handled(0, Err(&RpcError::new(-32602, "bad")), started);
+        metrics.handled(1, Err(&RpcError::new(-32050, "down")), started);
+        metrics.handled(1, Err(&RpcError::new(7, "no")), started);
+        // An auth middleware's refusals are the caller's, not the server's.
+        metrics.handled(1, Err(&RpcError::http(401, "a key is required")), started);
+        metrics.handled(1, Err(&RpcError::http(403, "not valid")), started);
+        metrics.handled(1, Err(&RpcError::http(503, "stopping")), started);
         metrics.unknown_method();
         metrics.deferred(0);
         metrics.refused(Refusal::Limit);
@@ -710,7 +721,8 @@ mod tests {
         for line in [
             "ucall_calls_handled_total{method=\"sum\",code=\"ok\"} 1",
             "ucall_calls_handled_total{method=\"sum\",code=\"invalid_params\"} 1",
-            "ucall_calls_handled_total{method=\"a\\\"b\",code=\"server_error\"} 1",
+            "ucall_calls_handled_total{method=\"a\\\"b\",code=\"server_error\"} 2",
+            "ucall_calls_handled_total{method=\"a\\\"b\",code=\"client_error\"} 2",
             "ucall_calls_handled_total{method=\"a\\\"b\",code=\"application_error\"} 1",
             "ucall_calls_handled_total{method=\"other\",code=\"method_not_found\"} 1",
             "ucall_calls_started_total{method=\"sum\"} 3",

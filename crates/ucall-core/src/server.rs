@@ -95,6 +95,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Over TLS, tell browsers to use HTTPS only for `max_age` (HSTS, RFC 6797: every HTTP
+    /// reply says `Strict-Transport-Security: max-age=<seconds>`); off by default, as a
+    /// promise about the whole host that its operator makes.
+    pub fn hsts(mut self, max_age: std::time::Duration) -> Self {
+        self.config.limits.hsts_max_age = Some(max_age.as_secs());
+        self
+    }
+
     /// Most connections open at once.
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.config.max_connections = connections;

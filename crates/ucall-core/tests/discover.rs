@@ -136,6 +136,65 @@ fn documents_describe_every_registered_procedure() {
 }
 
 #[test]
+fn documents_are_revalidated_by_their_entity_tags() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, described(engine));
+        let mut conn = Conn::to(&server);
+        for path in ["/openrpc.json", "/openapi.json", "/docs"] {
+            let first = conn.roundtrip(&get(path));
+            assert_eq!(first.status, 200, "{path}: {first:?}");
+            let etag = first
+                .header("etag")
+                .unwrap_or_else(|| panic!("{path}: no ETag: {first:?}"));
+            assert!(etag.starts_with('"') && etag.ends_with('"'), "{etag}");
+            assert_eq!(first.header("cache-control"), Some("no-cache"), "{path}");
+            // The same document, the same tag.
+            assert_eq!(conn.roundtrip(&get(path)).header("etag"), Some(etag));
+            // RFC 9110 §13.1.2: a tag the client holds (weak or strong, in a list) is a 304
+            // without content; another tag gets the document.
+            for held in [etag.to_owned(), format!("\"x\", W/{etag}"), "*".to_owned()] {
+                let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nIf-None-Match: {held}\r\n\r\n");
+                let unchanged = conn.roundtrip(request.as_bytes());
+                assert_eq!(unchanged.status, 304, "{path} {held}: {unchanged:?}");
+                assert!(unchanged.body.is_empty());
+                assert_eq!(unchanged.header("etag"), Some(etag));
+            }
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"other\"\r\n\r\n");
+            let changed = conn.roundtrip(request.as_bytes());
+            assert_eq!((changed.status, changed.body.len()), (200, first.body.len()), "{path}");
+        }
+    });
+}
+
+#[test]
+fn a_string_query_value_is_declared_as_json_text() {
+    // A REST query value is read as JSON where it parses (`?a=1` is a number), so the
+    // document must not call a string param a plain string: `?name=0` would be a number.
+    let builder = described(EngineKind::Poll).described(
+        MethodDoc::new("greet").param::<String>("name").result::<String>(),
+        |call| Ok(format!("Hello, {}!", call.get::<String>(0, "name")?)),
+    );
+    let server = common::start(EngineKind::Poll, builder);
+    let mut conn = Conn::to(&server);
+    let openapi = document(&mut conn, "/openapi.json");
+    let name = &openapi["paths"]["/greet"]["get"]["parameters"][0];
+    assert!(name.get("schema").is_none(), "{name}");
+    assert_eq!(
+        name["content"]["application/json"]["schema"]["type"], "string",
+        "{name}"
+    );
+    // What the document says a client sends: the JSON text of the string.
+    let reply = conn.roundtrip(&get("/greet?name=%220%22"));
+    assert_eq!(
+        (reply.status, reply.body.as_slice()),
+        (200, br#""Hello, 0!""#.as_slice())
+    );
+    // Numbers keep their plain schema: their JSON text and their form text are one.
+    let a = &openapi["paths"]["/sum"]["get"]["parameters"][0];
+    assert_eq!(a["schema"]["type"], "integer", "{a}");
+}
+
+#[test]
 fn each_part_can_be_turned_off_or_moved() {
     common::for_each_engine(|engine| {
         let server = common::start(engine, described(engine).discovery(Discovery::off()));

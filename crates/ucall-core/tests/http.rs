@@ -327,13 +327,137 @@ fn other_methods_are_405_with_allow() {
                 .header("allow")
                 .unwrap_or_else(|| panic!("405 without Allow: {response:?}"));
             let allowed: Vec<String> = allow.split(',').map(|m| m.trim().to_string()).collect();
-            assert!(
-                allowed.iter().any(|m| m == "GET") && allowed.iter().any(|m| m == "POST"),
-                "{allow}"
-            );
-            assert!(!allowed.iter().any(|m| m == method), "{allow}");
+            // `/` takes JSON-RPC: `GET /` is 404, so its Allow names POST and OPTIONS only.
+            assert_eq!(allowed, ["POST", "OPTIONS"], "{allow}");
             conn.expect_closed(common::IO_TIMEOUT);
+            let mut conn = Conn::to(&server);
+            conn.send(format!("{method} /sum HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            let response = conn.read_response();
+            assert_eq!(response.status, 405, "{method}: {response:?}");
+            assert_eq!(response.header("allow"), Some("GET, HEAD, POST, OPTIONS"));
         }
+    });
+}
+
+/// A `HEAD` request's whole answer, read until the server closes (`Connection: close`):
+/// the head, and nothing after it.
+fn head_of(server: &ucall_core::ServerHandle, target: &str) -> String {
+    let mut conn = Conn::to(server);
+    conn.send(format!("HEAD {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes());
+    let bytes = conn.read_until_closed(common::IO_TIMEOUT).expect("the server closes");
+    let text = String::from_utf8(bytes).expect("a text head");
+    assert!(text.ends_with("\r\n\r\n"), "a HEAD's answer has no content: {text:?}");
+    text
+}
+
+fn field<'t>(head: &'t str, name: &str) -> Option<&'t str> {
+    head.lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.trim())
+}
+
+#[test]
+fn head_and_options_answer_every_get_route() {
+    // RFC 9110 §9.1: HEAD is a method every general-purpose server supports (uptime
+    // monitors send it); OPTIONS is HAProxy's default `option httpchk`.
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        for target in ["/healthz", "/readyz", "/metrics", "/sum?a=1&b=2"] {
+            let got = conn.roundtrip(&get(target));
+            assert_eq!(got.status, 200, "{target}: {got:?}");
+            let head = head_of(&server, target);
+            assert!(head.starts_with("HTTP/1.1 200 "), "{target}: {head}");
+            if target != "/metrics" {
+                // The length a GET's content has (the metrics page grows with each scrape).
+                let length = got.body.len().to_string();
+                assert_eq!(
+                    field(&head, "content-length"),
+                    Some(length.as_str()),
+                    "{target}: {head}"
+                );
+            }
+            assert_eq!(field(&head, "content-type"), got.header("content-type"), "{target}");
+
+            let options = conn.roundtrip(format!("OPTIONS {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            assert_eq!(options.status, 204, "{target}: {options:?}");
+            let expected = if target.starts_with("/sum") {
+                "GET, HEAD, POST, OPTIONS"
+            } else {
+                "GET, HEAD, OPTIONS"
+            };
+            assert_eq!(options.header("allow"), Some(expected), "{target}");
+        }
+        let options = conn.roundtrip(b"OPTIONS / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!((options.status, options.header("allow")), (204, Some("POST, OPTIONS")));
+        // A HEAD of an unknown route is a 404 without content; the connection lives on.
+        assert!(head_of(&server, "/nope").starts_with("HTTP/1.1 404 "));
+        assert_eq!(conn.roundtrip(&get("/sum?a=1&b=2")).body, b"3");
+    });
+}
+
+#[test]
+fn what_changes_per_request_is_never_cached() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        for target in ["/healthz", "/readyz", "/metrics", "/sum?a=1&b=2", "/nope"] {
+            let response = conn.roundtrip(&get(target));
+            assert_eq!(
+                response.header("cache-control"),
+                Some("no-store"),
+                "{target}: {response:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_path_names_one_procedure_or_none() {
+    common::for_each_engine(|engine| {
+        let server = common::serve(engine);
+        let mut conn = Conn::to(&server);
+        // A JSON-RPC request or batch posted to `/subtract` must not run another method
+        // (nor subtract: the body of a procedure's path is its named params).
+        let other = call("sum", "[100,1]", "1");
+        let batch = format!("[{other}]");
+        for body in [other.as_str(), &batch, &call("subtract", "[5,3]", "2")] {
+            let response = conn.roundtrip(&post("/subtract", body.as_bytes()));
+            rest_error(&response, 400, -32600);
+            let message = response
+                .json()
+                .get("message")
+                .and_then(common::Json::as_str)
+                .map(str::to_owned);
+            assert!(message.unwrap_or_default().contains("POST /"), "{response:?}");
+        }
+        // A path that names no procedure may still carry JSON-RPC (`POST /rpc`).
+        let response = conn.roundtrip(&post("/rpc", other.as_bytes()));
+        assert_result(&response.body, "101", "1");
+        assert_eq!(conn.roundtrip(&get("/sum?a=1&b=2")).body, b"3");
+    });
+}
+
+#[test]
+fn an_applications_own_error_is_not_a_server_fault() {
+    use ucall_core::RpcError;
+    common::for_each_engine(|engine| {
+        let builder = common::builder(engine).procedure("divide", |call| -> Result<f64, RpcError> {
+            let (a, b): (f64, f64) = (call.get(0, "a")?, call.get(1, "b")?);
+            if b == 0.0 {
+                return Err(RpcError::new(1, "division by zero"));
+            }
+            Ok(a / b)
+        });
+        let server = common::start(engine, builder);
+        let mut conn = Conn::to(&server);
+        // 422: understood and refused as the procedure says it may be; not a 5xx that
+        // retries and alerts read as the server failing.
+        rest_error(&conn.roundtrip(&get("/divide?a=1&b=0")), 422, 1);
+        assert_eq!(conn.roundtrip(&get("/divide?a=1&b=4")).body, b"0.25");
+        // A handler's failure is still the server's.
+        rest_error(&conn.roundtrip(&get("/panic")), 500, -32603);
     });
 }
 

@@ -174,6 +174,47 @@ fn http_and_raw_tcp_over_tls_1_3_and_1_2() {
     });
 }
 
+/// Ask `GET /healthz` over `stream` and read the head of the answer.
+fn healthz_head<S: std::io::Read + std::io::Write>(stream: &mut S) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    stream.flush().unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        assert!(reader.read_line(&mut head).unwrap() > 0, "closed: {head}");
+    }
+    head
+}
+
+#[test]
+fn hsts_is_said_over_tls_only_when_asked() {
+    let m = material("hsts");
+    for asked in [false, true] {
+        let mut tls = tls_config(&m);
+        tls.port = Some(0);
+        let mut builder = Server::builder().port(0).tls(tls).procedure("ping", |_| Ok("pong"));
+        if asked {
+            builder = builder.hsts(Duration::from_secs(31_536_000));
+        }
+        let server = builder.bind().expect("bind").spawn().expect("spawn");
+        let secure = server.tls_addr().expect("TLS port");
+        let head = healthz_head(&mut connect(secure, &client(&m, &[&rustls::version::TLS13], false)));
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        let said = head.contains("Strict-Transport-Security: max-age=31536000\r\n");
+        assert_eq!(said, asked, "{head}");
+        // RFC 6797 §7.2: never over plain HTTP.
+        let mut plain = TcpStream::connect(server.local_addr()).unwrap();
+        plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let head = healthz_head(&mut plain);
+        assert!(
+            head.starts_with("HTTP/1.1 200 ") && !head.contains("Strict-Transport"),
+            "{head}"
+        );
+    }
+}
+
 #[test]
 fn a_1_6_megabyte_echo_over_tls() {
     common::for_each_engine(|engine| {

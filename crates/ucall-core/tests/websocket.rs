@@ -218,6 +218,30 @@ fn protocol_violations_close_with_the_codes_rfc_6455_names() {
 }
 
 #[test]
+fn the_plain_subprotocol_is_selected_when_offered() {
+    // A browser sends a credential as a subprotocol beside `ucall`; it fails a handshake
+    // whose answer selects none of those it offered.
+    for (offered, selected) in [
+        ("ucall, ucall.bearer.dDBrZW4", Some("ucall")),
+        ("ucall.bearer.dDBrZW4,ucall", Some("ucall")),
+        ("chat", None),
+    ] {
+        let mut peer = Peer::new(Limits::default());
+        let request = HANDSHAKE.replace("\r\n\r\n", &format!("\r\nSec-WebSocket-Protocol: {offered}\r\n\r\n"));
+        peer.feed(request.as_bytes());
+        let text = String::from_utf8(peer.take()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 101 "), "{text}");
+        let answered = text
+            .lines()
+            .find_map(|line| line.strip_prefix("Sec-WebSocket-Protocol: "));
+        assert_eq!(answered, selected, "{offered}: {text}");
+        let message = frame(true, 0x1, SUBTRACT);
+        peer.feed(&message);
+        assert_eq!(server_frames(&peer.take()), [(0x1, REPLY.to_vec())], "{offered}");
+    }
+}
+
+#[test]
 fn handshakes_that_rfc_6455_refuses() {
     let mut peer = Peer::new(Limits::default());
     assert!(

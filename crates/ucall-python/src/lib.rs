@@ -40,7 +40,9 @@ fn b64decode<'py>(py: Python<'py>, text: &Bound<'py, PyAny>, bytearray: bool) ->
         Ok(bytes) => bytes.as_bytes(),
         Err(_) => utf8(text.cast::<pyo3::types::PyString>()?)?,
     };
-    params::decode_base64(py, text, bytearray).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not base64"))
+    params::decode_base64(py, text, bytearray).ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err(format!("not base64: {}", ucall_core::params::base64::problem(text)))
+    })
 }
 
 extern "C" {

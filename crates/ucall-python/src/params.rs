@@ -258,12 +258,24 @@ fn convert_param<'py>(
             .as_bool()
             .map(|b| PyBool::new(py, b).to_owned().into_any())
             .ok_or_else(|| fail("a boolean")),
-        Check::Str if value.is_string() => convert::string(py, raw)
-            .map(Bound::into_any)
-            .map_err(|_| fail("a string")),
-        Check::Bytes | Check::ByteArray => value
+        Check::Str if value.is_string() => convert::string(py, raw).map(Bound::into_any).map_err(|_| {
+            // The one string JSON can spell that Python's `str` (Unicode text) cannot hold.
+            wrong_value(
+                param,
+                given,
+                "expected Unicode text: it holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape)",
+            )
+        }),
+        Check::Bytes | Check::ByteArray if value.is_string() => value
             .with_base64(|text| decode_base64(py, text, param.check == Check::ByteArray))
-            .ok_or_else(|| fail("a base64 string")),
+            .ok_or_else(|| {
+                let why = value.as_str().map_or_else(
+                    || "it holds a lone surrogate".to_owned(),
+                    |text| base64::problem(text.as_bytes()),
+                );
+                wrong_value(param, given, &format!("expected a base64 string: {why}"))
+            }),
+        Check::Bytes | Check::ByteArray => Err(fail("a base64 string")),
         Check::Int => Err(fail("an integer")),
         Check::Float => Err(fail("a number")),
         Check::Str => Err(fail("a string")),
@@ -453,6 +465,13 @@ fn wrong_type(param: &Param, given: Given<'_>, expected: &str, raw: &str) -> Rpc
         "Invalid params: parameter '{}': expected {expected}, got {got}",
         label(param, given)
     ))
+}
+
+/// `-32602` for a value of the right JSON type that the parameter still cannot take.
+#[cold]
+#[inline(never)]
+fn wrong_value(param: &Param, given: Given<'_>, why: &str) -> RpcError {
+    RpcError::invalid_params(format!("Invalid params: parameter '{}': {why}", label(param, given)))
 }
 
 #[cold]

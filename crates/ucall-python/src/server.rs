@@ -212,7 +212,7 @@ impl NativeServer {
         header_timeout=None, idle_timeout=None, shutdown_timeout=None,
         tls_cert=None, tls_key=None, tls_client_ca=None, tls_port=None, quiet=false,
         share_port=false, trust_after=1000, cors_origins=None, cors_methods=None, cors_headers=None, cors_max_age=None,
-        healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
+        hsts_max_age=None, healthz_path=Some("/healthz".to_owned()), readyz_path=Some("/readyz".to_owned()), readyz_not_found=false,
         metrics_path=Some("/metrics".to_owned()), metrics_buckets=None, metrics_extra=None,
         request_log_path=None, request_log_fd=None, request_log_format=None,
         unix_socket=None, unix_socket_mode=None,
@@ -249,6 +249,7 @@ impl NativeServer {
         cors_methods: Option<Vec<String>>,
         cors_headers: Option<Vec<String>>,
         cors_max_age: Option<u32>,
+        hsts_max_age: Option<u64>,
         healthz_path: Option<String>,
         readyz_path: Option<String>,
         readyz_not_found: bool,
@@ -318,6 +319,7 @@ impl NativeServer {
             }
             config.limits.cors = Some(cors);
         }
+        config.limits.hsts_max_age = hsts_max_age;
         match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => {
                 let mut tls = TlsConfig::new(cert, key);

@@ -367,15 +367,28 @@ pub struct Page<'a> {
     pub content_type: &'static [u8],
     /// Its bytes.
     pub body: &'a [u8],
+    /// Its entity tag (RFC 9110 §8.8.3), quoted: the same bytes, the same tag.
+    pub etag: &'a str,
 }
 
-/// The documents, built once when serving starts.
+/// The documents, built once when serving starts, and their entity tags.
 #[derive(Debug)]
 struct Pages {
     settings: Discovery,
     openrpc: Arc<str>,
     openapi: Vec<u8>,
     docs: Vec<u8>,
+    etags: [String; 3],
+}
+
+/// A strong entity tag for `bytes`: a 64-bit hash, so that a client's cached copy is
+/// revalidated with `If-None-Match` rather than fetched again.
+fn etag(bytes: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    // `DefaultHasher::new()` has fixed keys: every worker and restart gives the same tag.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    format!("\"{:016x}\"", hasher.finish())
 }
 
 /// The descriptions and settings a router carries until serving starts, then the
@@ -477,16 +490,19 @@ impl Catalog {
             Some(Page {
                 content_type: b"application/json",
                 body: pages.openrpc.as_bytes(),
+                etag: &pages.etags[0],
             })
         } else if is(&pages.settings.openapi_path) {
             Some(Page {
                 content_type: b"application/json",
                 body: &pages.openapi,
+                etag: &pages.etags[1],
             })
         } else if is(&pages.settings.docs_path) {
             Some(Page {
                 content_type: b"text/html; charset=utf-8",
                 body: &pages.docs,
+                etag: &pages.etags[2],
             })
         } else {
             None
@@ -510,9 +526,11 @@ fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
     let docs = DOCS_TEMPLATE
         .replace("__UCALL_TITLE__", &html_escape(&settings.title))
         .replace("__UCALL_DATA__", &script_safe(&data.to_string()));
+    let openapi = openapi.to_string().into_bytes();
     Pages {
+        etags: [etag(openrpc_text.as_bytes()), etag(&openapi), etag(docs.as_bytes())],
         openrpc: openrpc_text.into(),
-        openapi: openapi.to_string().into_bytes(),
+        openapi,
         docs: docs.into_bytes(),
         settings,
     }

@@ -81,10 +81,11 @@ fn route(doc: &MethodDoc, id: &str) -> Value {
         if param.required {
             required.push(json!(param.name));
         }
-        // The query's values are read as JSON where they parse, else as strings: a
-        // structured value travels as JSON text.
+        // The query's values are read as JSON where they parse, else as strings. A number
+        // or a boolean is spelled the same either way; anything else (a string too: `0`
+        // would read as a number) travels as JSON text, as the document says.
         let mut parameter = json!({"name": param.name, "in": "query", "required": param.required});
-        if is_scalar(&schema) {
+        if is_number_or_boolean(&schema) {
             parameter["schema"] = schema;
         } else {
             parameter["content"] = json!({"application/json": {"schema": schema}});
@@ -103,11 +104,24 @@ fn route(doc: &MethodDoc, id: &str) -> Value {
     }
     let mut result = doc.result.as_ref().map_or_else(|| json!({}), |r| r.schema.clone());
     to_2020_12(&mut result);
-    let responses = json!({
+    let error_body = json!({"application/json": {"schema": {"$ref": format!("{COMPONENTS}{ERROR}")}}});
+    let mut responses = json!({
         "200": {"description": "The result", "content": {"application/json": {"schema": result}}},
-        "default": {"description": "A JSON-RPC error object: 400 for invalid params, 404 for an unknown method, 500 otherwise",
-                    "content": {"application/json": {"schema": {"$ref": format!("{COMPONENTS}{ERROR}")}}}},
+        "default": {"description": "A JSON-RPC error object: 400 for invalid params, 404 for an unknown method, 422 for an application's own error (a code outside -32768..-32000), the status an error names, else 500",
+                    "content": error_body.clone()},
     });
+    // The errors the procedure says it answers with, under the status they get.
+    let own: Vec<String> = doc
+        .errors
+        .iter()
+        .filter(|error| crate::jsonrpc::codes::is_application_error(error.code))
+        .map(|error| format!("{} ({})", error.code, error.message))
+        .collect();
+    if !own.is_empty() {
+        let status = crate::jsonrpc::codes::APPLICATION_ERROR_STATUS.to_string();
+        responses[status] =
+            json!({"description": format!("The procedure's own errors: {}", own.join(", ")), "content": error_body});
+    }
     let mut get = json!({"operationId": format!("{id}_get"), "parameters": query, "responses": responses});
     let mut post = json!({
         "operationId": format!("{id}_post"),
@@ -131,10 +145,10 @@ fn route(doc: &MethodDoc, id: &str) -> Value {
     json!({"get": get, "post": post})
 }
 
-fn is_scalar(schema: &Value) -> bool {
+fn is_number_or_boolean(schema: &Value) -> bool {
     matches!(
         schema.get("type").and_then(Value::as_str),
-        Some("integer" | "number" | "boolean" | "string")
+        Some("integer" | "number" | "boolean")
     )
 }
 

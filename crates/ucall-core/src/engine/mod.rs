@@ -424,11 +424,7 @@ impl Serving {
         // One reading of the clock for the metrics and the request log both.
         let ended = crate::date::monotonic_nanos();
         if let Some(metrics) = self.router.metrics() {
-            let code = completion
-                .outcome
-                .as_ref()
-                .map(|_| ())
-                .map_err(crate::jsonrpc::RpcError::code);
+            let code = completion.outcome.as_ref().map(|_| ());
             metrics.completed_at(meter.method, code, meter.started, ended);
         }
         if let (Some(log), Some(note)) = (self.router.request_log(), &completion.note) {

@@ -22,8 +22,35 @@ pub enum Method {
     Get,
     /// `POST`: a JSON-RPC body, or a REST-style call with named params.
     Post,
-    /// `OPTIONS`: a CORS preflight where [`cors::Cors`] is configured, else refused with 405.
+    /// `HEAD`: a `GET` answered without its content (RFC 9110 §9.3.2).
+    Head,
+    /// `OPTIONS`: a CORS preflight where [`cors::Cors`] is configured, else the target's
+    /// methods in `Allow` (RFC 9110 §9.3.7).
     Options,
+}
+
+impl Method {
+    /// Whether this method reads a route as `GET` does (`GET` and `HEAD`).
+    #[must_use]
+    pub fn reads(self) -> bool {
+        matches!(self, Method::Get | Method::Head)
+    }
+}
+
+/// The methods of `/` (JSON-RPC), for `Allow` (RFC 9110 §10.2.1).
+pub const ALLOW_ROOT: &str = "POST, OPTIONS";
+/// The methods of a document, a probe or `/metrics`.
+pub const ALLOW_PAGE: &str = "GET, HEAD, OPTIONS";
+/// The methods of a REST route (and of any other path: it may name a procedure).
+pub const ALLOW_ROUTE: &str = "GET, HEAD, POST, OPTIONS";
+
+/// The methods `Allow` names for a path the head alone can tell (`/`, else a route's).
+#[must_use]
+pub fn allowed_methods(target: &str) -> &'static str {
+    match target.split('?').next() {
+        Some("/" | "") => ALLOW_ROOT,
+        _ => ALLOW_ROUTE,
+    }
 }
 
 /// How the request body is delimited (RFC 9112 §6.3).
@@ -60,6 +87,8 @@ pub struct RequestHead {
     pub event_stream: bool,
     /// `UCall-Timeout: <seconds>`: the time the caller allows the request's calls.
     pub timeout: Option<std::time::Duration>,
+    /// Where `If-None-Match` (RFC 9110 §13.1.2) is in the head's bytes.
+    pub if_none_match: Option<(u32, u32)>,
     /// `Content-Type: application/vnd.ucall.binary`: the body is a binary message
     /// (docs/wire.md §3.1) whose JSON text is as long as [`RequestHead::json_length`] says.
     pub binary_body: bool,
@@ -67,6 +96,8 @@ pub struct RequestHead {
     pub json_length: Option<Result<usize, ()>>,
     /// `Sec-WebSocket-Protocol` offers the binary-message subprotocol (docs/wire.md §3.3).
     pub websocket_binary: bool,
+    /// `Sec-WebSocket-Protocol` offers [`crate::ws::SUBPROTOCOL`] (plain JSON-RPC).
+    pub websocket_plain: bool,
 }
 
 impl RequestHead {
@@ -103,6 +134,17 @@ fn decimal(value: &[u8]) -> Option<usize> {
 /// Parse a request head from `input`, storing its request-target into `target`.
 #[must_use]
 pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, target: &mut String) -> HeadStatus {
+    match parse_head_fields(input, max_head_bytes, max_body_bytes, target) {
+        // RFC 9110 §9.3.2: the answer to a HEAD has no content, a refusal's neither.
+        HeadStatus::Rejected(refused) if input.starts_with(b"HEAD ") => HeadStatus::Rejected(Reject {
+            to_head: true,
+            ..refused
+        }),
+        status => status,
+    }
+}
+
+fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, target: &mut String) -> HeadStatus {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let used = match request.parse(input) {
@@ -127,23 +169,6 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
     if used > max_head_bytes {
         return HeadStatus::Rejected(too_large(input, max_head_bytes));
     }
-    let method = match request.method {
-        Some("POST") => Method::Post,
-        Some("GET") => Method::Get,
-        Some("HEAD") => {
-            return HeadStatus::Rejected(Reject {
-                to_head: true,
-                ..reject(Status::MethodNotAllowed, "only GET and POST are served")
-            })
-        }
-        Some("OPTIONS") => Method::Options,
-        // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
-        Some("PUT" | "DELETE" | "PATCH" | "CONNECT" | "TRACE") => {
-            return HeadStatus::Rejected(reject(Status::MethodNotAllowed, "only GET and POST are served"))
-        }
-        _ => return HeadStatus::Rejected(reject(Status::NotImplemented, "unknown method")),
-    };
-    let minor_version = request.version.unwrap_or(1);
     let Some(path) = origin_form(request.path.unwrap_or("/")) else {
         return HeadStatus::Rejected(reject(Status::BadRequest, "request-target must be a path"));
     };
@@ -152,6 +177,21 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
         target.push('/');
     }
     target.push_str(path);
+    let method = match request.method {
+        Some("POST") => Method::Post,
+        Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some("OPTIONS") => Method::Options,
+        // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
+        Some("PUT" | "DELETE" | "PATCH" | "CONNECT" | "TRACE") => {
+            return HeadStatus::Rejected(Reject {
+                allow: Some(allowed_methods(target)),
+                ..reject(Status::MethodNotAllowed, "only GET, HEAD, POST and OPTIONS are served")
+            })
+        }
+        _ => return HeadStatus::Rejected(reject(Status::NotImplemented, "unknown method")),
+    };
+    let minor_version = request.version.unwrap_or(1);
 
     let mut head = RequestHead {
         method,
@@ -215,6 +255,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
             4 if name.eq_ignore_ascii_case("host") => hosts += 1,
             22 if name.eq_ignore_ascii_case("sec-websocket-protocol") => {
                 head.websocket_binary |= tokens(value).any(|t| t == wire::SUBPROTOCOL.as_bytes());
+                head.websocket_plain |= tokens(value).any(|t| t == crate::ws::SUBPROTOCOL.as_bytes());
             }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
@@ -244,6 +285,7 @@ pub fn parse_head(input: &[u8], max_head_bytes: usize, max_body_bytes: usize, ta
                 head.expect_continue = minor_version >= 1;
             }
             6 if name.eq_ignore_ascii_case("origin") => head.cors.origin = span(input, value),
+            13 if name.eq_ignore_ascii_case("if-none-match") => head.if_none_match = span(input, value),
             29 if name.eq_ignore_ascii_case("access-control-request-method") => {
                 head.cors.request_method = span(input, value);
             }
@@ -383,6 +425,15 @@ fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     value.split(|&c| c == b',').map(trim).filter(|t| !t.is_empty())
 }
 
+/// Whether an `If-None-Match` field value names `etag` (or is `*`): RFC 9110 §13.1.2,
+/// with the weak comparison it asks for (`W/` is ignored on either side).
+#[must_use]
+pub fn none_match_names(field: &[u8], etag: &str) -> bool {
+    let strip = |tag: &[u8]| -> Vec<u8> { tag.strip_prefix(b"W/").unwrap_or(tag).to_vec() };
+    let wanted = strip(etag.as_bytes());
+    tokens(field).any(|tag| tag == b"*" || strip(tag) == wanted)
+}
+
 /// Room reserved before each reply body for its head, which is written once the body's
 /// length is known.
 const HEAD_ROOM: usize = 192;
@@ -436,6 +487,20 @@ pub fn respond_typed(
     content_type: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
+    respond_to(out, Method::Get, persistence, headers, date, content_type, write_body);
+}
+
+/// [`respond_typed`] for a request of `method`: to a `HEAD`, the head a `GET` would get,
+/// its `Content-Length` included, without the content (RFC 9110 §9.3.2).
+pub fn respond_to(
+    out: &mut OutBuf,
+    method: Method,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    content_type: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
+) {
     let room = HEAD_ROOM + headers.len();
     let reserved = out.data().len();
     out.data().resize(reserved + room, 0);
@@ -444,7 +509,9 @@ pub fn respond_typed(
         out.truncate(reserved);
         return;
     };
-    if status == Status::NoContent {
+    // RFC 9110 §15.3.5, §15.4.5: a 204 and a 304 have no content.
+    let no_content = matches!(status, Status::NoContent | Status::NotModified);
+    if no_content {
         out.truncate(body_start);
     }
     let body_len = out.data().len() - body_start + out.attached_since(body_start);
@@ -475,7 +542,7 @@ pub fn respond_typed(
         }
         named => put(named.status_line()),
     }
-    if status != Status::NoContent {
+    if !no_content {
         put(b"Content-Type: ");
         put(content_type);
         put(b"\r\nContent-Length: ");
@@ -495,7 +562,13 @@ pub fn respond_typed(
     data[head_start..head_start + len].copy_from_slice(&head[..len]);
     data[head_start + len..body_start - 2].copy_from_slice(headers);
     data[body_start - 2..body_start].copy_from_slice(b"\r\n");
-    let end = data.len();
+    if method == Method::Head {
+        // Cut before the head's last CRLF, so that buffers attached at the body's start go
+        // too, then end the head again.
+        out.truncate(body_start - 2);
+        out.data().extend_from_slice(b"\r\n");
+    }
+    let end = out.data().len();
     out.commit(head_start..end);
 }
 
@@ -587,7 +660,7 @@ mod tests {
         // Without a limit involved, the message is the status and the reason.
         assert_eq!(
             head("PUT / HTTP/1.1\r\n\r\n").expect_err("405").message(),
-            "405: only GET and POST are served"
+            "405: only GET, HEAD, POST and OPTIONS are served"
         );
     }
 
@@ -742,8 +815,18 @@ mod tests {
 
     #[test]
     fn answers_methods_versions_and_targets_as_rfc_9110_says() {
+        // HEAD is served (RFC 9110 §9.1); a refusal of one has no content.
+        assert_eq!(
+            head("HEAD /sum HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().0.method,
+            Method::Head
+        );
         let refused = head("HEAD /sum HTTP/1.1\r\n\r\n").unwrap_err();
-        assert_eq!((refused.status, refused.to_head), (Status::MethodNotAllowed, true));
+        assert_eq!((refused.status, refused.to_head), (Status::BadRequest, true));
+        let put = head("PUT / HTTP/1.1\r\n\r\n").unwrap_err();
+        assert_eq!(
+            (put.status, put.allow),
+            (Status::MethodNotAllowed, Some("POST, OPTIONS"))
+        );
         assert_eq!(status("DELETE / HTTP/1.1\r\n\r\n"), 405);
         assert_eq!(status("FOO / HTTP/1.1\r\n\r\n"), 501);
         let (old, _) = head("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
@@ -766,6 +849,16 @@ mod tests {
                 HeadStatus::Rejected(r) if r.status == Status::UriTooLong
             ));
         }
+    }
+
+    #[test]
+    fn if_none_match_is_compared_weakly() {
+        assert!(none_match_names(br#""a""#, r#""a""#));
+        assert!(none_match_names(br#"W/"a""#, r#""a""#));
+        assert!(none_match_names(br#""b" , W/"a""#, r#""a""#));
+        assert!(none_match_names(b"*", r#""a""#));
+        assert!(!none_match_names(br#""ab""#, r#""a""#));
+        assert!(!none_match_names(b"", r#""a""#));
     }
 
     #[test]

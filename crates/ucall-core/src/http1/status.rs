@@ -7,6 +7,7 @@
 pub enum Status {
     Ok,
     NoContent,
+    NotModified,
     BadRequest,
     Forbidden,
     NotFound,
@@ -38,6 +39,7 @@ impl Status {
         match self {
             Status::Ok => 200,
             Status::NoContent => 204,
+            Status::NotModified => 304,
             Status::BadRequest => 400,
             Status::Forbidden => 403,
             Status::NotFound => 404,
@@ -92,10 +94,12 @@ impl Status {
             Status::Other(_) | Status::RetryAfter { .. } => b"",
             Status::Ok => b"HTTP/1.1 200 OK\r\n",
             Status::NoContent => b"HTTP/1.1 204 No Content\r\n",
+            Status::NotModified => b"HTTP/1.1 304 Not Modified\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
             Status::Forbidden => b"HTTP/1.1 403 Forbidden\r\n",
             Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
-            Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, POST\r\n",
+            // RFC 9110 §15.5.6: `Allow` follows, from the refusal (it depends on the target).
+            Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\n",
             Status::RequestTimeout => b"HTTP/1.1 408 Request Timeout\r\n",
             Status::PayloadTooLarge => b"HTTP/1.1 413 Content Too Large\r\n",
             Status::HeadersTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
@@ -157,6 +161,8 @@ pub struct Reject {
     pub reason: &'static str,
     /// The request was `HEAD`: the answer has no content (RFC 9110 §9.3.2).
     pub to_head: bool,
+    /// The methods the target allows, for a 405's `Allow` (RFC 9110 §15.5.6).
+    pub allow: Option<&'static str>,
     /// The limit the request went over, as its setting's name and value, so that the
     /// message says which setting to raise.
     pub limit: Option<(&'static str, usize)>,
@@ -184,6 +190,7 @@ pub(crate) const fn reject(status: Status, reason: &'static str) -> Reject {
         status,
         reason,
         to_head: false,
+        allow: None,
         limit: None,
     }
 }

@@ -89,14 +89,31 @@ pub const RATE_LIMITED_STATUS: u16 = 429;
 /// JSON-RPC code is the table's for that status ([`SERVER_ERROR_MAX`]).
 pub const DEADLINE_EXCEEDED_STATUS: u16 = 504;
 
+/// The HTTP status of an application's own error (a code outside the reserved
+/// -32768..=-32000, "division by zero"): 422 Unprocessable Content (RFC 9110 §15.5.21).
+/// The request was understood and the procedure refused it, as it says it may: a 5xx would
+/// tell retries and alerts that the server failed.
+pub const APPLICATION_ERROR_STATUS: u16 = 422;
+
+/// Whether `code` is an application's own, outside the range JSON-RPC reserves (§5.1).
+#[must_use]
+pub const fn is_application_error(code: i32) -> bool {
+    !(code >= -32768 && code <= SERVER_ERROR_MAX)
+}
+
 /// The HTTP status for an error with `code` that names no status of its own (see
-/// [`HTTP_STATUSES`](self)): 400, 404, or 500 for every other code.
+/// [`HTTP_STATUSES`](self)): 400, 404, 422 for an application's code, 500 for every other.
 #[must_use]
 pub fn http_status(code: i32) -> u16 {
+    let default = if is_application_error(code) {
+        APPLICATION_ERROR_STATUS
+    } else {
+        500
+    };
     HTTP_STATUSES
         .iter()
         .find(|(c, _, _)| *c == code)
-        .map_or(500, |(_, status, _)| *status)
+        .map_or(default, |(_, status, _)| *status)
 }
 
 /// The JSON-RPC code for an error given only an HTTP `status`: -32602 for 400, -32603
@@ -146,7 +163,12 @@ mod tests {
         assert_eq!(http_status(ErrorCode::ParseError.code()), 400);
         assert_eq!(http_status(ErrorCode::InternalError.code()), 500);
         assert_eq!(http_status(-32000), 500);
-        assert_eq!(http_status(42), 500);
+        // An application's own code is its caller's problem, not the server's.
+        assert_eq!(http_status(42), 422);
+        assert_eq!(http_status(1), 422);
+        assert_eq!(http_status(-31999), 422);
+        assert_eq!(http_status(-32099), 500);
+        assert_eq!(http_status(-32768), 500);
         assert_eq!(code_for_http_status(400), ErrorCode::InvalidParams.code());
         assert_eq!(code_for_http_status(500), ErrorCode::InternalError.code());
         assert_eq!(code_for_http_status(429), RATE_LIMITED);

@@ -127,9 +127,62 @@ pub fn decode(text: &[u8]) -> Option<Vec<u8>> {
     decode_to_slice(text, &mut out).map(|_| out)
 }
 
+/// Why `text` is not base64 by the rule, in words for an error message (`'-' at index 4
+/// is not a base64 character ...`); call it on a text [`decode`] refused.
+#[cold]
+#[must_use]
+pub fn problem(text: &[u8]) -> String {
+    let padding_at = text.iter().position(|&c| c == b'=');
+    let data = &text[..padding_at.unwrap_or(text.len())];
+    if let Some(at) = data.iter().position(|&c| VALUES[usize::from(c)] == INVALID) {
+        let shown = std::str::from_utf8(&text[at..])
+            .ok()
+            .and_then(|rest| rest.chars().next())
+            .map_or_else(|| format!("byte 0x{:02x}", text[at]), |c| format!("{c:?}"));
+        let hint = if matches!(text[at], b'-' | b'_') {
+            " (URL-safe base64 is not taken: use + and /)"
+        } else {
+            ""
+        };
+        return format!("{shown} at index {at} is not a base64 character{hint}");
+    }
+    if let Some(at) = padding_at.filter(|&at| text[at..].iter().any(|&c| c != b'=')) {
+        return format!("'=' at index {at} pads the middle of the text");
+    }
+    if data.len() % 4 == 1 {
+        return format!(
+            "{} characters before the padding: a length of 4n+1 is never base64 (one is missing or extra)",
+            data.len()
+        );
+    }
+    if padding_at.is_some() && split(text).is_none() {
+        return "the '=' padding does not complete a final group of four".to_owned();
+    }
+    "the last character sets bits that the bytes do not have (it was not written by a base64 encoder)".to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn says_why_a_text_is_not_base64() {
+        for (bad, says) in [
+            ("Zm-_", "'-' at index 2 is not a base64 character (URL-safe"),
+            ("Zm9v Yg==", "' ' at index 4 is not a base64"),
+            ("Zg==Zg==", "'=' at index 2 pads the middle"),
+            ("Zm9vY", "5 characters before the padding: a length of 4n+1"),
+            ("Zg=", "does not complete a final group of four"),
+            ("Zm9vYg===", "does not complete"),
+            ("Zh==", "the last character sets bits"),
+            ("AQJ", "the last character sets bits"),
+            ("é", "'é' at index 0"),
+        ] {
+            assert_eq!(decoded(bad), None, "{bad}");
+            let said = problem(bad.as_bytes());
+            assert!(said.contains(says), "{bad}: {said}");
+        }
+    }
 
     fn decoded(text: &str) -> Option<Vec<u8>> {
         decode(text.as_bytes())

@@ -31,7 +31,8 @@ pub(super) struct Http {
     body: Vec<u8>,
     /// The last request asked to close the connection after its reply.
     close_asked: bool,
-    /// The CORS header lines for the reply to the current request.
+    /// The CORS header lines for the reply to the current request, and the other header
+    /// lines its reply carries (`Cache-Control`, `ETag`, `Allow`).
     cors_headers: Vec<u8>,
 }
 
@@ -113,6 +114,9 @@ impl Http {
                     if head.websocket_binary {
                         out.push(b"\r\nSec-WebSocket-Protocol: ");
                         out.push(wire::SUBPROTOCOL.as_bytes());
+                    } else if head.websocket_plain {
+                        out.push(b"\r\nSec-WebSocket-Protocol: ");
+                        out.push(ws::SUBPROTOCOL.as_bytes());
                     }
                     out.push(b"\r\n\r\n");
                     (
@@ -127,18 +131,17 @@ impl Http {
                     let mcp = ctx.router.is_mcp_path(&self.target);
                     calls.keep_head(&rest[..used], ctx.router, mcp);
                     self.cors_headers.clear();
-                    match &ctx.limits.cors {
-                        Some(cors) => cross_origin(cors, &head, rest, &mut self.cors_headers),
-                        None if head.method == Method::Options && !mcp => {
-                            let reject = http1::reject(Status::MethodNotAllowed, "only GET and POST are served");
-                            respond_rejection(out, ctx.router.metrics(), ctx.date, reject, b"");
-                            return (0, Step::Close);
-                        }
-                        None => {}
+                    if let Some(cors) = &ctx.limits.cors {
+                        cross_origin(cors, &head, rest, &mut self.cors_headers);
+                    }
+                    if let Some(max_age) = ctx.limits.hsts_max_age.filter(|_| calls.tls) {
+                        // RFC 6797 §7.2: only over a secure transport.
+                        let line = format!("Strict-Transport-Security: max-age={max_age}\r\n");
+                        self.cors_headers.extend_from_slice(line.as_bytes());
                     }
                     let body_bytes = rest.len() - used;
                     match head.framing {
-                        Framing::None => return (used, self.answer(calls, &head, &[], out, ctx)),
+                        Framing::None => return (used, self.answer(calls, &head, &rest[..used], &[], out, ctx)),
                         Framing::Length(length) if head.expect_continue && body_bytes < length => {
                             out.push(http1::CONTINUE)
                         }
@@ -153,7 +156,7 @@ impl Http {
         match head.framing {
             Framing::Length(length) if rest.len() >= length => {
                 self.pending_head = None;
-                (length, self.answer(calls, &head, &rest[..length], out, ctx))
+                (length, self.answer(calls, &head, &[], &rest[..length], out, ctx))
             }
             Framing::Chunked => {
                 let limits = ctx.limits;
@@ -165,7 +168,7 @@ impl Http {
                         self.pending_head = None;
                         self.chunked.reset();
                         let body = std::mem::take(&mut self.body);
-                        let step = self.answer(calls, &head, &body, out, ctx);
+                        let step = self.answer(calls, &head, &[], &body, out, ctx);
                         self.body = body;
                         self.body.clear();
                         (used, step)
@@ -188,10 +191,13 @@ impl Http {
         }
     }
 
+    /// Answer the request of `head`; `head_bytes` are its bytes while they are still in
+    /// the input (a request without a body), else empty.
     fn answer(
         &mut self,
         calls: &mut Calls,
         head: &RequestHead,
+        head_bytes: &[u8],
         body: &[u8],
         out: &mut OutBuf,
         ctx: &mut Context<'_>,
@@ -207,21 +213,37 @@ impl Http {
             super::mcp::answer(calls, head, body, out, ctx, persistence, &mut self.cors_headers);
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
+        let scratch = &mut *ctx.scratch;
+        let target = self.target.as_str();
+        let reads = head.method.reads();
         if head.method == Method::Options {
-            // A CORS preflight: the headers say it all (none when refused, which the browser
-            // reads as a refusal).
+            // A CORS preflight (its headers say it all: none when refused, which the browser
+            // reads as a refusal), or a plain OPTIONS (a load balancer's check): the methods
+            // of the target in `Allow` (RFC 9110 §9.3.7).
+            let allow = if is_page(ctx.router, target, ctx.draining) {
+                http1::ALLOW_PAGE
+            } else {
+                http1::allowed_methods(target)
+            };
+            for part in [b"Allow: ".as_slice(), allow.as_bytes(), b"\r\n"] {
+                self.cors_headers.extend_from_slice(part);
+            }
             http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |_| {
                 Some(Status::NoContent)
             });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
-        let scratch = &mut *ctx.scratch;
-        let target = self.target.as_str();
+        if reads {
+            // Probes, metrics and results change from one request to the next: no cache,
+            // shared or private, keeps them (RFC 9111 §5.2.2.5). The documents say otherwise below.
+            self.cors_headers.extend_from_slice(NO_STORE);
+        }
         // The health probes (`/healthz`, `/readyz`): a short JSON object each.
-        let probe = (head.method == Method::Get).then(|| ctx.router.probe(target, ctx.draining));
+        let probe = reads.then(|| ctx.router.probe(target, ctx.draining));
         if let Some(probe) = probe.flatten() {
-            http1::respond_typed(
+            http1::respond_to(
                 out,
+                head.method,
                 persistence,
                 &self.cors_headers,
                 ctx.date,
@@ -238,14 +260,12 @@ impl Http {
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // The metrics page (`/metrics`), rendered only when asked for.
-        let metrics = ctx
-            .router
-            .metrics()
-            .filter(|m| head.method == Method::Get && m.is_page(target));
+        let metrics = ctx.router.metrics().filter(|m| reads && m.is_page(target));
         if let Some(metrics) = metrics {
             let page = metrics.render();
-            http1::respond_typed(
+            http1::respond_to(
                 out,
+                head.method,
                 persistence,
                 &self.cors_headers,
                 ctx.date,
@@ -259,19 +279,32 @@ impl Http {
         }
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
         // a GET can ask for one, so a POST's path is not compared with theirs.
-        let page = if head.method == Method::Get {
-            ctx.router.page(target)
-        } else {
-            None
-        };
+        let page = if reads { ctx.router.page(target) } else { None };
         if let Some(page) = page {
-            http1::respond_typed(
+            // A document changes only with the server: kept, but revalidated by its tag
+            // (RFC 9111 §5.2.2.4), which a client's `If-None-Match` answers with a 304.
+            let headers = &mut self.cors_headers;
+            headers.truncate(headers.len() - NO_STORE.len());
+            for part in [
+                b"Cache-Control: no-cache\r\nETag: ".as_slice(),
+                page.etag.as_bytes(),
+                b"\r\n",
+            ] {
+                headers.extend_from_slice(part);
+            }
+            let unchanged = cors::Fields::get(head_bytes, head.if_none_match)
+                .is_some_and(|held| http1::none_match_names(held, page.etag));
+            http1::respond_to(
                 out,
+                head.method,
                 persistence,
-                &self.cors_headers,
+                headers,
                 ctx.date,
                 page.content_type,
                 |out| {
+                    if unchanged {
+                        return Some(Status::NotModified);
+                    }
                     out.data().extend_from_slice(page.body);
                     Some(Status::Ok)
                 },
@@ -297,7 +330,11 @@ impl Http {
         } else {
             (body, None)
         };
-        let is_jsonrpc = head.method == Method::Post && (is_root(target) || looks_like_jsonrpc(body));
+        // A path names one procedure or none: a JSON-RPC body posted to a procedure's path is
+        // that procedure's named params, never a call of another method (path-based rules
+        // in front of the server see what runs).
+        let is_jsonrpc = head.method == Method::Post
+            && (is_root(target) || (looks_like_jsonrpc(body) && !names_procedure(ctx.router, target, scratch)));
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
@@ -311,44 +348,52 @@ impl Http {
             .with_section(section);
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize)> = None;
-        http1::respond_out(out, persistence, &self.cors_headers, ctx.date, |out| {
-            let data = out.data();
-            let start = data.len();
-            let status = if is_jsonrpc {
-                match dispatch::process(
-                    body,
-                    &context,
-                    ctx.router,
-                    ctx.limits.max_batch,
-                    &mut scratch.jsonrpc,
-                    &mut deferrals,
-                    data,
-                ) {
-                    Outcome::Silent => Status::NoContent,
-                    Outcome::Replied | Outcome::ParseError => {
-                        let retry_after = scratch.jsonrpc.retry_after;
-                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
+        http1::respond_to(
+            out,
+            head.method,
+            persistence,
+            &self.cors_headers,
+            ctx.date,
+            b"application/json",
+            |out| {
+                let data = out.data();
+                let start = data.len();
+                let status = if is_jsonrpc {
+                    match dispatch::process(
+                        body,
+                        &context,
+                        ctx.router,
+                        ctx.limits.max_batch,
+                        &mut scratch.jsonrpc,
+                        &mut deferrals,
+                        data,
+                    ) {
+                        Outcome::Silent => Status::NoContent,
+                        Outcome::Replied | Outcome::ParseError => {
+                            let retry_after = scratch.jsonrpc.retry_after;
+                            (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
+                        }
                     }
+                } else {
+                    rest_call(
+                        head.method,
+                        target,
+                        body,
+                        &context,
+                        ctx.router,
+                        scratch,
+                        &mut deferrals,
+                        data,
+                    )
+                };
+                if scratch.jsonrpc.deferred.is_empty() {
+                    Some(status)
+                } else {
+                    held = Some((data.split_off(start), start));
+                    None
                 }
-            } else {
-                rest_call(
-                    head.method,
-                    target,
-                    body,
-                    &context,
-                    ctx.router,
-                    scratch,
-                    &mut deferrals,
-                    data,
-                )
-            };
-            if scratch.jsonrpc.deferred.is_empty() {
-                Some(status)
-            } else {
-                held = Some((data.split_off(start), start));
-                None
-            }
-        });
+            },
+        );
         if let Some((text, base)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
             calls.hold_text(
@@ -409,6 +454,22 @@ fn cross_origin(cors: &Cors, head: &RequestHead, bytes: &[u8], out: &mut Vec<u8>
             cors.write_response_headers(origin, out);
         }
     }
+}
+
+/// `Cache-Control` for what no cache may keep.
+const NO_STORE: &[u8] = b"Cache-Control: no-store\r\n";
+
+/// Whether `target` is one of the server's own pages: a probe, `/metrics`, a document.
+fn is_page(router: &Router, target: &str, draining: bool) -> bool {
+    router.probe(target, draining).is_some()
+        || router.metrics().is_some_and(|m| m.is_page(target))
+        || router.page(target).is_some()
+}
+
+/// Whether the path of `target` names a registered procedure.
+fn names_procedure(router: &Router, target: &str, scratch: &mut Scratch) -> bool {
+    rest::split_target(target, &mut scratch.name).is_some()
+        && std::str::from_utf8(&scratch.name).is_ok_and(|name| router.find(name).is_some())
 }
 
 fn is_root(target: &str) -> bool {
@@ -519,8 +580,16 @@ fn run_rest(
         }
         return failed(data, &RpcError::method_not_found(name));
     };
+    if method == Method::Post && looks_like_jsonrpc(body) {
+        // A path names one procedure or none: never a call of whatever the body names.
+        let error = RpcError::new(
+            ErrorCode::InvalidRequest.code(),
+            format!("Invalid Request: POST /{name} takes the named params of '{name}' as a JSON object; JSON-RPC requests go to POST /"),
+        );
+        return failed(data, &error);
+    }
     // GET, or a POST with no body (`curl -X POST '/sum?a=1&b=2'`): the query's params.
-    let params = if method == Method::Get || body.iter().all(u8::is_ascii_whitespace) {
+    let params = if method.reads() || body.iter().all(u8::is_ascii_whitespace) {
         if method == Method::Post && query.is_empty() {
             None
         } else if rest::query_to_params(query, &mut scratch.decoded, &mut scratch.params) {
@@ -607,6 +676,16 @@ pub(super) fn respond_rejection(
         level,
         format_args!("request refused: {}", reject.message()),
     );
+    let mut with_allow = Vec::new();
+    let headers = match reject.allow {
+        Some(allow) => {
+            for part in [headers, b"Allow: ", allow.as_bytes(), b"\r\n"] {
+                with_allow.extend_from_slice(part);
+            }
+            &with_allow[..]
+        }
+        None => headers,
+    };
     http1::respond_out(out, Persistence::Close, headers, date, |out| {
         let data = out.data();
         if reject.to_head {

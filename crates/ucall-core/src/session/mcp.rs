@@ -68,16 +68,24 @@ pub(super) fn answer(
         Method::Options => {
             http1::respond_out(out, persistence, cors_headers, ctx.date, |_| Some(Status::NoContent));
         }
-        Method::Get => {
+        Method::Get | Method::Head => {
             // No stream of the server's own messages is offered (2025-03-26: "or else
             // return HTTP 405"; 2026-07-28 has none).
             let mut lines = cors_headers.clone();
             lines.extend_from_slice(b"Allow: POST, OPTIONS\r\n");
-            http1::respond_out(out, persistence, &lines, ctx.date, |out| {
-                let message = "Method Not Allowed: the MCP endpoint takes POST; no stream is opened by GET";
-                jsonrpc::write_error(out.data(), None, ErrorCode::InvalidRequest.code(), message, None);
-                Some(Status::Other(405))
-            });
+            http1::respond_to(
+                out,
+                head.method,
+                persistence,
+                &lines,
+                ctx.date,
+                b"application/json",
+                |out| {
+                    let message = "Method Not Allowed: the MCP endpoint takes POST; no stream is opened by GET";
+                    jsonrpc::write_error(out.data(), None, ErrorCode::InvalidRequest.code(), message, None);
+                    Some(Status::Other(405))
+                },
+            );
         }
         Method::Post => {
             let mut deferrals = Deferrals {

@@ -47,6 +47,9 @@ pub struct Limits {
     /// Cross-origin requests from browsers (CORS); `None` (the default): none are allowed
     /// and `OPTIONS` gets 405.
     pub cors: Option<Cors>,
+    /// Over TLS, every HTTP reply says `Strict-Transport-Security: max-age=<seconds>`
+    /// (RFC 6797): browsers then use HTTPS only for that long. `None` (the default): not said.
+    pub hsts_max_age: Option<u64>,
 }
 
 impl Default for Limits {
@@ -57,6 +60,7 @@ impl Default for Limits {
             max_batch: 1024,
             max_exchanges_per_connection: None,
             cors: None,
+            hsts_max_age: None,
         }
     }
 }

@@ -10,6 +10,13 @@ use sha1::{Digest, Sha1};
 /// §1.3: the GUID appended to `Sec-WebSocket-Key` before hashing.
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// The subprotocol of plain JSON-RPC messages. A browser, which cannot set headers on a
+/// WebSocket, offers it beside one that carries a credential (`ucall.bearer.<base64url>`,
+/// read by the auth middleware from the upgrade's `Sec-WebSocket-Protocol`); the server
+/// selects it, as a browser fails a handshake whose answer selects none it offered
+/// (§4.1, item 6 of the client's checks).
+pub const SUBPROTOCOL: &str = "ucall";
+
 /// `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (§4.2.2 item 5.4).
 #[must_use]
 pub fn accept_key(client_key: &[u8]) -> String {
