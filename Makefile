@@ -129,6 +129,10 @@ bench-middleware: python  ## One Python middleware's cost per call (about 1 minu
 	cargo build --release --quiet -p ucall-bench --bin ucall-load
 	$(PY) benches/middleware.py
 
+.PHONY: test-mcp-conformance
+test-mcp-conformance: python  ## MCP conformance server scenarios (about 5 minutes) against the Python server; expected failures in tests/node/mcp-conformance-baseline.yml
+	scripts/mcp_conformance.sh
+
 .PHONY: bench-mcp
 bench-mcp: python  ## MCP tools/call over Streamable HTTP (about 30 s): UCall beside the MCP SDK's own server, 32 connections
 	@benches/setup_peers.sh >/dev/null || true  # the MCP SDK's venv; a failed install shows in the table

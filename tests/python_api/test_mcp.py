@@ -320,3 +320,92 @@ def test_the_typescript_sdk_client_over_streamable_http(make_server: Any) -> Non
     assert results["broken"]["result"]["isError"] is True
     assert results["count"]["result"]["structuredContent"] == {"result": 2}
     assert [p["message"] for p in results["count"]["progress"]] == ["step 0", "step 1"]
+
+
+def test_closing_the_stream_stops_a_generator_tool(make_server: Any) -> None:
+    import socket
+    import threading
+    import time
+
+    stopped = threading.Event()
+    server: Server = make_server(mcp=True)
+
+    @server
+    def ticks():  # type: ignore[no-untyped-def]
+        try:
+            while True:
+                time.sleep(0.01)
+                yield "tick"
+        finally:
+            stopped.set()
+
+    server.start()
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "ticks", "arguments": {}, "_meta": {"progressToken": 7}},
+        }
+    ).encode()
+    head = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head.encode() + body)
+        received = b""
+        while b"notifications/progress" not in received:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+        assert b"text/event-stream" in received
+    # The client hung up: MCP takes that as cancellation, and the generator is stopped.
+    assert stopped.wait(10)
+
+
+def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "stopped"
+    (tmp_path / "cancel_app.py").write_text(
+        "import time\nfrom ucall import Server\nserver = Server(port=0)\n\n\n@server\ndef ticks():\n"
+        "    try:\n        while True:\n            time.sleep(0.01)\n            yield 'tick'\n"
+        f"    finally:\n        open({str(marker)!r}, 'w').close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ucall", "mcp", "cancel_app:server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "ticks", "arguments": {}, "_meta": {"progressToken": "t"}},
+        }
+        process.stdin.write(json.dumps(call).encode() + b"\n")
+        process.stdin.flush()
+        first = json.loads(process.stdout.readline())
+        assert first["method"] == "notifications/progress", first
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        process.stdin.write(json.dumps(cancel).encode() + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the generator was not stopped"
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
