@@ -106,6 +106,7 @@ bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor a
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/mcp_tools.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/workers.py --append benches/results/latest-brief.md --goals-are-reported || status=1; \
 	$(PY) benches/client_bench.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/client_tls.py --append benches/results/latest-brief.md || status=1; \
@@ -127,6 +128,16 @@ bench-middleware: python  ## One Python middleware's cost per call (about 1 minu
 	@benches/setup_peers.sh >/dev/null || true  # FastAPI's venv; a failed install shows in the table
 	cargo build --release --quiet -p ucall-bench --bin ucall-load
 	$(PY) benches/middleware.py
+
+.PHONY: test-mcp-conformance
+test-mcp-conformance: python  ## MCP conformance server scenarios (about 5 minutes) against the Python server; expected failures in tests/node/mcp-conformance-baseline.yml
+	scripts/mcp_conformance.sh
+
+.PHONY: bench-mcp
+bench-mcp: python  ## MCP tools/call over Streamable HTTP (about 30 s): UCall beside the MCP SDK's own server, 32 connections
+	@benches/setup_peers.sh >/dev/null || true  # the MCP SDK's venv; a failed install shows in the table
+	cargo build --release --quiet -p ucall-bench --bin ucall-load
+	$(PY) benches/mcp_tools.py
 
 .PHONY: bench-client
 bench-client: python  ## Client benchmark (about 5 minutes): the Python, Rust and C clients beside grpcio and httpx

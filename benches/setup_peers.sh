@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the peer servers of `make bench` into isolated venvs and records what works:
-#   benches/.venv-peers     FastAPI + uvicorn, granian, socketify, grpcio (+ tools), matplotlib
+#   benches/.venv-peers     FastAPI + uvicorn, granian, socketify, grpcio (+ tools), matplotlib, mcp
 #   benches/.venv-ucall054  the prior-art ucall==0.5.4 from PyPI
 #   benches/.venv-ray       Ray Serve, for benches/batching.py
 # Writes target/bench/peers/status.json ({"fastapi": "ok", "ucall054": "failed: ...", ...})
@@ -48,6 +48,7 @@ if venv benches/.venv-peers benches/peers/requirements.txt; then
     check socketify "$P" "import socketify"
     check matplotlib "$P" "import matplotlib"
     check grpcio "$P" "import grpc, grpc_tools"
+    check mcp "$P" "import mcp.server, uvicorn"
     if [ "${STATUS[grpcio]}" = ok ] && ! "$P" -m grpc_tools.protoc -Ibenches/peers --python_out="$OUT" \
         --grpc_python_out="$OUT" benches/peers/bench.proto >"$OUT/protoc.log" 2>&1; then
         STATUS[grpcio]="failed: bench.proto did not compile (see $OUT/protoc.log)"

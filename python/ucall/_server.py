@@ -220,6 +220,12 @@ class Server:
             it have no peer address. One process only: not with ``run(workers=N)``.
         unix_socket_mode: the socket file's permission bits (``0o660``: owner and group
             may connect); ``None`` (default): as the umask leaves them.
+        mcp: also serve the procedures as Model Context Protocol tools at ``mcp_path``
+            (Streamable HTTP, on the same port; docs/mcp.md): an agent pointed at
+            ``http://host:port/mcp`` lists them with their schemas and descriptions (from
+            type hints and docstrings) and calls them. Browser pages may call it from
+            loopback origins and from ``cors_origins``; any other ``Origin`` gets 403.
+        mcp_path: where the MCP endpoint is (``"/mcp"``).
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -275,6 +281,8 @@ class Server:
         request_log_format: str = "text",
         unix_socket: str | os.PathLike[str] | None = None,
         unix_socket_mode: int | None = None,
+        mcp: bool = False,
+        mcp_path: str = "/mcp",
     ) -> None:
         _check_options(
             port=port,
@@ -350,6 +358,9 @@ class Server:
             path = self._discovery[option]
             if path is not None and (not isinstance(path, str) or not path.startswith("/")):
                 raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
+        if not isinstance(mcp_path, str) or not mcp_path.startswith("/"):
+            raise ValueError(f"mcp_path must be a path starting with '/', got {mcp_path!r}")
+        self._mcp: dict[str, Any] | None = {"path": mcp_path} if mcp else None
         cors = {"cors_origins": cors_origins, "cors_methods": cors_methods, "cors_headers": cors_headers}
         for name, values in cors.items():
             if isinstance(values, str):
@@ -742,6 +753,8 @@ class Server:
             )
             try:
                 native.discovery(json.dumps(self._discovery))
+                if self._mcp is not None:
+                    native.mcp(json.dumps(self._mcp))
                 for procedure in self._procedures.values():
                     native.describe(json.dumps(procedure.description))
                     func = procedure.func

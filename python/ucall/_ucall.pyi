@@ -128,6 +128,10 @@ class NativeServer:
     def discovery(self, settings: str) -> None:
         """Where and whether the server describes itself (JSON: title, version, description,
         rpc_discover, openrpc_path, openapi_path, docs_path); only before ``start``."""
+    def mcp(self, settings: str) -> None:
+        """Serve the procedures as MCP tools (JSON: path, allowed_origins, name, version,
+        instructions, page_size); only before ``start``. Raises ``ValueError`` for
+        malformed settings."""
     def set_draining(self, on: bool) -> None:
         """Mark the server draining (``GET /readyz`` answers 503) or serving again."""
     def set_readiness_check(self, check: Callable[[], Optional[tuple[str, Optional[str]]]]) -> None:

@@ -22,6 +22,7 @@ transport error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
@@ -789,6 +790,16 @@ def _passed_on(given: dict[str, Any]) -> list[str]:
     show_default=True,
     help="The access log's lines: logfmt text, or JSON lines.",
 )
+@click.option(
+    "--mcp",
+    "mcp",
+    is_flag=True,
+    default=False,
+    help="Also serve the procedures as MCP tools (Model Context Protocol, Streamable HTTP) at /mcp.",
+)
+@click.option(
+    "--mcp-path", default=None, metavar="PATH", help="Where the MCP endpoint is (implies --mcp; default /mcp)."
+)
 @_server_flags
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
@@ -804,6 +815,8 @@ def serve(
     metrics_port: int | None,
     access_log: str | None,
     access_log_format: str,
+    mcp: bool,
+    mcp_path: str | None,
     ready_fd: int | None,
     readyz_not_found: bool | None,
     **given: Any,
@@ -828,6 +841,10 @@ def serve(
         server._limits["metrics_path"] = metrics_path or None
     if access_log is not None:
         server._set_request_log(access_log, access_log_format)
+    if mcp or mcp_path is not None:
+        if mcp_path is not None and not mcp_path.startswith("/"):
+            _cannot_serve(f"--mcp-path must start with '/', got {mcp_path!r}")
+        server._mcp = {"path": mcp_path or (server._mcp or {}).get("path", "/mcp")}
     _configure(server, given)
     if readyz_not_found:
         server._limits["readyz_not_found"] = True
@@ -860,7 +877,40 @@ def serve(
         return
     access = [] if access_log is None else ["--access-log", access_log, "--access-log-format", access_log_format]
     access += _passed_on(given)
+    if server._mcp is not None:
+        access += ["--mcp-path", server._mcp["path"]]
     sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port, access))
+
+
+@main.command("mcp")
+@click.argument("target", metavar="MODULE:SERVER")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    envvar="UCALL_LOG_LEVEL",
+    show_envvar=True,
+    help="Log records from this level up on stderr (stdout carries MCP messages only).",
+)
+def mcp_stdio(target: str, log_level: str) -> None:
+    """Serve MODULE's Server object SERVER as MCP tools over stdin and stdout.
+
+    For agents that start their tool servers as subprocesses: one JSON-RPC message per
+    line each way (docs/mcp.md, "stdio"). Logs go to stderr only."""
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # A module that prints at import must not corrupt the message stream.
+    with contextlib.redirect_stdout(sys.stderr):
+        server = _load_server(target)
+    from ucall._mcp_stdio import serve_stdio
+
+    try:
+        serve_stdio(server)
+    except (OSError, ValueError) as error:
+        click.secho(f"ucall: {error}", fg="red", err=True)
+        sys.exit(2)
 
 
 def _load_server(target: str) -> Server:

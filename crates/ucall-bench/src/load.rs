@@ -90,6 +90,8 @@ pub struct Config {
     pub expect: Option<Vec<u8>>,
     /// Speak TLS (any server certificate is accepted).
     pub tls: bool,
+    /// Extra HTTP header lines (`Name: value`), as an MCP client sends.
+    pub headers: Vec<String>,
 }
 
 impl Config {
@@ -109,6 +111,7 @@ impl Config {
             cpu: None,
             expect: None,
             tls: false,
+            headers: Vec::new(),
         }
     }
 
@@ -124,6 +127,10 @@ impl Config {
                 );
                 if self.new_connection {
                     req.push_str("Connection: close\r\n");
+                }
+                for header in &self.headers {
+                    req.push_str(header);
+                    req.push_str("\r\n");
                 }
                 req.push_str("\r\n");
                 let mut bytes = req.into_bytes();

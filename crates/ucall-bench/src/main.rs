@@ -74,6 +74,9 @@ struct Args {
     /// HTTP request target.
     #[arg(long, default_value = "/")]
     path: String,
+    /// An extra HTTP header line, `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
     /// Pin the worker threads to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
@@ -121,6 +124,14 @@ fn config(args: &Args) -> Result<Config, String> {
     config.connections = args.connections;
     config.pipeline = args.pipeline;
     config.new_connection = args.new_connection;
+    if let Some(bad) = args
+        .headers
+        .iter()
+        .find(|h| !h.contains(':') || h.contains(['\r', '\n']))
+    {
+        return Err(format!("--header {bad:?}: give one 'Name: value' line"));
+    }
+    config.headers.clone_from(&args.headers);
     config.duration = seconds("duration", args.duration)?;
     config.warmup = seconds("warmup", args.warmup)?;
     config.body = match &args.body {

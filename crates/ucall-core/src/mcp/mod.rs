@@ -372,8 +372,11 @@ fn one(
         Ok(()) => {
             jsonrpc::write_result_opening(out, id);
             if request.modern {
-                // Every result of the stateless revision says it is complete.
-                close_with_result_type(&body, out);
+                // Every result of the stateless revision says it is complete; lists and
+                // discovery are `CacheableResult`s: the tools are fixed while serving and
+                // the same for every caller.
+                let cacheable = matches!(request.method, "tools/list" | "server/discover");
+                close_with_result_type(&body, cacheable, out);
             } else {
                 out.extend_from_slice(&body);
             }
@@ -484,8 +487,14 @@ fn decode_header_value(value: &str) -> Option<Cow<'_, str>> {
     String::from_utf8(bytes).ok().map(Cow::Owned)
 }
 
-/// Append `body` (an object's JSON text) with `"resultType":"complete"` as its last member.
-fn close_with_result_type(body: &[u8], out: &mut Vec<u8>) {
+/// How long a client may keep `tools/list` and `server/discover` results (2026-07-28
+/// `CacheableResult.ttlMs`): the list is fixed while serving, but a redeployed server may
+/// bring new tools.
+const LIST_TTL: &str = "60000";
+
+/// Append `body` (an object's JSON text) with `"resultType":"complete"` as its last member,
+/// and, when `cacheable`, the cache hints.
+fn close_with_result_type(body: &[u8], cacheable: bool, out: &mut Vec<u8>) {
     let Some(inner) = body.strip_suffix(b"}") else {
         out.extend_from_slice(body);
         return;
@@ -493,6 +502,11 @@ fn close_with_result_type(body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(inner);
     if inner.trim_ascii_end() != b"{" {
         out.push(b',');
+    }
+    if cacheable {
+        out.extend_from_slice(b"\"ttlMs\":");
+        out.extend_from_slice(LIST_TTL.as_bytes());
+        out.extend_from_slice(b",\"cacheScope\":\"public\",");
     }
     out.extend_from_slice(b"\"resultType\":\"complete\"}");
 }

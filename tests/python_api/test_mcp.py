@@ -1,0 +1,411 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The MCP endpoint (docs/mcp.md) with a client nobody here wrote: the official Python SDK
+(`mcp` 2.x) in its automatic mode (the stateless 2026-07-28 revision) and its legacy mode
+(the initialize handshake) lists the tools with their schemas and calls them; a generator's
+items arrive as progress; and the shared vectors of tests/vectors/mcp hold for the Python
+server too."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ucall import RPCError, Server
+
+mcp = pytest.importorskip("mcp", reason="the official MCP SDK (requirements-dev.txt)")
+from mcp import Client  # noqa: E402
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "mcp"
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+
+def tools_server(make_server: Any, **options: Any) -> Server:
+    server: Server = make_server(mcp=True, **options)
+
+    @server
+    def add(a: int, b: int = 0) -> int:
+        """Add two integers.
+
+        Returns their sum."""
+        return a + b
+
+    @server
+    def scale(point: Point, factor: float) -> Point:
+        """Scale a point."""
+        return Point(point.x * factor, point.y * factor)
+
+    @server
+    def shout(text: str) -> dict[str, str]:
+        return {"loud": text.upper()}
+
+    @server
+    def broken() -> int:
+        raise ValueError("this tool is broken")
+
+    @server
+    def refuse() -> None:
+        raise RPCError(-32001, "not today", {"why": "asked"})
+
+    @server
+    def count(n: int):  # type: ignore[no-untyped-def]
+        for i in range(n):
+            yield f"step {i}"
+        return n
+
+    # The vector procedures (tests/vectors/README.md) the MCP vectors call.
+    @server
+    def subtract(minuend: float, subtrahend: float) -> float:
+        return minuend - subtrahend
+
+    @server
+    def echo(data: Any) -> Any:
+        return data
+
+    @server
+    def fail() -> None:
+        raise RPCError(-32001, "boom", {"why": "asked to fail"})
+
+    server.start()
+    return server
+
+
+async def exercise(url: str, mode: str) -> dict[str, Any]:
+    async with Client(url, mode=mode) as client:
+        listed = await client.list_tools()
+        tools = {tool.name: tool for tool in listed.tools}
+        added = await client.call_tool("add", {"a": 2, "b": 3})
+        scaled = await client.call_tool("scale", {"point": {"x": 1, "y": 2}, "factor": 2})
+        shouted = await client.call_tool("shout", {"text": "hi"})
+        broken = await client.call_tool("broken", {})
+        refused = await client.call_tool("refuse", {})
+        invalid = await client.call_tool("add", {"a": "two"})
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append((value, message))
+
+        counted = await client.call_tool("count", {"n": 3}, progress_callback=on_progress)
+        return {
+            "tools": tools,
+            "added": added,
+            "scaled": scaled,
+            "shouted": shouted,
+            "broken": broken,
+            "refused": refused,
+            "invalid": invalid,
+            "counted": counted,
+            "progress": progress,
+        }
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_official_sdk_lists_and_calls_the_tools(make_server: Any, mode: str) -> None:
+    server = tools_server(make_server)
+    seen = asyncio.run(exercise(f"http://127.0.0.1:{server.port}/mcp", mode))
+    tools = seen["tools"]
+    assert {"add", "scale", "shout", "broken", "count", "echo"} <= set(tools)
+    assert not any(name.startswith("rpc.") for name in tools)
+    add = tools["add"]
+    assert add.description.startswith("Add two integers.")
+    assert add.input_schema["type"] == "object"
+    assert add.input_schema["required"] == ["a"]
+    assert add.input_schema["properties"]["a"]["type"] == "integer"
+    assert add.input_schema["properties"]["b"]["default"] == 0
+    assert add.output_schema == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+    }
+    # An object result is the structured content as it is.
+    assert tools["scale"].output_schema["type"] == "object"
+    assert seen["added"].structured_content == {"result": 5}
+    assert seen["added"].is_error is False
+    assert json.loads(seen["added"].content[0].text) == {"result": 5}
+    assert seen["scaled"].structured_content == {"x": 2.0, "y": 4.0}
+    assert seen["shouted"].structured_content == {"loud": "HI"}
+    assert seen["broken"].is_error is True
+    assert seen["refused"].is_error is True
+    assert "not today" in seen["refused"].content[0].text
+    assert seen["invalid"].is_error is True
+    assert seen["counted"].structured_content == {"result": 3}
+    assert [message for _, message in seen["progress"]] == ["step 0", "step 1", "step 2"]
+    assert [value for value, _ in seen["progress"]] == [1, 2, 3]
+
+
+def test_the_cli_flag_turns_the_endpoint_on(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ucall import cli
+
+    module = tmp_path / "mcp_cli_app.py"
+    module.write_text(
+        "from ucall import Server\nserver = Server(port=0)\n\n@server\ndef hello() -> str:\n    return 'hi'\n"
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import importlib
+
+        app = importlib.import_module("mcp_cli_app")
+        assert app.server._mcp is None
+        started: list[int] = []
+
+        def run(ready: Any = None) -> None:  # stands in for serving: record and return
+            started.append(1)
+            assert app.server._mcp == {"path": "/tools"}
+
+        app.server.run = run  # type: ignore[method-assign]
+        result = CliRunner().invoke(cli.main, ["serve", "mcp_cli_app:server", "--mcp-path", "/tools"])
+        assert result.exit_code == 0, result.output
+        assert started == [1]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mcp_cli_app", None)
+
+
+def differences(expected: Any, actual: Any, at: str = "reply") -> list[str]:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = []
+        for key, value in expected.items():
+            if key not in actual:
+                out.append(f"{at}.{key} missing")
+            else:
+                out += differences(value, actual[key], f"{at}.{key}")
+        return out
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        return [d for n, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{at}[{n}]")]
+    return [] if expected == actual else [f"{at}: expected {expected!r}, got {actual!r}"]
+
+
+def test_every_vector_holds_for_the_python_server(make_server: Any) -> None:
+    server = tools_server(make_server)
+    files = sorted(VECTORS.glob("*.json"))
+    assert len(files) >= 20
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        for path in files:
+            vector = json.loads(path.read_text())
+            headers = {"Content-Type": "application/json", **vector["headers"]}
+            connection.request("POST", "/mcp", vector["request"].encode(), headers)
+            response = connection.getresponse()
+            body = response.read()
+            assert response.status == vector["status"], (path.name, response.status, body)
+            if "reply" not in vector:
+                assert body == b"", path.name
+            else:
+                problems = differences(vector["reply"], json.loads(body))
+                assert not problems, (path.name, problems, body)
+    finally:
+        connection.close()
+
+
+def test_auth_middleware_applies_and_a_refused_token_is_401(make_server: Any) -> None:
+    from ucall import auth
+
+    server = tools_server(make_server)
+    server.stop()
+    guarded: Server = make_server(mcp=True)
+    guarded.middleware(auth.bearer("t0ken"))
+
+    @guarded
+    def secret() -> str:
+        return "in"
+
+    guarded.start()
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "secret", "arguments": {}}}
+    )
+    connection = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=10)
+    try:
+        connection.request("POST", "/mcp", body, {"Content-Type": "application/json"})
+        refused = connection.getresponse()
+        refused.read()
+        assert refused.status == 401
+        assert (refused.getheader("WWW-Authenticate") or "").startswith("Bearer")
+        connection.request("POST", "/mcp", body, {"Content-Type": "application/json", "Authorization": "Bearer t0ken"})
+        allowed = connection.getresponse()
+        reply = json.loads(allowed.read())
+        assert allowed.status == 200
+        assert reply["result"]["structuredContent"] == {"result": "in"}
+    finally:
+        connection.close()
+
+
+APP = '''
+from ucall import Server
+
+server = Server(port=0)
+print("imported")  # must not reach stdout
+
+
+@server
+def add(a: int, b: int = 0) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server
+def count(n: int):
+    for i in range(n):
+        yield f"step {i}"
+    return n
+'''
+
+
+def test_stdio_serves_the_same_tools_to_the_sdk_stdio_client(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    from mcp import StdioServerParameters
+
+    (tmp_path / "stdio_app.py").write_text(APP)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ucall", "mcp", "stdio_app:server"],
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+
+    async def exercise(mode: str) -> tuple[Any, Any, list[str | None]]:
+        progress: list[str | None] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(message)
+
+        async with Client(params, mode=mode) as client:
+            listed = await client.list_tools()
+            added = await client.call_tool("add", {"a": 4, "b": 5})
+            await client.call_tool("count", {"n": 2}, progress_callback=on_progress)
+            return listed, added, progress
+
+    for mode in ("auto", "legacy"):
+        listed, added, progress = asyncio.run(exercise(mode))
+        assert sorted(tool.name for tool in listed.tools) == ["add", "count"], mode
+        assert added.structured_content == {"result": 9}, mode
+        assert progress == ["step 0", "step 1"], mode
+
+
+def test_the_typescript_sdk_client_over_streamable_http(make_server: Any) -> None:
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    script = Path(__file__).resolve().parents[1] / "node" / "mcp_client.mjs"
+    sdk = script.parent / "node_modules" / "@modelcontextprotocol" / "sdk"
+    if node is None or not sdk.is_dir():
+        pytest.skip("node and tests/node's npm packages (make setup) are needed")
+    server = tools_server(make_server)
+    url = f"http://127.0.0.1:{server.port}/mcp"
+    calls = ["add", '{"a": 20, "b": 22}', "shout", '{"text": "ts"}', "broken", "{}", "count", '{"n": 2}']
+    done = subprocess.run([node, str(script), url, *calls], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    tools = {tool["name"]: tool for tool in seen["tools"]}
+    assert tools["add"]["inputSchema"]["required"] == ["a"]
+    results = {call["name"]: call for call in seen["calls"]}
+    assert results["add"]["result"]["structuredContent"] == {"result": 42}
+    assert results["shout"]["result"]["structuredContent"] == {"loud": "TS"}
+    assert results["broken"]["result"]["isError"] is True
+    assert results["count"]["result"]["structuredContent"] == {"result": 2}
+    assert [p["message"] for p in results["count"]["progress"]] == ["step 0", "step 1"]
+
+
+def test_closing_the_stream_stops_a_generator_tool(make_server: Any) -> None:
+    import socket
+    import threading
+    import time
+
+    stopped = threading.Event()
+    server: Server = make_server(mcp=True)
+
+    @server
+    def ticks():  # type: ignore[no-untyped-def]
+        try:
+            while True:
+                time.sleep(0.01)
+                yield "tick"
+        finally:
+            stopped.set()
+
+    server.start()
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "ticks", "arguments": {}, "_meta": {"progressToken": 7}},
+        }
+    ).encode()
+    head = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head.encode() + body)
+        received = b""
+        while b"notifications/progress" not in received:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+        assert b"text/event-stream" in received
+    # The client hung up: MCP takes that as cancellation, and the generator is stopped.
+    assert stopped.wait(10)
+
+
+def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "stopped"
+    (tmp_path / "cancel_app.py").write_text(
+        "import time\nfrom ucall import Server\nserver = Server(port=0)\n\n\n@server\ndef ticks():\n"
+        "    try:\n        while True:\n            time.sleep(0.01)\n            yield 'tick'\n"
+        f"    finally:\n        open({str(marker)!r}, 'w').close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ucall", "mcp", "cancel_app:server"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "ticks", "arguments": {}, "_meta": {"progressToken": "t"}},
+        }
+        process.stdin.write(json.dumps(call).encode() + b"\n")
+        process.stdin.flush()
+        first = json.loads(process.stdout.readline())
+        assert first["method"] == "notifications/progress", first
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        process.stdin.write(json.dumps(cancel).encode() + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the generator was not stopped"
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
