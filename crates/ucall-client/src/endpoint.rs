@@ -63,7 +63,9 @@ fn check_header(name: &str, value: &str) -> Result<()> {
     }
     // field-value: visible characters, spaces and tabs (obs-text allowed); no CR, LF or NUL.
     if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return Err(Error::invalid(format!("the value of the {name} header has a control character")));
+        return Err(Error::invalid(format!(
+            "the value of the {name} header has a control character"
+        )));
     }
     Ok(())
 }

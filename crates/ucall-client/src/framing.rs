@@ -1184,7 +1184,9 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
 
     #[test]
     fn header_lines_go_in_every_request_and_the_upgrade() {
-        let endpoint = crate::Endpoint::new("h", 1).with_header("X-API-Key", " s3cret ").expect("a valid header");
+        let endpoint = crate::Endpoint::new("h", 1)
+            .with_header("X-API-Key", " s3cret ")
+            .expect("a valid header");
         let lines = endpoint.header_lines();
         assert_eq!(lines, "X-API-Key: s3cret\r\n");
         let mut framer = RequestFramer::new(Protocol::Http, "h:1", "/").with_header_lines(lines);
@@ -1192,17 +1194,29 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
             let mut out = OutQueue::default();
             framer.frame(b"{}".to_vec(), &mut out);
             let text = String::from_utf8(out.front().to_vec()).expect("ascii");
-            assert!(text.contains("\r\nX-API-Key: s3cret\r\nContent-Length: 2\r\n\r\n{}"), "{text}");
+            assert!(
+                text.contains("\r\nX-API-Key: s3cret\r\nContent-Length: 2\r\n\r\n{}"),
+                "{text}"
+            );
         }
         let (upgrade, _) = websocket_handshake("h:1", "/", lines);
         let upgrade = String::from_utf8(upgrade).expect("ascii");
-        assert!(upgrade.ends_with("Sec-WebSocket-Version: 13\r\nX-API-Key: s3cret\r\n\r\n"), "{upgrade}");
+        assert!(
+            upgrade.ends_with("Sec-WebSocket-Version: 13\r\nX-API-Key: s3cret\r\n\r\n"),
+            "{upgrade}"
+        );
     }
 
     #[test]
     fn bad_headers_are_refused() {
         let endpoint = || crate::Endpoint::new("h", 1);
-        for (name, value) in [("X Key", "v"), ("", "v"), ("X-Key", "a\r\nHost: evil"), ("X-Key", "\0"), ("content-length", "1")] {
+        for (name, value) in [
+            ("X Key", "v"),
+            ("", "v"),
+            ("X-Key", "a\r\nHost: evil"),
+            ("X-Key", "\0"),
+            ("content-length", "1"),
+        ] {
             let error = endpoint().with_header(name, value).err().expect("refused");
             assert_eq!(error.kind(), crate::ErrorKind::Invalid, "{name:?}: {value:?}");
         }
