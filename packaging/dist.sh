@@ -71,7 +71,9 @@ crates_dist() {
 npm_dist() {
     say "the npm package (npm pack of js/)"
     rm -f "$out"/ucall-client-*.tgz
-    (cd js && npm ci --no-audit --no-fund --silent && npm pack --silent --pack-destination "$out" >/dev/null &&
+    # The tools pinned by js/package-lock.json (make setup installs them), then pack: prepare builds dist/.
+    (cd js && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } &&
+        npm pack --silent --pack-destination "$out" >/dev/null &&
         npm publish --dry-run --silent)
 }
 
