@@ -38,7 +38,8 @@ python_dist() {
     rm -f "$out"/ucall-*.whl "$out"/ucall-*.tar.gz
     if [ "$quick" = 1 ]; then
         say "the wheel, for this machine (--quick)"
-        PATH="$venv:$PATH" "$venv/maturin" build --release --strip --compatibility linux --out "$out" --quiet
+        # The cargo build `make python` ran (no --strip: its flags would build the module again).
+        PATH="$venv:$PATH" "$venv/maturin" build --release --compatibility linux --out "$out" --quiet
         return
     fi
     "$venv/python" -m pip install -q -r packaging/requirements.txt  # zig and auditwheel
