@@ -35,13 +35,14 @@ WHEEL_BUDGET=$((3584 * 1024))
 triple=x86_64-unknown-linux-gnu
 
 python_dist() {
-    "$venv/python" -m pip install -q -r packaging/requirements.txt
     rm -f "$out"/ucall-*.whl "$out"/ucall-*.tar.gz
     if [ "$quick" = 1 ]; then
         say "the wheel, for this machine (--quick)"
-        PATH="$venv:$PATH" "$venv/maturin" build --release --strip --compatibility linux --out "$out" --quiet
+        # The cargo build `make python` ran (no --strip: its flags would build the module again).
+        PATH="$venv:$PATH" "$venv/maturin" build --release --compatibility linux --out "$out" --quiet
         return
     fi
+    "$venv/python" -m pip install -q -r packaging/requirements.txt  # zig and auditwheel
     say "the wheel (manylinux2014, zig as the linker; a release build: minutes)"
     # zig links against glibc 2.17's symbols, so the wheel runs on any manylinux2014 system.
     PATH="$venv:$PATH" "$venv/maturin" build --release --zig --compatibility manylinux2014 --strip \
@@ -50,7 +51,7 @@ python_dist() {
     wheel="$(ls "$out"/ucall-"$version"-cp39-abi3-*.whl)"
     # auditwheel says which policy the wheel meets; anything newer than manylinux2014 fails.
     "$venv/auditwheel" show "$wheel" | tee "$out/auditwheel.txt"
-    grep -Eq 'is consistent with the following platform tag: "manylinux_2_(5|12|17)_x86_64"' "$out/auditwheel.txt" ||
+    tr '\n' ' ' <"$out/auditwheel.txt" | grep -Eq 'consistent with the following platform tag: +"manylinux_2_(5|12|17)_x86_64"' ||
         { echo "dist: the wheel is not manylinux2014 (see dist/auditwheel.txt)" >&2; exit 1; }
     size=$(stat -c %s "$wheel")
     echo "$(basename "$wheel") $size" >"$out/SIZES"
@@ -71,7 +72,9 @@ crates_dist() {
 npm_dist() {
     say "the npm package (npm pack of js/)"
     rm -f "$out"/ucall-client-*.tgz
-    (cd js && npm ci --no-audit --no-fund --silent && npm pack --silent --pack-destination "$out" >/dev/null &&
+    # The tools pinned by js/package-lock.json (make setup installs them), then pack: prepare builds dist/.
+    (cd js && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } &&
+        npm pack --silent --pack-destination "$out" >/dev/null &&
         npm publish --dry-run --silent)
 }
 

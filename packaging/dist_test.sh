@@ -8,9 +8,11 @@
 #   rust    a project on the unpacked .crate files serves and calls over three transports
 #   node    a project installing the packed @ucall/client calls a server (ESM and CJS);
 #           tsc type-checks a typed use
+#   checkout  js/ from a clean clone: `npm install` there (prepare builds dist/), then a
+#           project installs the folder
 #   c       the unpacked C tarball, moved elsewhere: pkg-config and CMake builds serve
-# Usage: packaging/dist_test.sh [--quick] [python|sdist|rust|node|c]...
-#   --quick: the oldest and newest Python only, no sdist (the pass `make test` runs).
+# Usage: packaging/dist_test.sh [--quick] [python|sdist|rust|node|checkout|c]...
+#   --quick: the oldest and newest Python only, no sdist or checkout (the pass `make test` runs).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -24,7 +26,7 @@ for arg in "$@"; do
 done
 if [ ${#parts[@]} -eq 0 ]; then
     parts=(python rust node c)
-    [ "$quick" = 1 ] || parts+=(sdist)
+    [ "$quick" = 1 ] || parts+=(sdist checkout)
 fi
 version="$(python3 packaging/check_versions.py --print)"
 dist="$root/dist"
@@ -171,6 +173,23 @@ node_pass() {
         { fail "tsc on a typed use"; cat "$work/tsc.log" >&2; }
 }
 
+# js/ as a clean clone has it (no node_modules, no dist/): `npm install` there builds dist/
+# through `prepare`, and a project then installs the folder, as js/README.md says.
+checkout_pass() {
+    local clone="$work/clone" project="$work/from-checkout"
+    mkdir -p "$clone" "$project"
+    git archive HEAD js | tar -x -C "$clone"
+    echo '{"name": "ucall-user", "private": true}' >"$project/package.json"
+    if (cd "$clone/js" && npm install --silent --no-audit --no-fund --prefer-offline) >"$work/checkout.log" 2>&1 &&
+        (cd "$project" && npm install --silent --no-audit --no-fund "$clone/js" &&
+            node -e 'const { Client } = require("@ucall/client"); if (typeof Client !== "function") process.exit(1)') \
+        >>"$work/checkout.log" 2>&1; then
+        ok "npm install of js/ from a clean clone (prepare builds dist/)"
+    else
+        fail "npm install of js/ from a clean clone"; cat "$work/checkout.log" >&2
+    fi
+}
+
 c_pass() {
     local tarball="$dist/libucall-$version-linux-x86_64.tar.gz"
     need "$tarball"
@@ -191,8 +210,9 @@ for part in "${parts[@]}"; do
         sdist) sdist_pass ;;
         rust) rust_pass ;;
         node) node_pass ;;
+        checkout) checkout_pass ;;
         c) c_pass ;;
-        *) echo "dist-test: unknown part $part (python, sdist, rust, node, c)" >&2; exit 2 ;;
+        *) echo "dist-test: unknown part $part (python, sdist, rust, node, checkout, c)" >&2; exit 2 ;;
     esac
 done
 echo "dist test: $passed passed, $failed failed"

@@ -1003,7 +1003,8 @@ class AsyncStream:
         if ws is not None:
             writer.write(ws.encode(self._body))
         else:
-            writer.write(_streamed.request_bytes(kind, self._body, client.uri, client.port, client.path))
+            lines = client._header_lines
+            writer.write(_streamed.request_bytes(kind, self._body, client.uri, client.port, client.path, lines))
         self._reader, self._writer = reader, writer
         self._framer = _streamed.StreamFramer(kind, self._id, ws)
         return self._framer

@@ -167,3 +167,25 @@ def test_docs_page_lists_and_calls_the_methods(kind: str, page: tuple[Page, Reco
     assert recorder.urls, "the recorder saw no request"
     assert all(urlsplit(u).hostname == "127.0.0.1" for u in recorder.urls), recorder.urls
     assert errors == [], errors
+
+
+@pytest.mark.parametrize("kind", sorted(SERVERS))
+def test_the_form_names_empty_required_fields_before_sending(kind: str, page: tuple[Page, Recorder, list[str]]) -> None:
+    start, _ = SERVERS[kind]
+    tab, recorder, errors = page
+    for port in start():
+        tab.goto(f"http://127.0.0.1:{port}/docs")
+        sum_section = tab.locator('section[data-method="sum"]')
+        sum_section.locator('[data-param="a"]').fill("")
+        sum_section.locator('[data-param="b"]').fill("2")
+        posts_before = len([u for u in recorder.urls if u.rstrip("/").endswith(str(port))])
+        sum_section.locator('[data-action="send"]').click()
+        result = sum_section.locator("[data-result]")
+        result.locator("pre").wait_for()
+        assert "Required, and empty: a." in result.inner_text()
+        assert "error" in (result.get_attribute("class") or "")
+        assert len([u for u in recorder.urls if u.rstrip("/").endswith(str(port))]) == posts_before  # nothing sent
+        sum_section.locator('[data-param="a"]').fill("1")
+        sum_section.locator('[data-action="send"]').click()
+        tab.wait_for_function("s => s.querySelector('[data-result]').innerText.includes('\"result\": 3')", arg=sum_section.element_handle())
+    assert errors == [], errors

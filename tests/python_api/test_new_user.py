@@ -242,3 +242,22 @@ def test_test_client_with_headers_in_a_thread(make_server) -> None:
         worker.start()
         worker.join(10)
     assert results == [2]
+
+
+def test_streams_carry_the_clients_headers(make_server) -> None:
+    server = make_server()
+    server.middleware(ucall.auth.api_key("s3cret"))
+
+    @server
+    def count(n: int):  # type: ignore[no-untyped-def]
+        yield from range(n)
+
+    server.start()
+    with Client(port=server.port, headers={"X-API-Key": "s3cret"}) as client:
+        assert list(client.stream("count", n=3)) == [0, 1, 2]
+
+    async def gathered() -> list[int]:
+        async with AsyncClient(f"ws://127.0.0.1:{server.port}/", headers={"X-API-Key": "s3cret"}) as client:
+            return [item async for item in client.stream("count", n=2)]
+
+    assert asyncio.run(gathered()) == [0, 1]
