@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import math
 from typing import Literal, Optional, TypedDict
 
 from ucall import RPCError, Server
@@ -38,6 +39,8 @@ class Range(TypedDict):
 
 
 DIVISION_BY_ZERO = RPCError(1, "division by zero")
+# JSON has no infinity: a result past the largest float is the caller's error, declared.
+OUT_OF_RANGE = RPCError(2, "the result is beyond the largest number")
 
 
 def sum(a: int, b: int = 0) -> int:
@@ -51,12 +54,18 @@ def divide(a: float, b: float) -> float:
     """Divide a by b."""
     if b == 0:
         raise DIVISION_BY_ZERO
-    return a / b
+    return _finite(a / b)
 
 
 def scale(point: Point, factor: float = 2.0) -> Point:
     """Scale a point about the origin."""
-    return Point(point.x * factor, point.y * factor)
+    return Point(_finite(point.x * factor), _finite(point.y * factor))
+
+
+def _finite(number: float) -> float:
+    if not math.isfinite(number):
+        raise OUT_OF_RANGE
+    return number
 
 
 def greet(name: str, tone: Tone = Tone.WARM) -> str:
@@ -87,8 +96,12 @@ def pick(options: list[str], end: Literal["first", "last"] = "first", fallback: 
 def make_server(port: int = 8545, host: str = "127.0.0.1", engine: str = "auto") -> Server:
     server = Server(port=port, host=host, engine=engine, title="Described example", version="1.2.0")
     server.route(sum, examples=[{"params": {"a": 1, "b": 2}, "result": 3}, {"params": [40, 2], "result": 42}])
-    server.route(divide, examples=[{"params": {"a": 1, "b": 4}, "result": 0.25}], errors=[DIVISION_BY_ZERO])
-    server.route(scale, examples=[{"params": {"point": {"x": 1, "y": -2}, "factor": 3}, "result": {"x": 3, "y": -6}}])
+    server.route(divide, examples=[{"params": {"a": 1, "b": 4}, "result": 0.25}], errors=[DIVISION_BY_ZERO, OUT_OF_RANGE])
+    server.route(
+        scale,
+        examples=[{"params": {"point": {"x": 1, "y": -2}, "factor": 3}, "result": {"x": 3, "y": -6}}],
+        errors=[OUT_OF_RANGE],
+    )
     server.route(greet, examples=[{"params": {"name": "Ada"}, "result": "Hello, Ada!"}])
     server.route(clamp, examples=[{"params": {"value": 12, "range": {"low": 0, "high": 10}}, "result": 10}])
     server.route(checksum, examples=[{"params": {"data": b"\x01\x02\x03"}, "result": 6}])

@@ -131,7 +131,7 @@ class Runner:
             for at, shape in enumerate(shapes):
                 if shape != wanted and at not in refused:
                     refused[at] = RPCError(
-                        ErrorCode.INVALID_PARAMS,
+                        ErrorCode["INVALID_PARAMS"],
                         f"Invalid params: parameter '{name}': an array of shape {shape}, where the "
                         f"other calls of this batch send {wanted}",
                     )

@@ -325,8 +325,10 @@ def test_hsts_max_age_is_said_over_tls(certs):
         secure = http.client.HTTPSConnection("localhost", server.tls_port, context=context, timeout=10)
         secure.request("GET", "/healthz")
         assert secure.getresponse().getheader("Strict-Transport-Security") == "max-age=86400"
+        secure.close()
         plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
         plain.request("GET", "/healthz")
         assert plain.getresponse().getheader("Strict-Transport-Security") is None
+        plain.close()
     finally:
         server.stop()

@@ -68,7 +68,7 @@ TABLE: list[tuple[Any, dict[str, Any], list[Any], list[Any]]] = [
     (float, {"type": "number"}, [1, 1.5], ["1.5", True, None]),
     (bool, {"type": "boolean"}, [True, False], [0, "true", None]),
     (str, {"type": "string"}, ["", "x"], [1, None, []]),
-    (bytes, _schema._BASE64, ["AQID", "", "AQ==", "AQI="], [1, None, "AQ", "A===", "AQ=I", "not base64"]),
+    (bytes, _schema._BASE64, ["AQID", "", "AQ==", "AQI=", "AQ", "AQI"], [1, None, "AR", "AQJ", "Zh==", "A===", "AQ=I", "not base64"]),
     (type(None), {"type": "null"}, [None], [0, ""]),
     (Any, {}, [1, "x", None, [1], {"a": 1}], []),
     (List[int], {"type": "array", "items": {"type": "integer"}}, [[], [1, 2]], [[1.5], {}, "12"]),
@@ -434,7 +434,10 @@ def test_python_server_documents_and_examples(engine):
         assert [m["name"] for m in openrpc["methods"]] == EXAMPLE_METHODS
         assert openrpc["info"] == {"title": "Described example", "version": "1.2.0"}
         divide = next(m for m in openrpc["methods"] if m["name"] == "divide")
-        assert divide["errors"] == [{"code": 1, "message": "division by zero"}]
+        assert divide["errors"] == [
+            {"code": 1, "message": "division by zero"},
+            {"code": 2, "message": "the result is beyond the largest number"},
+        ]
         scale = next(m for m in openrpc["methods"] if m["name"] == "scale")
         assert scale["params"][0]["schema"] == {"$ref": "#/components/schemas/Point"}
         assert openrpc["components"]["schemas"]["Point"]["required"] == ["x", "y"]
