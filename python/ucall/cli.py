@@ -635,6 +635,12 @@ SERVER_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         click.IntRange(0, 65535),
         "Serve TLS on this port too, the port staying plaintext (0: any free one).",
     ),
+    (
+        "--hsts-max-age",
+        "hsts_max_age",
+        click.IntRange(0, 2**63),
+        "Over TLS, every HTTP reply says Strict-Transport-Security: max-age=SECONDS (needs --tls-cert).",
+    ),
     ("--healthz-path", "healthz_path", str, "Where GET serves the liveness probe ('' turns it off; default /healthz)."),
     ("--readyz-path", "readyz_path", str, "Where GET serves the readiness probe ('' turns it off; default /readyz)."),
     (
@@ -697,6 +703,8 @@ def _configure(server: Server, given: dict[str, Any]) -> None:
             server._limits[name] = value
     if (server._limits["tls_cert"] is None) != (server._limits["tls_key"] is None):
         _cannot_serve("TLS needs both --tls-cert and --tls-key")
+    if server._limits.get("hsts_max_age") is not None and server._limits["tls_cert"] is None:
+        raise click.UsageError("--hsts-max-age is said over TLS only: give --tls-cert and --tls-key")
     if given.get("unix_socket") is not None or given.get("unix_socket_mode") is not None:
         path = given.get("unix_socket") or server.unix_socket
         mode = given.get("unix_socket_mode")

@@ -190,6 +190,11 @@ def test_serve_a_module(tmp_path, engine):
         ("raise RuntimeError('no database')", [], "cannot import 'app': RuntimeError: no database"),
         ("from ucall import Server\nserver = Server(tls_port=0)", [], "cannot import 'app': ValueError: TLS needs"),
         ("server = 1", ["app:nothing"], "module 'app' has no 'nothing'"),
+        (
+            "from ucall import Server\nserver = Server()",
+            ["--hsts-max-age", "60"],
+            "Error: --hsts-max-age is said over TLS only: give --tls-cert and --tls-key",
+        ),
     ],
 )
 def test_serve_refuses_what_it_cannot_run_as_a_usage_error(tmp_path, module, arguments, expected):
