@@ -269,7 +269,7 @@ dist-test:  ## Install dist/'s artifacts as users do and use them: every CPython
 	packaging/dist_test.sh
 
 .PHONY: test-dist
-test-dist: python  ## make test's short pass: artifacts from the release builds at hand, installed on the oldest and newest Python
+test-dist: python  ## make test's short pass: artifacts from the release builds at hand; the wheel on the oldest Python, Node, C
 	packaging/dist.sh --quick
 	packaging/dist_test.sh --quick
 

@@ -387,7 +387,9 @@ def _type(schema: Any, document: dict[str, Any], depth: int = 0) -> str:
     if isinstance(kind, list):
         return " | ".join(kind)
     if kind == "string" and schema.get("contentEncoding") == "base64":
-        return "bytes (base64)"
+        # As the /docs page says it (discover/docs.html, typeText): one description of a
+        # .npy, an image or plain bytes wherever a schema is shown.
+        return f"base64 {schema.get('contentMediaType') or 'bytes'}"
     if kind == "array":
         items = schema.get("items")
         if isinstance(items, list):

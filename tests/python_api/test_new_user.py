@@ -261,3 +261,21 @@ def test_streams_carry_the_clients_headers(make_server) -> None:
             return [item async for item in client.stream("count", n=2)]
 
     assert asyncio.run(gathered()) == [0, 1]
+
+
+def test_a_numpy_param_is_described_as_the_docs_page_describes_it(make_server) -> None:
+    numpy = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def total(x: numpy.ndarray, blob: bytes) -> float:
+        return float(x.sum()) + len(blob)
+
+    server.start()
+    helped = CliRunner().invoke(main, ["call", "total", "--help", "-p", str(server.port)])
+    first = helped.output.splitlines()[0]
+    # docs.html's typeText writes a base64 string as "base64 " + its media type (or "bytes").
+    assert "x: list[number | boolean | array] | base64 application/x-npy" in first, first
+    assert "blob: base64 bytes" in first, first
+    docs = (REPO_ROOT / "crates" / "ucall-core" / "src" / "discover" / "docs.html").read_text()
+    assert '"base64 " + (schema.contentMediaType || "bytes")' in docs
