@@ -59,7 +59,10 @@ impl Owned {
             trace: context.trace().map(|trace| {
                 let header = trace.parent.to_header();
                 let traceparent = std::str::from_utf8(&header).unwrap_or_default().into();
-                (traceparent, trace.tracestate.map(|state| state.into_owned().into_boxed_str()))
+                (
+                    traceparent,
+                    trace.tracestate.map(|state| state.into_owned().into_boxed_str()),
+                )
             }),
         })
     }
