@@ -5,6 +5,7 @@ quiet one, so the C API / Rust API gap (issue: within 5%) can be told from noise
 
     python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB,ws-sum,tcp-sum]
     python3 benches/callgrind.py --metrics-cost [--workloads ...]   # Rust: metrics on / off
+    python3 benches/callgrind.py --before OLD/bench_server [--workloads ...]   # a change's cost
 
 Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread); one
 connection sends FEW requests the first time and MANY the second. The difference of the
@@ -176,13 +177,21 @@ def main() -> None:
         action="store_true",
         help="compare the Rust server with metrics on (the default) and off, instead of the C API with the Rust API",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="compare this bench_server build (before a change) with target/release/bench_server (after)",
+    )
     args = parser.parse_args()
     chosen = workloads()
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for name in names:
         if name not in chosen:
             raise SystemExit(f"unknown workload {name!r}; known: {', '.join(chosen)}")
-    if args.metrics_cost:
+    if args.before:
+        servers = {"before": [str(args.before), *SERVERS["rust"][1:]], "after": SERVERS["rust"]}
+        print("| workload | before (instructions/request) | after | after / before |")
+    elif args.metrics_cost:
         # The operations issue's goal: metrics on cost at most 2 % more instructions per call.
         servers = {"off": [*SERVERS["rust"], "--metrics-path", ""], "on": SERVERS["rust"]}
         print("| workload | metrics off (instructions/request) | metrics on | on / off |")

@@ -13,7 +13,16 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** Milliseconds to wait for the reply; overrides the client's `timeout`. */
   timeout?: number;
+  /** The W3C `traceparent` this call continues; overrides the client's `traceparent`. */
+  traceparent?: Traceparent;
 }
+
+/**
+ * A W3C `traceparent` (`00-<trace id>-<parent id>-<flags>`), or a function returning the
+ * current one (or nothing), called as each call is made. It goes in the request's `"_meta"`
+ * member, where a UCall server reads it on every transport and for each call of a batch.
+ */
+export type Traceparent = string | (() => string | undefined);
 
 /** Options shared by every transport. */
 export interface ClientOptions {
@@ -27,6 +36,8 @@ export interface ClientOptions {
   maxBatchSize?: number;
   /** Automatic batching: milliseconds to wait for more calls (default 0: the current task's calls). */
   wait?: number;
+  /** The trace context every call continues (see `Traceparent`); none by default. */
+  traceparent?: Traceparent;
 }
 
 /** One text on the wire: how many of its calls still wait, and a way to stop its HTTP request. */
@@ -81,6 +92,8 @@ interface Pending {
   signal?: AbortSignal;
   onAbort?: () => void;
   message?: Message;
+  /** The `traceparent` the request carries, if any. */
+  traceparent?: string;
 }
 
 /** `value` with every Uint8Array replaced by its base64 text; untouched parts are shared. */
@@ -109,6 +122,7 @@ function pack(value: unknown): unknown {
 function requestOf(p: Pending): string {
   let text = `{"jsonrpc":"2.0","method":${JSON.stringify(p.method)}`;
   if (p.params !== undefined) text += `,"params":${JSON.stringify(p.params)}`;
+  if (p.traceparent !== undefined) text += `,"_meta":{"traceparent":${JSON.stringify(p.traceparent)}}`;
   return p.id === undefined ? `${text}}` : `${text},"id":${p.id}}`;
 }
 
@@ -133,6 +147,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
   private readonly retryDelay: number;
   private readonly maxBatch: number;
   private readonly wait: number;
+  private readonly traceparent: Traceparent | undefined;
   protected transport!: Transport;
 
   constructor(options: ClientOptions = {}) {
@@ -141,6 +156,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     this.retryDelay = options.retryDelay ?? 50;
     this.maxBatch = options.maxBatchSize ?? 1;
     this.wait = options.wait ?? 0;
+    this.traceparent = options.traceparent;
     this.methods = new Proxy({} as Methods<M>, {
       // `then` stays undefined, so that awaiting `client.methods` does not call a procedure.
       get: (_, name) =>
@@ -204,6 +220,11 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     options: CallOptions,
   ): Pending | undefined {
     const p: Pending = { id, method, params: pack(params), resolve, reject, attempts: 0, sent: false, done: false };
+    const traceparent = options.traceparent ?? this.traceparent;
+    if (traceparent !== undefined) {
+      const value = typeof traceparent === "function" ? traceparent() : traceparent;
+      if (value) p.traceparent = value;
+    }
     if (this.closed) return void this.fail(p, ErrorCode.Closed, "the client was closed", "no");
     const { signal } = options;
     if (signal) {

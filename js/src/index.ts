@@ -2,7 +2,15 @@
 // `@ucall/client`: a JSON-RPC 2.0 client for UCall servers, for Node 20+ and browsers.
 
 export { Client, type Options } from "./client.js";
-export { BaseClient, type CallOptions, type ClientOptions, type Methods, type Params, type Transport } from "./base.js";
+export {
+  BaseClient,
+  type CallOptions,
+  type ClientOptions,
+  type Methods,
+  type Params,
+  type Traceparent,
+  type Transport,
+} from "./base.js";
 export { RpcError, ErrorCode, type Executed } from "./errors.js";
 export { toBase64, fromBase64 } from "./base64.js";
 export { NdArray, toNdArray, type DType, type TypedArray } from "./ndarray.js";

@@ -20,7 +20,7 @@ import warnings
 import weakref
 from typing import IO, Any, Callable, Sequence, TypeVar, overload
 
-from ucall import _batch, _codec, _middleware, _schema, _signature, _ucall
+from ucall import _batch, _codec, _middleware, _schema, _signature, _tracing, _ucall
 from ucall.exceptions import HTTPError, RPCError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -226,6 +226,10 @@ class Server:
             type hints and docstrings) and calls them. Browser pages may call it from
             loopback origins and from ``cors_origins``; any other ``Origin`` gets 403.
         mcp_path: where the MCP endpoint is (``"/mcp"``).
+        tracing: make an OpenTelemetry span per call, child of the caller's W3C trace
+            context, with the handler inside it (docs/operations.md, "Tracing"). On when
+            the application has configured a tracer provider when the server starts
+            (``pip install 'ucall[otel]'``); ``False`` turns it off.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -283,6 +287,7 @@ class Server:
         unix_socket_mode: int | None = None,
         mcp: bool = False,
         mcp_path: str = "/mcp",
+        tracing: bool = True,
     ) -> None:
         _check_options(
             port=port,
@@ -304,6 +309,7 @@ class Server:
         self.engine_name = engine
         self.ignore_extra_params = ignore_extra_params
         self.debug = debug
+        self.tracing = tracing
         self._requested_port = port
         if drain_delay < 0:
             raise ValueError(f"drain_delay must be at least 0, got {drain_delay}")
@@ -735,8 +741,15 @@ class Server:
             )
             loop = _EventLoop() if needs_loop else None
             chain = _middleware.chain(self._middleware)
+            # Outside the middleware: a call it refuses has its span too.
+            tracing = None
+            if self.tracing and _tracing.active():
+                tracing = _tracing.ServerTracing(chain, self.host, self._requested_port, _ucall.__version__)
+                chain = tracing
             # Around a batch procedure the middleware runs for each call as its batch starts.
             gate = None if chain is None else _batch.gate(chain, loop.loop if loop is not None else None)
+            if tracing is not None and gate is not None:
+                gate = tracing.admitting(gate)
             native = _ucall.NativeServer(
                 self.host,
                 self._requested_port,
@@ -765,7 +778,7 @@ class Server:
                         runner = _batch.Runner(func, batch.columns, _is_async(func))
                         native.add_batch(
                             procedure.name,
-                            runner,
+                            runner if tracing is None else tracing.runner(procedure.name, runner),
                             _signature.plan(batch.view, None),
                             ignore,
                             gate=gate,
@@ -789,6 +802,8 @@ class Server:
                 native.set_readiness_check(self._failed_check)
                 native.set_draining(self._drain)
                 native.start()
+                if tracing is not None:
+                    tracing.port = native.port or self._requested_port
             except BaseException:
                 if loop is not None:
                     loop.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ucall._tracing import current_meta
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, http_request
 from ucall.exceptions import ProtocolError
 
@@ -183,4 +184,7 @@ def request(method: str, params: Any, request_id: int) -> bytes:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
     if params is not None:
         message["params"] = params
+    meta = current_meta()
+    if meta is not None:
+        message["_meta"] = meta
     return dumps(message)

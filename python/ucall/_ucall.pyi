@@ -226,6 +226,13 @@ class Context:
         """Whether the caller has gone (its connection ended, an HTTP client stopped sending,
         a WebSocket client sent Close): a handler that works long can stop."""
     @property
+    def traceparent(self) -> Optional[str]:
+        """The caller's W3C ``traceparent`` (its request's ``"_meta"`` member, else the HTTP
+        header field) as version 00 writes it, when it sent a valid one; else ``None``."""
+    @property
+    def tracestate(self) -> Optional[str]:
+        """The ``tracestate`` sent with a valid ``traceparent``, when valid too; else ``None``."""
+    @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""
 

@@ -45,6 +45,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeV
 
 from ucall import _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
+from ucall._tracing import current_meta
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, header_lines, host_port, http_request
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
@@ -223,6 +224,9 @@ def _request(method: str, params: Any, request_id: int | None, timeout: float | 
         request["id"] = request_id
     if timeout is not None:
         request["timeout"] = timeout
+    meta = current_meta()
+    if meta is not None:
+        request["_meta"] = meta
     return request
 
 
@@ -230,6 +234,10 @@ def _complete(request: dict[str, Any], next_id: Callable[[], int]) -> dict[str, 
     """An explicit request with ``jsonrpc`` and ``id`` filled in and rich params packed."""
     request = dict(request)
     request.setdefault("jsonrpc", "2.0")
+    if "_meta" not in request:
+        meta = current_meta()
+        if meta is not None:
+            request["_meta"] = meta
     if "id" not in request:
         request["id"] = next_id()
     if request.get("params") is not None:
@@ -615,7 +623,8 @@ class Client(_Endpoint, _OwnsSocket):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
-        if self._native is not None:
+        # (A call inside a traced span carries its context in a request object of its own.)
+        if self._native is not None and current_meta() is None:
             return self._in_time(self._native_calls([(method, _native_params(args, kwargs))])[0])
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
         response: Response = self._exchange(request)
@@ -666,7 +675,7 @@ class Client(_Endpoint, _OwnsSocket):
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back and read the replies in order,
         reading while writing: any number of calls of any size completes."""
-        if self._native is not None:
+        if self._native is not None and current_meta() is None:
             return self._native_calls(list(calls))
         requests = self._requests(calls)
         replies = self._roundtrip([dumps(r) for r in requests], len(requests))
@@ -1317,7 +1326,7 @@ class AsyncClient(_Endpoint):
         """The call's ``Response``, to await (or gather, or run as a task). On the native
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
-        if self._native_protocol is not None:
+        if self._native_protocol is not None and current_meta() is None:
             mux = self._mux
             try:
                 if mux is None or mux.loop is not asyncio.get_running_loop():
@@ -1340,9 +1349,9 @@ class AsyncClient(_Endpoint):
         return self._call(method, args, kwargs)
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Response:
-        if self._native_protocol is not None:
-            return await self.call(method, *args, **kwargs)
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
+        if self._native_protocol is not None and "_meta" not in request:
+            return await self.call(method, *args, **kwargs)
         return self._in_time(await self._exchange(request))
 
     async def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:

@@ -17,6 +17,14 @@ EXPECTED = {
     "blocking_and_async.py": ["ping while 16 calls wait: pong", "8 blocking calls done, 8 async calls fetched"],
     # A real model on real data: at least 95 % right (it gets about 99 %), and batches formed.
     "digits.py": ["accuracy: ", "of 450 test images", "calls/s from 32 callers", "batched: 450 calls in"],
+    # docs/operations.md, "Tracing": one trace, the second service's span under the first's.
+    "tracing.py": [
+        "checkout: ordered",
+        "one trace across both services: True",
+        "  customer clicks buy [INTERNAL]\n    checkout [SERVER] (UCall server on port ",
+        "      reserve [SERVER] (UCall server on port ",
+        "        check stock [INTERNAL]",
+    ],
 }
 
 

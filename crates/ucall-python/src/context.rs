@@ -34,6 +34,9 @@ pub struct Owned {
     deadline: Option<Instant>,
     /// Whether the caller has gone (its connection's flag, shared).
     caller: Caller,
+    /// The caller's W3C trace context: its `traceparent` (as version 00 writes it) and
+    /// `tracestate`, when it sent a valid one.
+    trace: Option<(Box<str>, Option<Box<str>>)>,
 }
 
 impl Owned {
@@ -53,6 +56,14 @@ impl Owned {
             timeout: context.timeout(),
             deadline,
             caller: context.caller(),
+            trace: context.trace().map(|trace| {
+                let header = trace.parent.to_header();
+                let traceparent = std::str::from_utf8(&header).unwrap_or_default().into();
+                (
+                    traceparent,
+                    trace.tracestate.map(|state| state.into_owned().into_boxed_str()),
+                )
+            }),
         })
     }
 
@@ -170,6 +181,19 @@ impl Context {
     #[getter]
     fn caller_gone(&self) -> bool {
         self.owned.caller.is_gone()
+    }
+
+    /// The caller's W3C `traceparent`, when it sent a valid one (the request's `"_meta"`
+    /// member, else the HTTP header field), as version 00 writes it; else `None`.
+    #[getter]
+    fn traceparent(&self) -> Option<&str> {
+        self.owned.trace.as_ref().map(|(parent, _)| &**parent)
+    }
+
+    /// The `tracestate` that came with a valid `traceparent`, when valid too; else `None`.
+    #[getter]
+    fn tracestate(&self) -> Option<&str> {
+        self.owned.trace.as_ref().and_then(|(_, state)| state.as_deref())
     }
 
     /// The params as sent, decoded (a list, a dict, or `None`); kept for middleware only.

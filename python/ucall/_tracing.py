@@ -1,0 +1,292 @@
+# SPDX-License-Identifier: Apache-2.0
+"""OpenTelemetry spans for a server's calls, and the trace context a client sends.
+
+A server traces when the application has configured a tracer provider (as OpenTelemetry
+instrumentations do) and ``Server(tracing=False)`` did not turn it off: one SERVER span
+per call, following the semantic conventions for JSON-RPC, child of the caller's W3C
+trace context (which the core reads from the ``traceparent`` header field or the
+request's ``"_meta"`` member), with the handler running inside it. Nothing here imports
+OpenTelemetry unless the application has already: a provider can only be configured
+through it (``"opentelemetry.trace" in sys.modules``).
+
+Batch procedures: each call has its span (from its admission into a batch until the
+batch's result), linked to one INTERNAL span of the batch run that served it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from typing import Any, Callable, Generator
+
+from ucall.exceptions import RPCError
+
+__all__ = ["ServerTracing", "active", "current_meta"]
+
+#: The JSON-RPC code of an exception that is not an ``RPCError`` (Internal error).
+_INTERNAL = -32603
+
+
+def active() -> bool:
+    """Whether the application configured a tracer provider (imported OpenTelemetry and
+    set one other than the default proxy or the no-op one)."""
+    if "opentelemetry.trace" not in sys.modules:
+        return False
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def current_meta() -> dict[str, str] | None:
+    """The current span's context as a request's ``"_meta"`` member (``traceparent`` and,
+    when it has entries, ``tracestate``), or ``None`` without a valid current span. Cheap
+    when OpenTelemetry was never imported."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    meta = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"}
+    state = context.trace_state.to_header() if context.trace_state else ""
+    if state:
+        meta["tracestate"] = state
+    return meta
+
+
+class ServerTracing:
+    """The chain a server runs around each call (``run(ctx, func, args, kwargs)``, the
+    middleware chain's shape), with a span around ``inner`` (the middleware chain, or
+    ``None``); and ``runner(runner)``, the same for batch procedures."""
+
+    def __init__(self, inner: Callable[..., Any] | None, host: str, port: int, version: str) -> None:
+        from opentelemetry import context, trace
+
+        from ucall import _batch
+        from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+        from opentelemetry.trace.status import StatusCode
+
+        self._trace = trace
+        self._admitted_marker = _batch._admitted
+        self._context = context
+        self._link = Link
+        self._remote = (NonRecordingSpan, SpanContext, TraceFlags, TraceState)
+        self._server = SpanKind.SERVER
+        self._internal = SpanKind.INTERNAL
+        self._error = StatusCode.ERROR
+        self._tracer = trace.get_tracer("ucall", version)
+        self._inner = inner
+        self._host = host
+        #: The port served (set once the server has bound, for an ephemeral one).
+        self.port = port
+        # Spans of the calls admitted into the batch about to run on this thread.
+        self._admitted = threading.local()
+
+    # ------------------------------------------------------------ one call
+
+    def __call__(self, ctx: Any, func: Callable[..., Any] | None, args: Any, kwargs: dict[str, Any] | None) -> Any:
+        batch = func is self._admitted_marker
+        span = self._start(ctx, batch)
+        pending: list[Any] = []
+        if batch:
+            pending = getattr(self._admitted, "spans", None) or []
+            self._admitted.spans = pending
+            pending.append(span)
+        token = self._context.attach(self._trace.set_span_in_context(span))
+        try:
+            if self._inner is not None:
+                result = self._inner(ctx, func, args, kwargs)
+            elif func is None:
+                raise args
+            else:
+                result = func(*args, **kwargs) if kwargs else func(*args)
+        except BaseException as error:
+            self._failed(span, error)
+            span.end()
+            if batch:
+                pending.remove(span)
+            raise
+        finally:
+            self._context.detach(token)
+        if batch:
+            return result
+        if inspect.isawaitable(result):
+            return self._awaited(span, result)
+        if inspect.isgenerator(result):
+            return self._streamed(span, result)
+        if inspect.isasyncgen(result):
+            return self._streamed_async(span, result)
+        span.end()
+        return result
+
+    def _start(self, ctx: Any, batch: bool) -> Any:
+        parent = None
+        traceparent = ctx.traceparent
+        if traceparent is not None:
+            # The core validated it (W3C Trace Context §3.2): version 00 as it writes it.
+            span_cls, context_cls, flags_cls, state_cls = self._remote
+            tracestate = ctx.tracestate
+            remote = context_cls(
+                trace_id=int(traceparent[3:35], 16),
+                span_id=int(traceparent[36:52], 16),
+                is_remote=True,
+                trace_flags=flags_cls(int(traceparent[53:55], 16)),
+                trace_state=state_cls.from_header([tracestate]) if tracestate else None,
+            )
+            parent = self._trace.set_span_in_context(span_cls(remote))
+        attributes: dict[str, Any] = {
+            "rpc.system": "jsonrpc",
+            "rpc.method": ctx.method,
+            "rpc.jsonrpc.version": "2.0",
+            "server.address": self._host,
+            "server.port": self.port,
+            "ucall.transport": ctx.transport,
+        }
+        request_id = ctx.id
+        if request_id is not None:
+            attributes["rpc.jsonrpc.request_id"] = str(request_id)
+        peer = ctx.peer
+        if peer is not None:
+            attributes["network.transport"] = "tcp"
+            attributes["network.peer.address"] = peer[0]
+            attributes["network.peer.port"] = peer[1]
+        if ctx.transport != "tcp":
+            attributes["network.protocol.name"] = ctx.transport
+        if batch:
+            attributes["ucall.batched"] = True
+        return self._tracer.start_span(ctx.method, context=parent, kind=self._server, attributes=attributes)
+
+    def _failed(self, span: Any, error: BaseException) -> None:
+        code = error.code if isinstance(error, RPCError) else _INTERNAL
+        span.set_attribute("rpc.jsonrpc.error_code", code)
+        if isinstance(error, RPCError):
+            span.set_attribute("rpc.jsonrpc.error_message", error.message)
+        else:
+            span.record_exception(error)
+        span.set_status(self._error, type(error).__qualname__)
+
+    async def _awaited(self, span: Any, awaitable: Any) -> Any:
+        token = self._context.attach(self._trace.set_span_in_context(span))
+        try:
+            return await awaitable
+        except BaseException as error:
+            self._failed(span, error)
+            raise
+        finally:
+            self._context.detach(token)
+            span.end()
+
+    def _streamed(self, span: Any, items: Generator[Any, Any, Any]) -> Any:
+        """The generator's items, each made inside the call's span; the span ends with the
+        stream (exhausted, failed, or closed by the server when the caller left)."""
+        count = 0
+        try:
+            while True:
+                token = self._context.attach(self._trace.set_span_in_context(span))
+                try:
+                    item = next(items)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    self._context.detach(token)
+                count += 1
+                yield item
+        except GeneratorExit:
+            items.close()
+            span.set_attribute("ucall.stream.cancelled", True)
+            raise
+        except BaseException as error:
+            self._failed(span, error)
+            raise
+        finally:
+            span.set_attribute("ucall.stream.items", count)
+            span.end()
+
+    async def _streamed_async(self, span: Any, items: Any) -> Any:
+        count = 0
+        try:
+            while True:
+                token = self._context.attach(self._trace.set_span_in_context(span))
+                try:
+                    item = await items.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    self._context.detach(token)
+                count += 1
+                yield item
+        except GeneratorExit:
+            await items.aclose()
+            span.set_attribute("ucall.stream.cancelled", True)
+            raise
+        except BaseException as error:
+            self._failed(span, error)
+            raise
+        finally:
+            span.set_attribute("ucall.stream.items", count)
+            span.end()
+
+    # ------------------------------------------------------------ batches
+
+    def admitting(self, admit: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """``admit`` (a batch's gate), first ending the spans of calls a batch admitted
+        but never ran (every call of it refused when its params were bound)."""
+
+        def gate(contexts: list[Any]) -> Any:
+            for span in getattr(self._admitted, "spans", None) or []:
+                span.end()
+            self._admitted.spans = []
+            return admit(contexts)
+
+        return gate
+
+    def runner(self, name: str, runner: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """``runner`` inside an INTERNAL span of the batch run, linked to the spans of the
+        calls admitted into it (on this thread, just before), which end with it."""
+
+        def run(rows: list[Any]) -> Any:
+            calls = getattr(self._admitted, "spans", None) or []
+            self._admitted.spans = []
+            links = [self._link(span.get_span_context()) for span in calls]
+            batch = self._tracer.start_span(
+                f"batch {name}",
+                kind=self._internal,
+                links=links,
+                attributes={"rpc.system": "jsonrpc", "rpc.method": name, "ucall.batch.size": len(rows)},
+            )
+            for span in calls:
+                span.add_link(batch.get_span_context())
+            token = self._context.attach(self._trace.set_span_in_context(batch))
+            try:
+                result = runner(rows)
+            except BaseException as error:
+                self._ended(batch, calls, error)
+                raise
+            finally:
+                self._context.detach(token)
+            if inspect.isawaitable(result):
+                return self._batch_awaited(batch, calls, result)
+            self._ended(batch, calls, None)
+            return result
+
+        return run
+
+    async def _batch_awaited(self, batch: Any, calls: list[Any], awaitable: Any) -> Any:
+        token = self._context.attach(self._trace.set_span_in_context(batch))
+        try:
+            result = await awaitable
+        except BaseException as error:
+            self._ended(batch, calls, error)
+            raise
+        finally:
+            self._context.detach(token)
+        self._ended(batch, calls, None)
+        return result
+
+    def _ended(self, batch: Any, calls: list[Any], error: BaseException | None) -> None:
+        for span in [batch, *calls]:
+            if error is not None:
+                self._failed(span, error)
+            span.end()
