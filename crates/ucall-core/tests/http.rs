@@ -398,6 +398,18 @@ fn head_and_options_answer_every_get_route() {
 }
 
 #[test]
+fn a_head_answered_later_has_no_content_either() {
+    // Python's procedures answer through deferred replies: a HEAD's reply is written when
+    // the call completes, and must still be the head alone.
+    common::for_each_engine(|engine| {
+        let server = statuses_server(engine);
+        let head = head_of(&server, "/user_later");
+        assert!(head.starts_with("HTTP/1.1 409 "), "{head}");
+        assert!(field(&head, "content-length").is_some_and(|n| n != "0"), "{head}");
+    });
+}
+
+#[test]
 fn what_changes_per_request_is_never_cached() {
     common::for_each_engine(|engine| {
         let server = common::serve(engine);

@@ -407,6 +407,7 @@ impl Http {
                     } else {
                         super::Lines::Json
                     },
+                    head.method,
                 ),
                 headers,
                 &mut ctx.scratch.jsonrpc.deferred,

@@ -109,7 +109,7 @@ pub(super) fn answer(
                     out,
                     text,
                     base,
-                    MessageKind::Http(persistence, Lines::Events),
+                    MessageKind::Http(persistence, Lines::Events, head.method),
                     std::mem::take(cors_headers),
                     &mut ctx.scratch.jsonrpc.deferred,
                 );

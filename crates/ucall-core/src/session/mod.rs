@@ -19,7 +19,7 @@ use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY
 use crate::discover::mcp::ToolReply;
 use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
-use crate::http1::{self, Persistence, Status};
+use crate::http1::{self, Method, Persistence, Status};
 use crate::jsonrpc;
 use crate::metrics::Transport;
 use crate::router::Router;
@@ -132,7 +132,8 @@ struct PendingMessage {
 #[derive(Debug, Clone, Copy)]
 enum MessageKind {
     Stream,
-    Http(Persistence, Lines),
+    /// A reply over HTTP; to a `HEAD` ([`Method::Head`]), the head alone.
+    Http(Persistence, Lines, Method),
     WebSocket,
 }
 
@@ -490,7 +491,7 @@ impl Session {
                 write_message(out.data());
                 commit_ws_text(out, start);
             }
-            MessageKind::Http(persistence, lines) => {
+            MessageKind::Http(persistence, lines, _) => {
                 let data = out.data();
                 let start = data.len();
                 if !*streamed {
@@ -565,7 +566,7 @@ impl Session {
         let Some(last) = self.calls.pending.back_mut() else {
             return false;
         };
-        if let MessageKind::Http(persistence, _) = &mut last.kind {
+        if let MessageKind::Http(persistence, _, _) = &mut last.kind {
             *persistence = Persistence::Close;
         }
         self.closing = true;
@@ -730,7 +731,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(_, lines) if streamed => {
+        MessageKind::Http(_, lines, _) if streamed => {
             // The final reply is the body's last line or event (docs/streaming.md).
             let mut reply = OutBuf::new();
             write_completed(&text, slots, &mut reply, false);
@@ -745,7 +746,7 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             let end = data.len();
             out.commit(start..end);
         }
-        MessageKind::Http(persistence, _) if slots.iter().any(|slot| slot.tool.is_some()) => {
+        MessageKind::Http(persistence, _, _) if slots.iter().any(|slot| slot.tool.is_some()) => {
             // An MCP reply: its status (a hook's 401) is known once it is written, and
             // decides its header lines.
             let mut body = OutBuf::new();
@@ -757,9 +758,11 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
                 Some(status)
             });
         }
-        MessageKind::Http(persistence, _) => http1::respond_out(out, persistence, &headers, date, |out| {
-            Some(write_completed(&text, slots, out, true))
-        }),
+        MessageKind::Http(persistence, _, method) => {
+            http1::respond_to(out, method, persistence, &headers, date, b"application/json", |out| {
+                Some(write_completed(&text, slots, out, true))
+            });
+        }
     });
 }
 
