@@ -179,6 +179,11 @@ _BASE64 = {
 }
 
 
+# Marks a value a binary message may carry as an attachment (docs/wire.md) instead: `bytes`
+# or `ndarray`, the placeholder kind. An annotation: validators ignore it.
+ATTACHMENT = "x-ucall-attachment"
+
+
 def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Definitions | None = None) -> Schema:
     """The JSON Schema of the values ``_signature.converter(hint)`` accepts."""
     defs = definitions if definitions is not None else _Definitions()
@@ -198,8 +203,8 @@ def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Defin
         float: {"type": "number"},
         bool: {"type": "boolean"},
         str: {"type": "string"},
-        bytes: dict(_BASE64),
-        bytearray: dict(_BASE64),
+        bytes: {**_BASE64, ATTACHMENT: "bytes"},
+        bytearray: {**_BASE64, ATTACHMENT: "bytes"},
     }
     if isinstance(hint, type) and hint in simple:
         return simple[hint]
@@ -212,10 +217,16 @@ def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Defin
                     "items": {"type": ["number", "boolean", "array"]},
                 },
                 {**_BASE64, "contentMediaType": "application/x-npy", "description": "base64 of a .npy file"},
-            ]
+            ],
+            ATTACHMENT: "ndarray",
         }
     if _signature._is_image_type(hint):
-        return {**_BASE64, "contentMediaType": "image/png", "description": "base64 of an image file Pillow reads"}
+        return {
+            **_BASE64,
+            "contentMediaType": "image/png",
+            "description": "base64 of an image file Pillow reads",
+            ATTACHMENT: "bytes",
+        }
     if hint in _signature._SEQUENCES or origin in _signature._SEQUENCES:
         return _array(args[0] if args else None, localns, defs)
     if hint in (set, frozenset) or origin in (set, frozenset, collections.abc.Set):

@@ -68,7 +68,7 @@ TABLE: list[tuple[Any, dict[str, Any], list[Any], list[Any]]] = [
     (float, {"type": "number"}, [1, 1.5], ["1.5", True, None]),
     (bool, {"type": "boolean"}, [True, False], [0, "true", None]),
     (str, {"type": "string"}, ["", "x"], [1, None, []]),
-    (bytes, _schema._BASE64, ["AQID", "", "AQ==", "AQI=", "AQ", "AQI"], [1, None, "AR", "AQJ", "Zh==", "A===", "AQ=I", "not base64"]),
+    (bytes, {**_schema._BASE64, _schema.ATTACHMENT: "bytes"}, ["AQID", "", "AQ==", "AQI=", "AQ", "AQI"], [1, None, "AR", "AQJ", "Zh==", "A===", "AQ=I", "not base64"]),
     (type(None), {"type": "null"}, [None], [0, ""]),
     (Any, {}, [1, "x", None, [1], {"a": 1}], []),
     (List[int], {"type": "array", "items": {"type": "integer"}}, [[], [1, 2]], [[1.5], {}, "12"]),
@@ -182,6 +182,9 @@ def test_recursive_and_rich_types():
 
     assert _schema.schema(np.ndarray)["anyOf"][1]["contentMediaType"] == "application/x-npy"
     assert _schema.schema(Image.Image)["contentEncoding"] == "base64"
+    # What a binary message may send as an attachment instead (docs/wire.md).
+    assert _schema.schema(np.ndarray)[_schema.ATTACHMENT] == "ndarray"
+    assert _schema.schema(Image.Image)[_schema.ATTACHMENT] == "bytes"
 
 
 def test_pydantic_models_are_described_and_validated_by_pydantic():

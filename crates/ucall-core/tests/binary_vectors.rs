@@ -513,3 +513,38 @@ fn without_the_subprotocol_websocket_is_unchanged() {
     let frames = ws_server_frames(&out.to_vec()).unwrap();
     assert_eq!(frames, [(1, br#"{"jsonrpc":"2.0","id":1,"result":3}"#.to_vec())]);
 }
+
+/// The request head of `fields`, parsed.
+fn binary_head(fields: &str) -> ucall_core::http1::RequestHead {
+    let text = format!("POST / HTTP/1.1\r\nHost: x\r\n{fields}\r\n\r\n");
+    match ucall_core::http1::parse_head(text.as_bytes(), 4096, 1 << 20, &mut String::new()) {
+        ucall_core::http1::HeadStatus::Complete(head, _) => head,
+        other => panic!("{fields}: {other:?}"),
+    }
+}
+
+#[test]
+fn the_head_says_a_binary_body_and_its_json_length() {
+    let head = binary_head("Content-Type: Application/VND.ucall.binary; v=1\r\nUCall-JSON-Length: 91");
+    assert!(head.binary_body);
+    assert_eq!(head.binary_json_length(), Some(91));
+    for (field, binary) in [
+        ("Content-Type: application/json", false),
+        ("Content-Type: application/vnd.ucall.binaryx", false),
+        ("Content-Type: application/vnd.ucall.binary", true),
+    ] {
+        assert_eq!(binary_head(field).binary_body, binary, "{field}");
+    }
+    for lengths in [
+        "UCall-JSON-Length: +91",
+        "UCall-JSON-Length: 9 1",
+        "UCall-JSON-Length: 1\r\nUCall-JSON-Length: 1",
+    ] {
+        let head = binary_head(lengths);
+        assert_eq!(
+            (head.json_length.is_some(), head.binary_json_length()),
+            (true, None),
+            "{lengths}"
+        );
+    }
+}

@@ -267,6 +267,16 @@ impl<'a> Params<'a> {
         self.section
     }
 
+    /// What a bytes parameter may be, as an error says: in a plain JSON text what it always
+    /// said, so that plain clients see no change.
+    fn bytes_expected(&self) -> &'static str {
+        if self.section.is_some() {
+            "a base64 string or an attachment"
+        } else {
+            "a base64 string"
+        }
+    }
+
     fn param(&self, raw: &'a str) -> Param<'a> {
         Param::in_message(raw, self.section)
     }
@@ -462,7 +472,7 @@ impl<'a> Params<'a> {
             Ok(None) => param
                 .with_base64(base64::decode)
                 .map(Cow::Owned)
-                .ok_or_else(|| expected_but(name, BYTES)),
+                .ok_or_else(|| expected_but(name, self.bytes_expected())),
             Err(rule) => Err(invalid_placeholder(name, rule)),
         }
     }
@@ -492,14 +502,13 @@ impl<'a> Params<'a> {
         if let Err(rule) = self.at(position, name).map_or(Ok(None), Param::attachment) {
             return Err(invalid_placeholder(name, rule));
         }
-        self.typed(position, name, BYTES, |p| p.bytes_into(out)).map_err(|e| {
-            match self.at(position, name).and_then(Param::bytes_len) {
+        self.typed(position, name, self.bytes_expected(), |p| p.bytes_into(out))
+            .map_err(|e| match self.at(position, name).and_then(Param::bytes_len) {
                 Some(len) if len > capacity => RpcError::invalid_params(format!(
                     "Invalid params: parameter '{name}': {len} bytes, more than the {capacity} expected"
                 )),
                 _ => e,
-            }
-        })
+            })
     }
 
     /// Check that no parameter beyond `names` was sent (by name, or by count for arrays).
@@ -529,9 +538,6 @@ impl<'a> Params<'a> {
         }
     }
 }
-
-/// What a bytes parameter may be, as an error says.
-const BYTES: &str = "a base64 string or an attachment";
 
 #[cold]
 #[inline(never)]
