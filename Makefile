@@ -96,7 +96,7 @@ bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor a
 	@# The tables show what failed, so they are published either way; the status is the run's.
 	@# A run that stopped before writing its tables (an error before measuring, a signal)
 	@# publishes nothing rather than an older run's tables. rss.py (memory over a million
-	@# requests) and hostile.py (bad clients beside a good one) and idle_memory.py (RSS per idle connection,
+	@# requests) and hostile.py (bad clients beside a good one) and fair_share.py (a steady client beside one flooding at 20x its rate limit) and idle_memory.py (RSS per idle connection,
 	@# 9,000 of them, and after they close) and js/bench/echo.mjs (the JS client beside jayson and
 	@# json-rpc-2.0) and benches/middleware.py (one Python middleware's cost per call, beside FastAPI's) and benches/workers.py (--workers 2 against 1) and benches/client_bench.py (the clients beside grpcio and httpx) and benches/client_tls.py (the Python clients over HTTPS, rustls beside Python's ssl) add their tables to the brief,
 	@# which `ucallbench publish` copies into docs/benchmarks.md and, in a few rows, README.md.
@@ -104,6 +104,7 @@ bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor a
 	if [ benches/results/latest-brief.md -nt $$stamp ]; then \
 	$(PY) benches/rss.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
+	$(PY) benches/fair_share.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/mcp_tools.py --append benches/results/latest-brief.md || status=1; \
@@ -116,6 +117,10 @@ bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor a
 	(cd js && npm run --silent build && node bench/echo.mjs --append ../benches/results/latest-brief.md) || status=1; \
 	$(BENCH) publish || status=1; \
 	else echo "make bench: no new tables, docs/benchmarks.md and README.md unchanged" >&2; fi; rm -f $$stamp; exit $$status
+
+.PHONY: bench-fair-share
+bench-fair-share: python  ## A steady client's latency while another floods at 20x its rate limit (about 40 s); publishes nothing
+	$(PY) benches/fair_share.py --seconds 5
 
 .PHONY: bench-quick
 bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothing

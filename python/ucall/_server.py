@@ -53,7 +53,7 @@ def _log_failure(method: str, error: BaseException, trace: types.TracebackType |
 
 
 class _Procedure:
-    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name", "timeout")
+    __slots__ = ("batch", "description", "func", "ignore_extra_params", "localns", "name", "rate_limit", "timeout")
 
     def __init__(
         self,
@@ -64,9 +64,11 @@ class _Procedure:
         description: dict[str, Any],
         batch: _BatchPlan | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
     ) -> None:
         self.name = name
         self.timeout = timeout
+        self.rate_limit = rate_limit
         self.func = func
         self.ignore_extra_params = ignore_extra_params
         self.localns = localns
@@ -230,6 +232,19 @@ class Server:
             context, with the handler inside it (docs/operations.md, "Tracing"). On when
             the application has configured a tracer provider when the server starts
             (``pip install 'ucall[otel]'``); ``False`` turns it off.
+        rate_limit: calls each client may make over all procedures, as ``"100/s"`` or
+            ``"6000/min"`` (bursts of up to the count); ``@server(rate_limit=...)`` limits
+            one procedure besides. A call past it is refused before it runs: HTTP 429
+            with ``Retry-After``, or JSON-RPC error ``-32029`` whose ``data`` has
+            ``retry_after_ms`` and ``"executed": false`` (docs/reliability.md). Counted
+            per process: ``run(workers=N)`` gives each worker its own buckets.
+        rate_limit_key: what tells clients apart: ``"peer"`` (the address, default),
+            ``"bearer"`` (the ``Authorization: Bearer`` token) or ``"header:X-API-Key"``
+            (a header's value); a call without the header is keyed by its address.
+        trusted_proxies: addresses or networks (``"10.0.0.0/8"``) of proxies whose
+            ``X-Forwarded-For`` names the client, for the rate limits.
+        max_connections_per_peer: most connections open at once from one IP address;
+            more are closed on accept.
 
     Every server answers ``GET /healthz`` (200 ``{"status": "alive"}`` while the process
     answers) and ``GET /readyz``: 200 ``{"status": "serving"}`` while it serves and every
@@ -288,7 +303,15 @@ class Server:
         mcp: bool = False,
         mcp_path: str = "/mcp",
         tracing: bool = True,
+        rate_limit: str | None = None,
+        rate_limit_key: str = "peer",
+        trusted_proxies: Sequence[str] | None = None,
+        max_connections_per_peer: int | None = None,
     ) -> None:
+        if isinstance(trusted_proxies, str):
+            raise TypeError("trusted_proxies takes a list of strings, not one string")
+        proxies = None if trusted_proxies is None else [str(p) for p in trusted_proxies]
+        _ucall.check_rate_limit(rate_limit, rate_limit_key, proxies)
         _check_options(
             port=port,
             threads=threads,
@@ -298,6 +321,7 @@ class Server:
             max_batch=max_batch,
             max_connections=max_connections,
             max_pending_calls=max_pending_calls,
+            max_connections_per_peer=max_connections_per_peer,
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
@@ -329,6 +353,10 @@ class Server:
             "max_batch": max_batch,
             "max_connections": max_connections,
             "max_pending_calls": max_pending_calls,
+            "max_connections_per_peer": max_connections_per_peer,
+            "rate_limit": rate_limit,
+            "rate_limit_key": rate_limit_key,
+            "trusted_proxies": proxies,
             "header_timeout": header_timeout,
             "idle_timeout": idle_timeout,
             "shutdown_timeout": shutdown_timeout,
@@ -410,6 +438,7 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def __call__(
@@ -423,15 +452,18 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
     ) -> F | Callable[[F], F]:
         """``@server`` registers a function under its own name and returns it unchanged;
-        ``@server(examples=[...], errors=[...], timeout=2.0)`` says more (see ``route``)."""
+        ``@server(examples=[...], errors=[...], timeout=2.0, rate_limit="10/s")`` says more
+        (see ``route``)."""
         describe: dict[str, Any] = {
             "summary": summary,
             "description": description,
             "examples": examples,
             "errors": errors,
             "timeout": timeout,
+            "rate_limit": rate_limit,
         }
         if func is None:
             return lambda f: self.route(f, name=name, **describe)
@@ -451,6 +483,7 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def method(
@@ -463,6 +496,7 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
     ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
@@ -472,6 +506,7 @@ class Server:
             "examples": examples,
             "errors": errors,
             "timeout": timeout,
+            "rate_limit": rate_limit,
         }
         if callable(name):  # used without parentheses: the function came as the name
             return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
@@ -560,6 +595,7 @@ class Server:
         examples: list[dict[str, Any]] | None = None,
         errors: list[Any] | None = None,
         timeout: float | None = None,
+        rate_limit: str | None = None,
         _batch_options: dict[str, Any] | None = None,
     ) -> F:
         """Register ``func`` (under ``name``, default its ``__name__``) and return it unchanged.
@@ -567,6 +603,10 @@ class Server:
         ``timeout`` (seconds) bounds each call: past it the caller gets "deadline exceeded"
         at once (HTTP 504), an ``async def`` handler is cancelled, and a plain one's late
         result is dropped. A caller may ask for less (see docs/context-and-middleware.md).
+
+        ``rate_limit`` (``"10/s"``, ``"600/min"``) limits each client's calls of this
+        procedure, besides the server's ``rate_limit``: past it a call is refused before
+        it runs (HTTP 429 with ``Retry-After``; JSON-RPC ``-32029``, ``"executed": false``).
 
         Its description (``rpc.discover``, ``/openrpc.json``, ``/openapi.json``, ``/docs``)
         comes from its type hints and docstring; ``summary`` and ``description`` replace
@@ -578,6 +618,10 @@ class Server:
             raise TypeError(f"a procedure must be callable, got {func!r}")
         if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if rate_limit is not None:
+            if _batch_options is not None:
+                raise ValueError("rate_limit is not taken by batch procedures: give the server one")
+            _ucall.check_rate_limit(rate_limit)
         name = name if name is not None else getattr(func, "__name__", None)
         if not name:
             raise ValueError("the procedure needs a name: use @server.method('name')")
@@ -603,7 +647,9 @@ class Server:
                     f"procedure {name!r} registered again: {_origin(func)} replaces {_origin(earlier.func)}",
                     stacklevel=_user_frame()[1],
                 )
-            self._procedures[name] = _Procedure(name, func, ignore_extra_params, localns, description_, batch, timeout)
+            self._procedures[name] = _Procedure(
+                name, func, ignore_extra_params, localns, description_, batch, timeout, rate_limit
+            )
         return func
 
     @property
@@ -796,6 +842,7 @@ class Server:
                         _signature.context_param(func, procedure.localns),
                         procedure.timeout,
                         streams=streams,
+                        rate_limit=procedure.rate_limit,
                     )
                 if HEALTH not in self._procedures:
                     native.add(HEALTH, self._health, _signature.plan(self._health, None), True, async_middleware)
@@ -1075,6 +1122,7 @@ def _check_options(**options: Any) -> None:
         "max_batch": (1, _SIZE_MAX),
         "max_connections": (1, _SIZE_MAX),
         "max_pending_calls": (1, _SIZE_MAX),
+        "max_connections_per_peer": (1, _SIZE_MAX),
     }
     for name, (low, high) in ranges.items():
         value = options[name]

@@ -20,6 +20,7 @@ __all__ = [
     "UNSENT_AT_MOST",
     "__version__",
     "b64decode",
+    "check_rate_limit",
     "code_for_http_status",
     "dumps",
     "loads",
@@ -88,6 +89,10 @@ class NativeServer:
         request_log_format: Optional[str] = None,  # "text"
         unix_socket: Optional[str] = None,
         unix_socket_mode: Optional[int] = None,
+        rate_limit: Optional[str] = None,
+        rate_limit_key: Optional[str] = None,
+        trusted_proxies: Optional[list[str]] = None,
+        max_connections_per_peer: Optional[int] = None,
     ) -> "NativeServer": ...
     def add(
         self,
@@ -99,10 +104,12 @@ class NativeServer:
         context: Optional[tuple[str, Optional[int]]] = None,
         timeout: Optional[float] = None,
         streams: bool = False,
+        rate_limit: Optional[str] = None,
     ) -> None:
         """Register ``func`` under ``name``; only before ``start``. ``context``: the
         parameter that takes the call's ``Context``, and its positional place (or ``None``:
-        by name). ``streams``: ``func`` is a generator whose items stream."""
+        by name). ``streams``: ``func`` is a generator whose items stream. ``rate_limit``:
+        each client's limit on this procedure (``"10/s"``)."""
     def add_batch(
         self,
         name: str,
@@ -235,6 +242,13 @@ class Context:
     @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""
+
+def check_rate_limit(
+    rate: Optional[str] = None, key: Optional[str] = None, trusted_proxies: Optional[list[str]] = None
+) -> None:
+    """Raise ``ValueError`` naming the rate-limit setting the core cannot take: a rate
+    (``"100/s"``, ``"6000/min"``), a client key (``"peer"``, ``"bearer"``,
+    ``"header:<name>"``), or a trusted proxy (an address or network)."""
 
 def code_for_http_status(status: int) -> int:
     """The JSON-RPC code an error given only this HTTP status carries (the core's table)."""

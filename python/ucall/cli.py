@@ -37,7 +37,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 
 from ucall._server import Server
-from ucall._ucall import __version__
+from ucall._ucall import __version__, check_rate_limit
 from ucall.client import Client, Response
 from ucall.exceptions import ConnectError, RPCError, UCallError
 
@@ -558,6 +558,34 @@ def _buckets(text: str) -> list[float]:
         raise click.BadParameter(f"{text!r}: expected seconds separated by commas, such as 0.005,0.05,0.5") from None
 
 
+def _rate(text: str) -> str:
+    """A rate limit, ``100/s`` or ``6000/min`` (checked by the core's rule)."""
+    try:
+        check_rate_limit(text)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return text
+
+
+def _rate_key(text: str) -> str:
+    """What tells clients apart: ``peer``, ``bearer`` or ``header:<name>``."""
+    try:
+        check_rate_limit(key=text)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return text
+
+
+def _proxies(text: str) -> list[str]:
+    """Addresses or networks, comma-separated."""
+    proxies = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        check_rate_limit(trusted_proxies=proxies)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return proxies
+
+
 #: ``Server(...)`` options that ``ucall serve`` sets beside --host, --port, --threads,
 #: --drain-delay and --metrics-path: (flag, the option's name, click type, help). Those
 #: given are passed on to worker processes as they were given.
@@ -586,6 +614,32 @@ SERVER_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         click.IntRange(min=1),
         "Most calls waiting for (or running in) a handler per thread; past it a call is answered at once "
         "with -32000 (HTTP 503 with Retry-After) and data.executed false, safe to retry (default: no limit).",
+    ),
+    (
+        "--rate-limit",
+        "rate_limit",
+        _rate,
+        "Calls each client may make, as 100/s or 6000/min; past it a call is refused before it runs "
+        "(HTTP 429 with Retry-After, or -32029 with data.retry_after_ms and executed false). Per worker process.",
+    ),
+    (
+        "--rate-limit-key",
+        "rate_limit_key",
+        _rate_key,
+        "What tells clients apart: peer (the address, default), bearer (the Authorization token) or "
+        "header:NAME (a header's value, as header:X-API-Key).",
+    ),
+    (
+        "--trusted-proxies",
+        "trusted_proxies",
+        _proxies,
+        "Proxies (addresses or networks, comma-separated) whose X-Forwarded-For names the client.",
+    ),
+    (
+        "--max-connections-per-peer",
+        "max_connections_per_peer",
+        click.IntRange(min=1),
+        "Most connections open at once from one IP address; more are closed on accept (default: no cap).",
     ),
     (
         "--max-body-bytes",
@@ -725,6 +779,8 @@ def _passed_on(given: dict[str, Any]) -> list[str]:
             continue
         if name == "metrics_buckets":
             value = ",".join(repr(bound) for bound in value)
+        elif name == "trusted_proxies":
+            value = ",".join(value)
         elif name == "unix_socket_mode":
             value = format(value, "o")
         words += [flag, str(value)]

@@ -633,6 +633,35 @@ mod tests {
     }
 
     #[test]
+    fn an_application_key_names_the_client() {
+        // A tenant header the application trusts, say; without it, the address.
+        let tenant: KeyFn = Arc::new(|context: &Context<'_>| {
+            let value = context.header("x-tenant")?;
+            Some(format!("tenant:{}", String::from_utf8_lossy(value)))
+        });
+        let config = RateLimit {
+            rate: Some("1/min".parse().unwrap()),
+            key: ClientKey::Custom(tenant),
+            ..RateLimit::default()
+        };
+        let limiter = Limiter::new(&config, vec![None]).unwrap();
+        let acme = b"POST / HTTP/1.1\r\nX-Tenant: acme\r\n\r\n";
+        let initech = b"POST / HTTP/1.1\r\nX-Tenant: initech\r\n\r\n";
+        limiter.admit(0, &context_from("192.0.2.1:1", acme)).unwrap();
+        limiter.admit(0, &context_from("192.0.2.1:1", initech)).unwrap();
+        assert!(
+            limiter.admit(0, &context_from("192.0.2.7:1", acme)).is_err(),
+            "one tenant, two addresses"
+        );
+        limiter.admit(0, &context_from("192.0.2.1:1", b"")).unwrap();
+        assert!(
+            limiter.admit(0, &context_from("192.0.2.1:2", b"")).is_err(),
+            "no tenant: the address"
+        );
+        assert_eq!(format!("{:?}", config.key), "Custom(..)");
+    }
+
+    #[test]
     fn the_table_stays_bounded_under_many_clients() {
         let config = RateLimit {
             rate: Some("1/min".parse().unwrap()),

@@ -116,6 +116,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::NpyBytes>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
+    m.add_function(wrap_pyfunction!(server::check_rate_limit, m)?)?;
     logs::forward(py);
     m.add_function(wrap_pyfunction!(server::loads, m)?)?;
     m.add_function(wrap_pyfunction!(b64decode, m)?)?;

@@ -16,9 +16,9 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyType};
 use ucall_core::batch::SIZE_BUCKETS;
 use ucall_core::metrics::Metrics;
 use ucall_core::{
-    BatchOptions, Batcher, Call, Config, Cors, Discovery, EngineKind, ExtraMetrics, Handler, HealthPaths, LogFormat,
-    McpSettings, MethodDoc, MetricsConfig, NotReady, Readiness, Reply, RequestLog, RpcError, Server, ServerBuilder,
-    TlsConfig,
+    BatchOptions, Batcher, Call, ClientKey, Config, Cors, Discovery, EngineKind, ExtraMetrics, Handler, HealthPaths,
+    IpNet, LogFormat, McpSettings, MethodDoc, MetricsConfig, NotReady, Rate, Readiness, Reply, RequestLog, RpcError,
+    Server, ServerBuilder, TlsConfig,
 };
 
 use crate::batch::BatchRunner;
@@ -171,6 +171,32 @@ fn request_log(
     }
 }
 
+/// A rate limit as the core reads it (`"100/s"`, `"6000/min"`), or `ValueError` saying why not.
+fn rate(text: &str) -> PyResult<Rate> {
+    text.parse().map_err(PyValueError::new_err)
+}
+
+/// Check rate-limit settings by the core's rules (`ValueError` naming the one at fault):
+/// a rate (`"100/s"`), a client key (`"peer"`, `"bearer"`, `"header:<name>"`), proxies.
+#[pyfunction]
+#[pyo3(signature = (rate=None, key=None, trusted_proxies=None))]
+pub(crate) fn check_rate_limit(
+    rate: Option<&str>,
+    key: Option<&str>,
+    trusted_proxies: Option<Vec<String>>,
+) -> PyResult<()> {
+    if let Some(text) = rate {
+        self::rate(text)?;
+    }
+    if let Some(key) = key {
+        ClientKey::parse(key).map_err(PyValueError::new_err)?;
+    }
+    for proxy in trusted_proxies.unwrap_or_default() {
+        proxy.parse::<IpNet>().map_err(PyValueError::new_err)?;
+    }
+    Ok(())
+}
+
 fn secs(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value)
         .map_err(|_| PyValueError::new_err(format!("{what} must be a positive number of seconds")))
@@ -216,6 +242,7 @@ impl NativeServer {
         metrics_path=Some("/metrics".to_owned()), metrics_buckets=None, metrics_extra=None,
         request_log_path=None, request_log_fd=None, request_log_format=None,
         unix_socket=None, unix_socket_mode=None,
+        rate_limit=None, rate_limit_key=None, trusted_proxies=None, max_connections_per_peer=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -261,6 +288,10 @@ impl NativeServer {
         request_log_format: Option<String>,
         unix_socket: Option<std::path::PathBuf>,
         unix_socket_mode: Option<u32>,
+        rate_limit: Option<String>,
+        rate_limit_key: Option<String>,
+        trusted_proxies: Option<Vec<String>>,
+        max_connections_per_peer: Option<usize>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -297,6 +328,15 @@ impl NativeServer {
             config.max_connections = v;
         }
         config.max_pending_calls = max_pending_calls;
+        config.max_connections_per_peer = max_connections_per_peer;
+        config.rate_limit.rate = rate_limit.as_deref().map(rate).transpose()?;
+        if let Some(key) = rate_limit_key {
+            config.rate_limit.key = ClientKey::parse(&key).map_err(PyValueError::new_err)?;
+        }
+        for proxy in trusted_proxies.unwrap_or_default() {
+            let proxy = proxy.parse::<IpNet>().map_err(PyValueError::new_err)?;
+            config.rate_limit.trusted_proxies.push(proxy);
+        }
         if let Some(v) = header_timeout {
             config.header_timeout = secs(v, "header_timeout")?;
         }
@@ -354,7 +394,7 @@ impl NativeServer {
     }
 
     /// Register `func` under `name` with its parameter plan (see `ucall._signature`).
-    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None, streams=false))]
+    #[pyo3(signature = (name, func, params, ignore_extra, is_async=false, context=None, timeout=None, streams=false, rate_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -367,9 +407,11 @@ impl NativeServer {
         context: Option<(Py<pyo3::types::PyString>, Option<usize>)>,
         timeout: Option<f64>,
         streams: bool,
+        rate_limit: Option<String>,
     ) -> PyResult<()> {
         let plan = Plan::new(py, params, ignore_extra)?;
         let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
+        let rate_limit = rate_limit.as_deref().map(rate).transpose()?;
         let wants_context = context.is_some() || self.hooks.middleware.is_some();
         let procedure = Entry(
             Arc::new(Procedure::new(
@@ -394,6 +436,9 @@ impl NativeServer {
         let mut builder = (*builder).handler(name, procedure);
         if let Some(timeout) = timeout {
             builder = builder.timeout(name, timeout);
+        }
+        if let Some(rate) = rate_limit {
+            builder = builder.procedure_rate_limit(name, rate);
         }
         *state = State::Configuring(Box::new(if wants_context { builder.keep_context() } else { builder }));
         Ok(())
