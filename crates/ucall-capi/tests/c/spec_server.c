@@ -231,6 +231,42 @@ static void echo(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_content(call, json, length);
 }
 
+/* Answer the bytes `bytes` of `length` as a JSON string of lowercase hex. */
+static void reply_hex(ucall_call_t call, const unsigned char* bytes, size_t length) {
+    size_t i;
+    char* reply = malloc(2 * length + 3);
+    if (!reply) {
+        ucall_call_reply_error_out_of_memory(call);
+        return;
+    }
+    reply[0] = '"';
+    for (i = 0; i != length; ++i)
+        snprintf(reply + 1 + 2 * i, 3, "%02x", bytes[i]);
+    reply[1 + 2 * length] = '"';
+    ucall_call_reply_content(call, reply, 2 + 2 * length);
+    free(reply);
+}
+
+/* `hex` of a parameter that is no string: bytes of an attachment, or an error. */
+static void hex_attachment(ucall_call_t call) {
+    size_t capacity, length;
+    for (capacity = 64; capacity <= ((size_t)1 << 20); capacity *= 4) {
+        unsigned char* bytes = malloc(capacity);
+        if (!bytes) {
+            ucall_call_reply_error_out_of_memory(call);
+            return;
+        }
+        if (ucall_param_named_bytes(call, "data", 0, bytes, capacity, &length) ||
+            ucall_param_positional_bytes(call, 0, bytes, capacity, &length)) {
+            reply_hex(call, bytes, length);
+            free(bytes);
+            return;
+        }
+        free(bytes);
+    }
+    reply_invalid_params(call, "expected a base64 string or an attachment for parameter", "data");
+}
+
 /* Bytes by position or name (base64, padded or not), answered as lowercase hex. */
 static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_str_t text;
@@ -240,7 +276,9 @@ static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
     (void)tag;
     if (!ucall_param_named_str(call, "data", 0, &text, &text_length) &&
         !ucall_param_positional_str(call, 0, &text, &text_length)) {
-        reply_invalid_params(call, "expected a base64 string for parameter", "data");
+        /* Not a string: an attachment of a binary message (docs/wire.md), read into a
+           buffer grown until it fits (up to 1 MiB: this server's vectors are small). */
+        hex_attachment(call);
         return;
     }
     bytes = malloc(UCALL_BASE64_DECODED_CAPACITY(text_length) + 1);
