@@ -866,6 +866,13 @@ def _passed_on(given: dict[str, Any]) -> list[str]:
 @click.option(
     "--mcp-path", default=None, metavar="PATH", help="Where the MCP endpoint is (implies --mcp; default /mcp)."
 )
+@click.option(
+    "--tracing/--no-tracing",
+    "tracing",
+    default=None,
+    help="An OpenTelemetry span per call when the application configured a tracer provider "
+    "(on unless the module's Server(tracing=False) says otherwise).",
+)
 @_server_flags
 @click.option("--ready-fd", type=int, default=None, hidden=True)  # set by the supervisor for its workers
 def serve(
@@ -883,6 +890,7 @@ def serve(
     access_log_format: str,
     mcp: bool,
     mcp_path: str | None,
+    tracing: bool | None,
     ready_fd: int | None,
     readyz_not_found: bool | None,
     **given: Any,
@@ -911,6 +919,8 @@ def serve(
         if mcp_path is not None and not mcp_path.startswith("/"):
             _cannot_serve(f"--mcp-path must start with '/', got {mcp_path!r}")
         server._mcp = {"path": mcp_path or (server._mcp or {}).get("path", "/mcp")}
+    if tracing is not None:
+        server.tracing = tracing
     _configure(server, given)
     if readyz_not_found:
         server._limits["readyz_not_found"] = True
@@ -945,6 +955,8 @@ def serve(
     access += _passed_on(given)
     if server._mcp is not None:
         access += ["--mcp-path", server._mcp["path"]]
+    if not server.tracing:
+        access += ["--no-tracing"]
     sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port, access))
 
 

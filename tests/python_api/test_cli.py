@@ -355,3 +355,16 @@ def test_serve_flags_refuse_bad_values(tmp_path, flags, expected):
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=30,
     )
     assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("flags", "expected"), [([], True), (["--no-tracing"], False), (["--tracing"], True)])
+def test_serve_tracing_flag_sets_the_servers_tracing(monkeypatch, flags, expected):
+    import ucall.cli
+
+    server = Server(port=0)
+    seen = []
+    monkeypatch.setattr(ucall.cli, "_load_server", lambda target: server)
+    monkeypatch.setattr(server, "run", lambda **kwargs: seen.append(server.tracing))
+    result = CliRunner().invoke(main, ["serve", "app:server", *flags])
+    assert result.exit_code == 0, result.output
+    assert seen == [expected]
