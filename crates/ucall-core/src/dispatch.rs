@@ -67,7 +67,7 @@ pub(crate) struct DeferredAt {
     pub(crate) slot: u64,
     /// The request's raw id (`None`: REST, where the bare result goes).
     pub(crate) id: Option<Box<str>>,
-    /// An MCP `tools/call`: how its result is wrapped (see [`crate::mcp`]).
+    /// An MCP `tools/call`: how its result is wrapped (the MCP adapter sets it).
     pub(crate) tool: Option<Box<ToolReply>>,
 }
 

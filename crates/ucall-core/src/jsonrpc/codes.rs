@@ -78,7 +78,7 @@ const HTTP_STATUSES: [(i32, u16, bool); 6] = [
 ];
 
 /// The code of a call refused, before it ran, for going over a rate limit
-/// (`crate::limit`); its HTTP status is [`RATE_LIMITED_STATUS`].
+/// (by the rate limiter above dispatch); its HTTP status is [`RATE_LIMITED_STATUS`].
 pub const RATE_LIMITED: i32 = -32029;
 
 /// 429 Too Many Requests (RFC 6585 §4), sent with `Retry-After`.
