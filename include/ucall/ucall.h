@@ -403,6 +403,12 @@ typedef struct ucall_config_t {
    * accept. 0 (default): no cap beyond `max_concurrent_connections`.
    */
   uint32_t max_connections_per_peer;
+  /**
+   * Over TLS, every HTTP reply tells browsers to use HTTPS only for this many seconds
+   * (`Strict-Transport-Security: max-age=...`, RFC 6797; never said over plaintext, as
+   * the RFC requires). 0 (default): not said. Needs `use_ssl`.
+   */
+  uint64_t hsts_max_age_seconds;
 } ucall_config_t;
 
 /**
