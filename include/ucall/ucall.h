@@ -97,6 +97,12 @@ typedef struct ucall_client_config_t {
    * TLS: the client's private key (PEM); default: in `ssl_certificate_path`.
    */
   ucall_str_t ssl_private_key_path;
+  /**
+   * The largest reply taken, in bytes (an HTTP reply's body, a raw TCP JSON text, a
+   * WebSocket message). A larger one fails its call (`ucall_last_error()` names both
+   * sizes) and closes the connection. Default (0) 64 MiB; `SIZE_MAX`: any size.
+   */
+  size_t max_reply_size;
 } ucall_client_config_t;
 
 /**
