@@ -97,6 +97,12 @@ typedef struct ucall_client_config_t {
    * TLS: the client's private key (PEM); default: in `ssl_certificate_path`.
    */
   ucall_str_t ssl_private_key_path;
+  /**
+   * The largest reply taken, in bytes (an HTTP reply's body, a raw TCP JSON text, a
+   * WebSocket message). A larger one fails its call (`ucall_last_error()` names both
+   * sizes) and closes the connection. Default (0) 64 MiB; `SIZE_MAX`: any size.
+   */
+  size_t max_reply_size;
 } ucall_client_config_t;
 
 /**
@@ -403,6 +409,12 @@ typedef struct ucall_config_t {
    * accept. 0 (default): no cap beyond `max_concurrent_connections`.
    */
   uint32_t max_connections_per_peer;
+  /**
+   * Over TLS, every HTTP reply tells browsers to use HTTPS only for this many seconds
+   * (`Strict-Transport-Security: max-age=...`, RFC 6797; never said over plaintext, as
+   * the RFC requires). 0 (default): not said. Needs `use_ssl`.
+   */
+  uint64_t hsts_max_age_seconds;
 } ucall_config_t;
 
 /**

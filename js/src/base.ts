@@ -38,6 +38,26 @@ export interface ClientOptions {
   wait?: number;
   /** The trace context every call continues (see `Traceparent`); none by default. */
   traceparent?: Traceparent;
+  /**
+   * The largest reply taken, in bytes (an HTTP body, a raw TCP line, a WebSocket message;
+   * default `MAX_REPLY_SIZE`, 64 MiB; `Infinity`: any size). A larger one fails its call
+   * with `ErrorCode.BadReply`, naming both sizes, and its connection is closed.
+   */
+  maxReplySize?: number;
+}
+
+/** The default `maxReplySize`: 64 MiB, the largest request a UCall server takes by default. */
+export const MAX_REPLY_SIZE = 64 * 1024 * 1024;
+
+/** A reply over the client's `maxReplySize`: `size` bytes, or more when `atLeast`. */
+export class ReplyTooLarge extends Error {
+  override name = "ReplyTooLarge";
+  constructor(size: number, atLeast: boolean, max: number) {
+    super(
+      `a reply of ${size} bytes${atLeast ? " or more" : ""}, over the client's maxReplySize of ${max} bytes ` +
+        "(the connection is closed; raise maxReplySize to take it)",
+    );
+  }
 }
 
 /** One text on the wire: how many of its calls still wait, and a way to stop its HTTP request. */
@@ -291,6 +311,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
           if (p.done || p.message !== message) continue;
           if (notSent) p.sent = false;
           if (error instanceof HttpStatus) this.fromHttp(p, error);
+          else if (error instanceof ReplyTooLarge) this.fail(p, ErrorCode.BadReply, error.message, "yes", error);
           else if (notSent && p.attempts <= this.retries && !this.closed) this.retry(p);
           else {
             const why = `connection failed: ${(error as Error)?.message ?? error}`;
@@ -354,8 +375,13 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
 
   /** A stream transport lost its connection: calls sent on it can no longer be answered. */
   protected dropped(reason: unknown): void {
+    // A reply over maxReplySize closes the connection: the calls on it say so.
+    const [code, why] =
+      reason instanceof ReplyTooLarge
+        ? [ErrorCode.BadReply, `${reason.message}, before this call's reply`]
+        : [ErrorCode.Connection, "the connection closed before the reply"];
     for (const p of [...this.inFlight.values()]) {
-      if (p.sent) this.fail(p, ErrorCode.Connection, "the connection closed before the reply", "maybe", reason);
+      if (p.sent) this.fail(p, code, why, "maybe", reason);
     }
   }
 

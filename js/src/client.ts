@@ -33,11 +33,11 @@ export class Client<M = Record<string, (params?: Params) => unknown>> extends Ba
         break;
       case "ws:":
       case "wss:":
-        this.transport = new StreamTransport(webSocket(parsed.href, options.WebSocket), sink);
+        this.transport = new StreamTransport(webSocket(parsed.href, options.WebSocket, options.maxReplySize), sink);
         break;
       case "tcp:":
       case "tls:":
-        this.transport = new StreamTransport(tcp(parsed, options.tls), sink);
+        this.transport = new StreamTransport(tcp(parsed, options.tls, options.maxReplySize), sink);
         break;
       default:
         throw new TypeError(`unsupported URL scheme ${parsed.protocol} (http, https, ws, wss, tcp, tls)`);

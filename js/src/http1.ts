@@ -5,10 +5,10 @@
 // (bench/echo.mjs: 556 calls/s beside 6,791 for node:http on the same server).
 
 import type { Socket } from "node:net";
-import { HttpStatus, NotSent, type Message, type Transport } from "./base.js";
+import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Transport } from "./base.js";
 
 /** Options of the Node HTTP/1.1 transport. */
-export interface Http1Options {
+export interface Http1Options extends Pick<ClientOptions, "maxReplySize"> {
   /** Extra request headers (authorization, say). */
   headers?: Record<string, string>;
   /** Most connections open to the server at once (default 32). */
@@ -40,6 +40,8 @@ interface Conn {
   status: number;
   chunks: Buffer[];
   size: number;
+  /** Why the connection was given up (a reply over maxReplySize), for the request it answered. */
+  error?: Error;
   /** Bytes needed before the next parse can make progress. */
   need: number;
   corked: boolean;
@@ -49,14 +51,18 @@ interface Conn {
 const IDLE_MS = 4000;
 const MAX_HEAD = 64 * 1024;
 
-/** `[body, next]` of a chunked body starting at `at` (RFC 9112 §7.1), or undefined while incomplete. */
-function dechunk(buf: Buffer, at: number): [string, number] | undefined {
+/** `[body, next]` of a chunked body starting at `at` (RFC 9112 §7.1), or undefined while incomplete;
+ * throws `ReplyTooLarge` once its chunks add up to more than `max` bytes. */
+function dechunk(buf: Buffer, at: number, max: number): [string, number] | undefined {
   const parts: Buffer[] = [];
+  let total = 0;
   for (;;) {
     const eol = buf.indexOf("\r\n", at);
     if (eol < 0) return;
     const size = parseInt(buf.toString("latin1", at, eol), 16); // stops at a chunk extension's ';'
     if (!(size >= 0)) throw new Error("bad chunk size in the reply");
+    total += size;
+    if (total > max) throw new ReplyTooLarge(total, true, max);
     if (size === 0) {
       const end = buf.indexOf("\r\n\r\n", eol); // after any trailer fields
       return end < 0 ? undefined : [Buffer.concat(parts).toString("utf8"), end + 4];
@@ -74,6 +80,7 @@ export class Http1Transport implements Transport {
   private readonly secure: boolean;
   private readonly max: number;
   private readonly depth: number;
+  private readonly maxReply: number;
   private readonly conns = new Set<Conn>();
   private waiting: Request[] = [];
   private net?: typeof import("node:net") | typeof import("node:tls");
@@ -89,6 +96,7 @@ export class Http1Transport implements Transport {
     this.port = Number(url.port) || (this.secure ? 443 : 80);
     this.max = options.connections ?? 32;
     this.depth = options.pipelining ?? 1;
+    this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
     const headers: Record<string, string> = { "content-type": "application/json" };
     for (const [name, value] of Object.entries(options.headers ?? {})) headers[name.toLowerCase()] = value;
     let head = `POST ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
@@ -182,10 +190,13 @@ export class Http1Transport implements Transport {
     socket.on("data", (chunk: Buffer) => {
       conn.chunks.push(chunk);
       conn.size += chunk.length;
-      if (conn.size < conn.need) return;
       try {
+        if (conn.untilClose && conn.size > this.maxReply) throw new ReplyTooLarge(conn.size, true, this.maxReply);
+        if (conn.size < conn.need) return;
         this.parse(conn);
       } catch (error) {
+        conn.error = error as Error;
+        conn.untilClose = false;
         socket.destroy(error as Error);
       }
     });
@@ -197,6 +208,7 @@ export class Http1Transport implements Transport {
         const body = Buffer.concat(conn.chunks).toString("utf8");
         this.answer(queue.shift()!, conn.status, body);
       }
+      if (conn.error instanceof ReplyTooLarge && queue.length) this.fail([queue.shift()!], conn.error);
       // Requests on a connection that never opened cannot have left.
       this.fail(queue, conn.open ? new Error("the connection closed before the reply") : new NotSent("cannot connect"));
       this.pump();
@@ -223,13 +235,14 @@ export class Http1Transport implements Transport {
       if (status >= 200 && status !== 204 && status !== 304) {
         const length = /\r\ncontent-length:[ \t]*(\d+)/.exec(head);
         if (/\r\ntransfer-encoding:[^\r]*chunked/.test(head)) {
-          const chunked = dechunk(buf, next);
+          const chunked = dechunk(buf, next, this.maxReply);
           if (!chunked) {
             conn.need = buf.length * 2; // re-parse at most log(n) times while a large body arrives
             break;
           }
           [body, next] = chunked;
         } else if (length) {
+          if (Number(length[1]) > this.maxReply) throw new ReplyTooLarge(Number(length[1]), false, this.maxReply);
           next += Number(length[1]);
           if (buf.length < next) {
             conn.need = next;

@@ -4,6 +4,8 @@
 export { Client, type Options } from "./client.js";
 export {
   BaseClient,
+  MAX_REPLY_SIZE,
+  ReplyTooLarge,
   type CallOptions,
   type ClientOptions,
   type Methods,

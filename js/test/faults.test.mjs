@@ -6,7 +6,7 @@ import { createServer as createHttpServer } from "node:http";
 import { createServer as createTcpServer } from "node:net";
 import { describe, test } from "node:test";
 import WebSocket, { WebSocketServer } from "ws";
-import { Client, ErrorCode } from "../dist/index.js";
+import { Client, ErrorCode, MAX_REPLY_SIZE } from "../dist/index.js";
 import { startServer, urls } from "./servers.mjs";
 
 const listen = (server) => new Promise((done) => server.listen(0, "127.0.0.1", () => done(server.address().port)));
@@ -162,6 +162,86 @@ describe("a WebSocket that drops", () => {
       client.close();
       for (const c of wss.clients) c.terminate();
       await new Promise((done) => wss.close(done));
+    }
+  });
+});
+
+describe("a reply over maxReplySize", () => {
+  /** A reply to `request`: 2,000 bytes of result for the method "big", 3 otherwise. */
+  const answer = (request) =>
+    JSON.stringify({ jsonrpc: "2.0", result: request.method === "big" ? "x".repeat(2000) : 3, id: request.id });
+
+  async function servers() {
+    const sockets = new Set();
+    const http = createHttpServer((req, res) => {
+      let body = "";
+      req.on("data", (d) => (body += d));
+      req.on("end", () => {
+        const text = answer(JSON.parse(body));
+        // Sized, or chunked when the path says so.
+        if (req.url === "/chunked") res.write(text.slice(0, 10)), res.end(text.slice(10));
+        else res.end(text);
+      });
+    });
+    const tcp = createTcpServer((s) => {
+      sockets.add(s);
+      s.on("close", () => sockets.delete(s));
+      let rest = "";
+      s.on("data", (chunk) => {
+        const lines = (rest + chunk).split("\n");
+        rest = lines.pop();
+        for (const line of lines) if (line.trim()) s.write(answer(JSON.parse(line)) + "\n");
+      });
+    });
+    const ws = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+    ws.on("connection", (socket) => socket.on("message", (data) => socket.send(answer(JSON.parse(data.toString())))));
+    await new Promise((done) => ws.once("listening", done));
+    const ports = { http: await listen(http), tcp: await listen(tcp), ws: ws.address().port };
+    return {
+      urls: {
+        http: `http://127.0.0.1:${ports.http}/`,
+        "http chunked": `http://127.0.0.1:${ports.http}/chunked`,
+        fetch: `http://127.0.0.1:${ports.http}/`,
+        "fetch chunked": `http://127.0.0.1:${ports.http}/chunked`,
+        tcp: `tcp://127.0.0.1:${ports.tcp}`,
+        ws: `ws://127.0.0.1:${ports.ws}/`,
+      },
+      async close() {
+        http.closeAllConnections();
+        for (const s of sockets) s.destroy();
+        for (const c of ws.clients) c.terminate();
+        await Promise.all([closeServer(http), closeServer(tcp), new Promise((done) => ws.close(done))]);
+      },
+    };
+  }
+
+  test("fails its call naming both sizes, closes the connection, and the next call works", async () => {
+    assert.equal(MAX_REPLY_SIZE, 64 * 1024 * 1024);
+    const running = await servers();
+    try {
+      for (const [transport, url] of Object.entries(running.urls)) {
+        const options = { WebSocket, maxReplySize: 1000, timeout: 5000 };
+        if (transport.startsWith("fetch")) options.fetch = globalThis.fetch;
+        const client = new Client(url, options);
+        try {
+          await assert.rejects(client.call("big"), (e) => {
+            assert.equal(e.code, ErrorCode.BadReply, `${transport}: ${e.message}`);
+            assert.match(e.message, /a reply of \d+ bytes( or more)?, over the client's maxReplySize of 1000 bytes/, transport);
+            return true;
+          });
+          assert.equal(await client.call("small"), 3, `${transport}: the next call`);
+        } finally {
+          client.close();
+        }
+        const roomy = new Client(url, { WebSocket, timeout: 5000, ...(transport.startsWith("fetch") ? { fetch: globalThis.fetch } : {}) });
+        try {
+          assert.equal((await roomy.call("big")).length, 2000, `${transport}: under the default`);
+        } finally {
+          roomy.close();
+        }
+      }
+    } finally {
+      await running.close();
     }
   });
 });

@@ -49,6 +49,10 @@ pub struct ucall_client_config_t {
     pub ssl_certificate_path: ucall_str_t,
     /// TLS: the client's private key (PEM); default: in `ssl_certificate_path`.
     pub ssl_private_key_path: ucall_str_t,
+    /// The largest reply taken, in bytes (an HTTP reply's body, a raw TCP JSON text, a
+    /// WebSocket message). A larger one fails its call (`ucall_last_error()` names both
+    /// sizes) and closes the connection. Default (0) 64 MiB; `SIZE_MAX`: any size.
+    pub max_reply_size: usize,
 }
 
 /// One reply, as `ucall_client_call()` writes it. Strings are not NUL-terminated and
@@ -121,6 +125,9 @@ fn endpoint(config: &ucall_client_config_t) -> Result<Endpoint, String> {
     if config.timeout_micro_seconds > 0 {
         endpoint = endpoint.with_timeout(Some(Duration::from_micros(config.timeout_micro_seconds)));
     }
+    if config.max_reply_size > 0 {
+        endpoint = endpoint.with_max_reply_size(config.max_reply_size);
+    }
     let tls_field = |ptr: ucall_str_t, what: &str| -> Result<Option<String>, String> {
         if ptr.is_null() {
             return Ok(None);
@@ -176,6 +183,7 @@ pub unsafe extern "C" fn ucall_client_new(config: *const ucall_client_config_t, 
             ssl_insecure: false,
             ssl_certificate_path: std::ptr::null(),
             ssl_private_key_path: std::ptr::null(),
+            max_reply_size: 0,
         };
         // SAFETY: the caller's contract: NULL or a readable config.
         let config = unsafe { config.as_ref() }.unwrap_or(&defaults);

@@ -184,6 +184,10 @@ pub struct ucall_config_t {
     /// Most connections open at once from one peer IP address; more are closed on
     /// accept. 0 (default): no cap beyond `max_concurrent_connections`.
     pub max_connections_per_peer: u32,
+    /// Over TLS, every HTTP reply tells browsers to use HTTPS only for this many seconds
+    /// (`Strict-Transport-Security: max-age=...`, RFC 6797; never said over plaintext, as
+    /// the RFC requires). 0 (default): not said. Needs `use_ssl`.
+    pub hsts_max_age_seconds: u64,
 }
 
 const DEFAULT_PORT: u16 = 8545;
@@ -318,6 +322,12 @@ impl ucall_config_t {
         core.shutdown_timeout = micros(self.shutdown_timeout_micro_seconds, core.shutdown_timeout);
         self.shutdown_timeout_micro_seconds = saturating_micros(core.shutdown_timeout);
         core.limits.cors = self.cors()?;
+        if self.hsts_max_age_seconds != 0 {
+            if !self.use_ssl {
+                return Err("config.hsts_max_age_seconds is said over TLS only: set use_ssl".into());
+            }
+            core.limits.hsts_max_age = Some(self.hsts_max_age_seconds);
+        }
         let tls_chain = if self.use_ssl {
             let (tls, chain) = self.tls()?;
             core.tls = Some(tls);
@@ -561,6 +571,7 @@ mod tests {
             rate_limit_key: std::ptr::null(),
             trusted_proxies: std::ptr::null(),
             max_connections_per_peer: 0,
+            hsts_max_age_seconds: 0,
         }
     }
 
@@ -717,6 +728,15 @@ mod tests {
         // Without use_ssl, the TLS fields are not read at all.
         config.use_ssl = false;
         assert!(config.settings().unwrap().core.tls.is_none());
+    }
+
+    #[test]
+    fn hsts_is_said_over_tls_only() {
+        let mut config = zeroed();
+        assert_eq!(config.settings().unwrap().core.limits.hsts_max_age, None);
+        config.hsts_max_age_seconds = 31_536_000;
+        let error = config.settings().unwrap_err();
+        assert!(error.contains("hsts_max_age_seconds is said over TLS only"), "{error}");
     }
 
     #[test]

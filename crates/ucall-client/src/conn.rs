@@ -158,7 +158,7 @@ impl Connection {
         } else {
             (None, None)
         };
-        let reader = ReplyReader::new(protocol, key);
+        let reader = ReplyReader::new(protocol, key).with_max_reply(self.endpoint.max_reply_size());
         let reader = if tls.is_some() { reader.over_tls() } else { reader };
         let mut link = Link {
             sock,

@@ -38,6 +38,7 @@ pub struct Endpoint {
     tls_config: Option<Arc<ClientConfig>>,
     /// Extra header lines (`Name: value\r\n` each), checked when added.
     headers: String,
+    max_reply_size: usize,
 }
 
 /// Headers the client writes itself, which a caller's would contradict.
@@ -93,6 +94,7 @@ impl Endpoint {
             timeout: Some(Duration::from_secs(30)),
             tls_config: None,
             headers: String::new(),
+            max_reply_size: crate::framing::DEFAULT_MAX_REPLY_SIZE,
         }
     }
 
@@ -207,6 +209,21 @@ impl Endpoint {
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// The largest reply taken, in bytes (an HTTP reply's body, a raw TCP JSON text, a
+    /// WebSocket message); a larger one fails its call with [`crate::ErrorKind::Protocol`]
+    /// naming both sizes, and the connection is closed. Default
+    /// [`crate::framing::DEFAULT_MAX_REPLY_SIZE`] (64 MiB); `usize::MAX` takes any.
+    pub fn with_max_reply_size(mut self, max: usize) -> Self {
+        self.max_reply_size = max;
+        self
+    }
+
+    /// The largest reply taken ([`Endpoint::with_max_reply_size`]).
+    #[must_use]
+    pub fn max_reply_size(&self) -> usize {
+        self.max_reply_size
     }
 
     /// Send `name: value` with every HTTP request and with the WebSocket upgrade request

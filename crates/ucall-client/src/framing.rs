@@ -19,13 +19,16 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::IoSlice;
 use std::sync::Arc;
 
-use ucall_core::http1::chunked::ChunkedDecoder;
+use ucall_core::http1::chunked::{ChunkError, ChunkedDecoder};
 use ucall_core::stream::{Frame, Framer};
 
 use crate::error::{Error, Result};
 
 /// Longest reply head accepted.
 pub const MAX_HEAD: usize = 64 << 10;
+/// The largest reply a client takes unless told otherwise: 64 MiB, the largest request
+/// a UCall server takes by default (its `max_body_bytes`).
+pub const DEFAULT_MAX_REPLY_SIZE: usize = 64 << 20;
 /// Bodies at least this long are read straight into their own buffer.
 const DIRECT: usize = 64 << 10;
 /// ...and at most this long: a buffer is made for the length a server announces before
@@ -440,6 +443,18 @@ pub struct ReplyReader {
     closed_by_frame: bool,
     /// The bytes come through TLS: a failed handshake is not a plaintext client at a TLS port.
     over_tls: bool,
+    /// The largest reply body (HTTP), JSON text (raw TCP) or message (WebSocket) taken.
+    max_reply: usize,
+}
+
+/// A reply over the client's limit: `size` bytes, or more when `at_least`.
+#[cold]
+fn too_large(size: usize, at_least: bool, max: usize) -> Error {
+    let more = if at_least { " or more" } else { "" };
+    Error::protocol(format!(
+        "a reply of {size} bytes{more}, over the client's max_reply_size of {max} bytes \
+         (the connection is closed; raise max_reply_size to take it)"
+    ))
 }
 
 impl ReplyReader {
@@ -465,7 +480,16 @@ impl ReplyReader {
             why: String::new(),
             closed_by_frame: false,
             over_tls: false,
+            max_reply: DEFAULT_MAX_REPLY_SIZE,
         }
+    }
+
+    /// A reader that refuses replies over `max` bytes (the body of an HTTP reply, a raw TCP
+    /// JSON text, a WebSocket message); [`DEFAULT_MAX_REPLY_SIZE`] unless set.
+    #[must_use]
+    pub fn with_max_reply(mut self, max: usize) -> Self {
+        self.max_reply = max;
+        self
     }
 
     /// The reader of a connection over TLS (its errors then suggest no TLS scheme).
@@ -660,7 +684,7 @@ impl ReplyReader {
     }
 
     fn next_json(&mut self) -> Result<Option<Reply>> {
-        match self.json.next(&self.data[self.start..self.end], usize::MAX) {
+        match self.json.next(&self.data[self.start..self.end], self.max_reply) {
             Frame::Complete(range) => {
                 let body = self.data[self.start + range.start..self.start + range.end].to_vec();
                 self.start += range.end;
@@ -682,7 +706,10 @@ impl ReplyReader {
                 let shown = String::from_utf8_lossy(&self.buffered()[..self.buffered().len().min(80)]).into_owned();
                 Err(Error::protocol(format!("not a JSON reply: {shown:?}")))
             }
-            Frame::TooLarge => Err(Error::protocol("a reply too large")),
+            Frame::TooLarge => {
+                let seen = self.end - self.start;
+                Err(too_large(seen.max(self.max_reply + 1), true, self.max_reply))
+            }
         }
     }
 
@@ -767,6 +794,9 @@ impl ReplyReader {
                             body: Vec::new(),
                         }
                     } else if let Some(len) = head.content_length {
+                        if len > self.max_reply {
+                            return Err(too_large(len, false, self.max_reply));
+                        }
                         let buffered = self.end - self.start;
                         let direct = ((DIRECT..=DIRECT_MAX).contains(&len) && buffered < len)
                             .then(|| direct_body(len, &self.data[self.start..self.end]));
@@ -826,9 +856,13 @@ impl ReplyReader {
                     body,
                 } => {
                     let input = &self.data[self.start..self.end];
+                    let max = self.max_reply;
                     let (used, done) = decoder
-                        .decode(input, body, usize::MAX, MAX_HEAD)
-                        .map_err(|_| Error::protocol("a malformed chunked body"))?;
+                        .decode(input, body, max, MAX_HEAD)
+                        .map_err(|error| match error {
+                            ChunkError::TooLarge => too_large(max + 1, true, max),
+                            _ => Error::protocol("a malformed chunked body"),
+                        })?;
                     self.start += used;
                     if !done {
                         if self.eof {
@@ -845,6 +879,10 @@ impl ReplyReader {
                     return Ok(Some(reply));
                 }
                 State::UntilEnd { status } => {
+                    let seen = self.end - self.start;
+                    if seen > self.max_reply {
+                        return Err(too_large(seen, true, self.max_reply));
+                    }
                     if !self.eof {
                         return Ok(None);
                     }
@@ -916,6 +954,11 @@ impl ReplyReader {
                         },
                         short => (usize::from(short), 2),
                     };
+                    let message = if self.in_message { self.message.len() } else { 0 };
+                    if message.saturating_add(len) > self.max_reply {
+                        let at_least = first & 0x80 == 0;
+                        return Err(too_large(message.saturating_add(len), at_least, self.max_reply));
+                    }
                     self.start += at;
                     let buffered = self.end - self.start;
                     let direct = ((DIRECT..=DIRECT_MAX).contains(&len) && buffered < len)
@@ -1130,12 +1173,62 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
 
     #[test]
     fn a_huge_announced_length_is_not_allocated_up_front() {
-        let mut reader = ReplyReader::new(Protocol::Http, None);
+        // With no limit; under one, the head alone refuses it.
+        let mut reader = ReplyReader::new(Protocol::Http, None).with_max_reply(usize::MAX);
         reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1125899906842624\r\n\r\n{\"a\":");
         assert!(reader.next_reply().expect("partial").is_none());
         assert!(reader.data.capacity() < 1 << 20);
         reader.eof();
         assert!(reader.next_reply().is_err());
+    }
+
+    #[test]
+    fn a_reply_over_the_limit_is_refused_naming_both_sizes() {
+        let refused = |protocol: Protocol, bytes: &[u8]| -> String {
+            let mut reader = ReplyReader::new(protocol, None).with_max_reply(100);
+            reader.opened = true;
+            let mut error = None;
+            for piece in bytes.chunks(7) {
+                reader.feed(piece);
+                match reader.next_reply() {
+                    Ok(Some(reply)) => panic!("a reply over the limit was taken: {} bytes", reply.body.len()),
+                    Ok(None) => {}
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            let error = error.expect("refused");
+            assert_eq!(error.kind(), crate::ErrorKind::Protocol);
+            error.message().to_owned()
+        };
+        let body = format!("[{}1]", "1,".repeat(60));
+        let sized = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let message = refused(Protocol::Http, sized.as_bytes());
+        assert!(
+            message.contains("a reply of 123 bytes, over the client's max_reply_size of 100 bytes"),
+            "{message}"
+        );
+        let chunked = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7b\r\n{body}\r\n0\r\n\r\n");
+        assert!(refused(Protocol::Http, chunked.as_bytes()).contains("of 101 bytes or more, over"));
+        let until_end = format!("HTTP/1.1 200 OK\r\n\r\n{body}");
+        assert!(refused(Protocol::Http, until_end.as_bytes())
+            .contains("bytes or more, over the client's max_reply_size of 100"));
+        assert!(refused(Protocol::Tcp, body.as_bytes()).contains("or more, over the client's max_reply_size of 100"));
+        let mut frame = vec![0x81, 123];
+        frame.extend_from_slice(body.as_bytes());
+        assert!(refused(Protocol::WebSocket, &frame).contains("a reply of 123 bytes, over"));
+        // Fragments count together: 60 + 63 bytes.
+        let mut fragments = vec![0x01, 60];
+        fragments.extend_from_slice(&body.as_bytes()[..60]);
+        fragments.extend_from_slice(&[0x80, 63]);
+        fragments.extend_from_slice(&body.as_bytes()[60..]);
+        assert!(refused(Protocol::WebSocket, &fragments).contains("a reply of 123 bytes, over"));
+        // At the limit, taken.
+        let mut reader = ReplyReader::new(Protocol::Http, None).with_max_reply(123);
+        reader.feed(sized.as_bytes());
+        assert_eq!(all(&mut reader)[0].body, body.as_bytes());
     }
 
     #[test]

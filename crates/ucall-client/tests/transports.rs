@@ -301,6 +301,36 @@ fn a_multiplexed_connection_counts_what_it_has_not_written() {
     assert_eq!(mux.unsent(), 0, "all written once the server read it");
 }
 
+#[test]
+fn a_reply_over_max_reply_size_fails_its_call_and_the_next_one_works() {
+    let server = serve(None);
+    let port = server.local_addr().port();
+    for scheme in ["http", "tcp", "ws"] {
+        let endpoint = Endpoint::parse(&format!("{scheme}://127.0.0.1:{port}"))
+            .expect("a URL")
+            .with_max_reply_size(1000);
+        assert_eq!(endpoint.max_reply_size(), 1000);
+        let mut client = Client::new(endpoint).expect("a client");
+        let error = client.call("echo", ["x".repeat(2000)]).expect_err("over the limit");
+        assert_eq!(error.kind(), ErrorKind::Protocol, "{scheme}: {error}");
+        assert!(
+            error
+                .message()
+                .contains("over the client's max_reply_size of 1000 bytes"),
+            "{scheme}: {error}"
+        );
+        assert_eq!(
+            client.call("sum", [1, 2]).expect("a reply").result::<i64>(),
+            Ok(3),
+            "{scheme}"
+        );
+        let taken = client.call("echo", ["x".repeat(900)]).expect("under the limit");
+        assert_eq!(taken.result::<String>().map(|s| s.len()), Ok(900), "{scheme}");
+    }
+    let default = Endpoint::new("127.0.0.1", port);
+    assert_eq!(default.max_reply_size(), 64 << 20);
+}
+
 /// A one-connection-at-a-time HTTP server run by `script(connection number, stream)`.
 fn scripted(script: impl Fn(usize, &mut TcpStream) + Send + 'static) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");

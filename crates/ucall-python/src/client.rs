@@ -33,6 +33,7 @@ struct TlsSettings {
     resumption: bool,
 }
 
+#[allow(clippy::too_many_arguments)] // the constructors' keywords, passed on
 fn endpoint(
     host: &str,
     port: u16,
@@ -41,6 +42,7 @@ fn endpoint(
     timeout: Option<f64>,
     tls: Option<TlsSettings>,
     headers: Vec<(String, String)>,
+    max_reply_size: Option<usize>,
 ) -> PyResult<Endpoint> {
     let protocol = match protocol {
         "http" => Protocol::Http,
@@ -51,7 +53,8 @@ fn endpoint(
     let mut endpoint = Endpoint::new(host, port)
         .with_protocol(protocol)
         .with_path(path)
-        .with_timeout(seconds(timeout)?);
+        .with_timeout(seconds(timeout)?)
+        .with_max_reply_size(max_reply_size.unwrap_or(usize::MAX));
     for (name, value) in &headers {
         endpoint = endpoint
             .with_header(name, value)
@@ -307,7 +310,8 @@ impl NativeClient {
 #[pymethods]
 impl NativeClient {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout, tls=None, headers=Vec::new()))]
+    #[pyo3(signature = (host, port, protocol, path, timeout, tls=None, headers=Vec::new(), max_reply_size=None))]
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: &str,
         port: u16,
@@ -316,9 +320,19 @@ impl NativeClient {
         timeout: Option<f64>,
         tls: Option<TlsSettings>,
         headers: Vec<(String, String)>,
+        max_reply_size: Option<usize>,
     ) -> PyResult<Self> {
-        let client = Client::new(endpoint(host, port, protocol, path, timeout, tls, headers)?)
-            .map_err(|e| Python::attach(|py| exception(py, &e)))?;
+        let client = Client::new(endpoint(
+            host,
+            port,
+            protocol,
+            path,
+            timeout,
+            tls,
+            headers,
+            max_reply_size,
+        )?)
+        .map_err(|e| Python::attach(|py| exception(py, &e)))?;
         Ok(NativeClient {
             client: Mutex::new(client),
         })
@@ -443,7 +457,7 @@ impl NativeMux {
 #[pymethods]
 impl NativeMux {
     #[new]
-    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd, tls=None, headers=Vec::new()))]
+    #[pyo3(signature = (host, port, protocol, path, timeout, notify_fd, tls=None, headers=Vec::new(), max_reply_size=None))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: &str,
@@ -454,8 +468,9 @@ impl NativeMux {
         notify_fd: i32,
         tls: Option<TlsSettings>,
         headers: Vec<(String, String)>,
+        max_reply_size: Option<usize>,
     ) -> PyResult<Self> {
-        let endpoint = match endpoint(host, port, protocol, path, timeout, tls, headers) {
+        let endpoint = match endpoint(host, port, protocol, path, timeout, tls, headers, max_reply_size) {
             Ok(endpoint) => endpoint,
             Err(error) => {
                 // SAFETY: the descriptor was handed over and no thread uses it.

@@ -1463,6 +1463,7 @@ static void test_tls_serving(void) {
     config.ssl_private_key_path = in_tls_dir("server.key");
     config.ssl_client_ca_path = in_tls_dir("ca.pem");
     config.ssl_ephemeral_port = true;
+    config.hsts_max_age_seconds = 31536000;
     ucall_init(&config, &the_server);
     if (!the_server) {
         char text[512];
@@ -1494,12 +1495,21 @@ static void test_tls_serving(void) {
           "the callback reads the client certificate's subject: %s", output);
 
     snprintf(command, sizeof command,
-             "timeout 30 curl -s --max-time 20 --cacert %s --cert %s --key %s https://localhost:%u/ -d '%s' 2>&1",
+             "timeout 30 curl -s -i --max-time 20 --cacert %s --cert %s --key %s https://localhost:%u/ -d '%s' 2>&1",
              in_tls_dir("ca.pem"), in_tls_dir("client.pem"), in_tls_dir("client.key"), (unsigned)config.ssl_port,
              call);
     status = run_command(command, output, sizeof output);
     CHECK(status == 0 && strstr(output, "\"result\":\"over TLS\"") != NULL, "HTTPS with a client certificate: %s",
           output);
+    CHECK(strstr(output, "Strict-Transport-Security: max-age=31536000\r\n") != NULL,
+          "HSTS over TLS (config.hsts_max_age_seconds): %s", output);
+
+    /* Never over plaintext (RFC 6797 section 7.2), though the same server says it over TLS. */
+    snprintf(command, sizeof command, "timeout 30 curl -s -i --max-time 20 http://127.0.0.1:%u/ -d '%s' 2>&1",
+             (unsigned)config.port, call);
+    status = run_command(command, output, sizeof output);
+    CHECK(status == 0 && strstr(output, "over TLS") != NULL && strstr(output, "Strict-Transport-Security") == NULL,
+          "no HSTS over plaintext: %s", output);
 
     snprintf(command, sizeof command,
              "timeout 30 curl -s --max-time 20 --cacert %s https://localhost:%u/ -d '%s' 2>&1", in_tls_dir("ca.pem"),

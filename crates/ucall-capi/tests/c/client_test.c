@@ -42,7 +42,7 @@ static int equals(ucall_str_t text, size_t length, char const *expected) {
 
 static void exercise(char const *url) {
     ucall_client_config_t config;
-    ucall_client_t client = NULL;
+    ucall_client_t client = NULL, small = NULL;
     ucall_client_response_t response;
     char big[4096];
     int i, all = 1;
@@ -76,6 +76,19 @@ static void exercise(char const *url) {
                equals(response.result, response.result_length, expected);
     }
     CHECK(all, "%s: 200 calls in a row", url);
+
+    /* A reply over max_reply_size fails its call naming both sizes; the next call works. */
+    config.max_reply_size = 60;
+    CHECK(ucall_client_new(&config, &small) && small != NULL, "%s: a client with max_reply_size", url);
+    if (small) {
+        CHECK(!ucall_client_call(small, "fail", 0, NULL, 0, &response) &&
+                  last_error_contains("over the client's max_reply_size of 60 bytes"),
+              "%s: a reply over max_reply_size is refused", url);
+        CHECK(ucall_client_call(small, "sum", 0, "[1,2]", 0, &response) && response.ok &&
+                  equals(response.result, response.result_length, "3"),
+              "%s: the next call, under the limit, works", url);
+        ucall_client_free(small);
+    }
 
     response.result_length = 12345;
     response.error_code = 777;
