@@ -77,6 +77,18 @@ test-scale: python  ## The scale test's short pass: behind HAProxy, 100 calls/s 
 
 test: test-scale
 
+.PHONY: chaos
+chaos: python  ## Network faults across network namespaces (loss, slow link, partition, SIGSTOP/SIGKILL, reload) behind HAProxy, then nginx: 200 calls/s for 60 s each (root)
+	$(PY) tests/scale/chaos_test.py --balancer both --rate 200 --seconds 60
+
+.PHONY: test-chaos
+test-chaos: python  ## The chaos test's short pass: HAProxy, 100 calls/s for 25 s (loss, partition, SIGKILL); says SKIPPED where namespaces cannot be made
+	@$(PY) tests/scale/chaos_test.py --short; status=$$?; \
+	if [ $$status -eq 77 ]; then echo "make test-chaos: SKIPPED (no network namespaces here, see above): NOT a pass" >&2; \
+	elif [ $$status -ne 0 ]; then exit $$status; fi
+
+test: test-chaos
+
 .PHONY: lint
 lint: setup  ## rustfmt check, clippy with warnings as errors, Python 3.9 compatibility (vermin), ruff
 	cargo fmt --all -- --check

@@ -21,8 +21,21 @@ Kinds (a connection each time, then a close or a reset):
 - pipeline-abandon: 10-2,000 pipelined valid `sum` calls, never read;
 - flood: 200 connections opened at once, held, then dropped.
 
-The last two are valid requests in numbers no server answers in time: they show
-overload (memory and the other client's latency), not bad input. With io_uring, the
+Slow peers that hold their connections (each held `HOLD` seconds, then dropped; the
+server's bounds and time-outs for each are in docs/reliability.md, "Slow and hostile
+peers", and tests/ check them):
+- slow-read, slow-read-tcp, slow-read-ws: 4 KB `echo` calls over HTTP, raw TCP or
+  WebSocket, sent until the server stops taking them, replies never read;
+- pipeline-stall: pipelined `sum` calls over HTTP, the first reply read, then no more;
+- slowloris: 50 connections each with a request head that gains a header line every
+  200 ms and never ends;
+- ws-no-close: a WebSocket that breaks the protocol (an unmasked frame) so that the
+  server closes with 1002, then never answers the Close, reads nothing and sends Pings.
+
+Pipelines, floods and held slow peers are valid requests in numbers no server answers
+in time: they show overload (memory and the other client's latency), not bad input. The
+RSS column "during" is read while the hostile clients hold their connections; divided
+by the connections held it bounds what one such peer costs. With io_uring, the
 connections are registered files and do not show among the open files.
 """
 
@@ -46,6 +59,8 @@ from ucallbench import config, measure, processes, servers
 
 DEFAULT_SERVERS = ("ucall-rust-poll", "ucall-rust-uring", "ucall-python", "ucall-python-uring")
 THREADS_PER_KIND = 2
+HOLD = 2.0  # seconds a slow peer holds its connection
+SLOWLORIS_HEADS = 50
 SUM = b'{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}'
 
 
@@ -166,6 +181,97 @@ def flood(addr: tuple[str, int]) -> None:
             drop(sock)
 
 
+def send_until_held_back(sock: socket.socket, request: bytes, limit: int = 64 << 20) -> int:
+    """Write `request` again and again, reading nothing, until the server stops taking it
+    (200 ms without progress); the bytes it took."""
+    sock.setblocking(False)
+    sent, stalled = 0, None
+    while sent < limit:
+        try:
+            sent += sock.send(request)
+            stalled = None
+        except BlockingIOError:
+            stalled = stalled or time.monotonic()
+            if time.monotonic() - stalled > 0.2:
+                break
+            time.sleep(0.005)
+    sock.setblocking(True)
+    return sent
+
+
+def hold(sock: socket.socket, seconds: float = HOLD, ping: bytes = b"") -> None:
+    """Keep the connection open, reading nothing (sending `ping` every 100 ms)."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.1)
+        if ping:
+            sock.sendall(ping)
+
+
+ECHO_4K = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": "r" * 4000}, "id": 1}).encode()
+WS_UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def slow_read(addr: tuple[str, int]) -> None:
+    with socket.create_connection(addr, timeout=2) as sock:
+        send_until_held_back(sock, post(ECHO_4K))
+        hold(sock)
+        drop(sock)
+
+
+def slow_read_tcp(addr: tuple[str, int]) -> None:
+    with socket.create_connection(addr, timeout=2) as sock:
+        send_until_held_back(sock, ECHO_4K + b"\n")
+        hold(sock)
+        drop(sock)
+
+
+def slow_read_ws(addr: tuple[str, int]) -> None:
+    with socket.create_connection(addr, timeout=2) as sock:
+        sock.sendall(WS_UPGRADE)
+        send_until_held_back(sock, ws_frame(1, ECHO_4K))
+        hold(sock)
+        drop(sock)
+
+
+def pipeline_stall(addr: tuple[str, int]) -> None:
+    with socket.create_connection(addr, timeout=2) as sock:
+        sock.sendall(post(SUM))
+        read_some(sock, 1)
+        send_until_held_back(sock, post(SUM) * 100)
+        hold(sock)
+        drop(sock)
+
+
+def slowloris(addr: tuple[str, int]) -> None:
+    held = []
+    try:
+        for _ in range(SLOWLORIS_HEADS):
+            sock = socket.create_connection(addr, timeout=2)
+            held.append(sock)
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")
+        for line in range(int(HOLD / 0.2)):
+            time.sleep(0.2)
+            for sock in held:
+                try:
+                    sock.sendall(f"X-Drip-{line}: 1\r\n".encode())
+                except OSError:
+                    pass  # cut at the header time-out: the server's bound at work
+    finally:
+        for sock in held:
+            drop(sock)
+
+
+def ws_no_close(addr: tuple[str, int]) -> None:
+    with socket.create_connection(addr, timeout=2) as sock:
+        sock.sendall(WS_UPGRADE + ws_frame(1, SUM, masked=False))
+        hold(sock, ping=ws_frame(9, b"p"))
+        drop(sock)
+
+
 KINDS = {
     "garbage": garbage,
     "slow-head": slow_head,
@@ -175,7 +281,15 @@ KINDS = {
     "tcp-stream": tcp_stream,
     "pipeline-abandon": pipeline_abandon,
     "flood": flood,
+    "slow-read": slow_read,
+    "slow-read-tcp": slow_read_tcp,
+    "slow-read-ws": slow_read_ws,
+    "pipeline-stall": pipeline_stall,
+    "slowloris": slowloris,
+    "ws-no-close": ws_no_close,
 }
+# Connections one hostile round holds at once (for the memory per peer).
+HELD = {"flood": 200, "slowloris": SLOWLORIS_HEADS}
 
 
 def status(pid: int) -> dict[str, int]:
@@ -216,7 +330,8 @@ def attack(server: servers.Server, kind: str, seconds: float, light_call: measur
             report = measure.load_seconds(proc.addr, light_call, 1, seconds)
         except processes.BenchError:
             report = {}  # the well-behaved client could not even start: shown as no calls
-        peak_files = status(pid).get("files", -1)
+        during = status(pid)
+        peak_files = during.get("files", -1)
         for t in threads:
             t.join(timeout=10)
         time.sleep(1.0)  # what the server still holds once the hostile clients are gone
@@ -230,6 +345,7 @@ def attack(server: servers.Server, kind: str, seconds: float, light_call: measur
             "light": report,
             "before": before,
             "after": after,
+            "rss_during": during.get("rss", 0),
             "files_during": peak_files,
         }
     finally:
@@ -250,8 +366,8 @@ def table(rows: list[dict], seconds: float) -> str:
         f"{THREADS_PER_KIND} hostile threads; the well-behaved client is `ucall-load`, 1 connection.",
         "",
         "| server | hostile kind | hostile rounds | server lived | calls answered | errors | p50 | p99 | max "
-        "| RSS before → after | open files during → after | threads after |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|",
+        "| RSS before → during → after | RSS per held peer | open files during → after | threads after |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---|---:|",
     ]
     for r in rows:
         light = r["light"]
@@ -259,10 +375,13 @@ def table(rows: list[dict], seconds: float) -> str:
         errors = light.get("errors", {})
         n_errors = sum(v for v in errors.values() if isinstance(v, int)) if isinstance(errors, dict) else errors
         before, after = r["before"], r["after"]
+        held = THREADS_PER_KIND * HELD.get(r["kind"], 1)
+        per_peer = max(r["rss_during"] - before.get("rss", 0), 0) / held
         lines.append(
             f"| `{r['server']}` | {r['kind']} | {r['hostile']:,} | {'yes' if r['alive'] else '**no**'} "
             f"| {light.get('requests', 0):,} | {n_errors} | {latency(lat.get('p50'))} | {latency(lat.get('p99'))} "
-            f"| {latency(lat.get('max'))} | {before.get('rss', 0) / 1024:.1f} → {after.get('rss', 0) / 1024:.1f} MiB "
+            f"| {latency(lat.get('max'))} | {before.get('rss', 0) / 1024:.1f} → {r['rss_during'] / 1024:.1f} → "
+            f"{after.get('rss', 0) / 1024:.1f} MiB | {per_peer:,.0f} KiB "
             f"| {r['files_during']} → {after.get('files', '—')} | {after.get('threads', '—')} |"
         )
     return "\n".join(lines)

@@ -87,6 +87,10 @@ if ! dpkg -s haproxy nginx libnginx-mod-stream >/dev/null 2>&1; then
     [ -n "$policy" ] && rm -f "$policy"
 fi
 
+# The chaos test (make chaos) joins network namespaces by veth links (iproute2's ip, tc)
+# and drops packets with nftables.
+apt_install iproute2 nftables
+
 if [ "${1:-}" = "fuzz" ]; then
     # libFuzzer's instrumentation needs nightly Rust; cargo-fuzz drives it.
     if ! rustup run nightly rustc --version >/dev/null 2>&1; then

@@ -62,6 +62,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def in_netns(netns: str | None) -> list[str]:
+    """The command prefix that runs a program in a network namespace (``ip netns exec``
+    execs it, so the process keeps its pid)."""
+    return ["ip", "netns", "exec", netns] if netns else []
+
+
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -72,9 +78,13 @@ def log(message: str) -> None:
 class Backend:
     """``ucall serve scale_app:server --workers 1`` in a process group of its own."""
 
-    def __init__(self, name: str, port: int, ledgers: Path, work: Path) -> None:
+    def __init__(
+        self, name: str, port: int, ledgers: Path, work: Path, host: str = "127.0.0.1", netns: str | None = None
+    ) -> None:
         self.name = name
         self.port = port
+        self.host = host
+        self.netns = netns  # a network namespace to run in (the chaos test's)
         self.ledgers = ledgers
         self.work = work
         self.proc: subprocess.Popen[bytes] | None = None
@@ -88,7 +98,16 @@ class Backend:
             UCALL_BACKEND_NAME=self.name,
             PYTHONPATH=os.pathsep.join([str(ROOT / "python"), str(HERE)]),
         )
-        command = [sys.executable, "-m", "ucall", "serve", "scale_app:server", "--host", "127.0.0.1"]
+        command = [
+            *in_netns(self.netns),
+            sys.executable,
+            "-m",
+            "ucall",
+            "serve",
+            "scale_app:server",
+            "--host",
+            self.host,
+        ]
         command += ["--port", str(self.port), "--workers", "1", "--drain-delay", str(DRAIN_DELAY)]
         with open(self.work / f"{self.name}.log", "ab") as out:
             self.proc = subprocess.Popen(command, cwd=HERE, stdout=out, stderr=out, env=env, start_new_session=True)
@@ -102,7 +121,7 @@ class Backend:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {(self.work / f'{self.name}.log').read_text()[-2000:]}")
             with contextlib.suppress(OSError, ValueError):
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=1)
                 conn.request("GET", "/rpc.health")
                 if conn.getresponse().status == 200:
                     conn.close()
@@ -150,12 +169,14 @@ class Balancer:
     name = ""
     proc: subprocess.Popen[bytes] | None = None
 
-    def __init__(self, backends: list[Backend], work: Path) -> None:
+    def __init__(self, backends: list[Backend], work: Path, host: str = "127.0.0.1", netns: str | None = None) -> None:
         self.backends = backends
         self.work = work / self.name
         self.work.mkdir(parents=True, exist_ok=True)
-        self.http_port = free_port()
-        self.tcp_port = free_port()
+        self.host = host
+        self.netns = netns
+        self.http_port = free_port() if netns is None else 8545
+        self.tcp_port = free_port() if netns is None else 8546
         self.status: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
 
     def start(self) -> None:
@@ -174,7 +195,7 @@ class Balancer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.http_port), timeout=1).close()
+                socket.create_connection((self.host, self.http_port), timeout=1).close()
                 return
             time.sleep(0.05)
         raise RuntimeError(f"{self.name} did not listen")
@@ -196,19 +217,22 @@ class HAProxy(Balancer):
         env = dict(os.environ)
         env.update(
             HAPROXY_SOCKET=str(self.work / "admin.sock"),
-            UCALL_HTTP_BIND=f"127.0.0.1:{self.http_port}",
-            UCALL_TCP_BIND=f"127.0.0.1:{self.tcp_port}",
+            UCALL_HTTP_BIND=f"{self.host}:{self.http_port}",
+            UCALL_TCP_BIND=f"{self.host}:{self.tcp_port}",
             UCALL_CHECK_INTER=f"{CHECK_INTER_MS}ms",
         )
         for i, backend in enumerate(self.backends, 1):
-            env[f"UCALL_BACKEND_{i}"] = f"127.0.0.1:{backend.port}"
+            env[f"UCALL_BACKEND_{i}"] = f"{backend.host}:{backend.port}"
         return env
 
     def start(self) -> None:
         with open(self.work / "haproxy.log", "ab") as out:
             # -W: master-worker, so that SIGUSR2 reloads; -db: in the foreground.
             self.proc = subprocess.Popen(
-                ["haproxy", "-W", "-db", "-f", str(DEPLOY / "haproxy.cfg")], stdout=out, stderr=out, env=self.env()
+                [*in_netns(self.netns), "haproxy", "-W", "-db", "-f", str(DEPLOY / "haproxy.cfg")],
+                stdout=out,
+                stderr=out,
+                env=self.env(),
             )
         self.wait_listening()
 
@@ -266,11 +290,11 @@ class Nginx(Balancer):
     def render(self) -> None:
         values = {
             "UCALL_PREFIX": str(self.work),
-            "UCALL_HTTP_LISTEN": f"127.0.0.1:{self.http_port}",
-            "UCALL_TCP_LISTEN": f"127.0.0.1:{self.tcp_port}",
+            "UCALL_HTTP_LISTEN": f"{self.host}:{self.http_port}",
+            "UCALL_TCP_LISTEN": f"{self.host}:{self.tcp_port}",
         }
         for i, backend in enumerate(self.backends, 1):
-            values[f"UCALL_BACKEND_{i}"] = f"127.0.0.1:{backend.port}"
+            values[f"UCALL_BACKEND_{i}"] = f"{backend.host}:{backend.port}"
         # safe_substitute: nginx's own $variables stay as they are (envsubst with a list).
         text = string.Template((DEPLOY / "nginx.conf.template").read_text()).safe_substitute(values)
         (self.work / "nginx.conf").write_text(text)
@@ -279,7 +303,16 @@ class Nginx(Balancer):
         self.render()
         with open(self.work / "nginx.out", "ab") as out:
             self.proc = subprocess.Popen(
-                ["nginx", "-p", str(self.work), "-c", str(self.work / "nginx.conf"), "-g", "daemon off;"],
+                [
+                    *in_netns(self.netns),
+                    "nginx",
+                    "-p",
+                    str(self.work),
+                    "-c",
+                    str(self.work / "nginx.conf"),
+                    "-g",
+                    "daemon off;",
+                ],
                 stdout=out,
                 stderr=out,
             )
@@ -300,6 +333,9 @@ class Outcome:
     sent: float
     latency: float
     kind: str  # "ok", or the error's kind
+    # What a failure says of the call: False where it could not have run (no byte of it
+    # left this host, or the server's error says "executed": false).
+    may_have_run: bool = False
 
 
 @dataclass
@@ -307,6 +343,7 @@ class Client:
     port: int
     rate: float
     seconds: float
+    host: str = "127.0.0.1"
     outcomes: list[Outcome] = field(default_factory=list)
     replaced: int = 0  # idle keep-alive connections found closed before a call
     resent: int = 0  # calls sent again after a connection failed before the call left
@@ -340,6 +377,7 @@ class Client:
             body = json.dumps({"jsonrpc": "2.0", "method": "record", "params": {"key": key}, "id": slot})
             sent = time.monotonic()
             kind = "ok"
+            may_have_run = False
             if conn is not None and conn.sock is not None and closed_by_peer(conn.sock):
                 # As urllib3 does before reusing a pooled connection: one the balancer
                 # closed while idle (a reload does) is replaced, the call not yet sent.
@@ -351,7 +389,7 @@ class Client:
                 phase = "on connect"
                 try:
                     if conn is None:
-                        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=CALL_TIMEOUT)
+                        conn = http.client.HTTPConnection(self.host, self.port, timeout=CALL_TIMEOUT)
                         conn.connect()
                     phase = "on send"
                     # http.client sends a small request in one send(): when that fails,
@@ -362,10 +400,12 @@ class Client:
                     data = reply.read()
                     if reply.status != 200:
                         kind = f"HTTP {reply.status}"
+                        may_have_run = not refused_unrun(data)
                     else:
                         answer = json.loads(data)
                         if "error" in answer:
                             kind = f"JSON-RPC {answer['error'].get('code')}"
+                            may_have_run = not refused_unrun(data)
                         elif answer.get("result") != key:
                             kind = "wrong result"
                     if reply.will_close:
@@ -373,6 +413,7 @@ class Client:
                         conn = None
                 except (OSError, http.client.HTTPException, ValueError) as error:
                     kind = f"{type(error).__name__} {phase}"
+                    may_have_run = phase == "on reply"
                     if conn is not None:
                         conn.close()
                     conn = None
@@ -384,9 +425,18 @@ class Client:
                         continue
                 break
             with self.lock:
-                self.outcomes.append(Outcome(key, sent, time.monotonic() - sent, kind))
+                self.outcomes.append(Outcome(key, sent, time.monotonic() - sent, kind, may_have_run))
         if conn is not None:
             conn.close()
+
+
+def refused_unrun(body: bytes) -> bool:
+    """Whether an error reply says the call did not run: a JSON-RPC error whose data has
+    ``"executed": false`` (a balancer's own error page says nothing, so it may have)."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        error = json.loads(body).get("error") or {}
+        return (error.get("data") or {}).get("executed") is False
+    return False
 
 
 def closed_by_peer(sock: socket.socket) -> bool:

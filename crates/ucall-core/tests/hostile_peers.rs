@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Slow and hostile peers, each held to a documented limit and time-out while everyone
+//! else is served (docs/reliability.md, "Slow and hostile peers"): a peer that never reads
+//! its replies (HTTP, raw TCP, WebSocket), many slowloris heads at once, a WebSocket peer
+//! that never answers the server's Close, a body that stops arriving.
+
+mod common;
+
+use std::io::{ErrorKind, Write};
+use std::time::{Duration, Instant};
+
+use common::{assert_result, call, post, Conn};
+use ucall_core::ServerHandle;
+
+const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+/// A masked client text frame of any length (RFC 6455 §5.2).
+fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x5a, 0x17, 0x33, 0xc4];
+    let mut frame = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n < 65536 => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&MASK);
+    frame.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    frame
+}
+
+/// Another client's call is answered promptly.
+fn others_are_served(server: &ServerHandle, what: &str) {
+    let started = Instant::now();
+    let mut other = Conn::to(server);
+    let reply = other.roundtrip(&post("/", call("subtract", "[3,1]", "7").as_bytes()));
+    assert_eq!(reply.status, 200, "{what}: {reply:?}");
+    assert_result(&reply.body, "2", "7");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{what}: another client waited {:?}",
+        started.elapsed()
+    );
+}
+
+/// Write `request` again and again without reading, until the server stops taking it;
+/// returns the bytes it took.
+fn send_until_held_back(conn: &mut Conn, request: &[u8]) -> usize {
+    conn.stream.set_nonblocking(true).expect("non-blocking");
+    let mut sent = 0usize;
+    let mut stalled_since: Option<Instant> = None;
+    while sent < 64 << 20 {
+        match conn.stream.write(request) {
+            Ok(n) => {
+                sent += n;
+                stalled_since = None;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                // Held back for 200 ms in a row: the server reads no more.
+                let since = *stalled_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(200) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // The server let go already (at its idle time-out: checked by the caller).
+            Err(e) if common::is_reset(&e) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_peer_that_never_reads_its_replies_is_closed_at_the_idle_time_out() {
+    common::for_each_engine(|engine| {
+        let idle = Duration::from_millis(400);
+        let server = common::start(engine, common::builder(engine).idle_timeout(idle));
+        let padding = "r".repeat(4000);
+        let text = call("echo", &format!(r#"["{padding}"]"#), "1");
+        let transports: [(&str, Vec<u8>, Vec<u8>); 3] = [
+            ("HTTP", Vec::new(), post("/", text.as_bytes())),
+            ("raw TCP", Vec::new(), format!("{text}\n").into_bytes()),
+            ("WebSocket", UPGRADE.to_vec(), ws_frame(1, text.as_bytes())),
+        ];
+        for (name, opening, request) in transports {
+            let mut slow = Conn::open_with_buffers(server.local_addr(), 16 << 10, 16 << 10);
+            slow.send(&opening);
+            let started = Instant::now();
+            let taken = send_until_held_back(&mut slow, &request);
+            // Memory: the server stops reading once 1 MiB of replies waits (the output
+            // high-water mark); kernel buffers hold a few MB more at most.
+            assert!(
+                taken < 16 << 20,
+                "{name}: the server took {} MB from a peer that reads nothing",
+                taken >> 20
+            );
+            others_are_served(&server, name);
+            // Time: unread replies are no progress; the connection goes at the idle time-out.
+            assert!(
+                common::wait_until(Duration::from_secs(5), || server.connections() == 0),
+                "{name}: still held {:?} after the peer stopped reading (idle time-out {idle:?})",
+                started.elapsed()
+            );
+            let held = started.elapsed();
+            assert!(held >= idle, "{name}: closed after {held:?}, before the idle time-out");
+        }
+    });
+}
+
+#[test]
+fn slowloris_heads_are_each_cut_at_the_header_time_out() {
+    common::for_each_engine(|engine| {
+        let header_timeout = Duration::from_millis(400);
+        let server = common::start(engine, common::builder(engine).header_timeout(header_timeout));
+        let started = Instant::now();
+        let mut heads: Vec<Conn> = (0..100).map(|_| Conn::to(&server)).collect();
+        for conn in &mut heads {
+            conn.send(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        }
+        // A header line a peer every 100 ms: progress, never a whole head.
+        let mut open = heads.len();
+        let mut round = 0;
+        while open > 0 && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(100));
+            round += 1;
+            open = 0;
+            for conn in &mut heads {
+                if !conn.closed
+                    && conn
+                        .stream
+                        .write_all(format!("X-Drip-{round}: 1\r\n").as_bytes())
+                        .is_ok()
+                {
+                    open += 1;
+                }
+            }
+            if round == 2 {
+                others_are_served(&server, "slowloris");
+            }
+        }
+        assert!(
+            common::wait_until(Duration::from_secs(3), || server.connections() == 0),
+            "{} slow heads still held after {:?} (header time-out {header_timeout:?})",
+            server.connections(),
+            started.elapsed()
+        );
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= header_timeout && elapsed < Duration::from_secs(3),
+            "the slow heads were cut after {elapsed:?} with a {header_timeout:?} header time-out"
+        );
+    });
+}
+
+#[test]
+fn a_websocket_peer_that_never_answers_a_close_is_let_go() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, common::builder(engine).max_exchanges_per_connection(1));
+        let mut peer = Conn::to(&server);
+        let mut opening = UPGRADE.to_vec();
+        opening.extend_from_slice(&ws_frame(1, call("subtract", "[9,1]", "1").as_bytes()));
+        peer.send(&opening);
+        assert_eq!(peer.read_response().status, 101);
+        // The reply, then the server's Close (its last exchange); the peer answers with
+        // Pings, never a Close, and never closes.
+        let started = Instant::now();
+        let mut gone = false;
+        while started.elapsed() < Duration::from_secs(6) {
+            if server.connections() == 0 {
+                gone = true;
+                break;
+            }
+            if peer.stream.write_all(&ws_frame(9, b"still here")).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        gone = gone || common::wait_until(Duration::from_secs(1), || server.connections() == 0);
+        // The close lingers for input at most 2 s (engine::LINGER), then the socket goes.
+        assert!(
+            gone,
+            "the server still held the connection {:?} after its Close",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "let go after {:?}",
+            started.elapsed()
+        );
+        others_are_served(&server, "WebSocket without a Close");
+    });
+}
+
+#[test]
+fn a_body_that_stops_arriving_is_cut_at_the_idle_time_out() {
+    common::for_each_engine(|engine| {
+        let idle = Duration::from_millis(400);
+        let server = common::start(engine, common::builder(engine).idle_timeout(idle));
+        let mut stalled = Conn::to(&server);
+        stalled.send(
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n",
+        );
+        stalled.send(&[b'['; 1000]);
+        let started = Instant::now();
+        others_are_served(&server, "a stalled body");
+        assert!(
+            common::wait_until(Duration::from_secs(5), || server.connections() == 0),
+            "a stalled body still held after {:?} (idle time-out {idle:?})",
+            started.elapsed()
+        );
+        assert!(
+            started.elapsed() >= idle,
+            "cut after {:?}, before the idle time-out",
+            started.elapsed()
+        );
+        // A request partly received is answered 408 (RFC 9110 §15.5.9), or just closed.
+        let rest = stalled
+            .read_until_closed(Duration::from_secs(2))
+            .unwrap_or_else(|got| got);
+        if !rest.is_empty() {
+            let response = common::parse_response(&rest)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap_or_else(|| panic!("a partial response: {}", common::show(&rest)))
+                .0;
+            assert_eq!(response.status, 408, "{response:?}");
+        }
+    });
+}
