@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import binary_wire as wire
-from check_vectors import VectorError, _check_response, error_objects, strict_json_loads
+import vector_files
+from check_vectors import _check_response, error_objects, strict_json_loads
 
 BINARY_DIR = Path(__file__).resolve().parent / "binary"
 
@@ -175,38 +176,16 @@ def check_binary_vector(path: Path) -> tuple[dict, list[str]]:
 
 def load_binary_vectors(directory: Path = BINARY_DIR) -> list[dict]:
     """Every binary vector, sorted by file name. Raises VectorError if any is malformed."""
-    vectors, report = [], []
-    for path in sorted(directory.glob("*.json")):
-        vector, problems = check_binary_vector(path)
-        report += [f"{path.name}: {p}" for p in problems]
-        vectors.append(vector)
-    if report:
-        raise VectorError("\n".join(report))
-    return vectors
+    return vector_files.load(directory, check_binary_vector)
 
 
 def check_binary_directory(directory: Path = BINARY_DIR) -> list[str]:
     """All problems found in `directory`, as printable lines."""
-    paths = sorted(directory.glob("*.json"))
-    if not paths:
-        return [f"{directory}: no *.json vector files"]
-    report = [f"{p.name}: not a .json file" for p in directory.iterdir() if p.is_file() and p.suffix != ".json"]
-    for path in paths:
-        _, problems = check_binary_vector(path)
-        report += [f"{path.name}: {p}" for p in problems]
-    return report
+    return vector_files.problems(directory, check_binary_vector)
 
 
 def main() -> int:
-    report = check_binary_directory()
-    for line in report:
-        print(line, file=sys.stderr)
-    count = len(list(BINARY_DIR.glob("*.json")))
-    if report:
-        print(f"{len(report)} problem(s) in {count} binary vector file(s)", file=sys.stderr)
-        return 1
-    print(f"{count} binary vector files are well-formed")
-    return 0
+    return vector_files.report(BINARY_DIR, check_binary_directory(), "binary vector")
 
 
 if __name__ == "__main__":

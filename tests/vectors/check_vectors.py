@@ -17,16 +17,15 @@ import re
 import sys
 from pathlib import Path
 
+import vector_files
+from vector_files import VectorError
+
 VECTOR_DIR = Path(__file__).resolve().parent / "jsonrpc"
 
 NAME_RE = re.compile(r"^(?:spec_(\d{2})|valid|invalid)_[a-z0-9]+(?:_[a-z0-9]+)*\.json$")
 SPEC_SOURCE_PREFIX = "JSON-RPC 2.0 §7 "
 REQUIRED_KEYS = {"description", "source", "reply"}
 OPTIONAL_KEYS = {"request", "request_base64", "reply_text_contains", "error_message_contains", "error_exact"}
-
-
-class VectorError(ValueError):
-    """A vector file does not follow the format."""
 
 
 def _reject_duplicates(pairs):
@@ -197,28 +196,14 @@ def check_vector(path: Path) -> tuple[dict, list[str]]:
 
 def load_vectors(directory: Path = VECTOR_DIR) -> list[dict]:
     """Every vector in `directory`, sorted by file name. Raises VectorError if any is malformed."""
-    vectors, report = [], []
-    for path in sorted(directory.glob("*.json")):
-        vector, problems = check_vector(path)
-        report += [f"{path.name}: {p}" for p in problems]
-        vectors.append(vector)
-    if report:
-        raise VectorError("\n".join(report))
-    return vectors
+    return vector_files.load(directory, check_vector)
 
 
 def check_directory(directory: Path) -> list[str]:
     """All problems found in `directory`, as printable lines."""
-    report = []
-    paths = sorted(directory.glob("*.json"))
-    if not paths:
-        return [f"{directory}: no *.json vector files"]
-    others = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
-    report += [f"{name}: not a .json file" for name in others]
+    report = vector_files.problems(directory, check_vector)
     spec_numbers = []
-    for path in paths:
-        _, problems = check_vector(path)
-        report += [f"{path.name}: {p}" for p in problems]
+    for path in sorted(directory.glob("*.json")):
         match = NAME_RE.match(path.name)
         if match and match.group(1):
             spec_numbers.append(int(match.group(1)))
@@ -229,15 +214,7 @@ def check_directory(directory: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     directory = Path(argv[1]) if len(argv) > 1 else VECTOR_DIR
-    report = check_directory(directory)
-    for line in report:
-        print(line, file=sys.stderr)
-    count = len(list(directory.glob("*.json")))
-    if report:
-        print(f"{len(report)} problem(s) in {count} vector file(s)", file=sys.stderr)
-        return 1
-    print(f"{count} vector files are well-formed")
-    return 0
+    return vector_files.report(directory, check_directory(directory), "vector")
 
 
 if __name__ == "__main__":

@@ -7,11 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::json::{self, Json};
-use common::rule::{check_all, follow_up, follow_up_differences, reply_differences, Vector};
+use common::json::Json;
+use common::rule::{check_all, follow_up, follow_up_differences, load_dir, reply_differences, Vector};
 use common::{show, Conn};
-use ucall_core::buffer::OutBuf;
-use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::session::{Scratch, Session};
 use ucall_core::wire::{self, Prefix};
 use ucall_core::Limits;
 
@@ -127,27 +126,7 @@ fn load(name: &str, file: &Json) -> Result<Binary, String> {
 }
 
 fn load_all() -> Vec<Binary> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(vector_dir())
-        .expect("the binary vector folder")
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .collect();
-    paths.sort();
-    let mut problems = Vec::new();
-    let mut vectors = Vec::new();
-    for path in paths {
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
-        let loaded = json::parse(&std::fs::read(&path).expect("read a vector")).and_then(|file| load(&name, &file));
-        match loaded {
-            Ok(vector) => vectors.push(vector),
-            Err(problem) => problems.push(format!("{name}: {problem}")),
-        }
-    }
-    assert!(
-        problems.is_empty(),
-        "malformed binary vectors:\n{}",
-        problems.join("\n")
-    );
+    let vectors = load_dir(&vector_dir(), load);
     assert!(vectors.len() > 40, "only {} binary vectors", vectors.len());
     vectors
 }
@@ -197,17 +176,8 @@ fn binary_vectors_in_memory_over_tcp() {
         let mut input = vector.request.clone();
         input.extend_from_slice(follow_up().as_bytes());
         let mut session = Session::new();
-        let mut out = OutBuf::new();
-        let mut ctx = Context {
-            router,
-            limits: &limits,
-            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-            scratch: &mut scratch,
-            defer: None,
-            draining: false,
-        };
-        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
-        tcp_differences(vector, closes, &out.to_vec(), progress.close)
+        let (out, progress) = common::feed(&mut session, &input, router, &limits, &mut scratch);
+        tcp_differences(vector, closes, &out, progress.close)
     });
 }
 
@@ -255,25 +225,18 @@ fn a_binary_message_may_arrive_in_pieces() {
     let text = br#"{"jsonrpc":"2.0","method":"hex","params":[{"$ucall":"bytes","offset":0,"length":3}],"id":1}"#;
     let message = message(text.len(), &body(text, b"foo"));
     let mut session = Session::new();
-    let mut out = OutBuf::new();
+    let mut out = Vec::new();
     let mut fed = 0;
     for end in (1..=20).chain([100, message.len()]) {
-        let mut ctx = Context {
-            router,
-            limits: &limits,
-            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-            scratch: &mut scratch,
-            defer: None,
-            draining: false,
-        };
-        let progress = session.feed(&message[fed..end], &mut out, &mut ctx, usize::MAX);
+        let (more, progress) = common::feed(&mut session, &message[fed..end], router, &limits, &mut scratch);
+        out.extend_from_slice(&more);
         fed += progress.consumed;
         if end >= wire::PREFIX_LEN && end < message.len() {
             assert_eq!(session.input_wanted(), message.len() - fed, "at {end}");
         }
     }
     assert_eq!(fed, message.len());
-    assert_eq!(out.to_vec(), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"666f6f\"}\n");
+    assert_eq!(out, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"666f6f\"}\n");
 }
 
 /// The vectors that travel over HTTP, with their requests as whole HTTP messages.
@@ -336,24 +299,11 @@ fn binary_vectors_in_memory_over_http() {
         let mut input = vector.request.clone();
         input.extend_from_slice(&common::post("/", follow_up().as_bytes()));
         let mut session = Session::new();
-        let mut out = OutBuf::new();
-        let mut ctx = Context {
-            router,
-            limits: &limits,
-            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-            scratch: &mut scratch,
-            defer: None,
-            draining: false,
+        let (out, progress) = common::feed(&mut session, &input, router, &limits, &mut scratch);
+        let mut problems = match common::parse_responses(&out) {
+            Ok(responses) => http_differences(vector, status, &responses),
+            Err(e) => vec![e],
         };
-        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
-        let out = out.to_vec();
-        let mut rest = &out[..];
-        let mut responses = Vec::new();
-        while let Ok(Some((response, used))) = common::parse_response(rest) {
-            responses.push(response);
-            rest = &rest[used..];
-        }
-        let mut problems = http_differences(vector, status, &responses);
         if progress.close {
             problems.push("the session closes".into());
         }
@@ -449,29 +399,18 @@ fn binary_vectors_in_memory_over_websocket() {
     let mut scratch = Scratch::default();
     check_all("in memory over WebSocket", &vectors, |vector| {
         let mut session = Session::new();
-        let mut out = OutBuf::new();
-        let mut ctx = Context {
-            router,
-            limits: &limits,
-            date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-            scratch: &mut scratch,
-            defer: None,
-            draining: false,
-        };
-        session.feed(WS_HANDSHAKE.as_bytes(), &mut out, &mut ctx, usize::MAX);
-        let handshake = out.to_vec();
-        out.advance(handshake.len());
+        let (handshake, _) = common::feed(&mut session, WS_HANDSHAKE.as_bytes(), router, &limits, &mut scratch);
         let mut problems = Vec::new();
         if !String::from_utf8_lossy(&handshake).contains("\r\nSec-WebSocket-Protocol: ucall.binary.v1\r\n") {
             problems.push(format!("the subprotocol is not selected: {}", show(&handshake)));
         }
         let mut input = ws_frame(2, &vector.request);
         input.extend_from_slice(&ws_frame(1, follow_up().as_bytes()));
-        let progress = session.feed(&input, &mut out, &mut ctx, usize::MAX);
+        let (out, progress) = common::feed(&mut session, &input, router, &limits, &mut scratch);
         if progress.close {
             problems.push("the session closes".into());
         }
-        let frames = match ws_server_frames(&out.to_vec()) {
+        let frames = match ws_server_frames(&out) {
             Ok(frames) => frames,
             Err(e) => return vec![e],
         };
@@ -492,25 +431,15 @@ fn without_the_subprotocol_websocket_is_unchanged() {
     let builder = common::spec::register(ucall_core::Server::builder());
     let limits = Limits::default();
     let mut scratch = Scratch::default();
-    let mut ctx = Context {
-        router: builder.router(),
-        limits: &limits,
-        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-        scratch: &mut scratch,
-        defer: None,
-        draining: false,
-    };
+    let router = builder.router();
     let mut session = Session::new();
-    let mut out = OutBuf::new();
     let plain = WS_HANDSHAKE.replace("chat, ucall.binary.v1", "chat");
-    session.feed(plain.as_bytes(), &mut out, &mut ctx, usize::MAX);
-    let handshake = out.to_vec();
-    out.advance(handshake.len());
+    let (handshake, _) = common::feed(&mut session, plain.as_bytes(), router, &limits, &mut scratch);
     assert!(!String::from_utf8_lossy(&handshake).contains("Sec-WebSocket-Protocol"));
     // A binary WebSocket message is a JSON text there, as it always was.
     let call = br#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#;
-    session.feed(&ws_frame(2, call), &mut out, &mut ctx, usize::MAX);
-    let frames = ws_server_frames(&out.to_vec()).unwrap();
+    let (out, _) = common::feed(&mut session, &ws_frame(2, call), router, &limits, &mut scratch);
+    let frames = ws_server_frames(&out).unwrap();
     assert_eq!(frames, [(1, br#"{"jsonrpc":"2.0","id":1,"result":3}"#.to_vec())]);
 }
 

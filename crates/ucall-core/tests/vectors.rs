@@ -8,10 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::json::{self, Json};
-use common::rule::{check_all, follow_up, follow_up_differences, reply_differences, Vector};
+use common::rule::{check_all, follow_up, follow_up_differences, load_dir, reply_differences, Vector};
 use common::{post, show, Conn};
 use ucall_core::buffer::OutBuf;
-use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::session::{Scratch, Session};
 use ucall_core::{Limits, Router};
 
 fn vector_dir() -> PathBuf {
@@ -20,29 +20,11 @@ fn vector_dir() -> PathBuf {
 
 /// Every vector, sorted by name; fails listing every malformed file.
 fn load_vectors() -> Vec<Vector> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(vector_dir())
-        .unwrap_or_else(|e| panic!("read {}: {e}", vector_dir().display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .collect();
-    paths.sort();
-    let mut problems = Vec::new();
-    let mut vectors = Vec::new();
-    for path in paths {
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
-        match load_vector(&name, &std::fs::read(&path).expect("read a vector file")) {
-            Ok(vector) => vectors.push(vector),
-            Err(problem) => problems.push(format!("{name}: {problem}")),
-        }
-    }
-    assert!(problems.is_empty(), "malformed vector files:\n{}", problems.join("\n"));
-    assert!(!vectors.is_empty(), "no vector in {}", vector_dir().display());
-    vectors
+    load_dir(&vector_dir(), load_vector)
 }
 
-fn load_vector(name: &str, bytes: &[u8]) -> Result<Vector, String> {
-    let file = json::parse(bytes)?;
-    let Json::Object(members) = &file else {
+fn load_vector(name: &str, file: &Json) -> Result<Vector, String> {
+    let Json::Object(members) = file else {
         return Err("not a JSON object".into());
     };
     const KNOWN: [&str; 8] = [
@@ -217,28 +199,6 @@ fn json_reader_is_strict_and_keeps_number_kinds() {
     assert!(base64_decode("YW=I").is_err());
 }
 
-/// Feed `input` to `session` as an engine would; returns the output and whether the
-/// session asked to close.
-fn feed(
-    session: &mut Session,
-    input: &[u8],
-    router: &Router,
-    limits: &Limits,
-    scratch: &mut Scratch,
-) -> (Vec<u8>, bool) {
-    let mut out = OutBuf::new();
-    let mut ctx = Context {
-        router,
-        limits,
-        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-        scratch,
-        defer: None,
-        draining: false,
-    };
-    let progress = session.feed(input, &mut out, &mut ctx, usize::MAX);
-    (out.to_vec(), progress.close)
-}
-
 /// `request` (a vector's, or a variant of it) posted in memory, then a follow-up on the
 /// same connection: what differs from the vector's reply and the follow-up's.
 fn http_in_memory(
@@ -252,28 +212,17 @@ fn http_in_memory(
     let mut session = Session::new();
     let mut input = post("/", request);
     input.extend_from_slice(&post("/", follow_up().as_bytes()));
-    let (out, closed) = feed(&mut session, &input, router, limits, scratch);
-    if closed {
+    let (out, progress) = common::feed(&mut session, &input, router, limits, scratch);
+    if progress.close {
         problems.push("the session closes after the reply".into());
     }
-    let mut rest = &out[..];
-    let mut responses = Vec::new();
-    while !rest.is_empty() {
-        match common::parse_response(rest) {
-            Ok(Some((response, used))) => {
-                responses.push(response);
-                rest = &rest[used..];
-            }
-            Ok(None) => {
-                problems.push(format!("a response is cut short: {}", show(rest)));
-                break;
-            }
-            Err(e) => {
-                problems.push(e);
-                break;
-            }
+    let responses = match common::parse_responses(&out) {
+        Ok(responses) => responses,
+        Err(e) => {
+            problems.push(e);
+            return problems;
         }
-    }
+    };
     let [first, second] = &responses[..] else {
         problems.push(format!("expected 2 responses, got {}: {}", responses.len(), show(&out)));
         return problems;
@@ -320,21 +269,13 @@ fn vectors_in_memory() {
             // A text that is not JSON: the stream cannot go on after it.
             let mut input = vector.request.clone();
             input.push(b'\n');
-            let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
-            let (out, closed) = if closed {
-                (out, closed)
+            let (out, progress) = common::feed(&mut session, &input, router, &limits, &mut scratch);
+            let (out, closed) = if progress.close {
+                (out, true)
             } else {
                 // Cut short: only the end of input tells.
                 let mut end = OutBuf::new();
-                let mut ctx = Context {
-                    router,
-                    limits: &limits,
-                    date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-                    scratch: &mut scratch,
-                    defer: None,
-                    draining: false,
-                };
-                session.end_of_input(&input, &mut end, &mut ctx);
+                session.end_of_input(&input, &mut end, &mut common::context(router, &limits, &mut scratch));
                 let mut all = out;
                 all.extend_from_slice(&end.to_vec());
                 (all, true)
@@ -351,8 +292,8 @@ fn vectors_in_memory() {
         let mut input = vector.request.clone();
         input.push(b'\n');
         input.extend_from_slice(follow_up().as_bytes());
-        let (out, closed) = feed(&mut session, &input, router, &limits, &mut scratch);
-        if closed {
+        let (out, progress) = common::feed(&mut session, &input, router, &limits, &mut scratch);
+        if progress.close {
             problems.push("the session closes after the reply".into());
         }
         let Some(body) = out.strip_suffix(b"\n") else {

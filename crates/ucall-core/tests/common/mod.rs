@@ -18,7 +18,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 pub use json::{json, Json};
-use ucall_core::{EngineKind, Server, ServerBuilder, ServerHandle};
+use ucall_core::buffer::OutBuf;
+use ucall_core::session::{Context, Progress, Scratch, Session};
+use ucall_core::{EngineKind, Limits, Router, Server, ServerBuilder, ServerHandle};
 
 /// Longest wait for any single read, write or connect; no test waits longer on a socket.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -303,6 +305,48 @@ impl Response {
     pub fn says_close(&self) -> bool {
         self.header("connection")
             .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+    }
+}
+
+/// Every response in `input`, which must end where the last one does.
+pub fn parse_responses(mut input: &[u8]) -> Result<Vec<Response>, String> {
+    let mut responses = Vec::new();
+    while !input.is_empty() {
+        match parse_response(input)? {
+            Some((response, used)) => {
+                responses.push(response);
+                input = &input[used..];
+            }
+            None => return Err(format!("a response is cut short: {}", show(input))),
+        }
+    }
+    Ok(responses)
+}
+
+/// Feed `input` to `session` in memory, as an engine would: the output and the session's
+/// progress.
+pub fn feed(
+    session: &mut Session,
+    input: &[u8],
+    router: &Router,
+    limits: &Limits,
+    scratch: &mut Scratch,
+) -> (Vec<u8>, Progress) {
+    let mut out = OutBuf::new();
+    let progress = session.feed(input, &mut out, &mut context(router, limits, scratch), usize::MAX);
+    (out.to_vec(), progress)
+}
+
+/// A session's context in memory: no deferring, not draining, the clock at RFC 9110's
+/// example date.
+pub fn context<'a>(router: &'a Router, limits: &'a Limits, scratch: &'a mut Scratch) -> Context<'a> {
+    Context {
+        router,
+        limits,
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+        scratch,
+        defer: None,
+        draining: false,
     }
 }
 

@@ -2,6 +2,8 @@
 //! The comparison rule of `tests/vectors/README.md`, shared by the JSON-RPC and the
 //! binary-message vector suites: what a vector expects and where a reply differs.
 
+use std::path::{Path, PathBuf};
+
 use super::json::{self, Json};
 use super::{call, show};
 
@@ -113,6 +115,35 @@ fn response_differences(expected: &Json, actual: &Json, vector: &Vector, path: &
             }
         }
     }
+}
+
+/// Every `*.json` file of `dir`, sorted by name, as `load(name, file)` reads it; fails
+/// once, listing every malformed file, or when there is none.
+pub fn load_dir<T>(dir: &Path, mut load: impl FnMut(&str, &Json) -> Result<T, String>) -> Vec<T> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    let mut problems = Vec::new();
+    let mut vectors = Vec::new();
+    for path in paths {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        match json::parse(&bytes).and_then(|file| load(&name, &file)) {
+            Ok(vector) => vectors.push(vector),
+            Err(problem) => problems.push(format!("{name}: {problem}")),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "malformed vector files in {}:\n{}",
+        dir.display(),
+        problems.join("\n")
+    );
+    assert!(!vectors.is_empty(), "no vector in {}", dir.display());
+    vectors
 }
 
 /// Run `check` on every vector and fail once, listing every vector that failed.
