@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from ucallbench.serving import free_port, python_env, serving
+
 FLOOD_FACTOR = 20
 FLOODER_ADDRESS = "127.0.0.2"
 
@@ -50,25 +51,6 @@ def work() -> int:
 '''
 
 CALL = b'{"jsonrpc":"2.0","method":"work","id":1}\n'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_accepting(port: int, process: subprocess.Popen[str], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.communicate()[1]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def flood(port: int, rate: float, seconds: float) -> dict[str, Any]:
@@ -150,42 +132,38 @@ def run(limit: int | None, flooded: bool, args: argparse.Namespace, folder: str)
     command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", str(port), "--threads", "1"]
     if limit is not None:
         command += ["--rate-limit", f"{limit}/s"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), folder]))
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     flooder = None
-    try:
-        wait_accepting(port, server)
-        rate = args.limit * FLOOD_FACTOR
-        if flooded:
-            flooder = subprocess.Popen(
-                [sys.executable, __file__, "--flood", str(port), str(rate), str(args.seconds + 1.5)],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        latencies = steady(port, args.steady_rate, args.seconds, start_after=1.0)
-        counts = None
-        if flooder is not None:
-            out, _ = flooder.communicate(timeout=args.seconds + 60)
-            counts = json.loads(out)
-        return {
-            "limit": limit,
-            "flooded": flooded,
-            "flood_rate": rate if flooded else 0,
-            "calls": len(latencies),
-            "p50_ms": round(statistics.median(latencies), 3),
-            "p99_ms": round(percentile(latencies, 0.99), 3),
-            "flooder": counts,
-        }
-    finally:
-        if flooder is not None and flooder.poll() is None:
-            flooder.kill()
-            flooder.wait()
-        server.terminate()
+    with serving(command, port, python_env(folder)):
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            rate = args.limit * FLOOD_FACTOR
+            if flooded:
+                flooder = subprocess.Popen(
+                    [sys.executable, __file__, "--flood", str(port), str(rate), str(args.seconds + 1.5)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            latencies = steady(port, args.steady_rate, args.seconds, start_after=1.0)
+            counts = None
+            if flooder is not None:
+                out, _ = flooder.communicate(timeout=args.seconds + 60)
+                counts = json.loads(out)
+            return {
+                "limit": limit,
+                "flooded": flooded,
+                "flood_rate": rate if flooded else 0,
+                "calls": len(latencies),
+                "p50_ms": round(statistics.median(latencies), 3),
+                "p99_ms": round(percentile(latencies, 0.99), 3),
+                "flooder": counts,
+            }
+        finally:
+            stop_flooder(flooder)
+
+
+def stop_flooder(flooder: subprocess.Popen[str] | None) -> None:
+    if flooder is not None and flooder.poll() is None:
+        flooder.kill()
+        flooder.wait()
 
 
 def goals(rows: list[dict[str, Any]], limit: int) -> list[tuple[str, bool]]:

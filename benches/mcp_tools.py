@@ -21,20 +21,17 @@ at least 50x the SDK's calls/s and at most 1.5x the plain call's CPU per call.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-LOAD_BIN = ROOT / "target" / "release" / "ucall-load"
-PEERS_PY = ROOT / "benches" / ".venv-peers" / "bin" / "python"
-TICKS = os.sysconf("SC_CLK_TCK")
+from ucallbench.config import PEERS_PY as PEERS_PY_RELATIVE
+from ucallbench.config import ROOT
+from ucallbench.serving import cpu_per_call, ensure_load_bin, free_port, python_env, serving
+
+PEERS_PY = ROOT / PEERS_PY_RELATIVE
 
 UCALL_APP = '''
 from ucall import Server
@@ -75,74 +72,6 @@ MCP_HEADERS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of `pid` so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def wait_accepting(port: int, process: subprocess.Popen[str], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.communicate()[1]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def load(port: int, arguments: list[str], seconds: float) -> dict[str, Any]:
-    command = [str(LOAD_BIN), "--addr", f"127.0.0.1:{port}", *arguments, "--warmup", "0", "--json"]
-    run = subprocess.run(
-        [*command, "--duration", str(seconds)], capture_output=True, text=True, timeout=seconds + 60, check=True
-    )
-    return json.loads(run.stdout)  # type: ignore[no-any-return]
-
-
-def measure(
-    server: subprocess.Popen[str], port: int, name: str, arguments: list[str], seconds: float
-) -> dict[str, Any]:
-    load(port, arguments, 1.0)  # warm-up
-    before = cpu_seconds(server.pid)
-    report = load(port, arguments, seconds)
-    used = cpu_seconds(server.pid) - before
-    calls = report["calls_per_s"] * seconds
-    return {
-        "server": name,
-        "calls_per_s": round(report["calls_per_s"]),
-        "cpu_us_per_call": round(used / calls * 1e6, 2) if calls else None,
-        "errors": report["errors"],
-    }
-
-
-def serving(command: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_accepting(port, server)
-    except BaseException:
-        stop(server)
-        raise
-    return server
-
-
-def stop(server: subprocess.Popen[str]) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-
-
 def table(rows: list[dict[str, Any]], seconds: float, connections: int, sdk: str) -> str:
     lines = [
         "## MCP tools/call",
@@ -179,29 +108,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 s per row: a bounded check that it all runs")
     parser.add_argument("--append", type=Path, help="append the table to this markdown file")
     args = parser.parse_args()
-    if not LOAD_BIN.exists():
-        build = ["cargo", "build", "--release", "--quiet", "-p", "ucall-bench", "--bin", "ucall-load"]
-        subprocess.run(build, cwd=ROOT, check=True)
+    ensure_load_bin()
     seconds = 1.0 if args.quick else args.seconds
     connections = ["--connections", str(args.connections)]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "mcp_app.py").write_text(UCALL_APP)
         port = free_port()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), folder]))
         command = [sys.executable, "-m", "ucall", "serve", "mcp_app:server", "--port", str(port)]
-        server = serving(command, port, env)
-        try:
+        with serving(command, port, python_env(folder)) as server:
             plain = [*connections, "--body-json", PLAIN_CALL, "--expect", '"result":3']
-            row = measure(server, port, "UCall (Python)", plain, seconds)
+            row = cpu_per_call(server, port, "UCall (Python)", plain, seconds)
             rows.append({**row, "key": "ucall-plain", "request": "JSON-RPC `add` on `/`"})
             tool = [*connections, "--path", "/mcp", *MCP_HEADERS, "--body-json", TOOL_CALL]
-            row = measure(
+            row = cpu_per_call(
                 server, port, "UCall (Python)", [*tool, "--expect", '"structuredContent":{"result":3}'], seconds
             )
             rows.append({**row, "key": "ucall-mcp", "request": "MCP `tools/call` on `/mcp`"})
-        finally:
-            stop(server)
         sdk = "ran"
         probe = (
             subprocess.run([str(PEERS_PY), "-c", "import mcp, uvicorn"], capture_output=True)
@@ -215,14 +138,11 @@ def main() -> int:
             app = Path(folder) / "sdk_app.py"
             app.write_text(SDK_APP)
             port = free_port()
-            server = serving([str(PEERS_PY), str(app), str(port)], port)
-            try:
+            with serving([str(PEERS_PY), str(app), str(port)], port) as server:
                 # The SDK writes the structured result with a space after the colon.
                 tool = [*connections, "--path", "/mcp", *MCP_HEADERS, "--body-json", TOOL_CALL, "--expect", '"result"']
-                row = measure(server, port, "MCP SDK `MCPServer`", tool, seconds)
+                row = cpu_per_call(server, port, "MCP SDK `MCPServer`", tool, seconds)
                 rows.append({**row, "key": "sdk-mcp", "request": "MCP `tools/call` on `/mcp`"})
-            finally:
-                stop(server)
     text = table(rows, seconds, args.connections, sdk)
     print(text)
     if args.append:

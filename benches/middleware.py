@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-LOAD_BIN = ROOT / "target" / "release" / "ucall-load"
-PEERS_PY = ROOT / "benches" / ".venv-peers" / "bin" / "python"
-TICKS = os.sysconf("SC_CLK_TCK")
+from ucallbench.config import PEERS_PY as PEERS_PY_RELATIVE
+from ucallbench.config import ROOT
+from ucallbench.serving import ensure_load_bin, free_port, measure, python_env
+
+PEERS_PY = ROOT / PEERS_PY_RELATIVE
 
 UCALL_APP = '''
 from ucall import Server
@@ -63,66 +60,6 @@ async def passthrough(request, call_next):
 FASTAPI_RUN = '''
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of `pid` so far (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def wait_accepting(port: int, process: subprocess.Popen[str], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.communicate()[1]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def measure(
-    name: str, command: list[str], port: int, load: list[str], seconds: float, env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_accepting(port, server)
-        warm = [str(LOAD_BIN), "--addr", f"127.0.0.1:{port}", *load, "--duration", "1", "--warmup", "0"]
-        subprocess.run(warm, capture_output=True, timeout=60, check=True)
-        before = cpu_seconds(server.pid)
-        run = subprocess.run(
-            [str(LOAD_BIN), "--addr", f"127.0.0.1:{port}", *load]
-            + ["--duration", str(seconds), "--warmup", "0", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=seconds + 60,
-            check=True,
-        )
-        used = cpu_seconds(server.pid) - before
-        report = json.loads(run.stdout)
-        calls = report["calls_per_s"] * seconds
-        return {
-            "server": name,
-            "calls_per_s": round(report["calls_per_s"]),
-            "cpu_us_per_call": round(used / calls * 1e6, 2) if calls else None,
-            "errors": report["errors"],
-        }
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def extra_costs(rows: list[dict[str, Any]]) -> list[str]:
@@ -163,9 +100,7 @@ def main() -> int:
     parser.add_argument("--append", type=Path, help="append the table to this markdown file")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
-    if not LOAD_BIN.exists():
-        build = ["cargo", "build", "--release", "--quiet", "-p", "ucall-bench", "--bin", "ucall-load"]
-        subprocess.run(build, cwd=ROOT, check=True)
+    ensure_load_bin()
     seconds = 1.0 if args.quick else args.seconds
     connections = ["--connections", str(args.connections)]
     fastapi = "ran" if PEERS_PY.exists() else f"skipped, {PEERS_PY.relative_to(ROOT)} missing (benches/setup_peers.sh)"
@@ -176,7 +111,7 @@ def main() -> int:
             app.write_text(code)
             port = free_port()
             command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", str(port)]
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), folder]))
+            env = python_env(folder)
             body = '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
             load = [*connections, "--body-json", body, "--expect", '"result":3']
             rows.append(measure(label, command, port, load, seconds, env))

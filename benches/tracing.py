@@ -7,8 +7,8 @@ OpenTelemetry SDK configured and every call sampled (a SERVER span per call, exp
 (uvicorn) gets the same pair, the second with `FastAPIInstrumentor` (the
 opentelemetry-instrumentation-fastapi package) and the same SDK set-up. Each row is loaded
 by ucall-load over HTTP keep-alive; the figure is the server's CPU time (user + system,
-from /proc, its span-exporting thread included) per answered call, by benches/middleware.py's
-`measure`. FastAPI runs in an environment of its own (--peers-python; benches/.venv-otel
+from /proc, its span-exporting thread included) per answered call, by ucallbench.serving's
+`measure` (as benches/middleware.py's). FastAPI runs in an environment of its own (--peers-python; benches/.venv-otel
 by default: `python -m venv benches/.venv-otel && benches/.venv-otel/bin/pip install
 fastapi uvicorn opentelemetry-sdk opentelemetry-instrumentation-fastapi`).
 
@@ -21,14 +21,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from middleware import LOAD_BIN, ROOT, free_port, measure  # noqa: E402  (benches/middleware.py)
+from ucallbench.config import ROOT
+from ucallbench.serving import ensure_load_bin, free_port, measure, python_env
 
 SDK = """
 from opentelemetry import trace
@@ -123,14 +122,12 @@ def main() -> int:
     parser.add_argument("--peers-python", type=Path, default=ROOT / "benches" / ".venv-otel" / "bin" / "python")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not LOAD_BIN.exists():
-        build = ["cargo", "build", "--release", "--quiet", "-p", "ucall-bench", "--bin", "ucall-load"]
-        subprocess.run(build, cwd=ROOT, check=True)
+    ensure_load_bin()
     connections = ["--connections", str(args.connections)]
     rows: list[dict[str, Any]] = []
     loads = []
     with tempfile.TemporaryDirectory() as folder:
-        ucall_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), folder]))
+        ucall_env = python_env(folder)
         body = '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
         ucall_load = [*connections, "--body-json", body, "--expect", '"result":3']
         fastapi_load = [*connections, "--path", "/sum", "--body-json", '{"a":1,"b":2}', "--expect", "3"]
