@@ -785,6 +785,13 @@ impl<'o> Reply<'o> {
     pub fn buffer(&mut self) -> &mut Vec<u8> {
         self.out
     }
+
+    /// [`Reply::buffer`] and, when the caller accepts binary replies, the section whose
+    /// attachments the result's placeholders name: for serializers that write binary values
+    /// themselves ([`crate::jsonrpc::section::write_bytes`] and `write_array`).
+    pub fn buffer_and_attachments(&mut self) -> (&mut Vec<u8>, Option<&mut Section>) {
+        (self.out, self.attachments.as_deref_mut())
+    }
 }
 
 #[cfg(test)]

@@ -97,13 +97,17 @@ fn differences(
     section: Option<&[u8]>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
-    match (serde_json::from_slice::<Value>(json), expected) {
+    let expected = expected.map(|e| named(e, expected_section));
+    match (
+        serde_json::from_slice::<Value>(json).map(|a| named(&a, section)),
+        expected.as_ref(),
+    ) {
         (Ok(actual), Some(expected)) if contains(expected, &actual) => {}
         (Ok(actual), Some(expected)) => problems.push(format!("reply {actual}, expected {expected}")),
         (Err(e), _) => problems.push(format!("the reply is not JSON ({e}): {}", show(json))),
         (Ok(actual), None) => problems.push(format!("a reply where none was expected: {actual}")),
     }
-    if section != expected_section {
+    if section.is_some() != expected_section.is_some() {
         problems.push(format!(
             "section {:?}, expected {:?}",
             section.map(show),
@@ -111,6 +115,28 @@ fn differences(
         ));
     }
     problems
+}
+
+/// `value` with each placeholder replaced by what it names (its kind, dtype, shape and
+/// bytes as hex) in `section`: a server may place attachments in any order (docs/wire.md
+/// §4), so replies are compared by what their placeholders name, not by offsets.
+fn named(value: &Value, section: Option<&[u8]>) -> Value {
+    match value {
+        Value::Object(members) if members.contains_key("$ucall") && section.is_some() => {
+            let section = section.unwrap_or_default();
+            let offset = members["offset"].as_u64().unwrap_or(u64::MAX) as usize;
+            let length = members["length"].as_u64().unwrap_or(0) as usize;
+            let bytes = section.get(offset..offset.saturating_add(length));
+            let hex: Option<String> = bytes.map(|b| b.iter().map(|b| format!("{b:02x}")).collect());
+            serde_json::json!({
+                "kind": members["$ucall"], "dtype": members.get("dtype"), "shape": members.get("shape"),
+                "hex": hex, "aligned": offset % wire::ALIGN == 0,
+            })
+        }
+        Value::Object(members) => Value::Object(members.iter().map(|(k, v)| (k.clone(), named(v, section))).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(|v| named(v, section)).collect()),
+        other => other.clone(),
+    }
 }
 
 /// A binary message's body split into its JSON text and section, checking the padding.
