@@ -68,6 +68,12 @@ typedef const char *ucall_str_t;
 typedef void *ucall_call_t;
 
 /**
+ * Called with its `userdata` once the bytes given to `ucall_call_reply_attachment` are
+ * no longer read.
+ */
+typedef void (*ucall_release_t)(void *userdata);
+
+/**
  * How `ucall_client_new()` connects. Zero (or NULL) in a field means its default.
  */
 typedef struct ucall_client_config_t {
@@ -638,6 +644,35 @@ bool ucall_param_positional_bytes(ucall_call_t call,
                                   size_t *output_length);
 
 /**
+ * Read a parameter that is an attachment of a binary message (docs/wire.md: a `bytes` or
+ * `ndarray` placeholder) without copying it: `*data` receives where its bytes lie in the
+ * request and `*length` their number. They stay valid, read-only, until the callback
+ * returns. Returns `false` (outputs untouched) when the parameter is absent, no
+ * attachment (a base64 string: read it with `ucall_param_named_bytes`), an invalid
+ * placeholder, or an output pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `name` NULL or `name_length` readable
+ * bytes (NUL-terminated when 0); `data` and `length` NULL or writable.
+ */
+bool ucall_param_named_attachment(ucall_call_t call,
+                                  ucall_str_t name,
+                                  size_t name_length,
+                                  const uint8_t **data,
+                                  size_t *length);
+
+/**
+ * Read the attachment parameter at `position`; as `ucall_param_named_attachment`.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `data` and `length` NULL or writable.
+ */
+bool ucall_param_positional_attachment(ucall_call_t call,
+                                       size_t position,
+                                       const uint8_t **data,
+                                       size_t *length);
+
+/**
  * Number of parameters sent: elements of a params array or members of a params object;
  * 0 when params are absent (or `call` is NULL).
  *
@@ -790,6 +825,27 @@ bool ucall_call_id(ucall_call_t call, ucall_str_t *output, size_t *output_length
  * (NUL-terminated when 0).
  */
 void ucall_call_reply_content(ucall_call_t call, ucall_str_t json, size_t json_length);
+
+/**
+ * Answer with `data` (`length` bytes) as the result: an attachment of a binary message
+ * for a caller that accepts binary replies (docs/wire.md), else a base64 string.
+ *
+ * With `release` NULL the bytes are copied before this returns. Otherwise they are sent
+ * from where they are, without a copy, and `release(userdata)` is called once they are no
+ * longer read: possibly after the callback has returned and from another thread, and
+ * exactly once, also when the reply is not used (an answer was given already, the caller
+ * is gone). `data` may be NULL when `length` is 0. Only the first `ucall_call_reply_*()`
+ * of a call counts.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `data` NULL or `length` readable bytes,
+ * unchanged until `release` is called when it is given.
+ */
+void ucall_call_reply_attachment(ucall_call_t call,
+                                 const uint8_t *data,
+                                 size_t length,
+                                 ucall_release_t release,
+                                 void *userdata);
 
 /**
  * Answer with the JSON-RPC error `code` and `message` (`message_length` bytes, or

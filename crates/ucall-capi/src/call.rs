@@ -644,6 +644,64 @@ pub unsafe extern "C" fn ucall_param_positional_bytes(
     }
 }
 
+/// Hand out where an attachment's bytes lie.
+///
+/// # Safety
+/// `data` and `length` NULL or writable.
+unsafe fn write_attachment(param: Param<'_>, data: *mut *const u8, length: *mut usize) -> Option<bool> {
+    if data.is_null() || length.is_null() {
+        return None;
+    }
+    let found = param.attachment().ok()??;
+    // SAFETY: both checked non-NULL above; writable by the caller's contract.
+    Some(unsafe { ffi::write_out(data, found.bytes.as_ptr()) && ffi::write_out(length, found.bytes.len()) })
+}
+
+/// Read a parameter that is an attachment of a binary message (docs/wire.md: a `bytes` or
+/// `ndarray` placeholder) without copying it: `*data` receives where its bytes lie in the
+/// request and `*length` their number. They stay valid, read-only, until the callback
+/// returns. Returns `false` (outputs untouched) when the parameter is absent, no
+/// attachment (a base64 string: read it with `ucall_param_named_bytes`), an invalid
+/// placeholder, or an output pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `data` and `length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_attachment(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    data: *mut *const u8,
+    length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_attachment",
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
+        // SAFETY: the caller's contract (for `call`, `data`, `length`).
+        unsafe { with_param(call, |c| c.named(name), |_, param| write_attachment(param, data, length)) }
+            .unwrap_or(false)
+    }
+}
+
+/// Read the attachment parameter at `position`; as `ucall_param_named_attachment`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `data` and `length` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_attachment(
+    call: ucall_call_t,
+    position: usize,
+    data: *mut *const u8,
+    length: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_attachment",
+        // SAFETY: the caller's contract (for `call`, `data`, `length`).
+        unsafe { with_param(call, |c| c.positional(position), |_, param| write_attachment(param, data, length)) }
+            .unwrap_or(false)
+    }
+}
+
 /// Number of parameters sent: elements of a params array or members of a params object;
 /// 0 when params are absent (or `call` is NULL).
 ///
@@ -954,6 +1012,91 @@ pub unsafe extern "C" fn ucall_call_reply_content(call: ucall_call_t, json: ucal
             }
             Some(bytes) if std::str::from_utf8(bytes).is_ok_and(|text| reply.raw(text).is_ok()) => Answer::Replied,
             _ => Answer::Failed(invalid_json(method)),
+        });
+    }
+}
+
+/// Called with its `userdata` once the bytes given to `ucall_call_reply_attachment` are
+/// no longer read.
+#[allow(non_camel_case_types)]
+pub type ucall_release_t = Option<unsafe extern "C" fn(userdata: *mut c_void)>;
+
+/// The caller's bytes, sent where they lie and released through its callback.
+struct Lent {
+    data: *const u8,
+    length: usize,
+    release: unsafe extern "C" fn(*mut c_void),
+    userdata: *mut c_void,
+}
+
+// SAFETY: the caller of `ucall_call_reply_attachment` promises the bytes stay valid and
+// unchanged until `release` is called, from any thread; they are only read.
+unsafe impl Send for Lent {}
+// SAFETY: as for `Send`: shared reads of memory that does not change.
+unsafe impl Sync for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        if self.length == 0 {
+            return &[];
+        }
+        // SAFETY: `length` readable bytes at `data` until `release` (see above).
+        unsafe { std::slice::from_raw_parts(self.data, self.length) }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // SAFETY: the callback the caller gave, with its own `userdata`, called once.
+        unsafe { (self.release)(self.userdata) }
+    }
+}
+
+/// Answer with `data` (`length` bytes) as the result: an attachment of a binary message
+/// for a caller that accepts binary replies (docs/wire.md), else a base64 string.
+///
+/// With `release` NULL the bytes are copied before this returns. Otherwise they are sent
+/// from where they are, without a copy, and `release(userdata)` is called once they are no
+/// longer read: possibly after the callback has returned and from another thread, and
+/// exactly once, also when the reply is not used (an answer was given already, the caller
+/// is gone). `data` may be NULL when `length` is 0. Only the first `ucall_call_reply_*()`
+/// of a call counts.
+///
+/// # Safety
+/// `call` must be the running callback's call; `data` NULL or `length` readable bytes,
+/// unchanged until `release` is called when it is given.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_attachment(
+    call: ucall_call_t,
+    data: *const u8,
+    length: usize,
+    release: ucall_release_t,
+    userdata: *mut c_void,
+) {
+    ffi_panic_boundary! {"ucall_call_reply_attachment",
+        let readable = !data.is_null() || length == 0;
+        let bytes = match release {
+            // Released when dropped, whatever happens next (unreadable: at once).
+            Some(release) => {
+                let lent = Lent { data, length: if readable { length } else { 0 }, release, userdata };
+                readable.then(|| ucall_core::Bytes::from_owner(lent))
+            }
+            None if !readable => None,
+            None if length == 0 => Some(ucall_core::Bytes::new()),
+            // SAFETY: `length` readable bytes at `data` (the caller's contract).
+            None => Some(ucall_core::Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(data, length) })),
+        };
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        let method = context.call.method();
+        context.answer(|reply| match bytes {
+            Some(bytes) => {
+                reply.bytes(bytes);
+                Answer::Replied
+            }
+            None => Answer::Failed(RpcError::internal(format!(
+                "Internal error: '{method}' replied with NULL bytes of non-zero length"
+            ))),
         });
     }
 }

@@ -273,6 +273,7 @@ pub fn jsonrpc_messages(data: &[u8]) {
         target: None,
         next_slot: &mut next_slot,
         streams: false,
+        attachments: None,
     };
     let mut out = Vec::new();
     let max_batch = 16;

@@ -28,10 +28,37 @@ struct Segment {
     own: Option<usize>,
 }
 
+/// An attached buffer: a reply's own (kept for reuse once sent), or shared bytes whose
+/// owner is released once sent (a reply attachment: a `Vec`, a numpy array).
+#[derive(Debug)]
+enum Attached {
+    Own(Vec<u8>),
+    Shared(bytes::Bytes),
+}
+
+impl Default for Attached {
+    fn default() -> Self {
+        Attached::Own(Vec::new())
+    }
+}
+
+impl Attached {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Attached::Own(bytes) => bytes,
+            Attached::Shared(bytes) => bytes,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+}
+
 impl Segment {
-    fn bytes<'s>(&self, data: &'s [u8], buffers: &'s [Vec<u8>]) -> &'s [u8] {
+    fn bytes<'s>(&self, data: &'s [u8], buffers: &'s [Attached]) -> &'s [u8] {
         match self.own {
-            Some(index) => &buffers[index][self.range.clone()],
+            Some(index) => &buffers[index].as_slice()[self.range.clone()],
             None => &data[self.range.clone()],
         }
     }
@@ -56,7 +83,7 @@ pub struct OutBuf {
     /// Attached buffers, queued or sent. Held, like the byte area, until
     /// [`OutBuf::shrink`] finds everything sent: a zero-copy send may still read them
     /// after its result.
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<Attached>,
     /// Attachments not yet queued, as (offset in the byte area, index in `buffers`):
     /// each is sent before the byte area's byte at its offset, once a commit covers it.
     attached: Vec<(usize, usize)>,
@@ -129,7 +156,16 @@ impl OutBuf {
     pub fn attach(&mut self, bytes: Vec<u8>) {
         if !bytes.is_empty() {
             self.attached.push((self.data.len(), self.buffers.len()));
-            self.buffers.push(bytes);
+            self.buffers.push(Attached::Own(bytes));
+        }
+    }
+
+    /// [`OutBuf::attach`] for shared bytes (a reply's attachment, docs/wire.md): sent from
+    /// their owner's memory, which is released once they are sent.
+    pub fn attach_shared(&mut self, bytes: bytes::Bytes) {
+        if !bytes.is_empty() {
+            self.attached.push((self.data.len(), self.buffers.len()));
+            self.buffers.push(Attached::Shared(bytes));
         }
     }
 
@@ -297,7 +333,11 @@ impl OutBuf {
             return;
         }
         if !self.buffers.is_empty() && self.attached.is_empty() {
-            self.buffers.drain(..).for_each(keep);
+            for buffer in self.buffers.drain(..) {
+                if let Attached::Own(buffer) = buffer {
+                    keep(buffer);
+                }
+            }
         }
         if self.data.capacity() > kept {
             keep(std::mem::replace(&mut self.data, Vec::with_capacity(kept)));

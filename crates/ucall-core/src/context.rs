@@ -74,6 +74,9 @@ pub struct Context<'a> {
     /// The attachment section of the binary message the call came in (docs/wire.md);
     /// `None` for a plain JSON text.
     section: Option<&'a [u8]>,
+    /// The caller accepts a binary reply (docs/wire.md §3): results' binary values may
+    /// travel as attachments.
+    binary_replies: bool,
     /// The request's `"_meta"` member, raw JSON, when it has one.
     meta: Option<&'a str>,
 }
@@ -89,6 +92,7 @@ pub const NONE: Context<'static> = Context {
     tls_subject: None,
     liveness: None,
     section: None,
+    binary_replies: false,
     meta: None,
 };
 
@@ -105,6 +109,7 @@ impl<'a> Context<'a> {
             tls_subject: None,
             liveness: None,
             section: None,
+            binary_replies: false,
             meta: None,
         }
     }
@@ -114,6 +119,22 @@ impl<'a> Context<'a> {
     #[must_use]
     pub fn with_section(self, section: Option<&'a [u8]>) -> Self {
         Context { section, ..self }
+    }
+
+    /// The same context, for calls whose caller accepts binary replies (`accepts`).
+    #[must_use]
+    pub fn with_binary_replies(self, accepts: bool) -> Self {
+        Context {
+            binary_replies: accepts,
+            ..self
+        }
+    }
+
+    /// Whether the caller accepts a binary reply (docs/wire.md §3): a binary request over
+    /// raw TCP or WebSocket, or `Accept: application/vnd.ucall.binary` over HTTP.
+    #[must_use]
+    pub fn binary_replies(&self) -> bool {
+        self.binary_replies
     }
 
     /// The attachment section of the binary message that carried the call; `None` when

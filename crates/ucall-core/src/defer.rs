@@ -15,6 +15,8 @@ use serde::Serialize;
 
 use crate::context::Liveness;
 use crate::deadline::{self, Expire};
+use crate::jsonrpc::attachment::Dtype;
+use crate::jsonrpc::section::{self, Section};
 use crate::jsonrpc::RpcError;
 use crate::request_log::Pending;
 use crate::streaming::{Credit, StreamError, Streams, CANCELLED};
@@ -33,6 +35,8 @@ pub struct Completion {
     pub slot: u64,
     /// The result.
     pub outcome: Outcome,
+    /// The result's attachments (docs/wire.md), named by placeholders in it.
+    pub attachments: Section,
     /// What the metrics count the call under, and when it started: set when the metrics
     /// or the request log are on.
     pub meter: Option<Meter>,
@@ -268,6 +272,8 @@ pub struct Deferred {
     pub(crate) present: Option<Arc<AtomicBool>>,
     /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
     pub(crate) stream: Option<Arc<Credit>>,
+    /// The caller accepts binary replies: binary values go as attachments.
+    binary: bool,
 }
 
 /// Where a deferred call's completion goes, and what it carries besides its outcome.
@@ -281,12 +287,13 @@ struct Return {
 }
 
 impl Return {
-    fn send(self, outcome: Outcome, always_wake: bool) {
+    fn send(self, outcome: Outcome, attachments: Section, always_wake: bool) {
         let completion = Completion {
             conn: self.conn,
             generation: self.generation,
             slot: self.slot,
             outcome,
+            attachments,
             meter: self.meter,
             note: self.note,
             item: None,
@@ -316,7 +323,7 @@ impl Expire for Race {
     /// completions are held, since the thread that holds them may be running the call.
     fn expire(&self) {
         if let Some(back) = self.take() {
-            back.send(Err(RpcError::deadline_exceeded()), true);
+            back.send(Err(RpcError::deadline_exceeded()), Section::new(), true);
         }
     }
 }
@@ -357,7 +364,52 @@ impl Deferred {
                 None
             },
             stream: None,
+            binary: false,
         }
+    }
+
+    /// The same reply, to a caller that accepts binary replies when `binary`.
+    pub(crate) fn with_binary(mut self, binary: bool) -> Self {
+        self.binary = binary;
+        self
+    }
+
+    /// Whether binary values of the result travel as attachments (the caller accepts
+    /// binary replies, docs/wire.md §3); else [`Deferred::bytes`] and [`Deferred::array`]
+    /// send them in their plain JSON form.
+    #[must_use]
+    pub fn accepts_attachments(&self) -> bool {
+        self.binary
+    }
+
+    /// Answer with `data` as the result: an attachment for a caller that accepts binary
+    /// replies, else a base64 string.
+    pub fn bytes(self, data: impl Into<bytes::Bytes>) {
+        let mut attachments = Section::new();
+        let mut json = Vec::with_capacity(64);
+        let writer = self.binary.then_some(&mut attachments);
+        section::write_bytes(&mut json, 0, writer, data.into());
+        self.complete_attached(json, attachments);
+    }
+
+    /// Answer with an array of `shape` elements of `dtype`, `data` in C order and
+    /// little-endian: an attachment for a caller that accepts binary replies, else the
+    /// base64 of its `.npy` form. `-32603` when `data` does not have the shape's length.
+    pub fn array(self, dtype: Dtype, shape: &[usize], data: impl Into<bytes::Bytes>) {
+        let mut attachments = Section::new();
+        let mut json = Vec::with_capacity(128);
+        let writer = self.binary.then_some(&mut attachments);
+        match section::write_array(&mut json, 0, writer, dtype, shape, data.into()) {
+            Ok(()) => self.complete_attached(json, attachments),
+            Err(problem) => self.error(RpcError::internal(format!("Internal error: {problem}"))),
+        }
+    }
+
+    /// Answer with `result`, a JSON text whose placeholders name `attachments` (written
+    /// with [`crate::jsonrpc::section::write_bytes`] and `write_array` from offset 0 of
+    /// `result`, given [`Deferred::accepts_attachments`]).
+    pub fn complete_attached(mut self, result: Vec<u8>, attachments: Section) {
+        self.send_attached(Ok(result), attachments, false);
     }
 
     /// Queue one item of a streamed reply (its JSON text) for the connection; the caller
@@ -377,6 +429,7 @@ impl Deferred {
             generation: back.generation,
             slot: back.slot,
             outcome: Ok(json),
+            attachments: Section::new(),
             meter: None,
             note: None,
             item: Some(Arc::clone(credit)),
@@ -452,6 +505,10 @@ impl Deferred {
     /// Send `outcome` back, unless sent already or, with a deadline, unless the deadline
     /// answered first: a late answer is dropped.
     fn send(&mut self, outcome: Outcome, always_wake: bool) {
+        self.send_attached(outcome, Section::new(), always_wake);
+    }
+
+    fn send_attached(&mut self, outcome: Outcome, attachments: Section, always_wake: bool) {
         let back = match self.to.take() {
             Some(To::Own(back)) => back,
             Some(To::Raced(race)) => match race.take() {
@@ -460,7 +517,7 @@ impl Deferred {
             },
             None => return,
         };
-        back.send(outcome, always_wake);
+        back.send(outcome, attachments, always_wake);
     }
 }
 

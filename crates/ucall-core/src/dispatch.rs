@@ -14,6 +14,7 @@ use crate::date::monotonic_nanos;
 use crate::defer::{Meter, Target};
 use crate::discover::mcp::ToolReply;
 use crate::jsonrpc::message::{self, Element, Envelope, ParseError, Request};
+use crate::jsonrpc::section::Section;
 use crate::jsonrpc::{self, as_text, scan, write_error, write_parse_error, write_rpc_error, ErrorCode, RpcError};
 use crate::limit::{Limiter, Refused};
 use crate::metrics::{Metrics, Refusal};
@@ -80,6 +81,9 @@ pub struct Deferrals<'a> {
     /// Whether a single call with an id may stream its result (the transport carries
     /// items: see [`crate::streaming`]); calls in a batch never do.
     pub streams: bool,
+    /// Where results' binary values go when the caller accepts binary replies
+    /// (docs/wire.md): the message's attachments. `None`: in their plain JSON form.
+    pub attachments: Option<&'a mut Section>,
 }
 
 /// What running a handler produced.
@@ -413,6 +417,7 @@ fn call_as<const LOG: bool>(
     out: &mut Vec<u8>,
 ) -> bool {
     let start = out.len();
+    let attached_before = deferrals.attachments.as_ref().map_or(0, |a| a.count());
     let id = request.id;
     let adjusted;
     let context = if request.timeout.is_none() && request.meta.is_none() {
@@ -457,6 +462,12 @@ fn call_as<const LOG: bool>(
             Err(RpcError::method_not_found(&request.method))
         }
     };
+    // Only a result written in place carries attachments (§4 of docs/wire.md: errors none).
+    if id.is_none() || !matches!(outcome, Ok(Invoked::Done)) {
+        if let Some(attachments) = deferrals.attachments.as_deref_mut() {
+            attachments.truncate(attached_before);
+        }
+    }
     let replied = if id.is_none() {
         // §4.1: "The Server MUST NOT reply to a Notification".
         out.truncate(start);
@@ -582,6 +593,7 @@ fn invoke_metered(
     let mut reply = Reply::new(out, deferrals.target.map(|target| (target, &mut *deferrals.next_slot)));
     reply.set_meter(metered.map(|(_, meter)| meter));
     reply.set_seed(seed);
+    reply.set_attachments(deferrals.attachments.as_deref_mut());
     if let Some(id) = call.id().filter(|_| deferrals.streams) {
         reply.allow_streaming(id);
     }

@@ -96,6 +96,7 @@ pub mod wire;
 pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
+pub use bytes::Bytes;
 pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::mcp::McpSettings;
@@ -104,6 +105,7 @@ pub use engine::Worker;
 pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};
 pub use http1::cors::Cors;
+pub use jsonrpc::attachment::Dtype;
 pub use jsonrpc::{ErrorCode, RpcError};
 pub use limit::{ClientKey, IpNet, Rate, RateLimit};
 pub use metrics::{ExtraMetrics, MetricsConfig};

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::context::{self, Context};
@@ -16,6 +17,8 @@ use crate::defer::{Deferred, Meter, Target};
 use crate::discover::mcp::{McpSettings, McpTools};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
+use crate::jsonrpc::attachment::Dtype;
+use crate::jsonrpc::section::{self, Element, Section};
 use crate::jsonrpc::RpcError;
 use crate::limit::{Limiter, Rate, RateLimit};
 use crate::metrics::{BatchMeter, Metrics, MetricsConfig};
@@ -529,6 +532,10 @@ pub struct Reply<'o> {
     stream_id: Option<&'o str>,
     /// When the caller stops waiting, if the call has a deadline.
     deadline: Option<Instant>,
+    /// The message's attachments, when the caller accepts binary replies.
+    attachments: Option<&'o mut Section>,
+    /// How many of them came before this call's.
+    attachments_before: usize,
 }
 
 impl<'o> Reply<'o> {
@@ -543,6 +550,22 @@ impl<'o> Reply<'o> {
             seed: None,
             stream_id: None,
             deadline: None,
+            attachments: None,
+            attachments_before: 0,
+        }
+    }
+
+    /// Binary values of the result go into `attachments` (the caller accepts binary
+    /// replies); `None`: in their plain JSON form.
+    pub(crate) fn set_attachments(&mut self, attachments: Option<&'o mut Section>) {
+        self.attachments_before = attachments.as_ref().map_or(0, |a| a.count());
+        self.attachments = attachments;
+    }
+
+    /// Drop what this call attached: its result is replaced.
+    fn forget_attachments(&mut self) {
+        if let Some(attachments) = self.attachments.as_deref_mut() {
+            attachments.truncate(self.attachments_before);
         }
     }
 
@@ -624,7 +647,8 @@ impl<'o> Reply<'o> {
             return Err(not_streamable());
         };
         // A stream has no deadline: it lasts while its caller reads, and stops when it goes.
-        let mut deferred = self.defer_as(true, None)?;
+        // Its items are JSON texts, and so is its final reply: no attachments.
+        let mut deferred = self.defer_as(true, None)?.with_binary(false);
         let credit = deferred.make_streamed();
         if let Some(streams) = self.streams() {
             streams.register(id, &credit);
@@ -641,10 +665,13 @@ impl<'o> Reply<'o> {
         }
         let slot = **next_slot;
         **next_slot += 1;
+        let target = *target;
         self.deferred = Some(slot);
         self.out.truncate(self.start);
+        self.forget_attachments();
+        let binary = self.attachments.is_some();
         let note = self.seed.map(Seed::keep);
-        Ok(Deferred::new(*target, slot, self.meter, note, watch, deadline))
+        Ok(Deferred::new(target, slot, self.meter, note, watch, deadline).with_binary(binary))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.
@@ -664,6 +691,7 @@ impl<'o> Reply<'o> {
     /// `-32603` when `value` cannot be serialized (for example a map with non-string keys).
     pub fn json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
         self.out.truncate(self.start);
+        self.forget_attachments();
         serde_json::to_writer(&mut *self.out, value).map_err(|e| {
             self.out.truncate(self.start);
             RpcError::internal(format!("Internal error: result cannot be serialized: {e}"))
@@ -688,12 +716,81 @@ impl<'o> Reply<'o> {
     /// valid JSON text; anything else corrupts the reply stream.
     pub fn raw_trusted(&mut self, json: &str) {
         self.out.truncate(self.start);
+        self.forget_attachments();
         self.out.extend_from_slice(json.as_bytes());
+    }
+
+    /// Whether binary values of the result travel as attachments (the caller accepts
+    /// binary replies, docs/wire.md §3); else they are sent in their plain JSON form.
+    #[must_use]
+    pub fn accepts_attachments(&self) -> bool {
+        self.attachments.is_some()
+    }
+
+    /// Answer with `data` as the result, replacing anything written before: an attachment
+    /// sent from `data`'s own memory for a caller that accepts binary replies, else a
+    /// base64 string (docs/wire.md §2).
+    pub fn bytes(&mut self, data: impl Into<Bytes>) {
+        self.out.truncate(self.start);
+        self.forget_attachments();
+        self.append_bytes(data);
+    }
+
+    /// Answer with an array of `shape` elements of `dtype`, `data` in C order and
+    /// little-endian, replacing anything written before: an attachment for a caller that
+    /// accepts binary replies, else the base64 of its `.npy` form.
+    ///
+    /// # Errors
+    /// `-32603` when `data`'s length is not the shape's element count times the dtype's
+    /// size; nothing is written then.
+    pub fn array(&mut self, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Result<(), RpcError> {
+        self.out.truncate(self.start);
+        self.forget_attachments();
+        self.append_array(dtype, shape, data)
+    }
+
+    /// [`Reply::array`] of a vector of numbers, sent from the vector's own memory.
+    ///
+    /// # Errors
+    /// As [`Reply::array`].
+    pub fn array_of<T: Element>(&mut self, shape: &[usize], data: Vec<T>) -> Result<(), RpcError> {
+        self.array(T::DTYPE, shape, section::typed_bytes(data))
+    }
+
+    /// Append `data` as one value at the end of the result being written through
+    /// [`Reply::buffer`] (a member of an object, an element of an array), as
+    /// [`Reply::bytes`] writes it.
+    pub fn append_bytes(&mut self, data: impl Into<Bytes>) {
+        section::write_bytes(self.out, self.start, self.attachments.as_deref_mut(), data.into());
+    }
+
+    /// Append an array as one value at the end of the result being written through
+    /// [`Reply::buffer`], as [`Reply::array`] writes it.
+    ///
+    /// # Errors
+    /// As [`Reply::array`].
+    pub fn append_array(&mut self, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Result<(), RpcError> {
+        section::write_array(
+            self.out,
+            self.start,
+            self.attachments.as_deref_mut(),
+            dtype,
+            shape,
+            data.into(),
+        )
+        .map_err(|problem| RpcError::internal(format!("Internal error: {problem}")))
     }
 
     /// The buffer itself, for serializers that write JSON directly (keep it one valid JSON text).
     pub fn buffer(&mut self) -> &mut Vec<u8> {
         self.out
+    }
+
+    /// [`Reply::buffer`] and, when the caller accepts binary replies, the section whose
+    /// attachments the result's placeholders name: for serializers that write binary values
+    /// themselves ([`crate::jsonrpc::section::write_bytes`] and `write_array`).
+    pub fn buffer_and_attachments(&mut self) -> (&mut Vec<u8>, Option<&mut Section>) {
+        (self.out, self.attachments.as_deref_mut())
     }
 }
 

@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use ucall_client::base64;
-use ucall_core::Param;
+use ucall_core::jsonrpc::section::Section;
+use ucall_core::{Bytes, Dtype, Param};
 
 /// Deepest nesting accepted in either direction (a guard against stack exhaustion and
 /// self-referencing results).
@@ -115,12 +116,29 @@ pub fn write_json(
     encode: Option<&Bound<'_, PyAny>>,
     out: &mut Vec<u8>,
 ) -> Result<(), Unserializable> {
-    write_value(obj, encode, out, 0)
+    write_value(obj, encode, None, out, 0)
+}
+
+/// [`write_json`] for a caller that accepts binary replies (docs/wire.md) when `section`
+/// is given: bytes, bytearray, memoryview, numpy arrays and PIL images become placeholders
+/// naming attachments in it (a `bytes` object's and an array's sent from their own
+/// memory), rather than base64.
+///
+/// # Errors
+/// As [`write_json`].
+pub fn write_json_attached(
+    obj: &Bound<'_, PyAny>,
+    encode: Option<&Bound<'_, PyAny>>,
+    section: Option<&mut Section>,
+    out: &mut Vec<u8>,
+) -> Result<(), Unserializable> {
+    write_value(obj, encode, section, out, 0)
 }
 
 fn write_value(
     obj: &Bound<'_, PyAny>,
     encode: Option<&Bound<'_, PyAny>>,
+    mut section: Option<&mut Section>,
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), Unserializable> {
@@ -143,26 +161,33 @@ fn write_value(
             if i > 0 {
                 out.push(b',');
             }
-            write_value(&item, encode, out, depth + 1)?;
+            write_value(&item, encode, section.as_deref_mut(), out, depth + 1)?;
         }
         out.push(b']');
     } else if let Ok(dict) = obj.cast_exact::<PyDict>() {
-        write_dict(dict, encode, out, depth)?;
+        write_dict(dict, encode, section, out, depth)?;
     } else if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
         out.push(b'[');
         for (i, item) in tuple.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            write_value(&item, encode, out, depth + 1)?;
+            write_value(&item, encode, section.as_deref_mut(), out, depth + 1)?;
         }
         out.push(b']');
     } else if let Ok(bytes) = obj.cast::<PyBytes>() {
-        write_base64(bytes.as_bytes(), out);
+        match section {
+            Some(section) => attach(out, section, shared_bytes(bytes), None),
+            None => write_base64(bytes.as_bytes(), out),
+        }
     } else if let Ok(array) = obj.cast::<PyByteArray>() {
-        write_base64(&array.to_vec(), out);
+        match section {
+            // Mutable: copied, so that a later change cannot reach the reply.
+            Some(section) => attach(out, section, array.to_vec().into(), None),
+            None => write_base64(&array.to_vec(), out),
+        }
     } else {
-        write_other(obj, encode, out, depth)?;
+        write_other(obj, encode, section, out, depth)?;
     }
     Ok(())
 }
@@ -216,6 +241,7 @@ fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
 fn write_dict(
     dict: &Bound<'_, PyDict>,
     encode: Option<&Bound<'_, PyAny>>,
+    mut section: Option<&mut Section>,
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), Unserializable> {
@@ -238,7 +264,7 @@ fn write_dict(
             )));
         }
         out.push(b':');
-        write_value(&item, encode, out, depth + 1)?;
+        write_value(&item, encode, section.as_deref_mut(), out, depth + 1)?;
     }
     out.push(b'}');
     Ok(())
@@ -249,9 +275,15 @@ fn write_dict(
 fn write_other(
     obj: &Bound<'_, PyAny>,
     encode: Option<&Bound<'_, PyAny>>,
+    mut section: Option<&mut Section>,
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), Unserializable> {
+    if let Some(section) = section.as_deref_mut() {
+        if attach_binary(obj, section, out)? {
+            return Ok(());
+        }
+    }
     // Subclasses of the basic types (IntEnum, str subclasses, OrderedDict...) first.
     if let Ok(b) = obj.cast::<PyBool>() {
         out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
@@ -267,7 +299,7 @@ fn write_other(
         return write_float(f.value(), out);
     }
     if let Ok(dict) = obj.cast::<PyDict>() {
-        return write_dict(dict, encode, out, depth);
+        return write_dict(dict, encode, section, out, depth);
     }
     if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
         out.push(b'[');
@@ -277,7 +309,7 @@ fn write_other(
                 out.push(b',');
             }
             let item = item.map_err(|e| Unserializable(e.to_string()))?;
-            write_value(&item, encode, out, depth + 1)?;
+            write_value(&item, encode, section.as_deref_mut(), out, depth + 1)?;
         }
         out.push(b']');
         return Ok(());
@@ -295,7 +327,135 @@ fn write_other(
     if plain.is(obj) {
         return Err(Unserializable(format!("an object of type {kind}")));
     }
-    write_value(&plain, Some(encode), out, depth + 1)
+    write_value(&plain, Some(encode), section, out, depth + 1)
+}
+
+/// Write `bytes` (of an array, `array`'s dtype and shape) as a placeholder naming them.
+fn attach(out: &mut Vec<u8>, section: &mut Section, bytes: Bytes, array: Option<(Dtype, &[usize])>) {
+    match array {
+        None => ucall_core::jsonrpc::section::write_bytes(out, 0, Some(section), bytes),
+        Some((dtype, shape)) => {
+            // The length was checked against the shape where the array was read.
+            let _ = ucall_core::jsonrpc::section::write_array(out, 0, Some(section), dtype, shape, bytes);
+        }
+    }
+}
+
+/// A Python object's memory, kept alive by a reference to it, as [`Bytes`] that other
+/// threads read (the engine's vectored write) without the GIL.
+struct Referenced {
+    _owner: Py<PyAny>,
+    data: *const u8,
+    len: usize,
+}
+
+// SAFETY: the memory is a `bytes` object's (immutable) or a numpy array's (which numpy
+// neither frees nor moves while the array is referenced, as `_owner` does); it is only
+// read. The reference itself is released through pyo3's pool when dropped without the GIL.
+unsafe impl Send for Referenced {}
+// SAFETY: as for `Send`: shared reads of memory that does not change or move.
+unsafe impl Sync for Referenced {}
+
+impl AsRef<[u8]> for Referenced {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `data` points at `len` bytes kept alive by `_owner` (see above).
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// A `bytes` object's memory, without a copy.
+fn shared_bytes(bytes: &Bound<'_, PyBytes>) -> Bytes {
+    let data = bytes.as_bytes();
+    Bytes::from_owner(Referenced {
+        data: data.as_ptr(),
+        len: data.len(),
+        _owner: bytes.clone().into_any().unbind(),
+    })
+}
+
+/// Write `obj` as an attachment when it is a binary value the writer knows besides
+/// `bytes` and `bytearray`: a numpy array (from its own memory, when C-contiguous and
+/// of a dtype docs/wire.md lists), a memoryview (copied), a PIL image (its PNG bytes).
+/// Returns `false` for any other object.
+#[cold]
+#[inline(never)]
+fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8>) -> Result<bool, Unserializable> {
+    let failed = |e: PyErr| Unserializable(e.value(obj.py()).to_string());
+    let kind = obj.get_type();
+    let name = kind.name().map_err(failed)?;
+    if name == "memoryview" {
+        let bytes = obj.call_method0("tobytes").map_err(failed)?;
+        let bytes = bytes.cast::<PyBytes>().map_err(|e| Unserializable(e.to_string()))?;
+        attach(out, section, shared_bytes(bytes), None);
+        return Ok(true);
+    }
+    let module = kind.module().map_err(failed)?;
+    let module = module.to_cow().map_err(failed)?;
+    if name == "ndarray" && module == "numpy" {
+        return attach_ndarray(obj, section, out);
+    }
+    if module.starts_with("PIL.") && obj.hasattr("save").unwrap_or(false) {
+        let py = obj.py();
+        let buffer = py
+            .import("io")
+            .and_then(|io| io.getattr("BytesIO")?.call0())
+            .map_err(failed)?;
+        let options = PyDict::new(py);
+        options.set_item("format", "PNG").map_err(failed)?;
+        obj.call_method("save", (&buffer,), Some(&options)).map_err(failed)?;
+        let png = buffer.call_method0("getvalue").map_err(failed)?;
+        let png = png.cast::<PyBytes>().map_err(|e| Unserializable(e.to_string()))?;
+        attach(out, section, shared_bytes(png), None);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// A numpy array as an `ndarray` placeholder: C-contiguous arrays are sent from their own
+/// memory, others copied into C order once; an array of a dtype docs/wire.md does not
+/// list (big-endian, strings, objects, dates) is left to the plain form (`false`).
+fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8>) -> Result<bool, Unserializable> {
+    let failed = |e: PyErr| Unserializable(e.value(array.py()).to_string());
+    // numpy's own description of the memory (`__array_interface__`, version 3).
+    let interface = array.getattr("__array_interface__").map_err(failed)?;
+    let typestr: String = interface
+        .get_item("typestr")
+        .and_then(|t| t.extract())
+        .map_err(failed)?;
+    let dtype = match typestr.as_str() {
+        "|b1" => Dtype::Bool,
+        "|i1" => Dtype::Int8,
+        "|u1" => Dtype::Uint8,
+        "<i2" => Dtype::Int16,
+        "<u2" => Dtype::Uint16,
+        "<i4" => Dtype::Int32,
+        "<u4" => Dtype::Uint32,
+        "<i8" => Dtype::Int64,
+        "<u8" => Dtype::Uint64,
+        "<f2" => Dtype::Float16,
+        "<f4" => Dtype::Float32,
+        "<f8" => Dtype::Float64,
+        "<c8" => Dtype::Complex64,
+        "<c16" => Dtype::Complex128,
+        _ => return Ok(false),
+    };
+    if !interface.get_item("strides").map_err(failed)?.is_none() {
+        let contiguous = array.call_method0("copy").map_err(failed)?;
+        return attach_ndarray(&contiguous, section, out);
+    }
+    let shape: Vec<usize> = interface.get_item("shape").and_then(|s| s.extract()).map_err(failed)?;
+    let (address, _read_only): (usize, bool) = interface.get_item("data").and_then(|d| d.extract()).map_err(failed)?;
+    let len: usize = array.getattr("nbytes").and_then(|n| n.extract()).map_err(failed)?;
+    let bytes = Bytes::from_owner(Referenced {
+        _owner: array.clone().unbind(),
+        data: address as *const u8,
+        len,
+    });
+    attach(out, section, bytes, Some((dtype, &shape)));
+    Ok(true)
 }
 
 /// A C-contiguous numpy array's `.npy` bytes as its header and its memory, which the

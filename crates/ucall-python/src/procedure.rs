@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
+use ucall_core::jsonrpc::section::Section;
 use ucall_core::{Deferred, Params, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
-use crate::convert::write_json;
+use crate::convert::{write_json, write_json_attached};
 use crate::params::Plan;
 
 /// Python objects every procedure of one server needs.
@@ -167,16 +168,17 @@ impl Procedure {
         Ok((args, kwargs))
     }
 
-    /// Bind, call, serialize the result into `out`.
+    /// Bind, call, serialize the result into `out` (its binary values into `section`,
+    /// when the caller accepts binary replies).
     pub(crate) fn invoke(
         &self,
         py: Python<'_>,
         params: Params<'_>,
         context: Option<Box<CallContext>>,
-        out: &mut Vec<u8>,
+        (out, section): (&mut Vec<u8>, Option<&mut Section>),
     ) -> Result<(), RpcError> {
         let result = self.call(py, params, context)?;
-        self.hooks.serialize(&result, out)
+        self.hooks.serialize_attached(&result, out, section)
     }
 
     /// Whether this procedure is an `async def` (its calls start coroutines and return).
@@ -239,7 +241,7 @@ impl Procedure {
         py: Python<'_>,
         params: Params<'_>,
         context: Option<Box<CallContext>>,
-        out: &mut Vec<u8>,
+        out: (&mut Vec<u8>, Option<&mut Section>),
     ) -> Result<(), RpcError> {
         self.timing(voluntary_switches(), params, || self.invoke(py, params, context, out))
     }
@@ -303,10 +305,7 @@ impl Procedure {
                     .map(Bound::into_any)
                     .ok();
             }
-            Ok(result) => {
-                let mut out = Vec::with_capacity(32);
-                reply.finish(self.hooks.serialize(&result, &mut out).map(|()| out));
-            }
+            Ok(result) => reply.0.finish_with(&self.hooks, &result),
         }
         None
     }
@@ -350,6 +349,27 @@ impl Answer {
     }
 }
 
+/// Completing a deferred reply with a handler's result.
+trait FinishWith {
+    /// Answer with `result`, its binary values as attachments when the caller accepts them.
+    fn finish_with(self, hooks: &Hooks, result: &Bound<'_, PyAny>);
+}
+
+impl FinishWith for Deferred {
+    fn finish_with(self, hooks: &Hooks, result: &Bound<'_, PyAny>) {
+        let mut out = Vec::with_capacity(32);
+        if !self.accepts_attachments() {
+            self.complete(hooks.serialize(result, &mut out).map(|()| out));
+            return;
+        }
+        let mut section = Section::new();
+        match hooks.serialize_attached(result, &mut out, Some(&mut section)) {
+            Ok(()) => self.complete_attached(out, section),
+            Err(error) => self.error(error),
+        }
+    }
+}
+
 pub(crate) fn is_awaitable(obj: &Bound<'_, PyAny>) -> bool {
     obj.hasattr("__await__").unwrap_or(false)
 }
@@ -382,10 +402,7 @@ impl DeferredReply {
                 deferred.error(self.hooks.error(py, &PyErr::from_value(exception), &self.method));
             }
             Ok(_) => match task.call_method0("result") {
-                Ok(result) => {
-                    let mut out = Vec::with_capacity(32);
-                    deferred.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
-                }
+                Ok(result) => deferred.finish_with(&self.hooks, &result),
                 Err(e) => deferred.error(self.hooks.error(py, &e, &self.method)),
             },
             Err(e) => deferred.error(self.hooks.error(py, &e, &self.method)),
@@ -428,9 +445,24 @@ impl Hooks {
 
     /// Serialize a handler's result into `out`.
     pub(crate) fn serialize(&self, result: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
+        self.serialize_attached(result, out, None)
+    }
+
+    /// Serialize a handler's result into `out`, its binary values as attachments in
+    /// `section` when given (the caller accepts binary replies).
+    pub(crate) fn serialize_attached(
+        &self,
+        result: &Bound<'_, PyAny>,
+        out: &mut Vec<u8>,
+        mut section: Option<&mut Section>,
+    ) -> Result<(), RpcError> {
         let start = out.len();
-        write_json(result, Some(self.encode.bind(result.py())), out).map_err(|e| {
+        let attached = section.as_ref().map_or(0, |s| s.count());
+        write_json_attached(result, Some(self.encode.bind(result.py())), section.as_deref_mut(), out).map_err(|e| {
             out.truncate(start);
+            if let Some(section) = section {
+                section.truncate(attached);
+            }
             RpcError::internal(format!("Internal error: result cannot be serialized: {}", e.0))
         })
     }

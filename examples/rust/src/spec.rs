@@ -6,7 +6,7 @@
 //! tests, so that every suite runs the vectors against one definition.
 
 use serde_json::value::RawValue;
-use ucall_core::{Call, RpcError, ServerBuilder};
+use ucall_core::{Call, Reply, RpcError, ServerBuilder};
 
 /// Register the vector procedures on `builder`.
 pub fn register(builder: ServerBuilder) -> ServerBuilder {
@@ -27,6 +27,22 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         })
         .procedure("echo", |call| Ok(call.get::<&RawValue>(0, "data")?.to_owned()))
         .procedure("hex", |call| Ok(hex(&call.params().bytes(0, "data")?)))
+        // Results that are binary values (docs/wire.md): attachments for a caller that
+        // accepts binary replies, base64 for any other.
+        .handler("unhex", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            reply.bytes(unhex(call.get::<&str>(0, "text")?)?);
+            Ok(())
+        })
+        .handler("unhex_later", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let bytes = unhex(call.get::<&str>(0, "text")?)?;
+            let deferred = reply.defer()?;
+            std::thread::spawn(move || deferred.bytes(bytes));
+            Ok(())
+        })
+        .handler("floats", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let count = call.get::<u32>(0, "n")?;
+            reply.array_of(&[count as usize], (0..count).map(|i| i as f32).collect::<Vec<f32>>())
+        })
         .procedure("fail", |_| -> Result<(), RpcError> {
             Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))
         })
@@ -63,6 +79,18 @@ fn sum(call: &Call<'_>) -> Result<serde_json::Value, RpcError> {
         ));
     }
     Ok(total.into())
+}
+
+/// The bytes a hex text spells.
+fn unhex(text: &str) -> Result<Vec<u8>, RpcError> {
+    let invalid = || RpcError::invalid_params("Invalid params: 'text' is not an even number of hex digits");
+    if text.len() % 2 == 1 {
+        return Err(invalid());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2).ok_or_else(invalid)?, 16).map_err(|_| invalid()))
+        .collect()
 }
 
 /// Bytes as lowercase hex, so that a vector shows what a bytes parameter decoded to.

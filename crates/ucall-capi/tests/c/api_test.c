@@ -1738,6 +1738,141 @@ static void test_unix_socket(void) {
     rmdir(dir);
 }
 
+/* ------------------------------------------------------------------ attachments */
+
+static int released = 0;
+static uint8_t reversed[256];
+
+static void count_release(void* userdata) {
+    CHECK(userdata == reversed, "release gets its userdata back");
+    released++;
+}
+
+/* reverse(data): reads its attachment in place, answers the bytes reversed from a static
+ * buffer (lent, released once sent); reverse_copy answers them copied. */
+static void reverse(ucall_call_t call, ucall_callback_tag_t tag) {
+    uint8_t const* data = NULL;
+    size_t length = 0, i;
+    if (!ucall_param_positional_attachment(call, 0, &data, &length) || length > sizeof reversed) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    for (i = 0; i < length; i++)
+        reversed[i] = data[length - 1 - i];
+    if (tag)
+        ucall_call_reply_attachment(call, reversed, length, NULL, NULL);
+    else
+        ucall_call_reply_attachment(call, reversed, length, count_release, reversed);
+}
+
+static void read_exactly(int fd, uint8_t* buffer, size_t length) {
+    size_t used = 0;
+    while (used < length) {
+        ssize_t got = read(fd, buffer + used, length - used);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        used += (size_t)got;
+    }
+    CHECK(used == length, "read %zu of %zu bytes", used, length);
+}
+
+/* A raw TCP binary message (docs/wire.md §3.2) of `text` with one attachment `data`. */
+static void send_binary(int fd, char const* text, uint8_t const* data, size_t length) {
+    uint8_t message[512];
+    size_t json = strlen(text), padded = (json + 63) / 64 * 64, body = padded + length;
+    uint32_t json32 = (uint32_t)json;
+    uint64_t body64 = body;
+    memset(message, 0, sizeof message);
+    message[0] = 0xC1;
+    message[1] = 1;
+    memcpy(message + 4, &json32, 4); /* little-endian hosts only, as the server */
+    memcpy(message + 8, &body64, 8);
+    memcpy(message + 16, text, json);
+    memcpy(message + 16 + padded, data, length);
+    CHECK(write(fd, message, 16 + body) == (ssize_t)(16 + body), "send a binary message");
+}
+
+static void test_attachments(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    int fd;
+    uint8_t prefix[16], body[256];
+    uint32_t json_length;
+    uint64_t body_length;
+    static uint8_t const data[] = {1, 2, 3, 4, 5};
+    char const* reply;
+    char received[2048];
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init for attachments");
+    if (!the_server)
+        return;
+    ucall_add_procedure(the_server, "reverse", reverse, NULL);
+    ucall_add_procedure(the_server, "reverse_copy", reverse, (ucall_callback_tag_t)1);
+    pthread_create(&thread, NULL, serve, NULL);
+
+    /* A binary message: the reply is one, its attachment the bytes reversed. */
+    fd = connect_to(config.port);
+    send_binary(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"reverse\",\"params\":[{\"$ucall\":\"bytes\",\"offset\":0,\"length\":5}],\"id\":1}",
+                data, sizeof data);
+    read_exactly(fd, prefix, sizeof prefix);
+    memcpy(&json_length, prefix + 4, 4);
+    memcpy(&body_length, prefix + 8, 8);
+    CHECK(prefix[0] == 0xC1 && prefix[1] == 1 && body_length <= sizeof body, "a binary reply (%u, %u)",
+          (unsigned)prefix[0], (unsigned)body_length);
+    if (prefix[0] == 0xC1 && body_length <= sizeof body) {
+        size_t padded = (json_length + 63) / 64 * 64;
+        read_exactly(fd, body, (size_t)body_length);
+        body[json_length < sizeof body ? json_length : 0] = 0;
+        CHECK(strstr((char const*)body, "{\"$ucall\":\"bytes\",\"offset\":0,\"length\":5}") != NULL,
+              "the result is a placeholder: %s", (char const*)body);
+        CHECK(body_length == padded + 5 && memcmp(body + padded, "\5\4\3\2\1", 5) == 0,
+              "the attachment holds the bytes reversed");
+    }
+    /* The copying form, on the same connection. */
+    send_binary(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"reverse_copy\",\"params\":[{\"$ucall\":\"bytes\",\"offset\":0,\"length\":5}],\"id\":2}",
+                data, sizeof data);
+    read_exactly(fd, prefix, sizeof prefix);
+    memcpy(&body_length, prefix + 8, 8);
+    CHECK(prefix[0] == 0xC1 && body_length == 128 + 5, "the copied bytes are an attachment too");
+    if (body_length <= sizeof body)
+        read_exactly(fd, body, (size_t)body_length);
+    /* A plain JSON text: no attachment to read. */
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"reverse\",\"params\":[\"AQID\"],\"id\":3}");
+    CHECK(strstr(reply, "-32602") != NULL, "a base64 string is no attachment: %s", reply);
+    close(fd);
+
+    /* HTTP without Accept: base64 (the bytes reversed). */
+    {
+        char request[512];
+        static char const text[] =
+            "{\"jsonrpc\":\"2.0\",\"method\":\"reverse\",\"params\":[{\"$ucall\":\"bytes\",\"offset\":0,\"length\":5}],\"id\":4}";
+        size_t json = strlen(text), padded = (json + 63) / 64 * 64;
+        int length = snprintf(request, sizeof request,
+                              "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/vnd.ucall.binary\r\n"
+                              "UCall-JSON-Length: %zu\r\nContent-Length: %zu\r\n\r\n%s",
+                              json, padded + 5, text);
+        fd = connect_to(config.port);
+        write_all(fd, request);
+        memset(request, 0, sizeof request);
+        CHECK(write(fd, request, padded - json) == (ssize_t)(padded - json) && write(fd, data, 5) == 5,
+              "send the section (%d)", length);
+        CHECK(read_until_closed(fd, received, sizeof received) > 0 && strstr(received, "\"result\":\"BQQDAgE=\"") &&
+                  strstr(received, "application/json"),
+              "a plain JSON caller gets base64: %.300s", received);
+        close(fd);
+    }
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    the_server = NULL;
+    CHECK(released == 2, "each lent reply released once it was sent (%d)", released);
+}
+
 int main(void) {
     /* First: a process probes io_uring once, and the forked child must not inherit a
      * probe made before its filter. */
@@ -1759,5 +1894,6 @@ int main(void) {
     test_described();
     test_operations();
     test_unix_socket();
+    test_attachments();
     return report();
 }

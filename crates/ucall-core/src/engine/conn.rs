@@ -327,7 +327,11 @@ impl Conn {
     /// then go on.
     pub(crate) fn complete(&mut self, completion: Completion, date: &[u8]) -> bool {
         let Completion {
-            slot, outcome, item, ..
+            slot,
+            outcome,
+            item,
+            attachments,
+            ..
         } = completion;
         let placed = match (item, outcome) {
             (Some(credit), Ok(json)) => self.session.stream_item(slot, &json, credit, &mut self.out, date),
@@ -335,7 +339,9 @@ impl Conn {
                 credit.give_back();
                 false
             }
-            (None, outcome) => self.session.complete(slot, outcome, &mut self.out, date),
+            (None, outcome) => self
+                .session
+                .complete_attached(slot, outcome, attachments, &mut self.out, date),
         };
         if placed {
             self.mark_backlog();

@@ -96,6 +96,9 @@ pub struct RequestHead {
     pub json_length: Option<Result<usize, ()>>,
     /// `Sec-WebSocket-Protocol` offers the binary-message subprotocol (docs/wire.md §3.3).
     pub websocket_binary: bool,
+    /// `Accept` lists `application/vnd.ucall.binary` (with a `q` other than 0): a
+    /// JSON-RPC reply with attachments may be a binary message (docs/wire.md §3.1).
+    pub accepts_binary: bool,
     /// `Sec-WebSocket-Protocol` offers [`crate::ws::SUBPROTOCOL`] (plain JSON-RPC).
     pub websocket_plain: bool,
 }
@@ -107,6 +110,22 @@ impl RequestHead {
     pub fn binary_json_length(&self) -> Option<usize> {
         self.json_length.and_then(Result::ok)
     }
+}
+
+/// Whether an `Accept` value lists the binary content type with a `q` other than 0
+/// (RFC 9110 §12.5.1: media types and parameter names are case-insensitive).
+fn lists_binary(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|range| {
+        let mut parts = range.split(|&b| b == b';');
+        let media = parts.next().unwrap_or_default().trim_ascii();
+        media.eq_ignore_ascii_case(wire::CONTENT_TYPE.as_bytes())
+            && !parts.any(|param| {
+                let param = param.trim_ascii();
+                param.len() > 2
+                    && param[..2].eq_ignore_ascii_case(b"q=")
+                    && param[2..].iter().all(|&b| b == b'0' || b == b'.')
+            })
+    })
 }
 
 /// Result of looking for a request head at the start of the buffered input.
@@ -259,6 +278,7 @@ fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize,
             }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
+                head.accepts_binary |= lists_binary(value);
             }
             12 if name.eq_ignore_ascii_case("content-type") => {
                 // Most requests say `application/json`, which its length rules out at once.
@@ -437,7 +457,7 @@ pub fn none_match_names(field: &[u8], etag: &str) -> bool {
 
 /// Room reserved before each reply body for its head, which is written once the body's
 /// length is known.
-const HEAD_ROOM: usize = 192;
+const HEAD_ROOM: usize = 256;
 
 /// What a response says about the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -502,11 +522,39 @@ pub fn respond_to(
     content_type: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
+    respond_with(out, method, persistence, headers, date, content_type, |out| {
+        write_body(out).map(|status| (status, None))
+    });
+}
+
+/// [`respond_to`] for a JSON-RPC reply that may be a binary message (docs/wire.md §3.1):
+/// when `write_body` gives the length of the JSON text at the body's start, the reply is
+/// `application/vnd.ucall.binary` with `UCall-JSON-Length`; else `application/json`.
+pub fn respond_message(
+    out: &mut OutBuf,
+    method: Method,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
+) {
+    respond_with(out, method, persistence, headers, date, b"application/json", write_body);
+}
+
+fn respond_with(
+    out: &mut OutBuf,
+    method: Method,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    content_type: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
+) {
     let room = HEAD_ROOM + headers.len();
     let reserved = out.data().len();
     out.data().resize(reserved + room, 0);
     let body_start = reserved + room;
-    let Some(status) = write_body(out) else {
+    let Some((status, json_length)) = write_body(out) else {
         out.truncate(reserved);
         return;
     };
@@ -545,7 +593,14 @@ pub fn respond_to(
     }
     if !no_content {
         put(b"Content-Type: ");
-        put(content_type);
+        match json_length {
+            None => put(content_type),
+            Some(json_length) => {
+                put(wire::CONTENT_TYPE.as_bytes());
+                put(b"\r\nUCall-JSON-Length: ");
+                put(itoa::Buffer::new().format(json_length).as_bytes());
+            }
+        }
         put(b"\r\nContent-Length: ");
         put(itoa::Buffer::new().format(body_len).as_bytes());
         put(b"\r\n");

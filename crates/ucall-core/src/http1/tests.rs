@@ -253,3 +253,48 @@ fn writes_head_before_body_without_moving_it() {
          Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n[1]"
     );
 }
+
+#[test]
+fn accept_lists_binary_replies_by_media_type_and_q() {
+    for (value, lists) in [
+        ("application/vnd.ucall.binary", true),
+        ("application/json, Application/VND.ucall.Binary", true),
+        ("application/vnd.ucall.binary;q=0.5", true),
+        ("application/vnd.ucall.binary; q=0", false),
+        ("application/vnd.ucall.binary;Q=0.000", false),
+        ("*/*", false),
+        ("application/vnd.ucall.binary-other", false),
+        ("text/event-stream", false),
+    ] {
+        assert_eq!(lists_binary(value.as_bytes()), lists, "{value}");
+    }
+    let (parsed, _) = head("POST / HTTP/1.1\r\nHost: x\r\nAccept: application/vnd.ucall.binary\r\n\r\n").unwrap();
+    assert!(parsed.accepts_binary);
+}
+
+#[test]
+fn a_binary_reply_names_its_type_and_json_length() {
+    let mut out = OutBuf::new();
+    respond_message(
+        &mut out,
+        Method::Post,
+        Persistence::KeepAlive,
+        b"",
+        b"Sun, 06 Nov 1994 08:49:37 GMT",
+        |out| {
+            let data = out.data();
+            data.extend_from_slice(b"{}");
+            data.resize(data.len() + 62, 0);
+            data.push(7);
+            Some((Status::Ok, Some(2)))
+        },
+    );
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(
+        text.starts_with(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.ucall.binary\r\nUCall-JSON-Length: 2\r\n\
+             Content-Length: 65\r\n"
+        ),
+        "{text}"
+    );
+}

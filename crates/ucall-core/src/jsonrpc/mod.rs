@@ -9,6 +9,7 @@ pub mod codes;
 mod error;
 pub mod message;
 pub(crate) mod scan;
+pub mod section;
 
 pub use codes::{code_for_http_status, http_status, is_error_status, ErrorCode};
 pub use error::RpcError;

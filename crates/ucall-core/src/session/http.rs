@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Calls, Context, MessageKind, Scratch, Step};
+use super::{attached, Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::date::monotonic_nanos;
@@ -12,6 +12,7 @@ use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
+use crate::jsonrpc::section::Section;
 use crate::jsonrpc::{self, ErrorCode, RpcError};
 use crate::metrics::{Metrics, Refusal};
 use crate::request_log::{Carrier, Entry, Seed};
@@ -335,71 +336,69 @@ impl Http {
         // in front of the server see what runs).
         let is_jsonrpc = head.method == Method::Post
             && (is_root(target) || (looks_like_jsonrpc(body) && !names_procedure(ctx.router, target, scratch)));
+        // A JSON-RPC reply may be a binary message when the request accepts one.
+        let binary = is_jsonrpc && head.accepts_binary;
+        let mut attachments = Section::new();
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
             // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
             streams: is_jsonrpc && head.minor_version >= 1,
+            attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
-            .with_section(section);
+            .with_section(section)
+            .with_binary_replies(binary);
         // A reply that waits for deferred calls is taken out whole, with where it began.
-        let mut held: Option<(Vec<u8>, usize)> = None;
-        http1::respond_to(
-            out,
-            head.method,
-            persistence,
-            &self.cors_headers,
-            ctx.date,
-            b"application/json",
-            |out| {
-                let data = out.data();
-                let start = data.len();
-                let status = if is_jsonrpc {
-                    match dispatch::process(
-                        body,
-                        &context,
-                        ctx.router,
-                        ctx.limits.max_batch,
-                        &mut scratch.jsonrpc,
-                        &mut deferrals,
-                        data,
-                    ) {
-                        Outcome::Silent => Status::NoContent,
-                        Outcome::Replied | Outcome::ParseError => {
-                            let retry_after = scratch.jsonrpc.retry_after;
-                            (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
-                        }
+        let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
+        http1::respond_message(out, head.method, persistence, &self.cors_headers, ctx.date, |out| {
+            let data = out.data();
+            let start = data.len();
+            let status = if is_jsonrpc {
+                match dispatch::process(
+                    body,
+                    &context,
+                    ctx.router,
+                    ctx.limits.max_batch,
+                    &mut scratch.jsonrpc,
+                    &mut deferrals,
+                    data,
+                ) {
+                    Outcome::Silent => Status::NoContent,
+                    Outcome::Replied | Outcome::ParseError => {
+                        let retry_after = scratch.jsonrpc.retry_after;
+                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
                     }
-                } else {
-                    rest_call(
-                        head.method,
-                        target,
-                        body,
-                        &context,
-                        ctx.router,
-                        scratch,
-                        &mut deferrals,
-                        data,
-                    )
-                };
-                if scratch.jsonrpc.deferred.is_empty() {
-                    Some(status)
-                } else {
-                    held = Some((data.split_off(start), start));
-                    None
                 }
-            },
-        );
-        if let Some((text, base)) = held {
+            } else {
+                rest_call(
+                    head.method,
+                    target,
+                    body,
+                    &context,
+                    ctx.router,
+                    scratch,
+                    &mut deferrals,
+                    data,
+                )
+            };
+            let section = deferrals.attachments.as_deref_mut().map(Section::take);
+            if scratch.jsonrpc.deferred.is_empty() {
+                let json_length = section.and_then(|section| attached::finish_http(out, start, section));
+                Some((status, json_length))
+            } else {
+                held = Some((data.split_off(start), start, section));
+                None
+            }
+        });
+        if let Some((text, base, section)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
             calls.hold_text(
                 out,
-                text,
-                base,
+                (text, base),
                 MessageKind::Http(
                     persistence,
                     if head.event_stream {
@@ -411,6 +410,7 @@ impl Http {
                 ),
                 headers,
                 &mut ctx.scratch.jsonrpc.deferred,
+                section,
             );
         }
         if keep_alive {

@@ -93,6 +93,7 @@ pub(super) fn answer(
                 next_slot: &mut calls.next_slot,
                 // Progress goes as server-sent events: chunked transfer coding (HTTP/1.1).
                 streams: head.minor_version >= 1,
+                attachments: None,
             };
             let held = post(
                 body,
@@ -107,11 +108,11 @@ pub(super) fn answer(
             if let Some((text, base)) = held {
                 calls.hold_text(
                     out,
-                    text,
-                    base,
+                    (text, base),
                     MessageKind::Http(persistence, Lines::Events, head.method),
                     std::mem::take(cors_headers),
                     &mut ctx.scratch.jsonrpc.deferred,
+                    None,
                 );
             }
         }

@@ -5,6 +5,7 @@
 //! uppercase ASCII letter, as every HTTP method starts (RFC 9110 §9), is HTTP/1.1; anything
 //! else is a raw TCP stream of JSON texts.
 
+mod attached;
 mod http;
 mod mcp;
 mod tcp;
@@ -21,10 +22,12 @@ use crate::dispatch::{self, DeferredAt};
 use crate::http1::cors::Cors;
 use crate::http1::{self, Method, Persistence, Status};
 use crate::jsonrpc;
+use crate::jsonrpc::section::Section;
 use crate::metrics::Transport;
 use crate::router::Router;
 use crate::streaming::{Credit, OUTPUT_ROOM};
 use crate::ws;
+use attached::{commit_tcp_reply, commit_ws_reply};
 use http::{respond_rejection, rest_error, Http};
 use tcp::{one_line, Stream};
 use websocket::{commit_ws_text, reserve_ws_header, WebSocket};
@@ -127,6 +130,9 @@ struct PendingMessage {
     /// HTTP: a streamed reply's head and first items have gone; the reply ends as the
     /// last chunk of its body.
     streamed: bool,
+    /// The caller accepts a binary reply: the attachments of the calls answered so far
+    /// (the deferred ones' join them as they are rendered). `None`: a plain JSON reply.
+    attachments: Option<Section>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +185,8 @@ struct PendingSlot {
     /// An MCP `tools/call`: its result is wrapped, its items are progress notifications.
     tool: Option<Box<ToolReply>>,
     outcome: Option<Completed>,
+    /// The attachments its result names, from offset 0.
+    attachments: Section,
 }
 
 /// What one [`Session::feed`] did.
@@ -426,11 +434,24 @@ impl Session {
     /// queue the message's reply. Returns `false` for a slot this session does not await
     /// (a notification, or a call whose handler failed after deferring).
     pub fn complete(&mut self, slot: u64, outcome: Completed, out: &mut OutBuf, date: &[u8]) -> bool {
+        self.complete_attached(slot, outcome, Section::new(), out, date)
+    }
+
+    /// [`Session::complete`] for a result that names `attachments` (docs/wire.md).
+    pub fn complete_attached(
+        &mut self,
+        slot: u64,
+        outcome: Completed,
+        attachments: Section,
+        out: &mut OutBuf,
+        date: &[u8],
+    ) -> bool {
         let Some((index, at)) = self.calls.find(slot) else {
             return false;
         };
         let message = &mut self.calls.pending[index];
         message.slots[at].outcome = Some(outcome);
+        message.slots[at].attachments = attachments;
         message.awaited -= 1;
         if message.awaited == 0 {
             let message = self
@@ -655,19 +676,19 @@ impl Calls {
     /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
     fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
         let text = out.data().split_off(start);
-        self.hold_text(out, text, start, kind, Vec::new(), deferred);
+        self.hold_text(out, (text, start), kind, Vec::new(), deferred, None);
     }
 
-    /// Like [`Calls::hold`] for a message whose `text` was taken out already; `base` is
+    /// Like [`Calls::hold`] for a message whose `text` was taken out already, `base` being
     /// the offset it had, which the offsets in `deferred` count from.
     fn hold_text(
         &mut self,
         out: &mut OutBuf,
-        text: Vec<u8>,
-        base: usize,
+        (text, base): (Vec<u8>, usize),
         kind: MessageKind,
         headers: Vec<u8>,
         deferred: &mut Vec<DeferredAt>,
+        attachments: Option<Section>,
     ) {
         let slots: Vec<PendingSlot> = deferred
             .drain(..)
@@ -677,6 +698,7 @@ impl Calls {
                 id: d.id,
                 tool: d.tool,
                 outcome: None,
+                attachments: Section::new(),
             })
             .collect();
         debug_assert!(
@@ -699,6 +721,7 @@ impl Calls {
             awaited: slots.len(),
             slots,
             streamed: false,
+            attachments,
         });
     }
 }
@@ -714,27 +737,46 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         headers,
         slots,
         streamed,
+        attachments,
         ..
     } = message;
-    out.fill(hole, |out| match kind {
-        MessageKind::Stream => {
+    out.fill(hole, |out| match (kind, attachments) {
+        (MessageKind::Stream, Some(mut section)) => {
+            let json_start = attached::reserve_prefix(out.data());
+            write_completed(&text, slots, out, false, Some(&mut section));
+            commit_tcp_reply(out, json_start, section);
+        }
+        (MessageKind::WebSocket, Some(mut section)) => {
+            reserve_ws_header(out.data());
+            let json_start = attached::reserve_prefix(out.data());
+            write_completed(&text, slots, out, true, Some(&mut section));
+            commit_ws_reply(out, json_start, section);
+        }
+        (MessageKind::Http(persistence, _, method), Some(mut section)) if !streamed => {
+            http1::respond_message(out, method, persistence, &headers, date, |out| {
+                let json_start = out.data().len();
+                let status = write_completed(&text, slots, out, true, Some(&mut section));
+                Some((status, attached::finish_http(out, json_start, section)))
+            });
+        }
+        (MessageKind::Stream, _) => {
             let start = out.data().len();
-            write_completed(&text, slots, out, false);
+            write_completed(&text, slots, out, false, None);
             let data = out.data();
             // The held text ends with the reply's own newline; the rest must be one line.
             let end = data.len();
             one_line(&mut data[start..end.saturating_sub(1).max(start)]);
             out.commit(start..end);
         }
-        MessageKind::WebSocket => {
+        (MessageKind::WebSocket, _) => {
             let start = reserve_ws_header(out.data());
-            write_completed(&text, slots, out, true);
+            write_completed(&text, slots, out, true, None);
             commit_ws_text(out, start);
         }
-        MessageKind::Http(_, lines, _) if streamed => {
+        (MessageKind::Http(_, lines, _), _) if streamed => {
             // The final reply is the body's last line or event (docs/streaming.md).
             let mut reply = OutBuf::new();
-            write_completed(&text, slots, &mut reply, false);
+            write_completed(&text, slots, &mut reply, false, None);
             let mut reply = std::mem::take(reply.data());
             one_line(&mut reply);
             let mut framed = Vec::with_capacity(reply.len() + 8);
@@ -746,11 +788,11 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             let end = data.len();
             out.commit(start..end);
         }
-        MessageKind::Http(persistence, _, _) if slots.iter().any(|slot| slot.tool.is_some()) => {
+        (MessageKind::Http(persistence, _, _), _) if slots.iter().any(|slot| slot.tool.is_some()) => {
             // An MCP reply: its status (a hook's 401) is known once it is written, and
             // decides its header lines.
             let mut body = OutBuf::new();
-            let status = write_completed(&text, slots, &mut body, false);
+            let status = write_completed(&text, slots, &mut body, false, None);
             let body = std::mem::take(body.data());
             let headers = mcp::headers(&headers, status);
             http1::respond_out(out, persistence, &headers, date, |out| {
@@ -758,9 +800,9 @@ fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
                 Some(status)
             });
         }
-        MessageKind::Http(persistence, _, method) => {
+        (MessageKind::Http(persistence, _, method), _) => {
             http1::respond_to(out, method, persistence, &headers, date, b"application/json", |out| {
-                Some(write_completed(&text, slots, out, true))
+                Some(write_completed(&text, slots, out, true, None))
             });
         }
     });
@@ -773,7 +815,16 @@ const ATTACH_MIN: usize = 64 << 10;
 /// a REST-style error calls for, or the one a single call's error names. With `attach`,
 /// large results are attached (see
 /// [`OutBuf::attach`]) rather than copied; either way their buffers are kept for reuse.
-fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attach: bool) -> Status {
+///
+/// With `attachments` (the caller accepts a binary reply), each result's attachments join
+/// them, its placeholders rewritten for their place in the message's section.
+fn write_completed(
+    text: &[u8],
+    slots: Vec<PendingSlot>,
+    out: &mut OutBuf,
+    attach: bool,
+    mut attachments: Option<&mut Section>,
+) -> Status {
     let mut status = Status::Ok;
     // A single call's reply is its one slot, with no text around it; a batch's has `[`.
     let single = text.is_empty();
@@ -796,6 +847,13 @@ fn write_completed(text: &[u8], slots: Vec<PendingSlot>, out: &mut OutBuf, attac
             continue;
         }
         match (slot.id, outcome) {
+            (Some(id), Ok(result)) if !slot.attachments.is_empty() && attachments.is_some() => {
+                jsonrpc::write_result_opening(data, &id);
+                if let Some(section) = attachments.as_deref_mut() {
+                    section.append_rebased(slot.attachments, &result, data);
+                }
+                data.push(b'}');
+            }
             (id, Ok(result)) if attach && result.len() >= ATTACH_MIN => {
                 if let Some(id) = &id {
                     jsonrpc::write_result_opening(data, id);

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Raw TCP: one JSON text or binary message (docs/wire.md §3.2) in, one reply line out.
 
-use super::{Calls, Context, MessageKind, Step};
+use super::{attached, Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
+use crate::jsonrpc::section::Section;
 use crate::jsonrpc::{self, ErrorCode};
 use crate::metrics::Refusal;
 use crate::stream::{Frame, Framer};
@@ -129,36 +130,67 @@ impl Stream {
         ctx: &mut Context<'_>,
     ) -> Step {
         self.framer.reset();
+        // A binary message is answered in one when the reply has attachments: room for
+        // its prefix is kept before the reply (docs/wire.md §3.2).
+        let binary = section.is_some();
         let data = out.data();
-        let start = data.len();
+        let reserved = data.len();
+        let start = if binary {
+            attached::reserve_prefix(data)
+        } else {
+            reserved
+        };
+        let scratch = &mut *ctx.scratch;
+        let mut attachments = Section::new();
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
             streams: true,
+            attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
-            .with_section(section);
-        let scratch = &mut ctx.scratch.jsonrpc;
+            .with_section(section)
+            .with_binary_replies(binary);
         let outcome = dispatch::process(
             text,
             &context,
             ctx.router,
             ctx.limits.max_batch,
-            scratch,
+            &mut scratch.jsonrpc,
             &mut deferrals,
             data,
         );
-        if outcome != Outcome::Silent {
-            one_line(&mut data[start..]);
-            data.push(b'\n');
-        }
-        if scratch.deferred.is_empty() {
-            let end = data.len();
-            out.commit(start..end);
+        if binary {
+            if !scratch.jsonrpc.deferred.is_empty() {
+                let text = out.data().split_off(start);
+                out.data().truncate(reserved);
+                let deferred = &mut scratch.jsonrpc.deferred;
+                calls.hold_text(
+                    out,
+                    (text, start),
+                    MessageKind::Stream,
+                    Vec::new(),
+                    deferred,
+                    Some(attachments),
+                );
+            } else if outcome == Outcome::Silent {
+                out.data().truncate(reserved);
+            } else {
+                attached::commit_tcp_reply(out, start, attachments);
+            }
         } else {
-            calls.hold(out, start, MessageKind::Stream, &mut ctx.scratch.jsonrpc.deferred);
+            if outcome != Outcome::Silent {
+                one_line(&mut data[start..]);
+                data.push(b'\n');
+            }
+            if scratch.jsonrpc.deferred.is_empty() {
+                let end = data.len();
+                out.commit(start..end);
+            } else {
+                calls.hold(out, start, MessageKind::Stream, &mut scratch.jsonrpc.deferred);
+            }
         }
         let last = calls.count_exchange(ctx);
         // A text that is not JSON leaves the stream's framing lost, unless a binary

@@ -3,11 +3,12 @@
 //! message, one text frame per reply. Under the binary-message subprotocol a binary
 //! message is a binary message of docs/wire.md §3.3: prefix, JSON text, attachments.
 
-use super::{Calls, Context, MessageKind, Step};
+use super::{attached, Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::{self, Deferrals, Outcome};
 use crate::jsonrpc;
+use crate::jsonrpc::section::Section;
 use crate::wire;
 use crate::ws;
 
@@ -171,40 +172,51 @@ impl WebSocket {
         } else {
             (&message[..], None)
         };
+        // A binary message is answered in one when the reply has attachments: room for
+        // its prefix is kept before the reply (docs/wire.md §3.3).
+        let binary = section.is_some();
         let data = out.data();
         let reserved = data.len();
-        let start = reserve_ws_header(data);
+        let mut start = reserve_ws_header(data);
+        if binary {
+            start = attached::reserve_prefix(data);
+        }
+        let scratch = &mut *ctx.scratch;
+        let mut attachments = Section::new();
         let mut deferrals = Deferrals {
             target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
             next_slot: &mut calls.next_slot,
             streams: true,
+            attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
-            .with_section(section);
-        let scratch = &mut ctx.scratch.jsonrpc;
+            .with_section(section)
+            .with_binary_replies(binary);
         let outcome = dispatch::process(
             text,
             &context,
             ctx.router,
             ctx.limits.max_batch,
-            scratch,
+            &mut scratch.jsonrpc,
             &mut deferrals,
             data,
         );
         self.message = message;
         self.message.clear();
-        if !ctx.scratch.jsonrpc.deferred.is_empty() {
+        let attachments = binary.then_some(attachments);
+        if !scratch.jsonrpc.deferred.is_empty() {
             let text = out.data().split_off(start);
             out.data().truncate(reserved);
+            let deferred = &mut scratch.jsonrpc.deferred;
             calls.hold_text(
                 out,
-                text,
-                start,
+                (text, start),
                 MessageKind::WebSocket,
                 Vec::new(),
-                &mut ctx.scratch.jsonrpc.deferred,
+                deferred,
+                attachments,
             );
             return;
         }
@@ -212,7 +224,10 @@ impl WebSocket {
             out.data().truncate(reserved);
             return;
         }
-        commit_ws_text(out, start);
+        match attachments {
+            Some(attachments) => attached::commit_ws_reply(out, start, attachments),
+            None => commit_ws_text(out, start),
+        }
     }
 }
 
@@ -237,10 +252,16 @@ pub(super) fn reserve_ws_header(data: &mut Vec<u8>) -> usize {
 /// Queue the message written (and attached) since `start` (see [`reserve_ws_header`]) as
 /// a text frame, its header in the room reserved before it.
 pub(super) fn commit_ws_text(out: &mut OutBuf, start: usize) {
+    commit_ws(out, start, ws::Opcode::Text);
+}
+
+/// Queue the message written (and attached) since `start` as one frame of `opcode`, its
+/// header in the room (at least [`ws::MAX_HEADER`] bytes) before it.
+pub(super) fn commit_ws(out: &mut OutBuf, start: usize, opcode: ws::Opcode) {
     let attached = out.attached_since(start);
     let data = out.data();
     let mut room = [0u8; ws::MAX_HEADER];
-    let used = ws::write_header(&mut room, ws::Opcode::Text, data.len() - start + attached);
+    let used = ws::write_header(&mut room, opcode, data.len() - start + attached);
     data[start - used..start].copy_from_slice(&room[ws::MAX_HEADER - used..]);
     let end = data.len();
     out.commit(start - used..end);
