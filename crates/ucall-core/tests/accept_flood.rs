@@ -37,7 +37,7 @@ fn subtract(minuend: i64, subtrahend: i64, id: i64) -> String {
 /// in the same turn, so under a flood its turns grew to the whole backlog's work while the
 /// client it already served waited: hundreds of milliseconds per call, and a few calls
 /// answered in seconds. The listen backlog must hold the flood back instead (poll: at
-/// most 64 connections per turn; io_uring: one per turn while the flood lasts).
+/// most 64 connections per turn; io_uring: 8 per turn while the flood lasts).
 #[test]
 fn a_flood_of_new_connections_leaves_an_open_connection_served() {
     common::for_each_engine(|engine| {
@@ -88,9 +88,11 @@ fn a_flood_of_new_connections_leaves_an_open_connection_served() {
             answered >= ANSWERED_AT_LEAST,
             "{engine:?}: {answered} calls answered in {FLOOD:?} beside {opened} flood connections (slowest {slowest:?})"
         );
-        // The flood's connections all close, and the server serves on.
+        // The flood's connections all close, and the server serves on. The backlog left
+        // is served a share a turn: on a host with 20 to 28 runnable threads per 2 cores,
+        // both engines took more than 10 s for it (13 to 47 connections left on poll).
         assert!(
-            common::wait_until(Duration::from_secs(10), || server.connections() <= 1),
+            common::wait_until(Duration::from_secs(30), || server.connections() <= 1),
             "{engine:?}: {} connections still open",
             server.connections()
         );
