@@ -694,7 +694,7 @@ def nap(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
 
-server.run(ready=lambda s: print("listening on", s.port, flush=True))
+server.run()
 """
 
 
