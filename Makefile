@@ -50,8 +50,8 @@ test-python:  ## Python suite against the live spec server, on each engine
 
 .PHONY: test-python-api
 test-python-api: python  ## The Python package's suite (tests/python_api), then the shared vectors against a Python server
-	@# The Rust server whose documents and /docs page tests/python_api checks beside the Python one's.
-	cargo build -p ucall-examples --bin described_server
+	@# The Rust servers whose documents, /docs page and start-up line tests/python_api checks.
+	cargo build -p ucall-examples --bin described_server --bin sum_server
 	$(PY) -m pytest tests/python_api -q
 	UCALL_SPEC_SERVER=tests/python_api/spec_server.sh $(PY) -m pytest -c tests/python/pytest.ini tests/python -q
 

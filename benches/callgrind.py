@@ -150,7 +150,7 @@ def instructions(server: list[str], proto: str, request: bytes, count: int, expe
         port = None
         deadline = time.monotonic() + 60
         while port is None and time.monotonic() < deadline:
-            found = re.search(rb"listening on [0-9.]+:(\d+)", log.read_bytes())
+            found = re.search(rb"listening on (?:http://)?[0-9.]+:(\d+)", log.read_bytes())
             port = int(found.group(1)) if found else None
             time.sleep(0.1)
         if port is None:

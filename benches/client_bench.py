@@ -37,6 +37,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -256,8 +257,9 @@ class Server:
             line = self.proc.stdout.readline()
             if not line:
                 break
-            if line.startswith("listening on "):
-                self.port = int(line.split()[2].rsplit(":", 1)[1])
+            # The start-up line, on stderr (merged here): "ucall: listening on http://HOST:PORT (...)".
+            if found := re.search(r"listening on (?:[a-z]+://)?\S+:(\d+)", line):
+                self.port = int(found.group(1))
                 break
         if not self.port:
             self.stop()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -103,16 +104,17 @@ def open_connection(address: tuple[str, int], websocket: bool) -> socket.socket:
 
 def measure(server: list[str], engine: str, connections: int) -> Reading:
     env = dict(os.environ, UCALL_ENGINE=engine)
-    proc = subprocess.Popen([*server, "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
+    # The start-up line is the first on stderr: "ucall: listening on http://HOST:PORT (...)".
+    proc = subprocess.Popen([*server, "--port", "0", "--threads", "2"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
     socks: list[socket.socket] = []
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if "listening on" not in line:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"listening on [a-z]+://(\S+):(\d+)", line)
+        if not found:
             raise RuntimeError(f"{server}: unexpected first line {line!r}")
-        host, port = line.split()[2].rsplit(":", 1)
-        address = (host.strip("[]"), int(port))
+        address = (found.group(1).strip("[]"), int(found.group(2)))
         time.sleep(SETTLE)
         idle = rss_kib(proc.pid)
         websockets = connections // 4

@@ -60,8 +60,9 @@ def measure(workers: int, seconds: float, connections: int, folder: Path) -> dic
     command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", str(port), "--workers", str(workers)]
     server = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = server.stdout.readline() if server.stdout else ""
-        if not line.startswith("listening on"):
+        # The supervisor's start-up line, on stderr, once every worker serves.
+        line = server.stderr.readline() if server.stderr else ""
+        if not line.startswith("ucall: listening on"):
             raise RuntimeError(f"the server did not start: {line}{server.stderr.read() if server.stderr else ''}")
         body = '{"jsonrpc":"2.0","method":"spin","params":{"us":100},"id":1}'
         load = subprocess.run(

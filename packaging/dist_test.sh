@@ -10,7 +10,8 @@
 #           tsc type-checks a typed use
 #   checkout  js/ from a clean clone: `npm install` there (prepare builds dist/), then a
 #           project installs the folder
-#   c       the unpacked C tarball, moved elsewhere: pkg-config and CMake builds serve
+#   c       the unpacked C tarball, moved elsewhere: pkg-config and CMake builds serve;
+#           libucall.so asks for no glibc newer than the one stated
 # Usage: packaging/dist_test.sh [--quick] [python|sdist|rust|node|checkout|c]...
 #   --quick: the pass `make test` runs: the oldest Python (the abi3 floor), Node and C; no
 #   Rust project, sdist or checkout (each compiles the core again).
@@ -45,6 +46,10 @@ ok() { passed=$((passed + 1)); echo "ok: $*"; }
 fail() { failed=$((failed + 1)); echo "FAILED: $*" >&2; }
 
 wheel="$(ls "$dist"/ucall-"$version"-cp39-abi3-*.whl 2>/dev/null || true)"
+# The oldest glibc the C tarball runs on, as the README and docs/c-api.md state it: it is
+# built on the build machine's glibc (not through zig, as the wheel is), and Rust's std
+# asks for 2.34's symbols there (Debian 12, Ubuntu 22.04, RHEL 9 and newer).
+C_GLIBC=2.34
 need() { [ -e "$1" ] || { echo "dist-test: $1 is missing: run make dist" >&2; exit 1; }; }
 
 # A PATH without Rust: the system's directories only, with cargo's left out.
@@ -204,6 +209,14 @@ c_pass() {
         ok "the C tarball: $(tail -1 "$work/c.log")"
     else
         fail "the C tarball"; cat "$work/c.log" >&2
+    fi
+    # The glibc the README and docs/c-api.md state: the newest symbol version libucall.so asks for.
+    local needed
+    needed="$(objdump -T "$work/moved/elsewhere/ucall/lib/libucall.so.$version" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
+    if [ -n "$needed" ] && [ "$(printf '%s\n' "$needed" "GLIBC_$C_GLIBC" | sort -V | tail -1)" = "GLIBC_$C_GLIBC" ]; then
+        ok "libucall.so needs glibc ${needed#GLIBC_}, at most the $C_GLIBC stated"
+    else
+        fail "libucall.so needs ${needed:-no versioned glibc symbol}, more than the glibc $C_GLIBC stated (README, docs/c-api.md)"
     fi
 }
 

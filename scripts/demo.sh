@@ -7,8 +7,9 @@ log=$(mktemp)
 "$server" --port 0 --threads 2 >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 50); do grep -q listening "$log" && break; sleep 0.1; done
-line=$(grep listening "$log") || { cat "$log"; exit 1; }
+# The start-up line, on stderr: "ucall: listening on http://127.0.0.1:PORT (...)".
+for _ in $(seq 50); do grep -q "ucall: listening on" "$log" && break; sleep 0.1; done
+line=$(grep "ucall: listening on" "$log") || { cat "$log"; exit 1; }
 port=$(sed -E 's/.*:([0-9]+) .*/\1/' <<<"$line")
 echo "server: $line"
 show() { printf '\n\033[1m$ %s\033[0m\n' "$1"; eval "$1"; echo; }

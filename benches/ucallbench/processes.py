@@ -195,7 +195,9 @@ def proc_cpu_seconds(pgid: int) -> float | None:
 class ServerProcess:
     """A server started in its own process group, pinned to SERVER_CPU."""
 
-    LISTENING = re.compile(r"listening on (\S+):(\d+)")
+    # UCall servers say it on stderr ("ucall: listening on http://HOST:PORT (...)"), the
+    # peers on stdout ("listening on HOST:PORT"): both are read.
+    LISTENING = re.compile(r"listening on (?:[a-z]+://)?(\S+):(\d+)")
 
     def __init__(self, server: Server, proto: str, log_dir: Path):
         self.name = f"{server.name}/{proto}"
@@ -209,7 +211,7 @@ class ServerProcess:
             ["taskset", "-c", str(SERVER_CPU), *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=self.log,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         self.reader = threading.Thread(target=self._read, daemon=True)

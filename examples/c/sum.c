@@ -8,7 +8,8 @@
  *
  * Options: --host H, --port P (0: any free port), --threads N, --engine auto|poll|uring,
  * --tls-cert CHAIN.pem --tls-key KEY.pem (the port then speaks TLS: https://, wss://).
- * Prints "listening on HOST:PORT" once ready; SIGINT or SIGTERM stops it.
+ * Says "ucall: listening on http://HOST:PORT (engine E, N threads)" on stderr once ready;
+ * SIGINT or SIGTERM stops it.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -146,10 +147,11 @@ int main(int argc, char** argv) {
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
 
-    /* config now holds the values in force: the real port, the engine, the thread count. */
-    printf("listening on %s:%u (engine %s, %u thread%s)\n", config.hostname, (unsigned)config.port, config.engine,
-           (unsigned)config.max_threads, config.max_threads == 1 ? "" : "s");
-    fflush(stdout);
+    /* config now holds the values in force: the real port, the engine, the thread count.
+       The start-up line of every UCall server, on stderr (docs/operations.md). */
+    fprintf(stderr, "ucall: listening on %s://%s:%u (engine %s, %u thread%s)\n", config.use_ssl ? "https" : "http",
+            config.hostname, (unsigned)config.port, config.engine, (unsigned)config.max_threads,
+            config.max_threads == 1 ? "" : "s");
 
     for (i = 1; i < config.max_threads; ++i)
         pthread_create(&threads[i], NULL, serve, (void*)(uintptr_t)i);

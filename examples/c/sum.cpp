@@ -65,9 +65,9 @@ int main(int argc, char** argv) {
     running_server = server;
     std::signal(SIGINT, [](int) { ucall_stop(running_server); });
     std::signal(SIGTERM, [](int) { ucall_stop(running_server); });
-    std::printf("listening on %s:%u (engine %s, %u threads, C++)\n", config.hostname, unsigned{config.port},
-                config.engine, unsigned{config.max_threads});
-    std::fflush(stdout);
+    // The start-up line of every UCall server, on stderr (docs/operations.md).
+    std::fprintf(stderr, "ucall: listening on http://%s:%u (engine %s, %u thread%s; C++)\n", config.hostname,
+                 unsigned{config.port}, config.engine, unsigned{config.max_threads}, config.max_threads == 1 ? "" : "s");
 
     std::vector<std::thread> threads;
     for (std::uint16_t i = 1; i < config.max_threads; ++i)

@@ -119,4 +119,4 @@ if __name__ == "__main__":
     parser.add_argument("--engine", default="auto")
     args = parser.parse_args()
     server = make_server(port=args.port, host=args.host, engine=args.engine)
-    server.run(ready=lambda s: print(f"listening on {args.host}:{s.port}", flush=True))
+    server.run()  # says "ucall: listening on http://..." on stderr once serving

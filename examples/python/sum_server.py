@@ -33,5 +33,6 @@ if __name__ == "__main__":
     parser.add_argument("--engine", default="auto")
     args = parser.parse_args()
     server = make_server(port=args.port, host=args.host, threads=args.threads, engine=args.engine)
-    # Until Ctrl-C or SIGTERM; `ready` runs once serving, with the signal handlers in place.
-    server.run(ready=lambda s: print(f"listening on {args.host}:{s.port}", flush=True))
+    # Until Ctrl-C or SIGTERM; once serving it says where on stderr
+    # ("ucall: listening on http://127.0.0.1:8545 (engine ..., 1 thread; 2 procedures: ...)").
+    server.run()

@@ -30,12 +30,13 @@ const DATA = "0123456789abcdef"; // 16 bytes
 
 async function startBenchServer() {
   if (!existsSync(SERVER)) throw new Error(`${SERVER} not found: cargo build --release -p ucall-examples --bin bench_server`);
-  const child = spawn(SERVER, ["--host", "127.0.0.1", "--port", "0", "--threads", "1"], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(SERVER, ["--host", "127.0.0.1", "--port", "0", "--threads", "1"], { stdio: ["ignore", "inherit", "pipe"] });
   const port = await new Promise((resolve, reject) => {
     let text = "";
     const timer = setTimeout(() => reject(new Error("bench server: no listening line")), 15_000);
-    child.stdout.on("data", (d) => {
-      const m = /listening on \S+:(\d+)/.exec((text += d));
+    child.stderr.on("data", (d) => {
+      // The start-up line on stderr: "ucall: listening on http://127.0.0.1:PORT (...)".
+      const m = /ucall: listening on \S+:(\d+)/.exec((text += d));
       if (m) {
         clearTimeout(timer);
         resolve(Number(m[1]));

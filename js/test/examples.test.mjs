@@ -15,11 +15,12 @@ const run = (file, args, options = {}) =>
   );
 
 async function sumServer() {
-  const child = spawn(join(REPO, "target/debug/sum_server"), ["--host", "127.0.0.1", "--port", "0"], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(join(REPO, "target/debug/sum_server"), ["--host", "127.0.0.1", "--port", "0"], { stdio: ["ignore", "inherit", "pipe"] });
   const port = await new Promise((resolve, reject) => {
     let text = "";
-    child.stdout.on("data", (d) => {
-      const m = /listening on \S+:(\d+)/.exec((text += d));
+    child.stderr.on("data", (d) => {
+      // The start-up line on stderr: "ucall: listening on http://127.0.0.1:PORT (...)".
+      const m = /ucall: listening on \S+:(\d+)/.exec((text += d));
       if (m) resolve(Number(m[1]));
     });
     child.on("exit", (code) => reject(new Error(`sum_server exited (${code})`)));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Starts the repository's test servers on loopback (port 0 unless told), waits for their
-// "listening on HOST:PORT" line and stops them by PID.
+// Starts the repository's test servers on loopback (port 0 unless told), waits for the
+// start-up line every UCall server says on stderr (docs/operations.md) and stops them by PID.
 import { spawn, execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -9,8 +9,9 @@ import { fileURLToPath } from "node:url";
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const PYTHON = join(REPO, ".venv/bin/python");
-const LISTENING = /^listening on (\S+):(\d+)/;
-const TLS = /^tls on (\S+):(\d+)/;
+// "ucall: listening on http://HOST:PORT (engine E, N threads[, TLS on port P][; ...])"
+export const LISTENING = /^ucall: listening on [a-z]+:\/\/(\[[^\]]+\]|[^\s:/]+):(\d+)/;
+const TLS = /\(engine [^)]*, TLS on port (\d+)/;
 
 /**
  * The server kinds to test against: UCALL_JS_SERVERS (comma-separated; `make test-js`
@@ -73,7 +74,6 @@ export async function startServer({ kind = "rust", port = 0, tls = false, args =
   const [file, argv] = command(kind, flags);
   const child = spawn(file, argv, { stdio: ["ignore", "pipe", "pipe"], cwd: REPO });
   let stderr = "";
-  child.stderr.on("data", (d) => (stderr += d));
   const server = await new Promise((resolvePromise, reject) => {
     const found = {};
     let buffer = "";
@@ -84,17 +84,20 @@ export async function startServer({ kind = "rust", port = 0, tls = false, args =
       reject(error);
     };
     child.on("exit", (code) => fail(new Error(`${kind} server exited (${code}) before listening\n${stderr}`)));
-    child.stdout.on("data", (data) => {
+    child.stdout.resume(); // not read: drained so that the server never blocks on it
+    child.stderr.on("data", (data) => {
+      stderr += data;
       buffer += data;
       let end;
       while ((end = buffer.indexOf("\n")) >= 0) {
         const line = buffer.slice(0, end).trim();
         buffer = buffer.slice(end + 1);
-        let m = LISTENING.exec(line);
-        if (m) found.port = Number(m[2]);
-        m = TLS.exec(line);
-        if (m) found.tlsPort = Number(m[2]);
-        if (found.port && (!tls || found.tlsPort)) {
+        const m = LISTENING.exec(line);
+        if (!m) continue;
+        found.port = Number(m[2]);
+        const separate = TLS.exec(line);
+        if (separate) found.tlsPort = Number(separate[1]);
+        if (!tls || found.tlsPort) {
           clearTimeout(timer);
           child.removeAllListeners("exit");
           return resolvePromise({ host: "127.0.0.1", ...found });

@@ -768,6 +768,8 @@ class Server:
     def _native_options(self) -> dict[str, Any]:
         """The extension server's keyword options: the limits, and what tests set."""
         options = dict(self._limits)
+        # run() says the start-up line itself, with the procedures the core does not know.
+        options["quiet"] = True
         if self._supervisor is not None:
             options["share_port"] = True
         if self._trust_after is not None:
@@ -975,15 +977,24 @@ class Server:
         """What ``run()`` says once serving, as uvicorn does: where, how and what."""
         return f"ucall: {self._serving_line('; Ctrl-C stops')}"
 
-    def _serving_line(self, tail: str = "") -> str:
-        """The start-up record: where, on which engine and threads, and what it serves."""
+    def _serving_line(self, tail: str = "", engine: str | None = None, workers: str = "") -> str:
+        """The start-up record, in the one format of every front end (docs/operations.md):
+        where, on which engine and threads, and then what it serves."""
         names = sorted(self._procedures)
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}{' each' if workers else ''}"
         tls = f", TLS on port {self.tls_port}" if self._limits["tls_port"] is not None else ""
         unix = f" and unix:{self.unix_socket}" if self.unix_socket is not None else ""
+        fallback = f"; io_uring unavailable: {self.engine_fallback}" if self.engine_fallback else ""
         procedures = f"{len(names)} procedure{'s' if len(names) != 1 else ''}" + (f": {shown}" if names else "")
-        return f"listening on {self.url}{unix} (engine {self.engine}, {threads}{tls}; {procedures}{tail})"
+        engine = engine or self.engine
+        return f"listening on {self.url}{unix} (engine {engine}, {threads}{tls}{fallback}{workers}; {procedures}{tail})"
+
+    def _supervisor_line(self, pids: list[int], engine: str, metrics_port: int | None = None) -> str:
+        """What a supervisor of worker processes says once they all serve."""
+        metrics = "" if metrics_port is None else f"; their metrics on port {metrics_port}"
+        workers = f"; workers {', '.join(str(pid) for pid in pids)}"
+        return self._serving_line(f"{metrics}; Ctrl-C stops", engine or "?", workers)
 
     def _stop_timeout(self) -> float:
         """How long a worker told to stop may take before its supervisor kills it."""
@@ -1013,10 +1024,13 @@ class Server:
                 metrics=None if metrics_port is None else (self.host, metrics_port),
             )
 
-            def serving(_pids: list[int]) -> None:
+            def serving(pids: list[int]) -> None:
                 self.metrics_port = supervisor.metrics_port
                 if ready is not None:
                     ready(self)
+                elif not self._limits["quiet"]:
+                    line = self._supervisor_line(pids, supervisor.engine, supervisor.metrics_port)
+                    print(f"ucall: {line}", file=sys.stderr, flush=True)
 
             status = supervisor.run(serving)
         finally:
@@ -1027,8 +1041,8 @@ class Server:
             raise RuntimeError("the workers did not start serving (their errors are above)")
 
     def _serve_as_worker(self, ready_fd: int) -> int:
-        """Serve as one of a supervisor's workers: the port shared, one byte written to
-        ``ready_fd`` once serving. Returns the exit status."""
+        """Serve as one of a supervisor's workers: the port shared, the engine's name written
+        to ``ready_fd`` once serving. Returns the exit status."""
         self._supervisor = os.getppid()
 
         from ucall import _workers
@@ -1038,7 +1052,7 @@ class Server:
             native = self._native
             if folder and native is not None:
                 _workers.serve_worker_metrics(native.metrics_text, os.path.join(folder, f"{os.getpid()}.sock"))
-            os.write(ready_fd, b"r")
+            os.write(ready_fd, ((native.engine if native is not None else None) or "?").encode())
             os.close(ready_fd)
 
         self.run(ready=announce)

@@ -18,8 +18,9 @@ spreads new connections between them. The supervisor serves nothing itself:
 - with ``reload``, a change to a watched source file restarts the workers as ``SIGHUP``
   does (for development).
 
-A worker tells the supervisor it serves by writing one byte to a pipe once its listeners
-are open and its workers run; it stops by itself when the supervisor is gone.
+A worker tells the supervisor it serves by writing the name of its engine to a pipe once
+its listeners are open and its workers run (the supervisor's start-up line says it); it
+stops by itself when the supervisor is gone.
 
 Each worker counts its own metrics, and the kernel hands a scrape of the shared port to
 any one of them. With ``metrics`` the supervisor serves their totals on a port of its
@@ -217,20 +218,21 @@ class _Exporter:
 
 
 class _Worker:
-    __slots__ = ("pid", "ready", "serving", "started")
+    __slots__ = ("engine", "pid", "ready", "serving", "started")
 
     def __init__(self, pid: int, ready: int) -> None:
         self.pid = pid
         self.ready = ready  # the read end of the worker's readiness pipe; -1 once read
         self.serving = False
+        self.engine = ""  # what the worker wrote once serving: the engine it serves with
         self.started = time.monotonic()
 
 
 class Supervisor:
     """Runs ``workers`` processes made by ``start_worker(ready_fd)`` until told to stop.
 
-    ``start_worker`` runs in the forked child; it serves, writes one byte to ``ready_fd``
-    once serving, and returns the exit status (or exec()s a program that does so)."""
+    ``start_worker`` runs in the forked child; it serves, writes its engine's name (at
+    least one byte) to ``ready_fd`` once serving, and returns the exit status (or exec()s a program that does so)."""
 
     def __init__(
         self,
@@ -258,6 +260,7 @@ class Supervisor:
         self._next_start = 0.0
         self.metrics = metrics
         self.metrics_port: int | None = None
+        self.engine = ""
         self._metrics_dir: str | None = None
 
     # ------------------------------------------------------------ processes
@@ -290,10 +293,11 @@ class Supervisor:
         readable, _, _ = select.select([worker.ready], [], [], max(timeout, 0))
         if not readable:
             return False
-        got = os.read(worker.ready, 1)
+        got = os.read(worker.ready, 64)
         os.close(worker.ready)
         worker.ready = -1
         worker.serving = bool(got)
+        worker.engine = got.decode("ascii", "replace")
         return worker.serving
 
     def _reap(self) -> None:
@@ -344,7 +348,8 @@ class Supervisor:
 
     def run(self, ready: Callable[[list[int]], None] | None = None) -> int:
         """Serve until SIGTERM or SIGINT; returns the exit status (0 once stopped cleanly).
-        ``ready(pids)`` is called once every first worker serves."""
+        ``ready(pids)`` is called once every first worker serves (``engine`` then says
+        which engine they serve with)."""
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         previous = {number: signal.signal(number, self._on_signal) for number in handled}
         exporter = None
@@ -384,6 +389,7 @@ class Supervisor:
                 _log(f"worker {worker.pid} did not start serving")
                 self._stop_all()
                 return 1
+        self.engine = first[0].engine if first else ""
         if ready is not None:
             ready([w.pid for w in first])
         sources = source_files(self.reload_roots) if self.reload_roots else {}

@@ -937,16 +937,10 @@ def serve(
             click.secho(f"ucall: {error}", fg="red", err=True)
             sys.exit(2)
         return
-    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
     if workers is None and not reload:
-
-        def ready(s: Server) -> None:
-            unix = "" if s.unix_socket is None else f" and unix:{s.unix_socket}"
-            click.echo(f"listening on {shown_host}:{s.port}{unix} ({len(s.procedures)} procedures)")
-            sys.stdout.flush()
-
         try:
-            server.run(ready=ready)
+            # run() says the start-up line on stderr (or, at --log-level info, its record).
+            server.run()
         except (OSError, ValueError) as error:  # the address in use, an option the core refuses
             click.secho(f"ucall: {error}", fg="red", err=True)
             sys.exit(2)
@@ -1030,6 +1024,7 @@ def _supervise(
         click.secho(f"ucall: {error}", fg="red", err=True)
         return 2
     port = reserved.getsockname()[1]
+    server._requested_port = port  # the start-up line's address
     command = [sys.executable, "-m", "ucall", "serve", target, "--host", server.host, "--port", str(port)]
     command += ["--drain-delay", repr(server.drain_delay), "--log-level", log_level]
     command += ["--metrics-path", server._limits["metrics_path"] or ""]
@@ -1044,13 +1039,9 @@ def _supervise(
         os.execv(sys.executable, [*command, "--ready-fd", str(ready_fd)])
         return 1  # not reached: execv returns only by raising
 
-    shown_host = server.host if ":" not in server.host else f"[{server.host}]"
-
     def ready(pids: list[int]) -> None:
-        listed = ", ".join(str(pid) for pid in pids)
-        metrics = "" if supervisor.metrics_port is None else f"; their metrics on port {supervisor.metrics_port}"
-        click.echo(f"listening on {shown_host}:{port} ({len(server.procedures)} procedures; workers {listed}{metrics})")
-        sys.stdout.flush()
+        line = server._supervisor_line(pids, supervisor.engine, supervisor.metrics_port)
+        click.echo(f"ucall: {line}", err=True)
 
     supervisor = _workers.Supervisor(
         start_worker,

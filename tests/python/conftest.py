@@ -31,8 +31,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 THREADS = int(os.environ.get("UCALL_THREADS", "2"))
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 5.0
-# "listening on HOST:PORT", optionally followed by a space and free text.
-LISTENING = re.compile(r"listening on (\S+):(\d+)(?: .*)?")
+# The start-up line every UCall server says on stderr (docs/operations.md):
+# "ucall: listening on http://HOST:PORT (engine E, N threads[, TLS on port P][; ...])".
+LISTENING = re.compile(r"ucall: listening on [a-z]+://(\[[^\]]+\]|[^\s:/]+):(\d+)(?: .*)?")
 
 
 def record_exit(proc: subprocess.Popen, how: str) -> None:
@@ -58,15 +59,15 @@ def uring_problem() -> str | None:
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
     )
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
-        line = proc.stdout.readline().decode("utf-8", "replace") if ready else ""
+        ready, _, _ = select.select([proc.stderr], [], [], START_TIMEOUT)
+        line = proc.stderr.readline().decode("utf-8", "replace") if ready else ""
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=STOP_TIMEOUT)
         record_exit(proc, "exited")
     if LISTENING.fullmatch(line.strip()):
         return None
-    return err.decode("utf-8", "replace").strip() or "the server did not start"
+    return (line + err.decode("utf-8", "replace")).strip() or "the server did not start"
 
 
 def default_engines() -> list[str]:
@@ -96,11 +97,10 @@ class ServerProcess:
         ]
         self.proc: subprocess.Popen | None = None
         self.address: tuple[str, int] | None = None
-        self.stdout_lines: list[str] = []
+        self.stderr_lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
-        self._stderr = tempfile.TemporaryFile()
+        self._stdout = tempfile.TemporaryFile()
         self._reader: threading.Thread | None = None
-        self._stderr_text: str | None = None
 
     def start(self) -> "ServerProcess":
         binary = server_binary()
@@ -109,10 +109,10 @@ class ServerProcess:
                 f"test server {binary} not found: build it (cargo build) or set UCALL_SPEC_SERVER"
             )
         self.proc = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
+            self.command, stdin=subprocess.DEVNULL, stdout=self._stdout, stderr=subprocess.PIPE,
             cwd=REPO_ROOT,
         )
-        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + START_TIMEOUT
         try:
@@ -133,11 +133,11 @@ class ServerProcess:
             raise
         return self
 
-    def _read_stdout(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for raw in self.proc.stdout:
+    def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            self.stdout_lines.append(line)
+            self.stderr_lines.append(line)
             self._lines.put(line)
         self._lines.put(None)
 
@@ -145,17 +145,19 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stderr_text(self) -> str:
-        if self._stderr_text is None:
-            self._stderr.seek(0)
-            return self._stderr.read().decode("utf-8", "replace")
-        return self._stderr_text
+        """What the server wrote to stderr so far (all of it once stopped)."""
+        return "".join(line + "\n" for line in self.stderr_lines)
 
     def diagnostics(self) -> str:
         err = self.stderr_text()
         code = None if self.proc is None else self.proc.poll()
+        out = b""
+        if not self._stdout.closed:
+            self._stdout.seek(0)
+            out = self._stdout.read()
         return (
             f"command: {' '.join(self.command)}\nexit status: {code}\n"
-            f"stdout (last lines): {self.stdout_lines[-20:]}\nstderr (end): {err[-4000:]}"
+            f"stdout (end): {out[-2000:].decode('utf-8', 'replace')}\nstderr (end): {err[-4000:]}"
         )
 
     def stop(self) -> None:
@@ -168,15 +170,13 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(STOP_TIMEOUT)
                 record_exit(self.proc, "killed")
-        elif self.proc is not None and self._stderr_text is None:
+        elif self.proc is not None and not self._stdout.closed:
             record_exit(self.proc, "exited")
         if self._reader is not None:
             self._reader.join(STOP_TIMEOUT)
-        if self.proc is not None and self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if self._stderr_text is None:
-            self._stderr_text = self.stderr_text()
-            self._stderr.close()
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
+        self._stdout.close()
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -79,8 +79,8 @@ def test_rust_example_sum_server_serves_sum_and_echo_then_stops():
         [str(binary), "--port", "0", "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        line = proc.stdout.readline()
-        match = LISTENING.match(line.strip())
+        line = proc.stderr.readline()  # the start-up line
+        match = LISTENING.fullmatch(line.strip())
         assert match, f"unexpected first line {line!r}"
         address = (match.group(1), int(match.group(2)))
         with HttpConn(address) as http:

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +27,25 @@ import pytest
 from ucall import RPCError, Server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The start-up line every UCall server says on stderr (docs/operations.md), or its log
+#: record at --log-level info: "ucall: listening on http://HOST:PORT (engine E, ...)".
+LISTENING = re.compile(r"ucall: listening on [a-z]+://(?:\[[^\]]+\]|[^\s:/]+):(\d+)")
+
+
+def read_until_listening(stream: Any, seconds: float = 60) -> tuple[str, int]:
+    """The lines read from a server's stderr up to its start-up line, and its port;
+    fails with them when the stream ends first."""
+    deadline = time.monotonic() + seconds
+    lines = ""
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines += line
+        found = LISTENING.search(line)
+        if found:
+            return lines, int(found.group(1))
+    raise AssertionError(f"no start-up line on stderr:\n{lines}")
 
 
 def with_client_procedures(server: Server) -> Server:
@@ -209,40 +229,38 @@ def canned_server(reply: bytes, connections: int = 1) -> Iterator[int]:
 
 @contextlib.contextmanager
 def described_rust_server(engine: str) -> Iterator[int]:
-    """Run examples/rust's described_server (debug build) on `engine` until it prints
-    "listening on HOST:PORT"; yield the port, and kill it at the end."""
+    """Run examples/rust's described_server (debug build) on `engine` until it says its
+    start-up line on stderr; yield the port, and kill it at the end."""
     binary = REPO_ROOT / "target" / "debug" / "described_server"
     assert binary.exists(), "build it first: cargo build -p ucall-examples --bin described_server"
     proc = subprocess.Popen(
         [str(binary), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ, UCALL_ENGINE=engine),
     )
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield int(line.split()[2].rsplit(":", 1)[-1])
+        _, port = read_until_listening(proc.stderr)
+        yield port
     finally:
         proc.kill()
         proc.wait()
-        proc.stdout.close()
+        proc.stderr.close()
 
 
 @contextlib.contextmanager
 def serving(args: list[str], engine: str, cwd: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """Run `python ARGS` (a server on `engine`, the repository's package first on the path)
-    until it prints "listening on [HOST:]PORT"; yield the process and the port, and kill
-    it at the end if it still runs."""
+    until it says its start-up line on stderr; yield the process and the port, and kill
+    it at the end if it still runs. `proc.started` holds the stderr read until then."""
     env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
     proc = subprocess.Popen(
         [sys.executable, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line + proc.stderr.read()
-        yield proc, int(line.split()[2].rsplit(":", 1)[-1])
+        proc.started, port = read_until_listening(proc.stderr)  # type: ignore[attr-defined]
+        yield proc, port
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -102,15 +102,8 @@ def main() -> None:
     parser.add_argument("--tls-port", type=int, default=None)
     args = parser.parse_args()
     server = build(args)
-    host = args.host if ":" not in args.host else f"[{args.host}]"
-
-    def ready(s: Server) -> None:
-        print(f"listening on {host}:{s.port} (engine {s.engine}, {args.threads} threads)", flush=True)
-        if s.tls_port is not None:
-            print(f"tls on {host}:{s.tls_port}", flush=True)
-
     try:
-        server.run(ready=ready)
+        server.run()  # says the start-up line on stderr, as every UCall server does
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

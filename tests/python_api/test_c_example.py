@@ -4,6 +4,7 @@ bad option is refused, a wrong param is named, and Ctrl-C stops it cleanly."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -46,9 +47,11 @@ def test_a_wrong_param_is_named_and_ctrl_c_stops_it(sum_c: Path, engine: str) ->
     command = [str(sum_c), "--port", "0", "--engine", engine]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            line = proc.stdout.readline()
-            assert line.startswith("listening on 127.0.0.1:"), line + proc.stderr.read()
-            port = int(line.split()[2].rsplit(":", 1)[1])
+            line = proc.stderr.readline()
+            # The start-up line of every UCall server (docs/operations.md).
+            started = re.fullmatch(rf"ucall: listening on http://127\.0\.0\.1:(\d+) \(engine {engine}, 1 thread\)\n", line)
+            assert started, line + proc.stderr.read()
+            port = int(started.group(1))
             assert once(port, "sum", {"a": 1, "b": 2}) == 3
             for params, name in (({"a": "x", "b": 2}, "'a'"), ({"a": 1}, "'b'"), ([1.5, 2], "'a'")):
                 error = once_error(port, "sum", params)

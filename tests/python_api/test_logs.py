@@ -172,7 +172,7 @@ def test_serve_log_level(tmp_path, engine, level):
             w.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-        err = proc.stderr.read()
+        err = proc.started + proc.stderr.read()
     assert ("INFO ucall: listening on http://127.0.0.1:" in err) is (level == "info"), err
     assert ("INFO ucall: stopped serving on" in err) is (level == "info"), err
     logged = "ERROR ucall: procedure 'crash' raised ZeroDivisionError" in err

@@ -199,8 +199,8 @@ def test_worker_processes_totals_on_the_supervisors_port(tmp_path, engine):
     command += ["--workers", "2", "--metrics-port", "0"]
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        line = proc.stdout.readline()
-        found = re.fullmatch(r"listening on \S+:(\d+) \(.*; their metrics on port (\d+)\)\n", line)
+        line = proc.stderr.readline()
+        found = re.fullmatch(r"ucall: listening on http://\S+:(\d+) \(.*; their metrics on port (\d+); Ctrl-C stops\)\n", line)
         assert found, line + proc.stderr.read()
         port, metrics_port = int(found.group(1)), int(found.group(2))
         # Fresh connections, which the kernel spreads between the two workers.

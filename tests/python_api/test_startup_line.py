@@ -83,3 +83,62 @@ def test_quiet_says_nothing(tmp_path, engine):
     finally:
         err = stop(proc)
     assert err == ""
+
+
+# One line, one format, on stderr, from every front end (docs/operations.md):
+# "ucall: listening on http://HOST:PORT (engine E, N thread(s)[...][; ...])".
+def said_on_stderr(command: list[str], tmp_path, engine: str) -> tuple[str, str]:
+    """Start ``command`` (from ``tmp_path``, with APP as app.py), wait for its start-up line
+    on stderr, call ``sum`` there, stop it with SIGINT; its line and its stdout."""
+    (tmp_path / "app.py").write_text(APP.format(port=0, quiet=False).replace("server.run(max_seconds=60)", ""))
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONPATH=str(REPO_ROOT / "python"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "listening on" not in line:
+            line = proc.stderr.readline()
+            assert line and time.monotonic() < deadline, line + proc.stderr.read()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+) ", line).group(1))
+        assert once(port, "sum", [1, 2]) == 3
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "listening on" not in err, err  # said once
+    return line.rstrip("\n"), out
+
+
+def test_ucall_serve_says_the_line_on_stderr(tmp_path, engine):
+    line, out = said_on_stderr([sys.executable, "-m", "ucall", "serve", "app:server", "--port", "0"], tmp_path, engine)
+    pattern = rf"ucall: listening on http://127\.0\.0\.1:\d+ \(engine {engine}, 1 thread; 2 procedures: sum, text\.shout; Ctrl-C stops\)"
+    assert re.fullmatch(pattern, line), line
+    assert out == ""
+
+
+def test_ucall_serve_workers_says_one_line_for_all(tmp_path, engine):
+    command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", "0", "--workers", "2"]
+    line, out = said_on_stderr(command, tmp_path, engine)
+    pattern = (
+        rf"ucall: listening on http://127\.0\.0\.1:\d+ \(engine {engine}, 1 thread each; workers \d+, \d+; "
+        r"2 procedures: sum, text\.shout; Ctrl-C stops\)"
+    )
+    assert re.fullmatch(pattern, line), line
+    assert out == ""
+
+
+def test_run_with_workers_says_one_line_for_all(tmp_path, engine):
+    (tmp_path / "main.py").write_text("from app import server\nserver.run(workers=2)\n")
+    line, out = said_on_stderr([sys.executable, "main.py"], tmp_path, engine)
+    assert re.fullmatch(rf"ucall: listening on http://127\.0\.0\.1:\d+ \(engine {engine}, 1 thread each; workers \d+, \d+; .*\)", line)
+    assert out == ""
+
+
+def test_the_rust_server_says_the_line_on_stderr(tmp_path, engine):
+    binary = REPO_ROOT / "target" / "debug" / "sum_server"
+    assert binary.exists(), "build it first: cargo build -p ucall-examples --bin sum_server"
+    line, out = said_on_stderr([str(binary), "--port", "0", "--threads", "2"], tmp_path, engine)
+    assert re.fullmatch(rf"ucall: listening on http://127\.0\.0\.1:\d+ \(engine {engine}, 2 threads\)", line), line
+    assert out == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,17 +37,23 @@ def version() -> str:
 """
 
 
+#: The start-up line (docs/operations.md); a supervisor's lists its workers.
+STARTED = re.compile(r"^ucall: listening on http://127\.0\.0\.1:(\d+) \(engine [^,]+, [^;]*(?:; workers ([\d, ]+))?;.*\)$", re.M)
+
+
 class Supervised:
-    """A supervisor process and what its first line said: the port and the worker pids."""
+    """A supervisor process and what its start-up line said on stderr: the port and the
+    worker pids (none listed by a server without workers)."""
 
     def __init__(self, proc: subprocess.Popen[str], log: Path) -> None:
         self.proc = proc
         self.log = log
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("listening on "), line + log.read_text()
-        self.port = int(line.split()[2].rsplit(":", 1)[-1])
-        listed = line.rsplit("workers", 1)[1].strip(" )\n") if "workers" in line else ""
-        self.first = {int(p) for p in listed.split(", ") if p}
+        deadline = time.monotonic() + 60
+        while not (found := STARTED.search(log.read_text())):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        self.port = int(found.group(1))
+        self.first = {int(p) for p in (found.group(2) or "").split(", ") if p}
         self.seen = set(self.first)
 
     def pids(self, calls: int = 60) -> set[int]:
@@ -76,7 +83,9 @@ def supervised(args: list[str], cwd: Path, engine: str = "poll") -> Iterator[Sup
     env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
     log = cwd / "stderr.log"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True, env=env
+        )
     running = None
     try:
         running = Supervised(proc, log)
@@ -88,8 +97,6 @@ def supervised(args: list[str], cwd: Path, engine: str = "poll") -> Iterator[Sup
         for pid in running.seen if running else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if proc.stdout:
-            proc.stdout.close()
 
 
 def serve_args(workers: int, *extra: str) -> list[str]:
@@ -178,7 +185,7 @@ def test_reload_restarts_on_a_source_change(tmp_path):
 
 def test_run_workers_from_python(tmp_path):
     (tmp_path / "main.py").write_text(
-        APP + "\nserver.run(workers=2, ready=lambda s: print(f'listening on {s.host}:{s.port}', flush=True))\n"
+        APP + "\nserver.run(workers=2)\n"
     )
     with supervised(["main.py"], tmp_path) as s:
         found = s.pids()
@@ -272,7 +279,7 @@ def test_probe_paths_move_turn_off_and_answer_404_when_asked(make_server):
 def test_sigterm_drains_for_drain_delay_then_stops(tmp_path):
     (tmp_path / "main.py").write_text(
         APP.replace("Server(threads=1)", "Server(port=0, threads=1, drain_delay=1.5)")
-        + "\nserver.run(ready=lambda s: print(f'listening on 127.0.0.1:{s.port}', flush=True))\n"
+        + "\nserver.run()\n"
     )
     with supervised(["main.py"], tmp_path) as s:
         assert once(s.port, "rpc.health") == {"status": "serving"}

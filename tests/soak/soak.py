@@ -40,8 +40,9 @@ POOL_THREADS = {"python": 64 * 2}
 # bounded run (by the default 60 s they were closed before any sample was judged). The C API
 # counts it in 32-bit microseconds: 71 minutes at most.
 IDLE_TIMEOUT_MS = 3600 * 1000
-LISTENING = re.compile(r"listening on \[?([^\]\s]+?)\]?:(\d+)")
-TLS_ON = re.compile(r"tls on \[?([^\]\s]+?)\]?:(\d+)")
+# The start-up line every UCall server says on stderr (docs/operations.md).
+LISTENING = re.compile(r"ucall: listening on [a-z]+://\[?([^\]\s/]+?)\]?:(\d+)")
+TLS_ON = re.compile(r"\(engine [^)]*, TLS on port (\d+)")
 
 
 @dataclass
@@ -107,29 +108,38 @@ def read_proc(pid: int) -> tuple[int, int, int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd")), threads, workers
 
 
+def _copy(lines, log) -> None:
+    try:
+        for line in lines:
+            log.write(line)
+    except ValueError:
+        pass  # the log was closed: the run is over
+
+
 def start_server(command: list[str], cert: Path, key: Path, engine: str, log) -> tuple[subprocess.Popen, tuple, tuple]:
     proc = subprocess.Popen(
         [*command, "--host", "127.0.0.1", "--port", "0", "--threads", "2", "--engine", engine,
          "--tls-cert", str(cert), "--tls-key", str(key), "--tls-port", "0", "--idle-timeout-ms", str(IDLE_TIMEOUT_MS)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE, text=True,
     )
-    assert proc.stdout is not None
+    assert proc.stderr is not None
     deadline = time.monotonic() + 60
     address = tls_address = None
-    while (address is None or tls_address is None) and time.monotonic() < deadline:
-        line = proc.stdout.readline()
+    while address is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
         if not line:
             break
+        log.write(line)
         if match := LISTENING.search(line):
             address = (match.group(1), int(match.group(2)))
-        elif match := TLS_ON.search(line):
-            tls_address = (match.group(1), int(match.group(2)))
+            if tls := TLS_ON.search(line):
+                tls_address = (match.group(1), int(tls.group(1)))
     if address is None or tls_address is None:
         proc.kill()
         proc.wait()
-        raise RuntimeError(f"{command} did not print its listening and tls lines")
-    # Keep reading stdout so the server never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        raise RuntimeError(f"{command} did not say where it listens, with its TLS port")
+    # Go on copying stderr to the log, so that the server never blocks on a full pipe.
+    threading.Thread(target=_copy, args=(proc.stderr, log), daemon=True).start()
     return proc, address, tls_address
 
 

@@ -26,7 +26,7 @@ serve_one_call() {
     local pid=$!
     local port=""
     for _ in $(seq 100); do
-        port="$(sed -n 's/^listening on [^ ]*:\([0-9]*\).*/\1/p' "$log")"
+        port="$(sed -n 's/^ucall: listening on [a-z]*:\/\/[^ ]*:\([0-9]*\) .*/\1/p' "$log")"
         [ -n "$port" ] && break
         sleep 0.05
     done

@@ -427,12 +427,10 @@ impl ServerBuilder {
         let engine = engine::select(config.engine)?;
         let shared = Arc::new(Shared::new(config, tls));
         let (workers, local_addr) = engine::bind_workers(&engine, &shared, addr)?;
-        if !shared.config.quiet {
-            eprintln!("ucall: engine {}", engine.describe(shared.config.sqpoll));
-        }
+        log::debug!(target: crate::logs::SERVER_TARGET, "engine {}", engine.describe(shared.config.sqpoll));
         let mut router = self.router;
         router.set_health_paths(shared.config.health.clone());
-        Ok(Server {
+        let server = Server {
             readiness: Arc::clone(router.readiness()),
             shared,
             router,
@@ -440,7 +438,11 @@ impl ServerBuilder {
             local_addr,
             engine: engine.kind,
             engine_fallback: engine.fallback,
-        })
+        };
+        if !server.shared.config.quiet {
+            eprintln!("ucall: {}", server.listening_line());
+        }
+        Ok(server)
     }
 }
 
@@ -503,6 +505,36 @@ impl Server {
     #[must_use]
     pub fn engine_fallback(&self) -> Option<&str> {
         self.engine_fallback.as_deref()
+    }
+
+    /// The start-up line every front end prints on stderr after `ucall: ` (docs/operations.md):
+    /// `listening on http://127.0.0.1:8545 (engine uring, 2 threads)`, with `https` where the
+    /// port speaks TLS, ` and unix:PATH`, `, TLS on port P` and why `auto` fell back.
+    #[must_use]
+    pub fn listening_line(&self) -> String {
+        let tls = self.shared.tls.as_ref();
+        let scheme = if tls.is_some_and(|tls| tls.separate.is_none()) {
+            "https"
+        } else {
+            "http"
+        };
+        let unix = self
+            .unix_socket()
+            .map_or(String::new(), |path| format!(" and unix:{}", path.display()));
+        let tls_port = match (tls.and(self.tls_addr()), tls.is_some_and(|tls| tls.separate.is_some())) {
+            (Some(addr), true) => format!(", TLS on port {}", addr.port()),
+            _ => String::new(),
+        };
+        let threads = self.workers.len();
+        let fallback = self
+            .engine_fallback()
+            .map_or(String::new(), |why| format!("; io_uring unavailable: {why}"));
+        format!(
+            "listening on {scheme}://{}{unix} (engine {}, {threads} thread{}{tls_port}{fallback})",
+            self.local_addr,
+            self.engine.name(),
+            if threads == 1 { "" } else { "s" },
+        )
     }
 
     /// A handle that stops the server from any thread, also while [`Server::run`] blocks.

@@ -42,9 +42,19 @@ fn auto_falls_back_to_poll_where_io_uring_is_forbidden() {
             "child with io_uring_setup failing {name}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             output.status
         );
+        // The one start-up line: where, the engine, the threads and why `auto` fell back.
+        let line = stderr.lines().find(|line| line.starts_with("ucall: listening on "));
         assert!(
-            stderr.contains("ucall: engine poll (io_uring unavailable:") && stderr.contains(name),
-            "the start-up log names neither the fallback nor its cause ({name}):\n{stderr}"
+            line.is_some_and(|line| line.starts_with("ucall: listening on http://127.0.0.1:")
+                && line.contains(" (engine poll, 1 thread; io_uring unavailable: ")
+                && line.contains(name)
+                && line.ends_with(')')),
+            "the start-up line names neither the fallback nor its cause ({name}):\n{stderr}"
+        );
+        assert_eq!(
+            stderr.matches("listening on").count(),
+            1,
+            "said once, by the one server bound:\n{stderr}"
         );
     }
 }

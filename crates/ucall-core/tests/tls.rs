@@ -436,3 +436,34 @@ fn bad_certificate_material_fails_at_start_naming_the_file() {
         "{error}"
     );
 }
+
+#[test]
+fn the_listening_line_says_https_or_the_tls_port() {
+    let m = material("listening-line");
+    let bind = |tls: TlsConfig| {
+        Server::builder()
+            .host("127.0.0.1")
+            .port(0)
+            .threads(1)
+            .engine(EngineKind::Poll)
+            .tls(tls)
+            .bind()
+            .expect("bind")
+    };
+    let tls_only = bind(tls_config(&m));
+    assert_eq!(
+        tls_only.listening_line(),
+        format!("listening on https://{} (engine poll, 1 thread)", tls_only.local_addr())
+    );
+    let mut beside = tls_config(&m);
+    beside.port = Some(0);
+    let beside = bind(beside);
+    assert_eq!(
+        beside.listening_line(),
+        format!(
+            "listening on http://{} (engine poll, 1 thread, TLS on port {})",
+            beside.local_addr(),
+            beside.tls_addr().unwrap().port()
+        )
+    );
+}

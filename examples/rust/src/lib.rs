@@ -90,34 +90,3 @@ fn fail(message: &str) -> ! {
     eprintln!("error: {message}");
     std::process::exit(2);
 }
-
-/// Print the line test harnesses and benchmarks wait for, then serve until SIGINT/SIGTERM.
-///
-/// # Errors
-/// When the server cannot run.
-pub fn announce_and_run(server: ucall_core::Server) -> Result<(), ucall_core::Error> {
-    use std::io::Write;
-    let addr = server.local_addr();
-    let host = if addr.is_ipv6() {
-        format!("[{}]", addr.ip())
-    } else {
-        addr.ip().to_string()
-    };
-    let threads = server.config().threads;
-    println!(
-        "listening on {host}:{} (engine {}, {threads} thread{})",
-        addr.port(),
-        server.engine().name(),
-        if threads == 1 { "" } else { "s" }
-    );
-    if let Some(tls) = server.tls_addr() {
-        let host = if tls.is_ipv6() {
-            format!("[{}]", tls.ip())
-        } else {
-            tls.ip().to_string()
-        };
-        println!("tls on {host}:{}", tls.port());
-    }
-    let _ = std::io::stdout().flush();
-    server.run()
-}

@@ -61,4 +61,4 @@ def busy() -> str:
     return "done"
 
 
-server.run(ready=lambda s: print(f"listening on {args.host}:{s.port}", flush=True))
+server.run()  # "ucall: listening on http://HOST:PORT (...)" on stderr

@@ -10,8 +10,8 @@
  *               [--tls-cert PEM]... [--tls-key PEM] [--tls-port P] [--tls-client-ca PEM]
  *
  * TLS as in the Rust spec server: --tls-cert and --tls-key turn it on (use_ssl); each
- * --tls-cert adds a file to the chain, in order. With --tls-port, TLS listens there and
- * "tls on HOST:PORT" follows the "listening on" line.
+ * --tls-cert adds a file to the chain, in order. With --tls-port, TLS listens there, and
+ * the start-up line on stderr says ", TLS on port P".
  *
  * C99 + POSIX threads and signals. SIGINT/SIGTERM call ucall_stop(); the server drains,
  * every thread returns from ucall_take_calls(), and main frees the server.
@@ -339,6 +339,7 @@ int main(int argc, char** argv) {
     pthread_t threads[256];
     struct sigaction action;
     char const* host_shown;
+    char separate_tls[32];
     char const* certificates[8];
     int i;
 
@@ -425,13 +426,17 @@ int main(int argc, char** argv) {
     sigaction(SIGINT, &action, NULL);
     sigaction(SIGTERM, &action, NULL);
 
+    /* The start-up line of every UCall server (docs/operations.md), on stderr. */
     host_shown = config.hostname;
-    printf(strchr(host_shown, ':') ? "listening on [%s]:%u (engine %s, %u threads, C API %s)\n"
-                                   : "listening on %s:%u (engine %s, %u threads, C API %s)\n",
-           host_shown, (unsigned)config.port, config.engine, (unsigned)config.max_threads, ucall_version());
+    separate_tls[0] = '\0';
     if (config.use_ssl && config.ssl_port != 0)
-        printf(strchr(host_shown, ':') ? "tls on [%s]:%u\n" : "tls on %s:%u\n", host_shown, (unsigned)config.ssl_port);
-    fflush(stdout);
+        snprintf(separate_tls, sizeof separate_tls, ", TLS on port %u", (unsigned)config.ssl_port);
+    fprintf(stderr, strchr(host_shown, ':') ? "ucall: listening on %s://[%s]:%u (engine %s, %u thread%s%s; C API %s)\n"
+                                            : "ucall: listening on %s://%s:%u (engine %s, %u thread%s%s; C API %s)\n",
+            config.use_ssl && config.ssl_port == 0 ? "https" : "http", host_shown, (unsigned)config.port,
+            config.engine, (unsigned)config.max_threads, config.max_threads == 1 ? "" : "s", separate_tls,
+            ucall_version());
+    fflush(stderr);
 
     for (i = 1; i < config.max_threads; ++i)
         if (pthread_create(&threads[i], NULL, serve, (void*)(uintptr_t)i) != 0) {

@@ -137,7 +137,7 @@ fn main() {
         })
         .procedure("gen_rand_ints", gen_rand_ints)
         .bind();
-    if let Err(e) = server.and_then(ucall_examples::announce_and_run) {
+    if let Err(e) = server.and_then(Server::run) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -108,7 +108,7 @@ fn main() {
         // Registered without a description: listed by name, called with raw JSON.
         .procedure("uptime", |_| Ok(0))
         .bind();
-    if let Err(e) = server.and_then(ucall_examples::announce_and_run) {
+    if let Err(e) = server.and_then(Server::run) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -28,7 +28,7 @@ fn main() {
             },
         )
         .bind();
-    match server.and_then(ucall_examples::announce_and_run) {
+    match server.and_then(Server::run) {
         Ok(()) => {}
         Err(e) => {
             eprintln!("error: {e}");
