@@ -118,6 +118,7 @@ bench: python  ## Full benchmarks (about 40 minutes): UCall beside the C floor a
 	$(PY) benches/hostile.py --seconds 3 --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/fair_share.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/batching.py --append benches/results/latest-brief.md || status=1; \
+	$(BENCH) binary --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/middleware.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/mcp_tools.py --append benches/results/latest-brief.md || status=1; \
 	$(PY) benches/workers.py --append benches/results/latest-brief.md --goals-are-reported || status=1; \
@@ -139,6 +140,11 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothin
 	@scripts/setup.sh bench
 	$(BENCH) --quick
 	$(PY) benches/middleware.py --quick
+	$(BENCH) binary --quick
+
+.PHONY: bench-binary
+bench-binary: python  ## Binary payloads (about 8 minutes): 1.6 MB and 16 KB echoes beside the C floor, grpcio and FastAPI, RSS, clients
+	$(BENCH) binary
 
 .PHONY: bench-middleware
 bench-middleware: python  ## One Python middleware's cost per call (about 1 minute), beside FastAPI's when benches/.venv-peers exists

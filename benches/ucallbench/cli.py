@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from ucallbench.publish import main as publish
 
         return publish(argv[1:])
+    if argv[:1] == ["binary"]:
+        from ucallbench.binary import main as binary
+
+        return binary(argv[1:])
     ap = argparse.ArgumentParser(
         prog="python -m ucallbench",
         description=ucallbench.__doc__,

@@ -120,11 +120,20 @@ impl Config {
         match self.proto {
             Protocol::Http => {
                 let mut req = format!(
-                    "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+                    "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
                     self.path,
                     self.addr,
                     self.body.len()
                 );
+                // A `--header 'Content-Type: ...'` (a binary message's) replaces the JSON one.
+                let typed = self.headers.iter().any(|header| {
+                    header
+                        .split_once(':')
+                        .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-type"))
+                });
+                if !typed {
+                    req.push_str("Content-Type: application/json\r\n");
+                }
                 if self.new_connection {
                     req.push_str("Connection: close\r\n");
                 }
@@ -1057,8 +1066,19 @@ mod tests {
         c.body = b"{}".to_vec();
         assert_eq!(
             c.request_bytes(),
-            b"POST / HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}"
         );
+        // A binary message names its own type, in place of the JSON one.
+        c.headers = vec![
+            "content-type: application/vnd.ucall.binary".into(),
+            "UCall-JSON-Length: 2".into(),
+        ];
+        assert_eq!(
+            c.request_bytes(),
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Length: 2\r\n\
+content-type: application/vnd.ucall.binary\r\nUCall-JSON-Length: 2\r\n\r\n{}"
+        );
+        c.headers.clear();
         c.proto = Protocol::Tcp;
         assert_eq!(c.request_bytes(), b"{}\n");
     }

@@ -12,6 +12,13 @@
 //!   only from calls that arrive while others wait, so that callers that wait for their
 //!   own reply before they send again (one caller, or a few) pay no batching delay.
 //!
+//! A lone call does not pay for the machinery either: when nothing of the procedure waits
+//! or runs, its batches have been quick (under [`QUICK_RUN`]), the rate does not say a
+//! batch would fill, and the call's worker awaits no other reply (none parsed beside it,
+//! none held from an earlier call of the same turn), it runs at once as a batch of one on
+//! the thread that received it, without a hop to a batch thread. Calls that come
+//! together still queue: the first of a turn may run alone, the rest find its reply held.
+//!
 //! A caller whose connection ended while its call waited is dropped before the batch
 //! runs, and so is a call whose deadline (its caller's `UCall-Timeout` header or
 //! `"timeout"` member) passed while it waited: it is answered `-32000` "Deadline exceeded"
@@ -105,6 +112,9 @@ struct Counters {
 /// One queued call.
 struct Item {
     params: Option<Box<str>>,
+    /// The attachment section of the binary message the call came in (docs/wire.md), kept
+    /// with its params: the receive buffer it lay in serves the next messages meanwhile.
+    section: Option<Box<[u8]>>,
     /// What the handler kept of the call when it was queued ([`BatchHandler::keep`]).
     kept: Option<Box<dyn Any + Send>>,
     reply: Deferred,
@@ -113,12 +123,26 @@ struct Item {
     deadline: Option<Instant>,
 }
 
+impl Item {
+    fn params(&self) -> Params<'_> {
+        Params::new(self.params.as_deref()).with_section(self.section.as_deref())
+    }
+}
+
 /// The calls of one batch, in the order they were queued. The handler reads each call's
 /// params ([`Batch::call`]) and answers them all at once ([`Batch::complete`],
 /// [`Batch::fail`]); a call left unanswered (the batch dropped) gets `-32603`.
 pub struct Batch {
     method: Arc<str>,
     items: Vec<Item>,
+    /// The run this batch holds, given back as it is answered (see [`Slot`]).
+    slot: Option<Arc<Slot>>,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Batch {
@@ -156,9 +180,18 @@ impl Batch {
         self.items.get_mut(index).and_then(|item| item.kept.take())
     }
 
-    /// Every call's params, in order.
+    /// Every call's params (with the attachments of a binary message), in order.
     pub fn params(&self) -> impl Iterator<Item = Params<'_>> {
-        self.items.iter().map(|item| Params::new(item.params.as_deref()))
+        self.items.iter().map(Item::params)
+    }
+
+    /// Call `index`'s params, with the attachments of a binary message.
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    #[must_use]
+    pub fn params_at(&self, index: usize) -> Params<'_> {
+        self.items[index].params()
     }
 
     /// Answer some calls now with their own error (params that do not bind, say) and take
@@ -173,22 +206,32 @@ impl Batch {
     }
 
     /// Answer every call with `error` (the handler failed as a whole).
-    pub fn fail(self, error: &RpcError) {
-        for item in self.items {
+    pub fn fail(mut self, error: &RpcError) {
+        self.release();
+        for item in std::mem::take(&mut self.items) {
             item.reply.error(error.clone());
+        }
+    }
+
+    /// Give the batch's run back before its callers hear: a caller's next call may then
+    /// run at once ([`Queue::runs_alone`]).
+    fn release(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.release();
         }
     }
 
     /// Answer each call with its outcome, in order. Outcomes of another count than the
     /// calls answer every call `-32603` (and say so in the server's log): nobody can tell
     /// which result was meant for whom.
-    pub fn complete(self, outcomes: Vec<Outcome>) {
+    pub fn complete(mut self, outcomes: Vec<Outcome>) {
         if outcomes.len() != self.items.len() {
             let error = self.wrong_length(outcomes.len());
             self.fail(&error);
             return;
         }
-        for (item, outcome) in self.items.into_iter().zip(outcomes) {
+        self.release();
+        for (item, outcome) in std::mem::take(&mut self.items).into_iter().zip(outcomes) {
             item.reply.complete(outcome);
         }
     }
@@ -259,6 +302,10 @@ struct State {
     idle: usize,
     /// Calls waiting that have a deadline (none: no sweep for expired calls).
     deadlines: usize,
+    /// Batches running now, on the batch threads or on a caller's thread.
+    running: usize,
+    /// Whether the last batch run took less than [`QUICK_RUN`] (none yet: not known).
+    quick: bool,
 }
 
 struct Queue {
@@ -276,11 +323,46 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// One of the `max_concurrent` runs, held by a batch from when it is taken off the queue
+/// until it is answered or its handler returns, whichever comes first (an `async`
+/// handler answers later, from its event loop, and the next batch may start meanwhile).
+struct Slot {
+    queue: Arc<Queue>,
+    started: Instant,
+    /// Whether the batch had calls (an empty one says nothing of how long a run takes).
+    ran: bool,
+    released: AtomicBool,
+}
+
+impl Slot {
+    fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let took = self.started.elapsed();
+        let mut state = lock(&self.queue.state);
+        state.running -= 1;
+        if self.ran {
+            state.quick = took < QUICK_RUN;
+        }
+        // A thread may wait for this run to end (max_concurrent) with calls queued.
+        let wake = !state.items.is_empty() && state.idle > 0;
+        drop(state);
+        if wake {
+            self.queue.changed.notify_all();
+        }
+    }
+}
+
 /// Weight of the newest gap in the average: a change of load shows within a few calls.
 const GAP_WEIGHT: f64 = 0.125;
 
+/// A batch run shorter than this lets a lone call run on the thread that received it: a
+/// longer one would hold that thread's other connections back.
+pub const QUICK_RUN: Duration = Duration::from_millis(1);
+
 impl Queue {
-    fn push(&self, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+    fn push(self: &Arc<Self>, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
         // Outside the lock: other callers queue meanwhile.
         let kept = self.handler.keep(call, reply.deadline());
         let mut state = lock(&self.state);
@@ -292,10 +374,27 @@ impl Queue {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(overloaded(&self.method, self.options.max_queue));
         }
+        // Read before deferring, which counts this call.
+        let others_awaited = reply.awaited_by_worker();
         let deferred = reply.defer_watched()?;
         // The call's deadline (its caller's; batch procedures take none of their own).
         let deadline = deferred.deadline();
         let now = Instant::now();
+        if others_awaited == 0 && self.runs_alone(&state) {
+            state.running += 1;
+            state.last_arrival = Some(now);
+            drop(state);
+            let item = Item {
+                params: call.params().raw().map(Box::from),
+                section: call.params().section().map(Box::from),
+                kept,
+                reply: deferred,
+                queued: now,
+                deadline,
+            };
+            self.run(self.admit(vec![item]));
+            return Ok(());
+        }
         if !state.items.is_empty() {
             // Only calls that find others waiting tell how fast a batch fills: a caller that
             // waits for its reply before sending again always finds the queue empty.
@@ -307,6 +406,7 @@ impl Queue {
         state.last_arrival = Some(now);
         state.items.push_back(Item {
             params: call.params().raw().map(Box::from),
+            section: call.params().section().map(Box::from),
             kept,
             reply: deferred,
             queued: now,
@@ -325,12 +425,38 @@ impl Queue {
         Ok(())
     }
 
+    /// Whether a call arriving now runs at once on its own thread: nothing of the procedure
+    /// waits or runs, its batches are quick, and the rate seen does not say a batch would
+    /// fill before `max_wait`.
+    fn runs_alone(&self, state: &State) -> bool {
+        if !state.items.is_empty() || state.running > 0 || !state.quick {
+            return false;
+        }
+        let missing = self.options.max_size - 1;
+        missing == 0
+            || !state
+                .gap
+                .is_some_and(|gap| gap * missing as f64 <= self.options.max_wait.as_secs_f64())
+    }
+
     /// A batch thread's life: take batches and run them until the queue is closed and empty.
-    fn serve(&self) {
+    fn serve(self: &Arc<Self>) {
         while let Some(batch) = self.next_batch() {
-            if batch.is_empty() {
-                continue;
-            }
+            self.run(batch);
+        }
+    }
+
+    /// Run one batch taken off the queue (`running` counts it); its run is given back when
+    /// it is answered or when the handler returns.
+    fn run(self: &Arc<Self>, mut batch: Batch) {
+        let slot = Arc::new(Slot {
+            queue: Arc::clone(self),
+            started: Instant::now(),
+            ran: !batch.is_empty(),
+            released: AtomicBool::new(false),
+        });
+        if slot.ran {
+            batch.slot = Some(Arc::clone(&slot));
             let method = Arc::clone(&self.method);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.handler.run(batch))) {
                 // The batch was dropped while unwinding: each call got -32603.
@@ -342,6 +468,7 @@ impl Queue {
                 log::error!(target: crate::logs::TARGET, "batch procedure '{method}' panicked: {what}");
             }
         }
+        slot.release();
     }
 
     /// Wait for the next batch: `None` once closed and drained.
@@ -364,6 +491,13 @@ impl Queue {
             let first = state.items.front().map_or_else(Instant::now, |item| item.queued);
             let deadline = first + self.options.max_wait;
             let now = Instant::now();
+            if state.running >= self.options.max_concurrent {
+                // A call runs on its caller's thread (see `runs_alone`): wait for its end.
+                state.idle += 1;
+                state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state.idle -= 1;
+                continue;
+            }
             if len >= self.options.max_size || state.closed {
                 break;
             }
@@ -396,6 +530,7 @@ impl Queue {
         let taken: Vec<Item> = state.items.drain(..take).collect();
         let with_deadline = taken.iter().filter(|item| item.deadline.is_some()).count();
         state.deadlines = state.deadlines.saturating_sub(with_deadline);
+        state.running += 1;
         let more = !state.items.is_empty() && state.idle > 0;
         drop(state);
         if more {
@@ -481,6 +616,7 @@ impl Queue {
         Batch {
             method: Arc::clone(&self.method),
             items,
+            slot: None,
         }
     }
 
@@ -555,6 +691,8 @@ impl Batcher {
                 gap: None,
                 idle: 0,
                 deadlines: 0,
+                running: 0,
+                quick: false,
             }),
             changed: Condvar::new(),
             counters: Counters::default(),

@@ -1,0 +1,532 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The binary section of `make bench`: large and small echoes side by side in one run.
+
+    python -m ucallbench binary [--quick] [--seconds 3] [--rounds 3] [--rss-calls 10000]
+                                [--no-clients] [--append FILE] [--json FILE]
+
+Workloads: the echo of a float32 array of 1.6 MB (392 x 1024) and of 16 KB (4,096), one
+connection, one call in flight, the server on CPU 0 (`taskset`) and ucall-load on CPU 1.
+In the same run, rounds interleaved, the same bytes go to:
+
+- the floor: `benches/reference/epoll_echo.c` over raw TCP, echoing a body of the binary
+  message's length (one read, one write back: no parsing);
+- UCall's Python server (`ucall serve`, one thread), over HTTP: `echo_bytes(data: bytes)`
+  and `echo_array(x: numpy.ndarray)`, each as plain JSON (base64; the array as a base64
+  `.npy`) and as a binary message (docs/wire.md), which asks for a binary reply
+  (`Accept`); a server without binary replies answers in JSON, and the row says which;
+- grpcio's asyncio server (`benches/peers/grpc_app.py`, its `Echo` of raw bytes), loaded by
+  ucall-load-grpc;
+- FastAPI on uvicorn (`benches/peers/fastapi_app.py`, `POST /echo` of a base64 string).
+
+Figures per row: calls/s, p50 latency and the server process's CPU time (user + system,
+all its threads) per call; medians over the rounds. After the rounds, the Python server's
+resident set over `--rss-calls` binary echoes of the 1.6 MB array, and (unless
+`--no-clients` or `--quick`) the client side: `benches/client_bench.py`'s large workload
+for `AsyncClient`, a raw socket moving the same bytes, and grpcio's client. The goals
+(`GOALS`) are the binary payloads issue's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ucallbench import build as builder
+from ucallbench.config import BENCH_DIR, CLIENT_CPU, GRPC_LOAD_BIN, LOAD_BIN, ROOT, SERVER_CPU
+from ucallbench.processes import BenchError, ServerProcess
+from ucallbench.servers import SERVERS, Endpoint, Server
+
+BINARY_TYPE = "application/vnd.ucall.binary"
+ALIGN = 64
+#: (label, shape): 1.6 MB and 16 KB of float32.
+SIZES = {"1.6 MB": (392, 1024), "16 KB": (4096,)}
+RSS_GOAL = 0.05
+
+
+def float32s(shape: tuple[int, ...]) -> bytes:
+    """A float32 array's bytes (little-endian), from a fixed seed."""
+    count = 1
+    for n in shape:
+        count *= n
+    rng = random.Random(7)
+    values = array("f", (rng.uniform(-1, 1) for _ in range(count)))
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def npy(data: bytes, shape: tuple[int, ...]) -> bytes:
+    """`data` as a .npy file (format 1.0) of a little-endian float32 array of `shape`."""
+    dims = "".join(f"{n}, " for n in shape) if len(shape) == 1 else ", ".join(map(str, shape))
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({dims}), }}"
+    # Magic (6) + version (2) + length (2) + header, padded with spaces to 64, ends in '\n'.
+    header += " " * ((-(10 + len(header) + 1)) % ALIGN) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def jsonrpc(method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": 1}, separators=(",", ":")).encode()
+
+
+def binary_message(method: str, name: str, placeholder: dict[str, Any], data: bytes) -> tuple[bytes, int]:
+    """A binary message (docs/wire.md §1) calling `method` with param `name` as the
+    attachment `data`; its body and the JSON text's length."""
+    text = jsonrpc(method, {name: {"$ucall": placeholder.pop("kind"), "offset": 0, "length": len(data), **placeholder}})
+    padding = b"\0" * ((-len(text)) % ALIGN)
+    return text + padding + data, len(text)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One row's request: what ucall-load (or ucall-load-grpc) sends, and to whom."""
+
+    server: str  # a key of SERVERS
+    label: str
+    body: bytes
+    headers: tuple[str, ...] = ()
+    path: str = "/"
+    proto: str = "http"
+    expect: str | None = '"result"'
+
+
+def requests(size: str) -> list[Request]:
+    shape = SIZES[size]
+    data = float32s(shape)
+    b64 = base64.b64encode(data).decode()
+    b64_npy = base64.b64encode(npy(data, shape)).decode()
+    binary_bytes, j_bytes = binary_message("echo_bytes", "data", {"kind": "bytes"}, data)
+    array_placeholder = {"kind": "ndarray", "dtype": "float32", "shape": list(shape)}
+    binary_array, j_array = binary_message("echo_array", "x", array_placeholder, data)
+    accept = f"Accept: {BINARY_TYPE}, application/json"
+
+    def binary(j: int) -> tuple[str, ...]:
+        return (f"Content-Type: {BINARY_TYPE}", f"UCall-JSON-Length: {j}", accept)
+
+    # The floor echoes a line of the binary message's length (raw TCP frames by newline).
+    floor = binary_array.replace(b"\n", b"\x0b")
+    return [
+        Request("floor", "floor: epoll_echo.c, raw TCP", floor, proto="tcp", expect=None),
+        Request("ucall", "UCall (Python), bytes, binary message", binary_bytes, binary(j_bytes)),
+        Request("ucall", "UCall (Python), numpy, binary message", binary_array, binary(j_array)),
+        Request("ucall", "UCall (Python), bytes, JSON/base64", jsonrpc("echo_bytes", {"data": b64})),
+        Request("ucall", "UCall (Python), numpy, JSON/base64 .npy", jsonrpc("echo_array", {"x": b64_npy})),
+        Request("grpcio", "grpcio (asyncio), raw bytes", json.dumps({"data": b64}).encode(), proto="grpc"),
+        # FastAPI answers the bare string: its tail must come back.
+        Request(
+            "fastapi",
+            "FastAPI (uvicorn), base64 JSON",
+            json.dumps({"data": b64}).encode(),
+            path="/echo",
+            expect=b64[-16:],
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- servers
+
+
+@dataclass
+class Row:
+    size: str
+    label: str
+    calls_per_s: list[float] = field(default_factory=list)
+    p50_us: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)
+    errors: int = 0
+    replies: str = ""  # the reply's Content-Type, for the UCall binary rows
+    failure: str | None = None
+
+    def median(self, what: str) -> float | None:
+        values = getattr(self, what)
+        return statistics.median(values) if values else None
+
+
+#: The servers of the section: the floor and the peers from the main table, and UCall's
+#: Python server with a numpy echo (benches/ucall_binary_app.py).
+UCALL = Server(
+    name="ucall-python-binary",
+    description="UCall Python API, benches/ucall_binary_app.py, 1 thread, poll engine",
+    endpoints={"http": Endpoint((".venv/bin/python", "benches/ucall_binary_app.py", "--engine", "poll"))},
+)
+PROCESSES = {"floor": ("c-reference", "tcp"), "grpcio": ("grpcio-asyncio", "http"), "fastapi": ("fastapi-rest", "http")}
+
+
+def server_of(key: str) -> tuple[Server, str]:
+    if key == "ucall":
+        return UCALL, "http"
+    name, proto = PROCESSES[key]
+    return next(s for s in SERVERS if s.name == name), proto
+
+
+def build() -> dict[str, str]:
+    """The floor, the load generators and the peers, when missing; why each server that
+    cannot run here cannot."""
+    chosen = [server_of(key)[0] for key in ("floor", "grpcio", "fastapi", "ucall")]
+    builder.build([chosen[0]])
+    builder.build_grpc(chosen)
+    builder.setup_peers(chosen)
+    status = builder.peer_status()
+    why = {}
+    for key in ("floor", "grpcio", "fastapi"):
+        reason = builder.not_runnable(server_of(key)[0], status)
+        if reason:
+            why[key] = reason
+    return why
+
+
+def load(request: Request, port: int, body: Path, seconds: float, warmup: float) -> dict[str, Any]:
+    """The load generator's report for `request` on 127.0.0.1:`port`."""
+    pin = ["taskset", "-c", str(CLIENT_CPU)]
+    timing = ["--duration", str(seconds), "--warmup", str(warmup), "--json"]
+    if request.proto == "grpc":
+        command = [*pin, str(GRPC_LOAD_BIN), "--addr", f"127.0.0.1:{port}", "--method", "echo", "--params", str(body)]
+    else:
+        command = [*pin, str(LOAD_BIN), "--addr", f"127.0.0.1:{port}", "--proto", request.proto, "--body", str(body)]
+        if request.proto == "http":
+            command += ["--path", request.path]
+        for header in request.headers:
+            command += ["--header", header]
+        if request.expect:
+            command += ["--expect", request.expect]
+    run = subprocess.run([*command, *timing], capture_output=True, text=True, timeout=seconds + warmup + 120)
+    if run.returncode != 0:
+        raise RuntimeError(f"{Path(command[3]).name} failed: {run.stderr.strip()[-300:]}")
+    return json.loads(run.stdout)  # type: ignore[no-any-return]
+
+
+def p50_us(report: dict[str, Any]) -> float | None:
+    latency = report.get("latency_us") or report.get("latency") or {}
+    value = latency.get("p50") if isinstance(latency, dict) else None
+    return float(value) if value is not None else None
+
+
+def reply_type(port: int, request: Request) -> str:
+    """The Content-Type of the reply to one `request` (a binary message or JSON)."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = dict(header.split(": ", 1) for header in request.headers)
+        headers.setdefault("Content-Type", "application/json")
+        connection.request("POST", request.path, request.body, headers)
+        response = connection.getresponse()
+        response.read()
+        return response.getheader("Content-Type", "?").split(";")[0]
+    finally:
+        connection.close()
+
+
+def measure_round(
+    rows: dict[tuple[str, str], Row], folder: Path, seconds: float, warmup: float, why: dict[str, str]
+) -> None:
+    """One round: each server started once, every row of it measured at both sizes."""
+    by_server: dict[str, list[tuple[str, Request, Path]]] = {}
+    for size in SIZES:
+        for index, request in enumerate(REQUESTS[size]):
+            body = folder / f"body-{size.replace(' ', '')}-{index}"
+            by_server.setdefault(request.server, []).append((size, request, body))
+    servers = list(by_server)
+    random.shuffle(servers)  # drift on a shared host spreads over every server
+    for key in servers:
+        if key in why:
+            for size, request, _ in by_server[key]:
+                rows[(size, request.label)].failure = why[key]
+            continue
+        server, proto = server_of(key)
+        try:
+            process = ServerProcess(server, proto, BENCH_DIR / "logs" / "binary")
+        except BenchError as error:
+            for size, request, _ in by_server[key]:
+                rows[(size, request.label)].failure = f"did not start: {str(error)[-200:]}"
+            continue
+        try:
+            port = int(process.addr.rsplit(":", 1)[1])
+            for size, request, body in by_server[key]:
+                measure_row(rows[(size, request.label)], process, port, request, body, seconds, warmup)
+        finally:
+            process.stop()
+
+
+def measure_row(
+    row: Row, process: ServerProcess, port: int, request: Request, body: Path, seconds: float, warmup: float
+) -> None:
+    try:
+        before = process.cpu_seconds() or 0.0
+        report = load(request, port, body, seconds, warmup)
+        used = (process.cpu_seconds() or 0.0) - before
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
+        row.failure = str(error)
+        return
+    row.calls_per_s.append(report["calls_per_s"])
+    if (p50 := p50_us(report)) is not None:
+        row.p50_us.append(p50)
+    row.errors += int(report.get("errors", 0))
+    # The warm-up's CPU is in `used` too: its calls count at the measured rate.
+    calls = report["calls_per_s"] * (seconds + warmup)
+    if calls:
+        row.cpu_us.append(used / calls * 1e6)
+    if request.server == "ucall" and request.headers and not row.replies:
+        row.replies = reply_type(port, request)
+
+
+REQUESTS: dict[str, list[Request]] = {}
+
+
+# ---------------------------------------------------------------- memory, clients
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def rss_over_calls(folder: Path, calls: int) -> dict[str, Any]:
+    """The Python server's RSS while it answers `calls` binary echoes of the 1.6 MB array,
+    read after every second of load: when a tenth of them are answered (warm), and the
+    highest of the last two readings."""
+    request = next(r for r in REQUESTS["1.6 MB"] if r.label.startswith("UCall (Python), numpy, binary"))
+    body = folder / "rss-body"
+    body.write_bytes(request.body)
+    process = ServerProcess(UCALL, "http", BENCH_DIR / "logs" / "binary")
+    readings: list[tuple[int, int]] = []
+    answered = errors = 0
+    try:
+        port = int(process.addr.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 600
+        while answered < calls and time.monotonic() < deadline:
+            report = load(request, port, body, 1.0, 0)
+            answered += round(report["calls_per_s"] * 1.0)
+            errors += int(report.get("errors", 0))
+            readings.append((answered, rss_kib(process.proc.pid)))
+    finally:
+        process.stop()
+    warm = next((kib for n, kib in readings if n >= calls // 10), readings[0][1])
+    last = max(kib for _, kib in readings[-2:])
+    growth = last / warm - 1 if warm else None
+    return {"calls": answered, "errors": errors, "warm_kib": warm, "last_kib": last, "growth": growth}
+
+
+def client_figures(samples: int) -> dict[str, Any]:
+    """benches/client_bench.py's large workload for AsyncClient, the socket floor and grpcio."""
+    command = [sys.executable, str(ROOT / "benches/client_bench.py"), "--workloads", "large"]
+    command += ["--only", "python-async,socket-floor,grpcio-asyncio", "--samples", str(samples)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip()[-300:]}
+    try:
+        return json.loads((BENCH_DIR / "client.json").read_text()).get("large", {})  # type: ignore[no-any-return]
+    except (OSError, ValueError) as error:
+        return {"error": str(error)}
+
+
+# ---------------------------------------------------------------- goals, report
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    value: float | None
+    bound: float
+    at_least: bool
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.bound if self.at_least else self.value <= self.bound
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def goals(rows: dict[tuple[str, str], Row], rss: dict[str, Any] | None, clients: dict[str, Any] | None) -> list[Goal]:
+    def get(label: str, what: str, size: str = "1.6 MB") -> float | None:
+        row = rows.get((size, label))
+        return row.median(what) if row is not None and not row.errors else None
+
+    floor, grpc, fastapi = (
+        "floor: epoll_echo.c, raw TCP",
+        "grpcio (asyncio), raw bytes",
+        "FastAPI (uvicorn), base64 JSON",
+    )
+    numpy_binary, bytes_binary = "UCall (Python), numpy, binary message", "UCall (Python), bytes, binary message"
+    numpy_json, bytes_json = "UCall (Python), numpy, JSON/base64 .npy", "UCall (Python), bytes, JSON/base64"
+    out = [
+        Goal(
+            "server CPU per 1.6 MB call, numpy binary / floor",
+            ratio(get(numpy_binary, "cpu_us"), get(floor, "cpu_us")),
+            1.5,
+            False,
+        ),
+        Goal(
+            "server CPU per 1.6 MB call, bytes binary / floor",
+            ratio(get(bytes_binary, "cpu_us"), get(floor, "cpu_us")),
+            1.5,
+            False,
+        ),
+        Goal(
+            "server CPU per 1.6 MB call, JSON/base64: numpy / bytes",
+            ratio(get(numpy_json, "cpu_us"), get(bytes_json, "cpu_us")),
+            1.0,
+            False,
+        ),
+        Goal(
+            "1.6 MB calls/s, numpy binary / floor",
+            ratio(get(numpy_binary, "calls_per_s"), get(floor, "calls_per_s")),
+            0.8,
+            True,
+        ),
+        Goal(
+            "1.6 MB calls/s, numpy binary / grpcio",
+            ratio(get(numpy_binary, "calls_per_s"), get(grpc, "calls_per_s")),
+            3.0,
+            True,
+        ),
+        Goal(
+            "1.6 MB calls/s, numpy binary / FastAPI",
+            ratio(get(numpy_binary, "calls_per_s"), get(fastapi, "calls_per_s")),
+            10.0,
+            True,
+        ),
+    ]
+    if clients is not None and "error" not in clients:
+
+        def client_cpu(name: str) -> float | None:
+            figures = clients.get(name) or {}
+            return figures.get("cpu_us_per_call") if "error" not in figures else None
+
+        mine = client_cpu("python-async")
+        out.append(
+            Goal(
+                "client CPU per 1.6 MB call, AsyncClient / raw socket",
+                ratio(mine, client_cpu("socket-floor")),
+                1.5,
+                False,
+            )
+        )
+        out.append(
+            Goal(
+                "client CPU per 1.6 MB call, AsyncClient / grpcio",
+                ratio(mine, client_cpu("grpcio-asyncio")),
+                0.25,
+                False,
+            )
+        )
+    if rss is not None:
+        out.append(
+            Goal(f"RSS growth over {rss['calls']:,} numpy binary 1.6 MB calls", rss.get("growth"), RSS_GOAL, False)
+        )
+    return out
+
+
+def report(
+    rows: dict[tuple[str, str], Row],
+    rss: dict[str, Any] | None,
+    clients: dict[str, Any] | None,
+    settings: str,
+) -> str:
+    lines = [
+        "## Binary payloads",
+        "",
+        f"Echo of a float32 array, one connection, one call in flight; server on CPU {SERVER_CPU}, load on CPU "
+        f"{CLIENT_CPU}; medians of {settings} (`python -m ucallbench binary`). CPU is the server process's (user + "
+        "system, all threads) per call. *reply*: what the UCall server answered a binary message with.",
+        "",
+        "| size | server, request | calls/s | p50 µs | server CPU µs/call | reply | errors |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for (size, label), row in rows.items():
+        if row.failure and not row.calls_per_s:
+            lines.append(f"| {size} | {label} | — | — | — | | {row.failure} |")
+            continue
+        rps, p50, cpu = row.median("calls_per_s"), row.median("p50_us"), row.median("cpu_us")
+        shown = [f"{rps:,.0f}" if rps else "—", f"{p50:,.0f}" if p50 else "—", f"{cpu:,.0f}" if cpu else "—"]
+        lines.append(f"| {size} | {label} | {' | '.join(shown)} | {row.replies} | {row.errors} |")
+    if clients is not None:
+        lines += [
+            "",
+            "Client side (benches/client_bench.py, large: a 1.6 MB uint8 array, 100 calls gathered per sample):",
+            "",
+        ]
+        if "error" in clients:
+            lines.append(f"- not measured: {clients['error']}")
+        for name in ("python-async", "socket-floor", "grpcio-asyncio"):
+            figures = clients.get(name)
+            if isinstance(figures, dict) and "cpu_us_per_call" in figures:
+                lines.append(f"- {name}: {figures['cpu_us_per_call']:,.0f} µs of client CPU per call")
+    if rss is not None:
+        lines += [
+            "",
+            f"Memory: the Python server's RSS {rss['warm_kib'] / 1024:,.1f} MiB warm, "
+            f"{rss['last_kib'] / 1024:,.1f} MiB after {rss['calls']:,} numpy binary 1.6 MB echoes.",
+        ]
+    lines += ["", "| goal | figure | bound | met |", "|---|---:|---:|---|"]
+    for goal in goals(rows, rss, clients):
+        value = "—" if goal.value is None else f"{goal.value:.2f}"
+        met = {True: "yes", False: "**no**", None: "not measured"}[goal.met]
+        bound = f"{'≥' if goal.at_least else '≤'} {goal.bound:g}"
+        lines.append(f"| {goal.text} | {value} | {bound} | {met} |")
+    lines.append(
+        "| small calls (`sum`): instructions per request within 1 % | benches/callgrind.py | ≤ 1 % | see *Instructions per call* |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ucallbench binary", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one round of 1 s rows, 1,000 calls for RSS, no clients")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per row")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rss-calls", type=int, default=10_000)
+    ap.add_argument("--no-clients", action="store_true", help="leave out the client side (benches/client_bench.py)")
+    ap.add_argument("--client-samples", type=int, default=5)
+    ap.add_argument("--append", type=Path, help="append the section to this Markdown file")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    seconds, warmup, rounds = (1.0, 0.25, 1) if args.quick else (args.seconds, 0.5, args.rounds)
+    rss_calls = 1_000 if args.quick else args.rss_calls
+    why = build()
+    for size in SIZES:
+        REQUESTS[size] = requests(size)
+    rows = {(size, r.label): Row(size, r.label) for size in SIZES for r in REQUESTS[size]}
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for size in SIZES:
+            for index, request in enumerate(REQUESTS[size]):
+                (folder / f"body-{size.replace(' ', '')}-{index}").write_bytes(request.body)
+        for round_ in range(rounds):
+            print(f"binary: round {round_ + 1} of {rounds}", file=sys.stderr, flush=True)
+            measure_round(rows, folder, seconds, warmup, why)
+            loads.append(os.getloadavg()[0])
+        rss = rss_over_calls(folder, rss_calls)
+        loads.append(os.getloadavg()[0])
+    clients = None if args.quick or args.no_clients else client_figures(args.client_samples)
+    settings = f"{rounds} round{'s' if rounds > 1 else ''} of {seconds:g} s per row after {warmup:g} s of warm-up"
+    settings += f", host load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores"
+    text = report(rows, rss, clients, settings)
+    print(text)
+    if args.append:
+        with args.append.open("a") as out:
+            out.write("\n" + text)
+    if args.json:
+        figures = {f"{size} / {label}": row.__dict__ for (size, label), row in rows.items()}
+        args.json.write_text(json.dumps({"rows": figures, "rss": rss, "clients": clients}, indent=2) + "\n")
+    failed = [row for row in rows.values() if row.errors or (row.failure and not row.calls_per_s)]
+    return 1 if failed else 0

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The binary section of `make bench` (benches/ucallbench/binary.py): the requests it
+sends are what docs/wire.md and numpy read, and its goals are judged from the figures.
+No server and no load here: `make bench-quick` runs the section itself."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vectors"))
+import binary_wire  # noqa: E402
+
+from ucallbench import binary  # noqa: E402  (benches/, pythonpath in pyproject.toml)
+
+np = pytest.importorskip("numpy")
+
+
+@pytest.fixture(scope="module")
+def large() -> list[binary.Request]:
+    return binary.requests("1.6 MB")
+
+
+def test_the_array_is_1_6_mb_of_float32():
+    data = binary.float32s((392, 1024))
+    assert len(data) == 1_605_632
+    values = np.frombuffer(data, dtype="<f4")
+    assert values.min() >= -1 and values.max() <= 1 and len(set(values[:100].tolist())) > 90
+
+
+def test_the_npy_text_is_what_numpy_reads():
+    data = binary.float32s((4096,))
+    for shape in ((4096,), (64, 64)):
+        array = np.load(io.BytesIO(binary.npy(data, shape)))
+        assert array.dtype == np.float32 and array.shape == shape
+        assert array.tobytes() == data
+
+
+def test_the_binary_messages_follow_the_wire_format(large):
+    by_label = {request.label: request for request in large}
+    request = by_label["UCall (Python), numpy, binary message"]
+    headers = dict(header.split(": ", 1) for header in request.headers)
+    assert headers["Content-Type"] == "application/vnd.ucall.binary"
+    assert "application/vnd.ucall.binary" in headers["Accept"]
+    text, section = binary_wire.split_body(request.body, int(headers["UCall-JSON-Length"]))
+    call = json.loads(text)
+    assert call["method"] == "echo_array"
+    placeholder = binary_wire.placeholder(call["params"]["x"])
+    array = np.frombuffer(section[placeholder.offset : placeholder.offset + placeholder.length], dtype="<f4")
+    assert array.reshape(call["params"]["x"]["shape"]).shape == (392, 1024)
+    assert array.tobytes() == binary.float32s((392, 1024))
+    # The floor echoes a line as long as the binary message (raw TCP frames by newline).
+    floor = by_label["floor: epoll_echo.c, raw TCP"]
+    assert len(floor.body) == len(request.body) and b"\n" not in floor.body
+
+
+def test_the_json_requests_carry_the_same_bytes_as_base64(large):
+    by_label = {request.label: request for request in large}
+    data = binary.float32s((392, 1024))
+    plain = json.loads(by_label["UCall (Python), bytes, JSON/base64"].body)
+    assert base64.b64decode(plain["params"]["data"]) == data
+    npy = json.loads(by_label["UCall (Python), numpy, JSON/base64 .npy"].body)
+    assert np.load(io.BytesIO(base64.b64decode(npy["params"]["x"]))).tobytes() == data
+    assert base64.b64decode(json.loads(by_label["FastAPI (uvicorn), base64 JSON"].body)["data"]) == data
+
+
+def _rows(figures: dict[str, tuple[float, float]]) -> dict[tuple[str, str], binary.Row]:
+    rows = {}
+    for label, (rps, cpu) in figures.items():
+        rows[("1.6 MB", label)] = binary.Row("1.6 MB", label, [rps], [100.0], [cpu])
+    return rows
+
+
+def test_goals_are_judged_from_the_figures():
+    rows = _rows(
+        {
+            "floor: epoll_echo.c, raw TCP": (1000, 800),
+            "UCall (Python), numpy, binary message": (900, 1100),
+            "UCall (Python), bytes, binary message": (950, 1300),
+            "UCall (Python), bytes, JSON/base64": (300, 3000),
+            "UCall (Python), numpy, JSON/base64 .npy": (290, 3300),
+            "grpcio (asyncio), raw bytes": (250, 4000),
+            "FastAPI (uvicorn), base64 JSON": (100, 9000),
+        }
+    )
+    rss = {"calls": 10_000, "warm_kib": 100_000, "last_kib": 103_000, "growth": 0.03}
+    clients = {"python-async": {"cpu_us_per_call": 700}, "socket-floor": {"cpu_us_per_call": 600}}
+    clients["grpcio-asyncio"] = {"cpu_us_per_call": 4000}
+    met = {goal.text: (round(goal.value, 3), goal.met) for goal in binary.goals(rows, rss, clients)}
+    assert met["server CPU per 1.6 MB call, numpy binary / floor"] == (1.375, True)
+    assert met["server CPU per 1.6 MB call, bytes binary / floor"] == (1.625, False)
+    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes"] == (1.1, False)
+    assert met["1.6 MB calls/s, numpy binary / floor"] == (0.9, True)
+    assert met["1.6 MB calls/s, numpy binary / grpcio"] == (3.6, True)
+    assert met["1.6 MB calls/s, numpy binary / FastAPI"] == (9.0, False)
+    assert met["client CPU per 1.6 MB call, AsyncClient / raw socket"] == (1.167, True)
+    assert met["client CPU per 1.6 MB call, AsyncClient / grpcio"] == (0.175, True)
+    assert met["RSS growth over 10,000 numpy binary 1.6 MB calls"] == (0.03, True)
+    # A row with errors judges nothing.
+    rows[("1.6 MB", "floor: epoll_echo.c, raw TCP")].errors = 3
+    goals = {goal.text: goal for goal in binary.goals(rows, None, None)}
+    assert goals["server CPU per 1.6 MB call, numpy binary / floor"].met is None
+    text = binary.report(rows, rss, None, "1 round")
+    assert "| 1.6 MB | UCall (Python), numpy, binary message | 900 | 100 | 1,100 |  | 0 |" in text
+    assert "| server CPU per 1.6 MB call, numpy binary / floor | — | ≤ 1.5 | not measured |" in text
