@@ -17,6 +17,7 @@ import re
 from collections import deque
 from typing import Any
 
+from ucall import _attachments
 from ucall.exceptions import ProtocolError
 
 MAX_HEAD = 64 << 10
@@ -29,6 +30,7 @@ class Reply:
     status: int | None  # the HTTP status, None over raw TCP
     body: Any  # bytes; from the native transport, the reply's JSON value when it is JSON
     close: bool = False  # the server will close the connection after this reply
+    json_length: int | None = None  # a binary message's (docs/wire.md): its JSON text's length
 
 
 def dumps(value: Any) -> bytes:
@@ -43,12 +45,30 @@ def host_port(host: str, port: int) -> str:
 
 def http_request(body: bytes, host: str, port: int, path: str = "/", headers: str = "") -> bytes:
     """A POST of ``body``; ``headers`` are extra lines as ``header_lines`` makes them."""
+    return http_head(len(body), host, port, path, headers) + body
+
+
+#: What a request for binary replies accepts (docs/wire.md §3.1): either kind of body.
+BINARY_ACCEPT = f"{_attachments.CONTENT_TYPE}, application/json"
+
+
+def http_head(
+    length: int, host: str, port: int, path: str = "/", headers: str = "", json_length: int | None = None
+) -> bytes:
+    """The head of a POST of ``length`` body bytes; with ``json_length``, of a binary
+    message whose JSON text is that long, which accepts binary replies too."""
+    if json_length is None:
+        kind = "Accept: application/json\r\nContent-Type: application/json\r\n"
+    else:
+        kind = (
+            f"Accept: {BINARY_ACCEPT}\r\nContent-Type: {_attachments.CONTENT_TYPE}\r\n"
+            f"{_attachments.JSON_LENGTH_HEADER}: {json_length}\r\n"
+        )
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host_port(host, port)}\r\nUser-Agent: ucall-python\r\n"
-        f"Accept: application/json\r\nContent-Type: application/json\r\n{headers}"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"{kind}{headers}Content-Length: {length}\r\n\r\n"
     )
-    return head.encode("latin-1") + body
+    return head.encode("latin-1")
 
 
 # What the client writes itself, which a caller's header would contradict.
@@ -181,6 +201,8 @@ class ReplyReader:
                 self.buffer.clear()
                 return None
             del self.buffer[: first.start()]
+            if self.buffer[0] == _attachments.MAGIC:
+                return self._next_binary()
             self._text = TextEnd()
         end = self._text.find(self.buffer)
         if end < 0:
@@ -195,6 +217,22 @@ class ReplyReader:
         del self.buffer[:end]
         self._text = None
         return Reply(None, body)
+
+    def _next_binary(self) -> Reply | None:
+        """A binary message (docs/wire.md §3.2): the prefix, then ``B`` body bytes."""
+        if len(self.buffer) < _attachments.PREFIX.size:
+            if self.ended:
+                raise ProtocolError("the connection closed in the middle of a reply")
+            return None
+        json_length, length = _attachments.parse_prefix(self.buffer)
+        end = _attachments.PREFIX.size + length
+        if len(self.buffer) < end:
+            if self.ended:
+                raise ProtocolError("the connection closed in the middle of a reply")
+            return None
+        body = self.buffer[_attachments.PREFIX.size : end]  # a bytearray: its arrays are writable
+        del self.buffer[:end]
+        return Reply(None, body, json_length=json_length)
 
     def _next_http(self) -> Reply | None:
         while True:
@@ -239,7 +277,13 @@ class ReplyReader:
                 self.buffer.clear()
                 close = True
             self._head = None
-            return Reply(status, body, close)
+            json_length = None
+            if headers.get("content-type", "").split(";")[0].strip().lower() == _attachments.CONTENT_TYPE:
+                text = headers.get(_attachments.JSON_LENGTH_HEADER.lower(), "")
+                if not text.isdigit() or int(text) > len(body):
+                    raise ProtocolError(f"a binary reply with a bad {_attachments.JSON_LENGTH_HEADER}: {text!r}")
+                json_length = int(text)
+            return Reply(status, body, close, json_length)
 
     @staticmethod
     def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -295,20 +339,26 @@ class WebSocketReader:
     after each ``feed``. Messages have no size limit here, as HTTP bodies have none.
     """
 
-    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = ()) -> None:
+    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = (), binary: bool = False) -> None:
         try:
             from websockets.client import ClientProtocol
+            from websockets.typing import Subprotocol
             from websockets.uri import parse_uri
         except ImportError:
             raise ImportError(WEBSOCKETS_MISSING) from None
         scheme = "wss" if secure else "ws"
-        self.protocol = ClientProtocol(parse_uri(f"{scheme}://{host_port(host, port)}{path}"), max_size=None)
+        # With ``binary``, binary messages are offered (docs/wire.md §3.3): the server's
+        # choice, once open, is ``self.binary``.
+        offered = [Subprotocol(_attachments.SUBPROTOCOL)] if binary else None
+        uri = parse_uri(f"{scheme}://{host_port(host, port)}{path}")
+        self.protocol = ClientProtocol(uri, subprotocols=offered, max_size=None)
         self._secure = secure
         self._headers = dict(headers)  # sent with the upgrade request (checked by header_lines)
         self.opened = False
         self.ended = False
         self.why = ""
         self._parts: list[bytes | bytearray | memoryview] = []
+        self._kind: Any = None  # the opcode of the message being read
         self._replies: deque[Reply] = deque()
 
     def handshake(self) -> bytes:
@@ -323,6 +373,16 @@ class WebSocketReader:
     def encode(self, body: bytes) -> bytes:
         """One request (or batch) as a text message."""
         self.protocol.send_text(body)
+        return self.to_send()
+
+    @property
+    def binary(self) -> bool:
+        """Whether the server took binary messages (selected the subprotocol)."""
+        return self.protocol.subprotocol == _attachments.SUBPROTOCOL
+
+    def encode_binary(self, message: bytes) -> bytes:
+        """One binary message (prefix and body) as a binary WebSocket message."""
+        self.protocol.send_binary(message)
         return self.to_send()
 
     def close(self) -> bytes:
@@ -353,10 +413,20 @@ class WebSocketReader:
                     raise ProtocolError(f"the server refused the WebSocket upgrade: {self.protocol.handshake_exc}")
                 self.opened = True
             elif event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                if event.opcode is not Opcode.CONT:
+                    self._kind = event.opcode
                 self._parts.append(event.data)
                 if event.fin:
-                    self._replies.append(Reply(None, b"".join(self._parts)))
+                    message = b"".join(self._parts)
                     self._parts = []
+                    if self._kind is Opcode.BINARY and self.binary and message[:1] == bytes([_attachments.MAGIC]):
+                        json_length, length = _attachments.parse_prefix(message)
+                        if length != len(message) - _attachments.PREFIX.size:
+                            raise ProtocolError("a binary message whose length is not its WebSocket message's")
+                        body = memoryview(message)[_attachments.PREFIX.size :]
+                        self._replies.append(Reply(None, body, json_length=json_length))
+                    else:
+                        self._replies.append(Reply(None, message))
             elif event.opcode is Opcode.CLOSE:
                 self.ended = True
                 # The frame received: close_code stays None until the closing handshake ends.
