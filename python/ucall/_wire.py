@@ -21,6 +21,9 @@ from ucall import _attachments
 from ucall.exceptions import ProtocolError
 
 MAX_HEAD = 64 << 10
+# Bodies at least this long are read into a buffer of their own, once their length is
+# known: the reply's arrays view it, with no copy out of the stream's buffer.
+DIRECT = 64 << 10
 # A TLS alert record (content type 21, version 3.x): what a TLS port sends back to plaintext.
 TLS_ALERT = b"\x15\x03"
 
@@ -176,11 +179,52 @@ class ReplyReader:
         self._head: tuple[int, dict[str, str]] | None = None
         self._chunks: bytearray | None = None
         self._text: TextEnd | None = None  # the raw-TCP reply being scanned
+        self._body: bytearray | None = None  # a large body being read into its own buffer
+        self._message: tuple[int, int] | None = None  # (J, B) of a raw TCP binary message being read
+        self._filled = 0  # how much of it has arrived
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             self.ended = True
+        body = self._body
+        if body is not None and self._filled < len(body):
+            take = min(len(data), len(body) - self._filled)
+            body[self._filled : self._filled + take] = memoryview(data)[:take]
+            self._filled += take
+            data = memoryview(data)[take:]
         self.buffer += data
+
+    def room(self) -> memoryview | None:
+        """Where the next bytes go, when a large body is being read: a socket may read
+        straight into it (``recv_into``), then call ``filled``; None otherwise."""
+        body = self._body
+        return memoryview(body)[self._filled :] if body is not None and self._filled < len(body) else None
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes were read into ``room()``; none means the connection ended."""
+        if n == 0:
+            self.ended = True
+        self._filled += n
+
+    def _take(self, length: int) -> bytes | bytearray | None:
+        """The next ``length`` body bytes once they have all arrived; a large body in a
+        buffer of its own (a ``bytearray``), read into as it arrives."""
+        body = self._body
+        if body is None:
+            if len(self.buffer) >= length:
+                taken = bytes(self.buffer[:length])
+                del self.buffer[:length]
+                return taken
+            if length < DIRECT or self.ended:
+                return None
+            body = self._body = bytearray(length)
+            self._filled = len(self.buffer)
+            body[: self._filled] = self.buffer
+            self.buffer.clear()
+        if self._filled < len(body):
+            return None
+        self._body = None
+        return body
 
     def next(self) -> Reply | None:
         """The next complete reply, or None until more bytes (or the end) arrive."""
@@ -195,13 +239,21 @@ class ReplyReader:
         return b""
 
     def _next_json(self) -> Reply | None:
+        if self._message is not None:
+            return self._next_binary()
         if self._text is None:
             first = _NOT_SPACE.search(self.buffer)
             if first is None:
                 self.buffer.clear()
                 return None
             del self.buffer[: first.start()]
-            if self.buffer[0] == _attachments.MAGIC:
+            if self.buffer[0] == _attachments.MAGIC:  # a binary message (docs/wire.md §3.2)
+                if len(self.buffer) < _attachments.PREFIX.size:
+                    if self.ended:
+                        raise ProtocolError("the connection closed in the middle of a reply")
+                    return None
+                self._message = _attachments.parse_prefix(self.buffer)
+                del self.buffer[: _attachments.PREFIX.size]
                 return self._next_binary()
             self._text = TextEnd()
         end = self._text.find(self.buffer)
@@ -219,19 +271,15 @@ class ReplyReader:
         return Reply(None, body)
 
     def _next_binary(self) -> Reply | None:
-        """A binary message (docs/wire.md §3.2): the prefix, then ``B`` body bytes."""
-        if len(self.buffer) < _attachments.PREFIX.size:
+        """The body of the binary message whose prefix was read (``_message``)."""
+        assert self._message is not None
+        json_length, length = self._message
+        body = self._take(length)
+        if body is None:
             if self.ended:
                 raise ProtocolError("the connection closed in the middle of a reply")
             return None
-        json_length, length = _attachments.parse_prefix(self.buffer)
-        end = _attachments.PREFIX.size + length
-        if len(self.buffer) < end:
-            if self.ended:
-                raise ProtocolError("the connection closed in the middle of a reply")
-            return None
-        body = self.buffer[_attachments.PREFIX.size : end]  # a bytearray: its arrays are writable
-        del self.buffer[:end]
+        self._message = None
         return Reply(None, body, json_length=json_length)
 
     def _next_http(self) -> Reply | None:
@@ -264,12 +312,12 @@ class ReplyReader:
                     length = int(headers["content-length"])
                 except ValueError:
                     raise ProtocolError("a malformed Content-Length") from None
-                if len(self.buffer) < length:
+                taken = self._take(length)
+                if taken is None:
                     if self.ended:
                         raise ProtocolError("the connection closed in the middle of a reply body")
                     return None
-                body = bytes(self.buffer[:length])
-                del self.buffer[:length]
+                body = taken
             else:  # the body runs to the end of the connection
                 if not self.ended:
                     return None

@@ -305,6 +305,29 @@ class _BinaryRequest:
         return self.attachments.body_length(self.text)
 
 
+def _write_now(writer: asyncio.StreamWriter, parts: list[Any]) -> list[Any]:
+    """What is left of ``parts`` after writing what the socket takes at once, from where
+    the parts lie (``writev``), when nothing waits to be written before them on a plain
+    connection: the transport then copies only the rest into its buffer (asyncio's
+    ``writelines`` would join them all first)."""
+    transport = writer.transport
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None or transport.get_write_buffer_size():
+        return parts
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    try:
+        sent = os.writev(sock.fileno(), views[:512])
+    except OSError:  # full, or failed: the transport writes (and reports) as it would
+        return parts
+    first = 0
+    while first < len(views) and sent >= views[first].nbytes:
+        sent -= views[first].nbytes
+        first += 1
+    if first < len(views):
+        views[first] = views[first][sent:]
+    return views[first:]
+
+
 def _send_parts(sock: socket.socket, parts: list[Any]) -> None:
     """Write ``parts`` in order with ``sendmsg``: arrays from their own memory, no join."""
     views = [memoryview(part).cast("B") for part in parts if len(part)]
@@ -327,11 +350,11 @@ def _decode_body(status: int | None, body: Any) -> Any:
         return None
     if type(body) is ReplyBody:
         data = body.value()
-    elif not isinstance(body, bytes):
+    elif not isinstance(body, (bytes, bytearray, memoryview)):
         data = body
     else:
         try:
-            data = loads(body)
+            data = loads(body if isinstance(body, bytes) else bytes(body))
         except ValueError:
             text = body[:200].decode("utf-8", "replace")
             shown = f"HTTP {status}: " if status is not None else ""
@@ -984,6 +1007,12 @@ class Client(_Endpoint, _OwnsSocket):
                 return reply
             if reader.ended:
                 raise _Closed(f"the server closed the connection{reader.why}")
+            room = reader.room() if isinstance(reader, ReplyReader) else None
+            if room is not None:  # a large body: read where it stays
+                n = sock.recv_into(room)
+                self._heard |= bool(n)
+                reader.filled(n)
+                continue
             data = sock.recv(1 << 16)
             self._heard |= bool(data)
             reader.feed(data)
@@ -1593,7 +1622,8 @@ class AsyncClient(_Endpoint):
         if expects:
             future = asyncio.get_running_loop().create_future()
             self._waiting.append(future)
-        writer.writelines(self._encode(framer, [body], headers))
+        parts = self._encode(framer, [body], headers)
+        writer.writelines(_write_now(writer, parts) if len(parts) > 1 else parts)
         if future is None:
             await writer.drain()
             return None
