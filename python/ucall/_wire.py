@@ -303,6 +303,7 @@ class ReplyReader:
             if status in (204, 304):
                 self._head = None
                 return Reply(status, b"", close)
+            body: bytes | bytearray | None
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 body = self._chunked()
                 if body is None:
@@ -312,12 +313,11 @@ class ReplyReader:
                     length = int(headers["content-length"])
                 except ValueError:
                     raise ProtocolError("a malformed Content-Length") from None
-                taken = self._take(length)
-                if taken is None:
+                body = self._take(length)
+                if body is None:
                     if self.ended:
                         raise ProtocolError("the connection closed in the middle of a reply body")
                     return None
-                body = taken
             else:  # the body runs to the end of the connection
                 if not self.ended:
                     return None

@@ -356,7 +356,7 @@ def _decode_body(status: int | None, body: Any) -> Any:
         try:
             data = loads(body if isinstance(body, bytes) else bytes(body))
         except ValueError:
-            text = body[:200].decode("utf-8", "replace")
+            text = bytes(body[:200]).decode("utf-8", "replace")
             shown = f"HTTP {status}: " if status is not None else ""
             raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
     if status is not None and status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
@@ -1008,7 +1008,7 @@ class Client(_Endpoint, _OwnsSocket):
             if reader.ended:
                 raise _Closed(f"the server closed the connection{reader.why}")
             room = reader.room() if isinstance(reader, ReplyReader) else None
-            if room is not None:  # a large body: read where it stays
+            if room is not None and isinstance(reader, ReplyReader):  # a large body: read where it stays
                 n = sock.recv_into(room)
                 self._heard |= bool(n)
                 reader.filled(n)
