@@ -68,10 +68,14 @@ def is_binary(value: Any) -> bool:
         return True
     if _codec.is_ndarray(value):
         return _wire_dtype(value) is not None
+    # (Called for every call's params: plain values are passed over without a call each.)
     if isinstance(value, dict):
-        return any(is_binary(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(is_binary(v) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:
+        if type(item) not in _PLAIN and is_binary(item):
+            return True
     return False
 
 
