@@ -716,6 +716,11 @@ class Client(_Endpoint, _OwnsSocket):
     of these turns TLS on. The name checked and sent as SNI is the host, or
     ``server_hostname``. Sessions are resumed on reconnection unless
     ``session_resumption=False``.
+
+    Bytes, numpy arrays and PIL images in params travel as attachments of a binary message
+    (docs/wire.md) where the server takes them: with ``binary=None``, for the params its
+    description (``rpc.discover``, asked once) marks; ``binary=True`` for every such value,
+    ``binary=False`` never (base64 in the JSON text, as plain JSON clients send).
     """
 
     def __init__(
