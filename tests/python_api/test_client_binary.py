@@ -312,3 +312,25 @@ def test_a_server_that_does_not_describe_itself_gets_plain_json():
     finally:
         listener.close()
     assert seen == [b"application/json"] * 3  # rpc.discover once, then the two calls
+
+
+def _reply_vectors() -> list[Any]:
+    """The reply vectors (tests/vectors/binary/replies) whose reply has an attachment."""
+    cases = []
+    for path in sorted((VECTORS / "replies").glob("*.json")):
+        vector = json.loads(path.read_text())
+        if vector.get("reply") is not None and "$ucall" in json.dumps(vector["reply"]):
+            cases.append(pytest.param(vector, id=path.stem))
+    return cases
+
+
+@pytest.mark.parametrize("vector", _reply_vectors())
+def test_binary_replies_read_as_their_plain_json_form(vector):
+    """A binary reply of the vectors, read by the client, is what a plain JSON client gets
+    (each value in its plain form: base64, an array's .npy)."""
+    from ucall import _codec
+
+    text = json.dumps(vector["reply"]).encode()
+    placed = [(a["offset"], bytes.fromhex(a["hex"])) for a in vector.get("reply_attachments", [])]
+    body = binary_wire.body(text, binary_wire.section(placed, vector.get("reply_section_length")))
+    assert json.loads(json.dumps(_codec.pack(_attachments.decode(body, len(text))))) == vector["plain_reply"]
