@@ -138,10 +138,15 @@ def _view_ndarray(np: Any, data: bytearray) -> Any:
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape, order="F" if fortran_order else "C")
 
 
-def pack_image(image: Any) -> str:
+def image_bytes(image: Any) -> bytes:
+    """``image`` as a PNG file."""
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
-    return b64encode(buffer.getbuffer())
+    return buffer.getvalue()
+
+
+def pack_image(image: Any) -> str:
+    return b64encode(image_bytes(image))
 
 
 def unpack_image(data: bytes) -> Any:

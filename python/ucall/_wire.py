@@ -17,9 +17,13 @@ import re
 from collections import deque
 from typing import Any
 
+from ucall import _attachments
 from ucall.exceptions import ProtocolError
 
 MAX_HEAD = 64 << 10
+# Bodies at least this long are read into a buffer of their own, once their length is
+# known: the reply's arrays view it, with no copy out of the stream's buffer.
+DIRECT = 64 << 10
 # A TLS alert record (content type 21, version 3.x): what a TLS port sends back to plaintext.
 TLS_ALERT = b"\x15\x03"
 
@@ -29,6 +33,7 @@ class Reply:
     status: int | None  # the HTTP status, None over raw TCP
     body: Any  # bytes; from the native transport, the reply's JSON value when it is JSON
     close: bool = False  # the server will close the connection after this reply
+    json_length: int | None = None  # a binary message's (docs/wire.md): its JSON text's length
 
 
 def dumps(value: Any) -> bytes:
@@ -43,12 +48,30 @@ def host_port(host: str, port: int) -> str:
 
 def http_request(body: bytes, host: str, port: int, path: str = "/", headers: str = "") -> bytes:
     """A POST of ``body``; ``headers`` are extra lines as ``header_lines`` makes them."""
+    return http_head(len(body), host, port, path, headers) + body
+
+
+#: What a request for binary replies accepts (docs/wire.md §3.1): either kind of body.
+BINARY_ACCEPT = f"{_attachments.CONTENT_TYPE}, application/json"
+
+
+def http_head(
+    length: int, host: str, port: int, path: str = "/", headers: str = "", json_length: int | None = None
+) -> bytes:
+    """The head of a POST of ``length`` body bytes; with ``json_length``, of a binary
+    message whose JSON text is that long, which accepts binary replies too."""
+    if json_length is None:
+        kind = "Accept: application/json\r\nContent-Type: application/json\r\n"
+    else:
+        kind = (
+            f"Accept: {BINARY_ACCEPT}\r\nContent-Type: {_attachments.CONTENT_TYPE}\r\n"
+            f"{_attachments.JSON_LENGTH_HEADER}: {json_length}\r\n"
+        )
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host_port(host, port)}\r\nUser-Agent: ucall-python\r\n"
-        f"Accept: application/json\r\nContent-Type: application/json\r\n{headers}"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"{kind}{headers}Content-Length: {length}\r\n\r\n"
     )
-    return head.encode("latin-1") + body
+    return head.encode("latin-1")
 
 
 # What the client writes itself, which a caller's header would contradict.
@@ -156,11 +179,52 @@ class ReplyReader:
         self._head: tuple[int, dict[str, str]] | None = None
         self._chunks: bytearray | None = None
         self._text: TextEnd | None = None  # the raw-TCP reply being scanned
+        self._body: bytearray | None = None  # a large body being read into its own buffer
+        self._message: tuple[int, int] | None = None  # (J, B) of a raw TCP binary message being read
+        self._filled = 0  # how much of it has arrived
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             self.ended = True
+        body = self._body
+        if body is not None and self._filled < len(body):
+            take = min(len(data), len(body) - self._filled)
+            body[self._filled : self._filled + take] = memoryview(data)[:take]
+            self._filled += take
+            data = memoryview(data)[take:]
         self.buffer += data
+
+    def room(self) -> memoryview | None:
+        """Where the next bytes go, when a large body is being read: a socket may read
+        straight into it (``recv_into``), then call ``filled``; None otherwise."""
+        body = self._body
+        return memoryview(body)[self._filled :] if body is not None and self._filled < len(body) else None
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes were read into ``room()``; none means the connection ended."""
+        if n == 0:
+            self.ended = True
+        self._filled += n
+
+    def _take(self, length: int) -> bytes | bytearray | None:
+        """The next ``length`` body bytes once they have all arrived; a large body in a
+        buffer of its own (a ``bytearray``), read into as it arrives."""
+        body = self._body
+        if body is None:
+            if len(self.buffer) >= length:
+                taken = bytes(self.buffer[:length])
+                del self.buffer[:length]
+                return taken
+            if length < DIRECT or self.ended:
+                return None
+            body = self._body = bytearray(length)
+            self._filled = len(self.buffer)
+            body[: self._filled] = self.buffer
+            self.buffer.clear()
+        if self._filled < len(body):
+            return None
+        self._body = None
+        return body
 
     def next(self) -> Reply | None:
         """The next complete reply, or None until more bytes (or the end) arrive."""
@@ -175,12 +239,22 @@ class ReplyReader:
         return b""
 
     def _next_json(self) -> Reply | None:
+        if self._message is not None:
+            return self._next_binary()
         if self._text is None:
             first = _NOT_SPACE.search(self.buffer)
             if first is None:
                 self.buffer.clear()
                 return None
             del self.buffer[: first.start()]
+            if self.buffer[0] == _attachments.MAGIC:  # a binary message (docs/wire.md §3.2)
+                if len(self.buffer) < _attachments.PREFIX.size:
+                    if self.ended:
+                        raise ProtocolError("the connection closed in the middle of a reply")
+                    return None
+                self._message = _attachments.parse_prefix(self.buffer)
+                del self.buffer[: _attachments.PREFIX.size]
+                return self._next_binary()
             self._text = TextEnd()
         end = self._text.find(self.buffer)
         if end < 0:
@@ -195,6 +269,18 @@ class ReplyReader:
         del self.buffer[:end]
         self._text = None
         return Reply(None, body)
+
+    def _next_binary(self) -> Reply | None:
+        """The body of the binary message whose prefix was read (``_message``)."""
+        assert self._message is not None
+        json_length, length = self._message
+        body = self._take(length)
+        if body is None:
+            if self.ended:
+                raise ProtocolError("the connection closed in the middle of a reply")
+            return None
+        self._message = None
+        return Reply(None, body, json_length=json_length)
 
     def _next_http(self) -> Reply | None:
         while True:
@@ -217,6 +303,7 @@ class ReplyReader:
             if status in (204, 304):
                 self._head = None
                 return Reply(status, b"", close)
+            body: bytes | bytearray | None
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 body = self._chunked()
                 if body is None:
@@ -226,12 +313,11 @@ class ReplyReader:
                     length = int(headers["content-length"])
                 except ValueError:
                     raise ProtocolError("a malformed Content-Length") from None
-                if len(self.buffer) < length:
+                body = self._take(length)
+                if body is None:
                     if self.ended:
                         raise ProtocolError("the connection closed in the middle of a reply body")
                     return None
-                body = bytes(self.buffer[:length])
-                del self.buffer[:length]
             else:  # the body runs to the end of the connection
                 if not self.ended:
                     return None
@@ -239,7 +325,13 @@ class ReplyReader:
                 self.buffer.clear()
                 close = True
             self._head = None
-            return Reply(status, body, close)
+            json_length = None
+            if headers.get("content-type", "").split(";")[0].strip().lower() == _attachments.CONTENT_TYPE:
+                text = headers.get(_attachments.JSON_LENGTH_HEADER.lower(), "")
+                if not text.isdigit() or int(text) > len(body):
+                    raise ProtocolError(f"a binary reply with a bad {_attachments.JSON_LENGTH_HEADER}: {text!r}")
+                json_length = int(text)
+            return Reply(status, body, close, json_length)
 
     @staticmethod
     def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -295,20 +387,26 @@ class WebSocketReader:
     after each ``feed``. Messages have no size limit here, as HTTP bodies have none.
     """
 
-    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = ()) -> None:
+    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = (), binary: bool = False) -> None:
         try:
             from websockets.client import ClientProtocol
+            from websockets.typing import Subprotocol
             from websockets.uri import parse_uri
         except ImportError:
             raise ImportError(WEBSOCKETS_MISSING) from None
         scheme = "wss" if secure else "ws"
-        self.protocol = ClientProtocol(parse_uri(f"{scheme}://{host_port(host, port)}{path}"), max_size=None)
+        # With ``binary``, binary messages are offered (docs/wire.md §3.3): the server's
+        # choice, once open, is ``self.binary``.
+        offered = [Subprotocol(_attachments.SUBPROTOCOL)] if binary else None
+        uri = parse_uri(f"{scheme}://{host_port(host, port)}{path}")
+        self.protocol = ClientProtocol(uri, subprotocols=offered, max_size=None)
         self._secure = secure
         self._headers = dict(headers)  # sent with the upgrade request (checked by header_lines)
         self.opened = False
         self.ended = False
         self.why = ""
         self._parts: list[bytes | bytearray | memoryview] = []
+        self._kind: Any = None  # the opcode of the message being read
         self._replies: deque[Reply] = deque()
 
     def handshake(self) -> bytes:
@@ -323,6 +421,16 @@ class WebSocketReader:
     def encode(self, body: bytes) -> bytes:
         """One request (or batch) as a text message."""
         self.protocol.send_text(body)
+        return self.to_send()
+
+    @property
+    def binary(self) -> bool:
+        """Whether the server took binary messages (selected the subprotocol)."""
+        return self.protocol.subprotocol == _attachments.SUBPROTOCOL
+
+    def encode_binary(self, message: bytes) -> bytes:
+        """One binary message (prefix and body) as a binary WebSocket message."""
+        self.protocol.send_binary(message)
         return self.to_send()
 
     def close(self) -> bytes:
@@ -353,10 +461,20 @@ class WebSocketReader:
                     raise ProtocolError(f"the server refused the WebSocket upgrade: {self.protocol.handshake_exc}")
                 self.opened = True
             elif event.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                if event.opcode is not Opcode.CONT:
+                    self._kind = event.opcode
                 self._parts.append(event.data)
                 if event.fin:
-                    self._replies.append(Reply(None, b"".join(self._parts)))
+                    message = b"".join(self._parts)
                     self._parts = []
+                    if self._kind is Opcode.BINARY and self.binary and message[:1] == bytes([_attachments.MAGIC]):
+                        json_length, length = _attachments.parse_prefix(message)
+                        if length != len(message) - _attachments.PREFIX.size:
+                            raise ProtocolError("a binary message whose length is not its WebSocket message's")
+                        body = memoryview(message)[_attachments.PREFIX.size :]
+                        self._replies.append(Reply(None, body, json_length=json_length))
+                    else:
+                        self._replies.append(Reply(None, message))
             elif event.opcode is Opcode.CLOSE:
                 self.ended = True
                 # The frame received: close_code stays None until the closing handshake ends.

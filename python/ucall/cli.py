@@ -4,7 +4,8 @@
     ucall sum a=1 b:int=2                      # by name; types guessed or given
     ucall sum --positional 1 2:int             # by position
     ucall echo data:='{"x": [1, 2]}'           # raw JSON
-    ucall upload -f data=big.bin -i picture=cat.png --format json
+    ucall upload -f data=big.bin -i picture=cat.png --format json   # attachments where taken
+    ucall predict x:numpy=batch.npy --format numpy   # an array, an attachment where taken
     ucall sum a=1 b=2 --tls --cacert ca.pem    # HTTPS, the certificate checked against ca.pem
     ucall sum a=1 b=2 --cacert ca.pem -E me.pem --key me.key   # with a client certificate
     ucall sum a=1 b=2 --uri wss://host:8545/   # WebSocket (ws:// in plaintext)
@@ -36,6 +37,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 import click
 
+from ucall import _codec
 from ucall._server import Server
 from ucall._ucall import __version__, check_rate_limit
 from ucall.client import Client, Response
@@ -225,8 +227,23 @@ def main() -> None:
 @main.command("call", cls=_Call)
 @click.argument("method", required=False)
 @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
-@click.option("-f", "--file", "files", multiple=True, metavar="KEY=PATH", help="Send a file's bytes (base64).")
-@click.option("-i", "--image", "images", multiple=True, metavar="KEY=PATH", help="Send an image (PIL).")
+@click.option(
+    "-f",
+    "--file",
+    "files",
+    multiple=True,
+    metavar="KEY=PATH",
+    help="Send a file's bytes: as an attachment where the server takes one (see --binary), else base64.",
+)
+@click.option(
+    "-i", "--image", "images", multiple=True, metavar="KEY=PATH", help="Send an image file (as -f does, read by PIL)."
+)
+@click.option(
+    "--binary/--no-binary",
+    default=None,
+    help="Send bytes, arrays and images as attachments of a binary message (docs/wire.md) always, or never. "
+    "Default: where the server's description (rpc.discover) marks the param.",
+)
 @click.option("--positional", is_flag=True, help="Pass the values by position: VALUE or VALUE:TYPE.")
 @click.option("--list", "list_methods", is_flag=True, help="List the server's methods (from rpc.discover) and exit.")
 @click.option(
@@ -289,6 +306,7 @@ def call(
     arguments: tuple[str, ...],
     files: tuple[str, ...],
     images: tuple[str, ...],
+    binary: bool | None,
     positional: bool,
     list_methods: bool,
     uri: str,
@@ -338,6 +356,7 @@ def call(
             tls_cert=cert,
             tls_key=cert_key,
             headers=dict(_header(h) for h in headers),
+            binary=binary,
         )
     except (ValueError, OSError) as error:
         raise click.UsageError(str(error)) from None
@@ -486,7 +505,9 @@ def _leaves(value: Any) -> list[Any]:
 def _show(response: Response, output_format: str, output: str | None) -> None:
     """The reply in ``output_format``, on standard output or written to the file ``output``."""
     if output_format in ("raw", "json"):
-        text = json.dumps(response.data if output_format == "raw" else response.json, indent=2, ensure_ascii=False)
+        # A binary reply's arrays and bytes are shown in their plain JSON form (base64).
+        shown = _codec.pack(response.data if output_format == "raw" else response.json)
+        text = json.dumps(shown, indent=2, ensure_ascii=False)
         if output:
             with open(output, "w", encoding="utf-8") as f:
                 f.write(text + "\n")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import functools
 import itertools
 import json
@@ -43,10 +44,19 @@ import urllib.parse
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeVar, Union, overload
 
-from ucall import _codec, _streamed
+from ucall import _attachments, _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
 from ucall._tracing import current_meta
-from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, header_lines, host_port, http_request
+from ucall._wire import (
+    Reply,
+    ReplyReader,
+    WebSocketReader,
+    dumps,
+    header_lines,
+    host_port,
+    http_head,
+    http_request,
+)
 from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, TimeoutError, TransportError
 
 __all__ = ["AsyncClient", "AsyncStream", "Batch", "Client", "ClientTLS", "Response", "Stream"]
@@ -115,6 +125,10 @@ class Response:
     def _decoded(self, bytearray: bool) -> builtins.bytes | builtins.bytearray:
         # The core's base64 rule, as for the servers' bytes params; SIMD, into the new object.
         result = self.json
+        if isinstance(result, builtins.bytes):  # an attachment of a binary reply
+            return builtins.bytearray(result) if bytearray else result
+        if _codec.is_ndarray(result):
+            return builtins.bytearray(result.tobytes()) if bytearray else result.tobytes()
         if not isinstance(result, str):
             raise ProtocolError(f"the result is {_shown(result)}, not bytes (a base64 string)")
         try:
@@ -124,7 +138,10 @@ class Response:
 
     @property
     def numpy(self) -> Any:
-        """The result as a numpy array (``.npy`` in base64, loaded with pickling disabled)."""
+        """The result as a numpy array: an attachment's array as it is (a view of the reply's
+        bytes), else ``.npy`` in base64, loaded with pickling disabled."""
+        if _codec.is_ndarray(self.json):
+            return self.json
         data = self._decoded(bytearray=True)  # writable: the array is a view of it, not a copy
         try:
             return _codec.unpack_ndarray(data)
@@ -253,7 +270,77 @@ def _native_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _decode(reply: Reply) -> Any:
+    if reply.json_length is not None:  # a binary message: placeholders resolved
+        return _decode_body(reply.status, _attachments.decode(reply.body, reply.json_length))
     return _decode_body(reply.status, reply.body)
+
+
+class _BinaryRequest:
+    """A call whose params hold binary values, sent as a binary message (docs/wire.md):
+    the request with placeholders, and its attachments where they lie."""
+
+    def __init__(
+        self,
+        method: str,
+        params: Any,
+        request_id: int,
+        timeout: float | None,
+        marked: frozenset[str | int] | None = None,
+    ) -> None:
+        self.attachments = _attachments.Attachments()
+        self.params = params
+        self.request = _request(method, self.attachments.pack_params(params, marked), request_id, timeout)
+        self.text = dumps(self.request)
+
+    def plain(self) -> dict[str, Any]:
+        """The same call as a plain JSON request (base64), for a server without binary messages."""
+        return dict(self.request, params=_codec.pack(self.params))
+
+    def parts(self, leading: bytes) -> list[Any]:
+        """``leading`` (a head or prefix), then the body in pieces."""
+        return [leading, *self.attachments.body(self.text)]
+
+    @property
+    def length(self) -> int:
+        return self.attachments.body_length(self.text)
+
+
+def _write_now(writer: asyncio.StreamWriter, parts: list[Any]) -> list[Any]:
+    """What is left of ``parts`` after writing what the socket takes at once, from where
+    the parts lie (``writev``), when nothing waits to be written before them on a plain
+    connection: the transport then copies only the rest into its buffer (asyncio's
+    ``writelines`` would join them all first)."""
+    transport = writer.transport
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None or transport.get_write_buffer_size():
+        return parts
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    try:
+        sent = os.writev(sock.fileno(), views[:512])
+    except OSError:  # full, or failed: the transport writes (and reports) as it would
+        return parts
+    first = 0
+    while first < len(views) and sent >= views[first].nbytes:
+        sent -= views[first].nbytes
+        first += 1
+    if first < len(views):
+        views[first] = views[first][sent:]
+    return views[first:]
+
+
+def _send_parts(sock: socket.socket, parts: list[Any]) -> None:
+    """Write ``parts`` in order with ``sendmsg``: arrays from their own memory, no join."""
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    first = 0
+    while first < len(views):
+        sent = sock.sendmsg(views[first : first + 512])
+        while sent:
+            size = views[first].nbytes
+            if sent < size:
+                views[first] = views[first][sent:]
+                break
+            sent -= size
+            first += 1
 
 
 def _decode_body(status: int | None, body: Any) -> Any:
@@ -263,13 +350,13 @@ def _decode_body(status: int | None, body: Any) -> Any:
         return None
     if type(body) is ReplyBody:
         data = body.value()
-    elif not isinstance(body, bytes):
+    elif not isinstance(body, (bytes, bytearray, memoryview)):
         data = body
     else:
         try:
-            data = loads(body)
+            data = loads(body if isinstance(body, bytes) else bytes(body))
         except ValueError:
-            text = body[:200].decode("utf-8", "replace")
+            text = bytes(body[:200]).decode("utf-8", "replace")
             shown = f"HTTP {status}: " if status is not None else ""
             raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
     if status is not None and status >= 400 and isinstance(data, dict) and "jsonrpc" not in data:
@@ -354,25 +441,46 @@ _CLIENT_CERTIFICATE_ALERTS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The constructor arguments both client classes take, by the names they take them."""
+
+    uri: str
+    port: int
+    use_http: bool
+    timeout: float | None
+    path: str
+    tls: bool | None
+    cacert: StrPath | None
+    insecure: bool
+    ssl_context: ssl.SSLContext | None
+    server_hostname: str | None
+    tls_cert: StrPath | None
+    tls_key: StrPath | None
+    headers: Mapping[str, str] | None
+    binary: bool | None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> _Options:
+        """The options among a constructor's ``locals()``."""
+        return cls(**{field.name: arguments[field.name] for field in dataclasses.fields(cls)})
+
+
 class _Endpoint:
     """What both clients share: the address, the transport, framing and ids."""
 
-    def __init__(
-        self,
-        uri: str,
-        port: int,
-        use_http: bool,
-        timeout: float | None,
-        path: str,
-        tls: bool | None = None,
-        cacert: StrPath | None = None,
-        insecure: bool = False,
-        ssl_context: ssl.SSLContext | None = None,
-        server_hostname: str | None = None,
-        tls_cert: StrPath | None = None,
-        tls_key: StrPath | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, options: _Options) -> None:
+        uri, port, use_http, path, tls = options.uri, options.port, options.use_http, options.path, options.tls
+        cacert, insecure, ssl_context = options.cacert, options.insecure, options.ssl_context
+        tls_cert, tls_key, headers, timeout = options.tls_cert, options.tls_key, options.headers, options.timeout
+        server_hostname = options.server_hostname
+        if options.binary not in (None, True, False):
+            raise TypeError(f"binary= is True, False or None (as the server takes), not {options.binary!r}")
+        #: Whether binary values travel as attachments (docs/wire.md): None where the
+        #: server's description marks them (asked once, with ``rpc.discover``), True
+        #: always, False never.
+        self.binary = options.binary
+        self._marked: dict[str, frozenset[str | int]] | None = None  # by method, once asked
         websocket = False
         tls_options = any(o is not None for o in (cacert, ssl_context, tls_cert, tls_key)) or insecure
         if "://" in uri:
@@ -479,10 +587,56 @@ class _Endpoint:
             return http_request(body, self.uri, self.port, self.path, self._header_lines + headers)
         return body + b"\n"
 
-    def _encode(self, framer: Framer, bodies: Iterable[bytes], headers: str = "") -> bytes:
+    def _encode(self, framer: Framer, bodies: Iterable[bytes | _BinaryRequest], headers: str = "") -> list[Any]:
+        """Each body (a JSON text, or a call with attachments) as this connection frames it,
+        in pieces to write in order."""
+        parts: list[Any] = []
+        for body in bodies:
+            if isinstance(body, _BinaryRequest):
+                parts += self._binary_parts(framer, body, headers)
+            elif isinstance(framer, WebSocketReader):
+                parts.append(framer.encode(body))
+            else:
+                parts.append(self.frame(body, headers))
+        return parts
+
+    def _binary_parts(self, framer: Framer, call: _BinaryRequest, headers: str) -> list[Any]:
+        json_length, length = len(call.text), call.length
         if isinstance(framer, WebSocketReader):
-            return b"".join(framer.encode(body) for body in bodies)
-        return b"".join(self.frame(body, headers) for body in bodies)
+            if framer.binary:
+                return [framer.encode_binary(b"".join(call.parts(_attachments.prefix(json_length, length))))]
+            if self.binary:
+                raise ProtocolError(
+                    f"{self._where} does not take binary messages (it did not select the WebSocket"
+                    f" subprotocol {_attachments.SUBPROTOCOL}): binary=None sends them as JSON"
+                )
+            return [framer.encode(dumps(call.plain()))]
+        if self.use_http:
+            lines = self._header_lines + headers
+            return call.parts(http_head(length, self.uri, self.port, self.path, lines, json_length))
+        return call.parts(_attachments.prefix(json_length, length))
+
+    def _may_attach(self, params: Any) -> bool:
+        """Whether a call with ``params`` may go as a binary message: it holds a binary value."""
+        return self.binary is not False and _attachments.is_binary(params)
+
+    def _must_ask(self) -> bool:
+        """Whether the server's description must be asked for before a binary message."""
+        return self.binary is None and self._marked is None
+
+    def _learn(self, document: Any) -> None:
+        """Which params of which methods take attachments, from the server's OpenRPC
+        document (``rpc.discover``; a server without it describes none)."""
+        self._marked = _attachments.marked_params(document)
+
+    def _binary_request(self, method: str, params: Any) -> _BinaryRequest | None:
+        """The call as a binary message, or None when no value of it goes as an attachment
+        (with ``binary=None``, only the params the server's description marks do)."""
+        marked = None if self.binary else (self._marked or {}).get(method, frozenset())
+        if marked is not None and not marked:
+            return None
+        call = _BinaryRequest(method, params, self.next_id(), self.timeout, marked)
+        return call if call.attachments.buffers else None
 
     def _call_headers(self, headers: Mapping[str, str]) -> str:
         """A call's own headers as lines; only HTTP sends headers with each call."""
@@ -495,7 +649,7 @@ class _Endpoint:
 
     def _framer(self) -> Framer:
         if self.websocket:
-            return WebSocketReader(self.uri, self.port, self.path, self.tls, self.headers)
+            return WebSocketReader(self.uri, self.port, self.path, self.tls, self.headers, self.binary is not False)
         return ReplyReader(self.use_http)
 
     def _tls_failure(self, error: Exception) -> ConnectError:
@@ -562,6 +716,11 @@ class Client(_Endpoint, _OwnsSocket):
     of these turns TLS on. The name checked and sent as SNI is the host, or
     ``server_hostname``. Sessions are resumed on reconnection unless
     ``session_resumption=False``.
+
+    Bytes, numpy arrays and PIL images in params travel as attachments of a binary message
+    (docs/wire.md) where the server takes them: with ``binary=None``, for the params its
+    description (``rpc.discover``, asked once) marks; ``binary=True`` for every such value,
+    ``binary=False`` never (base64 in the JSON text, as plain JSON clients send).
     """
 
     def __init__(
@@ -581,22 +740,9 @@ class Client(_Endpoint, _OwnsSocket):
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
+        binary: bool | None = None,
     ) -> None:
-        super().__init__(
-            uri,
-            port,
-            use_http,
-            timeout,
-            path,
-            tls,
-            cacert,
-            insecure,
-            ssl_context,
-            server_hostname,
-            tls_cert,
-            tls_key,
-            headers,
-        )
+        super().__init__(_Options.of(locals()))
         self.sock: socket.socket | None = None
         self._heard = False  # whether the connection has sent any reply bytes
         self.session_resumption = session_resumption
@@ -623,6 +769,11 @@ class Client(_Endpoint, _OwnsSocket):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
+        params = _native_params(args, kwargs)
+        if self._may_attach(params):
+            binary = self._binary_request_asked(method, params)
+            if binary is not None:
+                return self._binary_call(binary)
         # (A call inside a traced span carries its context in a request object of its own.)
         if self._native is not None and current_meta() is None:
             return self._in_time(self._native_calls([(method, _native_params(args, kwargs))])[0])
@@ -634,12 +785,20 @@ class Client(_Endpoint, _OwnsSocket):
         """Like ``call`` with params given whole (a list, a dict or None), sending ``headers``
         with this call only, besides the client's (HTTP only)."""
         lines = self._call_headers(headers)
+        if self._may_attach(params):
+            binary = self._binary_request_asked(method, params)
+            if binary is not None:
+                return self._binary_call(binary, None, lines)
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
         reply = self._roundtrip([dumps(request)], 1, None, lines)[0]
         return self._in_time(self._check(Response(_decode(reply)), request))
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
         """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
+        if self._may_attach(params):
+            binary = self._binary_request_asked(method, params)
+            if binary is not None:
+                return self._binary_call(binary, progress)
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
         response: Response = self._exchange(request, progress)
         return self._in_time(response)
@@ -683,6 +842,21 @@ class Client(_Endpoint, _OwnsSocket):
 
     # ------------------------------------------------------------ transport
 
+    def _binary_request_asked(self, method: str, params: Any) -> _BinaryRequest | None:
+        """``_binary_request``, the server's description asked for first when needed."""
+        if self._must_ask():
+            try:
+                self._learn(self.call("rpc.discover").json)
+            except (RPCError, ProtocolError):
+                self._learn(None)
+        return self._binary_request(method, params)
+
+    def _binary_call(self, call: _BinaryRequest, progress: Progress | None = None, headers: str = "") -> Response:
+        """A call with attachments, on the Python transport (``sendmsg`` writes them where
+        they lie, and a binary reply is read into one buffer that its arrays view)."""
+        reply = self._roundtrip([call], 1, progress, headers)[0]
+        return self._in_time(self._check(Response(_decode(reply)), call.request))
+
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
         assert self._native is not None
         items = [(method, params, self.next_id()) for method, params in calls]
@@ -718,7 +892,7 @@ class Client(_Endpoint, _OwnsSocket):
         return response
 
     def _roundtrip(
-        self, bodies: list[bytes], replies: int, progress: Progress | None = None, headers: str = ""
+        self, bodies: list[bytes | _BinaryRequest], replies: int, progress: Progress | None = None, headers: str = ""
     ) -> list[Reply]:
         if self.sock is not None and (self._reader.ended or _closed_by_peer(self.sock)):
             self._drop()  # closed by the server between calls: an idle time-out, a shutdown
@@ -814,7 +988,11 @@ class Client(_Endpoint, _OwnsSocket):
                 self.session = session
 
     @staticmethod
-    def _send(sock: socket.socket, payload: bytes, progress: Progress | None) -> None:
+    def _send(sock: socket.socket, parts: list[Any], progress: Progress | None) -> None:
+        if progress is None and len(parts) > 1 and not isinstance(sock, ssl.SSLSocket):
+            _send_parts(sock, parts)
+            return
+        payload = parts[0] if len(parts) == 1 else b"".join(parts)
         if progress is None:
             sock.sendall(payload)
             return
@@ -834,6 +1012,12 @@ class Client(_Endpoint, _OwnsSocket):
                 return reply
             if reader.ended:
                 raise _Closed(f"the server closed the connection{reader.why}")
+            room = reader.room() if isinstance(reader, ReplyReader) else None
+            if room is not None and isinstance(reader, ReplyReader):  # a large body: read where it stays
+                n = sock.recv_into(room)
+                self._heard |= bool(n)
+                reader.filled(n)
+                continue
             data = sock.recv(1 << 16)
             self._heard |= bool(data)
             reader.feed(data)
@@ -1244,6 +1428,7 @@ class ClientTLS(Client):
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
+        binary: bool | None = None,
     ) -> None:
         super().__init__(
             uri,
@@ -1258,6 +1443,7 @@ class ClientTLS(Client):
             tls_cert=tls_cert,
             tls_key=tls_key,
             headers=headers,
+            binary=binary,
         )
 
 
@@ -1290,28 +1476,16 @@ class AsyncClient(_Endpoint):
         tls_cert: StrPath | None = None,
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
+        binary: bool | None = None,
     ) -> None:
-        super().__init__(
-            uri,
-            port,
-            use_http,
-            timeout,
-            path,
-            tls,
-            cacert,
-            insecure,
-            ssl_context,
-            server_hostname,
-            tls_cert,
-            tls_key,
-            headers,
-        )
+        super().__init__(_Options.of(locals()))
         self._writer: asyncio.StreamWriter | None = None
         self._framer_in_use: Framer | None = None
         self._waiting: deque[asyncio.Future[Reply]] = deque()
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
         self._mux: _Mux | None = None
+        self._asking: asyncio.Future[None] | None = None  # rpc.discover, for binary messages
 
     def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Response]]:
         if name.startswith("_"):
@@ -1326,6 +1500,8 @@ class AsyncClient(_Endpoint):
         """The call's ``Response``, to await (or gather, or run as a task). On the native
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
+        if self._may_attach(_native_params(args, kwargs)):
+            return self._binary_call(method, _native_params(args, kwargs))
         if self._native_protocol is not None and current_meta() is None:
             mux = self._mux
             try:
@@ -1357,6 +1533,8 @@ class AsyncClient(_Endpoint):
     async def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:
         """As ``Client.call_with_headers``: ``headers`` go with this call only (HTTP only)."""
         lines = self._call_headers(headers)
+        if self._may_attach(params):
+            return await self._binary_call(method, params, lines)
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
         return self._in_time(await self._exchange(request, lines))
 
@@ -1413,22 +1591,53 @@ class AsyncClient(_Endpoint):
             if not expects:
                 return None
             return self._settle(request, reply)
+        answer = await self._python_exchange(dumps(request), self.expects_reply(request), headers)
+        return None if answer is None else self._settle(request, answer)
+
+    async def _binary_call(self, method: str, params: Any, headers: str = "") -> Response:
+        """As ``Client._binary_call``, on the asyncio transport; a call none of whose values
+        goes as an attachment goes as any other."""
+        if self._must_ask():
+            if self._asking is None:
+                self._asking = asyncio.ensure_future(self._ask())
+            await asyncio.shield(self._asking)
+        call = self._binary_request(method, params)
+        if call is None:
+            request = _request(
+                method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout
+            )
+            return self._in_time(await self._exchange(request, headers))
+        reply = await self._python_exchange(call, True, headers)
+        assert reply is not None
+        return self._in_time(self._settle(call.request, reply))
+
+    async def _ask(self) -> None:
+        """The server's description, once for every call waiting on it (``_learn``)."""
+        try:
+            self._learn((await self.call("rpc.discover")).json)
+        except (RPCError, ProtocolError):
+            self._learn(None)
+        finally:
+            self._asking = None
+
+    async def _python_exchange(self, body: bytes | _BinaryRequest, expects: bool, headers: str) -> Reply | None:
+        """Send ``body`` on the Python transport; its reply when one is expected."""
         writer, framer = await self._connect()
         future: asyncio.Future[Reply] | None = None
-        if self.expects_reply(request):
+        if expects:
             future = asyncio.get_running_loop().create_future()
             self._waiting.append(future)
-        writer.write(self._encode(framer, [dumps(request)], headers))
+        parts = self._encode(framer, [body], headers)
+        writer.writelines(_write_now(writer, parts) if len(parts) > 1 else parts)
         if future is None:
             await writer.drain()
             return None
         try:
-            reply = await asyncio.wait_for(asyncio.shield(future), self.timeout)
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout)
         except asyncio.TimeoutError:
             late = TimeoutError(f"no reply from {self._where} within {self.timeout} s")
             self._drop(late)
             raise late from None
-        return self._settle(request, reply)
 
     @staticmethod
     def _settle(request: Any, reply: Reply) -> Any:

@@ -123,6 +123,79 @@ def make_server(engine: str) -> Iterator[Callable[..., Server]]:
         server.stop()
 
 
+class Recorder:
+    """A loopback TCP relay to a server that keeps what each connection's client sent."""
+
+    def __init__(self, port: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sent: list[bytearray] = []
+        self.target = port
+        self.sockets: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.1)  # to see close() soon: closing does not wake accept()
+        while self.listener.fileno() >= 0:
+            try:
+                client, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [client, server]
+            record = bytearray()
+            self.sent.append(record)
+            for args in ((client, server, record), (server, client, None)):
+                thread = threading.Thread(target=self._pump, args=args, daemon=True)
+                self.threads.append(thread)
+                thread.start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, record: bytearray | None) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if record is not None:
+                    record += data
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def binary_messages(self, transport: str) -> int:
+        """How many connections carried a binary message (the first one's framing only)."""
+        count = 0
+        for record in self.sent:
+            data = bytes(record)
+            if transport == "http":
+                count += b"content-type: application/vnd.ucall.binary" in data.lower()
+            elif transport == "tcp":
+                count += data[:1] == b"\xc1"
+            else:  # the first frame after the upgrade: 0x82 is a final binary frame
+                head_end = data.find(b"\r\n\r\n")
+                count += head_end >= 0 and data[head_end + 4 : head_end + 5] == b"\x82"
+        return count
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in self.threads:
+            thread.join(5)
+        for sock in self.sockets:
+            sock.close()
+
+
 class Wire:
     """A plain HTTP/1.1 keep-alive connection, independent of `ucall.client`."""
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO_ROOT, once, serving, tcp_exchange, with_client_procedures
+from conftest import REPO_ROOT, Recorder, once, serving, tcp_exchange, with_client_procedures
 from test_workers import supervised
 
 from ucall import Server
@@ -147,6 +147,36 @@ def test_files_images_and_rich_formats(port, tmp_path):
     np.save(array_file, np.arange(4))
     code, out, _ = run("echo", f"data:bytes={array_file}", "--format", "numpy", "-p", port)
     assert code == 0 and "array([0, 1, 2, 3])" in out
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp", "ws"])
+def test_files_and_arrays_go_as_attachments_where_the_server_takes_them(make_server, tmp_path, transport):
+    np = pytest.importorskip("numpy")
+    server = with_client_procedures(make_server())
+
+    @server
+    def total(x: np.ndarray) -> float:
+        return float(x.sum())
+
+    server.start()
+    relay = Recorder(server.port)
+    blob, array_file = tmp_path / "blob.bin", tmp_path / "x.npy"
+    blob.write_bytes(os.urandom(5000))
+    np.save(array_file, np.arange(12, dtype=np.float32).reshape(3, 4))
+    uri = {"http": "http", "tcp": "tcp", "ws": "ws"}[transport] + f"://127.0.0.1:{relay.port}"
+    kind = "websocket" if transport == "ws" else transport
+    try:
+        code, out, _ = run("size", "-f", f"data={blob}", "--format", "json", "--uri", uri)
+        assert (code, out.strip()) == (0, "5000")
+        assert relay.binary_messages(kind) == 1
+        code, out, _ = run("total", f"x:numpy={array_file}", "--format", "json", "--uri", uri)
+        assert (code, out.strip()) == (0, "66.0")
+        assert relay.binary_messages(kind) == 2
+        code, out, _ = run("size", "-f", f"data={blob}", "--format", "json", "--uri", uri, "--no-binary")
+        assert (code, out.strip()) == (0, "5000")
+        assert relay.binary_messages(kind) == 2
+    finally:
+        relay.close()
 
 
 def test_python_dash_m(port):

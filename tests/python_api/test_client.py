@@ -300,10 +300,12 @@ def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make
     # Calls made while megabytes wait to be written are held back unencoded and sent as
     # replies come: every one still runs once, in call order; a cancelled one never runs,
     # one that cannot be encoded fails alone, and a time-out fails those held too.
+    # (binary=False: the native transport's flow control is under test; calls with
+    # attachments go on the Python transport's connection.)
     server, seen = recording_server(make_server)
 
     async def main() -> None:
-        async with AsyncClient(port=server.port, timeout=20) as client:
+        async with AsyncClient(port=server.port, timeout=20, binary=False) as client:
             calls = [client.record(BIG if n % 3 else b"x", n) for n in range(24)]
             mux = client._mux
             assert mux is not None and len(mux.held) > 10  # most were held, none encoded
@@ -328,7 +330,7 @@ def test_large_async_calls_wait_for_room_and_go_in_the_order_they_were_made(make
         threading.Thread(target=lambda: accepted.append(deaf.accept()[0]), daemon=True).start()
 
         async def unread() -> None:
-            async with AsyncClient(port=deaf.getsockname()[1], timeout=1) as client:
+            async with AsyncClient(port=deaf.getsockname()[1], timeout=1, binary=False) as client:
                 started = time.monotonic()
                 calls = [client.record(BIG, n) for n in range(40)]
                 await asyncio.sleep(0.3)

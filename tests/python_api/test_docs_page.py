@@ -8,6 +8,7 @@ refused and fails the test. Screenshots go to target/test-output/.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
@@ -188,4 +189,44 @@ def test_the_form_names_empty_required_fields_before_sending(kind: str, page: tu
         sum_section.locator('[data-param="a"]').fill("1")
         sum_section.locator('[data-action="send"]').click()
         tab.wait_for_function("s => s.querySelector('[data-result]').innerText.includes('\"result\": 3')", arg=sum_section.element_handle())
+    assert errors == [], errors
+
+
+def test_the_form_sends_a_file_as_an_attachment(page: tuple[Page, Recorder, list[str]], make_server: Any) -> None:
+    """A param the document marks x-ucall-attachment takes a file: sent in a binary message
+    (docs/wire.md), a .npy file as the array it holds."""
+    np = pytest.importorskip("numpy")
+    tab, recorder, errors = page
+    kinds: list[str | None] = []
+    tab.on("request", lambda request: kinds.append(request.headers.get("content-type")) if request.method == "POST" else None)
+    server = make_server()
+
+    @server
+    def checksum(data: bytes) -> int:
+        return sum(data) % 256
+
+    @server
+    def total(x: np.ndarray) -> list[Any]:
+        return [x.dtype.name, list(x.shape), float(x.sum())]
+
+    server.start()
+    tab.goto(f"http://127.0.0.1:{server.port}/docs")
+    section = tab.locator('section[data-method="checksum"]')
+    blob = {"name": "blob.bin", "mimeType": "application/octet-stream", "buffer": bytes(range(1, 101))}
+    section.locator('[data-attachment="data"]').set_input_files(files=[blob])  # type: ignore[list-item]
+    section.locator('[data-action="send"]').click()
+    result = section.locator("[data-result]")
+    result.locator("pre").wait_for()
+    assert '"result": 186' in result.inner_text()  # 5050 % 256
+
+    npy = io.BytesIO()
+    np.save(npy, np.arange(6, dtype=np.float32).reshape(2, 3))
+    section = tab.locator('section[data-method="total"]')
+    array = {"name": "x.npy", "mimeType": "application/octet-stream", "buffer": npy.getvalue()}
+    section.locator('[data-attachment="x"]').set_input_files(files=[array])  # type: ignore[list-item]
+    section.locator('[data-action="send"]').click()
+    result = section.locator("[data-result]")
+    result.locator("pre").wait_for()
+    assert json.loads(result.locator("pre").inner_text())["result"] == ["float32", [2, 3], 15.0]
+    assert kinds == ["application/vnd.ucall.binary"] * 2
     assert errors == [], errors

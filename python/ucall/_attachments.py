@@ -1,0 +1,272 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Binary messages (docs/wire.md) as the clients write and read them, without I/O.
+
+A request's params are packed with ``pack``: bytes, bytearrays, memoryviews, numpy arrays
+and PIL images become placeholders naming attachments, collected in ``Attachments``,
+which lays them out (each at a multiple of 64 in the section) and hands out the body as a
+list of buffers to write one after another (the arrays' own memory, not a copy). A reply
+body is read back with ``decode``: its placeholders become numpy arrays viewing the body
+where they lie, or ``bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from ucall import _codec
+from ucall.exceptions import ProtocolError
+
+#: Attachments start at multiples of this in the section, the section at one in the body.
+ALIGN = 64
+#: The first byte of a binary message on raw TCP and WebSocket.
+MAGIC = 0xC1
+#: magic, version, flags, the JSON text's length, the body's length (little-endian).
+PREFIX = struct.Struct("<BBHIQ")
+CONTENT_TYPE = "application/vnd.ucall.binary"
+JSON_LENGTH_HEADER = "UCall-JSON-Length"
+SUBPROTOCOL = "ucall.binary.v1"
+MARKER = "$ucall"
+#: What marks, in a published JSON Schema, a value an attachment may carry (docs/wire.md §5).
+SCHEMA_MARK = "x-ucall-attachment"
+
+#: The dtypes of docs/wire.md §2, by name (numpy's own ``dtype.name`` for each), and size.
+DTYPES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+
+_ZEROS = bytes(ALIGN)
+
+
+def align(n: int) -> int:
+    """The first multiple of 64 at or after ``n``."""
+    return -(-n // ALIGN) * ALIGN
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def is_binary(value: Any) -> bool:
+    """Whether ``value`` (or a value nested in a list, tuple or dict) would be an attachment."""
+    if type(value) in _PLAIN:
+        return False
+    if isinstance(value, (bytes, bytearray, memoryview)) or _codec.is_image(value):
+        return True
+    if _codec.is_ndarray(value):
+        return _wire_dtype(value) is not None
+    # (Called for every call's params: plain values are passed over without a call each.)
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:
+        if type(item) not in _PLAIN and is_binary(item):
+            return True
+    return False
+
+
+def _wire_dtype(array: Any) -> str | None:
+    """The wire name of ``array``'s element type, None for types the wire has no name for
+    (strings, dates, records: those go as a base64 ``.npy``, as in plain JSON)."""
+    name = array.dtype.name
+    return name if name in DTYPES and array.dtype.kind in "biufc" else None
+
+
+def _marked(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return SCHEMA_MARK in schema or any(_marked(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_marked(v) for v in schema)
+    return False
+
+
+def marked_params(document: Any) -> dict[str, frozenset[str | int]]:
+    """For each method of an OpenRPC document, the params (by name and by position) whose
+    schema marks a value that may travel as an attachment; nothing for a document that is
+    not one."""
+    marked: dict[str, frozenset[str | int]] = {}
+    methods = document.get("methods") if isinstance(document, dict) else None
+    for method in methods if isinstance(methods, list) else []:
+        if not isinstance(method, dict) or not isinstance(method.get("name"), str):
+            continue
+        params = method.get("params")
+        found: set[str | int] = set()
+        for position, param in enumerate(params if isinstance(params, list) else []):
+            if isinstance(param, dict) and _marked(param.get("schema")):
+                found.update((position, param.get("name", position)))
+        marked[method["name"]] = frozenset(found)
+    return marked
+
+
+class Attachments:
+    """The attachments of one message, in the order ``pack`` met them."""
+
+    def __init__(self) -> None:
+        self.buffers: list[tuple[int, memoryview]] = []  # (section offset, bytes)
+        self.size = 0  # the section's length so far
+
+    def add(self, data: Any) -> tuple[int, int]:
+        """Place ``data`` (a C-contiguous buffer) at the next aligned offset: (offset, length)."""
+        view = memoryview(data).cast("B")
+        offset = align(self.size)
+        self.buffers.append((offset, view))
+        self.size = offset + view.nbytes
+        return offset, view.nbytes
+
+    def placeholder(self, value: Any) -> dict[str, Any] | None:
+        """The placeholder of a binary ``value``, its attachment added; None for any other."""
+        if isinstance(value, (bytes, bytearray)):
+            offset, length = self.add(value)
+            return {MARKER: "bytes", "offset": offset, "length": length}
+        if isinstance(value, memoryview):
+            offset, length = self.add(value if value.c_contiguous else value.tobytes())
+            return {MARKER: "bytes", "offset": offset, "length": length}
+        if _codec.is_ndarray(value):
+            dtype = _wire_dtype(value)
+            if dtype is None:
+                return None
+            import numpy as np
+
+            # C order and little-endian on the wire: anything else is copied into that form.
+            wire = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            offset, length = self.add(wire.reshape(-1).view(np.uint8) if wire.size else b"")
+            return {
+                MARKER: "ndarray",
+                "offset": offset,
+                "length": length,
+                "dtype": dtype,
+                "shape": list(value.shape),
+            }
+        if _codec.is_image(value):
+            offset, length = self.add(_codec.image_bytes(value))
+            return {MARKER: "bytes", "offset": offset, "length": length}
+        return None
+
+    def pack(self, value: Any) -> Any:
+        """``value`` ready for JSON: binary values as placeholders, the rest as ``_codec.pack``."""
+        placeholder = self.placeholder(value)
+        if placeholder is not None:
+            return placeholder
+        if isinstance(value, dict):
+            return {k: self.pack(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.pack(v) for v in value]
+        return _codec.pack(value)
+
+    def pack_params(self, params: Any, marked: frozenset[str | int] | None) -> Any:
+        """``params`` packed, the ``marked`` ones (names or positions; None: all) with
+        attachments, the others in their plain JSON form."""
+        if marked is None:
+            return self.pack(params)
+        if isinstance(params, dict):
+            return {k: self.pack(v) if k in marked else _codec.pack(v) for k, v in params.items()}
+        if isinstance(params, (list, tuple)):
+            return [self.pack(v) if i in marked else _codec.pack(v) for i, v in enumerate(params)]
+        return _codec.pack(params)
+
+    def body(self, json_text: bytes) -> list[Any]:
+        """The body (docs/wire.md §1) as buffers to write in order: the JSON text, padding,
+        then each attachment after the zeros that align it. Their total is ``body_length``."""
+        parts: list[Any] = [json_text]
+        if not self.buffers:
+            return parts
+        parts.append(_ZEROS[: align(len(json_text)) - len(json_text)])
+        at = 0
+        for offset, view in self.buffers:
+            if offset > at:
+                parts.append(_ZEROS[: offset - at])
+            parts.append(view)
+            at = offset + view.nbytes
+        return parts
+
+    def body_length(self, json_text: bytes) -> int:
+        return align(len(json_text)) + self.size if self.buffers else len(json_text)
+
+
+def prefix(json_length: int, body_length: int) -> bytes:
+    """The 16 bytes before a body on raw TCP and WebSocket (docs/wire.md §3.2)."""
+    return PREFIX.pack(MAGIC, 1, 0, json_length, body_length)
+
+
+def parse_prefix(data: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """``(J, B)`` of a 16-byte prefix; ``ProtocolError`` for one this client cannot read."""
+    magic, version, flags, json_length, body_length = PREFIX.unpack_from(data)
+    if magic != MAGIC or version != 1 or flags != 0:
+        raise ProtocolError(f"a binary message of an unknown version or flags ({version}, {flags})")
+    if json_length > body_length or json_length < body_length < align(json_length):
+        raise ProtocolError("a binary message whose JSON length does not fit its body")
+    return json_length, body_length
+
+
+def decode(body: bytes | bytearray | memoryview, json_length: int) -> Any:
+    """The JSON value of a binary reply body, the placeholders in its results resolved
+    (``ProtocolError`` for a broken body or placeholder). An ``ndarray`` is a numpy view of
+    ``body`` (writable when ``body`` is a ``bytearray``); a ``bytes`` attachment is ``bytes``."""
+    view = memoryview(body)
+    if json_length > len(view) or json_length < len(view) < align(json_length):
+        raise ProtocolError("a binary reply whose JSON length does not fit its body")
+    try:
+        data = json.loads(view[:json_length].tobytes())
+    except ValueError as error:
+        raise ProtocolError(f"a binary reply whose JSON text is not JSON: {error}") from None
+    section = view[align(json_length) :] if len(view) > json_length else view[:0]
+    replies = data if isinstance(data, list) else [data]
+    for reply in replies:
+        if isinstance(reply, dict) and "result" in reply:
+            reply["result"] = _resolve(reply["result"], section)
+    return data
+
+
+def _resolve(value: Any, section: memoryview) -> Any:
+    if isinstance(value, list):
+        return [_resolve(v, section) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if MARKER not in value:
+        return {k: _resolve(v, section) for k, v in value.items()}
+    return _attachment(value, section)
+
+
+def _natural(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _attachment(placeholder: dict[str, Any], section: memoryview) -> Any:
+    kind = placeholder[MARKER]
+    members = {"bytes": {MARKER, "offset", "length"}, "ndarray": {MARKER, "offset", "length", "dtype", "shape"}}
+    shown = json.dumps(placeholder)[:120]
+    if not isinstance(kind, str) or kind not in members or set(placeholder) != members[kind]:
+        raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+    offset, length = placeholder["offset"], placeholder["length"]
+    if not (_natural(offset) and _natural(length) and offset % ALIGN == 0 and offset + length <= len(section)):
+        raise ProtocolError(f"a reply whose placeholder names bytes it does not carry: {shown}")
+    data = section[offset : offset + length]
+    if kind == "bytes":
+        return data.tobytes()
+    dtype, shape = placeholder["dtype"], placeholder["shape"]
+    if not isinstance(dtype, str) or dtype not in DTYPES or not isinstance(shape, list):
+        raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+    count = 1
+    for n in shape:
+        if not _natural(n):
+            raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+        count *= n
+    if count * DTYPES[dtype] != length:
+        raise ProtocolError(f"a reply whose array's shape and dtype do not make its length: {shown}")
+    import numpy as np
+
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=count).reshape(shape)
