@@ -172,6 +172,17 @@ describe("replies", () => {
     assert.deepEqual(received, [true, true], "every message binary under the subprotocol");
   });
 
+  test("a binary message over maxReplySize fails its call from its prefix, before its body arrives", async () => {
+    const message = prefixed(REPLY);
+    message.writeBigUInt64LE(5000n, 8); // announces a 5,000-byte body; only the prefix is sent
+    const server = await tcpServer(1, message.subarray(0, 16));
+    await assert.rejects(client(server.url, { maxReplySize: 1000 }).call("make"), (e) => {
+      assert.equal(e.code, ErrorCode.BadReply);
+      assert.match(e.message, /a reply of 5016 bytes, over the client's maxReplySize of 1000 bytes/);
+      return true;
+    });
+  });
+
   test("a reply whose placeholder breaks a rule fails its call with BadReply", async () => {
     const bad = Buffer.from(REPLY);
     bad.write('"shape":[3]', bad.indexOf('"shape":[2]')); // 8 bytes are two float32, not three
