@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The transport-independent client: ids, pending calls, batching, time-outs, retries.
 
-import { toBase64 } from "./base64.js";
 import { ErrorCode, RpcError, fromErrorObject, isRetryable, type Executed } from "./errors.js";
+import { BINARY, BLOB, Section, body, pack, readBlobs, scan, unpack, type Body, type Reply } from "./wire.js";
+
+export type { BinaryReply, Body, Reply } from "./wire.js";
 
 /** Positional or named parameters (JSON-RPC 2.0 §4.2). */
 export type Params = readonly unknown[] | { readonly [name: string]: unknown };
@@ -44,6 +46,12 @@ export interface ClientOptions {
    * with `ErrorCode.BadReply`, naming both sizes, and its connection is closed.
    */
   maxReplySize?: number;
+  /**
+   * Binary messages (docs/wire.md): bytes and arrays in params travel as raw attachments,
+   * and binary replies come back as typed arrays, when the server takes them (default
+   * true). `false` keeps every message plain JSON, binary values as base64.
+   */
+  binary?: boolean;
 }
 
 /** The default `maxReplySize`: 64 MiB, the largest request a UCall server takes by default. */
@@ -66,21 +74,31 @@ export interface Message {
   stop?: () => void;
 }
 
+/** A message to send, in the form the transport picks: a JSON text, or a binary message. */
+export interface Outgoing {
+  /** Some param holds bytes or an array (which a binary message carries as attachments). */
+  readonly binary: boolean;
+  /** The JSON text, binary values in their plain JSON forms (base64). */
+  json(): string;
+  /** The body of a binary message (docs/wire.md §1), binary values as attachments. */
+  body(): Body;
+}
+
 /**
- * How a client moves JSON texts. `send` returns nothing when it wrote the text at once
- * (a stream, whose replies come to `Sink.receive`); else a promise of the reply text
- * where the transport answers each message (HTTP), or of nothing once the text is
- * written. It calls `written` as it hands the text to the network, and rejects with
- * `NotSent` when the text cannot have left; any other rejection means it may have.
+ * How a client moves messages. `send` returns nothing when it wrote the message at once
+ * (a stream, whose replies come to `Sink.receive`); else a promise of the reply
+ * where the transport answers each message (HTTP), or of nothing once the message is
+ * written. It calls `written` as it hands the message to the network, and rejects with
+ * `NotSent` when the message cannot have left; any other rejection means it may have.
  */
 export interface Transport {
-  send(text: string, message: Message, written: () => void): Promise<string | undefined> | undefined;
+  send(out: Outgoing, message: Message, written: () => void): Promise<Reply | undefined> | undefined;
   close(): void;
 }
 
 /** What a stream transport reports to its client. */
 export interface Sink {
-  receive(text: string): void;
+  receive(reply: Reply): void;
   dropped(reason: unknown): void;
 }
 
@@ -103,6 +121,8 @@ interface Pending {
   id: number | undefined;
   method: string;
   params: unknown;
+  /** `params` holds bytes or arrays. */
+  binary: boolean;
   resolve(value: unknown): void;
   reject(error: RpcError): void;
   attempts: number;
@@ -116,32 +136,10 @@ interface Pending {
   traceparent?: string;
 }
 
-/** `value` with every Uint8Array replaced by its base64 text; untouched parts are shared. */
-function pack(value: unknown): unknown {
-  if (value === null || typeof value !== "object") return value;
-  if (value instanceof Uint8Array) return toBase64(value);
-  if (Array.isArray(value)) {
-    let copy: unknown[] | undefined;
-    for (let i = 0; i < value.length; i++) {
-      const packed = pack(value[i]);
-      if (packed !== value[i]) (copy ??= value.slice())[i] = packed;
-    }
-    return copy ?? value;
-  }
-  if (Object.getPrototypeOf(value) !== Object.prototype) return value; // toJSON() or plain fields
-  let copy: Record<string, unknown> | undefined;
-  for (const key in value) {
-    const item = (value as Record<string, unknown>)[key];
-    const packed = pack(item);
-    if (packed !== item) (copy ??= { ...value })[key] = packed;
-  }
-  return copy ?? value;
-}
-
 /** The request's JSON text, written directly (a third faster than stringifying an object). */
-function requestOf(p: Pending): string {
+function requestOf(p: Pending, section?: Section): string {
   let text = `{"jsonrpc":"2.0","method":${JSON.stringify(p.method)}`;
-  if (p.params !== undefined) text += `,"params":${JSON.stringify(p.params)}`;
+  if (p.params !== undefined) text += `,"params":${JSON.stringify(p.binary ? pack(p.params, section) : p.params)}`;
   if (p.traceparent !== undefined) text += `,"_meta":{"traceparent":${JSON.stringify(p.traceparent)}}`;
   return p.id === undefined ? `${text}}` : `${text},"id":${p.id}}`;
 }
@@ -168,6 +166,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
   private readonly maxBatch: number;
   private readonly wait: number;
   private readonly traceparent: Traceparent | undefined;
+  private readonly binary: boolean;
   protected transport!: Transport;
 
   constructor(options: ClientOptions = {}) {
@@ -177,6 +176,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     this.maxBatch = options.maxBatchSize ?? 1;
     this.wait = options.wait ?? 0;
     this.traceparent = options.traceparent;
+    this.binary = options.binary ?? true;
     this.methods = new Proxy({} as Methods<M>, {
       // `then` stays undefined, so that awaiting `client.methods` does not call a procedure.
       get: (_, name) =>
@@ -188,22 +188,27 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
 
   /** Calls `method` and resolves with its result; rejects with an `RpcError`. */
   call<T = unknown>(method: string, params?: Params, options: CallOptions = {}): Promise<T> {
+    const found = scan(params);
+    if (found & BLOB) return readBlobs(params).then((read) => this.call<T>(method, read, options));
     return new Promise<T>((resolve, reject) => {
-      const p = this.pending(method, params, resolve as (v: unknown) => void, reject, ++this.nextId, options);
+      const p = this.pending(method, params, found, resolve as (v: unknown) => void, reject, ++this.nextId, options);
       if (p) this.enqueue([p], this.maxBatch > 1);
     });
   }
 
   /** Sends a notification (no reply); resolves once it was delivered as far as the transport tells. */
   notify(method: string, params?: Params): Promise<void> {
+    const found = scan(params);
+    if (found & BLOB) return readBlobs(params).then((read) => this.notify(method, read));
     return new Promise<void>((resolve, reject) => {
-      const p = this.pending(method, params, () => resolve(), reject, undefined, {});
+      const p = this.pending(method, params, found, () => resolve(), reject, undefined, {});
       if (p) this.enqueue([p], this.maxBatch > 1);
     });
   }
 
   /** Sends the calls as one batch; resolves with one entry per call, in order: its result or its `RpcError`. */
   batch(calls: readonly (readonly [method: string, params?: Params])[], options: CallOptions = {}): Promise<unknown[]> {
+    if (scan(calls) & BLOB) return readBlobs(calls).then((read) => this.batch(read, options));
     const results: unknown[] = new Array(calls.length);
     let left = calls.length;
     return new Promise<unknown[]>((resolve) => {
@@ -214,7 +219,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
       };
       const group: Pending[] = [];
       calls.forEach(([method, params], i) => {
-        const p = this.pending(method, params, settle(i), settle(i), ++this.nextId, options);
+        const p = this.pending(method, params, scan(params), settle(i), settle(i), ++this.nextId, options);
         if (p) group.push(p);
       });
       if (group.length) this.enqueue(group, false);
@@ -234,12 +239,14 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
   private pending(
     method: string,
     params: Params | undefined,
+    found: number,
     resolve: (value: unknown) => void,
     reject: (error: RpcError) => void,
     id: number | undefined,
     options: CallOptions,
   ): Pending | undefined {
-    const p: Pending = { id, method, params: pack(params), resolve, reject, attempts: 0, sent: false, done: false };
+    const binary = (found & BINARY) !== 0;
+    const p: Pending = { id, method, params, binary, resolve, reject, attempts: 0, sent: false, done: false };
     const traceparent = options.traceparent ?? this.traceparent;
     if (traceparent !== undefined) {
       const value = typeof traceparent === "function" ? traceparent() : traceparent;
@@ -289,11 +296,20 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
       p.attempts++;
       p.message = message;
     }
-    const text = asBatch || group.length > 1 ? `[${group.map(requestOf).join(",")}]` : requestOf(group[0]!);
+    const many = asBatch || group.length > 1;
+    const textOf = (section?: Section) => (many ? `[${group.map((p) => requestOf(p, section)).join(",")}]` : requestOf(group[0]!, section));
+    const out: Outgoing = {
+      binary: this.binary && group.some((p) => p.binary),
+      json: () => textOf(),
+      body: () => {
+        const section = new Section();
+        return body(textOf(section), section);
+      },
+    };
     const written = () => {
       for (const p of group) p.sent = true;
     };
-    const sending = this.transport.send(text, message, written);
+    const sending = this.transport.send(out, message, written);
     if (!sending) {
       // Written at once to a stream: notifications are done, calls wait for their replies.
       for (const p of group) if (p.id === undefined) this.settle(p, undefined);
@@ -338,8 +354,13 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     else this.finish(p, rpc);
   }
 
-  /** Handles reply text: a Response object or an array of them. `group` is the message it answers (HTTP). */
-  protected receive(text: string, group?: Pending[], message?: Message): void {
+  /**
+   * Handles a reply: a Response object or an array of them, as JSON text or a binary message
+   * whose results' placeholders become typed arrays. `group` is the message it answers (HTTP).
+   */
+  protected receive(reply: Reply, group?: Pending[], message?: Message): void {
+    const text = typeof reply === "string" ? reply : reply.text;
+    const section = typeof reply === "string" ? undefined : reply.section;
     let replies: unknown;
     try {
       replies = text === "" ? [] : JSON.parse(text);
@@ -356,8 +377,16 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
         if (id === null && error) orphan = error;
         continue;
       }
-      if (error === undefined) this.settle(p, result);
-      else {
+      if (error === undefined) {
+        if (!section) this.settle(p, result);
+        else {
+          try {
+            this.settle(p, unpack(result, section));
+          } catch (e) {
+            this.fail(p, ErrorCode.BadReply, `the reply's attachments cannot be read: ${(e as Error).message}`, "yes", e);
+          }
+        }
+      } else {
         const rpc = fromErrorObject(error);
         if (isRetryable(rpc) && p.attempts <= this.retries && !this.closed) this.retry(p);
         else this.finish(p, rpc);

@@ -11,8 +11,12 @@ export function toBase64(bytes: Uint8Array): string {
   return btoa(text);
 }
 
-/** The bytes of a standard base64 string (a result of a procedure returning `bytes`). */
-export function fromBase64(text: string): Uint8Array {
+/**
+ * The bytes of a standard base64 string (a result of a procedure returning `bytes`); an
+ * attachment of a binary reply, already bytes, is returned as it is.
+ */
+export function fromBase64(text: string | Uint8Array): Uint8Array {
+  if (text instanceof Uint8Array) return text;
   if (typeof text !== "string") throw new TypeError("expected a base64 string");
   const binary = atob(text);
   const bytes = new Uint8Array(binary.length);

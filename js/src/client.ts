@@ -25,7 +25,7 @@ export class Client<M = Record<string, (params?: Params) => unknown>> extends Ba
   constructor(url: string | URL, options: Options = {}) {
     super(options);
     const parsed = new URL(url);
-    const sink: Sink = { receive: (text) => this.receive(text), dropped: (why) => this.dropped(why) };
+    const sink: Sink = { receive: (reply) => this.receive(reply), dropped: (why) => this.dropped(why) };
     switch (parsed.protocol) {
       case "http:":
       case "https:":
@@ -33,11 +33,11 @@ export class Client<M = Record<string, (params?: Params) => unknown>> extends Ba
         break;
       case "ws:":
       case "wss:":
-        this.transport = new StreamTransport(webSocket(parsed.href, options.WebSocket, options.maxReplySize), sink);
+        this.transport = new StreamTransport(webSocket(parsed.href, options.WebSocket, options.maxReplySize, options.binary ?? true), sink);
         break;
       case "tcp:":
       case "tls:":
-        this.transport = new StreamTransport(tcp(parsed, options.tls, options.maxReplySize), sink);
+        this.transport = new StreamTransport(tcp(parsed, options.tls, options.maxReplySize, options.binary ?? true), sink);
         break;
       default:
         throw new TypeError(`unsupported URL scheme ${parsed.protocol} (http, https, ws, wss, tcp, tls)`);

@@ -2,8 +2,9 @@
 // HTTP transport through fetch: one POST per message. What browsers use, and Node where a
 // fetch is passed in (platform.ts picks Node's own connections otherwise).
 
-import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type Message, type Transport } from "./base.js";
+import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type Message, type Outgoing, type Transport } from "./base.js";
 import type { Http1Options } from "./http1.js";
+import { CONTENT_TYPE, JSON_LENGTH, readBody, refusesBinary, type Reply } from "./wire.js";
 
 /** Options of the HTTP transport. */
 export interface HttpOptions extends Http1Options {
@@ -27,42 +28,73 @@ export class FetchTransport implements Transport {
   private readonly headers: Record<string, string>;
   private readonly fetch: typeof fetch;
   private readonly maxReply: number;
+  /** Binary requests: sent when they have attachments until the server refuses one it never took. */
+  private binary: "off" | "try" | "on";
 
   constructor(
     private readonly url: string,
     options: HttpOptions,
   ) {
+    // A page calling another origin needs that server's CORS to allow UCall-JSON-Length and
+    // expose it on replies, which CORS set-ups do not by default: there, only when asked.
+    const page = (globalThis as { location?: { origin?: string } }).location?.origin;
+    const crossOrigin = page !== undefined && new URL(url).origin !== page;
+    this.binary = options.binary === false || (options.binary === undefined && crossOrigin) ? "off" : "try";
     this.headers = { "content-type": "application/json", ...options.headers };
+    if (this.binary !== "off") this.headers.accept ??= `${CONTENT_TYPE}, application/json`;
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
   }
 
-  async send(text: string, message: Message, written: () => void): Promise<string> {
+  async send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
+    const binary = out.binary && this.binary !== "off";
+    try {
+      const reply = await this.exchange(out, binary, message, written);
+      if (binary) this.binary = "on";
+      return reply;
+    } catch (error) {
+      if (!(binary && this.binary !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
+      this.binary = "off"; // a server that reads JSON only: the same calls as JSON, which the refusal shows never ran
+      return this.exchange(out, false, message, written);
+    }
+  }
+
+  private async exchange(out: Outgoing, binary: boolean, message: Message, written: () => void): Promise<Reply> {
     written();
     let response: Response;
     const controller = new AbortController();
     message.stop = () => controller.abort();
+    let headers = this.headers;
+    let body: string | Blob;
+    if (binary) {
+      const b = out.body();
+      headers = { ...headers, "content-type": CONTENT_TYPE, [JSON_LENGTH]: String(b.json) };
+      body = new Blob(b.chunks as BlobPart[]);
+    } else body = out.json();
     try {
-      response = await this.fetch(this.url, { method: "POST", headers: this.headers, body: text, signal: controller.signal });
+      response = await this.fetch(this.url, { method: "POST", headers, body, signal: controller.signal });
     } catch (error) {
       throw neverConnected(error) ? new NotSent(String(error), { cause: error }) : error;
     }
-    const body = await this.text(response, controller);
+    const json = response.headers.get(JSON_LENGTH);
+    const isBinary = response.ok && response.headers.get("content-type")?.startsWith(CONTENT_TYPE) && json !== null;
+    const bytes = await this.bytes(response, controller);
+    const reply = isBinary ? readBody(bytes, Number(json)) : new TextDecoder().decode(bytes);
     message.stop = undefined; // the exchange is over: nothing left to stop
-    if (response.ok) return body;
-    throw new HttpStatus(response.status, body);
+    if (response.ok) return reply;
+    throw new HttpStatus(response.status, reply as string);
   }
 
   close(): void {}
 
-  /** The body as text, read as it arrives and given up past maxReplySize (the request is aborted). */
-  private async text(response: Response, controller: AbortController): Promise<string> {
+  /** The body, read as it arrives and given up past maxReplySize (the request is aborted). */
+  private async bytes(response: Response, controller: AbortController): Promise<Uint8Array> {
     const announced = Number(response.headers.get("content-length") ?? NaN);
     if (announced > this.maxReply) {
       controller.abort();
       throw new ReplyTooLarge(announced, false, this.maxReply);
     }
-    if (!response.body) return response.text();
+    if (!response.body) return new Uint8Array(await response.arrayBuffer());
     const parts: Uint8Array[] = [];
     let size = 0;
     const reader = response.body.getReader();
@@ -82,6 +114,6 @@ export class FetchTransport implements Transport {
       body.set(part, at);
       at += part.byteLength;
     }
-    return new TextDecoder().decode(body);
+    return body;
   }
 }

@@ -5,7 +5,8 @@
 // (bench/echo.mjs: 556 calls/s beside 6,791 for node:http on the same server).
 
 import type { Socket } from "node:net";
-import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Transport } from "./base.js";
+import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Outgoing, type Transport } from "./base.js";
+import { CONTENT_TYPE, JSON_LENGTH, readBody, refusesBinary, type Reply } from "./wire.js";
 
 /** Options of the Node HTTP/1.1 transport. */
 export interface Http1Options extends Pick<ClientOptions, "maxReplySize"> {
@@ -18,12 +19,14 @@ export interface Http1Options extends Pick<ClientOptions, "maxReplySize"> {
   pipelining?: number;
   /** TLS settings for https:// (Node's `tls.connect` options: ca, cert, key, servername...). */
   tls?: Record<string, unknown>;
+  /** Binary messages (docs/wire.md) when the server takes them (default true). */
+  binary?: boolean;
 }
 
 interface Request {
-  bytes: string;
+  chunks: (string | Uint8Array)[];
   written(): void;
-  resolve(text: string): void;
+  resolve(reply: Reply): void;
   reject(error: unknown): void;
   done: boolean;
   conn?: Conn;
@@ -38,6 +41,8 @@ interface Conn {
   closing: boolean;
   untilClose: boolean;
   status: number;
+  /** The head of a reply whose body runs to the end of the connection. */
+  head: string;
   chunks: Buffer[];
   size: number;
   /** Why the connection was given up (a reply over maxReplySize), for the request it answered. */
@@ -53,7 +58,7 @@ const MAX_HEAD = 64 * 1024;
 
 /** `[body, next]` of a chunked body starting at `at` (RFC 9112 §7.1), or undefined while incomplete;
  * throws `ReplyTooLarge` once its chunks add up to more than `max` bytes. */
-function dechunk(buf: Buffer, at: number, max: number): [string, number] | undefined {
+function dechunk(buf: Buffer, at: number, max: number): [Buffer, number] | undefined {
   const parts: Buffer[] = [];
   let total = 0;
   for (;;) {
@@ -65,7 +70,7 @@ function dechunk(buf: Buffer, at: number, max: number): [string, number] | undef
     if (total > max) throw new ReplyTooLarge(total, true, max);
     if (size === 0) {
       const end = buf.indexOf("\r\n\r\n", eol); // after any trailer fields
-      return end < 0 ? undefined : [Buffer.concat(parts).toString("utf8"), end + 4];
+      return end < 0 ? undefined : [Buffer.concat(parts), end + 4];
     }
     if (buf.length < eol + 4 + size) return;
     parts.push(buf.subarray(eol + 2, eol + 2 + size));
@@ -73,8 +78,22 @@ function dechunk(buf: Buffer, at: number, max: number): [string, number] | undef
   }
 }
 
+const BINARY_REPLY = new RegExp(`\\r\\ncontent-type:[ \\t]*${CONTENT_TYPE.replace(/[.]/g, "\\.")}`);
+const JSON_LENGTH_FIELD = new RegExp(`\\r\\n${JSON_LENGTH}:[ \\t]*(\\d+)`);
+
+/** A reply body: JSON text, or a binary message when the head says so. */
+function replyOf(head: string, body: Buffer): Reply {
+  if (!BINARY_REPLY.test(head)) return body.toString("utf8");
+  const json = JSON_LENGTH_FIELD.exec(head);
+  if (!json) throw new Error("a binary reply without its JSON length");
+  return readBody(body, Number(json[1]));
+}
+
 export class Http1Transport implements Transport {
   private readonly prefix: string;
+  private readonly binaryPrefix: string;
+  /** Binary requests: sent when they have attachments until the server refuses one it never took. */
+  private binary: "off" | "try" | "on";
   private readonly host: string;
   private readonly port: number;
   private readonly secure: boolean;
@@ -97,21 +116,45 @@ export class Http1Transport implements Transport {
     this.max = options.connections ?? 32;
     this.depth = options.pipelining ?? 1;
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
-    const headers: Record<string, string> = { "content-type": "application/json" };
+    this.binary = options.binary === false ? "off" : "try";
+    const headers: Record<string, string> = {};
+    if (this.binary !== "off") headers.accept = `${CONTENT_TYPE}, application/json`;
     for (const [name, value] of Object.entries(options.headers ?? {})) headers[name.toLowerCase()] = value;
     let head = `POST ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
     for (const [name, value] of Object.entries(headers)) {
       if (/[\r\n:]/.test(name) || /[\r\n]/.test(value)) throw new TypeError(`bad header ${JSON.stringify(name)}`);
-      if (name !== "content-length" && name !== "host") head += `${name}: ${value}\r\n`;
+      if (name !== "content-length" && name !== "host" && name !== "content-type") head += `${name}: ${value}\r\n`;
     }
-    this.prefix = `${head}content-length: `;
+    this.prefix = `${head}content-type: ${headers["content-type"] ?? "application/json"}\r\ncontent-length: `;
+    this.binaryPrefix = `${head}content-type: ${CONTENT_TYPE}\r\ncontent-length: `;
   }
 
-  send(text: string, message: Message, written: () => void): Promise<string> {
+  async send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
+    const binary = out.binary && this.binary !== "off";
+    try {
+      const reply = await this.exchange(out, binary, message, written);
+      if (binary) this.binary = "on";
+      return reply;
+    } catch (error) {
+      if (!(binary && this.binary !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
+      this.binary = "off"; // a server that reads JSON only: the same calls as JSON, which the refusal shows never ran
+      return this.exchange(out, false, message, written);
+    }
+  }
+
+  private exchange(out: Outgoing, binary: boolean, message: Message, written: () => void): Promise<Reply> {
     if (this.closed) return Promise.reject(new NotSent("the client was closed"));
+    let chunks: (string | Uint8Array)[];
+    if (binary) {
+      const b = out.body();
+      chunks = [`${this.binaryPrefix}${b.length}\r\n${JSON_LENGTH}: ${b.json}\r\n\r\n`, ...b.chunks];
+    } else {
+      const text = out.json();
+      chunks = [`${this.prefix}${Buffer.byteLength(text)}\r\n\r\n${text}`];
+    }
     return new Promise((resolve, reject) => {
       const request: Request = {
-        bytes: `${this.prefix}${Buffer.byteLength(text)}\r\n\r\n${text}`,
+        chunks,
         written,
         resolve,
         reject,
@@ -149,7 +192,7 @@ export class Http1Transport implements Transport {
       conn.queue.push(request);
       request.conn = conn;
       request.written();
-      if (this.depth > 1 && !conn.corked) {
+      if ((this.depth > 1 || request.chunks.length > 1) && !conn.corked) {
         // Requests of one turn of the event loop leave together.
         conn.corked = true;
         conn.socket.cork();
@@ -158,7 +201,7 @@ export class Http1Transport implements Transport {
           conn.socket.uncork();
         });
       }
-      conn.socket.write(request.bytes);
+      for (const chunk of request.chunks) conn.socket.write(chunk);
     }
   }
 
@@ -179,7 +222,7 @@ export class Http1Transport implements Transport {
     const { host, port } = this;
     const options = this.secure ? { servername: /^[\d.:]+$/.test(host) ? undefined : host, ...this.options.tls, host, port } : { host, port };
     const socket = (net.connect as (o: object) => Socket)(options);
-    const conn: Conn = { socket, queue: [], open: false, closing: false, untilClose: false, status: 0, chunks: [], size: 0, need: 0, corked: false };
+    const conn: Conn = { socket, queue: [], open: false, closing: false, untilClose: false, status: 0, head: "", chunks: [], size: 0, need: 0, corked: false };
     this.conns.add(conn);
     socket.setNoDelay(true);
     socket.setTimeout(IDLE_MS);
@@ -205,8 +248,12 @@ export class Http1Transport implements Transport {
       this.conns.delete(conn);
       const queue = conn.queue.splice(0);
       if (conn.untilClose && queue.length) {
-        const body = Buffer.concat(conn.chunks).toString("utf8");
-        this.answer(queue.shift()!, conn.status, body);
+        const request = queue.shift()!;
+        try {
+          this.answer(request, conn.status, replyOf(conn.head, Buffer.concat(conn.chunks)));
+        } catch {
+          queue.unshift(request); // an unreadable reply: failed below with the rest
+        }
       }
       if (conn.error instanceof ReplyTooLarge && queue.length) this.fail([queue.shift()!], conn.error);
       // Requests on a connection that never opened cannot have left.
@@ -230,7 +277,7 @@ export class Http1Transport implements Transport {
       const head = buf.toString("latin1", 0, end).toLowerCase();
       const status = Number(head.slice(9, 12));
       if (!head.startsWith("http/1.") || !(status >= 100)) throw new Error("the reply is not HTTP/1.x");
-      let body = "";
+      let body: Reply = "";
       let next: number = end + 4;
       if (status >= 200 && status !== 204 && status !== 304) {
         const length = /\r\ncontent-length:[ \t]*(\d+)/.exec(head);
@@ -240,7 +287,8 @@ export class Http1Transport implements Transport {
             conn.need = buf.length * 2; // re-parse at most log(n) times while a large body arrives
             break;
           }
-          [body, next] = chunked;
+          body = replyOf(head, chunked[0]);
+          next = chunked[1];
         } else if (length) {
           if (Number(length[1]) > this.maxReply) throw new ReplyTooLarge(Number(length[1]), false, this.maxReply);
           next += Number(length[1]);
@@ -248,11 +296,12 @@ export class Http1Transport implements Transport {
             conn.need = next;
             break;
           }
-          body = buf.toString("utf8", end + 4, next);
+          body = replyOf(head, buf.subarray(end + 4, next));
         } else {
           // Neither length nor chunks: the body runs to the end of the connection.
           conn.untilClose = conn.closing = true;
           conn.status = status;
+          conn.head = head;
           conn.need = Infinity;
           next = end + 4;
         }
@@ -271,10 +320,10 @@ export class Http1Transport implements Transport {
     if (conn.queue.length === 0) conn.socket.unref(); // an idle connection keeps no process alive
   }
 
-  private answer(request: Request, status: number, body: string): void {
+  private answer(request: Request, status: number, body: Reply): void {
     request.done = true;
     if (status >= 200 && status < 300) request.resolve(body);
-    else request.reject(new HttpStatus(status, body));
+    else request.reject(new HttpStatus(status, typeof body === "string" ? body : body.text));
   }
 
   private fail(requests: Request[], error: unknown): void {

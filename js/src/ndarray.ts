@@ -8,14 +8,17 @@ export type TypedArray =
   | Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array
   | BigInt64Array | BigUint64Array | Float32Array | Float64Array;
 
-/** numpy dtype names the client maps to typed arrays (`float16` stays raw bits in a Uint16Array). */
+/**
+ * numpy dtype names the client maps to typed arrays (`float16` stays raw bits in a
+ * Uint16Array; a complex array holds real and imaginary parts in turn, two floats per element).
+ */
 export type DType =
   | "bool" | "int8" | "uint8" | "int16" | "uint16" | "int32" | "uint32"
-  | "int64" | "uint64" | "float16" | "float32" | "float64";
+  | "int64" | "uint64" | "float16" | "float32" | "float64" | "complex64" | "complex128";
 
 type ArrayType = { new (buffer: ArrayBuffer, offset?: number, length?: number): TypedArray; BYTES_PER_ELEMENT: number };
 
-const TYPES: Record<DType, [descr: string, type: ArrayType]> = {
+export const TYPES: Record<DType, [descr: string, type: ArrayType]> = {
   bool: ["b1", Uint8Array],
   int8: ["i1", Int8Array],
   uint8: ["u1", Uint8Array],
@@ -28,14 +31,21 @@ const TYPES: Record<DType, [descr: string, type: ArrayType]> = {
   float16: ["f2", Uint16Array],
   float32: ["f4", Float32Array],
   float64: ["f8", Float64Array],
+  complex64: ["c8", Float32Array],
+  complex128: ["c16", Float64Array],
 };
 
+/** Typed-array elements per array element: two for complex dtypes. */
+export function parts(dtype: DType): number {
+  return dtype.startsWith("complex") ? 2 : 1;
+}
+
 const MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // "\x93NUMPY"
-const LITTLE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+export const LITTLE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 function defaultDType(data: TypedArray): DType {
   for (const [name, [, type]] of Object.entries(TYPES)) {
-    if (data instanceof type && name !== "bool" && name !== "float16") return name as DType;
+    if (data instanceof type && name !== "bool" && name !== "float16" && !name.startsWith("complex")) return name as DType;
   }
   throw new TypeError("not a typed array");
 }
@@ -46,9 +56,11 @@ export class NdArray {
   readonly shape: readonly number[];
   readonly dtype: DType;
 
-  constructor(data: TypedArray, shape: readonly number[] = [data.length], dtype: DType = defaultDType(data)) {
+  constructor(data: TypedArray, shape?: readonly number[], dtype: DType = defaultDType(data)) {
+    if (!TYPES[dtype]) throw new TypeError(`an unknown dtype ${dtype}`);
+    shape ??= [data.length / parts(dtype)];
     const size = shape.reduce((a, b) => a * b, 1);
-    if (size !== data.length) throw new RangeError(`shape [${shape}] holds ${size} elements, the data ${data.length}`);
+    if (size * parts(dtype) !== data.length) throw new RangeError(`shape [${shape}] holds ${size} elements, the data ${data.length}`);
     if (!(data instanceof TYPES[dtype][1])) throw new TypeError(`${dtype} needs a ${TYPES[dtype][1].name}`);
     this.data = data;
     this.shape = shape;
@@ -89,13 +101,13 @@ export class NdArray {
     if (!entry) throw new TypeError(`an unsupported dtype ${descr[1]}${descr[2]}`);
     const [dtype, [, type]] = entry as [DType, [string, ArrayType]];
     const shape = shapeText[1]!.split(",").map((s) => s.trim()).filter(Boolean).map(Number);
-    const count = shape.reduce((a, b) => a * b, 1);
+    const count = shape.reduce((a, b) => a * b, 1) * parts(dtype);
     if (start + count * type.BYTES_PER_ELEMENT > bytes.length) throw new TypeError("a damaged .npy array: the data is cut short");
     // A copy: aligned for the typed array, and independent of the reply's buffer.
     const raw = bytes.slice(start, start + count * type.BYTES_PER_ELEMENT);
     if ((descr[1] === ">") === LITTLE && type.BYTES_PER_ELEMENT > 1) swap(raw, type.BYTES_PER_ELEMENT);
     let data = new type(raw.buffer, 0, count);
-    if (/'fortran_order':\s*True/.test(header) && shape.length > 1) data = fromFortran(data, shape, type);
+    if (/'fortran_order':\s*True/.test(header) && shape.length > 1) data = fromFortran(data, shape, type, parts(dtype));
     return new NdArray(data, shape, dtype);
   }
 
@@ -105,25 +117,26 @@ export class NdArray {
   }
 }
 
-/** The array a procedure returned (base64 of a .npy file). */
+/** The array a procedure returned: an attachment of a binary reply (as is), or base64 of a .npy file. */
 export function toNdArray(result: unknown): NdArray {
-  if (typeof result !== "string") throw new TypeError("the result is not a numpy array (a base64 string)");
+  if (result instanceof NdArray) return result;
+  if (typeof result !== "string") throw new TypeError("the result is not a numpy array (an attachment or a base64 string)");
   return NdArray.fromNpy(fromBase64(result));
 }
 
-function swap(bytes: Uint8Array, width: number): void {
+export function swap(bytes: Uint8Array, width: number): void {
   for (let i = 0; i < bytes.length; i += width) bytes.subarray(i, i + width).reverse();
 }
 
 /** Column-major elements reordered to row-major. */
-function fromFortran(data: TypedArray, shape: number[], type: ArrayType): TypedArray {
+function fromFortran(data: TypedArray, shape: number[], type: ArrayType, width: number): TypedArray {
   const out = new type(new ArrayBuffer(data.byteLength), 0, data.length) as TypedArray & { [i: number]: number | bigint };
   const index = new Array<number>(shape.length).fill(0);
-  for (let c = 0; c < data.length; c++) {
+  for (let c = 0; c < data.length / width; c++) {
     // c walks row-major order; its column-major offset sums index[k] * stride[k] with stride growing from the first axis.
     let offset = 0;
     for (let k = shape.length - 1; k >= 0; k--) offset = offset * shape[k]! + index[k]!;
-    out[c] = (data as unknown as { [i: number]: number | bigint })[offset]!;
+    for (let j = 0; j < width; j++) out[c * width + j] = (data as unknown as { [i: number]: number | bigint })[offset * width + j]!;
     for (let k = shape.length - 1; k >= 0 && ++index[k]! === shape[k]; k--) index[k] = 0;
   }
   return out;

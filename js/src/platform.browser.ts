@@ -13,6 +13,6 @@ export function httpTransport(url: string, options: HttpOptions = {}): Transport
 }
 
 /** Raw TCP needs Node. */
-export function tcp(url: URL, _tls?: TlsOptions, _maxReplySize?: number): Connect {
+export function tcp(url: URL, _tls?: TlsOptions, _maxReplySize?: number, _binary?: boolean): Connect {
   throw new TypeError(`${url.protocol}// URLs need Node (browsers have no raw TCP)`);
 }

@@ -2,15 +2,16 @@
 // A transport over one long-lived connection (WebSocket, raw TCP): connects on demand,
 // writes messages as they come, and reports replies and drops to its client.
 
-import { NotSent, type Message, type Sink, type Transport } from "./base.js";
+import { NotSent, type Message, type Outgoing, type Sink, type Transport } from "./base.js";
 
 /** An open connection. */
 export interface Link {
-  write(text: string): void;
+  /** Writes `out` as a JSON text, or as a binary message where the connection carries them. */
+  write(out: Outgoing): void;
   close(): void;
 }
 
-/** Opens a connection whose incoming texts go to `sink.receive` and whose end to `sink.dropped`. */
+/** Opens a connection whose incoming replies go to `sink.receive` and whose end to `sink.dropped`. */
 export type Connect = (sink: Sink) => Promise<Link>;
 
 export class StreamTransport implements Transport {
@@ -23,22 +24,22 @@ export class StreamTransport implements Transport {
     private readonly sink: Sink,
   ) {}
 
-  send(text: string, _message: Message, written: () => void): Promise<undefined> | undefined {
-    if (this.link) return this.write(this.link, text, written);
-    return this.open().then((link) => this.write(link, text, written));
+  send(out: Outgoing, _message: Message, written: () => void): Promise<undefined> | undefined {
+    if (this.link) return this.write(this.link, out, written);
+    return this.open().then((link) => this.write(link, out, written));
   }
 
-  private write(link: Link, text: string, written: () => void): undefined {
+  private write(link: Link, out: Outgoing, written: () => void): undefined {
     if (this.closed) throw new NotSent("the client was closed");
     written();
-    link.write(text);
+    link.write(out);
     return undefined;
   }
 
   private open(): Promise<Link> {
     if (this.closed) return Promise.reject(new NotSent("the client was closed"));
     this.opening ??= this.connect({
-      receive: (text) => this.sink.receive(text),
+      receive: (reply) => this.sink.receive(reply),
       dropped: (reason) => {
         this.link = undefined;
         this.sink.dropped(reason);

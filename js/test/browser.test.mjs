@@ -32,8 +32,10 @@ window.exercise = async (http, ws) => {
     seen.named = await client.call("subtract", { minuend: 5, subtrahend: 3 });
     seen.batch = (await client.batch([["sum", [1, 2]], ["fail"], ["nope"]])).map((e) => (e instanceof RpcError ? e.code : e));
     const bytes = new Uint8Array([0, 1, 2, 253, 254, 255]);
-    const echoed = await client.call("echo", [bytes]);
-    seen.bytes = [echoed, Array.from(fromBase64(echoed))];
+    // As base64 text (HTTP to another origin) or as an attachment (WebSocket, ucall.binary.v1), hex reads the same bytes.
+    const hex = await client.call("hex", [bytes]);
+    const echoed = await new Client(url, { timeout: 10000, binary: false }).call("echo", [bytes]);
+    seen.bytes = [hex, echoed, Array.from(fromBase64(echoed))];
     const before = new AbortController();
     before.abort();
     seen.abortedBefore = await client.call("sum", [1], { signal: before.signal }).catch(describe);
@@ -109,7 +111,7 @@ test("HTTP and WebSocket calls, batches, bytes and aborts from a page", { timeou
     assert.equal(seen.call, 19, transport);
     assert.equal(seen.named, 2, transport);
     assert.deepEqual(seen.batch, [3, -32001, -32601], transport);
-    assert.deepEqual(seen.bytes, ["AAEC/f7/", [0, 1, 2, 253, 254, 255]], transport);
+    assert.deepEqual(seen.bytes, ["000102fdfeff", "AAEC/f7/", [0, 1, 2, 253, 254, 255]], transport);
     assert.deepEqual(seen.abortedBefore, { code: -3, executed: "no", message: "aborted" }, transport);
     assert.equal(seen.abortedDuring.code, -3, transport);
     assert.equal(seen.after, 42, transport);

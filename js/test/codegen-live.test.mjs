@@ -45,12 +45,17 @@ const CASES = {
     ],
   },
   "python-rich": {
+    // numpy.ndarray and bytes params take what the client sends as attachments (an NdArray
+    // once failed TS2322 here); results are read with toNdArray and fromBase64 in either form.
     right: `
-      const reversed: string = await client.methods.reverse({ data: new Uint8Array([1, 2, 3]) });
+      import { NdArray, fromBase64, toNdArray } from "../../dist/index.js";
+      const reversed: string | Uint8Array = await client.methods.reverse({ data: new Uint8Array([1, 2, 3]) });
+      const y: NdArray = toNdArray(await client.methods.echo_array({ array: new NdArray(new Float32Array([1.5, -2]), [2]) }));
       const times: number = await client.methods.refuse_next({ times: 0 });
-      console.log(JSON.stringify([reversed, times]));`,
-    output: ["AwIB", 0],
+      console.log(JSON.stringify([Array.from(fromBase64(reversed)), y.dtype, Array.from(y.data as Float32Array), times]));`,
+    output: [[3, 2, 1], "float32", [1.5, -2], 0],
     wrong: [
+      ["await client.methods.echo_array({ array: 5 });", "TS2322"], // a number for an array
       ["await client.methods.reverse({ data: 5 });", "TS2322"], // a number for bytes
       ['await client.methods.refuse_next({ times: "0" });', "TS2322"], // a string for an integer
       ["await client.methods.missing();", "TS2339"], // no such procedure

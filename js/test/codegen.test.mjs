@@ -37,7 +37,7 @@ test("generated types accept right calls and reject wrong ones", () => {
     writeFileSync(join(dir, "uses_api.ts"), readFileSync(join(dir, "uses_api.ts"), "utf8").replace("sum({ a: 1, b: 2 });\n  const difference", 'sum({ a: 1, b: "2" });\n  const difference'));
     const broken = tsc(dir, ["api.ts", "uses_api.ts"]);
     assert.notEqual(broken.status, 0);
-    assert.match(broken.stdout, /uses_api\.ts\(8,/);
+    assert.match(broken.stdout, /uses_api\.ts\(9,/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

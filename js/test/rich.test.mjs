@@ -50,6 +50,26 @@ describe("Python server with rich types", { skip: !serverKinds().includes("pytho
     });
   }
 
+  for (const transport of ["http", "ws", "tcp"]) {
+    test(`${transport}: a float32 array of 1.6 MB sent and received back equal, as an attachment or as JSON`, async () => {
+      for (const binary of [true, false]) {
+        const client = new Client(urls(server)[transport], { WebSocket, timeout: 30_000, binary });
+        try {
+          const data = new Float32Array(400 * 1000).map((_, i) => Math.fround(Math.sin(i) * 1000));
+          const back = toNdArray(await client.call("echo_array", [new NdArray(data, [400, 1000])]));
+          assert.deepEqual([back.dtype, back.shape], ["float32", [400, 1000]], `binary ${binary}`);
+          assert.ok(back.data instanceof Float32Array);
+          assert.equal(Buffer.compare(Buffer.from(back.data.buffer, back.data.byteOffset, back.data.byteLength), Buffer.from(data.buffer)), 0, `binary ${binary}`);
+          // a bare typed array is a one-dimensional array
+          const flat = toNdArray(await client.call("echo_array", { array: new Float32Array([1.5, -2]) }));
+          assert.deepEqual([flat.shape, [...flat.data]], [[2], [1.5, -2]]);
+        } finally {
+          client.close();
+        }
+      }
+    });
+  }
+
   test("a call the server refuses with executed: false is retried until it runs", async () => {
     const client = new Client(urls(server).http, { retryDelay: 5, timeout: 10_000 });
     try {

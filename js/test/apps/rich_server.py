@@ -34,6 +34,11 @@ def scale(array: np.ndarray, factor: float) -> np.ndarray:
 
 
 @server
+def echo_array(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+@server
 def describe(array: np.ndarray) -> dict:
     return {"dtype": str(array.dtype), "shape": list(array.shape), "sum": float(array.sum())}
 
