@@ -348,6 +348,32 @@ pub(crate) fn head_under_way(session: &Session, input: &[u8], backlog: bool, tls
     handshaking || (session.is_reading_head() && !backlog && (!input.is_empty() || mid_record))
 }
 
+/// A worker's turns, alike for both engines: each serves what is ready, then writes the
+/// turn's request log lines together.
+pub(crate) trait Turns: Sized {
+    /// Wait (at most `wait_cap`, when given) and serve what is ready; whether the worker
+    /// goes on.
+    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool;
+
+    /// The worker's serving state.
+    fn serving(&mut self) -> &mut Serving;
+
+    /// Wait for events or completions (at most `wait_cap`, when given), serve them, and
+    /// return whether the worker goes on: `false` once it has stopped and closed every
+    /// connection.
+    fn turn(&mut self, wait_cap: Option<Duration>) -> bool {
+        let going = self.serve_turn(wait_cap);
+        // The turn's request log lines go out together, without a lock per call.
+        self.serving().flush_log();
+        going
+    }
+
+    /// Turn until the worker stops.
+    fn run(mut self) {
+        while self.turn(None) {}
+    }
+}
+
 /// How long a turn waits: until the first of the engine's own deadline (`own`) and the
 /// caller's cap, or not at all when calls were deferred since the worker's `sink` awaited
 /// `awaited` (a count read right after the turn took its completions). Delivering those

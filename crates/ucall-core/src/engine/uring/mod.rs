@@ -53,6 +53,7 @@
 
 mod accept;
 mod bufring;
+mod conn;
 mod recv;
 mod ring;
 mod send;
@@ -70,13 +71,14 @@ use slab::Slab;
 
 use accept::{Accepting, ONE_SHOT};
 use bufring::BufRing;
+use conn::UringConn;
 use ring::{build_ring, explain_setup_error, short_generation, token, untoken, Op};
-use send::{zero_copy_wanted, MsgBox};
+use send::zero_copy_wanted;
 
-use super::conn::{Conn, Phase, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
+use super::conn::{Phase, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
 use super::unix::{SocketFile, UnixListen};
 use super::LISTENERS;
-use crate::buffer::{self, OutBuf};
+use crate::buffer;
 use crate::defer::{Completion, Sink};
 use crate::engine::Shared;
 use crate::error::Error;
@@ -113,139 +115,6 @@ const SQ_ENTRIES: u32 = 512;
 const CQ_ENTRIES: u32 = 4096;
 /// Longest wait for the last completions when a worker finishes.
 const FINISH_LIMIT: Duration = Duration::from_secs(2);
-
-// ---------------------------------------------------------------------------------------
-// Connections
-
-/// A connection: its registered file and the operations in flight on it; the rest is the
-/// engine-independent [`Conn`] (`core`).
-struct UringConn {
-    /// Index in the ring's registered file table.
-    file: u32,
-    /// Session, input, output (replies not yet handed to the kernel), TLS, clocks, phase.
-    core: Conn,
-    /// Replies being sent; read by the kernel while `send_inflight`.
-    sending: OutBuf,
-    /// Bytes `sending` held when it was filled (what it pins if it goes zero-copy).
-    sending_bytes: usize,
-    /// What only large messages and zero-copy sends need (see [`Bulk`]).
-    bulk: Option<Box<Bulk>>,
-    msg: Option<Box<MsgBox>>,
-    /// A receive is armed (until its last completion).
-    recv_armed: bool,
-    /// A cancel has been sent for the armed receive.
-    recv_cancelled: bool,
-    /// One-shot receives left before multishot again (see [`ONE_SHOT_SPELL`]).
-    one_shot: u32,
-    send_inflight: bool,
-    /// Zero-copy notifications still owed: until they come, `sending` may not be reused.
-    zc_notifs: u32,
-    /// Closed: operations are being cancelled, the slot is freed once they complete.
-    dead: bool,
-    /// Timed out: cut at this time if the goodbye has not left by then.
-    cut_at: Option<Instant>,
-    /// Queued in `UringWorker::touched`.
-    touched: bool,
-    /// The worker's turn count when accepted, or started when accepted beyond a turn's
-    /// share (`u64::MAX` until then): drain spares connections whose first bytes may not
-    /// have been seen yet.
-    accepted_turn: u64,
-    /// `close_notify` has been queued (or TLS failed): nothing more to encrypt.
-    tls_done: bool,
-    /// Accepted on the Unix domain socket, which takes no zero-copy sends.
-    unix_socket: bool,
-    /// A shutdown is in flight. The kernel runs it on a worker thread, where it looks up
-    /// the registered file only then: the file's slot must not be closed (and reused by
-    /// the next accept) before it completes.
-    shutdown_inflight: bool,
-    /// Closed while a shutdown was in flight: the file is closed when it completes.
-    close_after_shutdown: bool,
-}
-
-/// A connection's buffers for large messages and zero-copy sends, which most connections
-/// never need: behind one pointer, they keep the slot of every other connection 72 bytes
-/// smaller (the slot is most of what an idle connection costs: issue goal, 1 KiB). The
-/// kernel reads or writes the heap memory of these buffers, never this struct, so the box
-/// may move; it is dropped only once all of them are empty (`UringConn::trim`).
-#[derive(Default)]
-struct Bulk {
-    /// Buffers sent with zero copy whose pages the kernel may still read: kept as they are
-    /// until `zc_notifs` is back to zero.
-    parked: Vec<OutBuf>,
-    parked_bytes: usize,
-    /// The input, while a receive straight into its spare capacity is in flight (see
-    /// [`BULK_MIN`]); `core.input` is empty meanwhile.
-    receiving: Option<Vec<u8>>,
-    /// Made when the buffer ring ran dry (`ENOBUFS`) for this connection's receive: the
-    /// next receive reads into it, so that clients with much to send cannot keep the
-    /// connection waiting for the ring. Written by the kernel while that receive is in
-    /// flight; dropped once it completes.
-    own_buffer: Option<Vec<u8>>,
-}
-
-impl Bulk {
-    /// Nothing in it is in use or holds memory.
-    fn is_vacant(&self) -> bool {
-        self.parked.capacity() == 0 && self.receiving.is_none() && self.own_buffer.is_none()
-    }
-}
-
-impl UringConn {
-    /// The large-message buffers, made when first needed.
-    fn bulk(&mut self) -> &mut Bulk {
-        self.bulk.get_or_insert_with(Box::default)
-    }
-
-    /// A receive straight into the input is in flight (see [`Bulk::receiving`]).
-    fn receiving(&self) -> bool {
-        self.bulk.as_ref().is_some_and(|bulk| bulk.receiving.is_some())
-    }
-
-    /// Bytes handed to the kernel and not yet sent, and bytes sent but still pinned by
-    /// zero-copy sends: they count against the output's high-water mark.
-    fn in_flight(&self) -> usize {
-        self.sending.pending() + self.bulk.as_ref().map_or(0, |bulk| bulk.parked_bytes)
-    }
-
-    fn is_quiet(&self) -> bool {
-        !self.recv_armed && !self.send_inflight && self.zc_notifs == 0 && !self.shutdown_inflight
-    }
-
-    /// When the connection times out if nothing happens: once timed out, when its goodbye
-    /// must have left; lingering, when the linger ends.
-    fn deadline(&self, config: &crate::engine::Config) -> Instant {
-        self.cut_at
-            .or(self.core.lingering_until())
-            .unwrap_or_else(|| self.core.clocks.deadline(config))
-    }
-
-    /// When this idle connection gives its buffers back (see [`Conn::trim_at`]): never
-    /// while the kernel may still read or write any of them.
-    fn trim_at(&self) -> Option<Instant> {
-        let parked = self.bulk.as_ref().map_or(0, |bulk| bulk.parked.len());
-        let kernel_done = !self.send_inflight && self.zc_notifs == 0 && parked == 0;
-        let quiet = kernel_done && !self.dead && self.cut_at.is_none() && !self.receiving();
-        // A buffer of its own is not counted: the next receive takes it (see `trim`).
-        let bulk_held = self
-            .bulk
-            .as_ref()
-            .is_some_and(|bulk| bulk.parked.capacity() > 0 || bulk.is_vacant());
-        let held = self.sending.holds_memory() || self.msg.is_some() || bulk_held;
-        quiet.then(|| self.core.trim_at(held)).flatten()
-    }
-
-    /// Give an idle connection's buffers back ([`UringConn::trim_at`] said when).
-    fn trim(&mut self) {
-        self.core.release_buffers();
-        self.sending.release();
-        if let Some(bulk) = self.bulk.as_mut() {
-            bulk.parked = Vec::new();
-        }
-        // A buffer of its own may still be the kernel's (a receive is armed): kept then.
-        self.bulk.take_if(|bulk| bulk.is_vacant());
-        self.msg = None;
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The worker
@@ -390,20 +259,7 @@ impl UringWorker {
         })
     }
 
-    pub(crate) fn run(mut self) {
-        while self.turn(None) {}
-    }
-
-    /// Wait for completions (at most `wait_cap`, when given), serve them, and return whether
-    /// the worker goes on: `false` once it has stopped and closed every connection.
-    pub(crate) fn turn(&mut self, wait_cap: Option<Duration>) -> bool {
-        let going = self.serve_turn(wait_cap);
-        // The turn's request log lines go out together, without a lock per call.
-        self.serving.flush_log();
-        going
-    }
-
-    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool {
+    pub(super) fn serve_one_turn(&mut self, wait_cap: Option<Duration>) -> bool {
         if self.finished {
             return false;
         }
@@ -857,4 +713,14 @@ fn fd_limit() -> u32 {
         return 1024;
     }
     u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX)
+}
+
+impl crate::engine::Turns for UringWorker {
+    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool {
+        self.serve_one_turn(wait_cap)
+    }
+
+    fn serving(&mut self) -> &mut crate::engine::Serving {
+        &mut self.serving
+    }
 }

@@ -5,7 +5,7 @@
 //! into the connection, so an idle connection holds no receive buffer. Replies leave with
 //! one vectored write per flush.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
@@ -16,13 +16,16 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
-use super::conn::{Conn, TlsFailed, IDLE_TRIM, MAX_IOV, OUTPUT_KEEP, SCAN_GRANULARITY};
-use super::unix::{SocketFile, UnixListen};
-use super::{ACCEPTS_PER_TURN, LISTENERS, PLAIN_PORT, TLS_PORT, UNIX_SOCKET};
+mod write;
+
+use write::{flush, NoSigPipe};
+
 use crate::defer::{Completion, Sink};
+use crate::engine::conn::{Conn, TlsFailed, IDLE_TRIM, OUTPUT_KEEP, SCAN_GRANULARITY};
+use crate::engine::unix::{SocketFile, UnixListen};
 use crate::engine::Shared;
+use crate::engine::{ACCEPTS_PER_TURN, LISTENERS, PLAIN_PORT, TLS_PORT, UNIX_SOCKET};
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::session::Context;
 use crate::tls::TlsSession;
 
@@ -216,20 +219,7 @@ impl PollWorker {
         })
     }
 
-    pub(crate) fn run(mut self) {
-        while self.turn(None) {}
-    }
-
-    /// Wait for events (at most `wait_cap`, when given), serve them, and return whether
-    /// the worker goes on: `false` once it has stopped and closed every connection.
-    pub(crate) fn turn(&mut self, wait_cap: Option<Duration>) -> bool {
-        let going = self.serve_turn(wait_cap);
-        // The turn's request log lines go out together, without a lock per call.
-        self.serving.flush_log();
-        going
-    }
-
-    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool {
+    pub(super) fn serve_one_turn(&mut self, wait_cap: Option<Duration>) -> bool {
         if self.finished {
             return false;
         }
@@ -720,89 +710,12 @@ fn read_tls_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'
     }
 }
 
-/// Writes to a socket with `MSG_NOSIGNAL`: a peer that has gone yields `EPIPE` instead of
-/// a `SIGPIPE` that would kill a host program that does not ignore it (C programs do
-/// not; Rust and Python programs do). `writev`, which std and rustls use for vectored
-/// writes, has no such flag.
-struct NoSigPipe<'a>(&'a Stream);
-
-/// A writer that counts the bytes it wrote (TLS records, for the metrics).
-struct Counted<'a>(NoSigPipe<'a>, usize);
-
-impl Write for Counted<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let n = self.0.write(bytes)?;
-        self.1 += n;
-        Ok(n)
+impl crate::engine::Turns for PollWorker {
+    fn serve_turn(&mut self, wait_cap: Option<Duration>) -> bool {
+        self.serve_one_turn(wait_cap)
     }
 
-    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
-        let n = self.0.write_vectored(slices)?;
-        self.1 += n;
-        Ok(n)
+    fn serving(&mut self) -> &mut crate::engine::Serving {
+        &mut self.serving
     }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Where `MSG_NOSIGNAL` is missing (macOS), no flag; such systems have `SO_NOSIGPIPE`.
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-const SEND_FLAGS: libc::c_int = 0;
-
-impl Write for NoSigPipe<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        socket2::SockRef::from(self.0).send_with_flags(bytes, SEND_FLAGS)
-    }
-
-    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
-        socket2::SockRef::from(self.0).send_vectored_with_flags(slices, SEND_FLAGS)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Write what is queued; `Ok` also when the socket is full (the rest goes on the next
-/// writable event).
-fn flush(pc: &mut PollConn, now: Instant, metrics: Option<&Metrics>) -> io::Result<()> {
-    let conn = &mut pc.conn;
-    if let Some(tls) = conn.tls.as_mut() {
-        // Encrypt only as the socket takes it: rustls bounds what it buffers, so the
-        // output high-water mark keeps holding back a client that does not read.
-        let transport = conn.session.transport();
-        loop {
-            let mut counted = Counted(NoSigPipe(&pc.stream), 0);
-            let written = tls.write_to(&mut counted);
-            if let (Some(metrics), Some(transport)) = (metrics, transport) {
-                metrics.sent(transport, counted.1);
-            }
-            written?;
-            if tls.wants_write() || !conn.out.has_sendable() {
-                conn.clocks.last_progress = now;
-                return Ok(());
-            }
-            tls.seal(&mut conn.out);
-        }
-    }
-    while conn.out.has_sendable() {
-        let mut slices = [IoSlice::new(&[]); MAX_IOV];
-        let count = conn.out.io_slices(&mut slices);
-        match NoSigPipe(&pc.stream).write_vectored(&slices[..count]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                conn.out.advance(n);
-                conn.count_sent(n, metrics);
-                conn.clocks.last_progress = now;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
