@@ -298,7 +298,8 @@ class NativeClient:
     the GIL is released while it waits. ``tls`` (None: plaintext) holds ``cacert``,
     ``insecure``, ``tls_cert``, ``tls_key``, ``server_hostname`` and ``resumption``.
     ``headers`` go with every HTTP request and the WebSocket upgrade (ValueError for a
-    bad name or value)."""
+    bad name or value). A reply over ``max_reply_size`` bytes (None: any size) raises
+    ProtocolError."""
 
     def __new__(
         cls,
@@ -309,6 +310,7 @@ class NativeClient:
         timeout: Optional[float],
         tls: Optional[Dict[str, Any]] = None,
         headers: Sequence[Tuple[str, str]] = ...,
+        max_reply_size: Optional[int] = None,
     ) -> "NativeClient": ...
     def calls(
         self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
@@ -339,6 +341,7 @@ class NativeMux:
         notify_fd: int,
         tls: Optional[Dict[str, Any]] = None,
         headers: Sequence[Tuple[str, str]] = ...,
+        max_reply_size: Optional[int] = None,
     ) -> "NativeMux": ...
     def call(
         self,

@@ -168,11 +168,22 @@ def json_text_end(buffer: bytes | bytearray, start: int) -> int:
     return TextEnd(start).find(buffer)
 
 
-class ReplyReader:
-    """Frames replies out of a byte stream (sans-I/O)."""
+def too_large(size: int, at_least: bool, max_size: int) -> ProtocolError:
+    """A reply over the client's ``max_reply_size``, as the native client words it."""
+    more = " or more" if at_least else ""
+    return ProtocolError(
+        f"a reply of {size} bytes{more}, over the client's max_reply_size of {max_size} bytes"
+        " (the connection is closed; raise max_reply_size to take it)"
+    )
 
-    def __init__(self, http: bool) -> None:
+
+class ReplyReader:
+    """Frames replies out of a byte stream (sans-I/O); a reply over ``max_size`` bytes
+    (an HTTP body, a raw-TCP JSON text) raises ``ProtocolError``, ``None``: any size."""
+
+    def __init__(self, http: bool, max_size: int | None = None) -> None:
         self.http = http
+        self.max_size = max_size
         self.buffer = bytearray()
         self.ended = False
         self.why = ""  # why the stream ended, when the server said
@@ -257,6 +268,9 @@ class ReplyReader:
                 return self._next_binary()
             self._text = TextEnd()
         end = self._text.find(self.buffer)
+        over = len(self.buffer) if end < 0 else end
+        if self.max_size is not None and over > self.max_size:
+            raise too_large(over, end < 0, self.max_size)
         if end < 0:
             if self.ended:
                 if self.buffer[0] not in b'{["':
@@ -313,12 +327,16 @@ class ReplyReader:
                     length = int(headers["content-length"])
                 except ValueError:
                     raise ProtocolError("a malformed Content-Length") from None
+                if self.max_size is not None and length > self.max_size:
+                    raise too_large(length, False, self.max_size)
                 body = self._take(length)
                 if body is None:
                     if self.ended:
                         raise ProtocolError("the connection closed in the middle of a reply body")
                     return None
             else:  # the body runs to the end of the connection
+                if self.max_size is not None and len(self.buffer) > self.max_size:
+                    raise too_large(len(self.buffer), True, self.max_size)
                 if not self.ended:
                     return None
                 body = bytes(self.buffer)
@@ -368,6 +386,8 @@ class ReplyReader:
             if len(self.buffer) < line_end + 2 + size + 2:
                 break
             self._chunks += self.buffer[line_end + 2 : line_end + 2 + size]
+            if self.max_size is not None and len(self._chunks) > self.max_size:
+                raise too_large(len(self._chunks), True, self.max_size)
             del self.buffer[: line_end + 2 + size + 2]
         if self.ended:
             raise ProtocolError("the connection closed in the middle of a chunked body")
@@ -384,10 +404,19 @@ class WebSocketReader:
     ``opened`` (a refused upgrade raises ``ProtocolError``); then ``encode(body)`` makes a
     request's text message and ``next()`` hands out each reply message as a ``Reply``.
     Whatever the protocol owes the server (a pong, the closing frame) is in ``to_send()``
-    after each ``feed``. Messages have no size limit here, as HTTP bodies have none.
+    after each ``feed``. A message over ``max_size`` bytes raises ``ProtocolError`` (``None``: any size).
     """
 
-    def __init__(self, host: str, port: int, path: str, secure: bool, headers: Any = (), binary: bool = False) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        path: str,
+        secure: bool,
+        headers: Any = (),
+        binary: bool = False,
+        max_size: int | None = None,
+    ) -> None:
         try:
             from websockets.client import ClientProtocol
             from websockets.typing import Subprotocol
@@ -399,7 +428,8 @@ class WebSocketReader:
         # choice, once open, is ``self.binary``.
         offered = [Subprotocol(_attachments.SUBPROTOCOL)] if binary else None
         uri = parse_uri(f"{scheme}://{host_port(host, port)}{path}")
-        self.protocol = ClientProtocol(uri, subprotocols=offered, max_size=None)
+        self.protocol = ClientProtocol(uri, subprotocols=offered, max_size=max_size)
+        self.max_size = max_size
         self._secure = secure
         self._headers = dict(headers)  # sent with the upgrade request (checked by header_lines)
         self.opened = False
@@ -484,6 +514,11 @@ class WebSocketReader:
         error = self.protocol.parser_exc
         if error is not None and not isinstance(error, EOFError):
             self.ended = True
+            if self.max_size is not None and type(error).__name__ == "PayloadTooBig":
+                raise ProtocolError(
+                    f"a reply over the client's max_reply_size of {self.max_size} bytes ({error})"
+                    " (the connection is closed; raise max_reply_size to take it)"
+                )
             raise ProtocolError(f"not a valid WebSocket stream: {error}")
         if self.ended and not self.opened:
             # Before any reply, the protocol notes why but queues no event for it.

@@ -61,6 +61,10 @@ from ucall.exceptions import ConnectError, HTTPError, ProtocolError, RPCError, T
 
 __all__ = ["AsyncClient", "AsyncStream", "Batch", "Client", "ClientTLS", "Response", "Stream"]
 
+#: The largest reply a client takes unless told otherwise (``max_reply_size=``): 64 MiB,
+#: the largest request a UCall server takes by default, as the Rust and C clients.
+MAX_REPLY_SIZE = 64 << 20
+
 Progress = Callable[[int, int], None]
 Framer = Union[ReplyReader, WebSocketReader]
 StrPath = Union[str, "os.PathLike[str]"]
@@ -459,6 +463,7 @@ class _Options:
     tls_key: StrPath | None
     headers: Mapping[str, str] | None
     binary: bool | None
+    max_reply_size: int | None
 
     @classmethod
     def of(cls, arguments: Mapping[str, Any]) -> _Options:
@@ -481,6 +486,13 @@ class _Endpoint:
         #: always, False never.
         self.binary = options.binary
         self._marked: dict[str, frozenset[str | int]] | None = None  # by method, once asked
+        max_reply_size = options.max_reply_size
+        if max_reply_size is not None and (
+            isinstance(max_reply_size, bool) or not isinstance(max_reply_size, int) or max_reply_size < 1
+        ):
+            raise ValueError(f"max_reply_size is a number of bytes from 1 (None: any size), got {max_reply_size!r}")
+        #: The largest reply taken, in bytes; a larger one raises ``ProtocolError``.
+        self.max_reply_size = max_reply_size
         websocket = False
         tls_options = any(o is not None for o in (cacert, ssl_context, tls_cert, tls_key)) or insecure
         if "://" in uri:
@@ -649,8 +661,10 @@ class _Endpoint:
 
     def _framer(self) -> Framer:
         if self.websocket:
-            return WebSocketReader(self.uri, self.port, self.path, self.tls, self.headers, self.binary is not False)
-        return ReplyReader(self.use_http)
+            return WebSocketReader(
+                self.uri, self.port, self.path, self.tls, self.headers, self.binary is not False, self.max_reply_size
+            )
+        return ReplyReader(self.use_http, self.max_reply_size)
 
     def _tls_failure(self, error: Exception) -> ConnectError:
         if isinstance(error, ssl.SSLCertVerificationError):
@@ -715,7 +729,9 @@ class Client(_Endpoint, _OwnsSocket):
     ``tls_key`` or in the same file, for servers that require one (mutual TLS). Passing any
     of these turns TLS on. The name checked and sent as SNI is the host, or
     ``server_hostname``. Sessions are resumed on reconnection unless
-    ``session_resumption=False``.
+    ``session_resumption=False``. A reply over ``max_reply_size`` bytes (default 64 MiB,
+    ``MAX_REPLY_SIZE``; ``None``: any size) fails its call with ``ProtocolError`` naming both
+    sizes, and the connection is closed.
 
     Bytes, numpy arrays and PIL images in params travel as attachments of a binary message
     (docs/wire.md) where the server takes them: with ``binary=None``, for the params its
@@ -741,19 +757,22 @@ class Client(_Endpoint, _OwnsSocket):
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
         binary: bool | None = None,
+        max_reply_size: int | None = MAX_REPLY_SIZE,
     ) -> None:
         super().__init__(_Options.of(locals()))
         self.sock: socket.socket | None = None
         self._heard = False  # whether the connection has sent any reply bytes
         self.session_resumption = session_resumption
         self.session: ssl.SSLSession | None = None  # the TLS session kept for resumption
-        self._reader: Framer = ReplyReader(self.use_http)
+        self._reader: Framer = ReplyReader(self.use_http, self.max_reply_size)
         self._native: NativeClient | None = None
         if self._native_protocol is not None:
             if self._native_tls is not None:
                 self._native_tls["resumption"] = session_resumption
             native = self._native_protocol, self.path, timeout
-            self._native = NativeClient(self.uri, self.port, *native, self._native_tls, list(self.headers.items()))
+            self._native = NativeClient(
+                self.uri, self.port, *native, self._native_tls, list(self.headers.items()), self.max_reply_size
+            )
 
     # ------------------------------------------------------------ calling
 
@@ -901,8 +920,14 @@ class Client(_Endpoint, _OwnsSocket):
             sock = self._connect()
             sent = False
             try:
-                self._send(sock, self._encode(self._reader, bodies, headers), progress)
+                # The first request alone first: once it is written whole the server may
+                # have run it, and the exchange is not sent again.
+                first = self._encode(self._reader, bodies[:1], headers)
+                rest = self._encode(self._reader, bodies[1:], headers)
+                self._send(sock, first + rest if progress else first, progress)
                 sent = True
+                if rest and not progress:
+                    self._send(sock, rest, None)
                 received = [self._receive(sock) for _ in range(replies)]
                 self._keep_session(sock)
                 return received
@@ -914,9 +939,9 @@ class Client(_Endpoint, _OwnsSocket):
                 raise
             except (ConnectionError, _Closed) as error:
                 self._drop()
-                # A kept-alive connection that failed while the request was being sent:
-                # once more on a new one. Once it is all sent, the server may have run the
-                # call, and running it twice is worse than reporting the lost reply.
+                # A kept-alive connection that failed while the first request was being
+                # sent: once more on a new one. Once it is sent whole, the server may have
+                # run it, and running it twice is worse than reporting the lost reply.
                 if sent and fresh and not self._heard:
                     raise TransportError(
                         f"{self._where} closed a new connection before replying (a server at its"
@@ -1429,6 +1454,7 @@ class ClientTLS(Client):
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
         binary: bool | None = None,
+        max_reply_size: int | None = MAX_REPLY_SIZE,
     ) -> None:
         super().__init__(
             uri,
@@ -1444,6 +1470,7 @@ class ClientTLS(Client):
             tls_key=tls_key,
             headers=headers,
             binary=binary,
+            max_reply_size=max_reply_size,
         )
 
 
@@ -1477,6 +1504,7 @@ class AsyncClient(_Endpoint):
         tls_key: StrPath | None = None,
         headers: Mapping[str, str] | None = None,
         binary: bool | None = None,
+        max_reply_size: int | None = MAX_REPLY_SIZE,
     ) -> None:
         super().__init__(_Options.of(locals()))
         self._writer: asyncio.StreamWriter | None = None
@@ -1813,7 +1841,10 @@ class _Mux:
             # The write end goes to the native side, which closes it after its I/O thread.
             fd = wake_w.detach()
             native = client._native_protocol, client.path, client.timeout
-            self.native = NativeMux(client.uri, client.port, *native, fd, client._native_tls, list(client.headers.items()))
+            headers = list(client.headers.items())
+            self.native = NativeMux(
+                client.uri, client.port, *native, fd, client._native_tls, headers, client.max_reply_size
+            )
         except BaseException:
             self.wake_r.close()
             raise

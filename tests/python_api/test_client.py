@@ -49,6 +49,110 @@ def test_calls(server, use_http):
             client.sum(1, b=2)
 
 
+@pytest.mark.parametrize("scheme", ["http", "tcp", "ws"])
+def test_a_reply_over_max_reply_size_fails_its_call_naming_both_sizes(server, scheme):
+    url = f"{scheme}://127.0.0.1:{server.port}"
+    over = r"a reply of \d+ bytes( or more)?, over the client's max_reply_size of 1000 bytes"
+    with Client(url, max_reply_size=1000) as client:
+        assert client.max_reply_size == 1000
+        with pytest.raises(ProtocolError, match=over):
+            client.echo("x" * 2000)
+        assert client.echo("y" * 900).json == "y" * 900  # a new connection, under the limit
+
+    async def calls() -> None:
+        async with AsyncClient(url, max_reply_size=1000) as client:
+            with pytest.raises(ProtocolError, match=over):
+                await client.echo("x" * 2000)
+            assert (await client.sum(1, 2)).json == 3
+
+    asyncio.run(calls())
+    assert Client(url).max_reply_size == 64 << 20 == ucall.client.MAX_REPLY_SIZE
+    assert Client(url, max_reply_size=None).echo("z" * 100_000).json == "z" * 100_000
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="max_reply_size is a number of bytes from 1"):
+            Client(url, max_reply_size=bad)
+
+
+def _read_http_request(conn: socket.socket, buffered: bytearray) -> bytes:
+    """One HTTP request's body from ``conn`` (bytes past it stay in ``buffered``)."""
+    while b"\r\n\r\n" not in buffered:
+        buffered += conn.recv(1 << 16)
+    head, _, rest = bytes(buffered).partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(rest) < length:
+        rest += conn.recv(1 << 20)
+    buffered[:] = rest[length:]
+    return rest[:length]
+
+
+def _answer(conn: socket.socket, body: bytes, result: str) -> None:
+    reply = json.dumps({"jsonrpc": "2.0", "id": json.loads(body)["id"], "result": result}).encode()
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(reply), reply))
+
+
+def test_a_call_cut_short_after_replies_is_sent_again_and_one_written_whole_is_not():
+    # A server that answers 3 calls, then dies while the 4th (32 MB) arrives; then one
+    # that takes a whole call and dies before answering it.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    seen: list[str] = []
+
+    def serve() -> None:
+        for n in (1, 2, 3):
+            conn, _ = listener.accept()
+            conn.settimeout(60)
+            buffered = bytearray()
+            with conn:
+                if n == 1:
+                    for i in range(3):
+                        _answer(conn, _read_http_request(conn, buffered), f"reply {i}")
+                    got = 0
+                    while got < 1 << 16:
+                        got += len(conn.recv(1 << 16))
+                    seen.append(f"cut after {got}")
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                elif n == 2:
+                    body = _read_http_request(conn, buffered)
+                    seen.append(f"whole {len(body)}")
+                    _answer(conn, body, "again on a new connection")
+                    _read_http_request(conn, buffered)  # read whole, maybe run, then lost
+                    seen.append("transfer")
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                else:
+                    seen.append("a third connection")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with Client(port=port, timeout=60) as client:
+        assert [client.small(i).json for i in range(3)] == ["reply 0", "reply 1", "reply 2"]
+        assert client.large("x" * (32 << 20)).json == "again on a new connection"
+        with pytest.raises(TransportError, match="may have run"):
+            client.transfer(1)
+    time.sleep(0.2)
+    listener.close()
+    assert seen[0].startswith("cut after") and seen[1].startswith("whole ") and seen[2:] == ["transfer"], seen
+    assert int(seen[1].split()[1]) > 32 << 20  # the large call, whole, on the second connection
+
+
+def test_the_python_transport_keeps_max_reply_size_too():
+    # Clients given an ssl_context= frame replies in Python (ucall._wire).
+    body = b'["' + b"x" * 200 + b'"]'
+    sized = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    until_end = b"HTTP/1.1 200 OK\r\n\r\n" + body
+    for http, stream, size in ((True, sized, "204 bytes,"), (True, chunked, "204 bytes or more"), (True, until_end, "or more"), (False, body, "or more")):
+        reader = ReplyReader(http, max_size=100)
+        with pytest.raises(ProtocolError, match=f"{size}.*over the client's max_reply_size of 100 bytes"):
+            for start in range(0, len(stream), 50):
+                reader.feed(stream[start : start + 50])
+                reader.next()
+        reader = ReplyReader(http, max_size=len(body))
+        reader.feed(stream)
+        if not http or stream is until_end:
+            reader.feed(b"")
+        assert reader.next().body == body
+
+
 def test_results_of_the_wrong_kind_and_refused_requests_are_reported(make_server):
     server = with_client_procedures(make_server(max_body_bytes=1000)).start()
     with Client(port=server.port) as client:

@@ -25,10 +25,12 @@ use crate::message::{write_request, CheckedJson, Envelope, Response, ToParams};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// Retries follow one rule: a request is sent again (once, on a new connection) only when
-/// it cannot have run: the kept-alive connection failed before all of it was written and
-/// before any reply came. Once a request is written, a lost reply is an error
-/// ([`ErrorKind::Transport`], "the call may have run").
+/// Retries follow one rule, per exchange (a call, a notification, a batch, a pipeline):
+/// its requests are sent again (once, on a new connection) only when none of them can have
+/// run: a kept-alive connection failed before the first of them was written whole and
+/// before any byte of a reply to them came, whatever the connection carried before. Once
+/// a request is written whole, a lost reply is an error ([`ErrorKind::Transport`], "the
+/// call may have run").
 pub struct Client {
     conn: Connection,
     next_id: u64,
@@ -187,7 +189,8 @@ impl Client {
         more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
     ) -> Result<Vec<Reply>> {
         let given: Vec<Arc<Vec<u8>>> = bodies.into_iter().map(Arc::new).collect();
-        // Bodies `more` made, kept while a resend may need them (until a reply is heard).
+        // Bodies `more` made, kept while a resend may need them (until the first request
+        // is written whole, or a reply begins).
         let mut made: Vec<Arc<Vec<u8>>> = Vec::new();
         let (mut expected, mut exhausted, mut refused) = (replies, false, None);
         if self.conn.is_open() && self.conn.closed_by_peer() {
@@ -198,23 +201,30 @@ impl Client {
             let fresh = !self.conn.is_open();
             let deadline = self.timeout.map(|t| Instant::now() + t);
             self.conn.open(deadline)?;
+            // This exchange's own bytes: replies to it, and where its first request ends.
+            let received_before = self.conn.received();
+            let mut first_end = None;
             for body in given.iter().chain(&made) {
                 self.conn.queue_shared(body);
+                first_end = first_end.or(Some(self.conn.queued_end()));
             }
             let mut got = Vec::with_capacity(expected);
             let mut sent = false;
-            let mut heard = false;
+            let (mut replied, mut written_whole) = (false, false);
             let failure = loop {
-                heard = heard || self.conn.heard();
-                if heard {
+                replied = replied || self.conn.received() > received_before;
+                written_whole = written_whole || first_end.is_some_and(|end| self.conn.written() >= end);
+                let may_have_run = replied || written_whole;
+                if may_have_run {
                     made.clear(); // no resend now: written buffers are kept for reuse instead
                 }
                 while !exhausted && self.conn.pending() <= UNSENT_AT_MOST {
                     match more() {
-                        Some(Ok(body)) if heard => self.conn.queue(body),
+                        Some(Ok(body)) if may_have_run => self.conn.queue(body),
                         Some(Ok(body)) => {
                             let body = Arc::new(body);
                             self.conn.queue_shared(&body);
+                            first_end = first_end.or(Some(self.conn.queued_end()));
                             made.push(body);
                         }
                         Some(Err(error)) => {
@@ -247,9 +257,9 @@ impl Client {
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        let (unsent, replied) = self.conn.failed();
-                        sent = sent || (exhausted && unsent == 0);
-                        heard = heard || replied;
+                        let (written, received) = self.conn.failed();
+                        replied = replied || received > received_before;
+                        written_whole = written_whole || first_end.is_some_and(|end| written >= end);
                         break Some(error);
                     }
                 }
@@ -265,13 +275,13 @@ impl Client {
                 return Err(error);
             }
             let why = error.message();
-            if sent && fresh && !heard {
+            if written_whole && fresh && !replied && got.is_empty() {
                 return Err(Error::transport(format!(
                     "{where_} closed a new connection before replying (a server at its max_connections, \
                      or shutting down, closes new connections at once): {why}"
                 )));
             }
-            if sent || heard || !got.is_empty() {
+            if written_whole || replied || !got.is_empty() {
                 return Err(Error::transport(format!(
                     "connection to {where_} lost after the request was sent (the call may have run): {why}"
                 )));
@@ -279,8 +289,9 @@ impl Client {
             if fresh || attempt == 1 {
                 return Err(Error::transport(format!("connection to {where_} lost: {why}")));
             }
-            // The kept-alive connection failed before the request was all written and
-            // before any reply: it cannot have run; once more on a new connection.
+            // The kept-alive connection failed before the first request was written whole
+            // and before any reply to this exchange: none of it can have run (a server runs
+            // a request only once all of it has come); once more on a new connection.
         }
         Err(Error::transport(format!("connection to {where_} lost")))
     }

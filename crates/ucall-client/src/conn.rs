@@ -43,8 +43,8 @@ struct Link {
     framer: RequestFramer,
     readable: bool,
     writable: bool,
-    /// The server has sent reply bytes on this connection.
-    heard: bool,
+    /// Reply bytes the server has sent on this connection.
+    received: u64,
     /// `host:port`, for errors.
     authority: String,
 }
@@ -66,8 +66,9 @@ pub struct Connection {
     poll: Poll,
     events: Events,
     link: Option<Link>,
-    /// When the last step failed: bytes still unwritten then, and whether replies had come.
-    failed: (usize, bool),
+    /// When the last step failed: the request bytes written and the reply bytes received
+    /// on the connection until then.
+    failed: (u64, u64),
 }
 
 fn io_error(endpoint: &Endpoint, error: &io::Error) -> Error {
@@ -86,7 +87,7 @@ impl Connection {
             poll,
             events: Events::with_capacity(8),
             link: None,
-            failed: (0, false),
+            failed: (0, 0),
         })
     }
 
@@ -106,13 +107,27 @@ impl Connection {
         self.link.is_some()
     }
 
-    /// Whether the open socket has received reply bytes.
-    pub(crate) fn heard(&self) -> bool {
-        self.link.as_ref().is_some_and(|link| link.heard)
+    /// Reply bytes the open socket has received (0 without one).
+    pub(crate) fn received(&self) -> u64 {
+        self.link.as_ref().map_or(0, |link| link.received)
     }
 
-    /// Bytes unwritten and whether replies had come when the last step failed.
-    pub(crate) fn failed(&self) -> (usize, bool) {
+    /// Request bytes written on the open socket (0 without one); a request queued when
+    /// [`Connection::queued_end`] was `e` is written whole once this reaches `e`.
+    pub(crate) fn written(&self) -> u64 {
+        self.link.as_ref().map_or(0, |link| link.out.taken())
+    }
+
+    /// Where the last request queued on the open socket ends, as [`Connection::written`]
+    /// counts: its last byte a server needs to run it (before raw TCP's newline).
+    pub(crate) fn queued_end(&self) -> u64 {
+        self.link
+            .as_ref()
+            .map_or(0, |link| link.out.end() - link.framer.trailer_len() as u64)
+    }
+
+    /// [`Connection::written`] and [`Connection::received`] when the last step failed.
+    pub(crate) fn failed(&self) -> (u64, u64) {
         self.failed
     }
 
@@ -168,7 +183,7 @@ impl Connection {
             framer: RequestFramer::new(protocol, &authority, &path).with_header_lines(self.endpoint.header_lines()),
             readable: false,
             writable: false,
-            heard: false,
+            received: 0,
             authority,
         };
         if let Some(tls) = &mut link.tls {
@@ -309,7 +324,7 @@ impl Connection {
         match flush(link).and_then(|wrote| Ok(wrote | fill_counting(link, sink)?)) {
             Ok(moved) => Ok(moved),
             Err(error) => {
-                self.failed = (self.pending(), self.heard());
+                self.failed = (self.written(), self.received());
                 self.close();
                 Err(error)
             }
@@ -421,7 +436,7 @@ fn fill(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<()> {
                     }
                     Ok(n) => {
                         link.reader.filled(n);
-                        link.heard = true;
+                        link.received += n as u64;
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => link.readable = false,
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
@@ -450,7 +465,7 @@ fn fill(link: &mut Link, sink: &mut dyn FnMut(Reply)) -> Result<()> {
                         }
                         Ok(n) => {
                             link.reader.filled(n);
-                            link.heard = true;
+                            link.received += n as u64;
                             plain = plain.saturating_sub(n);
                         }
                         Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,

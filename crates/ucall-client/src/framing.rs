@@ -100,9 +100,24 @@ pub struct OutQueue {
     tail_open: bool,
     len: usize,
     spare: Vec<u8>,
+    /// Bytes taken from the queue (written) since it was made.
+    taken: u64,
 }
 
 impl OutQueue {
+    /// Bytes taken from the queue (written) since it was made: a request queued when
+    /// [`OutQueue::end`] was `e` has been written whole once this reaches `e`.
+    #[must_use]
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
+    /// Where the bytes queued so far end, counted as [`OutQueue::taken`] counts.
+    #[must_use]
+    pub fn end(&self) -> u64 {
+        self.taken + self.len as u64
+    }
+
     /// Bytes still to write.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -179,6 +194,7 @@ impl OutQueue {
     /// Forget `n` written bytes.
     pub fn advance(&mut self, mut n: usize) {
         self.len -= n;
+        self.taken += n as u64;
         while n > 0 {
             let Some(front) = self.chunks.front() else { break };
             let left = front.bytes().len() - self.offset;
@@ -318,6 +334,13 @@ impl RequestFramer {
         head[used..used + 4].copy_from_slice(&mask);
         out.push_slice(&head[..used + 4]);
         mask
+    }
+
+    /// Bytes framed after a request's last byte (raw TCP's newline): a server may run a
+    /// request before they arrive, as a JSON text is complete at its last byte.
+    #[must_use]
+    pub fn trailer_len(&self) -> usize {
+        usize::from(self.protocol == Protocol::Tcp)
     }
 
     /// Frame one request body (a JSON text) into `out`, taking the body's buffer.

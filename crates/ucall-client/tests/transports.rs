@@ -411,6 +411,98 @@ fn a_call_the_server_may_have_run_is_not_sent_again() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
+/// Read 64 KiB of a large request, then close with the rest unread (the kernel answers
+/// the client with a reset): the request was cut short. Returns whether they came.
+fn cut_short(stream: &mut TcpStream) -> bool {
+    let (mut got, mut byte) = (0, [0u8; 4096]);
+    // A debug build takes seconds to encode a large request.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    while got < 64 << 10 {
+        match stream.read(&mut byte) {
+            Ok(n) if n > 0 => got += n,
+            _ => return false,
+        }
+    }
+    let _ = stream.set_nonblocking(true);
+    let _ = stream.read(&mut byte); // leave it unread: a close then resets
+    let _ = stream.set_nonblocking(false);
+    std::thread::sleep(Duration::from_millis(50));
+    true
+}
+
+fn answer(stream: &mut TcpStream, request: &[u8], result: &str) {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":"{result}"}}"#, id_of(request));
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// 32 MB of base64: more than loopback's socket buffers hold, so that writing it waits for the server.
+fn large() -> Params {
+    Params::array().bytes(&vec![7u8; 24 << 20])
+}
+
+#[test]
+fn a_request_cut_short_on_a_connection_that_carried_replies_is_sent_again() {
+    static CUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let (port, connections) = scripted(|n, stream| {
+        if n == 1 {
+            for i in 0..3 {
+                let request = read_request(stream).expect("a request");
+                answer(stream, &request, &format!("reply {i}"));
+            }
+            // The fourth: the server dies while it arrives.
+            CUT.store(cut_short(stream), Ordering::SeqCst);
+            return;
+        }
+        let request = read_request(stream).expect("the request again");
+        answer(stream, &request, &format!("on connection {n}, {} bytes", request.len()));
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port)).expect("a client");
+    for i in 0..3 {
+        let reply = client.call("small", [i]).expect("a reply");
+        assert_eq!(reply.result::<String>(), Ok(format!("reply {i}")));
+    }
+    // The connection carried three replies; the fourth request was not written whole when
+    // it failed, so it cannot have run and goes again on a new connection.
+    let reply = client.call("large", large()).expect("sent again");
+    let text = reply.result::<String>().expect("a result");
+    assert!(text.starts_with("on connection 2, "), "{text}");
+    assert!(
+        CUT.load(Ordering::SeqCst),
+        "the first connection took part of the request"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_pipeline_whose_first_request_was_written_whole_is_not_sent_again() {
+    let (port, connections) = scripted(|n, stream| {
+        if n > 1 {
+            let _ = read_request(stream); // a second attempt: what this test rules out
+            return;
+        }
+        let request = read_request(stream).expect("a request");
+        answer(stream, &request, "first");
+        let _ = read_request(stream).expect("the pipeline's first request, whole");
+        assert!(cut_short(stream), "its second, cut short: the first may have run");
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port)).expect("a client");
+    assert_eq!(
+        client.call("small", [0]).expect("a reply").result::<String>(),
+        Ok("first".into())
+    );
+    let error = client
+        .pipeline([("transfer", Params::array().value(&1)), ("large", large())])
+        .expect_err("lost");
+    assert_eq!(error.kind(), ErrorKind::Transport);
+    assert!(error.message().contains("may have run"), "{error}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn a_connection_the_server_closed_is_not_used_for_the_next_call() {
     let (port, connections) = scripted(|n, stream| {

@@ -67,6 +67,7 @@ pub mod dispatch;
 #[doc(hidden)]
 pub mod engine;
 mod error;
+pub mod gzip;
 pub mod health;
 #[doc(hidden)]
 pub mod http1;

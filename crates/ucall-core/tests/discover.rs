@@ -166,6 +166,68 @@ fn documents_are_revalidated_by_their_entity_tags() {
     });
 }
 
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes).read_to_end(&mut out).expect("gzip");
+    out
+}
+
+#[test]
+fn documents_and_metrics_are_gzipped_for_clients_that_take_it() {
+    common::for_each_engine(|engine| {
+        let server = common::start(engine, described(engine));
+        let mut conn = Conn::to(&server);
+        let with_gzip = |path: &str, extra: &str| {
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: br, gzip;q=0.8\r\n{extra}\r\n").into_bytes()
+        };
+        for path in ["/openrpc.json", "/openapi.json", "/docs"] {
+            let plain = conn.roundtrip(&get(path));
+            assert_eq!(plain.header("content-encoding"), None, "{path}");
+            assert_eq!(plain.header("vary"), Some("Accept-Encoding"), "{path}");
+            let packed = conn.roundtrip(&with_gzip(path, ""));
+            assert_eq!(packed.status, 200, "{path}: {packed:?}");
+            assert_eq!(packed.header("content-encoding"), Some("gzip"), "{path}");
+            assert_eq!(packed.header("vary"), Some("Accept-Encoding"), "{path}");
+            assert_eq!(packed.header("content-type"), plain.header("content-type"), "{path}");
+            assert!(
+                packed.body.len() < plain.body.len(),
+                "{path}: {} bytes gzipped",
+                packed.body.len()
+            );
+            assert_eq!(gunzip(&packed.body), plain.body, "{path}");
+            // Each representation has its own tag, and a 304 answers the one held.
+            let (etag, plain_etag) = (
+                packed.header("etag").expect("ETag"),
+                plain.header("etag").expect("ETag"),
+            );
+            assert_ne!(etag, plain_etag, "{path}");
+            let unchanged = conn.roundtrip(&with_gzip(path, &format!("If-None-Match: {etag}\r\n")));
+            assert_eq!((unchanged.status, unchanged.body.len()), (304, 0), "{path}");
+            let other = conn.roundtrip(&with_gzip(path, &format!("If-None-Match: {plain_etag}\r\n")));
+            assert_eq!(
+                other.status, 200,
+                "{path}: the plain tag does not name the gzipped bytes"
+            );
+            // A client that refuses gzip gets the plain bytes.
+            let refused = conn
+                .roundtrip(format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip;q=0\r\n\r\n").as_bytes());
+            assert_eq!(
+                (refused.header("content-encoding"), refused.body.len()),
+                (None, plain.body.len())
+            );
+        }
+        let packed = conn.roundtrip(&with_gzip("/metrics", ""));
+        assert_eq!(packed.header("content-encoding"), Some("gzip"));
+        assert_eq!(packed.header("vary"), Some("Accept-Encoding"));
+        let text = String::from_utf8(gunzip(&packed.body)).expect("UTF-8");
+        assert!(text.contains("ucall_calls_handled_total"), "{text}");
+        let plain = conn.roundtrip(&get("/metrics"));
+        assert_eq!(plain.header("content-encoding"), None);
+        assert!(String::from_utf8_lossy(&plain.body).contains("ucall_calls_handled_total"));
+    });
+}
+
 #[test]
 fn a_string_query_value_is_declared_as_json_text() {
     // A REST query value is read as JSON where it parses (`?a=1` is a number), so the

@@ -369,6 +369,10 @@ pub struct Page<'a> {
     pub body: &'a [u8],
     /// Its entity tag (RFC 9110 §8.8.3), quoted: the same bytes, the same tag.
     pub etag: &'a str,
+    /// The same, gzipped (`Content-Encoding: gzip`), for clients that take it.
+    pub gzip: &'a [u8],
+    /// The gzipped representation's own entity tag (a strong tag names one set of bytes).
+    pub gzip_etag: &'a str,
 }
 
 /// The documents, built once when serving starts, and their entity tags.
@@ -379,6 +383,22 @@ struct Pages {
     openapi: Vec<u8>,
     docs: Vec<u8>,
     etags: [String; 3],
+    /// Each document gzipped, and its tag.
+    gzipped: [(Vec<u8>, String); 3],
+}
+
+impl Pages {
+    /// The document `index` (0 OpenRPC, 1 OpenAPI, 2 the page) as served.
+    fn page<'a>(&'a self, index: usize, content_type: &'static [u8], body: &'a [u8]) -> Page<'a> {
+        let (gzip, gzip_etag) = &self.gzipped[index];
+        Page {
+            content_type,
+            body,
+            etag: &self.etags[index],
+            gzip,
+            gzip_etag,
+        }
+    }
 }
 
 /// A strong entity tag for `bytes`: a 64-bit hash, so that a client's cached copy is
@@ -487,23 +507,11 @@ impl Catalog {
         let path = target.split_once('?').map_or(target, |(path, _)| path);
         let is = |wanted: &Option<String>| wanted.as_deref() == Some(path);
         if is(&pages.settings.openrpc_path) {
-            Some(Page {
-                content_type: b"application/json",
-                body: pages.openrpc.as_bytes(),
-                etag: &pages.etags[0],
-            })
+            Some(pages.page(0, b"application/json", pages.openrpc.as_bytes()))
         } else if is(&pages.settings.openapi_path) {
-            Some(Page {
-                content_type: b"application/json",
-                body: &pages.openapi,
-                etag: &pages.etags[1],
-            })
+            Some(pages.page(1, b"application/json", &pages.openapi))
         } else if is(&pages.settings.docs_path) {
-            Some(Page {
-                content_type: b"text/html; charset=utf-8",
-                body: &pages.docs,
-                etag: &pages.etags[2],
-            })
+            Some(pages.page(2, b"text/html; charset=utf-8", &pages.docs))
         } else {
             None
         }
@@ -527,8 +535,18 @@ fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
         .replace("__UCALL_TITLE__", &html_escape(&settings.title))
         .replace("__UCALL_DATA__", &script_safe(&data.to_string()));
     let openapi = openapi.to_string().into_bytes();
+    let gzipped = |bytes: &[u8]| {
+        let packed = crate::gzip::gzip(bytes);
+        let tag = etag(&packed);
+        (packed, tag)
+    };
     Pages {
         etags: [etag(openrpc_text.as_bytes()), etag(&openapi), etag(docs.as_bytes())],
+        gzipped: [
+            gzipped(openrpc_text.as_bytes()),
+            gzipped(&openapi),
+            gzipped(docs.as_bytes()),
+        ],
         openrpc: openrpc_text.into(),
         openapi,
         docs: docs.into_bytes(),

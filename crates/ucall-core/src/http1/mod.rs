@@ -89,6 +89,9 @@ pub struct RequestHead {
     pub timeout: Option<std::time::Duration>,
     /// Where `If-None-Match` (RFC 9110 §13.1.2) is in the head's bytes.
     pub if_none_match: Option<(u32, u32)>,
+    /// `Accept-Encoding` takes gzip (RFC 9110 §12.5.3): the documents and `/metrics` may
+    /// go compressed.
+    pub accepts_gzip: bool,
     /// `Content-Type: application/vnd.ucall.binary`: the body is a binary message
     /// (docs/wire.md §3.1) whose JSON text is as long as [`RequestHead::json_length`] says.
     pub binary_body: bool,
@@ -307,6 +310,7 @@ fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize,
             }
             6 if name.eq_ignore_ascii_case("origin") => head.cors.origin = span(input, value),
             13 if name.eq_ignore_ascii_case("if-none-match") => head.if_none_match = span(input, value),
+            15 if name.eq_ignore_ascii_case("accept-encoding") => head.accepts_gzip |= accepts_gzip(value),
             29 if name.eq_ignore_ascii_case("access-control-request-method") => {
                 head.cors.request_method = span(input, value);
             }
@@ -444,6 +448,24 @@ fn trim(value: &[u8]) -> &[u8] {
 /// The comma-separated tokens of a list-valued field (RFC 9110 §5.6.1), trimmed, empty ones skipped.
 fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     value.split(|&c| c == b',').map(trim).filter(|t| !t.is_empty())
+}
+
+/// Whether an `Accept-Encoding` field value takes gzip: a `gzip` (or `x-gzip`, or `*`)
+/// coding whose weight is not 0 (RFC 9110 §12.5.3, §12.4.2).
+#[must_use]
+pub fn accepts_gzip(value: &[u8]) -> bool {
+    tokens(value).any(|coding| {
+        let mut parts = coding.split(|&c| c == b';').map(trim);
+        let name = parts.next().unwrap_or_default();
+        let named = [b"gzip".as_slice(), b"x-gzip", b"*"]
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n));
+        let weight = parts
+            .filter_map(|p| p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")))
+            .find_map(|q| std::str::from_utf8(q).ok()?.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        named && weight > 0.0
+    })
 }
 
 /// Whether an `If-None-Match` field value names `etag` (or is `*`): RFC 9110 §13.1.2,

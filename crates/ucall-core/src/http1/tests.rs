@@ -298,3 +298,25 @@ fn a_binary_reply_names_its_type_and_json_length() {
         "{text}"
     );
 }
+
+#[test]
+fn reads_whether_gzip_is_accepted() {
+    for (field, accepted) in [
+        ("gzip", true),
+        ("deflate, gzip;q=1.0, *;q=0.5", true),
+        ("br;q=1, GZIP ; q=0.3", true),
+        ("x-gzip", true),
+        ("*", true),
+        ("gzip;q=0", false),
+        ("gzip;q=0.000, identity", false),
+        ("identity", false),
+        ("br, deflate", false),
+        ("", false),
+    ] {
+        assert_eq!(accepts_gzip(field.as_bytes()), accepted, "{field:?}");
+    }
+    let (parsed, _) = head("GET /docs HTTP/1.1\r\nHost: x\r\nAccept-Encoding: br, gzip\r\n\r\n").expect("a head");
+    assert!(parsed.accepts_gzip);
+    let (parsed, _) = head("GET /docs HTTP/1.1\r\nHost: x\r\n\r\n").expect("a head");
+    assert!(!parsed.accepts_gzip);
+}

@@ -263,7 +263,12 @@ impl Http {
         // The metrics page (`/metrics`), rendered only when asked for.
         let metrics = ctx.router.metrics().filter(|m| reads && m.is_page(target));
         if let Some(metrics) = metrics {
-            let page = metrics.render();
+            let mut page = metrics.render().into_bytes();
+            if head.accepts_gzip {
+                page = crate::gzip::gzip(&page);
+                self.cors_headers.extend_from_slice(GZIPPED);
+            }
+            self.cors_headers.extend_from_slice(VARY_ENCODING);
             http1::respond_to(
                 out,
                 head.method,
@@ -272,7 +277,7 @@ impl Http {
                 ctx.date,
                 crate::metrics::CONTENT_TYPE.as_bytes(),
                 |out| {
-                    out.data().extend_from_slice(page.as_bytes());
+                    out.data().extend_from_slice(&page);
                     Some(Status::Ok)
                 },
             );
@@ -284,17 +289,27 @@ impl Http {
         if let Some(page) = page {
             // A document changes only with the server: kept, but revalidated by its tag
             // (RFC 9111 §5.2.2.4), which a client's `If-None-Match` answers with a 304.
+            // Gzipped (compressed once, when serving starts) for a client that takes it,
+            // with the tag of those bytes; caches keep the two apart by `Vary`.
+            let (body, etag) = if head.accepts_gzip {
+                (page.gzip, page.gzip_etag)
+            } else {
+                (page.body, page.etag)
+            };
             let headers = &mut self.cors_headers;
             headers.truncate(headers.len() - NO_STORE.len());
             for part in [
-                b"Cache-Control: no-cache\r\nETag: ".as_slice(),
-                page.etag.as_bytes(),
+                b"Cache-Control: no-cache\r\n".as_slice(),
+                VARY_ENCODING,
+                if head.accepts_gzip { GZIPPED } else { b"" },
+                b"ETag: ",
+                etag.as_bytes(),
                 b"\r\n",
             ] {
                 headers.extend_from_slice(part);
             }
             let unchanged = cors::Fields::get(head_bytes, head.if_none_match)
-                .is_some_and(|held| http1::none_match_names(held, page.etag));
+                .is_some_and(|held| http1::none_match_names(held, etag));
             http1::respond_to(
                 out,
                 head.method,
@@ -306,7 +321,7 @@ impl Http {
                     if unchanged {
                         return Some(Status::NotModified);
                     }
-                    out.data().extend_from_slice(page.body);
+                    out.data().extend_from_slice(body);
                     Some(Status::Ok)
                 },
             );
@@ -459,6 +474,10 @@ fn cross_origin(cors: &Cors, head: &RequestHead, bytes: &[u8], out: &mut Vec<u8>
 
 /// `Cache-Control` for what no cache may keep.
 const NO_STORE: &[u8] = b"Cache-Control: no-store\r\n";
+/// The gzip content coding of a reply body (RFC 9110 §8.4).
+const GZIPPED: &[u8] = b"Content-Encoding: gzip\r\n";
+/// Replies that may be gzipped differ by what the client takes: caches keep both apart.
+const VARY_ENCODING: &[u8] = b"Vary: Accept-Encoding\r\n";
 
 /// Whether `target` is one of the server's own pages: a probe, `/metrics`, a document.
 fn is_page(router: &Router, target: &str, draining: bool) -> bool {
