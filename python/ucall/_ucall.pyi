@@ -24,6 +24,7 @@ __all__ = [
     "code_for_http_status",
     "dumps",
     "loads",
+    "type_text",
 ]
 
 __version__: str
@@ -249,6 +250,10 @@ def check_rate_limit(
     """Raise ``ValueError`` naming the rate-limit setting the core cannot take: a rate
     (``"100/s"``, ``"6000/min"``), a client key (``"peer"``, ``"bearer"``,
     ``"header:<name>"``), or a trusted proxy (an address or network)."""
+
+def type_text(schema: str) -> str:
+    """A JSON Schema (JSON text) in the few words the /docs page shows for it
+    (``array<integer>``, ``base64 application/x-npy``). ``ValueError`` if it is not JSON."""
 
 def code_for_http_status(status: int) -> int:
     """The JSON-RPC code an error given only this HTTP status carries (the core's table)."""

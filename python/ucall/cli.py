@@ -39,7 +39,7 @@ import click
 
 from ucall import _codec
 from ucall._server import Server
-from ucall._ucall import __version__, check_rate_limit
+from ucall._ucall import __version__, check_rate_limit, type_text
 from ucall.client import Client, Response
 from ucall.exceptions import ConnectError, RPCError, UCallError
 
@@ -390,47 +390,24 @@ def call(
         client.close()
 
 
-def _type(schema: Any, document: dict[str, Any], depth: int = 0) -> str:
-    """A schema of the OpenRPC document in a few words (``integer``, ``list[str]``, ``Point``)."""
-    if not isinstance(schema, dict) or not schema or depth > 5:
-        return "any"
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        return ref.rsplit("/", 1)[-1]
-    if "enum" in schema:
-        return " | ".join(json.dumps(v) for v in schema["enum"])
-    options = schema.get("anyOf") or schema.get("oneOf")
-    if options:
-        return " | ".join(_type(s, document, depth + 1) for s in options)
-    kind = schema.get("type", "any")
-    if isinstance(kind, list):
-        return " | ".join(kind)
-    if kind == "string" and schema.get("contentEncoding") == "base64":
-        # As the /docs page says it (discover/docs.html, typeText): one description of a
-        # .npy, an image or plain bytes wherever a schema is shown.
-        return f"base64 {schema.get('contentMediaType') or 'bytes'}"
-    if kind == "array":
-        items = schema.get("items")
-        if isinstance(items, list):
-            return "[" + ", ".join(_type(s, document, depth + 1) for s in items) + "]"
-        return f"list[{_type(items, document, depth + 1)}]" if items else "list"
-    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
-        return f"dict[str, {_type(schema['additionalProperties'], document, depth + 1)}]"
-    return str(kind)
+def _type(schema: Any) -> str:
+    """A schema of the OpenRPC document in a few words (``integer``, ``array<string>``,
+    ``Point``): the core's wording, the one the /docs page shows."""
+    return type_text(json.dumps(schema if schema is not None else {}))
 
 
-def _signature_of(method: dict[str, Any], document: dict[str, Any]) -> str:
+def _signature_of(method: dict[str, Any]) -> str:
     if method.get("x-undescribed"):
         return f"{method['name']}(...)"
     params = []
     for param in method.get("params", []):
-        text = f"{param['name']}: {_type(param.get('schema'), document)}"
+        text = f"{param['name']}: {_type(param.get('schema'))}"
         if "default" in param.get("schema", {}):
             text += f" = {json.dumps(param['schema']['default'])}"
         elif not param.get("required"):
             text += " = (optional)"
         params.append(text)
-    result = f" -> {_type(method['result'].get('schema'), document)}" if "result" in method else ""
+    result = f" -> {_type(method['result'].get('schema'))}" if "result" in method else ""
     return f"{method['name']}({', '.join(params)}){result}"
 
 
@@ -443,12 +420,12 @@ def _describe(document: Any, name: str | None) -> str:
         lines = []
         for each in methods.values():
             summary = f"  # {each['summary']}" if each.get("summary") else ""
-            lines.append(_signature_of(each, document) + summary)
+            lines.append(_signature_of(each) + summary)
         return "\n".join(lines) if lines else "(no methods)"
     method = methods.get(name)
     if method is None:
         raise ValueError(f"the server has no method {name!r} (ucall --list shows them)")
-    lines = [_signature_of(method, document)]
+    lines = [_signature_of(method)]
     for key in ("summary", "description"):
         if method.get(key):
             lines += ["", method[key]]
@@ -464,9 +441,9 @@ def _describe(document: Any, name: str | None) -> str:
             about = param.get("description") or param.get("summary")
             if about:
                 notes.append(about)
-            lines.append(f"  {param['name']:<{width}}  {_type(schema, document)}  ({', '.join(notes)})")
+            lines.append(f"  {param['name']:<{width}}  {_type(schema)}  ({', '.join(notes)})")
     if "result" in method:
-        lines += ["", f"Result: {_type(method['result'].get('schema'), document)}"]
+        lines += ["", f"Result: {_type(method['result'].get('schema'))}"]
     for error in method.get("errors", []):
         lines.append(f"Error {error.get('code')}: {error.get('message')}")
     for example in method.get("examples", [])[:3]:

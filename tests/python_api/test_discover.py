@@ -578,7 +578,7 @@ def test_cli_lists_and_describes_methods(engine):
         assert "sum(a: integer, b: integer = 0) -> integer  # Add two integers." in lines
         assert "scale(point: Point, factor: number = 2.0) -> Point  # Scale a point about the origin." in lines
         assert (
-            'pick(options: list[string], end: "first" | "last" = "first", fallback: string | null = null) -> string | null'
+            'pick(options: array<string>, end: "first" | "last" = "first", fallback: string | null = null) -> string | null'
             in out
         )
         code, out, _ = run_cli("-p", port, "divide", "--help")
@@ -601,3 +601,45 @@ def test_cli_lists_and_describes_methods(engine):
         assert code == 0 and "--list" in out
         code, _, err = run_cli("call", "-p", port)
         assert code == 2 and "Missing argument 'METHOD'" in err
+
+
+def docs_types(port: int) -> dict[str, Any]:
+    """The types the /docs page shows, from the data it carries."""
+    status, _, body = get(port, "/docs")
+    assert status == 200
+    start = body.index(b'id="ucall-data">') + len(b'id="ucall-data">')
+    return json.loads(body[start : body.index(b"</script>", start)])["types"]  # type: ignore[no-any-return]
+
+
+def test_the_command_line_and_docs_word_each_type_alike(make_server):
+    """One wording of a schema wherever one is shown: `ucall NAME --help` and /docs both
+    take the core's (a numpy param is no longer `list | bytes (base64)` in one and
+    `application/x-npy` in the other)."""
+    import numpy
+    server = make_server()
+
+    @server
+    def scale(x: numpy.ndarray, factors: List[float], names: Dict[str, int], blob: bytes) -> List[str]:
+        return []
+
+    with server:
+        types = docs_types(server.port)["scale"]
+        assert types == {
+            "params": {
+                "x": "array<number | boolean | array> | base64 application/x-npy",
+                "factors": "array<number>",
+                "names": "object<string, integer>",
+                "blob": "base64 bytes",
+            },
+            "result": "array<string>",
+        }
+        code, out, _ = run_cli("-p", server.port, "scale", "--help")
+        assert code == 0, out
+        for name, words in types["params"].items():
+            assert f"  {name:<7}  {words}  (required)" in out, out
+        assert f"Result: {types['result']}" in out, out
+    with described_rust_server("poll") as port:
+        sum_types = docs_types(port)["sum"]
+        code, out, _ = run_cli("-p", port, "sum", "--help")
+        params = sum_types["params"]
+        assert out.splitlines()[0] == f"sum(a: {params['a']}, b: {params['b']}) -> {sum_types['result']}"

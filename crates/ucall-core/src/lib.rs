@@ -101,7 +101,7 @@ pub use bytes::Bytes;
 pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::mcp::McpSettings;
-pub use discover::{Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
+pub use discover::{type_text, Discovery, ErrorDoc, ExampleDoc, MethodDoc, Page, ParamDoc, ParamStructure, ResultDoc};
 pub use engine::Worker;
 pub use error::Error;
 pub use health::{HealthPaths, NotReady, Readiness, ReadyState};

@@ -13,6 +13,8 @@ mod openapi;
 mod openrpc;
 mod schema;
 
+pub use schema::type_text;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -527,6 +529,7 @@ fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
     let openapi = openapi::document(&settings, &methods, &components, url);
     let openrpc_text = openrpc.to_string();
     let data = serde_json::json!({
+        "types": types(&openrpc),
         "openrpc": openrpc,
         "openrpcPath": settings.openrpc_path,
         "openapiPath": settings.openapi_path,
@@ -552,6 +555,24 @@ fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
         docs: docs.into_bytes(),
         settings,
     }
+}
+
+/// What the page shows for each method's params and result: `{"sum": {"params": {"a":
+/// "integer"}, "result": "integer"}}`, worded by [`type_text`] as `ucall NAME --help` words them.
+fn types(openrpc: &serde_json::Value) -> serde_json::Value {
+    let methods = openrpc["methods"].as_array().map_or(&[][..], Vec::as_slice);
+    let words = |described: &serde_json::Value| type_text(&described["schema"]);
+    let types = methods.iter().filter_map(|method| {
+        let params: serde_json::Map<String, serde_json::Value> = (method["params"].as_array().into_iter().flatten())
+            .filter_map(|param| Some((param["name"].as_str()?.to_owned(), words(param).into())))
+            .collect();
+        let result = method.get("result").map(words);
+        Some((
+            method["name"].as_str()?.to_owned(),
+            serde_json::json!({"params": params, "result": result}),
+        ))
+    });
+    serde_json::Value::Object(types.collect())
 }
 
 fn html_escape(text: &str) -> String {

@@ -131,6 +131,70 @@ pub(super) fn to_2020_12(schema: &mut Value) {
     }
 }
 
+/// A param's or result's schema in a few words, the one description every place that
+/// shows a schema gives (the /docs page, `ucall NAME --help`): `integer`, `array<string>`,
+/// `[integer, string]`, `object<string, number>`, `Point`, `"a" | "b"`,
+/// `base64 application/x-npy` (a .npy file's bytes), `base64 bytes`, `any`.
+#[must_use]
+pub fn type_text(schema: &Value) -> String {
+    words(schema, 0)
+}
+
+fn words(schema: &Value, depth: usize) -> String {
+    let Some(object) = schema.as_object().filter(|_| depth <= 6) else {
+        return "any".into();
+    };
+    let each = |schemas: &[Value], separator: &str| {
+        schemas
+            .iter()
+            .map(|s| words(s, depth + 1))
+            .collect::<Vec<_>>()
+            .join(separator)
+    };
+    let text = |key: &str| object.get(key).and_then(Value::as_str);
+    if let Some(reference) = text("$ref") {
+        return reference.rsplit('/').next().unwrap_or(reference).to_owned();
+    }
+    if let Some(Value::Array(values)) = object.get("enum") {
+        return values.iter().map(Value::to_string).collect::<Vec<_>>().join(" | ");
+    }
+    if let Some(value) = object.get("const") {
+        return value.to_string();
+    }
+    if let Some(Value::Array(options)) = object.get("anyOf").or_else(|| object.get("oneOf")) {
+        return each(options, " | ");
+    }
+    let kind = match object.get("type") {
+        Some(Value::Array(kinds)) => {
+            return kinds
+                .iter()
+                .map(|k| k.as_str().unwrap_or("any"))
+                .collect::<Vec<_>>()
+                .join(" | ");
+        }
+        Some(Value::String(kind)) => kind.as_str(),
+        _ => return "any".into(),
+    };
+    match kind {
+        "string" if text("contentEncoding") == Some("base64") => {
+            format!("base64 {}", text("contentMediaType").unwrap_or("bytes"))
+        }
+        "array" => match (object.get("prefixItems"), object.get("items")) {
+            (Some(Value::Array(items)), _) | (None, Some(Value::Array(items))) => format!("[{}]", each(items, ", ")),
+            (_, items) => format!("array<{}>", words(items.unwrap_or(&Value::Null), depth + 1)),
+        },
+        "object"
+            if object.get("additionalProperties").is_some_and(Value::is_object)
+                && !object.contains_key("properties") =>
+        {
+            format!("object<string, {}>", words(&object["additionalProperties"], depth + 1))
+        }
+        "object" if text("title").is_some() => text("title").unwrap_or(kind).to_owned(),
+        "integer" if text("format").is_some() => format!("integer ({})", text("format").unwrap_or("")),
+        other => other.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +243,38 @@ mod tests {
             schema,
             json!({"type": "array", "prefixItems": [{"type": "integer"}], "items": false})
         );
+    }
+
+    #[test]
+    fn type_text_words_each_kind_of_schema() {
+        let numpy = json!({"anyOf": [
+            {"type": "array", "items": {"type": ["number", "boolean", "array"]}},
+            {"type": "string", "contentEncoding": "base64", "contentMediaType": "application/x-npy"},
+        ]});
+        for (schema, words) in [
+            (numpy, "array<number | boolean | array> | base64 application/x-npy"),
+            (json!({"type": "string", "contentEncoding": "base64"}), "base64 bytes"),
+            (json!({"type": "array", "items": {"type": "string"}}), "array<string>"),
+            (json!({"type": "array"}), "array<any>"),
+            (
+                json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": false}),
+                "[integer, string]",
+            ),
+            (
+                json!({"type": "object", "additionalProperties": {"type": "number"}}),
+                "object<string, number>",
+            ),
+            (json!({"type": "object", "title": "Point", "properties": {}}), "Point"),
+            (json!({"type": "object"}), "object"),
+            (json!({"$ref": "#/components/schemas/Point"}), "Point"),
+            (json!({"enum": ["first", "last"]}), "\"first\" | \"last\""),
+            (json!({"const": 3}), "3"),
+            (json!({"type": ["string", "null"]}), "string | null"),
+            (json!({"type": "integer", "format": "int64"}), "integer (int64)"),
+            (json!({}), "any"),
+            (json!(true), "any"),
+        ] {
+            assert_eq!(type_text(&schema), words, "{schema}");
+        }
     }
 }
