@@ -130,6 +130,7 @@ class Recorder:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sent: list[bytearray] = []
+        self.received: list[bytearray] = []  # what each connection's server sent
         self.target = port
         self.sockets: list[socket.socket] = []
         self.threads = [threading.Thread(target=self._accept, daemon=True)]
@@ -147,9 +148,10 @@ class Recorder:
             client.settimeout(None)
             server = socket.create_connection(("127.0.0.1", self.target))
             self.sockets += [client, server]
-            record = bytearray()
+            record, answer = bytearray(), bytearray()
             self.sent.append(record)
-            for args in ((client, server, record), (server, client, None)):
+            self.received.append(answer)
+            for args in ((client, server, record), (server, client, answer)):
                 thread = threading.Thread(target=self._pump, args=args, daemon=True)
                 self.threads.append(thread)
                 thread.start()
@@ -169,10 +171,11 @@ class Recorder:
             except OSError:
                 pass
 
-    def binary_messages(self, transport: str) -> int:
-        """How many connections carried a binary message (the first one's framing only)."""
+    def binary_messages(self, transport: str, replies: bool = False) -> int:
+        """How many connections carried a binary message (the first one's framing only):
+        from the client, or with ``replies`` from the server."""
         count = 0
-        for record in self.sent:
+        for record in self.received if replies else self.sent:
             data = bytes(record)
             if transport == "http":
                 count += b"content-type: application/vnd.ucall.binary" in data.lower()

@@ -218,9 +218,11 @@ def test_a_numpy_array_comes_back_equal_from_client(make_server, transport):
             assert back.dtype == np.float32 and back.shape == array.shape and np.array_equal(back, array)
             assert client.reverse(b"abc").bytes == b"cba"
             assert np.array_equal(client.echo(x=array[:2]).numpy, array[:2])  # by name too
+            assert isinstance(client.echo(array[:5]).json, np.ndarray)  # a binary reply's array as it is
             # An untyped param is not marked: the array goes as base64 .npy, and comes back so.
             assert np.array_equal(client.echo_any(array[:3]).numpy, array[:3])
         assert relay.binary_messages(transport) == 1, "the calls with marked params went on one connection, binary"
+        assert relay.binary_messages(transport, replies=True) == 1, "and the arrays came back so"
         before = len(relay.sent)
         with Client(ADDRESSES[transport].format(relay.port), binary=False) as client:
             assert np.array_equal(client.echo(array[:10]).numpy, array[:10])
@@ -242,6 +244,7 @@ def test_a_numpy_array_comes_back_equal_from_async_client(make_server, transport
                 assert np.array_equal(back.numpy, array) and back.numpy.dtype == np.int64
             assert (await client.reverse(b"abc")).bytes == b"cba"
         assert relay.binary_messages(transport) == 1
+        assert relay.binary_messages(transport, replies=True) == 1
         async with AsyncClient(ADDRESSES[transport].format(relay.port), binary=False) as client:
             assert np.array_equal((await client.echo(arrays[0])).numpy, arrays[0])
         assert relay.binary_messages(transport) == 1
