@@ -178,7 +178,8 @@ export function readBody(bytes: Uint8Array, json: number): BinaryReply {
   const start = align(json);
   if (json > bytes.length) throw new TypeError("a binary reply whose JSON length passes its end");
   if (bytes.length > json && bytes.length < start) throw new TypeError("a binary reply that ends inside its padding");
-  let section = bytes.length > json ? bytes.subarray(start) : new Uint8Array(0);
+  // A plain Uint8Array (not Node's Buffer) in every environment, so attachments are of one type.
+  let section = bytes.length > json ? new Uint8Array(bytes.buffer, bytes.byteOffset + start, bytes.length - start) : new Uint8Array(0);
   if (section.byteOffset % 8 !== 0) section = section.slice();
   return { text: decoder.decode(bytes.subarray(0, json)), section };
 }
