@@ -545,9 +545,8 @@ class Server:
         every connection into batches, without the GIL, and calls the function once per
         batch: at once when ``max_size`` calls wait, at most ``max_wait_ms`` after the first,
         and at once when calls do not arrive fast enough to fill it in time (a lone caller
-        waits for nobody: once its batches are known to take under 1 ms, its call runs
-        at once on the thread that received it). ``max_concurrent`` batches run at a time,
-        each on a thread of its own; ``async def`` functions run on the server's event loop.
+        waits for nobody). ``max_concurrent`` batches run at a time, each on a thread of its
+        own; ``async def`` functions run on the server's event loop.
 
         An exception raised by the function answers every call of the batch; an exception
         instance in the returned list answers that call only; a result of another length

@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -282,31 +281,6 @@ def test_a_lone_caller_waits_for_nobody(make_server, wire):
     assert time.monotonic() - started < 2, "a lone caller's call does not wait max_wait_ms"
     stats = server.batch_stats()["square"]
     assert stats["batches"] == 20 and stats["max_queue_wait_us"] < 1_000_000
-
-
-def _os_thread_name() -> str:
-    """The running thread's name as the OS knows it (the core names its batch threads)."""
-    return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
-
-
-def test_a_lone_callers_quick_calls_run_where_they_were_received(make_server, wire):
-    server = make_server()
-    runs: list[tuple[int, str]] = []
-
-    @server.batch(max_size=32, max_wait_ms=5)
-    def square(x: list[int]) -> list[int]:
-        runs.append((len(x), _os_thread_name()))
-        return [v * v for v in x]
-
-    w = wire(server)
-    assert [w.result("square", [i]) for i in range(12)] == [i * i for i in range(12)]
-    assert all(size == 1 for size, _ in runs), runs
-    # The first runs on a batch thread (how long a batch takes is not known yet); the
-    # others on the thread that received them, with no hop. A run slowed past 1 ms by a
-    # busy host sends the next call to the batch thread again: most, not all.
-    assert runs[0][1].startswith("ucall-batch"), runs
-    here = [name for _, name in runs[1:] if not name.startswith("ucall-batch")]
-    assert len(here) >= 6, f"lone calls hop to the batch thread: {runs}"
 
 
 def test_signatures_that_cannot_batch_are_refused_at_the_decorator():
