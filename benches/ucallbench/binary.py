@@ -171,13 +171,19 @@ def server_of(key: str) -> tuple[Server, str]:
     return next(s for s in SERVERS if s.name == name), proto
 
 
-def build() -> dict[str, str]:
-    """The floor, the load generators and the peers, when missing; why each server that
-    cannot run here cannot."""
+def build(build: bool = True) -> dict[str, str]:
+    """The floor, the load generators and the peers, when missing (with `build`); why each
+    server that cannot run here cannot."""
     chosen = [server_of(key)[0] for key in ("floor", "grpcio", "fastapi", "ucall")]
-    builder.build([chosen[0]])
-    builder.build_grpc(chosen)
-    builder.setup_peers(chosen)
+    # Built already (make bench builds first): no cargo run, which waits for other builds' lock.
+    if build and not (LOAD_BIN.exists() and (BENCH_DIR / "epoll_echo").exists()):
+        builder.build([chosen[0]])
+    if build and not GRPC_LOAD_BIN.exists():
+        builder.build_grpc(chosen)
+    if build:
+        builder.setup_peers(chosen)
+    if not (BENCH_DIR / "epoll_echo").exists() or not LOAD_BIN.exists():
+        raise BenchError("target/bench/epoll_echo and ucall-load are needed: run without --no-build")
     status = builder.peer_status()
     why = {}
     for key in ("floor", "grpcio", "fastapi"):
@@ -496,12 +502,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-calls", type=int, default=10_000)
     ap.add_argument("--no-clients", action="store_true", help="leave out the client side (benches/client_bench.py)")
     ap.add_argument("--client-samples", type=int, default=5)
+    ap.add_argument(
+        "--no-build", action="store_true", help="build and install nothing; rows that miss something say so"
+    )
     ap.add_argument("--append", type=Path, help="append the section to this Markdown file")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
     seconds, warmup, rounds = (1.0, 0.25, 1) if args.quick else (args.seconds, 0.5, args.rounds)
     rss_calls = 1_000 if args.quick else args.rss_calls
-    why = build()
+    why = build(not args.no_build)
     for size in SIZES:
         REQUESTS[size] = requests(size)
     rows = {(size, r.label): Row(size, r.label) for size in SIZES for r in REQUESTS[size]}

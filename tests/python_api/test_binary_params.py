@@ -158,3 +158,27 @@ def test_a_bad_placeholder_names_the_parameter(make_server):
     right = {"$ucall": "ndarray", "offset": 0, "length": 8, "dtype": "float32", "shape": [2]}
     text, section = message("total", [right], [struct.pack("<2f", 1, 2)])
     assert over_tcp(server.port, text, section)["result"] == 3.0
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_batch_procedure_reads_attachments(make_server, transport):
+    server = make_server()
+    seen: list[tuple[int, ...]] = []
+
+    @server.batch(max_size=8, max_wait_ms=5)
+    def total(x: np.ndarray, raw: list[bytes]) -> list[float]:
+        seen.append(x.shape)
+        return [float(row.sum()) + len(blob) for row, blob in zip(x, raw)]
+
+    server.start()
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    blob = b"\x00\x01\x02"
+    text, section = message(
+        "total",
+        {"x": array_placeholder(array), "raw": {"$ucall": "bytes", "offset": 64, "length": 3}},
+        [array.tobytes(), blob],
+    )
+    for _ in range(3):  # on a batch thread, then where the call was received
+        reply = TRANSPORTS[transport](server.port, text, section)
+        assert reply.get("result") == 15.0 + 3, reply
+    assert seen and all(shape == (1, 2, 3) for shape in seen)

@@ -12,13 +12,6 @@
 //!   only from calls that arrive while others wait, so that callers that wait for their
 //!   own reply before they send again (one caller, or a few) pay no batching delay.
 //!
-//! A lone call does not pay for the machinery either: when nothing of the procedure waits
-//! or runs, its batches have been quick (under [`QUICK_RUN`]), the rate does not say a
-//! batch would fill, and the call's worker awaits no other reply (none parsed beside it,
-//! none held from an earlier call of the same turn), it runs at once as a batch of one on
-//! the thread that received it, without a hop to a batch thread. Calls that come
-//! together still queue: the first of a turn may run alone, the rest find its reply held.
-//!
 //! A caller whose connection ended while its call waited is dropped before the batch
 //! runs, and so is a call whose deadline (its caller's `UCall-Timeout` header or
 //! `"timeout"` member) passed while it waited: it is answered `-32000` "Deadline exceeded"
@@ -213,8 +206,7 @@ impl Batch {
         }
     }
 
-    /// Give the batch's run back before its callers hear: a caller's next call may then
-    /// run at once ([`Queue::runs_alone`]).
+    /// Give the batch's run back before its callers hear.
     fn release(&mut self) {
         if let Some(slot) = self.slot.take() {
             slot.release();
@@ -302,10 +294,8 @@ struct State {
     idle: usize,
     /// Calls waiting that have a deadline (none: no sweep for expired calls).
     deadlines: usize,
-    /// Batches running now, on the batch threads or on a caller's thread.
+    /// Batches running now (answered ones no longer count).
     running: usize,
-    /// Whether the last batch run took less than [`QUICK_RUN`] (none yet: not known).
-    quick: bool,
 }
 
 struct Queue {
@@ -328,7 +318,6 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// handler answers later, from its event loop, and the next batch may start meanwhile).
 struct Slot {
     queue: Arc<Queue>,
-    started: Instant,
     /// Whether the batch had calls (an empty one says nothing of how long a run takes).
     ran: bool,
     released: AtomicBool,
@@ -339,12 +328,8 @@ impl Slot {
         if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
-        let took = self.started.elapsed();
         let mut state = lock(&self.queue.state);
         state.running -= 1;
-        if self.ran {
-            state.quick = took < QUICK_RUN;
-        }
         // A thread may wait for this run to end (max_concurrent) with calls queued.
         let wake = !state.items.is_empty() && state.idle > 0;
         drop(state);
@@ -356,10 +341,6 @@ impl Slot {
 
 /// Weight of the newest gap in the average: a change of load shows within a few calls.
 const GAP_WEIGHT: f64 = 0.125;
-
-/// A batch run shorter than this lets a lone call run on the thread that received it: a
-/// longer one would hold that thread's other connections back.
-pub const QUICK_RUN: Duration = Duration::from_millis(1);
 
 impl Queue {
     fn push(self: &Arc<Self>, call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
@@ -374,27 +355,10 @@ impl Queue {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(overloaded(&self.method, self.options.max_queue));
         }
-        // Read before deferring, which counts this call.
-        let others_awaited = reply.awaited_by_worker();
         let deferred = reply.defer_watched()?;
         // The call's deadline (its caller's; batch procedures take none of their own).
         let deadline = deferred.deadline();
         let now = Instant::now();
-        if others_awaited == 0 && self.runs_alone(&state) {
-            state.running += 1;
-            state.last_arrival = Some(now);
-            drop(state);
-            let item = Item {
-                params: call.params().raw().map(Box::from),
-                section: call.params().section().map(Box::from),
-                kept,
-                reply: deferred,
-                queued: now,
-                deadline,
-            };
-            self.run(self.admit(vec![item]));
-            return Ok(());
-        }
         if !state.items.is_empty() {
             // Only calls that find others waiting tell how fast a batch fills: a caller that
             // waits for its reply before sending again always finds the queue empty.
@@ -425,20 +389,6 @@ impl Queue {
         Ok(())
     }
 
-    /// Whether a call arriving now runs at once on its own thread: nothing of the procedure
-    /// waits or runs, its batches are quick, and the rate seen does not say a batch would
-    /// fill before `max_wait`.
-    fn runs_alone(&self, state: &State) -> bool {
-        if !state.items.is_empty() || state.running > 0 || !state.quick {
-            return false;
-        }
-        let missing = self.options.max_size - 1;
-        missing == 0
-            || !state
-                .gap
-                .is_some_and(|gap| gap * missing as f64 <= self.options.max_wait.as_secs_f64())
-    }
-
     /// A batch thread's life: take batches and run them until the queue is closed and empty.
     fn serve(self: &Arc<Self>) {
         while let Some(batch) = self.next_batch() {
@@ -451,7 +401,6 @@ impl Queue {
     fn run(self: &Arc<Self>, mut batch: Batch) {
         let slot = Arc::new(Slot {
             queue: Arc::clone(self),
-            started: Instant::now(),
             ran: !batch.is_empty(),
             released: AtomicBool::new(false),
         });
@@ -492,7 +441,7 @@ impl Queue {
             let deadline = first + self.options.max_wait;
             let now = Instant::now();
             if state.running >= self.options.max_concurrent {
-                // A call runs on its caller's thread (see `runs_alone`): wait for its end.
+                // The batches allowed run (an answered one no longer counts): wait for one.
                 state.idle += 1;
                 state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
                 state.idle -= 1;
@@ -692,7 +641,6 @@ impl Batcher {
                 idle: 0,
                 deadlines: 0,
                 running: 0,
-                quick: false,
             }),
             changed: Condvar::new(),
             counters: Counters::default(),

@@ -108,7 +108,7 @@ impl BatchHandler for BatchRunner {
             let mut rows = Vec::with_capacity(batch.len());
             let mut refused = Vec::new();
             for index in 0..batch.len() {
-                match self.plan.bind(py, batch.call(index).params()) {
+                match self.plan.bind(py, batch.params_at(index)) {
                     Ok((args, _)) => rows.push(args),
                     Err(error) => refused.push((index, error)),
                 }

@@ -133,12 +133,6 @@ impl<'o> Reply<'o> {
         self.deferral.is_some()
     }
 
-    /// Deferred calls the connection's worker awaits now (other calls of this turn, replies
-    /// not yet sent): none means this call is the only one in flight there.
-    pub(crate) fn awaited_by_worker(&self) -> usize {
-        self.deferral.as_ref().map_or(0, |(target, _)| target.sink.awaited())
-    }
-
     /// Stream the result: the returned handle sends items ([`Deferred::send_item`]), from
     /// any thread, and then completes the call with its final reply as
     /// [`Reply::defer`]'s does. It knows when the caller has gone
