@@ -340,6 +340,16 @@ impl Liveness {
     pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Relaxed)
     }
+
+    /// A call on this connection was cancelled (its [`Caller`] flag lowered) while the connection
+    /// went on: the calls it serves from now on watch a new flag, the cancelled ones keep
+    /// theirs.
+    pub fn renew(&mut self) {
+        let hung_up = self.shared.get().is_some_and(|flag| !flag.load(Ordering::Relaxed));
+        if hung_up && !self.is_gone() {
+            self.shared = OnceLock::new();
+        }
+    }
 }
 
 impl Drop for Liveness {
@@ -358,6 +368,13 @@ impl Caller {
     #[must_use]
     pub fn is_gone(&self) -> bool {
         self.0.as_ref().is_some_and(|present| !present.load(Ordering::Relaxed))
+    }
+
+    /// The shared flag, `true` while the caller is there (`None` outside a connection):
+    /// lowered by whoever learns that the caller gave the call up (MCP's
+    /// `notifications/cancelled`), which the call then sees as its caller gone.
+    pub(crate) fn flag(&self) -> Option<&Arc<AtomicBool>> {
+        self.0.as_ref()
     }
 }
 

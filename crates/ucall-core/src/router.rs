@@ -367,9 +367,10 @@ impl Router {
     /// `addr` (`https` when `tls`), and answer `rpc.discover` unless a procedure of that
     /// name is registered. Called once, when serving starts.
     pub fn publish(&mut self, addr: SocketAddr, tls: bool) {
+        let mcp_path = self.mcp_settings.as_ref().map(|settings| settings.path.as_str());
         let openrpc = self
             .catalog
-            .publish(self.procedures.iter().map(|(name, _)| &**name), addr, tls);
+            .publish(self.procedures.iter().map(|(name, _)| &**name), addr, tls, mcp_path);
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }

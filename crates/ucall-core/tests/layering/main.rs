@@ -17,6 +17,7 @@ const RANKS: &[(&str, u32)] = &[
     ("logs", 0),
     ("wire", 0),
     ("trace_context", 0),
+    ("mcp_sessions", 0),
     ("context", 1),
     ("deadline", 1),
     ("request_log", 1),
