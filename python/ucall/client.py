@@ -46,7 +46,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeV
 
 from ucall import _attachments, _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
-from ucall._tracing import current_meta
+from ucall._tracing import current_meta, trace_header_lines
 from ucall._wire import (
     Reply,
     ReplyReader,
@@ -584,7 +584,8 @@ class _Endpoint:
         """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
         ``headers``: a call's own header lines, after the client's."""
         if self.use_http:
-            return http_request(body, self.uri, self.port, self.path, self._header_lines + headers)
+            lines = trace_header_lines(self._header_lines + headers)
+            return http_request(body, self.uri, self.port, self.path, lines)
         return body + b"\n"
 
     def _encode(self, framer: Framer, bodies: Iterable[bytes | _BinaryRequest], headers: str = "") -> list[Any]:

@@ -79,6 +79,9 @@ pub struct Context<'a> {
     binary_replies: bool,
     /// The request's `"_meta"` member, raw JSON, when it has one.
     meta: Option<&'a str>,
+    /// When the session read the request (monotonic nanoseconds), when calls are timed
+    /// ([`crate::Router::time_calls`]); 0 otherwise.
+    received: u64,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -94,6 +97,7 @@ pub const NONE: Context<'static> = Context {
     section: None,
     binary_replies: false,
     meta: None,
+    received: 0,
 };
 
 impl<'a> Context<'a> {
@@ -111,7 +115,23 @@ impl<'a> Context<'a> {
             section: None,
             binary_replies: false,
             meta: None,
+            received: 0,
         }
+    }
+
+    /// The same context, for a request read at `received` (monotonic nanoseconds, 0 when
+    /// not timed).
+    #[must_use]
+    pub fn with_received(self, received: u64) -> Self {
+        Context { received, ..self }
+    }
+
+    /// How long the call waited between the session reading its request and `now`
+    /// (monotonic nanoseconds, `crate::date::monotonic_nanos`): what a span reports as the
+    /// time queued. `None` when calls are not timed.
+    #[must_use]
+    pub fn waited_until(&self, now: u64) -> Option<u64> {
+        (self.received != 0).then(|| now.saturating_sub(self.received))
     }
 
     /// The same context, for calls of a binary message whose attachment section is

@@ -112,6 +112,8 @@ pub struct Router {
     metrics: Option<Arc<Metrics>>,
     /// Keep each call's peer address and request head (see [`Router::keep_context`]).
     keeps_context: bool,
+    /// Time each call from its request's reading (see [`Router::time_calls`]).
+    times_calls: bool,
     /// Run hooks around every call, the first outermost; applied when serving starts.
     hooks: Vec<Arc<dyn Hook>>,
     /// Where each call gets a line, when the request log is on.
@@ -269,6 +271,24 @@ impl Router {
     #[must_use]
     pub fn keeps_context(&self) -> bool {
         self.keeps_context
+    }
+
+    /// Time each call from the reading of its request, for spans that report the time it
+    /// spent queued ([`crate::Context::waited_until`]); a server that does not ask reads
+    /// no clock for it.
+    pub fn time_calls(&mut self) {
+        self.times_calls = true;
+    }
+
+    /// When a request read now was received, for its calls' context: 0 when calls are
+    /// not timed.
+    #[must_use]
+    pub fn received_now(&self) -> u64 {
+        if self.times_calls {
+            crate::date::monotonic_nanos()
+        } else {
+            0
+        }
     }
 
     /// Whether connections need their peer's address: for the calls' context, the

@@ -359,6 +359,7 @@ impl Http {
             attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
+            .with_received(ctx.router.received_now())
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())

@@ -39,6 +39,7 @@ pub(super) fn answer(
         return;
     };
     let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
+        .with_received(ctx.router.received_now())
         .with_timeout(head.timeout)
         .with_tls_subject(calls.tls_subject.as_deref())
         .with_liveness(calls.presence.liveness());
