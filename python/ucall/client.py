@@ -580,6 +580,11 @@ class _Endpoint:
     def next_id(self) -> int:
         return next(self._ids)
 
+    def _traced_http(self) -> bool:
+        """Inside a span over HTTP, a request also carries the context as header fields:
+        Python's transport writes them; the native one writes one head for the connection."""
+        return self.use_http and current_meta() is not None
+
     def frame(self, body: bytes, headers: str = "") -> bytes:
         """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
         ``headers``: a call's own header lines, after the client's."""
@@ -869,7 +874,7 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
         expected = 1 if self.expects_reply(request) else 0
-        if self._native is not None and progress is None:
+        if self._native is not None and progress is None and not self._traced_http():
             # (An upload with progress reports goes on a Python socket of its own.)
             replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout)]
         else:
@@ -1585,7 +1590,7 @@ class AsyncClient(_Endpoint):
     async def _exchange(self, request: Any, headers: str = "") -> Any:
         """Send ``request`` and settle its reply; ``headers`` (a call's own lines) take
         Python's transport, since the native one writes one head for the connection."""
-        if self._native_protocol is not None and not headers:
+        if self._native_protocol is not None and not headers and not self._traced_http():
             mux = self._native_mux()
             expects = self.expects_reply(request)
             reply = await mux.wait(mux.native.send(request, expects, _codec.encode))
