@@ -141,6 +141,9 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothin
 	$(BENCH) --quick
 	$(PY) benches/middleware.py --quick
 	$(BENCH) binary --quick
+	@benches/setup_peers.sh >/dev/null || true  # the MCP SDK's venv; a failed install shows in the table
+	cargo build --release --quiet -p ucall-bench --bin ucall-load
+	$(PY) benches/mcp_tools.py --quick
 
 .PHONY: bench-binary
 bench-binary: python  ## Binary payloads (about 8 minutes): 1.6 MB and 16 KB echoes beside the C floor, grpcio and FastAPI, RSS, clients

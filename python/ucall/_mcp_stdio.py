@@ -163,7 +163,8 @@ def serve_stdio(server: Server, input: IO[bytes] | None = None, output: IO[bytes
     sink = output if output is not None else sys.stdout.buffer
     folder = tempfile.mkdtemp(prefix="ucall-mcp-")
     socket_path = os.path.join(folder, "mcp.sock")
-    server._mcp = server._mcp or {"path": "/mcp"}
+    # One client per process: no sessions to tell clients apart (a cancellation hangs up).
+    server._mcp = {"path": (server._mcp or {}).get("path", "/mcp")}
     server._limits["quiet"] = True
     server.host = "127.0.0.1"
     server._requested_port = 0

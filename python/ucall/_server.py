@@ -228,6 +228,10 @@ class Server:
             type hints and docstrings) and calls them. Browser pages may call it from
             loopback origins and from ``cors_origins``; any other ``Origin`` gets 403.
         mcp_path: where the MCP endpoint is (``"/mcp"``).
+        mcp_sessions: mint an ``Mcp-Session-Id`` at each ``initialize`` (session-era MCP
+            clients): later requests must carry it, ``DELETE`` ends it, and a
+            ``notifications/cancelled`` posted in it reaches the call it names. Sessions
+            live in one process (docs/mcp.md, "Sessions").
         tracing: make an OpenTelemetry span per call, child of the caller's W3C trace
             context, with the handler inside it (docs/operations.md, "Tracing"). On when
             the application has configured a tracer provider when the server starts
@@ -302,6 +306,7 @@ class Server:
         unix_socket_mode: int | None = None,
         mcp: bool = False,
         mcp_path: str = "/mcp",
+        mcp_sessions: bool = False,
         tracing: bool = True,
         rate_limit: str | None = None,
         rate_limit_key: str = "peer",
@@ -394,7 +399,9 @@ class Server:
                 raise ValueError(f"{option} must be a path starting with '/', or None, got {path!r}")
         if not isinstance(mcp_path, str) or not mcp_path.startswith("/"):
             raise ValueError(f"mcp_path must be a path starting with '/', got {mcp_path!r}")
-        self._mcp: dict[str, Any] | None = {"path": mcp_path} if mcp else None
+        self._mcp: dict[str, Any] | None = None
+        if mcp:
+            self._mcp = {"path": mcp_path, "sessions": True} if mcp_sessions else {"path": mcp_path}
         cors = {"cors_origins": cors_origins, "cors_methods": cors_methods, "cors_headers": cors_headers}
         for name, values in cors.items():
             if isinstance(values, str):

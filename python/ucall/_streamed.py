@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ucall._tracing import current_meta
+from ucall._tracing import current_meta, trace_header_lines
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, http_request
 from ucall.exceptions import ProtocolError
 
@@ -30,7 +30,7 @@ def request_bytes(kind: str, body: bytes, host: str, port: int, path: str, heade
     """The request's bytes over HTTP or raw TCP (WebSocket messages need the reader);
     ``headers``: extra lines (``_wire.header_lines``)."""
     if kind == "http":
-        return http_request(body, host, port, path, headers).replace(
+        return http_request(body, host, port, path, trace_header_lines(headers)).replace(
             b"Accept: application/json\r\n", b"Accept: application/jsonl, application/json\r\n", 1
         )
     return body + b"\n"

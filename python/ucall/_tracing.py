@@ -22,7 +22,7 @@ from typing import Any, Callable, Generator
 
 from ucall.exceptions import RPCError
 
-__all__ = ["ServerTracing", "active", "current_meta"]
+__all__ = ["ServerTracing", "active", "current_meta", "trace_header_lines"]
 
 #: The JSON-RPC code of an exception that is not an ``RPCError`` (Internal error).
 _INTERNAL = -32603
@@ -54,6 +54,17 @@ def current_meta() -> dict[str, str] | None:
     if state:
         meta["tracestate"] = state
     return meta
+
+
+def trace_header_lines(lines: str) -> str:
+    """The current span's context as the HTTP header lines ``traceparent`` and
+    ``tracestate`` (W3C Trace Context), added to a request's header ``lines``; none when
+    there is no valid current span, or when ``lines`` carry a ``traceparent`` already (two
+    would make the context invalid)."""
+    meta = current_meta()
+    if meta is None or "traceparent:" in lines.lower():
+        return lines
+    return lines + "".join(f"{name}: {value}\r\n" for name, value in meta.items())
 
 
 class ServerTracing:

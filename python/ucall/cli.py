@@ -865,6 +865,12 @@ def _passed_on(given: dict[str, Any]) -> list[str]:
     "--mcp-path", default=None, metavar="PATH", help="Where the MCP endpoint is (implies --mcp; default /mcp)."
 )
 @click.option(
+    "--mcp-sessions",
+    is_flag=True,
+    default=False,
+    help="Mint an Mcp-Session-Id at each MCP initialize (implies --mcp; sessions live in one process).",
+)
+@click.option(
     "--tracing/--no-tracing",
     "tracing",
     default=None,
@@ -888,6 +894,7 @@ def serve(
     access_log_format: str,
     mcp: bool,
     mcp_path: str | None,
+    mcp_sessions: bool,
     tracing: bool | None,
     ready_fd: int | None,
     readyz_not_found: bool | None,
@@ -913,10 +920,12 @@ def serve(
         server._limits["metrics_path"] = metrics_path or None
     if access_log is not None:
         server._set_request_log(access_log, access_log_format)
-    if mcp or mcp_path is not None:
+    if mcp or mcp_path is not None or mcp_sessions:
         if mcp_path is not None and not mcp_path.startswith("/"):
             _cannot_serve(f"--mcp-path must start with '/', got {mcp_path!r}")
-        server._mcp = {"path": mcp_path or (server._mcp or {}).get("path", "/mcp")}
+        server._mcp = {**(server._mcp or {}), "path": mcp_path or (server._mcp or {}).get("path", "/mcp")}
+        if mcp_sessions:
+            server._mcp["sessions"] = True
     if tracing is not None:
         server.tracing = tracing
     _configure(server, given)
@@ -947,6 +956,8 @@ def serve(
     access += _passed_on(given)
     if server._mcp is not None:
         access += ["--mcp-path", server._mcp["path"]]
+        if server._mcp.get("sessions"):
+            access += ["--mcp-sessions"]
     if not server.tracing:
         access += ["--no-tracing"]
     sys.exit(_supervise(server, target, workers or 1, reload, threads, log_level, metrics_port, access))

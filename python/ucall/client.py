@@ -46,7 +46,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, Mapping, TypeV
 
 from ucall import _attachments, _codec, _streamed
 from ucall._ucall import DEADLINE_EXCEEDED, UNSENT_AT_MOST, NativeClient, NativeMux, ReplyBody, b64decode, loads
-from ucall._tracing import current_meta
+from ucall._tracing import current_meta, trace_header_lines
 from ucall._wire import (
     Reply,
     ReplyReader,
@@ -592,11 +592,17 @@ class _Endpoint:
     def next_id(self) -> int:
         return next(self._ids)
 
+    def _traced_http(self) -> bool:
+        """Inside a span over HTTP, a request also carries the context as header fields:
+        Python's transport writes them; the native one writes one head for the connection."""
+        return self.use_http and current_meta() is not None
+
     def frame(self, body: bytes, headers: str = "") -> bytes:
         """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
         ``headers``: a call's own header lines, after the client's."""
         if self.use_http:
-            return http_request(body, self.uri, self.port, self.path, self._header_lines + headers)
+            lines = trace_header_lines(self._header_lines + headers)
+            return http_request(body, self.uri, self.port, self.path, lines)
         return body + b"\n"
 
     def _encode(self, framer: Framer, bodies: Iterable[bytes | _BinaryRequest], headers: str = "") -> list[Any]:
@@ -887,7 +893,7 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
         expected = 1 if self.expects_reply(request) else 0
-        if self._native is not None and progress is None:
+        if self._native is not None and progress is None and not self._traced_http():
             # (An upload with progress reports goes on a Python socket of its own.)
             replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout)]
         else:
@@ -1612,7 +1618,7 @@ class AsyncClient(_Endpoint):
     async def _exchange(self, request: Any, headers: str = "") -> Any:
         """Send ``request`` and settle its reply; ``headers`` (a call's own lines) take
         Python's transport, since the native one writes one head for the connection."""
-        if self._native_protocol is not None and not headers:
+        if self._native_protocol is not None and not headers and not self._traced_http():
             mux = self._native_mux()
             expects = self.expects_reply(request)
             reply = await mux.wait(mux.native.send(request, expects, _codec.encode))

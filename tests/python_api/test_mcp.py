@@ -170,6 +170,17 @@ def test_the_cli_flag_turns_the_endpoint_on(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli.main, ["serve", "mcp_cli_app:server", "--mcp-path", "/tools"])
         assert result.exit_code == 0, result.output
         assert started == [1]
+        # --mcp-sessions turns sessions on (and the endpoint, where it was off), path kept.
+        app.server._mcp = None
+
+        def run_with_sessions(ready: Any = None) -> None:
+            started.append(2)
+            assert app.server._mcp == {"path": "/mcp", "sessions": True}
+
+        app.server.run = run_with_sessions  # type: ignore[method-assign]
+        result = CliRunner().invoke(cli.main, ["serve", "mcp_cli_app:server", "--mcp-sessions"])
+        assert result.exit_code == 0, result.output
+        assert started == [1, 2]
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("mcp_cli_app", None)
@@ -409,3 +420,120 @@ def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
             process.kill()
             process.wait()
         process.stdout.close()
+
+
+def waiting_server(make_server: Any, gone: Any) -> Server:
+    """A server with sessions whose tool ``wait`` runs until its caller has gone (at most
+    20 s), then sets ``gone`` and answers whether it saw that."""
+    from ucall import Context
+
+    server: Server = make_server(mcp=True, mcp_sessions=True)
+
+    @server
+    async def wait(ctx: Context) -> bool:
+        for _ in range(2000):
+            if ctx.caller_gone:
+                gone.set()
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    @server
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    server.start()
+    return server
+
+
+def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any, str | None]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    headers["MCP-Protocol-Version"] = "2025-06-18"
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/mcp", json.dumps(body), headers)
+        reply = connection.getresponse()
+        data = reply.read()
+        return reply.status, json.loads(data) if data else None, reply.getheader("Mcp-Session-Id")
+    finally:
+        connection.close()
+
+
+def test_sessions_with_the_sdk_in_both_modes(make_server: Any) -> None:
+    """With ``mcp_sessions=True`` the SDK's legacy mode gets an ``Mcp-Session-Id`` at
+    initialize and sends it on; the automatic mode (stateless) needs none."""
+    import threading
+
+    server = waiting_server(make_server, threading.Event())
+
+    async def use(mode: str) -> Any:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp", mode=mode) as client:
+            return (await client.call_tool("add", {"a": 2, "b": 3})).structured_content
+
+    assert asyncio.run(use("legacy")) == {"result": 5}
+    assert asyncio.run(use("auto")) == {"result": 5}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    status, _, session = mcp_post(server.port, initialize)
+    assert status == 200 and session is not None and len(session) == 32
+    listed = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    assert mcp_post(server.port, listed)[0] == 400
+    assert mcp_post(server.port, listed, session)[0] == 200
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("DELETE", "/mcp", headers={"Mcp-Session-Id": session})
+    assert connection.getresponse().status == 204
+    connection.close()
+    assert mcp_post(server.port, listed, session)[0] == 404
+
+
+def test_the_sdk_abandoning_a_call_reaches_the_handler_as_its_caller_gone(make_server: Any) -> None:
+    """The SDK in legacy mode gives up on a call (a timeout): the handler sees its caller
+    gone (by the courtesy ``notifications/cancelled`` in its session, or the stream closing)."""
+    import threading
+
+    gone = threading.Event()
+    server = waiting_server(make_server, gone)
+
+    async def give_up() -> None:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp", mode="legacy") as client:
+            with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+                await asyncio.wait_for(client.call_tool("wait", {}), 0.5)
+            assert (await client.call_tool("add", {"a": 1})).structured_content == {"result": 1}
+
+    asyncio.run(give_up())
+    assert gone.wait(10)
+
+
+def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any) -> None:
+    """``notifications/cancelled`` on another connection, in the call's session, while the
+    call's own connection stays open: the handler sees its caller gone."""
+    import threading
+
+    gone = threading.Event()
+    server = waiting_server(make_server, gone)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    session = mcp_post(server.port, initialize)[2]
+    replies: list[Any] = []
+    call = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
+    caller = threading.Thread(target=lambda: replies.append(mcp_post(server.port, call, session)))
+    caller.start()
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
+    assert mcp_post(server.port, cancel, session)[0] == 202
+    assert not gone.wait(0.5), "another id's cancellation leaves the call alone"
+    cancel["params"] = {"requestId": 42, "reason": "the user stopped it"}
+    assert mcp_post(server.port, cancel, session)[0] == 202
+    assert gone.wait(10)
+    caller.join(10)
+    status, reply, _ = replies[0]
+    assert status == 200 and reply["result"]["structuredContent"] == {"result": True}

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from websockets.sync.client import connect
 
-from ucall import RPCError
+from ucall import Context, RPCError
 from ucall.client import AsyncClient, Client
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -300,3 +300,53 @@ def test_nothing_is_imported_without_opentelemetry_in_use():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("kind", ["call", "async", "stream", "own header"])
+def test_http_clients_send_the_context_as_header_fields_too(exporter, make_server, kind):
+    """Over HTTP the client also sends the current context as the ``traceparent`` and
+    ``tracestate`` header fields (W3C Trace Context's place on HTTP), so that proxies and
+    servers that read no ``"_meta"`` continue the trace; once, and not over a header the
+    caller gave itself."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    seen: list[tuple[str | None, str | None]] = []
+    server = make_server()
+
+    @server
+    def leaf(x: int, ctx: Context) -> int:
+        seen.append((ctx.headers.get("traceparent"), ctx.headers.get("tracestate")))
+        return x
+
+    @server
+    def items(n: int, ctx: Context):
+        seen.append((ctx.headers.get("traceparent"), ctx.headers.get("tracestate")))
+        yield from range(n)
+
+    server.start()
+    parent = SpanContext(
+        int(TRACE_ID, 16),
+        int(PARENT_ID, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "v1")]),
+    )
+    own = f"00-{'1' * 32}-{'2' * 16}-01"
+    with trace.use_span(NonRecordingSpan(parent)):
+        if kind == "async":
+
+            async def go() -> int:
+                async with AsyncClient(port=server.port) as client:
+                    return (await client.leaf(1)).json
+
+            assert asyncio.run(go()) == 1
+        else:
+            with Client(port=server.port) as client:
+                if kind == "call":
+                    assert client.leaf(1).json == 1
+                elif kind == "stream":
+                    assert list(client.stream("items", 2)) == [0, 1]
+                else:
+                    assert client.call_with_headers("leaf", [1], {"traceparent": own}).json == 1
+    expected = own if kind == "own header" else TRACEPARENT
+    assert seen == [(expected, None if kind == "own header" else "vendor=v1")]

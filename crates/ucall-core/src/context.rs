@@ -79,6 +79,9 @@ pub struct Context<'a> {
     binary_replies: bool,
     /// The request's `"_meta"` member, raw JSON, when it has one.
     meta: Option<&'a str>,
+    /// When the session read the request (monotonic nanoseconds), when calls are timed
+    /// ([`crate::Router::time_calls`]); 0 otherwise.
+    received: u64,
 }
 
 /// The context of a call built without one (tests, in-memory sessions): HTTP, no TLS,
@@ -94,6 +97,7 @@ pub const NONE: Context<'static> = Context {
     section: None,
     binary_replies: false,
     meta: None,
+    received: 0,
 };
 
 impl<'a> Context<'a> {
@@ -111,7 +115,23 @@ impl<'a> Context<'a> {
             section: None,
             binary_replies: false,
             meta: None,
+            received: 0,
         }
+    }
+
+    /// The same context, for a request read at `received` (monotonic nanoseconds, 0 when
+    /// not timed).
+    #[must_use]
+    pub fn with_received(self, received: u64) -> Self {
+        Context { received, ..self }
+    }
+
+    /// How long the call waited between the session reading its request and `now`
+    /// (monotonic nanoseconds, `crate::date::monotonic_nanos`): what a span reports as the
+    /// time queued. `None` when calls are not timed.
+    #[must_use]
+    pub fn waited_until(&self, now: u64) -> Option<u64> {
+        (self.received != 0).then(|| now.saturating_sub(self.received))
     }
 
     /// The same context, for calls of a binary message whose attachment section is
@@ -340,6 +360,16 @@ impl Liveness {
     pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Relaxed)
     }
+
+    /// A call on this connection was cancelled (its [`Caller`] flag lowered) while the connection
+    /// went on: the calls it serves from now on watch a new flag, the cancelled ones keep
+    /// theirs.
+    pub fn renew(&mut self) {
+        let hung_up = self.shared.get().is_some_and(|flag| !flag.load(Ordering::Relaxed));
+        if hung_up && !self.is_gone() {
+            self.shared = OnceLock::new();
+        }
+    }
 }
 
 impl Drop for Liveness {
@@ -358,6 +388,13 @@ impl Caller {
     #[must_use]
     pub fn is_gone(&self) -> bool {
         self.0.as_ref().is_some_and(|present| !present.load(Ordering::Relaxed))
+    }
+
+    /// The shared flag, `true` while the caller is there (`None` outside a connection):
+    /// lowered by whoever learns that the caller gave the call up (MCP's
+    /// `notifications/cancelled`), which the call then sees as its caller gone.
+    pub(crate) fn flag(&self) -> Option<&Arc<AtomicBool>> {
+        self.0.as_ref()
     }
 }
 

@@ -246,6 +246,12 @@ impl Presence {
     pub fn gone(&self) {
         self.0.gone();
     }
+
+    /// A new request on a connection one of whose calls was cancelled: see
+    /// [`Liveness::renew`].
+    pub fn renew(&mut self) {
+        self.0.renew();
+    }
 }
 
 /// A reply promised by a procedure, to be completed once, from any thread.

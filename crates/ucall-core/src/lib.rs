@@ -77,6 +77,7 @@ pub mod limit;
 mod logs;
 #[doc(hidden)]
 pub mod mcp;
+mod mcp_sessions;
 pub mod metrics;
 pub mod params;
 pub mod request_log;

@@ -354,6 +354,7 @@ impl ServerBuilder {
     /// ```
     #[cfg(feature = "tracing")]
     pub fn trace_calls(mut self) -> Self {
+        self.router.time_calls();
         self.router.add_hook(Arc::new(crate::spans::Spans));
         self
     }

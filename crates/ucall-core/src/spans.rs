@@ -8,6 +8,12 @@
 //! caller's W3C trace context as `trace_id` and `parent_span_id` (a layer that exports to
 //! OpenTelemetry links the span to its remote parent with them; docs/operations.md).
 //!
+//! Each span also says where the call's time went: `ucall.queued_ns`, from the session
+//! reading the request to the handler starting (behind earlier calls of its connection,
+//! its batch, the hooks outside this one), and `ucall.handler_ns`, the handler's run,
+//! which includes writing its result into the reply (a Rust handler writes it itself);
+//! sending the reply is the engine's, after the span.
+//!
 //! The handler runs inside the span, so the spans it opens are its children. A server
 //! that does not ask for spans has no hook and pays nothing; without a subscriber
 //! interested in them, a call costs the span's callsite check.
@@ -15,6 +21,7 @@
 use std::net::SocketAddr;
 
 use crate::context::Context;
+use crate::date::monotonic_nanos;
 use crate::jsonrpc::RpcError;
 use crate::router::{Call, Handler, Hook, Reply};
 use crate::trace_context::hex_trace_id;
@@ -40,12 +47,19 @@ impl Hook for Spans {
             network.peer.port = tracing::field::Empty,
             trace_id = tracing::field::Empty,
             parent_span_id = tracing::field::Empty,
+            ucall.queued_ns = tracing::field::Empty,
+            ucall.handler_ns = tracing::field::Empty,
         );
         if span.is_disabled() {
             return next.handle(call, reply);
         }
         describe(&span, call.context(), call.id());
+        let started = monotonic_nanos();
+        if let Some(queued) = call.context().waited_until(started) {
+            span.record("ucall.queued_ns", queued);
+        }
         let outcome = span.in_scope(|| next.handle(call, reply));
+        span.record("ucall.handler_ns", monotonic_nanos().saturating_sub(started));
         if let Err(error) = &outcome {
             span.record("rpc.jsonrpc.error_code", error.code());
             span.record("otel.status_code", "ERROR");

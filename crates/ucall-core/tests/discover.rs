@@ -128,6 +128,7 @@ fn documents_describe_every_registered_procedure() {
             &html[..200.min(html.len())]
         );
         assert!(html.contains("\"openrpc\":\"1.3.2\""));
+        assert!(html.contains("\"mcpPath\":null"), "no MCP endpoint to name");
 
         // The connection is still served, and the REST routes still work.
         let reply = conn.roundtrip(&get("/sum?a=4&b=5"));

@@ -236,6 +236,8 @@ fn a_streamed_result_sends_progress_events_when_asked() {
         let head = read_stream_head(&mut conn);
         assert_eq!(head[0], "HTTP/1.1 200 OK");
         assert!(head.iter().any(|l| l == "Content-Type: text/event-stream"), "{head:?}");
+        // nginx in front passes each event on at once rather than buffering the body.
+        assert!(head.iter().any(|l| l == "X-Accel-Buffering: no"), "{head:?}");
         let text = String::from_utf8(read_chunked(&mut conn)).expect("UTF-8");
         let events: Vec<Value> = text
             .split("\n\n")

@@ -147,3 +147,37 @@ fn a_span_per_call_with_the_conventions_and_the_callers_trace() {
         "a malformed traceparent is ignored: {fail:?}"
     );
 }
+
+#[test]
+fn spans_say_how_long_a_call_was_queued_and_in_its_handler() {
+    let recorder = recorder();
+    let engine = EngineKind::Poll;
+    let builder = common::builder(engine)
+        .trace_calls()
+        .procedure("slow_step", |_call| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Ok(1)
+        })
+        .procedure("quick_step", |_call| Ok(2));
+    let server = common::start(engine, builder);
+    // In one batch, the quick call waits for the slow one before it: queued that long.
+    let batch = r#"[{"jsonrpc":"2.0","method":"slow_step","id":1},{"jsonrpc":"2.0","method":"quick_step","id":2}]"#;
+    assert_eq!(Conn::to(&server).roundtrip(&post(batch, "")).status, 200);
+    let seen = recorder.0.lock().expect("not poisoned").clone();
+    let nanos = |method: &str, field: &str| -> u64 {
+        let span = seen
+            .iter()
+            .find(|s| s.fields.get("rpc.method").map(String::as_str) == Some(method))
+            .unwrap_or_else(|| panic!("no span for {method}: {seen:#?}"));
+        let value = span.fields.get(field).unwrap_or_else(|| panic!("no {field}: {span:?}"));
+        value.parse().unwrap_or_else(|_| panic!("{field} = {value:?}"))
+    };
+    let ms = 1_000_000;
+    assert!(nanos("slow_step", "ucall.handler_ns") >= 30 * ms);
+    assert!(nanos("slow_step", "ucall.queued_ns") < 30 * ms);
+    assert!(
+        nanos("quick_step", "ucall.queued_ns") >= 30 * ms,
+        "it waited behind slow_step"
+    );
+    assert!(nanos("quick_step", "ucall.handler_ns") < 30 * ms);
+}

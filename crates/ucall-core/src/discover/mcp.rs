@@ -8,11 +8,14 @@
 //! schema when that is an object, else `{"result": <schema>}`, the shape `tools/call`'s
 //! `structuredContent` then takes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::{openrpc, schema, MethodDoc};
 use crate::jsonrpc::{self, RpcError};
+use crate::mcp_sessions::{InFlight, Sessions};
 
 /// The MCP endpoint's settings: where it is served and who may reach it from a browser.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +36,11 @@ pub struct McpSettings {
     pub instructions: Option<String>,
     /// Tools per `tools/list` page (a `nextCursor` leads to the next).
     pub page_size: usize,
+    /// Mint an `Mcp-Session-Id` at `initialize` (session-era revisions): later requests
+    /// must carry it (400 without, 404 once ended), `DELETE` ends it, and a
+    /// `notifications/cancelled` posted in it reaches the tool call it names. Off: every
+    /// request stands alone, and any process behind a load balancer can answer it.
+    pub sessions: bool,
 }
 
 impl Default for McpSettings {
@@ -44,6 +52,7 @@ impl Default for McpSettings {
             version: String::new(),
             instructions: None,
             page_size: 100,
+            sessions: false,
         }
     }
 }
@@ -143,6 +152,9 @@ pub struct ToolReply {
     pub progress_token: Option<Box<str>>,
     /// Progress notifications sent so far (each item of a streamed result is one).
     pub progress: u64,
+    /// The call under way in its session, which a `notifications/cancelled` can reach
+    /// until this reply is written (with sessions on).
+    pub in_flight: Option<Arc<InFlight>>,
 }
 
 impl ToolReply {
@@ -263,6 +275,8 @@ pub struct McpTools {
     pub settings: McpSettings,
     /// The tools, by name.
     pub tools: Vec<Tool>,
+    /// The sessions open, when the settings ask for them.
+    pub sessions: Option<Arc<Sessions>>,
 }
 
 impl McpTools {
@@ -279,7 +293,12 @@ impl McpTools {
 /// The tools for `methods` (sorted by name, `rpc.` methods left out by the caller).
 pub(super) fn tools(settings: McpSettings, methods: &[MethodDoc]) -> McpTools {
     let tools = methods.iter().map(tool).collect();
-    McpTools { settings, tools }
+    let sessions = settings.sessions.then(Arc::default);
+    McpTools {
+        settings,
+        tools,
+        sessions,
+    }
 }
 
 fn tool(doc: &MethodDoc) -> Tool {

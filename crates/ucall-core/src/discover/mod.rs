@@ -441,12 +441,14 @@ impl Catalog {
 
     /// Build the documents for the procedures `names` (those whose names start with
     /// `rpc.` are left out), for a server reached at `addr` (`https` when `tls`). Returns
-    /// the OpenRPC document when `rpc.discover` should answer it.
+    /// the OpenRPC document when `rpc.discover` should answer it. `/docs` names the MCP
+    /// endpoint at `mcp_path`, when it is served.
     pub fn publish<'n>(
         &mut self,
         names: impl Iterator<Item = &'n str>,
         addr: SocketAddr,
         tls: bool,
+        mcp_path: Option<&str>,
     ) -> Option<Arc<str>> {
         let settings = self.settings.clone();
         let wanted = settings.rpc_discover
@@ -459,7 +461,7 @@ impl Catalog {
         }
         let methods = self.methods_of(names);
         let url = format!("{}://{addr}", if tls { "https" } else { "http" });
-        let pages = Arc::new(build(settings, methods, &url));
+        let pages = Arc::new(build(settings, methods, &url, mcp_path));
         let openrpc = pages.settings.rpc_discover.then(|| Arc::clone(&pages.openrpc));
         self.pages = Some(pages);
         openrpc
@@ -523,7 +525,7 @@ impl Catalog {
 /// The page, with `__UCALL_TITLE__` and `__UCALL_DATA__` to fill in.
 const DOCS_TEMPLATE: &str = include_str!("docs.html");
 
-fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
+fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str, mcp_path: Option<&str>) -> Pages {
     let components = schema::gather(&mut methods);
     let openrpc = openrpc::document(&settings, &methods, &components, url);
     let openapi = openapi::document(&settings, &methods, &components, url);
@@ -533,6 +535,7 @@ fn build(settings: Discovery, mut methods: Vec<MethodDoc>, url: &str) -> Pages {
         "openrpc": openrpc,
         "openrpcPath": settings.openrpc_path,
         "openapiPath": settings.openapi_path,
+        "mcpPath": mcp_path,
     });
     let docs = DOCS_TEMPLATE
         .replace("__UCALL_TITLE__", &html_escape(&settings.title))

@@ -27,6 +27,8 @@ pub enum Method {
     /// `OPTIONS`: a CORS preflight where [`cors::Cors`] is configured, else the target's
     /// methods in `Allow` (RFC 9110 §9.3.7).
     Options,
+    /// `DELETE`: ends an MCP session; 405 anywhere else.
+    Delete,
 }
 
 impl Method {
@@ -204,8 +206,9 @@ fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize,
         Some("GET") => Method::Get,
         Some("HEAD") => Method::Head,
         Some("OPTIONS") => Method::Options,
+        Some("DELETE") => Method::Delete,
         // RFC 9110 §9.1: 405 for a method HTTP defines, 501 for one the server does not know.
-        Some("PUT" | "DELETE" | "PATCH" | "CONNECT" | "TRACE") => {
+        Some("PUT" | "PATCH" | "CONNECT" | "TRACE") => {
             return HeadStatus::Rejected(Reject {
                 allow: Some(allowed_methods(target)),
                 ..reject(Status::MethodNotAllowed, "only GET, HEAD, POST and OPTIONS are served")
@@ -661,8 +664,11 @@ pub fn write_stream_head(
 ) {
     data.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: ");
     data.extend_from_slice(content_type);
-    // Proxies must pass each chunk on at once, not collect the body (`no-transform`).
-    data.extend_from_slice(b"\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, no-transform\r\nDate: ");
+    // Proxies must pass each chunk on at once, not collect the body (`no-transform`; nginx
+    // buffers a proxied body unless told `X-Accel-Buffering: no`).
+    data.extend_from_slice(
+        b"\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, no-transform\r\nX-Accel-Buffering: no\r\nDate: ",
+    );
     data.extend_from_slice(date);
     data.extend_from_slice(b"\r\n");
     match persistence {

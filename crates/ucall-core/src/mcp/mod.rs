@@ -7,8 +7,8 @@
 //!
 //! Both eras clients speak, chosen per request:
 //! - the session era (2025-03-26 .. 2025-11-25): `initialize`, `ping`, notifications
-//!   answered 202, `MCP-Protocol-Version` checked when sent; no session is minted (a
-//!   server MAY assign one), so every request stands alone;
+//!   answered 202, `MCP-Protocol-Version` checked when sent; a session is minted only when
+//!   the settings ask ([`crate::mcp_sessions`]), else every request stands alone;
 //! - the stateless revision 2026-07-28: `server/discover`, the version and capabilities
 //!   in each request's `_meta`, `Mcp-Method` and `Mcp-Name` checked against the body,
 //!   `resultType` in every result.
@@ -21,6 +21,7 @@ use crate::dispatch::{self, Deferrals, DeferredAt, Invoked};
 use crate::http1::Status;
 use crate::jsonrpc::message::{self, Envelope};
 use crate::jsonrpc::{self, scan, ErrorCode, RpcError};
+use crate::mcp_sessions::Sessions;
 use crate::request_log::{Carrier, Lines, Seed};
 use crate::router::{Call, Router};
 
@@ -54,6 +55,8 @@ pub struct Fields<'a> {
     pub method: Option<&'a str>,
     /// `Mcp-Name` (2026-07-28), possibly in the `=?base64?...?=` form.
     pub name: Option<&'a str>,
+    /// `Mcp-Session-Id` (session era).
+    pub session: Option<&'a str>,
 }
 
 impl<'a> Fields<'a> {
@@ -65,6 +68,7 @@ impl<'a> Fields<'a> {
             version: text("mcp-protocol-version"),
             method: text("mcp-method"),
             name: text("mcp-name"),
+            session: text("mcp-session-id"),
         }
     }
 }
@@ -107,6 +111,8 @@ struct Params<'a> {
     meta: Option<&'a str>,
     cursor: Option<&'a str>,
     protocol_version: Option<&'a str>,
+    /// `notifications/cancelled`'s `requestId`.
+    request_id: Option<&'a str>,
 }
 
 /// The members of `params._meta` the protocol reads, as raw JSON.
@@ -129,23 +135,32 @@ struct Request<'a> {
     bytes_in: usize,
 }
 
+/// What answering a message works with: where it came from, what the server serves, and
+/// where deferred tool calls, request-log lines and a new session's id go.
+pub(crate) struct Answering<'a, 'b> {
+    /// The message's HTTP header fields (`None` over stdio).
+    pub fields: Option<&'a Fields<'b>>,
+    /// How the message reached the server.
+    pub context: &'a Context<'b>,
+    /// The procedures.
+    pub router: &'a Router,
+    /// The tools and the endpoint's settings.
+    pub tools: &'a McpTools,
+    /// Where a tool whose procedure defers reports.
+    pub deferrals: &'a mut Deferrals<'b>,
+    /// The places of the deferred tool calls' replies, for the session to hold.
+    pub deferred: &'a mut Vec<DeferredAt>,
+    /// The request log's lines.
+    pub lines: &'a mut Lines,
+    /// The `Mcp-Session-Id` an `initialize` opened, for the reply's header.
+    pub opened: Option<Box<str>>,
+}
+
 /// Answer one MCP message (`body`, a request, a notification, or, where the revision
-/// allows, a batch), appending the reply to `out`. `fields` are its HTTP header fields
-/// (`None` over stdio). A `tools/call` whose procedure defers leaves its place in
-/// `deferred`, for the session to hold as for any call.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn answer(
-    body: &[u8],
-    fields: Option<&Fields<'_>>,
-    context: &Context<'_>,
-    router: &Router,
-    tools: &McpTools,
-    deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    lines: &mut Lines,
-    out: &mut Vec<u8>,
-) -> Answered {
-    deferred.clear();
+/// allows, a batch), appending the reply to `out`. A `tools/call` whose procedure defers
+/// leaves its place in `at.deferred`, for the session to hold as for any call.
+pub(crate) fn answer(body: &[u8], at: &mut Answering<'_, '_>, out: &mut Vec<u8>) -> Answered {
+    at.deferred.clear();
     let Some(text) = jsonrpc::as_text(body) else {
         return refuse(
             out,
@@ -155,13 +170,13 @@ pub(crate) fn answer(
         );
     };
     if message::is_batch(text.as_bytes()) {
-        return batch(text, fields, context, router, tools, deferrals, deferred, lines, out);
+        return batch(text, at, out);
     }
     match message::parse_request(text) {
         Ok(Envelope::Request(request)) => {
             let started = out.len();
             match read(&request, text.len()) {
-                Ok(read) => one(&read, fields, context, router, tools, deferrals, deferred, lines, out),
+                Ok(read) => one(&read, at, out),
                 Err(error) => {
                     out.truncate(started);
                     jsonrpc::write_rpc_error(out, request.id, &error);
@@ -193,19 +208,8 @@ pub(crate) fn answer(
 
 /// A JSON-RPC batch: only the 2025-03-26 revision has them (2025-06-18 removed them, and
 /// 2026-07-28 says "a single JSON-RPC request or notification").
-#[allow(clippy::too_many_arguments)]
-fn batch(
-    text: &str,
-    fields: Option<&Fields<'_>>,
-    context: &Context<'_>,
-    router: &Router,
-    tools: &McpTools,
-    deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    lines: &mut Lines,
-    out: &mut Vec<u8>,
-) -> Answered {
-    let version = fields.and_then(|fields| fields.version).unwrap_or(ASSUMED_VERSION);
+fn batch(text: &str, at: &mut Answering<'_, '_>, out: &mut Vec<u8>) -> Answered {
+    let version = at.fields.and_then(|fields| fields.version).unwrap_or(ASSUMED_VERSION);
     if version != ASSUMED_VERSION {
         return refuse(
             out,
@@ -232,11 +236,10 @@ fn batch(
         );
     }
     // A batch's reply is one message: its calls cannot stream progress.
-    let streams = std::mem::replace(&mut deferrals.streams, false);
+    let streams = std::mem::replace(&mut at.deferrals.streams, false);
     let opening = out.len();
     out.push(b'[');
     let mut replies = 0;
-    let mut taken = Vec::new();
     for element in &elements {
         let comma_at = out.len();
         if replies > 0 {
@@ -246,8 +249,7 @@ fn batch(
         match element.envelope(text) {
             Envelope::Request(request) => match read(&request, text.len()) {
                 Ok(read) => {
-                    one(&read, fields, context, router, tools, deferrals, &mut taken, lines, out);
-                    deferred.append(&mut taken);
+                    one(&read, at, out);
                 }
                 Err(error) => jsonrpc::write_rpc_error(out, request.id, &error),
             },
@@ -256,13 +258,13 @@ fn batch(
                 jsonrpc::write_error(out, id, ErrorCode::InvalidRequest.code(), &message, None);
             }
         }
-        if out.len() == before && deferred.last().is_none_or(|at| at.offset != before) {
+        if out.len() == before && at.deferred.last().is_none_or(|held| held.offset != before) {
             out.truncate(comma_at); // a notification: no reply
         } else {
             replies += 1;
         }
     }
-    deferrals.streams = streams;
+    at.deferrals.streams = streams;
     if replies == 0 {
         out.truncate(opening);
         return Answered::status(Status::Other(202));
@@ -283,8 +285,10 @@ fn is_response(text: &str) -> bool {
 fn read<'a>(request: &'a message::Request<'a>, bytes_in: usize) -> Result<Request<'a>, RpcError> {
     let mut params = Params::default();
     if let Some(raw) = request.params {
-        let names = ["name", "arguments", "_meta", "cursor", "protocolVersion"];
-        let Ok(Some([name, arguments, meta, cursor, protocol_version])) = message::object_members(raw, &names) else {
+        let names = ["name", "arguments", "_meta", "cursor", "protocolVersion", "requestId"];
+        let Ok(Some([name, arguments, meta, cursor, protocol_version, request_id])) =
+            message::object_members(raw, &names)
+        else {
             return Err(RpcError::invalid_params("Invalid params: MCP params are an object"));
         };
         params = Params {
@@ -293,6 +297,7 @@ fn read<'a>(request: &'a message::Request<'a>, bytes_in: usize) -> Result<Reques
             meta,
             cursor,
             protocol_version,
+            request_id,
         };
     }
     let mut meta = Meta::default();
@@ -318,21 +323,11 @@ fn read<'a>(request: &'a message::Request<'a>, bytes_in: usize) -> Result<Reques
 }
 
 /// Answer one request or notification.
-#[allow(clippy::too_many_arguments)]
-fn one(
-    request: &Request<'_>,
-    fields: Option<&Fields<'_>>,
-    context: &Context<'_>,
-    router: &Router,
-    tools: &McpTools,
-    deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    lines: &mut Lines,
-    out: &mut Vec<u8>,
-) -> Answered {
-    let header_version = fields.and_then(|fields| fields.version);
-    if request.modern || header_version == Some(MODERN_VERSION) {
-        if let Err((status, error)) = check_modern(request, fields) {
+fn one(request: &Request<'_>, at: &mut Answering<'_, '_>, out: &mut Vec<u8>) -> Answered {
+    let header_version = at.fields.and_then(|fields| fields.version);
+    let modern = request.modern || header_version == Some(MODERN_VERSION);
+    if modern {
+        if let Err((status, error)) = check_modern(request, at.fields) {
             jsonrpc::write_rpc_error(out, request.id, &error);
             return Answered::status(status);
         }
@@ -344,22 +339,50 @@ fn one(
         jsonrpc::write_rpc_error(out, request.id, &error);
         return Answered::status(Status::BadRequest);
     }
+    // The session, when the server mints them (session era, over HTTP).
+    let session = match (&at.tools.sessions, at.fields) {
+        (Some(sessions), Some(fields)) if !modern => match check_session(request, fields, sessions, out) {
+            Ok(session) => session,
+            Err(refused) => return refused,
+        },
+        _ => None,
+    };
     let Some(id) = request.id else {
         // Notifications (`notifications/initialized`, `notifications/cancelled`, ...):
-        // accepted; this server keeps no session state they would change.
+        // accepted. A cancellation in a session reaches the tool call it names (without
+        // one, the client closes the call's stream, which the server sees).
+        if let (Some(sessions), Some(session), "notifications/cancelled") =
+            (&at.tools.sessions, session, request.method)
+        {
+            if let Some(request_id) = request.params.request_id {
+                sessions.cancel(session, request_id);
+            }
+        }
         return Answered::status(Status::Other(202));
     };
     let started = out.len();
     let result = match request.method {
-        "tools/call" => return call_tool(request, id, context, router, tools, deferrals, deferred, lines, out),
-        "tools/list" => list_tools(request, tools, out),
+        "tools/call" => return call_tool(request, id, session, at, out),
+        "tools/list" => list_tools(request, at.tools, out),
         "server/discover" => {
-            discover(tools, out);
+            discover(at.tools, out);
             Ok(())
         }
         "initialize" if !request.modern => {
-            initialize(request, tools, out);
-            Ok(())
+            match at
+                .tools
+                .sessions
+                .as_ref()
+                .filter(|_| at.fields.is_some())
+                .map(|s| s.open())
+            {
+                Some(None) => Err(RpcError::internal("Internal error: no session id could be made")),
+                opened => {
+                    at.opened = opened.flatten();
+                    initialize(request, at.tools, out);
+                    Ok(())
+                }
+            }
         }
         "ping" if !request.modern => {
             out.extend_from_slice(b"{}");
@@ -390,6 +413,35 @@ fn one(
             Answered::status(if unknown { Status::NotFound } else { Status::Ok })
         }
     }
+}
+
+/// The session a session-era request belongs to (`Ok(None)` for `initialize`, which
+/// opens one), or its refusal: 400 without `Mcp-Session-Id`, 404 for one not open
+/// (2025-03-26 "Session Management").
+fn check_session<'f>(
+    request: &Request<'_>,
+    fields: &Fields<'f>,
+    sessions: &Sessions,
+    out: &mut Vec<u8>,
+) -> Result<Option<&'f str>, Answered> {
+    if request.method == "initialize" {
+        return Ok(None);
+    }
+    let (status, message) = match fields.session {
+        Some(session) if sessions.touch(session) => return Ok(Some(session)),
+        Some(_) => (
+            Status::NotFound,
+            "Not Found: the session has ended or is unknown; initialize a new one",
+        ),
+        None => (
+            Status::BadRequest,
+            "Bad Request: the Mcp-Session-Id header is required after initialize",
+        ),
+    };
+    if request.id.is_some() {
+        jsonrpc::write_error(out, request.id, ErrorCode::InvalidRequest.code(), message, None);
+    }
+    Err(Answered::status(status))
 }
 
 /// The header checks of the stateless revision (its "Server Validation"), and its version
@@ -585,18 +637,14 @@ fn list_tools(request: &Request<'_>, tools: &McpTools, out: &mut Vec<u8>) -> Res
 
 /// `tools/call`: the procedure runs through `dispatch` as any call; its result becomes
 /// a `CallToolResult`, its error one with `isError: true`.
-#[allow(clippy::too_many_arguments)]
 fn call_tool(
     request: &Request<'_>,
     id: &str,
-    context: &Context<'_>,
-    router: &Router,
-    tools: &McpTools,
-    deferrals: &mut Deferrals<'_>,
-    deferred: &mut Vec<DeferredAt>,
-    lines: &mut Lines,
+    session: Option<&str>,
+    at: &mut Answering<'_, '_>,
     out: &mut Vec<u8>,
 ) -> Answered {
+    let (context, router, tools) = (at.context, at.router, at.tools);
     let invalid = |out: &mut Vec<u8>, message: String| {
         jsonrpc::write_rpc_error(out, Some(id), &RpcError::invalid_params(message));
         Answered::ok()
@@ -619,6 +667,7 @@ fn call_tool(
         modern: request.modern,
         progress_token: request.meta.progress_token.map(Box::from),
         progress: 0,
+        in_flight: None,
     };
     let call = Call::new(&tool.name, arguments, Some(id)).with_context(context);
     let start = out.len();
@@ -634,9 +683,9 @@ fn call_tool(
         trace_id: context.trace().map(|trace| trace.parent.trace_id),
     });
     let (outcome, clock) = match &seed {
-        None => (dispatch::run(found, &call, router.metrics(), deferrals, out), None),
+        None => (dispatch::run(found, &call, router.metrics(), at.deferrals, out), None),
         Some(seed) => {
-            let (outcome, clock) = dispatch::run_logged(found, &call, router.metrics(), Some(seed), deferrals, out);
+            let (outcome, clock) = dispatch::run_logged(found, &call, router.metrics(), Some(seed), at.deferrals, out);
             (outcome, Some(clock))
         }
     };
@@ -648,11 +697,15 @@ fn call_tool(
             Answered::ok()
         }
         Ok(Invoked::Deferred(slot)) => {
-            deferred.push(DeferredAt {
+            // In a session, a `notifications/cancelled` may name it while it runs.
+            let in_flight = (tools.sessions.as_ref().zip(session))
+                .and_then(|(sessions, session)| Some((sessions, session, context.caller().flag()?.clone())))
+                .and_then(|(sessions, session, present)| sessions.track(session, id, present));
+            at.deferred.push(DeferredAt {
                 offset: out.len(),
                 slot,
                 id: Some(id.into()),
-                tool: Some(Box::new(reply)),
+                tool: Some(Box::new(ToolReply { in_flight, ..reply })),
             });
             Answered {
                 status: Status::Ok,
@@ -674,7 +727,7 @@ fn call_tool(
                 clock.ended
             };
             let entry = seed.entry(ended, nanos, code, Some(answered.status.code()), out.len() - start);
-            lines.push(log, &entry);
+            at.lines.push(log, &entry);
         }
     }
     answered

@@ -111,6 +111,8 @@ pub struct Router {
     metrics: Option<Arc<Metrics>>,
     /// Keep each call's peer address and request head (see [`Router::keep_context`]).
     keeps_context: bool,
+    /// Time each call from its request's reading (see [`Router::time_calls`]).
+    times_calls: bool,
     /// Run hooks around every call, the first outermost; applied when serving starts.
     hooks: Vec<Arc<dyn Hook>>,
     /// Where each call gets a line, when the request log is on.
@@ -270,6 +272,24 @@ impl Router {
         self.keeps_context
     }
 
+    /// Time each call from the reading of its request, for spans that report the time it
+    /// spent queued ([`crate::Context::waited_until`]); a server that does not ask reads
+    /// no clock for it.
+    pub fn time_calls(&mut self) {
+        self.times_calls = true;
+    }
+
+    /// When a request read now was received, for its calls' context: 0 when calls are
+    /// not timed.
+    #[must_use]
+    pub fn received_now(&self) -> u64 {
+        if self.times_calls {
+            crate::date::monotonic_nanos()
+        } else {
+            0
+        }
+    }
+
     /// Whether connections need their peer's address: for the calls' context, the
     /// request log or the rate limits.
     #[must_use]
@@ -357,9 +377,10 @@ impl Router {
     /// `addr` (`https` when `tls`), and answer `rpc.discover` unless a procedure of that
     /// name is registered. Called once, when serving starts.
     pub fn publish(&mut self, addr: SocketAddr, tls: bool) {
+        let mcp_path = self.mcp_settings.as_ref().map(|settings| settings.path.as_str());
         let openrpc = self
             .catalog
-            .publish(self.procedures.iter().map(|(name, _)| &**name), addr, tls);
+            .publish(self.procedures.iter().map(|(name, _)| &**name), addr, tls, mcp_path);
         if let Some(openrpc) = openrpc.filter(|_| self.get(DISCOVER_METHOD).is_none()) {
             self.insert(DISCOVER_METHOD, Arc::new(Discover(openrpc)));
         }

@@ -128,6 +128,9 @@ impl Http {
                     )
                 }
                 HeadStatus::Complete(head, used) => {
+                    // A call an MCP client cancelled lowered the connection's flag: the
+                    // requests after it watch a new one.
+                    calls.presence.renew();
                     // The MCP endpoint reads its header fields (and the Origin) from the head.
                     let mcp = ctx.router.is_mcp_path(&self.target);
                     calls.keep_head(&rest[..used], ctx.router, mcp);
@@ -213,6 +216,15 @@ impl Http {
         if ctx.router.is_mcp_path(&self.target) {
             super::mcp::answer(calls, head, body, out, ctx, persistence, &mut self.cors_headers);
             return if keep_alive { Step::Progressed } else { Step::Close };
+        }
+        if head.method == Method::Delete {
+            // RFC 9110 §9.1: a method HTTP defines that only the MCP endpoint takes.
+            let reject = Reject {
+                allow: Some(http1::allowed_methods(&self.target)),
+                ..http1::reject(Status::MethodNotAllowed, "only GET, HEAD, POST and OPTIONS are served")
+            };
+            respond_rejection(out, ctx.router.metrics(), ctx.date, reject, &self.cors_headers);
+            return Step::Close;
         }
         let scratch = &mut *ctx.scratch;
         let target = self.target.as_str();
@@ -362,6 +374,7 @@ impl Http {
             attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
+            .with_received(ctx.router.received_now())
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! HTTP/1.1 requests to the MCP endpoint (Streamable HTTP): the Origin check, CORS for
-//! browser clients, `GET` refused, and each `POST` answered by [`crate::mcp`]: JSON, or
-//! server-sent events once a tool's progress flows.
+//! browser clients, `GET` refused, `DELETE` ending a session, and each `POST` answered by
+//! [`crate::mcp`]: JSON, or server-sent events once a tool's progress flows.
 
 use super::{Calls, Context, Lines, MessageKind};
 use crate::buffer::OutBuf;
@@ -9,7 +9,7 @@ use crate::context::{Context as CallContext, Transport};
 use crate::dispatch::Deferrals;
 use crate::http1::{self, Method, Persistence, RequestHead, Status};
 use crate::jsonrpc::{self, ErrorCode};
-use crate::mcp::{self as protocol, Fields};
+use crate::mcp::{self as protocol, Answering, Fields};
 
 /// What a refused bearer token's reply says (RFC 6750 §3; MCP "Authorization").
 const AUTHENTICATE: &[u8] = b"WWW-Authenticate: Bearer realm=\"mcp\"\r\n";
@@ -39,6 +39,7 @@ pub(super) fn answer(
         return;
     };
     let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
+        .with_received(ctx.router.received_now())
         .with_timeout(head.timeout)
         .with_tls_subject(calls.tls_subject.as_deref())
         .with_liveness(calls.presence.liveness());
@@ -68,11 +69,13 @@ pub(super) fn answer(
         Method::Options => {
             http1::respond_out(out, persistence, cors_headers, ctx.date, |_| Some(Status::NoContent));
         }
+        Method::Delete => end_session(out, ctx, persistence, cors_headers, &context, tools),
         Method::Get | Method::Head => {
-            // No stream of the server's own messages is offered (2025-03-26: "or else
-            // return HTTP 405"; 2026-07-28 has none).
+            // No stream of the server's own messages is offered (2025-03-26: "The server
+            // MUST either return Content-Type: text/event-stream in response to this HTTP
+            // GET, or else return HTTP 405"; 2026-07-28 has none).
             let mut lines = cors_headers.clone();
-            lines.extend_from_slice(b"Allow: POST, OPTIONS\r\n");
+            lines.extend_from_slice(allow(tools));
             http1::respond_to(
                 out,
                 head.method,
@@ -119,35 +122,83 @@ pub(super) fn answer(
     }
 }
 
+/// The methods the endpoint takes: `DELETE` too when it has sessions to end.
+fn allow(tools: &crate::discover::mcp::McpTools) -> &'static [u8] {
+    if tools.sessions.is_some() {
+        b"Allow: POST, DELETE, OPTIONS\r\n"
+    } else {
+        b"Allow: POST, OPTIONS\r\n"
+    }
+}
+
+/// `DELETE`: end the session its `Mcp-Session-Id` names (2025-03-26 "Session
+/// Management"): 204, 404 for one not open, 400 without the header, 405 when the server
+/// mints no sessions ("the server MAY respond to this request with HTTP 405").
+fn end_session(
+    out: &mut OutBuf,
+    ctx: &Context<'_>,
+    persistence: Persistence,
+    cors_headers: &[u8],
+    context: &CallContext<'_>,
+    tools: &crate::discover::mcp::McpTools,
+) {
+    let mut lines = cors_headers.to_vec();
+    let refusal = match (&tools.sessions, Fields::of(context).session) {
+        (None, _) => {
+            lines.extend_from_slice(allow(tools));
+            Some((
+                Status::Other(405),
+                "Method Not Allowed: this server mints no MCP sessions",
+            ))
+        }
+        (Some(_), None) => Some((Status::BadRequest, "Bad Request: DELETE names its Mcp-Session-Id")),
+        (Some(sessions), Some(session)) if sessions.close(session) => None,
+        (Some(_), Some(_)) => Some((Status::NotFound, "Not Found: the session has ended or is unknown")),
+    };
+    http1::respond_out(out, persistence, &lines, ctx.date, |out| {
+        let Some((status, message)) = refusal else {
+            return Some(Status::NoContent);
+        };
+        jsonrpc::write_error(out.data(), None, ErrorCode::InvalidRequest.code(), message, None);
+        Some(status)
+    });
+}
+
 /// Answer a `POST`; returns the reply's text and place when it waits for a deferred call.
 #[allow(clippy::too_many_arguments)]
-fn post(
+fn post<'c>(
     body: &[u8],
     out: &mut OutBuf,
     ctx: &mut Context<'_>,
     persistence: Persistence,
     cors_headers: &[u8],
-    context: &CallContext<'_>,
+    context: &CallContext<'c>,
     tools: &crate::discover::mcp::McpTools,
-    deferrals: &mut Deferrals<'_>,
+    deferrals: &mut Deferrals<'c>,
 ) -> Option<(Vec<u8>, usize)> {
     let fields = Fields::of(context);
     let scratch = &mut ctx.scratch.jsonrpc;
     let (deferred, log_lines) = (&mut scratch.deferred, &mut scratch.lines);
     let mut held: Option<(Vec<u8>, usize)> = None;
     let mut reply = Vec::new();
-    let outcome = protocol::answer(
-        body,
-        Some(&fields),
+    let mut at = Answering {
+        fields: Some(&fields),
         context,
-        ctx.router,
+        router: ctx.router,
         tools,
         deferrals,
         deferred,
-        log_lines,
-        &mut reply,
-    );
-    let lines = headers(cors_headers, outcome.status);
+        lines: log_lines,
+        opened: None,
+    };
+    let outcome = protocol::answer(body, &mut at, &mut reply);
+    let mut lines = headers(cors_headers, outcome.status);
+    if let Some(session) = at.opened.take() {
+        for part in [b"Mcp-Session-Id: ".as_slice(), session.as_bytes(), b"\r\n"] {
+            lines.extend_from_slice(part);
+        }
+    }
+    let deferred = at.deferred;
     http1::respond_out(out, persistence, &lines, ctx.date, |out| {
         let data = out.data();
         let start = data.len();

@@ -149,6 +149,7 @@ impl Stream {
             attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
+            .with_received(ctx.router.received_now())
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
             .with_section(section)

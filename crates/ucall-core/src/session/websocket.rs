@@ -190,6 +190,7 @@ impl WebSocket {
             attachments: binary.then_some(&mut attachments),
         };
         let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
+            .with_received(ctx.router.received_now())
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
             .with_section(section)

@@ -18,6 +18,7 @@ const RANKS: &[(&str, u32)] = &[
     ("wire", 0),
     ("trace_context", 0),
     ("gzip", 0),
+    ("mcp_sessions", 0),
     ("context", 1),
     ("deadline", 1),
     ("request_log", 1),
