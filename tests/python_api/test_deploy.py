@@ -51,7 +51,7 @@ def test_haproxy_config_is_valid(tmp_path):
 @needs["nginx"]
 def test_nginx_config_is_valid(tmp_path):
     balancer = scale_test.Nginx([], tmp_path)
-    balancer.backends = [type("B", (), {"name": f"b{i}", "port": 18000 + i})() for i in (1, 2, 3)]  # type: ignore[misc]
+    balancer.backends = [type("B", (), {"name": f"b{i}", "host": "127.0.0.1", "port": 18000 + i})() for i in (1, 2, 3)]  # type: ignore[misc]
     balancer.render()
     text = "\n".join(line for line in (balancer.work / "nginx.conf").read_text().splitlines() if not line.startswith("#"))
     assert "${UCALL" not in text and "$http_upgrade" in text  # ours filled in, nginx's own left
@@ -220,7 +220,7 @@ def once_via(port: int) -> int:
 def test_nginx_passes_every_transport(tmp_path):
     with backends() as servers:
         balancer = scale_test.Nginx([], tmp_path)
-        balancer.backends = [type("B", (), {"name": f"b{i}", "port": s.port})() for i, s in enumerate(servers)]  # type: ignore[misc]
+        balancer.backends = [type("B", (), {"name": f"b{i}", "host": "127.0.0.1", "port": s.port})() for i, s in enumerate(servers)]  # type: ignore[misc]
         balancer.render()
         command = ["nginx", "-p", str(balancer.work), "-c", str(balancer.work / "nginx.conf"), "-g", "daemon off;"]
         with running(command, None, balancer.http_port):
