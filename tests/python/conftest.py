@@ -58,16 +58,23 @@ def uring_problem() -> str | None:
         [str(binary), "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--engine", "uring"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
     )
+    # The start-up line may follow log records (the C server logs to stderr before it).
+    said: list[str] = []
+    deadline = time.monotonic() + START_TIMEOUT
     try:
-        ready, _, _ = select.select([proc.stderr], [], [], START_TIMEOUT)
-        line = proc.stderr.readline().decode("utf-8", "replace") if ready else ""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stderr.readline().decode("utf-8", "replace") if ready else ""
+            if not line:
+                break
+            if LISTENING.fullmatch(line.strip()):
+                return None
+            said.append(line)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=STOP_TIMEOUT)
         record_exit(proc, "exited")
-    if LISTENING.fullmatch(line.strip()):
-        return None
-    return (line + err.decode("utf-8", "replace")).strip() or "the server did not start"
+    return ("".join(said) + err.decode("utf-8", "replace")).strip() or "the server did not start"
 
 
 def default_engines() -> list[str]:
