@@ -29,6 +29,7 @@
 //!
 //! `examples/call.rs` starts a server and calls it every way.
 
+mod array;
 pub mod base64;
 mod client;
 mod conn;
@@ -39,10 +40,16 @@ mod message;
 mod mux;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
+pub use array::Array;
 pub use client::{Batch, Client, Pool, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, TlsRefusal};
-pub use framing::{Protocol, Reply};
-pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, Spans, ToParams};
+pub use framing::{Protocol, Reply, RequestKind};
+pub use message::{
+    write_binary_request, write_request, Envelope, NoParams, Params, Response, RpcError, Spans, ToParams,
+};
 pub use mux::{Completion, Multiplexed, Ticket};
+pub use ucall_core::jsonrpc::attachment::{ArrayInfo, Attachment, Dtype};
+pub use ucall_core::jsonrpc::section::Element;
+pub use ucall_core::Bytes;
