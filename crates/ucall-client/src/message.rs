@@ -134,6 +134,24 @@ impl Params {
         }
     }
 
+    /// Params that start as `json`, a JSON array or object (as text), to which more values
+    /// are appended: positional ones to an array, named ones to an object.
+    ///
+    /// # Errors
+    /// `json` is not one JSON text, or not an array or object.
+    pub fn from_json(json: &str) -> Result<Self> {
+        CheckedJson::new(Some(json))?;
+        let json = json.trim_matches([' ', '\t', '\r', '\n']);
+        let mut params = match json.as_bytes().first() {
+            Some(b'[') => Params::array(),
+            Some(b'{') => Params::object(),
+            _ => return Err(Error::invalid("params are neither a JSON array nor an object")),
+        };
+        let inner = json[1..json.len() - 1].trim_matches([' ', '\t', '\r', '\n']);
+        params.text.extend_from_slice(inner.as_bytes());
+        Ok(params)
+    }
+
     fn comma(&mut self) {
         if self.text.len() > 1 || !self.holes.is_empty() {
             self.text.push(b',');
@@ -655,9 +673,26 @@ impl Response {
     /// # Errors
     /// The reply is an error, or its result is not a placeholder (code -32603).
     pub fn result_attachment(&self) -> std::result::Result<Attachment<'_>, RpcError> {
+        self.result_attachment_at("")
+    }
+
+    /// The attachment a placeholder at the JSON Pointer `pointer` (RFC 6901) in the result
+    /// names: `""` the result itself, `/image` its member `image`, `/0` its first element.
+    ///
+    /// # Errors
+    /// The reply is an error, nothing is at `pointer`, or the value there is not a
+    /// placeholder of a binary reply (code -32603).
+    pub fn result_attachment_at(&self, pointer: &str) -> std::result::Result<Attachment<'_>, RpcError> {
         let raw = self.result_json()?;
-        self.attachment(raw)?
-            .ok_or_else(|| internal(format!("the result is {}, not an attachment", shown(raw))))
+        let value = ucall_core::Param::in_message(raw, Some(self.section()))
+            .pointer(pointer)
+            .ok_or_else(|| internal(format!("nothing at {pointer:?} in the result {}", shown(raw))))?;
+        self.attachment(value.raw())?.ok_or_else(|| {
+            internal(format!(
+                "the result at {pointer:?} is {}, not an attachment",
+                shown(value.raw())
+            ))
+        })
     }
 
     /// The result as an array of `T` and its shape: an `ndarray` attachment of a binary
@@ -866,6 +901,21 @@ mod tests {
             let error = binary_reply(broken, &section).result_bytes().expect_err("broken");
             assert!(error.message.contains("a malformed placeholder in the reply") && error.message.contains(rule), "{}", error.message);
         }
+        let nested = binary_reply(
+            br#"{"jsonrpc":"2.0","result":{"label":3,"images":[{"$ucall":"bytes","offset":0,"length":3}]},"id":1}"#,
+            &section,
+        );
+        assert_eq!(nested.result_attachment_at("/images/0").expect("found").bytes, b"foo");
+        assert!(nested
+            .result_attachment_at("/label")
+            .expect_err("a number")
+            .message
+            .contains("not an attachment"));
+        assert!(nested
+            .result_attachment_at("/images/1")
+            .expect_err("none")
+            .message
+            .contains("nothing at"));
         // In a JSON reply a `$ucall` object is data.
         let plain = Response::new(
             None,
@@ -907,6 +957,17 @@ mod tests {
             "{error}"
         );
         assert!(!Params::array().bytes(b"x").has_attachments());
+        let extended = Params::from_json(" [1, 2] ")
+            .expect("an array")
+            .attachment(b"x".to_vec());
+        assert_eq!(extended.as_json(), r#"[1, 2,"eA=="]"#);
+        let empty = Params::from_json("{ }")
+            .expect("an object")
+            .named_attachment("b", b"x".to_vec());
+        assert_eq!(empty.as_json(), r#"{"b":"eA=="}"#);
+        for bad in ["3", "[1", "\"a\""] {
+            assert!(Params::from_json(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
