@@ -895,6 +895,30 @@ void ucall_call_reply_attachment(ucall_call_t call,
                                  void *userdata);
 
 /**
+ * Answer with an n-dimensional array as the result: `dimensions` sizes at `shape` (C
+ * order), elements of `dtype` (NUL-terminated: `"float32"`, `"uint8"`, ... as
+ * docs/wire.md lists them), `length` bytes of little-endian data at `data`. An `ndarray`
+ * attachment of a binary message for a caller that accepts binary replies, else the
+ * base64 of its `.npy` form (as `numpy.save` writes it). `release` and `userdata` as
+ * for `ucall_call_reply_attachment()` (NULL: copied before this returns). An unknown
+ * dtype, a NULL shape with dimensions, or `length` other than the shape's element count
+ * times the dtype's size answers `-32603`. Only the first
+ * `ucall_call_reply_*()` of a call counts.
+ *
+ * # Safety
+ * As `ucall_call_reply_attachment()`; `dtype` NULL or NUL-terminated; `shape` NULL or
+ * `dimensions` readable sizes.
+ */
+void ucall_call_reply_array(ucall_call_t call,
+                            ucall_str_t dtype,
+                            const size_t *shape,
+                            size_t dimensions,
+                            const uint8_t *data,
+                            size_t length,
+                            ucall_release_t release,
+                            void *userdata);
+
+/**
  * Answer with the JSON-RPC error `code` and `message` (`message_length` bytes, or
  * NUL-terminated when 0; NULL: the specification's message for the code). The message
  * may be any text; bytes that are not UTF-8 are replaced. Only the first

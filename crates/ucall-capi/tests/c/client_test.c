@@ -52,6 +52,36 @@ static void echo_attachment(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_call_reply_attachment(call, data, length, NULL, NULL);
 }
 
+/* The float32 attachment `x` doubled, answered as a float32 array (ucall_call_reply_array). */
+static void scale(ucall_call_t call, ucall_callback_tag_t tag) {
+    uint8_t const *data;
+    size_t length, i, shape[1];
+    float doubled[64];
+    (void)tag;
+    if (!ucall_param_positional_attachment(call, 0, &data, &length) || length % 4 != 0 || length > sizeof doubled) {
+        ucall_call_reply_error_invalid_params(call);
+        return;
+    }
+    for (i = 0; i < length / 4; ++i) {
+        float value;
+        memcpy(&value, data + 4 * i, 4);
+        doubled[i] = 2 * value;
+    }
+    shape[0] = length / 4;
+    ucall_call_reply_array(call, "float32", shape, 1, (uint8_t const *)doubled, length, NULL, NULL);
+}
+
+/* Arrays that do not add up: a shape of 5 floats over 24 bytes, and an unknown dtype. */
+static void bad_array(ucall_call_t call, ucall_callback_tag_t tag) {
+    static float const data[6] = {0};
+    size_t shape[1] = {5};
+    int64_t which = 0;
+    (void)tag;
+    ucall_param_positional_i64(call, 0, &which);
+    ucall_call_reply_array(call, which ? "float99" : "float32", shape, 1, (uint8_t const *)data, sizeof data, NULL,
+                           NULL);
+}
+
 /* The `n` param plus the length of the attachment `data` (by name), as JSON. */
 static void measure(ucall_call_t call, ucall_callback_tag_t tag) {
     uint8_t const *data;
@@ -65,6 +95,14 @@ static void measure(ucall_call_t call, ucall_callback_tag_t tag) {
     }
     snprintf(text, sizeof text, "%lld", (long long)n + (long long)length);
     ucall_call_reply_content(call, text, 0);
+}
+
+static int has_text(ucall_str_t text, size_t length, char const *needle) {
+    size_t i, n = strlen(needle);
+    for (i = 0; i + n <= length; ++i)
+        if (memcmp(text + i, needle, n) == 0)
+            return 1;
+    return 0;
 }
 
 static int equals(ucall_str_t text, size_t length, char const *expected) {
@@ -103,6 +141,20 @@ static void exercise_attachments(char const *url, ucall_client_config_t const *b
               memcmp(got.data, floats, sizeof floats) == 0 && got.dtype == NULL && got.name == NULL &&
               got.dimensions == 0,
           "%s: the array's bytes come back, read in place", url);
+
+    /* An array reply: its dtype and shape come with it. */
+    CHECK(ucall_client_call_attached(client, "scale", 0, NULL, 0, sent, 1, &response) && response.ok &&
+              ucall_client_result_attachment(client, NULL, 0, &got) && got.length == sizeof floats &&
+              got.dtype != NULL && strcmp(got.dtype, "float32") == 0 && got.dimensions == 1 && got.shape[0] == 6 &&
+              ((float const *)got.data)[5] == 3.0f && ((float const *)got.data)[0] == -2.0f,
+          "%s: a float32 array reply read with its dtype and shape", url);
+    CHECK(ucall_client_call(client, "bad_array", 0, "[0]", 0, &response) && !response.ok &&
+              response.error_code == -32603,
+          "%s: an array reply whose data does not fill its shape is -32603", url);
+    CHECK(ucall_client_call(client, "bad_array", 0, "[1]", 0, &response) && !response.ok &&
+              response.error_code == -32603 &&
+              has_text(response.error_message, response.error_message_length, "unknown dtype"),
+          "%s: an array reply of an unknown dtype is -32603", url);
 
     /* Bytes by name beside JSON params. */
     memset(sent, 0, sizeof sent);
@@ -263,6 +315,8 @@ int main(void) {
     ucall_add_procedure(the_server, "fail", fail, NULL);
     ucall_add_procedure(the_server, "echo_attachment", echo_attachment, NULL);
     ucall_add_procedure(the_server, "measure", measure, NULL);
+    ucall_add_procedure(the_server, "scale", scale, NULL);
+    ucall_add_procedure(the_server, "bad_array", bad_array, NULL);
     pthread_create(&thread, NULL, serve, NULL);
 
     snprintf(url, sizeof url, "http://127.0.0.1:%u/", (unsigned)config.port);
