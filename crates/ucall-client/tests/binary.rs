@@ -15,6 +15,8 @@ use serde_json::Value;
 use ucall_client::{write_binary_request, Client, Dtype, Endpoint, Params, Protocol, RequestKind, Response};
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle};
 
+mod common;
+
 #[path = "../../../examples/rust/src/spec.rs"]
 #[allow(dead_code)]
 mod spec;
@@ -22,11 +24,18 @@ mod spec;
 /// The spec server's procedures, and two that echo an attachment as one (they refuse
 /// anything else, so a reply shows the param came as an attachment).
 fn serve() -> ServerHandle {
-    let builder = Server::builder()
+    serve_with(None)
+}
+
+fn serve_with(tls: Option<ucall_core::TlsConfig>) -> ServerHandle {
+    let mut builder = Server::builder()
         .host("127.0.0.1")
         .port(0)
         .threads(1)
         .engine(EngineKind::Poll);
+    if let Some(tls) = tls {
+        builder = builder.tls(tls);
+    }
     spec::register(builder)
         .handler("echo_array", |call: &Call<'_>, reply: &mut Reply<'_>| {
             let found = call.params().attachment(0, "x")?;
@@ -305,6 +314,36 @@ fn arrays_and_bytes_round_trip_as_attachments_on_every_transport() {
             .call("echo_array", Params::array().ndarray_of(&[2], vec![1u8, 2]))
             .expect(&url);
         assert!(!array.is_binary(), "{url}");
+    }
+    server.stop();
+    server.join();
+}
+
+#[test]
+fn attachments_round_trip_over_tls_too() {
+    let certs = common::certs();
+    let server = serve_with(Some(ucall_core::TlsConfig::new(
+        certs.0.join("server.pem"),
+        certs.0.join("server.key"),
+    )));
+    let port = server.port();
+    let data: Vec<f32> = (0..100_000).map(|i| i as f32 / 3.0).collect();
+    for url in [
+        format!("https://127.0.0.1:{port}/"),
+        format!("tls://localhost:{port}"),
+        format!("wss://127.0.0.1:{port}/"),
+    ] {
+        let endpoint = Endpoint::parse(&url).expect("a URL").cacert(certs.0.join("ca.pem"));
+        let mut client = Client::new(endpoint).expect("a client");
+        let reply = client
+            .call("echo_array", Params::array().ndarray_of(&[100_000], data.clone()))
+            .expect(&url);
+        assert!(reply.is_binary(), "{url}");
+        assert_eq!(
+            &*reply.result_array::<f32>().expect("an array").data,
+            &data[..],
+            "{url}"
+        );
     }
     server.stop();
     server.join();
