@@ -274,6 +274,9 @@ test-c: header-check examples-c  ## C API: C tests under ASan/UBSan and valgrind
 	# suppressions cover ring's AES-GCM assembly only (see the file).
 	UCALL_ENGINE=poll timeout 300 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=crates/ucall-capi/tests/valgrind.supp $(C_OUT)/api_test_plain 2>$(C_OUT)/valgrind.log || { cat $(C_OUT)/valgrind.log; exit 1; }
+	gcc $(C_FLAGS) crates/ucall-capi/tests/c/client_test.c target/debug/libucall.a $(C_LIBS) -o $(C_OUT)/client_test_plain
+	UCALL_ENGINE=poll timeout 300 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		--suppressions=crates/ucall-capi/tests/valgrind.supp $(C_OUT)/client_test_plain 2>$(C_OUT)/valgrind-client.log || { cat $(C_OUT)/valgrind-client.log; exit 1; }
 	cargo build -p ucall-examples --bin sum_server  # tests/python runs the Rust example too
 	# The shared suite on the C spec server, on each engine, two threads in ucall_take_calls.
 	# Reports go to asan/log.spec_server.PID; the suite notes how each server ended, which

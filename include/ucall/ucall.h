@@ -114,7 +114,8 @@ typedef struct ucall_client_config_t {
 /**
  * A client handle, made by `ucall_client_new()` and released by `ucall_client_free()`.
  *
- * Methods: `ucall_client_call()`, `ucall_client_notify()`, `ucall_client_free()`.
+ * Methods: `ucall_client_call()`, `ucall_client_call_attached()`,
+ * `ucall_client_result_attachment()`, `ucall_client_notify()`, `ucall_client_free()`.
  * One connection, opened by the first call and again after the server closed it. Calls
  * on one client are serialized (a mutex): use one client per thread for parallel calls.
  */
@@ -158,6 +159,52 @@ typedef struct ucall_client_response_t {
    */
   size_t error_data_length;
 } ucall_client_response_t;
+
+/**
+ * An attachment: raw bytes beside the JSON text of a binary message (docs/wire.md), given
+ * to `ucall_client_call_attached()` or read by `ucall_client_result_attachment()`.
+ *
+ * In a call: `name` (with `name_length`, 0 meaning NUL-terminated) names the parameter
+ * it is, NULL appends it by position; `data` and `length` its bytes (`data` may be NULL
+ * when `length` is 0); `dtype` NULL for bytes, or an array's element type as docs/wire.md
+ * lists them (`"float32"`, `"uint8"`, ...), its `shape` (`dimensions` sizes, C order,
+ * little-endian data).
+ *
+ * In a reply: `name` is NULL; `data` and `length` the attachment's bytes where they lie
+ * in the reply; `dtype` NULL for bytes, else a NUL-terminated static string, and `shape`
+ * (NULL when `dimensions` is 0) its sizes. The pointers stay valid until the next call on
+ * the same client or `ucall_client_free()`.
+ */
+typedef struct ucall_client_attachment_t {
+  /**
+   * The parameter's name (a call's attachment), or NULL: by position.
+   */
+  ucall_str_t name;
+  /**
+   * Its length in bytes; 0: NUL-terminated.
+   */
+  size_t name_length;
+  /**
+   * The bytes.
+   */
+  const void *data;
+  /**
+   * Their length.
+   */
+  size_t length;
+  /**
+   * NULL for bytes; an array's element type (`"float32"`...).
+   */
+  ucall_str_t dtype;
+  /**
+   * An array's size in each dimension.
+   */
+  const size_t *shape;
+  /**
+   * How many dimensions (0: a scalar, or bytes).
+   */
+  size_t dimensions;
+} ucall_client_attachment_t;
 
 /**
  * Configuration for `ucall_init()`. Zero (or NULL) in a field means "the default";
@@ -848,6 +895,30 @@ void ucall_call_reply_attachment(ucall_call_t call,
                                  void *userdata);
 
 /**
+ * Answer with an n-dimensional array as the result: `dimensions` sizes at `shape` (C
+ * order), elements of `dtype` (NUL-terminated: `"float32"`, `"uint8"`, ... as
+ * docs/wire.md lists them), `length` bytes of little-endian data at `data`. An `ndarray`
+ * attachment of a binary message for a caller that accepts binary replies, else the
+ * base64 of its `.npy` form (as `numpy.save` writes it). `release` and `userdata` as
+ * for `ucall_call_reply_attachment()` (NULL: copied before this returns). An unknown
+ * dtype, a NULL shape with dimensions, or `length` other than the shape's element count
+ * times the dtype's size answers `-32603`. Only the first
+ * `ucall_call_reply_*()` of a call counts.
+ *
+ * # Safety
+ * As `ucall_call_reply_attachment()`; `dtype` NULL or NUL-terminated; `shape` NULL or
+ * `dimensions` readable sizes.
+ */
+void ucall_call_reply_array(ucall_call_t call,
+                            ucall_str_t dtype,
+                            const size_t *shape,
+                            size_t dimensions,
+                            const uint8_t *data,
+                            size_t length,
+                            ucall_release_t release,
+                            void *userdata);
+
+/**
  * Answer with the JSON-RPC error `code` and `message` (`message_length` bytes, or
  * NUL-terminated when 0; NULL: the specification's message for the code). The message
  * may be any text; bytes that are not UTF-8 are replaced. Only the first
@@ -958,6 +1029,55 @@ bool ucall_client_call(ucall_client_t client,
                        ucall_str_t params,
                        size_t params_length,
                        struct ucall_client_response_t *response);
+
+/**
+ * As `ucall_client_call()`, with `attachments_count` attachments added to the params (by
+ * name to an object, by position to an array; with `params` NULL, an object when the
+ * first attachment has a name, else an array). Their bytes are copied before this
+ * returns.
+ *
+ * Where the server takes binary messages (docs/wire.md: HTTP by its content type, raw
+ * TCP by its first byte, WebSocket where the server selected `ucall.binary.v1`), the call
+ * travels as one, its attachments raw after the JSON text, and its reply may be one: a
+ * result or part of it that is bytes or an array is then a placeholder in `result`, read
+ * with `ucall_client_result_attachment()`. A server that reads JSON only gets base64 (an
+ * array as the base64 of its `.npy` form) and answers as ever: a first refusal (HTTP
+ * 415, or a -32700 parse error with no id) sends the call again as JSON, which the
+ * refusal shows did not run, and the client sends JSON from then on.
+ *
+ * # Safety
+ * As `ucall_client_call()`; `attachments` must be NULL (with a count of 0) or point to
+ * `attachments_count` readable attachments whose pointers are readable as their lengths
+ * say.
+ */
+bool ucall_client_call_attached(ucall_client_t client,
+                                ucall_str_t method,
+                                size_t method_length,
+                                ucall_str_t params,
+                                size_t params_length,
+                                const struct ucall_client_attachment_t *attachments,
+                                size_t attachments_count,
+                                struct ucall_client_response_t *response);
+
+/**
+ * Read the attachment that a placeholder in the last reply's result names: at the JSON
+ * Pointer `pointer` (RFC 6901; NULL or `""`: the result itself, `"/image"` its member
+ * `image`, `"/0"` its first element). On success writes `*attachment` (see
+ * `ucall_client_attachment_t`: its bytes where they lie in the reply, no copy and no
+ * base64 pass, valid until the next call on the client or `ucall_client_free()`) and
+ * returns `true`. `false`, `*attachment` untouched, when there is no last reply, it is an
+ * error, nothing is at `pointer`, the value there is no placeholder of a binary reply (a
+ * server that reads JSON only answers base64 in `result`), or the placeholder breaks a
+ * rule of docs/wire.md (`ucall_last_error()` says which).
+ *
+ * # Safety
+ * `client` must be a handle from `ucall_client_new()` not yet freed; `pointer` NULL or
+ * readable as `pointer_length` says (0: NUL-terminated); `attachment` NULL or writable.
+ */
+bool ucall_client_result_attachment(ucall_client_t client,
+                                    ucall_str_t pointer,
+                                    size_t pointer_length,
+                                    struct ucall_client_attachment_t *attachment);
 
 /**
  * Send a notification (no id, no reply; over HTTP the server's `204` is awaited).

@@ -2,7 +2,7 @@
 // The transport-independent client: ids, pending calls, batching, time-outs, retries.
 
 import { ErrorCode, RpcError, fromErrorObject, isRetryable, type Executed } from "./errors.js";
-import { BINARY, BLOB, Section, body, pack, readBlobs, scan, unpack, type Body, type Reply } from "./wire.js";
+import { BINARY, BLOB, Section, body, pack, readBlobs, refusesBinary, scan, unpack, type Body, type Reply } from "./wire.js";
 
 export type { BinaryReply, Body, Reply } from "./wire.js";
 
@@ -114,6 +114,30 @@ export class HttpStatus extends Error {
     readonly body: string,
   ) {
     super(`HTTP ${status}`);
+  }
+}
+
+/**
+ * Binary requests over HTTP (docs/wire.md §3.1), one rule for both HTTP transports: a message
+ * with attachments goes as a binary message while the server may take one ("try") and once
+ * it took one ("on"); a refusal from a server that never took one (415, or 400 with a
+ * -32700) sends the same message again as JSON, which the refusal shows never ran, and every
+ * later one ("off").
+ */
+export class BinaryRequests {
+  constructor(public state: "off" | "try" | "on") {}
+
+  async send(out: Outgoing, exchange: (binary: boolean) => Promise<Reply>): Promise<Reply> {
+    const binary = out.binary && this.state !== "off";
+    try {
+      const reply = await exchange(binary);
+      if (binary) this.state = "on";
+      return reply;
+    } catch (error) {
+      if (!(binary && this.state !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
+      this.state = "off";
+      return exchange(false);
+    }
   }
 }
 

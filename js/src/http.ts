@@ -2,9 +2,9 @@
 // HTTP transport through fetch: one POST per message. What browsers use, and Node where a
 // fetch is passed in (platform.ts picks Node's own connections otherwise).
 
-import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type Message, type Outgoing, type Transport } from "./base.js";
+import { BinaryRequests, HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type Message, type Outgoing, type Transport } from "./base.js";
 import type { Http1Options } from "./http1.js";
-import { CONTENT_TYPE, JSON_LENGTH, readBody, refusesBinary, type Reply } from "./wire.js";
+import { CONTENT_TYPE, JSON_LENGTH, readBody, type Reply } from "./wire.js";
 
 /** Options of the HTTP transport. */
 export interface HttpOptions extends Http1Options {
@@ -29,7 +29,7 @@ export class FetchTransport implements Transport {
   private readonly fetch: typeof fetch;
   private readonly maxReply: number;
   /** Binary requests: sent when they have attachments until the server refuses one it never took. */
-  private binary: "off" | "try" | "on";
+  private readonly binary: BinaryRequests;
 
   constructor(
     private readonly url: string,
@@ -39,24 +39,15 @@ export class FetchTransport implements Transport {
     // expose it on replies, which CORS set-ups do not by default: there, only when asked.
     const page = (globalThis as { location?: { origin?: string } }).location?.origin;
     const crossOrigin = page !== undefined && new URL(url).origin !== page;
-    this.binary = options.binary === false || (options.binary === undefined && crossOrigin) ? "off" : "try";
+    this.binary = new BinaryRequests(options.binary === false || (options.binary === undefined && crossOrigin) ? "off" : "try");
     this.headers = { "content-type": "application/json", ...options.headers };
-    if (this.binary !== "off") this.headers.accept ??= `${CONTENT_TYPE}, application/json`;
+    if (this.binary.state !== "off") this.headers.accept ??= `${CONTENT_TYPE}, application/json`;
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
   }
 
-  async send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
-    const binary = out.binary && this.binary !== "off";
-    try {
-      const reply = await this.exchange(out, binary, message, written);
-      if (binary) this.binary = "on";
-      return reply;
-    } catch (error) {
-      if (!(binary && this.binary !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
-      this.binary = "off"; // a server that reads JSON only: the same calls as JSON, which the refusal shows never ran
-      return this.exchange(out, false, message, written);
-    }
+  send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
+    return this.binary.send(out, (binary) => this.exchange(out, binary, message, written));
   }
 
   private async exchange(out: Outgoing, binary: boolean, message: Message, written: () => void): Promise<Reply> {

@@ -5,8 +5,8 @@
 // (bench/echo.mjs: 556 calls/s beside 6,791 for node:http on the same server).
 
 import type { Socket } from "node:net";
-import { HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Outgoing, type Transport } from "./base.js";
-import { CONTENT_TYPE, JSON_LENGTH, readBody, refusesBinary, type Reply } from "./wire.js";
+import { BinaryRequests, HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Outgoing, type Transport } from "./base.js";
+import { CONTENT_TYPE, JSON_LENGTH, readBody, type Reply } from "./wire.js";
 
 /** Options of the Node HTTP/1.1 transport. */
 export interface Http1Options extends Pick<ClientOptions, "maxReplySize"> {
@@ -93,7 +93,7 @@ export class Http1Transport implements Transport {
   private readonly prefix: string;
   private readonly binaryPrefix: string;
   /** Binary requests: sent when they have attachments until the server refuses one it never took. */
-  private binary: "off" | "try" | "on";
+  private readonly binary: BinaryRequests;
   private readonly host: string;
   private readonly port: number;
   private readonly secure: boolean;
@@ -116,9 +116,9 @@ export class Http1Transport implements Transport {
     this.max = options.connections ?? 32;
     this.depth = options.pipelining ?? 1;
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
-    this.binary = options.binary === false ? "off" : "try";
+    this.binary = new BinaryRequests(options.binary === false ? "off" : "try");
     const headers: Record<string, string> = {};
-    if (this.binary !== "off") headers.accept = `${CONTENT_TYPE}, application/json`;
+    if (this.binary.state !== "off") headers.accept = `${CONTENT_TYPE}, application/json`;
     for (const [name, value] of Object.entries(options.headers ?? {})) headers[name.toLowerCase()] = value;
     let head = `POST ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
     for (const [name, value] of Object.entries(headers)) {
@@ -129,17 +129,8 @@ export class Http1Transport implements Transport {
     this.binaryPrefix = `${head}content-type: ${CONTENT_TYPE}\r\ncontent-length: `;
   }
 
-  async send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
-    const binary = out.binary && this.binary !== "off";
-    try {
-      const reply = await this.exchange(out, binary, message, written);
-      if (binary) this.binary = "on";
-      return reply;
-    } catch (error) {
-      if (!(binary && this.binary !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
-      this.binary = "off"; // a server that reads JSON only: the same calls as JSON, which the refusal shows never ran
-      return this.exchange(out, false, message, written);
-    }
+  send(out: Outgoing, message: Message, written: () => void): Promise<Reply> {
+    return this.binary.send(out, (binary) => this.exchange(out, binary, message, written));
   }
 
   private exchange(out: Outgoing, binary: boolean, message: Message, written: () => void): Promise<Reply> {

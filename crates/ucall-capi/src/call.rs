@@ -1074,18 +1074,8 @@ pub unsafe extern "C" fn ucall_call_reply_attachment(
     userdata: *mut c_void,
 ) {
     ffi_panic_boundary! {"ucall_call_reply_attachment",
-        let readable = !data.is_null() || length == 0;
-        let bytes = match release {
-            // Released when dropped, whatever happens next (unreadable: at once).
-            Some(release) => {
-                let lent = Lent { data, length: if readable { length } else { 0 }, release, userdata };
-                readable.then(|| ucall_core::Bytes::from_owner(lent))
-            }
-            None if !readable => None,
-            None if length == 0 => Some(ucall_core::Bytes::new()),
-            // SAFETY: `length` readable bytes at `data` (the caller's contract).
-            None => Some(ucall_core::Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(data, length) })),
-        };
+        // SAFETY: the caller's contract, passed on.
+        let bytes = unsafe { lent_bytes(data, length, release, userdata) };
         // SAFETY: the caller's contract.
         let Some(context) = (unsafe { context(call) }) else { return };
         let method = context.call.method();
@@ -1094,9 +1084,97 @@ pub unsafe extern "C" fn ucall_call_reply_attachment(
                 reply.bytes(bytes);
                 Answer::Replied
             }
-            None => Answer::Failed(RpcError::internal(format!(
-                "Internal error: '{method}' replied with NULL bytes of non-zero length"
+            None => Answer::Failed(null_bytes(method)),
+        });
+    }
+}
+
+/// `length` bytes at `data` as [`ucall_core::Bytes`]: copied with `release` NULL, else
+/// lent until dropped (then `release(userdata)`, also at once when unreadable). `None`
+/// for NULL data of non-zero length.
+///
+/// # Safety
+/// `data` NULL or `length` readable bytes, unchanged until `release` is called when given.
+unsafe fn lent_bytes(
+    data: *const u8,
+    length: usize,
+    release: ucall_release_t,
+    userdata: *mut c_void,
+) -> Option<ucall_core::Bytes> {
+    let readable = !data.is_null() || length == 0;
+    match release {
+        // Released when dropped, whatever happens next (unreadable: at once).
+        Some(release) => {
+            let lent = Lent {
+                data,
+                length: if readable { length } else { 0 },
+                release,
+                userdata,
+            };
+            readable.then(|| ucall_core::Bytes::from_owner(lent))
+        }
+        None if !readable => None,
+        None if length == 0 => Some(ucall_core::Bytes::new()),
+        // SAFETY: `length` readable bytes at `data` (the caller's contract).
+        None => Some(ucall_core::Bytes::copy_from_slice(unsafe {
+            std::slice::from_raw_parts(data, length)
+        })),
+    }
+}
+
+#[cold]
+fn null_bytes(method: &str) -> RpcError {
+    RpcError::internal(format!(
+        "Internal error: '{method}' replied with NULL bytes of non-zero length"
+    ))
+}
+
+/// Answer with an n-dimensional array as the result: `dimensions` sizes at `shape` (C
+/// order), elements of `dtype` (NUL-terminated: `"float32"`, `"uint8"`, ... as
+/// docs/wire.md lists them), `length` bytes of little-endian data at `data`. An `ndarray`
+/// attachment of a binary message for a caller that accepts binary replies, else the
+/// base64 of its `.npy` form (as `numpy.save` writes it). `release` and `userdata` as
+/// for `ucall_call_reply_attachment()` (NULL: copied before this returns). An unknown
+/// dtype, a NULL shape with dimensions, or `length` other than the shape's element count
+/// times the dtype's size answers `-32603`. Only the first
+/// `ucall_call_reply_*()` of a call counts.
+///
+/// # Safety
+/// As `ucall_call_reply_attachment()`; `dtype` NULL or NUL-terminated; `shape` NULL or
+/// `dimensions` readable sizes.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_call_reply_array(
+    call: ucall_call_t,
+    dtype: ucall_str_t,
+    shape: *const usize,
+    dimensions: usize,
+    data: *const u8,
+    length: usize,
+    release: ucall_release_t,
+    userdata: *mut c_void,
+) {
+    ffi_panic_boundary! {"ucall_call_reply_array",
+        // SAFETY: the caller's contract, passed on.
+        let bytes = unsafe { lent_bytes(data, length, release, userdata) };
+        // SAFETY: the caller's contract for `dtype` and `shape`.
+        let (dtype, shape) = unsafe { (ffi::c_str_arg(dtype), ffi::array_arg(shape, dimensions)) };
+        let dtype = dtype.and_then(|name| name.to_str().ok()).and_then(ucall_core::Dtype::from_name);
+        let shape = shape.or_else(|| (dimensions == 0).then_some(&[][..]));
+        // SAFETY: the caller's contract.
+        let Some(context) = (unsafe { context(call) }) else { return };
+        let method = context.call.method();
+        context.answer(|reply| match (bytes, dtype, shape) {
+            (None, _, _) => Answer::Failed(null_bytes(method)),
+            (_, None, _) => Answer::Failed(RpcError::internal(format!(
+                "Internal error: '{method}' replied with an array of an unknown dtype"
             ))),
+            (_, _, None) => Answer::Failed(RpcError::internal(format!(
+                "Internal error: '{method}' replied with an array whose shape is NULL"
+            ))),
+            (Some(bytes), Some(dtype), Some(shape)) => match reply.array(dtype, shape, bytes) {
+                Ok(()) => Answer::Replied,
+                Err(error) => Answer::Failed(error),
+            },
         });
     }
 }

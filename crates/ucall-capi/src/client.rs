@@ -18,14 +18,15 @@ use std::ffi::c_void;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use ucall_client::{Client, Endpoint, Response, RpcError};
+use ucall_client::{Client, Dtype, Endpoint, Params, Response, RpcError};
 
 use crate::error;
 use crate::ffi::{self, ucall_str_t, Handle, Tag};
 
 /// A client handle, made by `ucall_client_new()` and released by `ucall_client_free()`.
 ///
-/// Methods: `ucall_client_call()`, `ucall_client_notify()`, `ucall_client_free()`.
+/// Methods: `ucall_client_call()`, `ucall_client_call_attached()`,
+/// `ucall_client_result_attachment()`, `ucall_client_notify()`, `ucall_client_free()`.
 /// One connection, opened by the first call and again after the server closed it. Calls
 /// on one client are serialized (a mutex): use one client per thread for parallel calls.
 #[allow(non_camel_case_types)]
@@ -78,6 +79,38 @@ pub struct ucall_client_response_t {
     pub error_data_length: usize,
 }
 
+/// An attachment: raw bytes beside the JSON text of a binary message (docs/wire.md), given
+/// to `ucall_client_call_attached()` or read by `ucall_client_result_attachment()`.
+///
+/// In a call: `name` (with `name_length`, 0 meaning NUL-terminated) names the parameter
+/// it is, NULL appends it by position; `data` and `length` its bytes (`data` may be NULL
+/// when `length` is 0); `dtype` NULL for bytes, or an array's element type as docs/wire.md
+/// lists them (`"float32"`, `"uint8"`, ...), its `shape` (`dimensions` sizes, C order,
+/// little-endian data).
+///
+/// In a reply: `name` is NULL; `data` and `length` the attachment's bytes where they lie
+/// in the reply; `dtype` NULL for bytes, else a NUL-terminated static string, and `shape`
+/// (NULL when `dimensions` is 0) its sizes. The pointers stay valid until the next call on
+/// the same client or `ucall_client_free()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+pub struct ucall_client_attachment_t {
+    /// The parameter's name (a call's attachment), or NULL: by position.
+    pub name: ucall_str_t,
+    /// Its length in bytes; 0: NUL-terminated.
+    pub name_length: usize,
+    /// The bytes.
+    pub data: *const c_void,
+    /// Their length.
+    pub length: usize,
+    /// NULL for bytes; an array's element type (`"float32"`...).
+    pub dtype: ucall_str_t,
+    /// An array's size in each dimension.
+    pub shape: *const usize,
+    /// How many dimensions (0: a scalar, or bytes).
+    pub dimensions: usize,
+}
+
 /// What a `ucall_client_t` points to.
 #[repr(C)]
 pub struct CClient {
@@ -91,6 +124,8 @@ struct State {
     response: Option<Response>,
     message: String,
     data: String,
+    /// The shape of the attachment last read from the reply.
+    shape: Vec<usize>,
 }
 
 // SAFETY: `CClient` is `#[repr(C)]` with a `Tag` first.
@@ -192,7 +227,13 @@ pub unsafe extern "C" fn ucall_client_new(config: *const ucall_client_config_t, 
             Ok(made) => {
                 let handle = Box::into_raw(Box::new(CClient {
                     tag: Tag::CLIENT,
-                    state: Mutex::new(State { client: made, response: None, message: String::new(), data: String::new() }),
+                    state: Mutex::new(State {
+                        client: made,
+                        response: None,
+                        message: String::new(),
+                        data: String::new(),
+                        shape: Vec::new(),
+                    }),
                 }));
                 // SAFETY: `client` is non-NULL (checked above) and writable by contract.
                 unsafe { ffi::write_out(client, handle.cast::<c_void>()) }
@@ -259,42 +300,304 @@ pub unsafe extern "C" fn ucall_client_call(
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         let state = &mut *state;
         state.response = None;
-        let reply = match state.client.call_json(method, params) {
-            Ok(reply) => reply,
+        let reply = state.client.call_json(method, params);
+        // SAFETY: `response` is non-NULL (checked above) and writable by contract.
+        unsafe { answer(state, reply, F, response) }
+    }
+}
+
+/// Keep `reply` as the client's last and describe it in `*response`; `false` (and the
+/// reason recorded) when there is none.
+///
+/// # Safety
+/// `response` must be non-NULL and writable.
+unsafe fn answer(
+    state: &mut State,
+    reply: ucall_client::Result<Response>,
+    function: &str,
+    response: *mut ucall_client_response_t,
+) -> bool {
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(why) => {
+            error::set(format!("{function}: {why}"));
+            return false;
+        }
+    };
+    let reply = state.response.insert(reply);
+    let out = match reply.result_json() {
+        Ok(result) => ucall_client_response_t {
+            ok: true,
+            result: result.as_ptr().cast(),
+            result_length: result.len(),
+            error_code: 0,
+            error_message: EMPTY.as_ptr(),
+            error_message_length: 0,
+            error_data: EMPTY.as_ptr(),
+            error_data_length: 0,
+        },
+        Err(RpcError { code, message, data }) => {
+            state.message = message;
+            state.data = data.unwrap_or_default();
+            ucall_client_response_t {
+                ok: false,
+                result: EMPTY.as_ptr(),
+                result_length: 0,
+                error_code: code,
+                error_message: if state.message.is_empty() {
+                    EMPTY.as_ptr()
+                } else {
+                    state.message.as_ptr().cast()
+                },
+                error_message_length: state.message.len(),
+                error_data: if state.data.is_empty() {
+                    EMPTY.as_ptr()
+                } else {
+                    state.data.as_ptr().cast()
+                },
+                error_data_length: state.data.len(),
+            }
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe { ffi::write_out(response, out) }
+}
+
+/// `params` (JSON text or NULL) with `attachments` appended: by name to an object, by
+/// position to an array (NULL params: whichever the first attachment asks for).
+///
+/// # Safety
+/// Each attachment's pointers must be readable as its lengths say (`ucall_client_call_attached`).
+unsafe fn attached_params(params: Option<&str>, attachments: &[ucall_client_attachment_t]) -> Result<Params, String> {
+    let by_name = |a: &ucall_client_attachment_t| !a.name.is_null();
+    let mut built = match params {
+        Some(text) => Params::from_json(text).map_err(|e| e.to_string())?,
+        None if attachments.first().is_some_and(by_name) => Params::object(),
+        None => Params::array(),
+    };
+    let object = built.as_json().starts_with('{');
+    for (i, attachment) in attachments.iter().enumerate() {
+        if by_name(attachment) != object {
+            return Err(format!(
+                "attachment {i}: {} (params are an {})",
+                if object { "has no name" } else { "has a name" },
+                if object { "object" } else { "array" }
+            ));
+        }
+        // SAFETY: the caller's contract for each attachment.
+        let data = unsafe { ffi::array_arg(attachment.data.cast::<u8>(), attachment.length) };
+        let data = match (data, attachment.length) {
+            (Some(data), _) => ucall_client::Bytes::copy_from_slice(data),
+            (None, 0) => ucall_client::Bytes::new(),
+            (None, _) => return Err(format!("attachment {i}: its data is NULL")),
+        };
+        // SAFETY: as above.
+        let dtype = match unsafe { ffi::c_str_arg(attachment.dtype) } {
+            None => None,
+            Some(name) => Some(
+                name.to_str()
+                    .ok()
+                    .and_then(Dtype::from_name)
+                    .ok_or_else(|| format!("attachment {i}: {name:?} is not a dtype docs/wire.md lists"))?,
+            ),
+        };
+        // SAFETY: as above.
+        let shape = unsafe { ffi::array_arg(attachment.shape, attachment.dimensions) };
+        let shape = match (shape, attachment.dimensions) {
+            (Some(shape), _) => shape,
+            (None, 0) => &[][..],
+            (None, _) => return Err(format!("attachment {i}: its shape is NULL")),
+        };
+        let name = if object {
+            // SAFETY: as above.
+            let name = unsafe { ffi::text_arg(attachment.name, attachment.name_length) }.unwrap_or_default();
+            Some(std::str::from_utf8(name).map_err(|_| format!("attachment {i}: its name is not UTF-8"))?)
+        } else {
+            None
+        };
+        built = match (name, dtype) {
+            (Some(name), None) => built.named_attachment(name, data),
+            (Some(name), Some(dtype)) => built.named_ndarray(name, dtype, shape, data),
+            (None, None) => built.attachment(data),
+            (None, Some(dtype)) => built.ndarray(dtype, shape, data),
+        };
+    }
+    Ok(built)
+}
+
+/// As `ucall_client_call()`, with `attachments_count` attachments added to the params (by
+/// name to an object, by position to an array; with `params` NULL, an object when the
+/// first attachment has a name, else an array). Their bytes are copied before this
+/// returns.
+///
+/// Where the server takes binary messages (docs/wire.md: HTTP by its content type, raw
+/// TCP by its first byte, WebSocket where the server selected `ucall.binary.v1`), the call
+/// travels as one, its attachments raw after the JSON text, and its reply may be one: a
+/// result or part of it that is bytes or an array is then a placeholder in `result`, read
+/// with `ucall_client_result_attachment()`. A server that reads JSON only gets base64 (an
+/// array as the base64 of its `.npy` form) and answers as ever: a first refusal (HTTP
+/// 415, or a -32700 parse error with no id) sends the call again as JSON, which the
+/// refusal shows did not run, and the client sends JSON from then on.
+///
+/// # Safety
+/// As `ucall_client_call()`; `attachments` must be NULL (with a count of 0) or point to
+/// `attachments_count` readable attachments whose pointers are readable as their lengths
+/// say.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_client_call_attached(
+    client: ucall_client_t,
+    method: ucall_str_t,
+    method_length: usize,
+    params: ucall_str_t,
+    params_length: usize,
+    attachments: *const ucall_client_attachment_t,
+    attachments_count: usize,
+    response: *mut ucall_client_response_t,
+) -> bool {
+    ffi_panic_boundary! {"ucall_client_call_attached",
+        error::clear();
+        const F: &str = "ucall_client_call_attached";
+        // SAFETY: the caller's contract.
+        let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
+            error::set(format!("{F}: the client handle is NULL or not a client"));
+            return false;
+        };
+        if response.is_null() {
+            error::set(format!("{F}: the response out-parameter is NULL"));
+            return false;
+        }
+        // SAFETY: the caller's contract for both strings and the attachments.
+        let (method, params, attachments) = unsafe {
+            (
+                ffi::text_arg(method, method_length),
+                ffi::text_arg(params, params_length),
+                ffi::array_arg(attachments, attachments_count),
+            )
+        };
+        let Some(Ok(method)) = method.map(std::str::from_utf8) else {
+            error::set(format!("{F}: the method name is NULL or not UTF-8"));
+            return false;
+        };
+        let params = match params.map(ucall_core::jsonrpc::as_text) {
+            None => None,
+            Some(Some(params)) => Some(params),
+            Some(None) => {
+                error::set(format!("{F}: params are not UTF-8"));
+                return false;
+            }
+        };
+        let attachments = match attachments {
+            Some(attachments) => attachments,
+            None if attachments_count == 0 => &[][..],
+            None => {
+                error::set(format!("{F}: the attachments are NULL"));
+                return false;
+            }
+        };
+        // SAFETY: the caller's contract for the attachments' pointers.
+        let built = match unsafe { attached_params(params, attachments) } {
+            Ok(built) => built,
             Err(why) => {
                 error::set(format!("{F}: {why}"));
                 return false;
             }
         };
-        let reply = state.response.insert(reply);
-        let out = match reply.result_json() {
-            Ok(result) => ucall_client_response_t {
-                ok: true,
-                result: result.as_ptr().cast(),
-                result_length: result.len(),
-                error_code: 0,
-                error_message: EMPTY.as_ptr(),
-                error_message_length: 0,
-                error_data: EMPTY.as_ptr(),
-                error_data_length: 0,
-            },
-            Err(RpcError { code, message, data }) => {
-                state.message = message;
-                state.data = data.unwrap_or_default();
-                ucall_client_response_t {
-                    ok: false,
-                    result: EMPTY.as_ptr(),
-                    result_length: 0,
-                    error_code: code,
-                    error_message: if state.message.is_empty() { EMPTY.as_ptr() } else { state.message.as_ptr().cast() },
-                    error_message_length: state.message.len(),
-                    error_data: if state.data.is_empty() { EMPTY.as_ptr() } else { state.data.as_ptr().cast() },
-                    error_data_length: state.data.len(),
-                }
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = &mut *state;
+        state.response = None;
+        let reply = state.client.call(method, built);
+        // SAFETY: `response` is non-NULL (checked above) and writable by contract.
+        unsafe { answer(state, reply, F, response) }
+    }
+}
+
+/// The NUL-terminated name of `dtype`.
+fn dtype_name(dtype: Dtype) -> &'static std::ffi::CStr {
+    match dtype {
+        Dtype::Bool => c"bool",
+        Dtype::Int8 => c"int8",
+        Dtype::Uint8 => c"uint8",
+        Dtype::Int16 => c"int16",
+        Dtype::Uint16 => c"uint16",
+        Dtype::Int32 => c"int32",
+        Dtype::Uint32 => c"uint32",
+        Dtype::Int64 => c"int64",
+        Dtype::Uint64 => c"uint64",
+        Dtype::Float16 => c"float16",
+        Dtype::Float32 => c"float32",
+        Dtype::Float64 => c"float64",
+        Dtype::Complex64 => c"complex64",
+        Dtype::Complex128 => c"complex128",
+    }
+}
+
+/// Read the attachment that a placeholder in the last reply's result names: at the JSON
+/// Pointer `pointer` (RFC 6901; NULL or `""`: the result itself, `"/image"` its member
+/// `image`, `"/0"` its first element). On success writes `*attachment` (see
+/// `ucall_client_attachment_t`: its bytes where they lie in the reply, no copy and no
+/// base64 pass, valid until the next call on the client or `ucall_client_free()`) and
+/// returns `true`. `false`, `*attachment` untouched, when there is no last reply, it is an
+/// error, nothing is at `pointer`, the value there is no placeholder of a binary reply (a
+/// server that reads JSON only answers base64 in `result`), or the placeholder breaks a
+/// rule of docs/wire.md (`ucall_last_error()` says which).
+///
+/// # Safety
+/// `client` must be a handle from `ucall_client_new()` not yet freed; `pointer` NULL or
+/// readable as `pointer_length` says (0: NUL-terminated); `attachment` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_client_result_attachment(
+    client: ucall_client_t,
+    pointer: ucall_str_t,
+    pointer_length: usize,
+    attachment: *mut ucall_client_attachment_t,
+) -> bool {
+    ffi_panic_boundary! {"ucall_client_result_attachment",
+        error::clear();
+        const F: &str = "ucall_client_result_attachment";
+        // SAFETY: the caller's contract.
+        let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
+            error::set(format!("{F}: the client handle is NULL or not a client"));
+            return false;
+        };
+        if attachment.is_null() {
+            error::set(format!("{F}: the attachment out-parameter is NULL"));
+            return false;
+        }
+        // SAFETY: the caller's contract.
+        let pointer = unsafe { ffi::text_arg(pointer, pointer_length) }.unwrap_or_default();
+        let Ok(pointer) = std::str::from_utf8(pointer) else {
+            error::set(format!("{F}: the JSON Pointer is not UTF-8"));
+            return false;
+        };
+        let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = &mut *state;
+        let Some(reply) = &state.response else {
+            error::set(format!("{F}: no reply to read (the last call failed, or none was made)"));
+            return false;
+        };
+        let found = match reply.result_attachment_at(pointer) {
+            Ok(found) => found,
+            Err(why) => {
+                error::set(format!("{F}: {}", why.message));
+                return false;
             }
         };
-        // SAFETY: `response` is non-NULL (checked above) and writable by contract.
-        unsafe { ffi::write_out(response, out) }
+        state.shape.clear();
+        let dtype = found.array.map_or(std::ptr::null(), |info| {
+            state.shape.extend(info.shape());
+            dtype_name(info.dtype).as_ptr()
+        });
+        let out = ucall_client_attachment_t {
+            name: std::ptr::null(),
+            name_length: 0,
+            data: if found.bytes.is_empty() { EMPTY.as_ptr().cast() } else { found.bytes.as_ptr().cast() },
+            length: found.bytes.len(),
+            dtype,
+            shape: if state.shape.is_empty() { std::ptr::null() } else { state.shape.as_ptr() },
+            dimensions: state.shape.len(),
+        };
+        // SAFETY: `attachment` is non-NULL (checked above) and writable by contract.
+        unsafe { ffi::write_out(attachment, out) }
     }
 }
 

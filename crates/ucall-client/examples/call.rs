@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Start a UCall server on a free port, then call it every way the client can: a call,
-//! bytes, a notification, a batch, a pipeline, raw TCP, a pool and many calls in flight.
+//! bytes, an array as an attachment, a notification, a batch, a pipeline, raw TCP, a pool
+//! and many calls in flight.
 //!
 //! `cargo run -p ucall-client --example call` (a test runs it too).
 
@@ -25,6 +26,20 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
             reply.raw_trusted(data);
             Ok(())
         })
+        // An array param read where it lies in the request, answered from its own memory.
+        .handler("scale", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let found = call.params().attachment(0, "x")?;
+            let info = found
+                .array
+                .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
+            let shape: Vec<usize> = info.shape().collect();
+            let doubled: Vec<f32> = found
+                .bytes
+                .chunks_exact(4)
+                .map(|b| 2.0 * f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            reply.array_of(&shape, doubled)
+        })
         .bind()?
         .spawn()?;
     let port = server.port();
@@ -40,6 +55,16 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let echoed = client.call("echo", Params::array().bytes(&blob))?.result_bytes()?;
     println!("echo of {} bytes came back equal: {}", blob.len(), echoed == blob);
     client.notify("log", NoParams)?;
+
+    // Arrays and bytes as attachments of a binary message (docs/wire.md): raw after the
+    // JSON text, no base64; the reply's array is viewed where it lies in the reply.
+    let image: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let reply = client.call("scale", Params::array().ndarray_of(&[3, 4], image))?;
+    let scaled = reply.result_array::<f32>()?;
+    println!(
+        "scale of a 3x4 float32 array: shape {:?}, last {}",
+        scaled.shape, scaled.data[11]
+    );
 
     let mut batch = Batch::new();
     batch.call("sum", [1, 1])?;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::conn::{Connection, Step};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
-use crate::framing::Reply;
-use crate::message::{write_request, CheckedJson, Envelope, Response, ToParams};
+use crate::framing::{Protocol, Reply, RequestKind};
+use crate::message::{write_binary_request, write_request, CheckedJson, Envelope, Response, ToParams};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
 /// server closed it.
@@ -35,6 +35,20 @@ pub struct Client {
     conn: Connection,
     next_id: u64,
     timeout: Option<Duration>,
+    binary: Binary,
+}
+
+/// What this client knows of the server's binary messages (docs/wire.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binary {
+    /// Never sent ([`Endpoint::with_binary`]`(Some(false))`, or the server refused one).
+    Off,
+    /// Calls with attachments go as binary messages until the server takes or refuses one.
+    Try,
+    /// The server took one: calls with attachments go as binary messages.
+    Taken,
+    /// Every call goes as a binary message ([`Endpoint::with_binary`]`(Some(true))`).
+    Always,
 }
 
 /// While more than this many request bytes wait to be written, a pipeline makes no more
@@ -50,10 +64,16 @@ impl Client {
     pub fn new(mut endpoint: Endpoint) -> Result<Self> {
         endpoint.prepare()?;
         let timeout = endpoint.timeout();
+        let binary = match endpoint.binary() {
+            None => Binary::Try,
+            Some(true) => Binary::Always,
+            Some(false) => Binary::Off,
+        };
         Ok(Client {
             conn: Connection::new(endpoint)?,
             next_id: 0,
             timeout,
+            binary,
         })
     }
 
@@ -76,16 +96,98 @@ impl Client {
     /// Call `method` with `params` (anything `Serialize` as an array or object, a
     /// [`crate::Params`], or [`crate::NoParams`]).
     ///
+    /// Binary messages (docs/wire.md), unless [`Endpoint::with_binary`] turned them off:
+    /// a call whose params hold attachments ([`crate::Params::attachment`],
+    /// [`crate::Params::ndarray`]) goes as a binary message, which accepts a binary reply
+    /// (read with [`Response::result_attachment`], [`Response::result_array`]). A call
+    /// without attachments stays a JSON text with a JSON reply, as before, unless
+    /// `with_binary(Some(true))` makes every call accept binary replies. Negotiated, never
+    /// forced on a server that reads JSON only:
+    /// - HTTP: a call with attachments is sent with the content type
+    ///   `application/vnd.ucall.binary` until the server refuses one it never took (`415`,
+    ///   or `400` with a `-32700` error): the call is then sent again as plain JSON (the
+    ///   refusal shows it did not run), and so is every later one.
+    /// - WebSocket: the upgrade offers the subprotocol `ucall.binary.v1`; binary messages
+    ///   go only where the server selected it.
+    /// - Raw TCP: a call with attachments goes as a binary message; a `-32700` error with
+    ///   id `null` in reply (what a JSON-only server answers to its first byte) closes the
+    ///   connection and sends the call again as plain JSON, and so every later one.
+    ///
+    /// Where no binary message goes (and in batches and pipelines) attachments travel in
+    /// their plain JSON form: base64, and an array's `.npy` file in base64.
+    ///
     /// # Errors
     /// A transport failure; a JSON-RPC error reply is a `Response` (see
     /// [`Response::result`]).
     pub fn call(&mut self, method: &str, params: impl ToParams) -> Result<Response> {
         let id = self.next_id();
+        if self.sends_binary(params.has_attachments(), true)? {
+            let mut body = Vec::new();
+            let json_len = write_binary_request(&mut body, method, &params, Some(id))?;
+            let reply = self.exchange_one(body, RequestKind::Binary(json_len), 1)?;
+            if self.binary != Binary::Try || self.conn.endpoint().protocol() == Protocol::WebSocket {
+                return check(reply, id);
+            }
+            if !refuses_binary(&reply) {
+                self.binary = Binary::Taken;
+                return check(reply, id);
+            }
+            // A server that reads JSON only: its refusal shows the call did not run. Over
+            // raw TCP its reading of the stream is out of step: a new connection.
+            self.binary = Binary::Off;
+            self.conn.close();
+        }
         let mut body = Vec::with_capacity(64);
         write_request(&mut body, method, &params, Some(id))?;
-        let mut replies = self.exchange(vec![body], 1)?;
-        let reply = replies.pop().ok_or_else(|| Error::protocol("no reply"))?;
+        let kind = if self.binary == Binary::Always {
+            RequestKind::AcceptsBinary
+        } else {
+            RequestKind::Json
+        };
+        let reply = self.exchange_one(body, kind, 1)?;
         check(reply, id)
+    }
+
+    /// Whether the next request goes as a binary message: one with `attached` values, or
+    /// (raw TCP, WebSocket) any call under `with_binary(Some(true))`; WebSocket only once
+    /// the server selected the subprotocol, found by opening the connection. A
+    /// notification (`probe` false) learns nothing from its reply: it goes as one only
+    /// once the server has taken one.
+    fn sends_binary(&mut self, attached: bool, probe: bool) -> Result<bool> {
+        let wanted = match self.binary {
+            Binary::Off => false,
+            Binary::Try => attached && probe,
+            Binary::Taken => attached,
+            Binary::Always => attached || self.conn.endpoint().protocol() != Protocol::Http,
+        };
+        if !wanted {
+            return Ok(false);
+        }
+        match self.conn.endpoint().protocol() {
+            Protocol::Http | Protocol::Tcp => Ok(true),
+            Protocol::WebSocket => {
+                if self.conn.is_open() && self.conn.closed_by_peer() {
+                    self.conn.close();
+                }
+                self.conn.open(self.timeout.map(|t| Instant::now() + t))?;
+                Ok(self.conn.binary_negotiated())
+            }
+        }
+    }
+
+    /// One request of `kind`, and its reply (`replies`: 0 or 1).
+    fn exchange_one(&mut self, body: Vec<u8>, kind: RequestKind, replies: usize) -> Result<Reply> {
+        let mut got = self.exchange_framed(vec![(body, kind)], replies, &mut || None)?;
+        match got.pop() {
+            Some(reply) => Ok(reply),
+            None if replies == 0 => Ok(Reply {
+                status: None,
+                body: Vec::new(),
+                close: false,
+                binary: None,
+            }),
+            None => Err(Error::protocol("no reply")),
+        }
     }
 
     /// Send a notification: no id, no reply (over HTTP the server's `204` is awaited).
@@ -93,9 +195,16 @@ impl Client {
     /// # Errors
     /// A transport failure.
     pub fn notify(&mut self, method: &str, params: impl ToParams) -> Result<()> {
+        let replies = usize::from(self.conn.replies_to_notifications());
+        if self.sends_binary(params.has_attachments(), false)? {
+            let mut body = Vec::new();
+            let json_len = write_binary_request(&mut body, method, &params, None)?;
+            return self
+                .exchange_one(body, RequestKind::Binary(json_len), replies)
+                .map(drop);
+        }
         let mut body = Vec::with_capacity(64);
         write_request(&mut body, method, &params, None)?;
-        let replies = usize::from(self.conn.replies_to_notifications());
         self.exchange(vec![body], replies).map(drop)
     }
 
@@ -188,7 +297,31 @@ impl Client {
         replies: usize,
         more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
     ) -> Result<Vec<Reply>> {
-        let given: Vec<Arc<Vec<u8>>> = bodies.into_iter().map(Arc::new).collect();
+        let bodies = bodies.into_iter().map(|body| (body, RequestKind::Json)).collect();
+        self.exchange_framed(bodies, replies, more)
+    }
+
+    /// As [`Client::exchange`], each body framed as its kind says: a JSON text, or the body
+    /// of a binary message made by [`crate::write_binary_request`] (docs/wire.md).
+    /// The replies are as framed: a binary one's body holds its attachments
+    /// ([`Reply::binary`], read with [`Response::from_reply`]).
+    ///
+    /// # Errors
+    /// As [`Client::exchange`].
+    pub fn exchange_as(&mut self, bodies: Vec<(Vec<u8>, RequestKind)>, replies: usize) -> Result<Vec<Reply>> {
+        self.exchange_framed(bodies, replies, &mut || None)
+    }
+
+    /// As [`Client::exchange_with`], each given body framed as its kind says (the bodies
+    /// `more` makes are JSON texts).
+    fn exchange_framed(
+        &mut self,
+        bodies: Vec<(Vec<u8>, RequestKind)>,
+        replies: usize,
+        more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
+    ) -> Result<Vec<Reply>> {
+        let given: Vec<(Arc<Vec<u8>>, RequestKind)> =
+            bodies.into_iter().map(|(body, kind)| (Arc::new(body), kind)).collect();
         // Bodies `more` made, kept while a resend may need them (until the first request
         // is written whole, or a reply begins).
         let mut made: Vec<Arc<Vec<u8>>> = Vec::new();
@@ -204,8 +337,12 @@ impl Client {
             // This exchange's own bytes: replies to it, and where its first request ends.
             let received_before = self.conn.received();
             let mut first_end = None;
-            for body in given.iter().chain(&made) {
-                self.conn.queue_shared(body);
+            for (body, kind) in &given {
+                self.conn.queue_shared(body, *kind);
+                first_end = first_end.or(Some(self.conn.queued_end()));
+            }
+            for body in &made {
+                self.conn.queue_shared(body, RequestKind::Json);
                 first_end = first_end.or(Some(self.conn.queued_end()));
             }
             let mut got = Vec::with_capacity(expected);
@@ -223,7 +360,7 @@ impl Client {
                         Some(Ok(body)) if may_have_run => self.conn.queue(body),
                         Some(Ok(body)) => {
                             let body = Arc::new(body);
-                            self.conn.queue_shared(&body);
+                            self.conn.queue_shared(&body, RequestKind::Json);
                             first_end = first_end.or(Some(self.conn.queued_end()));
                             made.push(body);
                         }
@@ -315,9 +452,24 @@ impl Drop for Client {
     }
 }
 
+/// Whether `reply` is a JSON-only server's refusal of a binary message: HTTP `415`, or a
+/// `-32700` error with no id (the first byte is not JSON).
+fn refuses_binary(reply: &Reply) -> bool {
+    if reply.status == Some(415) {
+        return true;
+    }
+    if reply.binary.is_some() || !matches!(reply.status, None | Some(400)) {
+        return false;
+    }
+    let Ok(envelope) = Envelope::parse(&reply.body) else {
+        return false;
+    };
+    matches!(envelope.id, None | Some("null")) && envelope.rpc_error().is_some_and(|error| error.code == -32700)
+}
+
 /// A reply checked to answer request `id` (errors about the request itself carry no id).
 fn check(reply: Reply, id: u64) -> Result<Response> {
-    let response = Response::new(reply.status, reply.body);
+    let response = Response::from_reply(reply);
     let envelope = match response.envelope() {
         Ok(envelope) => envelope,
         Err(error) => return Err(Error::protocol(error.message)),

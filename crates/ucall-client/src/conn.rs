@@ -15,7 +15,9 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result, TlsRefusal};
-use crate::framing::{websocket_handshake, OutQueue, Protocol, Reply, ReplyReader, RequestFramer};
+use crate::framing::{
+    websocket_handshake_offering, OutQueue, Protocol, Reply, ReplyReader, RequestFramer, RequestKind,
+};
 
 const SOCKET: Token = Token(0);
 /// The token of a [`Waker`] made by [`Connection::waker`].
@@ -168,7 +170,8 @@ impl Connection {
         let authority = self.endpoint.authority();
         let path = self.endpoint.path().to_owned();
         let (handshake, key) = if protocol == Protocol::WebSocket {
-            let (request, key) = websocket_handshake(&authority, &path, self.endpoint.header_lines());
+            let offer = self.endpoint.binary() != Some(false);
+            let (request, key) = websocket_handshake_offering(&authority, &path, self.endpoint.header_lines(), offer);
             (Some(request), Some(key))
         } else {
             (None, None)
@@ -270,16 +273,28 @@ impl Connection {
 
     /// Frame a request body into the output queue.
     pub(crate) fn queue(&mut self, body: Vec<u8>) {
+        self.queue_as(body, RequestKind::Json);
+    }
+
+    /// Frame a request body of `kind` into the output queue.
+    pub(crate) fn queue_as(&mut self, body: Vec<u8>, kind: RequestKind) {
         if let Some(link) = &mut self.link {
-            link.framer.frame(body, &mut link.out);
+            link.framer.frame_as(body, kind, &mut link.out);
         }
     }
 
-    /// Frame a request body kept by the caller.
-    pub(crate) fn queue_shared(&mut self, body: &std::sync::Arc<Vec<u8>>) {
+    /// Frame a request body of `kind` kept by the caller.
+    pub(crate) fn queue_shared(&mut self, body: &std::sync::Arc<Vec<u8>>, kind: RequestKind) {
         if let Some(link) = &mut self.link {
-            link.framer.frame_shared(body, &mut link.out);
+            link.framer.frame_shared_as(body, kind, &mut link.out);
         }
+    }
+
+    /// Whether the open WebSocket carries binary messages (the server selected
+    /// `ucall.binary.v1` at the upgrade); false for other protocols and without a socket.
+    #[must_use]
+    pub fn binary_negotiated(&self) -> bool {
+        self.link.as_ref().is_some_and(|link| link.reader.binary_negotiated())
     }
 
     /// Whether notifications get a reply on this protocol.

@@ -39,6 +39,7 @@ pub struct Endpoint {
     /// Extra header lines (`Name: value\r\n` each), checked when added.
     headers: String,
     max_reply_size: usize,
+    binary: Option<bool>,
 }
 
 /// Headers the client writes itself, which a caller's would contradict.
@@ -95,6 +96,7 @@ impl Endpoint {
             tls_config: None,
             headers: String::new(),
             max_reply_size: crate::framing::DEFAULT_MAX_REPLY_SIZE,
+            binary: None,
         }
     }
 
@@ -218,6 +220,22 @@ impl Endpoint {
     pub fn with_max_reply_size(mut self, max: usize) -> Self {
         self.max_reply_size = max;
         self
+    }
+
+    /// Whether calls travel as binary messages (docs/wire.md): `None` (the default) where
+    /// the server takes them, found out without ever running a call twice (see
+    /// [`crate::Client::call`]); `Some(true)` always (a WebSocket still only where the
+    /// server selects the subprotocol); `Some(false)` never: plain JSON, attachments in
+    /// their plain JSON form (base64), no binary replies asked for.
+    pub fn with_binary(mut self, binary: Option<bool>) -> Self {
+        self.binary = binary;
+        self
+    }
+
+    /// Whether calls travel as binary messages ([`Endpoint::with_binary`]).
+    #[must_use]
+    pub fn binary(&self) -> Option<bool> {
+        self.binary
     }
 
     /// The largest reply taken ([`Endpoint::with_max_reply_size`]).

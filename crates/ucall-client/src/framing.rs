@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use ucall_core::http1::chunked::{ChunkError, ChunkedDecoder};
 use ucall_core::stream::{Frame, Framer};
+use ucall_core::wire;
 
 use crate::error::{Error, Result};
 
@@ -72,6 +73,9 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// The server closes the connection after this reply.
     pub close: bool,
+    /// `Some(j)`: a binary message (docs/wire.md §1), `body` its body (the prefix taken
+    /// off): the JSON text's `j` bytes, then padding and the attachment section, checked.
+    pub binary: Option<usize>,
 }
 
 // ------------------------------------------------------------------------------ output
@@ -265,38 +269,76 @@ fn mask_in_place(bytes: &mut [u8], mask: [u8; 4]) {
     }
 }
 
+/// How a request body goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestKind {
+    /// A JSON text, as any JSON-RPC server reads it.
+    #[default]
+    Json,
+    /// A JSON text whose reply may be a binary message: over HTTP `Accept` lists
+    /// `application/vnd.ucall.binary` (docs/wire.md §3.1); elsewhere as [`RequestKind::Json`].
+    AcceptsBinary,
+    /// A binary message's body (docs/wire.md §1) whose JSON text is this many bytes: HTTP
+    /// with its content type and `UCall-JSON-Length`, raw TCP with the 16-byte prefix,
+    /// WebSocket as a binary message (prefix and body).
+    Binary(usize),
+}
+
 /// Frames request bodies for one connection's protocol.
 pub struct RequestFramer {
     protocol: Protocol,
     /// HTTP: the head up to the `Content-Length` value.
     head: Vec<u8>,
+    /// HTTP: the same for a JSON request that accepts a binary reply.
+    accepting_head: Vec<u8>,
+    /// HTTP: the head of a binary request up to the `UCall-JSON-Length` value.
+    binary_head: Vec<u8>,
+    /// Bytes framed after the last request's last byte.
+    trailer: usize,
     masks: Masks,
+    host: String,
+    path: String,
+}
+
+/// An HTTP request head up to the value of `last`.
+fn http_head(path: &str, host: &str, accept: &str, content_type: &str, lines: &str, last: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nAccept: {accept}\r\n\
+         Content-Type: {content_type}\r\n{lines}{last}: "
+    )
+    .into_bytes()
 }
 
 impl RequestFramer {
     /// Requests for `protocol`; over HTTP they go to `path` on `host` (the `Host` header).
     #[must_use]
     pub fn new(protocol: Protocol, host: &str, path: &str) -> Self {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nAccept: application/json\r\n\
-             Content-Type: application/json\r\nContent-Length: "
-        );
+        Self::with_lines(protocol, host, path, "")
+    }
+
+    fn with_lines(protocol: Protocol, host: &str, path: &str, lines: &str) -> Self {
+        const JSON: &str = "application/json";
+        let both = format!("{}, {JSON}", wire::CONTENT_TYPE);
         RequestFramer {
             protocol,
-            head: head.into_bytes(),
+            head: http_head(path, host, JSON, JSON, lines, "Content-Length"),
+            accepting_head: http_head(path, host, &both, JSON, lines, "Content-Length"),
+            binary_head: http_head(path, host, &both, wire::CONTENT_TYPE, lines, "UCall-JSON-Length"),
+            trailer: 0,
             masks: Masks::new(),
+            host: host.to_owned(),
+            path: path.to_owned(),
         }
     }
 
     /// The same, with `lines` (`Name: value\r\n` each, as [`crate::Endpoint::with_header`]
     /// checked them) in every HTTP request's head.
     #[must_use]
-    pub fn with_header_lines(mut self, lines: &str) -> Self {
-        if !lines.is_empty() {
-            let at = self.head.len() - b"Content-Length: ".len();
-            self.head.splice(at..at, lines.bytes());
+    pub fn with_header_lines(self, lines: &str) -> Self {
+        if lines.is_empty() {
+            return self;
         }
-        self
+        Self::with_lines(self.protocol, &self.host, &self.path, lines)
     }
 
     /// Whether a notification gets a reply (HTTP answers every request, `204` for these).
@@ -305,14 +347,19 @@ impl RequestFramer {
         self.protocol == Protocol::Http
     }
 
-    fn http_head(&self, len: usize, out: &mut OutQueue) {
+    fn http_head(&self, len: usize, kind: RequestKind, out: &mut OutQueue) {
         let mut digits = itoa::Buffer::new();
-        let digits = digits.format(len).as_bytes();
-        let mut head = [0u8; 32];
-        head[..digits.len()].copy_from_slice(digits);
-        head[digits.len()..digits.len() + 4].copy_from_slice(b"\r\n\r\n");
-        out.push_slice(&self.head);
-        out.push_slice(&head[..digits.len() + 4]);
+        match kind {
+            RequestKind::Json => out.push_slice(&self.head),
+            RequestKind::AcceptsBinary => out.push_slice(&self.accepting_head),
+            RequestKind::Binary(json_len) => {
+                out.push_slice(&self.binary_head);
+                out.push_slice(digits.format(json_len).as_bytes());
+                out.push_slice(b"\r\nContent-Length: ");
+            }
+        }
+        out.push_slice(digits.format(len).as_bytes());
+        out.push_slice(b"\r\n\r\n");
     }
 
     fn ws_head(&mut self, opcode: u8, len: usize, out: &mut OutQueue) -> [u8; 4] {
@@ -340,21 +387,41 @@ impl RequestFramer {
     /// request before they arrive, as a JSON text is complete at its last byte.
     #[must_use]
     pub fn trailer_len(&self) -> usize {
-        usize::from(self.protocol == Protocol::Tcp)
+        self.trailer
     }
 
     /// Frame one request body (a JSON text) into `out`, taking the body's buffer.
-    pub fn frame(&mut self, mut body: Vec<u8>, out: &mut OutQueue) {
-        match self.protocol {
-            Protocol::Http => {
-                self.http_head(body.len(), out);
+    pub fn frame(&mut self, body: Vec<u8>, out: &mut OutQueue) {
+        self.frame_as(body, RequestKind::Json, out);
+    }
+
+    /// Frame one request body of `kind` into `out`, taking the body's buffer.
+    pub fn frame_as(&mut self, mut body: Vec<u8>, kind: RequestKind, out: &mut OutQueue) {
+        self.trailer = 0;
+        match (self.protocol, kind) {
+            (Protocol::Http, _) => {
+                self.http_head(body.len(), kind, out);
                 out.push_owned(body);
             }
-            Protocol::Tcp => {
+            (Protocol::Tcp, RequestKind::Binary(json_len)) => {
+                out.push_slice(&binary_prefix(json_len, body.len()));
+                out.push_owned(body);
+            }
+            (Protocol::Tcp, _) => {
                 out.push_owned(body);
                 out.push_slice(b"\n");
+                self.trailer = 1;
             }
-            Protocol::WebSocket => {
+            (Protocol::WebSocket, RequestKind::Binary(json_len)) => {
+                let mut prefix = binary_prefix(json_len, body.len());
+                let mask = self.ws_head(0x2, prefix.len() + body.len(), out);
+                // The prefix is 16 bytes, a multiple of the key's 4: the body masks alike.
+                mask_in_place(&mut prefix, mask);
+                mask_in_place(&mut body, mask);
+                out.push_slice(&prefix);
+                out.push_owned(body);
+            }
+            (Protocol::WebSocket, _) => {
                 let mask = self.ws_head(0x1, body.len(), out);
                 mask_in_place(&mut body, mask);
                 out.push_owned(body);
@@ -364,16 +431,27 @@ impl RequestFramer {
 
     /// Frame a body that stays shared (kept by the caller for a possible resend).
     pub fn frame_shared(&mut self, body: &Arc<Vec<u8>>, out: &mut OutQueue) {
-        match self.protocol {
-            Protocol::Http => {
-                self.http_head(body.len(), out);
+        self.frame_shared_as(body, RequestKind::Json, out);
+    }
+
+    /// Frame a body of `kind` that stays shared (kept by the caller for a possible resend).
+    pub fn frame_shared_as(&mut self, body: &Arc<Vec<u8>>, kind: RequestKind, out: &mut OutQueue) {
+        self.trailer = 0;
+        match (self.protocol, kind) {
+            (Protocol::Http, _) => {
+                self.http_head(body.len(), kind, out);
                 out.push_shared(body);
             }
-            Protocol::Tcp => {
+            (Protocol::Tcp, RequestKind::Binary(json_len)) => {
+                out.push_slice(&binary_prefix(json_len, body.len()));
+                out.push_shared(body);
+            }
+            (Protocol::Tcp, _) => {
                 out.push_shared(body);
                 out.push_slice(b"\n");
+                self.trailer = 1;
             }
-            Protocol::WebSocket => self.frame(body.to_vec(), out),
+            (Protocol::WebSocket, _) => self.frame_as(body.to_vec(), kind, out),
         }
     }
 
@@ -393,10 +471,22 @@ impl RequestFramer {
     }
 }
 
+/// The 16-byte prefix of a binary message (docs/wire.md §3.2).
+fn binary_prefix(json_len: usize, body_len: usize) -> [u8; wire::PREFIX_LEN] {
+    wire::Prefix::encode(u32::try_from(json_len).unwrap_or(u32::MAX), body_len as u64)
+}
+
 /// The opening handshake of a WebSocket to `path` on `host` with the extra header `lines`
 /// (`Name: value\r\n` each), and the key it sent.
 #[must_use]
 pub fn websocket_handshake(host: &str, path: &str, lines: &str) -> (Vec<u8>, String) {
+    websocket_handshake_offering(host, path, lines, false)
+}
+
+/// The same, offering the subprotocol of binary messages (`ucall.binary.v1`,
+/// docs/wire.md §3.3) when `binary`.
+#[must_use]
+pub fn websocket_handshake_offering(host: &str, path: &str, lines: &str, binary: bool) -> (Vec<u8>, String) {
     use base64::Engine as _;
     let mut masks = Masks::new();
     let mut nonce = [0u8; 16];
@@ -404,9 +494,14 @@ pub fn websocket_handshake(host: &str, path: &str, lines: &str) -> (Vec<u8>, Str
         part.copy_from_slice(&masks.next());
     }
     let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+    let offer = if binary {
+        format!("Sec-WebSocket-Protocol: {}\r\n", wire::SUBPROTOCOL)
+    } else {
+        String::new()
+    };
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ucall-rust\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{lines}\r\n"
+         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{offer}{lines}\r\n"
     );
     (request.into_bytes(), key)
 }
@@ -468,6 +563,26 @@ pub struct ReplyReader {
     over_tls: bool,
     /// The largest reply body (HTTP), JSON text (raw TCP) or message (WebSocket) taken.
     max_reply: usize,
+    /// The JSON length of the binary HTTP reply being read (its head said so).
+    http_binary: Option<usize>,
+    /// The server selected the WebSocket subprotocol of binary messages.
+    ws_binary: bool,
+    /// The opcode of the WebSocket message being read (its first frame's).
+    message_opcode: u8,
+}
+
+/// A binary reply whose framing is broken.
+#[cold]
+fn malformed(why: wire::Malformed) -> Error {
+    let why = why.message().trim_start_matches("Parse error: ");
+    Error::protocol(format!("a malformed binary reply: {why}"))
+}
+
+/// `reply` as the binary message whose JSON text is `json_len` bytes, its framing checked.
+fn binary_reply(mut reply: Reply, json_len: usize) -> Result<Reply> {
+    wire::split_body(&reply.body, json_len).map_err(malformed)?;
+    reply.binary = Some(json_len);
+    Ok(reply)
 }
 
 /// A reply over the client's limit: `size` bytes, or more when `at_least`.
@@ -504,6 +619,9 @@ impl ReplyReader {
             closed_by_frame: false,
             over_tls: false,
             max_reply: DEFAULT_MAX_REPLY_SIZE,
+            http_binary: None,
+            ws_binary: false,
+            message_opcode: 0,
         }
     }
 
@@ -539,6 +657,13 @@ impl ReplyReader {
     #[must_use]
     pub fn opened(&self) -> bool {
         self.opened
+    }
+
+    /// Whether the server selected the WebSocket subprotocol of binary messages
+    /// (`ucall.binary.v1`, docs/wire.md §3.3) in its answer to the upgrade.
+    #[must_use]
+    pub fn binary_negotiated(&self) -> bool {
+        self.ws_binary
     }
 
     /// Whether the server ended the stream (end of connection or a close frame).
@@ -707,6 +832,14 @@ impl ReplyReader {
     }
 
     fn next_json(&mut self) -> Result<Option<Reply>> {
+        if !self.json.in_text() {
+            // Between replies: a binary message starts with a byte no JSON text starts with.
+            let blank = self.buffered().iter().take_while(|b| b" \t\r\n".contains(b)).count();
+            self.start += blank;
+            if self.buffered().first() == Some(&wire::MAGIC) {
+                return self.next_tcp_binary();
+            }
+        }
         match self.json.next(&self.data[self.start..self.end], self.max_reply) {
             Frame::Complete(range) => {
                 let body = self.data[self.start + range.start..self.start + range.end].to_vec();
@@ -716,6 +849,7 @@ impl ReplyReader {
                     status: None,
                     body,
                     close: false,
+                    binary: None,
                 }))
             }
             Frame::Incomplete { skip } => {
@@ -734,6 +868,31 @@ impl ReplyReader {
                 Err(too_large(seen.max(self.max_reply + 1), true, self.max_reply))
             }
         }
+    }
+
+    /// A raw TCP binary message (docs/wire.md §3.2): the 16-byte prefix, then its body.
+    fn next_tcp_binary(&mut self) -> Result<Option<Reply>> {
+        let cut = || Error::protocol("the connection closed in the middle of a binary reply");
+        let Some(prefix) = wire::Prefix::parse(self.buffered()).map_err(malformed)? else {
+            return if self.eof { Err(cut()) } else { Ok(None) };
+        };
+        let body_len = usize::try_from(prefix.body_len).unwrap_or(usize::MAX);
+        if body_len > self.max_reply {
+            return Err(too_large(body_len, false, self.max_reply));
+        }
+        if self.end - self.start - wire::PREFIX_LEN < body_len {
+            return if self.eof { Err(cut()) } else { Ok(None) };
+        }
+        let at = self.start + wire::PREFIX_LEN;
+        let body = self.data[at..at + body_len].to_vec();
+        self.start = at + body_len;
+        let reply = Reply {
+            status: None,
+            body,
+            close: false,
+            binary: None,
+        };
+        binary_reply(reply, prefix.json_len).map(Some)
     }
 
     /// Parse a response head at the start of the buffer: status, headers it matters to
@@ -769,6 +928,9 @@ impl ReplyReader {
             content_length: None,
             accept: None,
             upgrade: false,
+            binary: false,
+            json_length: None,
+            subprotocol: None,
         };
         for header in response.headers.iter() {
             let value = header.value;
@@ -788,6 +950,26 @@ impl ReplyReader {
                 head.upgrade |= contains_token(value, b"upgrade");
             } else if header.name.eq_ignore_ascii_case("sec-websocket-accept") {
                 head.accept = Some(String::from_utf8_lossy(value).trim().to_owned());
+            } else if header.name.eq_ignore_ascii_case("sec-websocket-protocol") {
+                head.subprotocol = Some(String::from_utf8_lossy(value).trim().to_owned());
+            } else if header.name.eq_ignore_ascii_case("content-type") {
+                let media = value.split(|&c| c == b';').next().unwrap_or_default().trim_ascii();
+                head.binary = media.eq_ignore_ascii_case(wire::CONTENT_TYPE.as_bytes());
+            } else if header.name.eq_ignore_ascii_case(wire::JSON_LENGTH_HEADER) {
+                let digits = value.trim_ascii();
+                if head.json_length.is_some() {
+                    return Err(Error::protocol(
+                        "a malformed binary reply: UCall-JSON-Length is repeated",
+                    ));
+                }
+                head.json_length = (!digits.is_empty() && digits.len() <= 19 && digits.iter().all(u8::is_ascii_digit))
+                    .then(|| std::str::from_utf8(digits).ok()?.parse().ok())
+                    .flatten();
+                if head.json_length.is_none() {
+                    return Err(Error::protocol(
+                        "a malformed binary reply: UCall-JSON-Length is not decimal digits",
+                    ));
+                }
             }
         }
         Ok(Some(head))
@@ -802,11 +984,19 @@ impl ReplyReader {
                     if (100..200).contains(&head.status) {
                         continue; // 100 Continue and friends: the real reply follows
                     }
+                    self.http_binary = None;
+                    if head.binary {
+                        let json_length = head.json_length.ok_or_else(|| {
+                            Error::protocol("a malformed binary reply: no UCall-JSON-Length with its content type")
+                        })?;
+                        self.http_binary = Some(json_length);
+                    }
                     if matches!(head.status, 204 | 304) {
                         return Ok(Some(Reply {
                             status: Some(head.status),
                             body: Vec::new(),
                             close: head.close,
+                            binary: None,
                         }));
                     }
                     self.state = if head.chunked {
@@ -866,11 +1056,12 @@ impl ReplyReader {
                         }
                     };
                     self.state = State::Head;
-                    return Ok(Some(Reply {
+                    return self.http_reply(Reply {
                         status: Some(status),
                         body,
                         close,
-                    }));
+                        binary: None,
+                    });
                 }
                 State::Chunked {
                     status,
@@ -897,9 +1088,10 @@ impl ReplyReader {
                         status: Some(*status),
                         body: std::mem::take(body),
                         close: *close,
+                        binary: None,
                     };
                     self.state = State::Head;
-                    return Ok(Some(reply));
+                    return self.http_reply(reply);
                 }
                 State::UntilEnd { status } => {
                     let seen = self.end - self.start;
@@ -913,13 +1105,22 @@ impl ReplyReader {
                         status: Some(*status),
                         body: self.buffered().to_vec(),
                         close: true,
+                        binary: None,
                     };
                     self.start = self.end;
                     self.state = State::Head;
-                    return Ok(Some(reply));
+                    return self.http_reply(reply);
                 }
                 State::Payload { .. } => return Err(Error::protocol("invariant: no frames over HTTP")),
             }
+        }
+    }
+
+    /// An HTTP reply as its head framed it: a binary message when its content type says so.
+    fn http_reply(&mut self, reply: Reply) -> Result<Option<Reply>> {
+        match self.http_binary.take() {
+            Some(json_len) => binary_reply(reply, json_len).map(Some),
+            None => Ok(Some(reply)),
         }
     }
 
@@ -944,6 +1145,7 @@ impl ReplyReader {
         }
         self.start += head.len;
         self.opened = true;
+        self.ws_binary = head.subprotocol.as_deref() == Some(wire::SUBPROTOCOL);
         Ok(())
     }
 
@@ -1042,6 +1244,9 @@ impl ReplyReader {
                 if (opcode == 0x0) != self.in_message {
                     return Err(Error::protocol("not a valid WebSocket stream: a fragment out of order"));
                 }
+                if opcode != 0x0 {
+                    self.message_opcode = opcode;
+                }
                 let body = if self.in_message || !fin {
                     self.message.extend_from_slice(&payload);
                     if !fin {
@@ -1053,10 +1258,14 @@ impl ReplyReader {
                 } else {
                     payload
                 };
+                if self.message_opcode == 0x2 && self.ws_binary {
+                    return ws_binary_reply(body).map(Some);
+                }
                 Ok(Some(Reply {
                     status: None,
                     body,
                     close: false,
+                    binary: None,
                 }))
             }
             0x8 => {
@@ -1087,6 +1296,19 @@ impl ReplyReader {
     }
 }
 
+/// A binary WebSocket message under the subprotocol: the prefix checked and taken off.
+fn ws_binary_reply(mut message: Vec<u8>) -> Result<Reply> {
+    let (json, _) = wire::split_message(&message).map_err(malformed)?;
+    let json_len = json.len();
+    message.drain(..wire::PREFIX_LEN);
+    Ok(Reply {
+        status: None,
+        body: message,
+        close: false,
+        binary: Some(json_len),
+    })
+}
+
 struct Head {
     status: u16,
     len: usize,
@@ -1095,6 +1317,12 @@ struct Head {
     content_length: Option<usize>,
     accept: Option<String>,
     upgrade: bool,
+    /// `Content-Type: application/vnd.ucall.binary`.
+    binary: bool,
+    /// The `UCall-JSON-Length` value, when it is decimal digits.
+    json_length: Option<usize>,
+    /// The subprotocol the server selected.
+    subprotocol: Option<String>,
 }
 
 fn contains_token(value: &[u8], token: &[u8]) -> bool {
@@ -1252,6 +1480,125 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
         let mut reader = ReplyReader::new(Protocol::Http, None).with_max_reply(123);
         reader.feed(sized.as_bytes());
         assert_eq!(all(&mut reader)[0].body, body.as_bytes());
+    }
+
+    /// The error a reader gives for `bytes`, fed whole then ended.
+    fn refusal(mut reader: ReplyReader, bytes: &[u8]) -> String {
+        reader.feed(bytes);
+        reader.eof();
+        match reader.next_reply() {
+            Ok(reply) => panic!("taken: {reply:?}"),
+            Err(error) => error.message().to_owned(),
+        }
+    }
+
+    #[test]
+    fn binary_replies_are_read_on_each_protocol() {
+        let mut body = br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":0,"length":3},"id":1}"#.to_vec();
+        let json_len = body.len();
+        body.resize(wire::align(json_len), 0);
+        body.extend_from_slice(b"foo");
+        let mut http = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.ucall.binary\r\nUCall-JSON-Length: {json_len}\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        http.extend_from_slice(&body);
+        let mut tcp = wire::Prefix::encode(json_len as u32, body.len() as u64).to_vec();
+        tcp.extend_from_slice(&body);
+        for (protocol, stream) in [(Protocol::Http, &http), (Protocol::Tcp, &tcp)] {
+            let mut reader = ReplyReader::new(protocol, None);
+            let mut replies = Vec::new();
+            for byte in stream.iter().chain(b"\n{\"id\":2}") {
+                reader.feed(&[*byte]);
+                replies.extend(all(&mut reader));
+            }
+            replies.extend(all(&mut reader));
+            assert_eq!(replies[0].binary, Some(json_len), "{protocol:?}");
+            assert_eq!(replies[0].body, body, "{protocol:?}");
+            if protocol == Protocol::Tcp {
+                assert_eq!((replies[1].binary, &replies[1].body[..]), (None, &b"{\"id\":2}"[..]));
+            }
+        }
+        // WebSocket: under the subprotocol only; the prefix is taken off.
+        let mut reader = ReplyReader::new(Protocol::WebSocket, None);
+        reader.opened = true;
+        reader.ws_binary = true;
+        let mut frame = vec![0x82, 126];
+        frame.extend_from_slice(&u16::try_from(tcp.len()).expect("short").to_be_bytes());
+        frame.extend_from_slice(&tcp);
+        reader.feed(&frame);
+        let reply = all(&mut reader).remove(0);
+        assert_eq!((reply.binary, reply.body), (Some(json_len), body));
+    }
+
+    #[test]
+    fn malformed_and_oversized_binary_replies_are_clear_errors() {
+        let http = |headers: &str, body: &[u8]| {
+            let mut bytes = format!("HTTP/1.1 200 OK\r\n{headers}Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+            bytes.extend_from_slice(body);
+            refusal(ReplyReader::new(Protocol::Http, None), &bytes)
+        };
+        let binary = "Content-Type: application/vnd.ucall.binary\r\n";
+        assert!(http(binary, b"{}").contains("no UCall-JSON-Length"));
+        assert!(http(&format!("{binary}UCall-JSON-Length: 2x\r\n"), b"{}").contains("not decimal digits"));
+        assert!(http(&format!("{binary}UCall-JSON-Length: 3\r\n"), b"{}").contains("passes the end of the body"));
+        assert!(http(&format!("{binary}UCall-JSON-Length: 2\r\n"), b"{}\0\0").contains("inside the padding"));
+        let tcp = |prefix: [u8; 16], body: &[u8], max: usize| {
+            let mut bytes = prefix.to_vec();
+            bytes.extend_from_slice(body);
+            refusal(ReplyReader::new(Protocol::Tcp, None).with_max_reply(max), &bytes)
+        };
+        let mut version = wire::Prefix::encode(2, 2);
+        version[1] = 2;
+        assert!(tcp(version, b"{}", 100).contains("unsupported binary message version"));
+        assert!(tcp(wire::Prefix::encode(2, 1000), b"{}", 100)
+            .contains("a reply of 1000 bytes, over the client's max_reply_size of 100 bytes"));
+        assert!(tcp(wire::Prefix::encode(3, 2), b"{}", 100).contains("passes the end of the body"));
+        assert!(tcp(wire::Prefix::encode(2, 10), b"{}", 100).contains("closed in the middle of a binary reply"));
+        let mut reader = ReplyReader::new(Protocol::WebSocket, None);
+        reader.opened = true;
+        reader.ws_binary = true;
+        let mut frame = vec![0x82, 18];
+        frame.extend_from_slice(&wire::Prefix::encode(2, 3));
+        frame.extend_from_slice(b"{}");
+        assert!(refusal(reader, &frame).contains("does not match"));
+        // Without the subprotocol a binary WebSocket message is a JSON text, as ever.
+        let mut reader = ReplyReader::new(Protocol::WebSocket, None);
+        reader.opened = true;
+        reader.feed(&[0x82, 2, b'{', b'}']);
+        assert_eq!(all(&mut reader)[0].binary, None);
+    }
+
+    #[test]
+    fn a_binary_request_is_framed_for_each_protocol() {
+        let mut body = b"{}".to_vec();
+        body.resize(64, 0);
+        body.extend_from_slice(b"abc");
+        let mut out = OutQueue::default();
+        let mut framer = RequestFramer::new(Protocol::Http, "h:1", "/").with_header_lines("X-Key: 1\r\n");
+        framer.frame_as(body.clone(), RequestKind::Binary(2), &mut out);
+        let text = String::from_utf8_lossy(out.front()).into_owned();
+        assert!(
+            text.contains("Accept: application/vnd.ucall.binary, application/json\r\n")
+                && text.contains("Content-Type: application/vnd.ucall.binary\r\nX-Key: 1\r\nUCall-JSON-Length: 2\r\nContent-Length: 67\r\n\r\n{}"),
+            "{text}"
+        );
+        let mut out = OutQueue::default();
+        RequestFramer::new(Protocol::Tcp, "", "").frame_as(body.clone(), RequestKind::Binary(2), &mut out);
+        assert_eq!(&out.front()[..16], &wire::Prefix::encode(2, 67));
+        assert_eq!(&out.front()[16..], &body[..]);
+        let mut out = OutQueue::default();
+        let mut framer = RequestFramer::new(Protocol::WebSocket, "", "");
+        framer.frame_as(body.clone(), RequestKind::Binary(2), &mut out);
+        let frame = out.front();
+        assert_eq!(frame[..2], [0x82, 0x80 | 83]);
+        let mask = [frame[2], frame[3], frame[4], frame[5]];
+        let payload: Vec<u8> = frame[6..].iter().enumerate().map(|(i, b)| b ^ mask[i % 4]).collect();
+        assert_eq!(wire::split_message(&payload), Ok((&b"{}"[..], &b"abc"[..])));
+        let (upgrade, _) = websocket_handshake_offering("h", "/", "", true);
+        assert!(String::from_utf8_lossy(&upgrade).contains("\r\nSec-WebSocket-Protocol: ucall.binary.v1\r\n"));
     }
 
     #[test]

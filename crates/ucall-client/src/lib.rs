@@ -15,6 +15,11 @@
 //! let echoed = client.call("echo", Params::array().bytes(&[0u8; 1024]))?.result_bytes()?;
 //! // a thousand calls in flight, replies read while requests are written
 //! let replies = client.pipeline((0..1000).map(|i| ("sum", [i, 1])))?;
+//! // arrays and bytes as attachments of a binary message (docs/wire.md): raw after the
+//! // JSON text where the server takes them (base64 where it does not), and a binary
+//! // reply's array viewed where it lies
+//! let reply = client.call("scale", Params::array().ndarray_of(&[2, 3], vec![0.5f32; 6]))?;
+//! let scaled = reply.result_array::<f32>()?; // shape [2, 3], data a &[f32] in the reply
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -24,11 +29,16 @@
 //! - [`Pool`]: several clients shared by threads.
 //! - [`Multiplexed`]: a connection with its own I/O thread: submit from anywhere, take
 //!   completions in bursts (what event loops build on).
+//! - Binary messages ([`Params::attachment`], [`Params::ndarray`],
+//!   [`Response::result_attachment`], [`Response::result_array`]): negotiated per
+//!   transport as [`Client::call`] says, never forced on a JSON-only server
+//!   ([`Endpoint::with_binary`]).
 //! - [`framing`]: the sans-I/O layer (requests framed, replies framed out of bytes),
 //!   usable on its own.
 //!
 //! `examples/call.rs` starts a server and calls it every way.
 
+mod array;
 pub mod base64;
 mod client;
 mod conn;
@@ -39,10 +49,16 @@ mod message;
 mod mux;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
+pub use array::Array;
 pub use client::{Batch, Client, Pool, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, TlsRefusal};
-pub use framing::{Protocol, Reply};
-pub use message::{write_request, Envelope, NoParams, Params, Response, RpcError, Spans, ToParams};
+pub use framing::{Protocol, Reply, RequestKind};
+pub use message::{
+    write_binary_request, write_request, Envelope, NoParams, Params, Response, RpcError, Spans, ToParams,
+};
 pub use mux::{Completion, Multiplexed, Ticket};
+pub use ucall_core::jsonrpc::attachment::{ArrayInfo, Attachment, Dtype};
+pub use ucall_core::jsonrpc::section::Element;
+pub use ucall_core::Bytes;

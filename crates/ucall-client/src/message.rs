@@ -3,9 +3,13 @@
 //! buffer (params, base64 `bytes` included), replies read without copying their result.
 
 use serde::Serialize;
+use ucall_core::jsonrpc::attachment::{self, Attachment, Dtype};
+use ucall_core::jsonrpc::section::{self, Element, Section};
+use ucall_core::Bytes;
 
 use crate::base64::{base64_decode_into, base64_decoded_len, write_base64};
 use crate::error::{Error, Result};
+use crate::framing::Reply;
 
 /// Params that write themselves as a JSON array or object.
 pub trait ToParams {
@@ -19,6 +23,23 @@ pub trait ToParams {
     /// is written into a buffer reserved once (a 2 MB body grown by doubling is copied twice).
     fn len_hint(&self) -> usize {
         0
+    }
+
+    /// Whether some value is an attachment ([`Params::attachment`], [`Params::ndarray`]),
+    /// which a binary message carries apart from the JSON text.
+    fn has_attachments(&self) -> bool {
+        false
+    }
+
+    /// Append the params' JSON as [`ToParams::write_params`] does, but with each attachment
+    /// written as a placeholder and its bytes kept in `section` (docs/wire.md §2); `base` is
+    /// where the JSON text starts in `out`.
+    ///
+    /// # Errors
+    /// As [`ToParams::write_params`].
+    fn write_binary(&self, out: &mut Vec<u8>, base: usize, section: &mut Section) -> Result<bool> {
+        let _ = (base, section);
+        self.write_params(out)
     }
 }
 
@@ -60,12 +81,36 @@ impl ToParams for NoParams {
 /// let by_position = Params::array().value(&"x").bytes(b"hi");
 /// assert_eq!(by_position.as_json(), r#"["x","aGk="]"#);
 /// ```
+///
+/// Attachments ([`Params::attachment`], [`Params::ndarray`], [`Params::ndarray_of`])
+/// travel as raw bytes after the JSON text where the call goes as a binary message
+/// (docs/wire.md), and in their plain JSON form anywhere else: base64 for bytes, the
+/// base64 of an array's `.npy` form (what UCall servers read for an array):
+///
+/// ```
+/// use ucall_client::{Dtype, Params};
+/// let params = Params::array().attachment(b"hi".to_vec()).ndarray_of(&[2], vec![1.5f32, -2.0]);
+/// assert!(params.as_json().starts_with(r#"["aGk=","k05VTVBZ"#)); // base64 of b"\x93NUMPY"
+/// let raw = Params::object().named_ndarray("x", Dtype::Uint8, &[2, 2], vec![1u8, 2, 3, 4]);
+/// assert!(raw.as_json().starts_with(r#"{"x":""#));
+/// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Params {
     text: Vec<u8>,
     close: u8,
     error: Option<String>,
+    /// Attachments, each where its value goes in `text`, in order.
+    holes: Vec<Hole>,
+}
+
+/// An attachment of [`Params`]: its bytes, where its value goes, and for an array its
+/// dtype and shape.
+#[derive(Debug, Clone)]
+struct Hole {
+    at: usize,
+    bytes: Bytes,
+    array: Option<(Dtype, Vec<usize>)>,
 }
 
 impl Params {
@@ -75,6 +120,7 @@ impl Params {
             text: vec![b'['],
             close: b']',
             error: None,
+            holes: Vec::new(),
         }
     }
 
@@ -84,13 +130,116 @@ impl Params {
             text: vec![b'{'],
             close: b'}',
             error: None,
+            holes: Vec::new(),
         }
     }
 
+    /// Params that start as `json`, a JSON array or object (as text), to which more values
+    /// are appended: positional ones to an array, named ones to an object.
+    ///
+    /// # Errors
+    /// `json` is not one JSON text, or not an array or object.
+    pub fn from_json(json: &str) -> Result<Self> {
+        CheckedJson::new(Some(json))?;
+        let json = json.trim_matches([' ', '\t', '\r', '\n']);
+        let mut params = match json.as_bytes().first() {
+            Some(b'[') => Params::array(),
+            Some(b'{') => Params::object(),
+            _ => return Err(Error::invalid("params are neither a JSON array nor an object")),
+        };
+        let inner = json[1..json.len() - 1].trim_matches([' ', '\t', '\r', '\n']);
+        params.text.extend_from_slice(inner.as_bytes());
+        Ok(params)
+    }
+
     fn comma(&mut self) {
-        if self.text.len() > 1 {
+        if self.text.len() > 1 || !self.holes.is_empty() {
             self.text.push(b',');
         }
+    }
+
+    fn hole(&mut self, bytes: Bytes, array: Option<(Dtype, &[usize])>) {
+        if let Some((dtype, shape)) = array {
+            let size = shape.iter().try_fold(dtype.size(), |size, &dim| size.checked_mul(dim));
+            if size != Some(bytes.len()) {
+                self.error.get_or_insert(format!(
+                    "an array of {} bytes is not {shape:?} {} elements",
+                    bytes.len(),
+                    dtype.name()
+                ));
+            }
+        }
+        self.holes.push(Hole {
+            at: self.text.len(),
+            bytes,
+            array: array.map(|(dtype, shape)| (dtype, shape.to_vec())),
+        });
+    }
+
+    /// Append bytes (to an array), an attachment of a binary message: `data` is kept, not
+    /// copied, until the request is written (`Vec<u8>` and `Bytes` move in; copy a slice
+    /// with `Bytes::copy_from_slice`). Base64 where the call goes as plain JSON.
+    pub fn attachment(mut self, data: impl Into<Bytes>) -> Self {
+        self.comma();
+        self.hole(data.into(), None);
+        self
+    }
+
+    /// Add named bytes (to an object), as [`Params::attachment`].
+    pub fn named_attachment(mut self, name: &str, data: impl Into<Bytes>) -> Self {
+        self.key(name);
+        self.hole(data.into(), None);
+        self
+    }
+
+    /// Append an n-dimensional array (to an array): `data` holds `shape`'s elements of
+    /// `dtype` in C order, little-endian. An attachment of a binary message, the base64
+    /// of its `.npy` form in plain JSON. Data whose length does not match fails the call
+    /// when it is made.
+    pub fn ndarray(mut self, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Self {
+        self.comma();
+        self.hole(data.into(), Some((dtype, shape)));
+        self
+    }
+
+    /// Add a named array (to an object), as [`Params::ndarray`].
+    pub fn named_ndarray(mut self, name: &str, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Self {
+        self.key(name);
+        self.hole(data.into(), Some((dtype, shape)));
+        self
+    }
+
+    /// Append a typed array (to an array): a `Vec<f32>` (or of any `i8` .. `u64`, `f64`)
+    /// of `shape`, sent from the vector's own memory.
+    pub fn ndarray_of<T: Element>(self, shape: &[usize], data: Vec<T>) -> Self {
+        self.ndarray(T::DTYPE, shape, section::typed_bytes(data))
+    }
+
+    /// Add a named typed array (to an object), as [`Params::ndarray_of`].
+    pub fn named_ndarray_of<T: Element>(self, name: &str, shape: &[usize], data: Vec<T>) -> Self {
+        self.named_ndarray(name, T::DTYPE, shape, section::typed_bytes(data))
+    }
+
+    /// Write the text with each hole filled: a placeholder with `section`, else the plain
+    /// JSON form.
+    fn write_filled(&self, out: &mut Vec<u8>, base: usize, mut section: Option<&mut Section>) -> Result<()> {
+        if let Some(error) = &self.error {
+            return Err(Error::invalid(format!("params: {error}")));
+        }
+        let mut copied = 0;
+        for hole in &self.holes {
+            out.extend_from_slice(&self.text[copied..hole.at]);
+            copied = hole.at;
+            let writer = section.as_deref_mut();
+            match &hole.array {
+                None => section::write_bytes(out, base, writer, hole.bytes.clone()),
+                Some((dtype, shape)) => section::write_array(out, base, writer, *dtype, shape, hole.bytes.clone())
+                    .map_err(|why| Error::invalid(format!("params: {why}")))?,
+            }
+        }
+        out.extend_from_slice(&self.text[copied..]);
+        out.push(self.close);
+        Ok(())
     }
 
     fn key(&mut self, name: &str) {
@@ -140,11 +289,14 @@ impl Params {
         write_base64(bytes, &mut self.text);
     }
 
-    /// The params' JSON text.
+    /// The params' JSON text (attachments in their plain JSON form).
     #[must_use]
     pub fn as_json(&self) -> String {
-        let mut text = self.text.clone();
-        text.push(self.close);
+        let mut text = Vec::new();
+        if self.write_filled(&mut text, 0, None).is_err() {
+            text = self.text.clone();
+            text.push(self.close);
+        }
         String::from_utf8_lossy(&text).into_owned()
     }
 }
@@ -157,16 +309,27 @@ impl Drop for Params {
 
 impl ToParams for Params {
     fn write_params(&self, out: &mut Vec<u8>) -> Result<bool> {
-        if let Some(error) = &self.error {
-            return Err(Error::invalid(format!("params: {error}")));
-        }
-        out.extend_from_slice(&self.text);
-        out.push(self.close);
+        self.write_filled(out, 0, None)?;
         Ok(true)
     }
 
     fn len_hint(&self) -> usize {
-        self.text.len() + 1
+        // Each attachment's base64 (and an array's `.npy` header) in plain JSON.
+        let holes: usize = self
+            .holes
+            .iter()
+            .map(|hole| crate::base64::encoded_len(hole.bytes.len() + 256) + 2)
+            .sum();
+        self.text.len() + 1 + holes
+    }
+
+    fn has_attachments(&self) -> bool {
+        !self.holes.is_empty()
+    }
+
+    fn write_binary(&self, out: &mut Vec<u8>, base: usize, section: &mut Section) -> Result<bool> {
+        self.write_filled(out, base, Some(section))?;
+        Ok(true)
     }
 }
 
@@ -222,13 +385,49 @@ impl ToParams for CheckedJson<'_> {
 /// # Errors
 /// Params with no JSON form; `out` then holds a partial text.
 pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<()> {
+    write_envelope(out, method, params.len_hint(), id, &mut |out| params.write_params(out))
+}
+
+/// Append one request as the body of a binary message (docs/wire.md §1): the JSON text with
+/// its attachments as placeholders, then (when there are any) zeros to a multiple of 64 and
+/// the attachment section, each attachment copied once into it. Returns the JSON text's
+/// length. `out` must be empty.
+///
+/// # Errors
+/// Params with no JSON form; `out` then holds a partial text.
+pub fn write_binary_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<usize> {
+    let mut section = Section::new();
+    let hint = params.len_hint();
+    write_envelope(out, method, hint, id, &mut |out| {
+        params.write_binary(out, 0, &mut section)
+    })?;
+    let json_len = out.len();
+    if !section.is_empty() {
+        let start = ucall_core::wire::align(json_len);
+        ucall_core::buffer::reserve(out, start + section.len() - json_len);
+        for part in section.parts() {
+            out.resize(start + part.offset, 0);
+            out.extend_from_slice(&part.bytes);
+        }
+        out.resize(start + section.len(), 0);
+    }
+    Ok(json_len)
+}
+
+fn write_envelope(
+    out: &mut Vec<u8>,
+    method: &str,
+    hint: usize,
+    id: Option<u64>,
+    params: &mut dyn FnMut(&mut Vec<u8>) -> Result<bool>,
+) -> Result<()> {
     // The envelope, `{"jsonrpc":"2.0","method":"","params":,"id":}` with a 20-digit id, is 65 bytes.
-    ucall_core::buffer::reserve(out, 72 + method.len() + params.len_hint());
+    ucall_core::buffer::reserve(out, 72 + method.len() + hint);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     serde_json::to_writer(&mut *out, method).map_err(|e| Error::invalid(e.to_string()))?;
     let mark = out.len();
     out.extend_from_slice(b",\"params\":");
-    if !params.write_params(out)? {
+    if !params(out)? {
         out.truncate(mark);
     }
     if let Some(id) = id {
@@ -331,6 +530,8 @@ fn shown(text: &str) -> String {
 pub struct Response {
     status: Option<u16>,
     body: Vec<u8>,
+    /// A binary reply: the JSON text's length in `body`, the section after its padding.
+    binary: Option<usize>,
     /// Where its members are, scanned once: the id check and `result_bytes` each read a
     /// 2 MB reply whole before (UTF-8 and JSON both times).
     scanned: std::cell::OnceCell<std::result::Result<Spans, RpcError>>,
@@ -338,7 +539,7 @@ pub struct Response {
 
 impl PartialEq for Response {
     fn eq(&self, other: &Self) -> bool {
-        self.status == other.status && self.body == other.body
+        self.status == other.status && self.body == other.body && self.binary == other.binary
     }
 }
 
@@ -404,20 +605,110 @@ impl Response {
         Response {
             status,
             body,
+            binary: None,
             scanned: std::cell::OnceCell::new(),
         }
     }
 
-    /// The reply's JSON text.
+    /// The reply as framed off the wire: a JSON text, or a binary message's body.
+    #[must_use]
+    pub fn from_reply(reply: Reply) -> Self {
+        Response {
+            status: reply.status,
+            body: reply.body,
+            binary: reply.binary,
+            scanned: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The reply's JSON text (of a binary reply, the text before its attachments).
     #[must_use]
     pub fn body(&self) -> &[u8] {
-        &self.body
+        &self.body[..self.binary.unwrap_or(self.body.len())]
     }
 
     /// The reply's JSON text, moved out.
     #[must_use]
     pub fn into_body(mut self) -> Vec<u8> {
-        std::mem::take(&mut self.body)
+        let mut body = std::mem::take(&mut self.body);
+        body.truncate(self.binary.unwrap_or(body.len()));
+        body
+    }
+
+    /// Whether the reply came as a binary message (docs/wire.md), attachments after its
+    /// JSON text; placeholders in its result name them ([`Response::attachment`]).
+    #[must_use]
+    pub fn is_binary(&self) -> bool {
+        self.binary.is_some()
+    }
+
+    /// The attachment section of a binary reply (empty for a JSON one).
+    #[must_use]
+    pub fn section(&self) -> &[u8] {
+        match self.binary {
+            Some(json_len) => ucall_core::wire::split_body(&self.body, json_len).map_or(&[], |(_, section)| section),
+            None => &[],
+        }
+    }
+
+    /// The attachment that `raw`, a value of this reply's result as JSON text (the whole
+    /// result, or a part of it found with serde's `RawValue`), names when it is a
+    /// placeholder: its bytes where they lie in the reply, and an array's dtype and shape.
+    /// `Ok(None)` when `raw` is no placeholder, and for a JSON reply, where an object
+    /// with a `$ucall` member is ordinary data (docs/wire.md §2).
+    ///
+    /// # Errors
+    /// A placeholder that breaks a rule of docs/wire.md §2 (code -32603, the rule named).
+    pub fn attachment<'a>(&'a self, raw: &'a str) -> std::result::Result<Option<Attachment<'a>>, RpcError> {
+        if self.binary.is_none() {
+            return Ok(None);
+        }
+        attachment::resolve(raw.trim(), self.section())
+            .map_err(|why| internal(format!("a malformed placeholder in the reply: {why}: {}", shown(raw))))
+    }
+
+    /// The result as an attachment: the bytes a binary reply's result placeholder names,
+    /// where they lie in the reply (no copy, no base64 pass).
+    ///
+    /// # Errors
+    /// The reply is an error, or its result is not a placeholder (code -32603).
+    pub fn result_attachment(&self) -> std::result::Result<Attachment<'_>, RpcError> {
+        self.result_attachment_at("")
+    }
+
+    /// The attachment a placeholder at the JSON Pointer `pointer` (RFC 6901) in the result
+    /// names: `""` the result itself, `/image` its member `image`, `/0` its first element.
+    ///
+    /// # Errors
+    /// The reply is an error, nothing is at `pointer`, or the value there is not a
+    /// placeholder of a binary reply (code -32603).
+    pub fn result_attachment_at(&self, pointer: &str) -> std::result::Result<Attachment<'_>, RpcError> {
+        let raw = self.result_json()?;
+        let value = ucall_core::Param::in_message(raw, Some(self.section()))
+            .pointer(pointer)
+            .ok_or_else(|| internal(format!("nothing at {pointer:?} in the result {}", shown(raw))))?;
+        self.attachment(value.raw())?.ok_or_else(|| {
+            internal(format!(
+                "the result at {pointer:?} is {}, not an attachment",
+                shown(value.raw())
+            ))
+        })
+    }
+
+    /// The result as an array of `T` and its shape: an `ndarray` attachment of a binary
+    /// reply, viewed where it lies when its address suits `T` (a body read into memory
+    /// of ordinary alignment does; else copied), or the plain JSON form a UCall server
+    /// writes for any other caller, the base64 of a `.npy` file (decoded and copied).
+    ///
+    /// # Errors
+    /// The reply is an error, or its result is not an array of `T` (code -32603).
+    pub fn result_array<T: Element>(&self) -> std::result::Result<crate::Array<'_, T>, RpcError> {
+        let raw = self.result_json()?;
+        if let Some(found) = self.attachment(raw)? {
+            return crate::array::from_attachment(&found).map_err(internal);
+        }
+        let npy = self.result_bytes()?;
+        crate::array::from_npy(&npy).map_err(|why| internal(format!("the result is not an array: {why}")))
     }
 
     /// The HTTP status (`None` over raw TCP and WebSocket).
@@ -432,11 +723,11 @@ impl Response {
     /// The reply is not a JSON object.
     pub fn envelope(&self) -> std::result::Result<Envelope<'_>, RpcError> {
         let spans = self.scanned.get_or_init(|| {
-            if self.body.is_empty() {
+            if self.body().is_empty() {
                 return Err(internal(format!("an empty reply (HTTP {})", self.status.unwrap_or(0))));
             }
-            match Envelope::parse(&self.body) {
-                Ok(envelope) => Ok(Spans::of(&envelope, &self.body)),
+            match Envelope::parse(self.body()) {
+                Ok(envelope) => Ok(Spans::of(&envelope, self.body())),
                 Err(mut error) => {
                     if let Some(status) = self.status.filter(|&s| s != 200) {
                         error.message = format!("HTTP {status}: {}", error.message);
@@ -448,7 +739,7 @@ impl Response {
         let spans = spans.clone()?;
         // SAFETY: the body was checked to be UTF-8 when it was scanned, and the spans are
         // where the scan found the members, on character boundaries (JSON punctuation).
-        let text = unsafe { std::str::from_utf8_unchecked(&self.body) };
+        let text = unsafe { std::str::from_utf8_unchecked(self.body()) };
         let part = |span: Option<(usize, usize)>| span.map(|(start, end)| &text[start..end]);
         Ok(Envelope {
             id: part(spans.id),
@@ -486,6 +777,9 @@ impl Response {
     /// The reply is an error, or its result is not a base64 string (code -32603).
     pub fn result_bytes(&self) -> std::result::Result<Vec<u8>, RpcError> {
         let raw = self.result_json()?;
+        if let Some(found) = self.attachment(raw)? {
+            return Ok(found.bytes.to_vec());
+        }
         let text = raw
             .strip_prefix('"')
             .and_then(|t| t.strip_suffix('"'))
@@ -560,6 +854,119 @@ mod tests {
         );
         for bad in [&b"{"[..], b"{\"a\":1} x", b"\"\\udjso\"", b"\"\xff\""] {
             assert_eq!(Spans::check(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    fn binary_reply(json: &[u8], section: &[u8]) -> Response {
+        let mut body = json.to_vec();
+        body.resize(ucall_core::wire::align(json.len()), 0);
+        body.extend_from_slice(section);
+        Response::from_reply(Reply {
+            status: None,
+            body,
+            close: false,
+            binary: Some(json.len()),
+        })
+    }
+
+    #[test]
+    fn binary_replies_hand_out_attachments_and_refuse_broken_placeholders() {
+        let mut section = b"foo".to_vec();
+        section.resize(64, 0);
+        section.extend_from_slice(&[1.5f32, -2.0].map(f32::to_le_bytes).concat());
+        let bytes = binary_reply(
+            br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":0,"length":3},"id":1}"#,
+            &section,
+        );
+        assert_eq!(bytes.id(), Some("1"));
+        assert_eq!(bytes.result_attachment().expect("bytes").bytes, b"foo");
+        assert_eq!(bytes.result_bytes().expect("bytes"), b"foo");
+        assert!(bytes.body().ends_with(b"\"id\":1}"), "the JSON text only");
+        let array = binary_reply(
+            br#"{"jsonrpc":"2.0","result":{"$ucall":"ndarray","offset":64,"length":8,"dtype":"float32","shape":[2]},"id":1}"#,
+            &section,
+        );
+        let floats = array.result_array::<f32>().expect("an array");
+        assert_eq!((floats.shape.as_slice(), &*floats.data), (&[2][..], &[1.5, -2.0][..]));
+        assert!(array
+            .result_array::<i32>()
+            .expect_err("not int32")
+            .message
+            .contains("of float32, not of int32"));
+        for (broken, rule) in [
+            (&br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":0,"length":99},"id":1}"#[..], "passes the end"),
+            (br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":1,"length":1},"id":1}"#, "multiple of 64"),
+            (br#"{"jsonrpc":"2.0","result":{"$ucall":"ndarray","offset":64,"length":8,"dtype":"float32","shape":[3]},"id":1}"#, "shape"),
+        ] {
+            let error = binary_reply(broken, &section).result_bytes().expect_err("broken");
+            assert!(error.message.contains("a malformed placeholder in the reply") && error.message.contains(rule), "{}", error.message);
+        }
+        let nested = binary_reply(
+            br#"{"jsonrpc":"2.0","result":{"label":3,"images":[{"$ucall":"bytes","offset":0,"length":3}]},"id":1}"#,
+            &section,
+        );
+        assert_eq!(nested.result_attachment_at("/images/0").expect("found").bytes, b"foo");
+        assert!(nested
+            .result_attachment_at("/label")
+            .expect_err("a number")
+            .message
+            .contains("not an attachment"));
+        assert!(nested
+            .result_attachment_at("/images/1")
+            .expect_err("none")
+            .message
+            .contains("nothing at"));
+        // In a JSON reply a `$ucall` object is data.
+        let plain = Response::new(
+            None,
+            br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":0,"length":0},"id":1}"#.to_vec(),
+        );
+        assert!(plain.result_attachment().is_err());
+        assert_eq!(
+            plain.attachment(r#"{"$ucall":"bytes","offset":0,"length":0}"#),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn params_with_attachments_have_both_forms() {
+        let params = Params::object()
+            .named("a", &1)
+            .named_attachment("b", b"hi".to_vec())
+            .named_ndarray_of("c", &[1], vec![7u8]);
+        let plain = params.as_json();
+        assert!(plain.starts_with(r#"{"a":1,"b":"aGk=","c":"k05VTVBZ"#), "{plain}");
+        let mut body = Vec::new();
+        let json_len = write_binary_request(&mut body, "f", &params, None).expect("a body");
+        let json = std::str::from_utf8(&body[..json_len]).expect("text");
+        assert_eq!(
+            json,
+            r#"{"jsonrpc":"2.0","method":"f","params":{"a":1,"b":{"$ucall":"bytes","offset":0,"length":2},"c":{"$ucall":"ndarray","offset":64,"length":1,"dtype":"uint8","shape":[1]}}}"#
+        );
+        let section = ucall_core::wire::align(json_len);
+        assert!(body[json_len..section].iter().all(|&b| b == 0));
+        assert_eq!(&body[section..section + 2], b"hi");
+        assert_eq!(body[section + 64..], [7]);
+        let wrong = Params::array().ndarray(Dtype::Float32, &[3], vec![0u8; 8]);
+        let mut out = Vec::new();
+        let error = write_request(&mut out, "f", &wrong, None).expect_err("12 bytes, not 8");
+        assert!(
+            error
+                .message()
+                .contains("an array of 8 bytes is not [3] float32 elements"),
+            "{error}"
+        );
+        assert!(!Params::array().bytes(b"x").has_attachments());
+        let extended = Params::from_json(" [1, 2] ")
+            .expect("an array")
+            .attachment(b"x".to_vec());
+        assert_eq!(extended.as_json(), r#"[1, 2,"eA=="]"#);
+        let empty = Params::from_json("{ }")
+            .expect("an object")
+            .named_attachment("b", b"x".to_vec());
+        assert_eq!(empty.as_json(), r#"{"b":"eA=="}"#);
+        for bad in ["3", "[1", "\"a\""] {
+            assert!(Params::from_json(bad).is_err(), "{bad}");
         }
     }
 

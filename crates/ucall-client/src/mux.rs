@@ -249,6 +249,7 @@ fn run(mut conn: Connection, shared: &Shared) {
                                     status: None,
                                     body: Vec::new(),
                                     close: false,
+                                    binary: None,
                                 }),
                             });
                         }

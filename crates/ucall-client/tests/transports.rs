@@ -4,12 +4,13 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+mod common;
+
+use common::certs;
 use ucall_client::{Client, Endpoint, ErrorKind, NoParams, Params, Protocol, TlsRefusal};
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle, TlsConfig};
 
@@ -36,43 +37,6 @@ fn serve(tls: Option<TlsConfig>) -> ServerHandle {
         builder = builder.tls(tls);
     }
     builder.bind().expect("bind").spawn().expect("spawn")
-}
-
-struct Certs(PathBuf);
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn certs() -> Certs {
-    // One folder per call: tests run in parallel, and each removes its own at the end.
-    static MADE: AtomicUsize = AtomicUsize::new(0);
-    let made = MADE.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ucall-client-tls-{}-{made}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let ca_key = KeyPair::generate().expect("a key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("a CA");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("a key");
-    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .expect("params")
-        .signed_by(&key, &issuer)
-        .expect("a certificate");
-    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
-    std::fs::write(dir.join("server.pem"), cert.pem()).expect("write");
-    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
-    let key = KeyPair::generate().expect("a key");
-    let cert = CertificateParams::new(Vec::<String>::new())
-        .expect("params")
-        .signed_by(&key, &issuer)
-        .expect("a certificate");
-    std::fs::write(dir.join("client.pem"), cert.pem()).expect("write");
-    std::fs::write(dir.join("client.key"), key.serialize_pem()).expect("write");
-    Certs(dir)
 }
 
 fn exercise(endpoint: Endpoint) {

@@ -267,6 +267,73 @@ static void hex_attachment(ucall_call_t call) {
     reply_invalid_params(call, "expected a base64 string or an attachment for parameter", "data");
 }
 
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The bytes a hex text spells, as the result: an attachment of a binary reply for a caller
+   that accepts one (docs/wire.md), else base64. */
+static void unhex(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t text;
+    size_t length, i;
+    unsigned char* bytes;
+    (void)tag;
+    if (!ucall_param_named_str(call, "text", 0, &text, &length) &&
+        !ucall_param_positional_str(call, 0, &text, &length)) {
+        reply_invalid_params(call, "missing parameter", "text");
+        return;
+    }
+    bytes = malloc(length / 2 + 1);
+    if (!bytes) {
+        ucall_call_reply_error_out_of_memory(call);
+        return;
+    }
+    for (i = 0; i + 1 < length; i += 2) {
+        int high = hex_digit(text[i]), low = hex_digit(text[i + 1]);
+        if (high < 0 || low < 0)
+            break;
+        bytes[i / 2] = (unsigned char)(high * 16 + low);
+    }
+    if (length % 2 != 0 || i < length)
+        ucall_call_reply_error(call, -32602, "Invalid params: 'text' is not an even number of hex digits", 0);
+    else
+        ucall_call_reply_attachment(call, bytes, length / 2, NULL, NULL); /* copied */
+    free(bytes);
+}
+
+/* The float32 array 0, 1, ... n-1: an ndarray attachment, or a .npy in base64. The data is
+   the host's floats, little-endian on the hosts this test runs on. */
+static void floats(ucall_call_t call, ucall_callback_tag_t tag) {
+    int64_t n, i;
+    size_t shape[1];
+    float* data;
+    (void)tag;
+    if (!ucall_param_named_i64(call, "n", 0, &n) && !ucall_param_positional_i64(call, 0, &n)) {
+        reply_invalid_params(call, "expected an integer for parameter", "n");
+        return;
+    }
+    if (n < 0 || n > (1 << 24)) {
+        reply_invalid_params(call, "expected 0 to 2^24 for parameter", "n");
+        return;
+    }
+    data = malloc((size_t)n * sizeof *data + 1);
+    if (!data) {
+        ucall_call_reply_error_out_of_memory(call);
+        return;
+    }
+    for (i = 0; i < n; ++i)
+        data[i] = (float)i;
+    shape[0] = (size_t)n;
+    ucall_call_reply_array(call, "float32", shape, 1, (uint8_t const*)data, (size_t)n * sizeof *data, NULL, NULL);
+    free(data);
+}
+
 /* Bytes by position or name (base64, padded or not), answered as lowercase hex. */
 static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_str_t text;
@@ -416,6 +483,8 @@ int main(int argc, char** argv) {
     ucall_add_procedure(server, "get_data", get_data, NULL);
     ucall_add_procedure(server, "echo", echo, NULL);
     ucall_add_procedure(server, "hex", hex, NULL);
+    ucall_add_procedure(server, "unhex", unhex, NULL);
+    ucall_add_procedure(server, "floats", floats, NULL);
     ucall_add_procedure(server, "fail", fail, NULL);
     ucall_add_procedure(server, "panic", panic_procedure, NULL);
 

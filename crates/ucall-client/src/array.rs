@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Arrays in replies: an `ndarray` attachment of a binary message viewed as a typed slice,
+//! or the plain JSON form UCall servers write for other callers (a `.npy` file, base64).
+
+use std::borrow::Cow;
+
+use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
+use ucall_core::jsonrpc::section::Element;
+
+/// An n-dimensional array of `T` from a reply ([`crate::Response::result_array`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array<'a, T: Element> {
+    /// The size of each dimension (none for a scalar).
+    pub shape: Vec<usize>,
+    /// The elements in C order: borrowed from the reply where its memory suits `T`.
+    pub data: Cow<'a, [T]>,
+}
+
+/// `found` as an array of `T`: its bytes viewed in place when aligned for `T`, else copied.
+pub(crate) fn from_attachment<'a, T: Element>(found: &Attachment<'a>) -> Result<Array<'a, T>, String> {
+    let Some(info) = found.array else {
+        return Err("the result is a bytes attachment, not an array".to_owned());
+    };
+    if info.dtype != T::DTYPE {
+        return Err(format!(
+            "the result is an array of {}, not of {}",
+            info.dtype.name(),
+            T::DTYPE.name()
+        ));
+    }
+    let data = match bytemuck::try_cast_slice(found.bytes) {
+        Ok(view) => Cow::Borrowed(view),
+        Err(_) => Cow::Owned(copied(found.bytes)),
+    };
+    Ok(Array {
+        shape: info.shape().collect(),
+        data,
+    })
+}
+
+/// `bytes` (a whole number of `T`) copied into a vector of `T`.
+fn copied<T: Element>(bytes: &[u8]) -> Vec<T> {
+    let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); bytes.len() / std::mem::size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(bytes);
+    out
+}
+
+/// The `.npy` type string of `dtype` (little-endian; one-byte types have no order).
+fn descr(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::Bool => "|b1",
+        Dtype::Int8 => "|i1",
+        Dtype::Uint8 => "|u1",
+        Dtype::Int16 => "<i2",
+        Dtype::Uint16 => "<u2",
+        Dtype::Int32 => "<i4",
+        Dtype::Uint32 => "<u4",
+        Dtype::Int64 => "<i8",
+        Dtype::Uint64 => "<u8",
+        Dtype::Float16 => "<f2",
+        Dtype::Float32 => "<f4",
+        Dtype::Float64 => "<f8",
+        Dtype::Complex64 => "<c8",
+        Dtype::Complex128 => "<c16",
+    }
+}
+
+/// A `.npy` file (NumPy format 1.0 to 3.0, C order) of `T`, copied out.
+pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, String> {
+    if !npy.starts_with(b"\x93NUMPY") || npy.len() < 10 {
+        return Err("not a .npy file".to_owned());
+    }
+    let (len, at) = match npy[6] {
+        1 => (usize::from(u16::from_le_bytes([npy[8], npy[9]])), 10),
+        2 | 3 if npy.len() >= 12 => (u32::from_le_bytes([npy[8], npy[9], npy[10], npy[11]]) as usize, 12),
+        _ => return Err("an unknown .npy version".to_owned()),
+    };
+    let header = npy
+        .get(at..at + len)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or("a .npy header cut short")?;
+    let value = |key: &str| -> Option<&str> {
+        let rest = &header[header.find(&format!("'{key}':"))? + key.len() + 3..];
+        Some(rest.trim_start())
+    };
+    let type_string = value("descr")
+        .and_then(|v| v.strip_prefix('\''))
+        .and_then(|v| v.split('\'').next())
+        .ok_or("a .npy header without descr")?;
+    let wanted = descr(T::DTYPE);
+    if type_string != wanted && !(wanted.starts_with('|') && type_string[1..] == wanted[1..]) {
+        return Err(format!("a .npy array of {type_string}, not {wanted}"));
+    }
+    if !value("fortran_order").is_some_and(|v| v.starts_with("False")) {
+        return Err("a .npy array in Fortran order".to_owned());
+    }
+    let dims = value("shape")
+        .and_then(|v| v.strip_prefix('('))
+        .and_then(|v| v.split(')').next())
+        .ok_or("a .npy header without shape")?;
+    let shape = dims
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<usize>().map_err(|_| format!("a .npy shape of {dims:?}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let data = &npy[at + len..];
+    let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if count.and_then(|n| n.checked_mul(T::DTYPE.size())) != Some(data.len()) {
+        return Err("a .npy file whose data does not match its shape".to_owned());
+    }
+    Ok(Array {
+        shape,
+        data: Cow::Owned(copied(data)),
+    })
+}
