@@ -446,7 +446,8 @@ def waiting_server(make_server: Any, gone: Any) -> Server:
     return server
 
 
-def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any, str | None]:
+def mcp_exchange(port: int, body: Any, session: str | None = None) -> tuple[http.client.HTTPResponse, bytes]:
+    """POST `body` to the MCP endpoint (in `session`): the response and its body."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     headers["MCP-Protocol-Version"] = "2025-06-18"
     if session is not None:
@@ -455,10 +456,14 @@ def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any
     try:
         connection.request("POST", "/mcp", json.dumps(body), headers)
         reply = connection.getresponse()
-        data = reply.read()
-        return reply.status, json.loads(data) if data else None, reply.getheader("Mcp-Session-Id")
+        return reply, reply.read()
     finally:
         connection.close()
+
+
+def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any, str | None]:
+    reply, data = mcp_exchange(port, body, session)
+    return reply.status, json.loads(data) if data else None, reply.getheader("Mcp-Session-Id")
 
 
 def test_sessions_with_the_sdk_in_both_modes(make_server: Any) -> None:
@@ -515,7 +520,8 @@ def test_the_sdk_abandoning_a_call_reaches_the_handler_as_its_caller_gone(make_s
 
 def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any) -> None:
     """``notifications/cancelled`` on another connection, in the call's session, while the
-    call's own connection stays open: the handler sees its caller gone."""
+    call's own connection stays open: the handler sees its caller gone, and no response is
+    sent for the call (its POST is answered with an event stream that holds none)."""
     import threading
 
     gone = threading.Event()
@@ -529,7 +535,7 @@ def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any)
     session = mcp_post(server.port, initialize)[2]
     replies: list[Any] = []
     call = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
-    caller = threading.Thread(target=lambda: replies.append(mcp_post(server.port, call, session)))
+    caller = threading.Thread(target=lambda: replies.append(mcp_exchange(server.port, call, session)))
     caller.start()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
     assert mcp_post(server.port, cancel, session)[0] == 202
@@ -538,5 +544,6 @@ def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any)
     assert mcp_post(server.port, cancel, session)[0] == 202
     assert gone.wait(10)
     caller.join(10)
-    status, reply, _ = replies[0]
-    assert status == 200 and reply["result"]["structuredContent"] == {"result": True}
+    reply, body = replies[0]
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    assert body == b"", body
