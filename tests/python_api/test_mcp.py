@@ -422,12 +422,143 @@ def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
         process.stdout.close()
 
 
-def waiting_server(make_server: Any, gone: Any) -> Server:
-    """A server with sessions whose tool ``wait`` runs until its caller has gone (at most
-    20 s), then sets ``gone`` and answers whether it saw that."""
+CANCEL_APP = """
+import asyncio
+import sys
+
+from ucall import Context, Server
+
+server = Server(port=0)
+
+
+@server
+async def wait(ctx: Context) -> bool:
+    for _ in range(2000):
+        if ctx.caller_gone:
+            print("wait: caller gone", file=sys.stderr, flush=True)
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+@server
+async def nap(ctx: Context, seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return ctx.caller_gone
+"""
+
+
+def start_stdio(tmp_path: Path) -> Any:
+    """``ucall mcp`` serving CANCEL_APP, its standard error in ``tmp_path / "stderr"``."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cancel_two.py").write_text(CANCEL_APP)
+    with (tmp_path / "stderr").open("wb") as errors:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "ucall", "mcp", "cancel_two:server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        )
+
+
+def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_path: Path) -> None:
+    """Over stdio (one stream for every call), ``notifications/cancelled`` names one of two
+    calls under way: its handler sees its caller gone and no line answers it; the other
+    call's caller stays, and its result arrives."""
+    import subprocess
+    import time
+
+    process = start_stdio(tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+
+        def send(message: Any) -> None:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+
+        def call(id: int, name: str, arguments: Any) -> Any:
+            return {
+                "jsonrpc": "2.0",
+                "id": id,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+
+        send(call(1, "wait", {}))
+        send(call(2, "nap", {"seconds": 1.5}))
+        time.sleep(0.3)
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "user"}})
+        lines = []
+        while not any(line.get("id") == 2 for line in lines):
+            line = process.stdout.readline()
+            assert line, f"the output ended: {lines}"
+            lines.append(json.loads(line))
+        assert lines[-1]["result"]["structuredContent"] == {"result": False}, lines
+        assert "wait: caller gone" in (tmp_path / "stderr").read_text()
+        process.stdin.close()
+        rest = [json.loads(line) for line in process.stdout.read().splitlines() if line.strip()]
+        assert all(message.get("id") != 1 for message in lines + rest), lines + rest
+    finally:
+        if not process.stdin.closed:
+            process.stdin.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+def test_the_sdk_abandoning_one_of_two_calls_over_stdio_cancels_only_it(tmp_path: Path) -> None:
+    """The official SDK's stdio client gives up one of two calls (a timeout), which it
+    says with ``notifications/cancelled``: only that call's handler sees its caller gone."""
+    import os
+    import sys
+
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    (tmp_path / "cancel_two.py").write_text(CANCEL_APP)
+    errors = (tmp_path / "stderr").open("w")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ucall", "mcp", "cancel_two:server"],
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+
+    async def give_one_up() -> Any:
+        async with Client(stdio_client(params, errlog=errors), mode="legacy") as client:
+            other = asyncio.create_task(client.call_tool("nap", {"seconds": 1.5}))
+            with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+                await asyncio.wait_for(client.call_tool("wait", {}), 0.5)
+            return await other
+
+    try:
+        napped = asyncio.run(give_one_up())
+    finally:
+        errors.close()
+    assert napped.structured_content == {"result": False}, napped
+    assert "wait: caller gone" in (tmp_path / "stderr").read_text()
+
+
+def waiting_server(make_server: Any, gone: Any, sessions: bool = True) -> Server:
+    """A server (with sessions unless told) whose tool ``wait`` runs until its caller has
+    gone (at most 20 s), then sets ``gone`` and answers whether it saw that; and whose tool
+    ``nap`` sleeps ``seconds`` and answers whether its caller went meanwhile."""
     from ucall import Context
 
-    server: Server = make_server(mcp=True, mcp_sessions=True)
+    server: Server = make_server(mcp=True, mcp_sessions=sessions)
+
+    @server
+    async def nap(ctx: Context, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return ctx.caller_gone
 
     @server
     async def wait(ctx: Context) -> bool:
@@ -516,6 +647,32 @@ def test_the_sdk_abandoning_a_call_reaches_the_handler_as_its_caller_gone(make_s
             await asyncio.sleep(0.2)
 
     asyncio.run(give_up())
+
+
+@pytest.mark.parametrize(("mode", "sessions"), [("legacy", True), ("auto", False)])
+def test_the_sdk_abandoning_one_of_two_calls_cancels_only_it(make_server: Any, mode: str, sessions: bool) -> None:
+    """Two calls under way; the SDK gives one up (a timeout): in legacy mode by a
+    ``notifications/cancelled`` in its session, in automatic mode (2026-07-28, no session)
+    by closing that call's stream. Its handler sees its caller gone; the other call's does
+    not, and its result arrives."""
+    import threading
+
+    gone = threading.Event()
+    server = waiting_server(make_server, gone, sessions=sessions)
+
+    async def give_one_up() -> Any:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp", mode=mode) as client:
+            other = asyncio.create_task(client.call_tool("nap", {"seconds": 1.5}))
+            with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+                await asyncio.wait_for(client.call_tool("wait", {}), 0.5)
+            assert await asyncio.get_running_loop().run_in_executor(None, gone.wait, 10)
+            napped = await other
+            await asyncio.sleep(0.2)  # the abandoned call's end reaches an open client
+            return napped
+
+    napped = asyncio.run(give_one_up())
+    assert not napped.is_error, napped
+    assert napped.structured_content == {"result": False}, "the other call's caller stayed"
 
 
 def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any) -> None:
