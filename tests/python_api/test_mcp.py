@@ -675,6 +675,32 @@ def test_the_sdk_abandoning_one_of_two_calls_cancels_only_it(make_server: Any, m
     assert napped.structured_content == {"result": False}, "the other call's caller stayed"
 
 
+def test_the_typescript_sdk_abandoning_one_of_two_calls_cancels_only_it(make_server: Any) -> None:
+    """The official TypeScript SDK's client aborts one of two calls under way: its
+    ``notifications/cancelled`` in the session reaches that call's handler alone, the other
+    call's result arrives, and the SDK reports no stray response."""
+    import shutil
+    import subprocess
+    import threading
+
+    node = shutil.which("node")
+    script = Path(__file__).resolve().parents[1] / "node" / "mcp_cancel.mjs"
+    sdk = script.parent / "node_modules" / "@modelcontextprotocol" / "sdk"
+    if node is None or not sdk.is_dir():
+        pytest.skip("node and tests/node's npm packages (make setup) are needed")
+    gone = threading.Event()
+    server = waiting_server(make_server, gone)
+    url = f"http://127.0.0.1:{server.port}/mcp"
+    done = subprocess.run([node, str(script), url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["sessionId"] is not None, seen
+    assert "the user stopped it" in seen["wait"]["error"], seen
+    assert gone.wait(10), "the aborted call's handler saw its caller gone"
+    assert seen["nap"]["structuredContent"] == {"result": False}, seen
+    assert seen["errors"] == [], seen
+
+
 def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any) -> None:
     """``notifications/cancelled`` on another connection, in the call's session, while the
     call's own connection stays open: the handler sees its caller gone, and no response is
