@@ -333,7 +333,8 @@ fn a_cancelled_progress_stream_ends_without_a_result() {
             Conn::to(&server).roundtrip(&request("POST", &with, &cancel(41))).status,
             202
         );
-        // The stream ends (its last chunk) with progress events only: no response.
+        // The stream ends (its last chunk) with progress events only, and soon: no
+        // response, and no progress once the cancellation is in.
         let mut rest = Vec::new();
         while let Some(chunk) = read_chunk(&mut calling) {
             rest.extend_from_slice(&chunk);
@@ -341,6 +342,7 @@ fn a_cancelled_progress_stream_ends_without_a_result() {
         let rest = String::from_utf8(rest).expect("UTF-8 events");
         assert!(!rest.contains("\"result\""), "{rest}");
         assert!(!rest.contains("\"id\":41"), "{rest}");
+        assert!(rest.matches("notifications/progress").count() < 200, "{rest}");
         // The connection goes on.
         let listed = calling.roundtrip(&request("POST", &with, LIST));
         assert_eq!(listed.status, 200, "{listed:?}");
