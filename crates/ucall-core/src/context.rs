@@ -189,12 +189,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The call's own cancellation, when it can be cancelled alone.
-    #[must_use]
-    pub fn cancellation(&self) -> Option<&'a Cancellation> {
-        self.cancellation
-    }
-
     /// Whether the caller is known to have gone now (see the module documentation). A
     /// handler that answers inline runs on the thread that serves its connection, which
     /// reads nothing meanwhile: this is for a call that asks later, through
