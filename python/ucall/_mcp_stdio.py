@@ -6,8 +6,9 @@ each message of its reply written to standard output as one line.
 The core answers every message, as it does over HTTP (docs/mcp.md); this module only moves
 lines. It mirrors each request's version, method and tool name into the header fields the
 HTTP transport carries, as an HTTP client would, and turns ``notifications/cancelled`` into
-the hang-up the server already takes as the caller going away. Nothing but MCP messages
-goes to standard output: logs go to standard error.
+the hang-up the server already takes as the caller going away: each request has its own
+connection, so that reaches the cancelled call alone, and no line answers it. Nothing but
+MCP messages goes to standard output: logs go to standard error.
 """
 
 from __future__ import annotations

@@ -230,7 +230,8 @@ class Server:
         mcp_path: where the MCP endpoint is (``"/mcp"``).
         mcp_sessions: mint an ``Mcp-Session-Id`` at each ``initialize`` (session-era MCP
             clients): later requests must carry it, ``DELETE`` ends it, and a
-            ``notifications/cancelled`` posted in it reaches the call it names. Sessions
+            ``notifications/cancelled`` posted in it cancels the call it names (and only
+            it: no response is sent for it). Sessions
             live in one process (docs/mcp.md, "Sessions").
         tracing: make an OpenTelemetry span per call, child of the caller's W3C trace
             context, with the handler inside it (docs/operations.md, "Tracing"). On when

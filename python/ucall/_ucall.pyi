@@ -232,7 +232,8 @@ class Context:
     @property
     def caller_gone(self) -> bool:
         """Whether the caller has gone (its connection ended, an HTTP client stopped sending,
-        a WebSocket client sent Close): a handler that works long can stop."""
+        a WebSocket client sent Close, an MCP client cancelled this call): a handler that
+        works long can stop."""
     @property
     def traceparent(self) -> Optional[str]:
         """The caller's W3C ``traceparent`` (its request's ``"_meta"`` member, else the HTTP

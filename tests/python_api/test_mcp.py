@@ -422,12 +422,143 @@ def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
         process.stdout.close()
 
 
-def waiting_server(make_server: Any, gone: Any) -> Server:
-    """A server with sessions whose tool ``wait`` runs until its caller has gone (at most
-    20 s), then sets ``gone`` and answers whether it saw that."""
+CANCEL_APP = """
+import asyncio
+import sys
+
+from ucall import Context, Server
+
+server = Server(port=0)
+
+
+@server
+async def wait(ctx: Context) -> bool:
+    for _ in range(2000):
+        if ctx.caller_gone:
+            print("wait: caller gone", file=sys.stderr, flush=True)
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+@server
+async def nap(ctx: Context, seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return ctx.caller_gone
+"""
+
+
+def start_stdio(tmp_path: Path) -> Any:
+    """``ucall mcp`` serving CANCEL_APP, its standard error in ``tmp_path / "stderr"``."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cancel_two.py").write_text(CANCEL_APP)
+    with (tmp_path / "stderr").open("wb") as errors:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "ucall", "mcp", "cancel_two:server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        )
+
+
+def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_path: Path) -> None:
+    """Over stdio (one stream for every call), ``notifications/cancelled`` names one of two
+    calls under way: its handler sees its caller gone and no line answers it; the other
+    call's caller stays, and its result arrives."""
+    import subprocess
+    import time
+
+    process = start_stdio(tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+
+        def send(message: Any) -> None:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+
+        def call(id: int, name: str, arguments: Any) -> Any:
+            return {
+                "jsonrpc": "2.0",
+                "id": id,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+
+        send(call(1, "wait", {}))
+        send(call(2, "nap", {"seconds": 1.5}))
+        time.sleep(0.3)
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "user"}})
+        lines = []
+        while not any(line.get("id") == 2 for line in lines):
+            line = process.stdout.readline()
+            assert line, f"the output ended: {lines}"
+            lines.append(json.loads(line))
+        assert lines[-1]["result"]["structuredContent"] == {"result": False}, lines
+        assert "wait: caller gone" in (tmp_path / "stderr").read_text()
+        process.stdin.close()
+        rest = [json.loads(line) for line in process.stdout.read().splitlines() if line.strip()]
+        assert all(message.get("id") != 1 for message in lines + rest), lines + rest
+    finally:
+        if not process.stdin.closed:
+            process.stdin.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+def test_the_sdk_abandoning_one_of_two_calls_over_stdio_cancels_only_it(tmp_path: Path) -> None:
+    """The official SDK's stdio client gives up one of two calls (a timeout), which it
+    says with ``notifications/cancelled``: only that call's handler sees its caller gone."""
+    import os
+    import sys
+
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    (tmp_path / "cancel_two.py").write_text(CANCEL_APP)
+    errors = (tmp_path / "stderr").open("w")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ucall", "mcp", "cancel_two:server"],
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+
+    async def give_one_up() -> Any:
+        async with Client(stdio_client(params, errlog=errors), mode="legacy") as client:
+            other = asyncio.create_task(client.call_tool("nap", {"seconds": 1.5}))
+            with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+                await asyncio.wait_for(client.call_tool("wait", {}), 0.5)
+            return await other
+
+    try:
+        napped = asyncio.run(give_one_up())
+    finally:
+        errors.close()
+    assert napped.structured_content == {"result": False}, napped
+    assert "wait: caller gone" in (tmp_path / "stderr").read_text()
+
+
+def waiting_server(make_server: Any, gone: Any, sessions: bool = True) -> Server:
+    """A server (with sessions unless told) whose tool ``wait`` runs until its caller has
+    gone (at most 20 s), then sets ``gone`` and answers whether it saw that; and whose tool
+    ``nap`` sleeps ``seconds`` and answers whether its caller went meanwhile."""
     from ucall import Context
 
-    server: Server = make_server(mcp=True, mcp_sessions=True)
+    server: Server = make_server(mcp=True, mcp_sessions=sessions)
+
+    @server
+    async def nap(ctx: Context, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return ctx.caller_gone
 
     @server
     async def wait(ctx: Context) -> bool:
@@ -446,7 +577,8 @@ def waiting_server(make_server: Any, gone: Any) -> Server:
     return server
 
 
-def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any, str | None]:
+def mcp_exchange(port: int, body: Any, session: str | None = None) -> tuple[http.client.HTTPResponse, bytes]:
+    """POST `body` to the MCP endpoint (in `session`): the response and its body."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     headers["MCP-Protocol-Version"] = "2025-06-18"
     if session is not None:
@@ -455,10 +587,14 @@ def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any
     try:
         connection.request("POST", "/mcp", json.dumps(body), headers)
         reply = connection.getresponse()
-        data = reply.read()
-        return reply.status, json.loads(data) if data else None, reply.getheader("Mcp-Session-Id")
+        return reply, reply.read()
     finally:
         connection.close()
+
+
+def mcp_post(port: int, body: Any, session: str | None = None) -> tuple[int, Any, str | None]:
+    reply, data = mcp_exchange(port, body, session)
+    return reply.status, json.loads(data) if data else None, reply.getheader("Mcp-Session-Id")
 
 
 def test_sessions_with_the_sdk_in_both_modes(make_server: Any) -> None:
@@ -513,9 +649,62 @@ def test_the_sdk_abandoning_a_call_reaches_the_handler_as_its_caller_gone(make_s
     asyncio.run(give_up())
 
 
+@pytest.mark.parametrize(("mode", "sessions"), [("legacy", True), ("auto", False)])
+def test_the_sdk_abandoning_one_of_two_calls_cancels_only_it(make_server: Any, mode: str, sessions: bool) -> None:
+    """Two calls under way; the SDK gives one up (a timeout): in legacy mode by a
+    ``notifications/cancelled`` in its session, in automatic mode (2026-07-28, no session)
+    by closing that call's stream. Its handler sees its caller gone; the other call's does
+    not, and its result arrives."""
+    import threading
+
+    gone = threading.Event()
+    server = waiting_server(make_server, gone, sessions=sessions)
+
+    async def give_one_up() -> Any:
+        async with Client(f"http://127.0.0.1:{server.port}/mcp", mode=mode) as client:
+            other = asyncio.create_task(client.call_tool("nap", {"seconds": 1.5}))
+            with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+                await asyncio.wait_for(client.call_tool("wait", {}), 0.5)
+            assert await asyncio.get_running_loop().run_in_executor(None, gone.wait, 10)
+            napped = await other
+            await asyncio.sleep(0.2)  # the abandoned call's end reaches an open client
+            return napped
+
+    napped = asyncio.run(give_one_up())
+    assert not napped.is_error, napped
+    assert napped.structured_content == {"result": False}, "the other call's caller stayed"
+
+
+def test_the_typescript_sdk_abandoning_one_of_two_calls_cancels_only_it(make_server: Any) -> None:
+    """The official TypeScript SDK's client aborts one of two calls under way: its
+    ``notifications/cancelled`` in the session reaches that call's handler alone, the other
+    call's result arrives, and the SDK reports no stray response."""
+    import shutil
+    import subprocess
+    import threading
+
+    node = shutil.which("node")
+    script = Path(__file__).resolve().parents[1] / "node" / "mcp_cancel.mjs"
+    sdk = script.parent / "node_modules" / "@modelcontextprotocol" / "sdk"
+    if node is None or not sdk.is_dir():
+        pytest.skip("node and tests/node's npm packages (make setup) are needed")
+    gone = threading.Event()
+    server = waiting_server(make_server, gone)
+    url = f"http://127.0.0.1:{server.port}/mcp"
+    done = subprocess.run([node, str(script), url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["sessionId"] is not None, seen
+    assert "the user stopped it" in seen["wait"]["error"], seen
+    assert gone.wait(10), "the aborted call's handler saw its caller gone"
+    assert seen["nap"]["structuredContent"] == {"result": False}, seen
+    assert seen["errors"] == [], seen
+
+
 def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any) -> None:
     """``notifications/cancelled`` on another connection, in the call's session, while the
-    call's own connection stays open: the handler sees its caller gone."""
+    call's own connection stays open: the handler sees its caller gone, and no response is
+    sent for the call (its POST is answered with an event stream that holds none)."""
     import threading
 
     gone = threading.Event()
@@ -529,7 +718,7 @@ def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any)
     session = mcp_post(server.port, initialize)[2]
     replies: list[Any] = []
     call = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
-    caller = threading.Thread(target=lambda: replies.append(mcp_post(server.port, call, session)))
+    caller = threading.Thread(target=lambda: replies.append(mcp_exchange(server.port, call, session)))
     caller.start()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
     assert mcp_post(server.port, cancel, session)[0] == 202
@@ -538,5 +727,6 @@ def test_a_cancellation_posted_in_the_session_reaches_the_call(make_server: Any)
     assert mcp_post(server.port, cancel, session)[0] == 202
     assert gone.wait(10)
     caller.join(10)
-    status, reply, _ = replies[0]
-    assert status == 200 and reply["result"]["structuredContent"] == {"result": True}
+    reply, body = replies[0]
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    assert body == b"", body

@@ -592,6 +592,7 @@ pub fn engine_context<'a>(
             conn: 0,
             generation: 0,
             presence: None,
+            cancellation: None,
         }),
         draining: false,
     }

@@ -20,7 +20,9 @@
 //! it goes down when the connection ends (a reset, a failed write, the engine closing it),
 //! when an HTTP client stops sending, and when a WebSocket client sends Close or stops
 //! sending. A raw TCP client that half-closes may still be reading its replies: that alone
-//! does not count as gone.
+//! does not count as gone. A call may also have a [`Cancellation`] of its own, for a caller
+//! that gives up that one call while its connection goes on (MCP's
+//! `notifications/cancelled`): the call then sees its caller gone, its neighbours do not.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -30,6 +32,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::cancellation::Cancellation;
 use crate::trace_context::{TraceContext, TraceParent};
 
 /// The protocol a call arrived over.
@@ -71,6 +74,8 @@ pub struct Context<'a> {
     tls_subject: Option<&'a str>,
     /// Whether the connection's caller is still there; `None` outside a connection.
     liveness: Option<&'a Liveness>,
+    /// The call's own cancellation, for a call that can be cancelled alone.
+    cancellation: Option<&'a Cancellation>,
     /// The attachment section of the binary message the call came in (docs/wire.md);
     /// `None` for a plain JSON text.
     section: Option<&'a [u8]>,
@@ -94,6 +99,7 @@ pub const NONE: Context<'static> = Context {
     timeout: None,
     tls_subject: None,
     liveness: None,
+    cancellation: None,
     section: None,
     binary_replies: false,
     meta: None,
@@ -112,6 +118,7 @@ impl<'a> Context<'a> {
             timeout: None,
             tls_subject: None,
             liveness: None,
+            cancellation: None,
             section: None,
             binary_replies: false,
             meta: None,
@@ -173,13 +180,22 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// The same context, for a call that `cancellation` cancels alone.
+    #[must_use]
+    pub fn with_cancellation(self, cancellation: &'a Cancellation) -> Self {
+        Context {
+            cancellation: Some(cancellation),
+            ..self
+        }
+    }
+
     /// Whether the caller is known to have gone now (see the module documentation). A
     /// handler that answers inline runs on the thread that serves its connection, which
     /// reads nothing meanwhile: this is for a call that asks later, through
     /// [`Context::caller`].
     #[must_use]
     pub fn is_caller_gone(&self) -> bool {
-        self.liveness.is_some_and(Liveness::is_gone)
+        self.liveness.is_some_and(Liveness::is_gone) || self.cancellation.is_some_and(Cancellation::is_cancelled)
     }
 
     /// A handle that says, from any thread and for as long as it is kept, whether the
@@ -189,7 +205,10 @@ impl<'a> Context<'a> {
     /// nothing. Outside a connection (a call built in memory) it never says gone.
     #[must_use]
     pub fn caller(&self) -> Caller {
-        Caller(self.liveness.map(Liveness::watch))
+        Caller {
+            connection: self.liveness.map(Liveness::watch),
+            cancellation: self.cancellation.cloned(),
+        }
     }
 
     /// The same context with the caller's deadline budget `timeout`.
@@ -360,16 +379,6 @@ impl Liveness {
     pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Relaxed)
     }
-
-    /// A call on this connection was cancelled (its [`Caller`] flag lowered) while the connection
-    /// went on: the calls it serves from now on watch a new flag, the cancelled ones keep
-    /// theirs.
-    pub fn renew(&mut self) {
-        let hung_up = self.shared.get().is_some_and(|flag| !flag.load(Ordering::Relaxed));
-        if hung_up && !self.is_gone() {
-            self.shared = OnceLock::new();
-        }
-    }
 }
 
 impl Drop for Liveness {
@@ -380,21 +389,23 @@ impl Drop for Liveness {
 
 /// Whether a call's caller has gone, readable from any thread ([`Context::caller`]).
 #[derive(Debug, Clone, Default)]
-pub struct Caller(Option<Arc<AtomicBool>>);
+pub struct Caller {
+    /// The connection's flag, `true` while the caller is there (`None` outside one).
+    connection: Option<Arc<AtomicBool>>,
+    /// The call's own cancellation, when it can be cancelled alone.
+    cancellation: Option<Cancellation>,
+}
 
 impl Caller {
-    /// Whether the caller has gone: its connection ended, or it stopped sending (see the
-    /// module documentation). Never for a call made outside a connection.
+    /// Whether the caller has gone: its connection ended, it stopped sending (see the
+    /// module documentation), or it cancelled this call. Never for a call made outside a
+    /// connection.
     #[must_use]
     pub fn is_gone(&self) -> bool {
-        self.0.as_ref().is_some_and(|present| !present.load(Ordering::Relaxed))
-    }
-
-    /// The shared flag, `true` while the caller is there (`None` outside a connection):
-    /// lowered by whoever learns that the caller gave the call up (MCP's
-    /// `notifications/cancelled`), which the call then sees as its caller gone.
-    pub(crate) fn flag(&self) -> Option<&Arc<AtomicBool>> {
-        self.0.as_ref()
+        self.connection
+            .as_ref()
+            .is_some_and(|present| !present.load(Ordering::Relaxed))
+            || self.cancellation.as_ref().is_some_and(Cancellation::is_cancelled)
     }
 }
 
@@ -434,5 +445,26 @@ mod tests {
             caller
         };
         assert!(kept.is_gone(), "the connection's state was dropped");
+    }
+
+    #[test]
+    fn a_cancellation_reaches_only_its_call() {
+        let liveness = Liveness::default();
+        let cancellation = Cancellation::default();
+        let connection = Context::default().with_liveness(&liveness);
+        let cancelled = connection.with_cancellation(&cancellation);
+        let (mine, neighbour) = (cancelled.caller(), connection.caller());
+        assert!(!mine.is_gone() && !cancelled.is_caller_gone());
+        cancellation.cancel();
+        assert!(mine.is_gone() && cancelled.is_caller_gone());
+        assert!(
+            !neighbour.is_gone() && !connection.is_caller_gone(),
+            "the connection goes on"
+        );
+        assert!(!liveness.is_gone());
+        let other = Cancellation::default();
+        let caller = connection.with_cancellation(&other).caller();
+        liveness.gone();
+        assert!(caller.is_gone(), "its connection ended");
     }
 }

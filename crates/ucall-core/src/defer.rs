@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::cancellation::Cancellation;
 use crate::context::Liveness;
 use crate::deadline::{self, Expire};
 use crate::jsonrpc::attachment::Dtype;
@@ -208,6 +209,8 @@ pub struct Target<'a> {
     /// Whether the connection is still there, for calls that wait before they run
     /// (see [`Deferred::is_abandoned`]); `None` where nobody tracks it.
     pub presence: Option<&'a Presence>,
+    /// The call's own cancellation, for a call that can be cancelled alone.
+    pub cancellation: Option<&'a Cancellation>,
 }
 
 impl<'a> Target<'a> {
@@ -216,6 +219,15 @@ impl<'a> Target<'a> {
     pub fn with_presence(self, presence: &'a Presence) -> Self {
         Target {
             presence: Some(presence),
+            ..self
+        }
+    }
+
+    /// The same target, for a call that `cancellation` cancels alone.
+    #[must_use]
+    pub fn with_cancellation(self, cancellation: &'a Cancellation) -> Self {
+        Target {
+            cancellation: Some(cancellation),
             ..self
         }
     }
@@ -246,12 +258,6 @@ impl Presence {
     pub fn gone(&self) {
         self.0.gone();
     }
-
-    /// A new request on a connection one of whose calls was cancelled: see
-    /// [`Liveness::renew`].
-    pub fn renew(&mut self) {
-        self.0.renew();
-    }
 }
 
 /// A reply promised by a procedure, to be completed once, from any thread.
@@ -276,6 +282,8 @@ pub struct Deferred {
     deadline: Option<Instant>,
     /// The connection's presence, when the call asked to watch it.
     pub(crate) present: Option<Arc<AtomicBool>>,
+    /// The call's own cancellation, when it can be cancelled alone and asked to watch.
+    cancellation: Option<Cancellation>,
     /// The credit of a streamed reply's items (see [`crate::streaming`]); `None` otherwise.
     pub(crate) stream: Option<Arc<Credit>>,
     /// The caller accepts binary replies: binary values go as attachments.
@@ -369,6 +377,7 @@ impl Deferred {
             } else {
                 None
             },
+            cancellation: target.cancellation.filter(|_| watch).cloned(),
             stream: None,
             binary: false,
         }
@@ -443,12 +452,13 @@ impl Deferred {
         back.sink.push(completion, true);
     }
 
-    /// Whether the caller is known to be gone (its connection ended): its reply would
-    /// reach nobody. Always `false` for a reply made without watching
-    /// ([`crate::Reply::defer_watched`]).
+    /// Whether the caller is known to be gone (its connection ended, or it cancelled this
+    /// call): its reply would reach nobody. Always `false` for a reply made without
+    /// watching ([`crate::Reply::defer_watched`]).
     #[must_use]
     pub fn is_abandoned(&self) -> bool {
         self.present.as_ref().is_some_and(|flag| !flag.load(Ordering::Relaxed))
+            || self.cancellation.as_ref().is_some_and(Cancellation::is_cancelled)
     }
 
     /// When the caller stops waiting: the call's deadline (its procedure's time limit or

@@ -56,6 +56,7 @@ pub mod _fuzzable;
 pub mod batch;
 #[doc(hidden)]
 pub mod buffer;
+mod cancellation;
 pub mod context;
 mod date;
 mod deadline;
@@ -99,6 +100,7 @@ pub mod ws;
 
 pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
 pub use bytes::Bytes;
+pub use cancellation::Cancellation;
 pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
 pub use discover::mcp::McpSettings;

@@ -3,16 +3,17 @@
 //! "Session Management"): an id issued with the `initialize` result, required and checked
 //! on every later request of the session, ended by `DELETE`; and each session's tool calls
 //! under way, so that a `notifications/cancelled` posted on another connection reaches the
-//! call it names as its caller going away.
+//! call it names, and only it, as its caller going away.
 //!
 //! The table is the process's: a session lives in the process that issued it (one
 //! process, or a load balancer that keeps a session on one backend).
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
+use crate::cancellation::Cancellation;
 
 /// Most sessions held at once; opening one more ends the one idle longest.
 pub const MAX_SESSIONS: usize = 10_000;
@@ -33,13 +34,20 @@ struct Session {
     calls: Vec<Weak<InFlight>>,
 }
 
-/// A session's tool call under way: its request id and its caller's presence. The reply
+/// A session's tool call under way: its request id and its own cancellation. The reply
 /// keeps it until written; the session's list only names it.
 #[derive(Debug)]
 pub struct InFlight {
     id: Box<str>,
-    /// `true` while the caller is there (the connection's flag, [`crate::context::Caller`]).
-    present: Arc<AtomicBool>,
+    cancellation: Cancellation,
+}
+
+impl InFlight {
+    /// Whether the client cancelled the call: its reply is not sent.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
 }
 
 impl PartialEq for InFlight {
@@ -104,22 +112,22 @@ impl Sessions {
     }
 
     /// Note the tool call `request_id` (raw JSON, as sent) of session `session` under
-    /// way, whose caller is there while `present`; the returned handle is kept with its
-    /// reply.
-    pub fn track(&self, session: &str, request_id: &str, present: Arc<AtomicBool>) -> Option<Arc<InFlight>> {
+    /// way, which `cancellation` cancels; the returned handle is kept with its reply.
+    pub fn track(&self, session: &str, request_id: &str, cancellation: Cancellation) -> Option<Arc<InFlight>> {
         let mut live = self.lock();
         let calls = &mut live.get_mut(session)?.calls;
         calls.retain(|call| call.strong_count() > 0);
         let call = Arc::new(InFlight {
             id: request_id.trim().into(),
-            present,
+            cancellation,
         });
         calls.push(Arc::downgrade(&call));
         Some(call)
     }
 
     /// The client cancelled its request `request_id` (raw JSON) of `session`: its call,
-    /// if under way, learns that its caller has gone. Whether one was.
+    /// if under way, learns that its caller has gone (its neighbours do not). Whether one
+    /// was.
     pub fn cancel(&self, session: &str, request_id: &str) -> bool {
         let live = self.lock();
         let Some(session) = live.get(session) else {
@@ -128,7 +136,7 @@ impl Sessions {
         let mut found = false;
         for call in session.calls.iter().filter_map(Weak::upgrade) {
             if *call.id == *request_id.trim() {
-                call.present.store(false, Ordering::Relaxed);
+                call.cancellation.cancel();
                 found = true;
             }
         }
@@ -158,23 +166,25 @@ mod tests {
     fn a_cancel_reaches_only_the_named_call_under_way() {
         let sessions = Sessions::default();
         let (one, other) = (sessions.open().expect("random"), sessions.open().expect("random"));
-        let present = Arc::new(AtomicBool::new(true));
+        let cancellation = Cancellation::default();
         let call = sessions
-            .track(&one, "7", Arc::clone(&present))
+            .track(&one, "7", cancellation.clone())
             .expect("an open session");
-        let caller_gone = || !present.load(Ordering::Relaxed);
+        let neighbour = sessions
+            .track(&one, "8", Cancellation::default())
+            .expect("an open session");
+        let caller_gone = || cancellation.is_cancelled();
         assert!(!sessions.cancel(&other, "7"), "another session's call");
-        assert!(!sessions.cancel(&one, "8"), "another id");
+        assert!(!sessions.cancel(&one, "9"), "another id");
         assert!(!caller_gone());
         assert!(sessions.cancel(&one, " 7"));
-        assert!(caller_gone());
+        assert!(caller_gone() && call.is_cancelled());
+        assert!(!neighbour.is_cancelled(), "the session's other call goes on");
         drop(call);
         assert!(
             !sessions.cancel(&one, "7"),
             "a call whose reply was written is not under way"
         );
-        assert!(sessions
-            .track("unknown", "1", Arc::new(AtomicBool::new(true)))
-            .is_none());
+        assert!(sessions.track("unknown", "1", Cancellation::default()).is_none());
     }
 }

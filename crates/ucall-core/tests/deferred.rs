@@ -70,6 +70,7 @@ impl Harness {
                 conn: 0,
                 generation: 1,
                 presence: None,
+                cancellation: None,
             }),
             draining: false,
         };

@@ -176,8 +176,9 @@ impl Context {
     }
 
     /// Whether the caller has gone: its connection ended (a reset, a failed write), an
-    /// HTTP client stopped sending, or a WebSocket client sent Close. A raw TCP client
-    /// that only half-closes may still read its reply: that alone does not count.
+    /// HTTP client stopped sending, a WebSocket client sent Close, or an MCP client
+    /// cancelled this call. A raw TCP client that only half-closes may still read its
+    /// reply: that alone does not count.
     #[getter]
     fn caller_gone(&self) -> bool {
         self.owned.caller.is_gone()

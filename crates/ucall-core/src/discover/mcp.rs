@@ -158,6 +158,14 @@ pub struct ToolReply {
 }
 
 impl ToolReply {
+    /// Whether the client cancelled the call (`notifications/cancelled` in its session):
+    /// no reply is sent for it ("Receivers of cancellation notifications SHOULD ... Not
+    /// send a response for the cancelled request").
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|call| call.is_cancelled())
+    }
+
     /// Append the reply to `id` (raw JSON) for a call that ended with `outcome`: a
     /// `CallToolResult` (the procedure's error is a result with `isError: true`), or a
     /// JSON-RPC error for a refusal the HTTP status must show (a hook's 401, 403, 429,

@@ -101,6 +101,7 @@ impl Pipe {
                 conn: 0,
                 generation: self.conn.generation,
                 presence: None,
+                cancellation: None,
             }),
             draining: false,
         };

@@ -478,6 +478,7 @@ impl Serving {
                 conn,
                 generation,
                 presence: None,
+                cancellation: None,
             }),
             draining: shared.stopping.load(std::sync::atomic::Ordering::Relaxed),
         }

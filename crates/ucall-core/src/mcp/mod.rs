@@ -15,6 +15,7 @@
 
 use std::borrow::Cow;
 
+use crate::cancellation::Cancellation;
 use crate::context::Context;
 use crate::discover::mcp::{write_string, McpTools, ToolReply};
 use crate::dispatch::{self, Deferrals, DeferredAt, Invoked};
@@ -349,8 +350,11 @@ fn one(request: &Request<'_>, at: &mut Answering<'_, '_>, out: &mut Vec<u8>) -> 
     };
     let Some(id) = request.id else {
         // Notifications (`notifications/initialized`, `notifications/cancelled`, ...):
-        // accepted. A cancellation in a session reaches the tool call it names (without
-        // one, the client closes the call's stream, which the server sees).
+        // accepted. A cancellation in a session reaches the tool call it names. Without
+        // one it reaches none: a request id is only its client's own (clients count from
+        // 0 or 1), so acting on it could cancel another client's call; such a client
+        // cancels by closing the call's stream, which the server sees (2026-07-28:
+        // "Closing the SSE response stream is the cancellation signal").
         if let (Some(sessions), Some(session), "notifications/cancelled") =
             (&at.tools.sessions, session, request.method)
         {
@@ -669,7 +673,22 @@ fn call_tool(
         progress: 0,
         in_flight: None,
     };
-    let call = Call::new(&tool.name, arguments, Some(id)).with_context(context);
+    // In a session, a `notifications/cancelled` may name the call while it runs: it gets
+    // a cancellation of its own, so that its neighbours on the connection go on.
+    let cancellation = session.is_some().then(Cancellation::default);
+    let own_context = cancellation
+        .as_ref()
+        .map(|cancellation| context.with_cancellation(cancellation));
+    let call = Call::new(&tool.name, arguments, Some(id)).with_context(own_context.as_ref().unwrap_or(context));
+    let mut deferrals = Deferrals {
+        target: at.deferrals.target.map(|target| match &cancellation {
+            Some(cancellation) => target.with_cancellation(cancellation),
+            None => target,
+        }),
+        next_slot: &mut *at.deferrals.next_slot,
+        streams: at.deferrals.streams,
+        attachments: at.deferrals.attachments.as_deref_mut(),
+    };
     let start = out.len();
     // With the request log on, the call is timed and gets its line as any call (a
     // deferred one when it completes: it carries its seed).
@@ -683,9 +702,10 @@ fn call_tool(
         trace_id: context.trace().map(|trace| trace.parent.trace_id),
     });
     let (outcome, clock) = match &seed {
-        None => (dispatch::run(found, &call, router.metrics(), at.deferrals, out), None),
+        None => (dispatch::run(found, &call, router.metrics(), &mut deferrals, out), None),
         Some(seed) => {
-            let (outcome, clock) = dispatch::run_logged(found, &call, router.metrics(), Some(seed), at.deferrals, out);
+            let (outcome, clock) =
+                dispatch::run_logged(found, &call, router.metrics(), Some(seed), &mut deferrals, out);
             (outcome, Some(clock))
         }
     };
@@ -697,10 +717,8 @@ fn call_tool(
             Answered::ok()
         }
         Ok(Invoked::Deferred(slot)) => {
-            // In a session, a `notifications/cancelled` may name it while it runs.
-            let in_flight = (tools.sessions.as_ref().zip(session))
-                .and_then(|(sessions, session)| Some((sessions, session, context.caller().flag()?.clone())))
-                .and_then(|(sessions, session, present)| sessions.track(session, id, present));
+            let in_flight = (tools.sessions.as_ref().zip(session).zip(cancellation))
+                .and_then(|((sessions, session), cancellation)| sessions.track(session, id, cancellation));
             at.deferred.push(DeferredAt {
                 offset: out.len(),
                 slot,

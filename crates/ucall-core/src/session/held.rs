@@ -61,16 +61,19 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             commit_ws_text(out, start);
         }
         (MessageKind::Http(_, lines, _), _) if streamed => {
-            // The final reply is the body's last line or event (docs/streaming.md).
+            // The final reply is the body's last line or event (docs/streaming.md); a
+            // cancelled MCP call's stream ends without one.
             let mut reply = OutBuf::new();
             write_completed(&text, slots, &mut reply, false, None);
             let mut reply = std::mem::take(reply.data());
-            one_line(&mut reply);
-            let mut framed = Vec::with_capacity(reply.len() + 8);
-            lines.frame(&reply, &mut framed);
             let data = out.data();
             let start = data.len();
-            http1::write_chunk(data, &framed);
+            if !reply.is_empty() {
+                one_line(&mut reply);
+                let mut framed = Vec::with_capacity(reply.len() + 8);
+                lines.frame(&reply, &mut framed);
+                http1::write_chunk(data, &framed);
+            }
             data.extend_from_slice(http1::LAST_CHUNK);
             let end = data.len();
             out.commit(start..end);
@@ -78,14 +81,28 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         (MessageKind::Http(persistence, _, _), _) if slots.iter().any(|slot| slot.tool.is_some()) => {
             // An MCP reply: its status (a hook's 401) is known once it is written, and
             // decides its header lines.
+            let cancelled = slots
+                .iter()
+                .any(|slot| slot.tool.as_ref().is_some_and(|tool| tool.is_cancelled()));
             let mut body = OutBuf::new();
             let status = write_completed(&text, slots, &mut body, false, None);
-            let body = std::mem::take(body.data());
+            let mut body = std::mem::take(body.data());
+            if cancelled {
+                mcp::drop_cancelled(&mut body);
+            }
             let headers = mcp::headers(&headers, status);
-            http1::respond_out(out, persistence, &headers, date, |out| {
-                out.data().extend_from_slice(&body);
-                Some(status)
-            });
+            if body.is_empty() {
+                // Every request in it was cancelled: no response goes, and a request's
+                // POST is answered with JSON or an event stream, so an empty stream.
+                http1::respond_typed(out, persistence, &headers, date, b"text/event-stream", |_| {
+                    Some(Status::Ok)
+                });
+            } else {
+                http1::respond_out(out, persistence, &headers, date, |out| {
+                    out.data().extend_from_slice(&body);
+                    Some(status)
+                });
+            }
         }
         (MessageKind::Http(persistence, _, method), _) => {
             http1::respond_to(out, method, persistence, &headers, date, b"application/json", |out| {
@@ -124,6 +141,17 @@ fn write_completed(
             .expect("invariant: rendered only once every slot is filled");
         let data = out.data();
         if let (Some(tool), Some(id)) = (&slot.tool, &slot.id) {
+            if tool.is_cancelled() {
+                // No response: nothing for a single call, a placeholder in a batch
+                // (taken out by `mcp::drop_cancelled`).
+                if !single {
+                    data.extend_from_slice(b"null");
+                }
+                if let Ok(result) = outcome {
+                    buffer::keep(result);
+                }
+                continue;
+            }
             let named = tool.write(data, id, outcome.as_ref().map(Vec::as_slice));
             if let Some(named) = named.filter(|_| single) {
                 status = Status::from_code(named);

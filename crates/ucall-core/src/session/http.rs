@@ -128,9 +128,6 @@ impl Http {
                     )
                 }
                 HeadStatus::Complete(head, used) => {
-                    // A call an MCP client cancelled lowered the connection's flag: the
-                    // requests after it watch a new one.
-                    calls.presence.renew();
                     // The MCP endpoint reads its header fields (and the Origin) from the head.
                     let mcp = ctx.router.is_mcp_path(&self.target);
                     calls.keep_head(&rest[..used], ctx.router, mcp);

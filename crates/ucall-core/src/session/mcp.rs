@@ -14,6 +14,26 @@ use crate::mcp::{self as protocol, Answering, Fields};
 /// What a refused bearer token's reply says (RFC 6750 §3; MCP "Authorization").
 const AUTHENTICATE: &[u8] = b"WWW-Authenticate: Bearer realm=\"mcp\"\r\n";
 
+/// Take the cancelled calls' placeholders (`null`, which no response is) out of a batch's
+/// reply `body`, leaving it empty when none is left.
+pub(super) fn drop_cancelled(body: &mut Vec<u8>) {
+    let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(body) else {
+        return; // a single call's reply: its placeholder is nothing
+    };
+    let kept: Vec<&str> = elements
+        .iter()
+        .map(|element| element.get())
+        .filter(|element| *element != "null")
+        .collect();
+    let mut reply = Vec::with_capacity(body.len());
+    if !kept.is_empty() {
+        reply.push(b'[');
+        reply.extend_from_slice(kept.join(",").as_bytes());
+        reply.push(b']');
+    }
+    *body = reply;
+}
+
 /// The header lines a reply of `status` carries besides `headers` (its CORS lines).
 pub(super) fn headers(headers: &[u8], status: Status) -> Vec<u8> {
     let mut lines = headers.to_vec();

@@ -480,10 +480,11 @@ impl Session {
             credit.give_back();
             return false;
         };
-        // An MCP tool's items are progress notifications, sent only when asked for.
+        // An MCP tool's items are progress notifications, sent only when asked for, and
+        // no more once the client cancelled the call.
         let mut progress = Vec::new();
         if let Some(tool) = slot.tool.as_deref_mut() {
-            let Some(token) = tool.progress_token.clone() else {
+            let Some(token) = tool.progress_token.clone().filter(|_| !tool.is_cancelled()) else {
                 credit.give_back();
                 return true;
             };
