@@ -183,12 +183,16 @@ def flood(addr: tuple[str, int]) -> None:
 
 def send_until_held_back(sock: socket.socket, request: bytes, limit: int = 64 << 20) -> int:
     """Write `request` again and again, reading nothing, until the server stops taking it
-    (200 ms without progress); the bytes it took."""
+    (200 ms without progress); the bytes it took. Each copy is written whole (the rest of
+    a partial write first): a copy cut short and followed by the next one would be a
+    malformed request, which the server refuses or buffers as one unfinished text."""
     sock.setblocking(False)
-    sent, stalled = 0, None
+    sent, at, stalled = 0, 0, None
     while sent < limit:
         try:
-            sent += sock.send(request)
+            n = sock.send(request[at:])
+            sent += n
+            at = (at + n) % len(request)
             stalled = None
         except BlockingIOError:
             stalled = stalled or time.monotonic()

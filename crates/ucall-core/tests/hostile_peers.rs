@@ -7,10 +7,12 @@
 mod common;
 
 use std::io::{ErrorKind, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_result, call, post, Conn};
-use ucall_core::ServerHandle;
+use ucall_core::{EngineKind, ServerHandle};
 
 const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
@@ -50,15 +52,18 @@ fn others_are_served(server: &ServerHandle, what: &str) {
 }
 
 /// Write `request` again and again without reading, until the server stops taking it;
-/// returns the bytes it took.
+/// returns the bytes it took. Each copy is written whole (the rest of a partial write
+/// first), so that the server sees valid requests, not a stream cut mid-request.
 fn send_until_held_back(conn: &mut Conn, request: &[u8]) -> usize {
     conn.stream.set_nonblocking(true).expect("non-blocking");
     let mut sent = 0usize;
+    let mut at = 0usize;
     let mut stalled_since: Option<Instant> = None;
     while sent < 64 << 20 {
-        match conn.stream.write(request) {
+        match conn.stream.write(&request[at..]) {
             Ok(n) => {
                 sent += n;
+                at = (at + n) % request.len();
                 stalled_since = None;
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -75,6 +80,16 @@ fn send_until_held_back(conn: &mut Conn, request: &[u8]) -> usize {
         }
     }
     sent
+}
+
+/// The value of `series` (a name and its labels, as `GET /metrics` shows them).
+fn metric(server: &ServerHandle, series: &str) -> u64 {
+    let page = Conn::to(server).roundtrip(&common::get("/metrics"));
+    assert_eq!(page.status, 200, "{page:?}");
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {page}"))
 }
 
 #[test]
@@ -111,6 +126,70 @@ fn a_peer_that_never_reads_its_replies_is_closed_at_the_idle_time_out() {
             let held = started.elapsed();
             assert!(held >= idle, "{name}: closed after {held:?}, before the idle time-out");
         }
+    });
+}
+
+#[test]
+fn a_pipelining_peer_that_never_reads_leaves_little_input_unanswered() {
+    common::for_each_engine(|engine| {
+        // Calls the server has run; the rest of what it read waits unanswered in memory.
+        let ran = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&ran);
+        let builder = common::builder(engine).procedure("counted", move |call| {
+            let data = call.get::<String>(0, "data")?;
+            if data.len() > 1 << 20 {
+                // Busy with a large call: meanwhile the peer's calls fill the socket.
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(data)
+        });
+        let server = common::start(engine, builder);
+        // A small receive buffer, so that the server's replies wait in its output, and a
+        // large send buffer, so that many requests wait in the socket when it reads.
+        let mut slow = Conn::open_with_buffers(server.local_addr(), 16 << 10, 4 << 20);
+        // A 12 MB text first (a notification: no reply): the connection's input once had
+        // room for megabytes. Then 4 KB calls, none of whose replies is read.
+        let large = format!(
+            r#"{{"jsonrpc":"2.0","method":"counted","params":["{}"]}}"#,
+            "r".repeat(12 << 20)
+        ) + "\n";
+        let small = call("counted", &format!(r#"["{}"]"#, "r".repeat(4000)), "1") + "\n";
+        // The large text and the start of a call: the input keeps its room while the
+        // call is unfinished (an empty input gives it back).
+        let half = small.len() / 2;
+        slow.send((large.clone() + &small[..half]).as_bytes());
+        slow.send(&small.as_bytes()[half..]);
+        let taken = send_until_held_back(&mut slow, small.as_bytes());
+        assert!(
+            taken < 64 << 20,
+            "the server took {} MB from a peer that reads nothing",
+            taken >> 20
+        );
+        // What the server read and has not run is what it holds of this peer's input,
+        // once it has stopped: the same bytes read and calls run 200 ms apart.
+        let mut last = (u64::MAX, u64::MAX);
+        let settled = common::wait_until(Duration::from_secs(5), || {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = (
+                metric(&server, r#"ucall_received_bytes_total{transport="tcp"}"#),
+                ran.load(Ordering::Relaxed),
+            );
+            now.1 > 1 && std::mem::replace(&mut last, now) == now
+        });
+        assert!(settled, "the server kept reading from a peer that reads nothing");
+        let (received, calls) = last;
+        let unanswered = received - (large.len() as u64 + (calls - 1) * small.len() as u64);
+        // The input's cap: 1 MiB of requests read beyond the one under way. On io_uring a
+        // multishot receive armed when the cap is reached may have taken more already: at
+        // most the worker's receive buffers (128 of 32 KiB).
+        let ring = if engine == EngineKind::Uring { 4 << 20 } else { 0 };
+        let cap = (1 << 20) + small.len() as u64 + ring;
+        assert!(
+            unanswered <= cap,
+            "the server holds {unanswered} bytes of requests from a peer that reads nothing (cap {cap})"
+        );
+        others_are_served(&server, "a pipelining peer that never reads");
     });
 }
 

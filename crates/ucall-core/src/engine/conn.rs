@@ -24,6 +24,12 @@ use crate::tls::{Received, TlsSession};
 
 /// Stop processing a connection's requests while this much output waits to be sent.
 pub(crate) const OUTPUT_HIGH_WATER: usize = 1 << 20;
+/// Most bytes read into a connection's input at once beyond the rest of the message being
+/// received. Requests read ahead wait there, unanswered, while the output is over
+/// [`OUTPUT_HIGH_WATER`], and nothing more is read meanwhile: so a peer that pipelines
+/// calls and never reads their replies leaves at most this much of them in memory
+/// (docs/reliability.md, "Slow and hostile peers").
+pub(crate) const INPUT_HIGH_WATER: usize = 1 << 20;
 /// Output capacity a connection keeps after a large reply has gone.
 pub(crate) const OUTPUT_KEEP: usize = 64 << 10;
 /// Slices per vectored send.

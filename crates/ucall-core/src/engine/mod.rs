@@ -36,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::session::{Context, Scratch, Session};
 use crate::tls::TlsSession;
+use conn::INPUT_HIGH_WATER;
 
 /// One worker: a listener, its connections and its buffers, served by one thread.
 ///
@@ -337,6 +338,13 @@ fn peer_refused(shared: &Shared, metrics: Option<&Metrics>, peer: SocketAddr) {
 pub(crate) fn reserve_input(input: &mut Vec<u8>, session: &Session, at_least: usize) {
     let rest = session.input_wanted().min(Spares::LARGEST).saturating_sub(input.len());
     buffer::reserve(input, at_least.max(rest));
+}
+
+/// How many bytes to read into a connection's `input` at once: the rest of the message
+/// being received when its framing tells its size, and at most [`INPUT_HIGH_WATER`]
+/// beyond that, however much room the input has (a large message leaves it megabytes).
+pub(crate) fn read_limit(input: &[u8], session: &Session) -> usize {
+    INPUT_HIGH_WATER.max(session.input_wanted().saturating_sub(input.len()))
 }
 
 /// Whether the header time-out runs for a connection: its TLS handshake is under way, or

@@ -675,10 +675,20 @@ impl Calls {
     }
 
     /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in
-    /// `deferred`) come later, and a hole keeps its place in the output meanwhile.
-    fn hold(&mut self, out: &mut OutBuf, start: usize, kind: MessageKind, deferred: &mut Vec<DeferredAt>) {
+    /// `deferred`) come later, and a hole keeps its place in the output meanwhile. The
+    /// room from `reserved` to `start` (kept for a binary message's prefix) goes too;
+    /// `attachments`: those of the calls answered so far, for a binary reply.
+    fn hold(
+        &mut self,
+        out: &mut OutBuf,
+        (reserved, start): (usize, usize),
+        kind: MessageKind,
+        deferred: &mut Vec<DeferredAt>,
+        attachments: Option<Section>,
+    ) {
         let text = out.data().split_off(start);
-        self.hold_text(out, (text, start), kind, Vec::new(), deferred, None);
+        out.data().truncate(reserved);
+        self.hold_text(out, (text, start), kind, Vec::new(), deferred, attachments);
     }
 
     /// Like [`Calls::hold`] for a message whose `text` was taken out already, `base` being

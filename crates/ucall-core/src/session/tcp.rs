@@ -165,17 +165,8 @@ impl Stream {
         );
         if binary {
             if !scratch.jsonrpc.deferred.is_empty() {
-                let text = out.data().split_off(start);
-                out.data().truncate(reserved);
                 let deferred = &mut scratch.jsonrpc.deferred;
-                calls.hold_text(
-                    out,
-                    (text, start),
-                    MessageKind::Stream,
-                    Vec::new(),
-                    deferred,
-                    Some(attachments),
-                );
+                calls.hold(out, (reserved, start), MessageKind::Stream, deferred, Some(attachments));
             } else if outcome == Outcome::Silent {
                 out.data().truncate(reserved);
             } else {
@@ -190,7 +181,13 @@ impl Stream {
                 let end = data.len();
                 out.commit(start..end);
             } else {
-                calls.hold(out, start, MessageKind::Stream, &mut scratch.jsonrpc.deferred);
+                calls.hold(
+                    out,
+                    (start, start),
+                    MessageKind::Stream,
+                    &mut scratch.jsonrpc.deferred,
+                    None,
+                );
             }
         }
         let last = calls.count_exchange(ctx);

@@ -208,17 +208,8 @@ impl WebSocket {
         self.message.clear();
         let attachments = binary.then_some(attachments);
         if !scratch.jsonrpc.deferred.is_empty() {
-            let text = out.data().split_off(start);
-            out.data().truncate(reserved);
             let deferred = &mut scratch.jsonrpc.deferred;
-            calls.hold_text(
-                out,
-                (text, start),
-                MessageKind::WebSocket,
-                Vec::new(),
-                deferred,
-                attachments,
-            );
+            calls.hold(out, (reserved, start), MessageKind::WebSocket, deferred, attachments);
             return;
         }
         if outcome == Outcome::Silent {

@@ -630,13 +630,15 @@ fn read_and_feed(pc: &mut PollConn, read_buf: &mut [u8], ctx: &mut Context<'_>, 
     let in_place = !conn.input.is_empty();
     let result = if in_place {
         // Into the spare capacity, not a zeroed extension: zeroing 64 KiB per read cost
-        // as much as the rest of a 1.6 MB request's handling (callgrind). All of it: a
-        // large request arrives in a few reads rather than one per 64 KiB.
+        // as much as the rest of a 1.6 MB request's handling (callgrind). All of it, up to
+        // the input's cap: a large request arrives in a few reads rather than one per
+        // 64 KiB.
         let len = conn.input.len();
         super::reserve_input(&mut conn.input, &conn.session, READ_CHUNK);
+        let limit = super::read_limit(&conn.input, &conn.session);
         let spare = conn.input.spare_capacity_mut();
-        asked = spare.len();
-        let result = socket2::SockRef::from(&pc.stream).recv(spare);
+        asked = spare.len().min(limit);
+        let result = socket2::SockRef::from(&pc.stream).recv(&mut spare[..asked]);
         if let Ok(read) = result {
             // SAFETY: `recv` initialised the first `read` bytes of the spare capacity.
             unsafe { conn.input.set_len(len + read) };

@@ -501,8 +501,13 @@ impl UringWorker {
         if wants_input && !conn.recv_armed && !self.finishing {
             self.arm_recv(key);
         } else if !wants_input && conn.recv_armed && !conn.recv_cancelled {
-            // Over the high-water mark (or closing): stop taking input until the output drains.
+            // Over the high-water mark (or closing): stop taking input until the output
+            // drains. A multishot receive takes all that has arrived (up to the worker's
+            // receive buffers) before the worker sees it: a peer held back once goes on with
+            // one-shot receives, a buffer at a time, so that its input stays within
+            // `INPUT_HIGH_WATER` and a buffer from then on.
             conn.recv_cancelled = true;
+            conn.one_shot = ONE_SHOT_SPELL;
             let target = token(Op::Recv, key, short_generation(conn.core.generation));
             self.cancel(target);
         }

@@ -21,10 +21,11 @@ impl UringWorker {
         let entry = if wants_bulk(conn) {
             let mut input = std::mem::take(&mut conn.core.input);
             crate::engine::reserve_input(&mut input, &conn.core.session, BULK_ROOM);
+            let limit = crate::engine::read_limit(&input, &conn.core.session);
             let room = input.spare_capacity_mut();
             let (at, len) = (
                 room.as_mut_ptr().cast::<u8>(),
-                u32::try_from(room.len()).unwrap_or(u32::MAX),
+                u32::try_from(room.len().min(limit)).unwrap_or(u32::MAX),
             );
             conn.bulk().receiving = Some(input);
             conn.one_shot = ONE_SHOT_SPELL;
