@@ -11,6 +11,7 @@ where they lie, or ``bytes``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
 from pathlib import Path
@@ -37,6 +38,21 @@ SCHEMA_MARK = "x-ucall-attachment"
 DTYPES: dict[str, int] = json.loads((Path(__file__).parent / "wire_dtypes.json").read_text())
 
 _ZEROS = bytes(ALIGN)
+
+
+def view(memory: Any) -> memoryview:
+    """A read-only ``memoryview`` of an attachment's bytes where they lie (an
+    ``_ucall.AttachmentMemory``: in the connection's input, or the copy a waiting call's
+    params were kept in). The view holds ``memory``, and so does anything made from it (a
+    numpy array's base is the view): the bytes stay alive and unchanged while any is
+    referenced, after the handler has returned too."""
+    length = len(memory)
+    if length == 0:
+        return memoryview(b"")
+    block = (ctypes.c_ubyte * length).from_address(memory.address)
+    # What keeps the bytes alive: the block holds it, the view the block.
+    setattr(block, "memory", memory)  # noqa: B010 (ctypes arrays take attributes; their type does not say so)
+    return memoryview(block).cast("B").toreadonly()
 
 
 def align(n: int) -> int:

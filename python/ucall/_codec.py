@@ -149,10 +149,44 @@ def pack_image(image: Any) -> str:
     return b64encode(image_bytes(image))
 
 
-def unpack_image(data: bytes) -> Any:
+class _ViewFile(io.RawIOBase):
+    """A read-only file of a ``memoryview``'s bytes, read where they lie (``io.BytesIO``
+    would copy them all first)."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), len(self._view) - self._at))
+        buffer[:n] = self._view[self._at : self._at + n]
+        self._at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._at = base + offset
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+
+def unpack_image(data: bytes | memoryview) -> Any:
+    """The image of an image file's bytes (a memoryview's read where they lie)."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    file: Any = _ViewFile(data) if isinstance(data, memoryview) else io.BytesIO(data)
+    image = Image.open(file)
     image.load()
     return image
 

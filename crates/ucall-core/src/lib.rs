@@ -73,6 +73,7 @@ pub mod health;
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+pub mod lend;
 pub mod limit;
 mod logs;
 #[doc(hidden)]
@@ -97,7 +98,7 @@ pub mod trace_context;
 pub mod wire;
 pub mod ws;
 
-pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
+pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher, RunHere};
 pub use bytes::Bytes;
 pub use context::{Caller, Context, Transport};
 pub use defer::{Deferred, WakeHold};
