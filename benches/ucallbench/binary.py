@@ -373,43 +373,18 @@ def goals(rows: dict[tuple[str, str], Row], rss: dict[str, Any] | None, clients:
     )
     numpy_binary, bytes_binary = "UCall (Python), numpy, binary message", "UCall (Python), bytes, binary message"
     numpy_json, bytes_json = "UCall (Python), numpy, JSON/base64 .npy", "UCall (Python), bytes, JSON/base64"
+    # (goal, row measured, row it is compared with, figure, bound, whether the bound is a floor)
+    compared = (
+        ("server CPU per 1.6 MB call, numpy binary / floor", numpy_binary, floor, "cpu_us", 1.5, False),
+        ("server CPU per 1.6 MB call, bytes binary / floor", bytes_binary, floor, "cpu_us", 1.5, False),
+        ("server CPU per 1.6 MB call, JSON/base64: numpy / bytes", numpy_json, bytes_json, "cpu_us", 1.0, False),
+        ("1.6 MB calls/s, numpy binary / floor", numpy_binary, floor, "calls_per_s", 0.8, True),
+        ("1.6 MB calls/s, numpy binary / grpcio", numpy_binary, grpc, "calls_per_s", 3.0, True),
+        ("1.6 MB calls/s, numpy binary / FastAPI", numpy_binary, fastapi, "calls_per_s", 10.0, True),
+    )
     out = [
-        Goal(
-            "server CPU per 1.6 MB call, numpy binary / floor",
-            ratio(get(numpy_binary, "cpu_us"), get(floor, "cpu_us")),
-            1.5,
-            False,
-        ),
-        Goal(
-            "server CPU per 1.6 MB call, bytes binary / floor",
-            ratio(get(bytes_binary, "cpu_us"), get(floor, "cpu_us")),
-            1.5,
-            False,
-        ),
-        Goal(
-            "server CPU per 1.6 MB call, JSON/base64: numpy / bytes",
-            ratio(get(numpy_json, "cpu_us"), get(bytes_json, "cpu_us")),
-            1.0,
-            False,
-        ),
-        Goal(
-            "1.6 MB calls/s, numpy binary / floor",
-            ratio(get(numpy_binary, "calls_per_s"), get(floor, "calls_per_s")),
-            0.8,
-            True,
-        ),
-        Goal(
-            "1.6 MB calls/s, numpy binary / grpcio",
-            ratio(get(numpy_binary, "calls_per_s"), get(grpc, "calls_per_s")),
-            3.0,
-            True,
-        ),
-        Goal(
-            "1.6 MB calls/s, numpy binary / FastAPI",
-            ratio(get(numpy_binary, "calls_per_s"), get(fastapi, "calls_per_s")),
-            10.0,
-            True,
-        ),
+        Goal(text, ratio(get(measured, what), get(reference, what)), bound, at_least)
+        for text, measured, reference, what, bound, at_least in compared
     ]
     if clients is not None and "error" not in clients:
 
@@ -418,22 +393,11 @@ def goals(rows: dict[tuple[str, str], Row], rss: dict[str, Any] | None, clients:
             return figures.get("cpu_us_per_call") if "error" not in figures else None
 
         mine = client_cpu("python-async")
-        out.append(
-            Goal(
-                "client CPU per 1.6 MB call, AsyncClient / raw socket",
-                ratio(mine, client_cpu("socket-floor")),
-                1.5,
-                False,
-            )
-        )
-        out.append(
-            Goal(
-                "client CPU per 1.6 MB call, AsyncClient / grpcio",
-                ratio(mine, client_cpu("grpcio-asyncio")),
-                0.25,
-                False,
-            )
-        )
+        for text, reference, bound in (
+            ("client CPU per 1.6 MB call, AsyncClient / raw socket", "socket-floor", 1.5),
+            ("client CPU per 1.6 MB call, AsyncClient / grpcio", "grpcio-asyncio", 0.25),
+        ):
+            out.append(Goal(text, ratio(mine, client_cpu(reference)), bound, False))
     if rss is not None:
         out.append(
             Goal(f"RSS growth over {rss['calls']:,} numpy binary 1.6 MB calls", rss.get("growth"), RSS_GOAL, False)

@@ -11,8 +11,10 @@ where they lie, or ``bytes``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
 from ucall import _codec
@@ -31,25 +33,26 @@ MARKER = "$ucall"
 #: What marks, in a published JSON Schema, a value an attachment may carry (docs/wire.md §5).
 SCHEMA_MARK = "x-ucall-attachment"
 
-#: The dtypes of docs/wire.md §2, by name (numpy's own ``dtype.name`` for each), and size.
-DTYPES = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float16": 2,
-    "float32": 4,
-    "float64": 8,
-    "complex64": 8,
-    "complex128": 16,
-}
+#: The dtypes of docs/wire.md §2, by name (numpy's own ``dtype.name`` for each), and size:
+#: one table, ``wire_dtypes.json``, which the test vectors' reading of the format loads too.
+DTYPES: dict[str, int] = json.loads((Path(__file__).parent / "wire_dtypes.json").read_text())
 
 _ZEROS = bytes(ALIGN)
+
+
+def view(memory: Any) -> memoryview:
+    """A read-only ``memoryview`` of an attachment's bytes where they lie (an
+    ``_ucall.AttachmentMemory``: in the connection's input, or the copy a waiting call's
+    params were kept in). The view holds ``memory``, and so does anything made from it (a
+    numpy array's base is the view): the bytes stay alive and unchanged while any is
+    referenced, after the handler has returned too."""
+    length = len(memory)
+    if length == 0:
+        return memoryview(b"")
+    block = (ctypes.c_ubyte * length).from_address(memory.address)
+    # What keeps the bytes alive: the block holds it, the view the block.
+    setattr(block, "memory", memory)  # noqa: B010 (ctypes arrays take attributes; their type does not say so)
+    return memoryview(block).cast("B").toreadonly()
 
 
 def align(n: int) -> int:

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import functools
 import io
 import sys
 import uuid
@@ -79,13 +80,22 @@ def _npy_file(array: Any, header: bytes | None) -> bytes:
 def _npy_header(array: Any) -> bytes | None:
     """The version 1 ``.npy`` header of a C-contiguous array; None for any other array
     (``np.save`` then picks the layout and version)."""
-    import numpy as np
-
     if not array.flags.c_contiguous or array.dtype.hasobject:
         return None
+    return _npy_header_of(array.dtype, array.shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header_of(dtype: Any, shape: tuple[int, ...]) -> bytes | None:
+    """numpy's own version 1 header for a C-contiguous array of ``dtype`` and ``shape``,
+    made once per kind of array: numpy writes it in Python, which cost as much as base64
+    of a 16 KB array."""
+    import numpy as np
+
     header = io.BytesIO()
+    fields = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     try:
-        np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+        np.lib.format.write_array_header_1_0(header, fields)
     except ValueError:  # a header too long for version 1
         return None
     return header.getvalue()
@@ -120,22 +130,49 @@ def unpack_ndarray(data: bytes | bytearray) -> Any:
 def _view_ndarray(np: Any, data: bytearray) -> Any:
     """The array of a ``.npy`` version 1 or 2 file in ``data`` as a view of it (no copy, and
     writable as ``np.load``'s arrays are); None for anything else, which ``np.load`` reads."""
-    header = io.BytesIO(memoryview(data)[:65536])
-    try:
-        version = np.lib.format.read_magic(header)
-        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if read is None:
-            return None
-        shape, fortran_order, dtype = read(header)
-    except ValueError:
+    version = bytes(data[6:8])
+    if version == b"\x01\x00" and len(data) >= 10:
+        end = 10 + int.from_bytes(data[8:10], "little")
+    elif version == b"\x02\x00" and len(data) >= 12:
+        end = 12 + int.from_bytes(data[8:12], "little")
+    else:
         return None
+    if end > len(data) or end > 65536 + 12:
+        return None
+    header = bytes(data[:end])
+    # Only small headers are remembered: a caller's large, distinct ones would fill memory.
+    read = _npy_header_remembered(header) if end <= 512 else _npy_header_read(header)
+    if read is None:
+        return None
+    shape, fortran_order, dtype = read
     count = 1
     for n in shape:
         count *= n
-    offset = header.tell()
+    offset = end
     if dtype.hasobject or dtype.itemsize == 0 or len(data) - offset != count * dtype.itemsize:
         return None
     return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape, order="F" if fortran_order else "C")
+
+
+def _npy_header_read(header: bytes) -> tuple[Any, bool, Any] | None:
+    """``(shape, fortran_order, dtype)`` of a whole ``.npy`` header (magic to newline), read
+    by numpy; remembered for small headers (``_npy_header_remembered``): numpy parses it
+    with ``ast``, which cost more than decoding a 16 KB array."""
+    import numpy as np
+
+    stream = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            return None
+        found = read(stream)
+    except ValueError:
+        return None
+    return found if stream.tell() == len(header) else None
+
+
+_npy_header_remembered = functools.lru_cache(maxsize=256)(_npy_header_read)
 
 
 def image_bytes(image: Any) -> bytes:
@@ -149,10 +186,44 @@ def pack_image(image: Any) -> str:
     return b64encode(image_bytes(image))
 
 
-def unpack_image(data: bytes) -> Any:
+class _ViewFile(io.RawIOBase):
+    """A read-only file of a ``memoryview``'s bytes, read where they lie (``io.BytesIO``
+    would copy them all first)."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), len(self._view) - self._at))
+        buffer[:n] = self._view[self._at : self._at + n]
+        self._at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._at = base + offset
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+
+def unpack_image(data: bytes | memoryview) -> Any:
+    """The image of an image file's bytes (a memoryview's read where they lie)."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    file: Any = _ViewFile(data) if isinstance(data, memoryview) else io.BytesIO(data)
+    image = Image.open(file)
     image.load()
     return image
 

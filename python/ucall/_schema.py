@@ -205,6 +205,7 @@ def schema(hint: Any, localns: dict[str, Any] | None = None, definitions: _Defin
         str: {"type": "string"},
         bytes: {**_BASE64, ATTACHMENT: "bytes"},
         bytearray: {**_BASE64, ATTACHMENT: "bytes"},
+        memoryview: {**_BASE64, ATTACHMENT: "bytes"},
     }
     if isinstance(hint, type) and hint in simple:
         return simple[hint]

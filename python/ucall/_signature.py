@@ -21,10 +21,10 @@ import types
 import typing
 from typing import Any, Callable, Union
 
-from ucall import _codec
-from ucall._ucall import Context
+from ucall import _attachments, _codec
+from ucall._ucall import AttachmentMemory, Context
 
-ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY, NDARRAY = range(9)
+ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY, NDARRAY, VIEW = range(10)
 
 Converter = Callable[[Any], Any]
 ParamSpec = tuple[str, int, int, Union[Converter, None], bool, Any]
@@ -185,6 +185,11 @@ def compile_hint(hint: Any, localns: dict[str, Any] | None = None) -> tuple[int,
     if _is_numpy_array_type(hint) or _is_numpy_array_type(typing.get_origin(hint)):
         # The extension parses a flat array of floats itself and hands over its bytes.
         return NDARRAY, _to_ndarray
+    if hint is memoryview:
+        # An attachment reaches these as its memory where it lies, not as a copy.
+        return VIEW, _to_memoryview
+    if _is_image_type(hint):
+        return VIEW, _to_image
     return CUSTOM, converter(hint, localns)
 
 
@@ -244,6 +249,12 @@ def _to_bytes(value: Any) -> bytes:
         raise ConversionError(f"expected a base64 string: {str(error).removeprefix('not base64: ')}") from None
 
 
+def _to_memoryview(value: Any) -> memoryview:
+    if isinstance(value, AttachmentMemory):  # an attachment, where it lies: read-only
+        return _attachments.view(value)
+    return memoryview(_to_bytes(value))
+
+
 def _is_numpy_array_type(hint: Any) -> bool:
     return getattr(hint, "__module__", None) == "numpy" and getattr(hint, "__name__", None) == "ndarray"
 
@@ -261,6 +272,8 @@ def _to_ndarray(value: Any) -> Any:
         import numpy as np
 
         data, dtype, shape = value
+        if isinstance(data, AttachmentMemory):  # an attachment, viewed where it lies: read-only
+            data = _attachments.view(data)
         return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
     if isinstance(value, list):
         import numpy as np
@@ -302,7 +315,7 @@ def _not_a_number(value: list[Any], at: str = "") -> str | None:
 
 
 def _to_image(value: Any) -> Any:
-    data = _to_bytes(value)
+    data = _attachments.view(value) if isinstance(value, AttachmentMemory) else _to_bytes(value)
     try:
         return _codec.unpack_image(data)
     except Exception as error:
@@ -339,7 +352,7 @@ def converter(hint: Any, localns: dict[str, Any] | None = None) -> Converter:
         return _union([converter(a, localns) for a in args], args)
     if origin is typing.Literal:
         return _literal(args)
-    simple = {int: _to_int, float: _to_float, bool: _to_bool, str: _to_str, bytes: _to_bytes}
+    simple = {int: _to_int, float: _to_float, bool: _to_bool, str: _to_str, bytes: _to_bytes, memoryview: _to_memoryview}
     if hint in simple:
         return simple[hint]
     if hint is bytearray:

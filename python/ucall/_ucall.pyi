@@ -4,6 +4,7 @@
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union, final, overload
 
 __all__ = [
+    "AttachmentMemory",
     "BatchReply",
     "Context",
     "DEADLINE_EXCEEDED",
@@ -280,6 +281,16 @@ class NpyBytes:
     base64 by the native writer without joining them first."""
 
     def __new__(cls, header: bytes, array: Any) -> NpyBytes: ...
+
+@final
+class AttachmentMemory:
+    """An attachment's bytes where they lie (the connection's input, lent by the core, or
+    the copy a waiting call's params were kept in), alive while this object is; read them
+    through ``ucall._attachments.view``."""
+
+    @property
+    def address(self) -> int: ...
+    def __len__(self) -> int: ...
 
 @final
 class ReplyBody:

@@ -8,8 +8,10 @@ client would be.
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 ALIGN = 64
 MAGIC = 0xC1
@@ -21,23 +23,11 @@ JSON_LENGTH_HEADER = "UCall-JSON-Length"
 SUBPROTOCOL = "ucall.binary.v1"
 MARKER = "$ucall"
 
-# dtype name -> item size in bytes (little-endian, C order).
-DTYPES = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float16": 2,
-    "float32": 4,
-    "float64": 8,
-    "complex64": 8,
-    "complex128": 16,
-}
+# dtype name -> item size in bytes (little-endian, C order): the package's one table (a data
+# file, read here without importing the package), checked against docs/wire.md §2's table.
+DTYPES: dict[str, int] = json.loads(
+    (Path(__file__).resolve().parents[2] / "python" / "ucall" / "wire_dtypes.json").read_text()
+)
 
 
 class WireError(ValueError):

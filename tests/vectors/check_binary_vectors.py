@@ -179,9 +179,21 @@ def load_binary_vectors(directory: Path = BINARY_DIR) -> list[dict]:
     return vector_files.load(directory, check_binary_vector)
 
 
+def dtype_table_problems(wire_md: Path = Path(__file__).resolve().parents[2] / "docs" / "wire.md") -> list[str]:
+    """Where docs/wire.md's dtype table (each row: two `name` | size cells) and the one
+    table the package and binary_wire read (python/ucall/wire_dtypes.json) differ."""
+    documented = {}
+    for line in wire_md.read_text().splitlines():
+        for name, size in re.findall(r"\|\s*`([a-z0-9]+)`[^|]*\|\s*(\d+)\s*", line):
+            documented[name] = int(size)
+    if documented == wire.DTYPES:
+        return []
+    return [f"docs/wire.md's dtypes {documented} differ from wire_dtypes.json's {wire.DTYPES}"]
+
+
 def check_binary_directory(directory: Path = BINARY_DIR) -> list[str]:
-    """All problems found in `directory`, as printable lines."""
-    return vector_files.problems(directory, check_binary_vector)
+    """All problems found in `directory` (and in the dtype table), as printable lines."""
+    return vector_files.problems(directory, check_binary_vector) + dtype_table_problems()
 
 
 def main() -> int:

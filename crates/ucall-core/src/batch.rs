@@ -10,15 +10,17 @@
 //! - at the latest `max_wait` after its first call was queued;
 //! - at once when the arrival rate says it cannot fill before that: the rate is measured
 //!   only from calls that arrive while others wait, so that callers that wait for their
-//!   own reply before they send again (one caller, or a few) pay no batching delay.
+//!   own reply before they send again (one caller, or a few) pay no batching delay; such
+//!   a lone call runs on the handler's thread after the receiving turn when the handler
+//!   can ([`BatchHandler::run_soon`]), with no switch to a batch thread.
 //!
 //! A caller whose connection ended while its call waited is dropped before the batch
 //! runs, and so is a call whose deadline (its caller's `UCall-Timeout` header or
 //! `"timeout"` member) passed while it waited: it is answered `-32000` "Deadline exceeded"
 //! (HTTP 504) when its batch is formed, or sooner while the batch threads wait; calls
 //! queued behind a running batch hear it when that batch ends. When `max_queue` calls
-//! wait, a new call is answered at once with an overload
-//! error (`-32000`, HTTP 503) whose `data` says `"executed": false`: a retry is safe.
+//! wait, a new call is answered at once with an overload error (`-32000`, HTTP 503) whose
+//! `data` says `"executed": false`: a retry is safe.
 //!
 //! With metrics on, each batch run counts its size, and each of its calls its time in the
 //! queue, into the procedure's histograms on the metrics page ([`BatchMeter`]).
@@ -33,6 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use crate::defer::{Deferred, Outcome};
@@ -106,8 +109,8 @@ struct Counters {
 struct Item {
     params: Option<Box<str>>,
     /// The attachment section of the binary message the call came in (docs/wire.md), kept
-    /// with its params: the receive buffer it lay in serves the next messages meanwhile.
-    section: Option<Box<[u8]>>,
+    /// with its params where it lies in the receive buffer (`crate::lend`), else copied.
+    section: Option<Bytes>,
     /// What the handler kept of the call when it was queued ([`BatchHandler::keep`]).
     kept: Option<Box<dyn Any + Send>>,
     reply: Deferred,
@@ -185,6 +188,12 @@ impl Batch {
     #[must_use]
     pub fn params_at(&self, index: usize) -> Params<'_> {
         self.items[index].params()
+    }
+
+    /// Call `index`'s attachment section, shared: views of it may outlive the batch.
+    #[must_use]
+    pub fn section_at(&self, index: usize) -> Option<&Bytes> {
+        self.items.get(index).and_then(|item| item.section.as_ref())
     }
 
     /// Answer some calls now with their own error (params that do not bind, say) and take
@@ -270,6 +279,35 @@ pub trait BatchHandler: Send + Sync + 'static {
     fn keep(&self, call: &Call<'_>, deadline: Option<Instant>) -> Option<Box<dyn Any + Send>> {
         let _ = (call, deadline);
         None
+    }
+
+    /// A call found the queue idle (nothing else waiting, a run free, no arrival rate that
+    /// would fill a batch): run `here` soon after the receiving thread's turn, on a thread
+    /// of the handler's, so that a lone caller pays no thread switch.
+    ///
+    /// # Errors
+    /// `here` given back (the default): a batch thread runs the call.
+    fn run_soon(&self, here: RunHere) -> Result<(), RunHere> {
+        Err(here)
+    }
+}
+
+/// The calls queued for a batch procedure, run as one batch by the thread that takes them
+/// ([`BatchHandler::run_soon`]): calls queued meanwhile (a JSON-RPC batch's) join them.
+pub struct RunHere(Arc<Queue>);
+
+impl RunHere {
+    /// Run what is queued now as one batch, here; nothing when a batch thread took it.
+    pub fn run(self) {
+        let (queue, mut state) = (&self.0, lock(&self.0.state));
+        queue.expire(&mut state);
+        if state.items.is_empty() || state.running >= queue.options.max_concurrent {
+            drop(state);
+            queue.changed.notify_one(); // a batch thread takes them when a run is free
+            return;
+        }
+        let batch = queue.take(state);
+        queue.run(batch);
     }
 }
 
@@ -370,7 +408,7 @@ impl Queue {
         state.last_arrival = Some(now);
         state.items.push_back(Item {
             params: call.params().raw().map(Box::from),
-            section: call.params().section().map(Box::from),
+            section: call.params().section().map(crate::lend::keep),
             kept,
             reply: deferred,
             queued: now,
@@ -380,13 +418,27 @@ impl Queue {
             state.deadlines += 1;
         }
         let len = state.items.len();
+        // Alone, with a run free and no rate that fills a batch: run where it was received.
+        let lone = len == 1 && state.running < self.options.max_concurrent && !self.fills(&state, len, now);
         // A thread waits either for a first call or for a batch to fill: wake it for those.
         let wake = state.idle > 0 && (len == 1 || len == self.options.max_size);
         drop(state);
+        if lone && self.handler.run_soon(RunHere(Arc::clone(self))).is_ok() {
+            return Ok(());
+        }
         if wake {
             self.changed.notify_one();
         }
         Ok(())
+    }
+
+    /// Whether the calls a batch of `len` still misses would arrive, at the rate seen,
+    /// before the first call queued has waited `max_wait`.
+    fn fills(&self, state: &State, len: usize, now: Instant) -> bool {
+        let first = state.items.front().map_or(now, |item| item.queued);
+        let left = (first + self.options.max_wait).saturating_duration_since(now);
+        let missing = self.options.max_size.saturating_sub(len) as f64;
+        !left.is_zero() && state.gap.is_some_and(|gap| gap * missing <= left.as_secs_f64())
     }
 
     /// A batch thread's life: take batches and run them until the queue is closed and empty.
@@ -438,8 +490,8 @@ impl Queue {
             }
             let len = state.items.len();
             let first = state.items.front().map_or_else(Instant::now, |item| item.queued);
-            let deadline = first + self.options.max_wait;
             let now = Instant::now();
+            let left = (first + self.options.max_wait).saturating_duration_since(now);
             if state.running >= self.options.max_concurrent {
                 // The batches allowed run (an answered one no longer counts): wait for one.
                 state.idle += 1;
@@ -450,11 +502,7 @@ impl Queue {
             if len >= self.options.max_size || state.closed {
                 break;
             }
-            // Would the calls still missing arrive before the deadline at the rate seen?
-            let missing = (self.options.max_size - len) as f64;
-            let left = deadline.saturating_duration_since(now);
-            let fills = state.gap.is_some_and(|gap| gap * missing <= left.as_secs_f64());
-            if left.is_zero() || !fills {
+            if !self.fills(&state, len, now) {
                 if let Some((since, had)) = waiting {
                     // It did not fill: the rate seen while it waited replaces the estimate,
                     // so that a lone caller after a burst waits once, not at every call.
@@ -475,6 +523,11 @@ impl Queue {
                 .0;
             state.idle -= 1;
         }
+        Some(self.take(state))
+    }
+
+    /// Take the next batch off the queue (`running` counts it).
+    fn take(&self, mut state: MutexGuard<'_, State>) -> Batch {
         let take = state.items.len().min(self.options.max_size);
         let taken: Vec<Item> = state.items.drain(..take).collect();
         let with_deadline = taken.iter().filter(|item| item.deadline.is_some()).count();
@@ -486,7 +539,7 @@ impl Queue {
             // Another thread may start on the rest (max_concurrent > 1).
             self.changed.notify_one();
         }
-        Some(self.admit(taken))
+        self.admit(taken)
     }
 
     /// Answer the waiting calls whose deadline has passed, and take them out of the queue;
@@ -701,9 +754,7 @@ impl Batcher {
         loop {
             let (ended, running): (Vec<_>, Vec<_>) = threads.drain(..).partition(JoinHandle::is_finished);
             *threads = running;
-            for thread in ended {
-                let _ = thread.join();
-            }
+            ended.into_iter().for_each(|thread| drop(thread.join()));
             if threads.is_empty() {
                 return true;
             }

@@ -74,6 +74,7 @@ pub mod health;
 pub mod http1;
 #[doc(hidden)]
 pub mod jsonrpc;
+pub mod lend;
 pub mod limit;
 mod logs;
 #[doc(hidden)]
@@ -98,7 +99,7 @@ pub mod trace_context;
 pub mod wire;
 pub mod ws;
 
-pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher};
+pub use batch::{Batch, BatchHandler, BatchOptions, BatchStats, Batcher, RunHere};
 pub use bytes::Bytes;
 pub use cancellation::Cancellation;
 pub use context::{Caller, Context, Transport};

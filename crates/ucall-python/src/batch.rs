@@ -20,7 +20,7 @@ use pyo3::exceptions::PyBaseException;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use ucall_core::{Batch, BatchHandler, Call, RpcError};
+use ucall_core::{Batch, BatchHandler, Call, RpcError, RunHere};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::params::Plan;
@@ -98,6 +98,12 @@ impl BatchHandler for BatchRunner {
         Some(kept)
     }
 
+    /// A lone call runs in the receiving lane's group after its turn: no switch to the
+    /// batch thread and back, and the lane's monitor hands the lane over if it blocks.
+    fn run_soon(&self, here: RunHere) -> Result<(), RunHere> {
+        crate::runtime::collect_batch(here)
+    }
+
     fn run(&self, mut batch: Batch) {
         Python::attach(|py| {
             if let Some(gate) = &self.gate {
@@ -108,7 +114,10 @@ impl BatchHandler for BatchRunner {
             let mut rows = Vec::with_capacity(batch.len());
             let mut refused = Vec::new();
             for index in 0..batch.len() {
-                match self.plan.bind(py, batch.params_at(index)) {
+                // Attachments are bound as views of the section the queue kept (`lend`).
+                let bound =
+                    ucall_core::lend::shared(batch.section_at(index), || self.plan.bind(py, batch.params_at(index)));
+                match bound {
                     Ok((args, _)) => rows.push(args),
                     Err(error) => refused.push((index, error)),
                 }

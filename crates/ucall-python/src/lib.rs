@@ -8,6 +8,7 @@
 //! transport ([`client`]). The public API is pure Python in `python/ucall/`.
 
 mod allocator;
+mod attachment;
 mod batch;
 mod client;
 mod context;
@@ -123,6 +124,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::NativeMux>()?;
     m.add_class::<client::ReplyBody>()?;
     m.add_class::<convert::NpyBytes>()?;
+    m.add_class::<attachment::AttachmentMemory>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
     m.add_function(wrap_pyfunction!(type_text, m)?)?;

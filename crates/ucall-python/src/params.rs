@@ -15,6 +15,7 @@ use ucall_core::jsonrpc::attachment::Attachment;
 use ucall_core::params::base64;
 use ucall_core::{Param as Value, Params, RpcError};
 
+use crate::attachment::AttachmentMemory;
 use crate::convert;
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
@@ -68,8 +69,13 @@ pub enum Check {
     /// would make float64 reaches the converter as `(bytearray, "float64", (n,))`, parsed
     /// here (1,024 floats take about 15 µs rather than 115 µs as a list of Python floats),
     /// the form an attachment takes too; and a base64 `.npy` file as a `bytearray`,
-    /// decoded here, which numpy then views in place.
+    /// decoded here, which numpy then views in place. An attachment reaches it as
+    /// `(AttachmentMemory, dtype, shape)`: its bytes where they lie, never copied.
     NdArray,
+    /// A value read from bytes in place (a `memoryview`, a PIL image): as `Custom`, but an
+    /// attachment reaches the converter as its `AttachmentMemory`, and a base64 string
+    /// decoded, as `bytes`.
+    View,
 }
 
 impl Check {
@@ -84,6 +90,7 @@ impl Check {
             6 => Check::Bytes,
             7 => Check::ByteArray,
             8 => Check::NdArray,
+            9 => Check::View,
             _ => return Err(pyo3::exceptions::PyValueError::new_err("unknown parameter check")),
         })
     }
@@ -128,7 +135,7 @@ impl Plan {
         };
         for (name, kind, check, converter, has_default, default) in specs {
             let check = Check::from_index(check)?;
-            if matches!(check, Check::Custom | Check::NdArray) && converter.is_none() {
+            if matches!(check, Check::Custom | Check::NdArray | Check::View) && converter.is_none() {
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "a custom check needs a converter",
                 ));
@@ -296,7 +303,19 @@ fn convert_param<'py>(
                 .call1((value,))
                 .map_err(|e| converter_failed(py, param, given, &e))
         }
-        Check::Custom | Check::NdArray => {
+        Check::View if value.is_string() => {
+            let decoded = value.with_base64(|text| decode_base64(py, text, false));
+            let value = match decoded {
+                Some(value) => value,
+                None => convert::to_python(py, raw).map_err(|_| fail("a JSON value"))?,
+            };
+            let converter = param.converter.as_ref().map(|c| c.bind(py));
+            let Some(converter) = converter else { return Ok(value) };
+            converter
+                .call1((value,))
+                .map_err(|e| converter_failed(py, param, given, &e))
+        }
+        Check::Custom | Check::NdArray | Check::View => {
             let value = convert::to_python(py, raw).map_err(|_| fail("a JSON value"))?;
             let converter = param.converter.as_ref().map(|c| c.bind(py));
             let Some(converter) = converter else { return Ok(value) };
@@ -307,10 +326,11 @@ fn convert_param<'py>(
     }
 }
 
-/// The value of an attachment (docs/wire.md) for `param`: `bytes` (also for a type the
-/// converter reads from bytes, an image say), a `bytearray`, or for a numpy array the
-/// converter called with `(bytearray, dtype, shape)`; `None` where the parameter takes no
-/// bytes (a number, a string).
+/// The value of an attachment (docs/wire.md) for `param`: `bytes` (a copy: a `bytes`
+/// object owns its memory), a `bytearray` (a copy, being mutable), for a type the
+/// converter reads from bytes in place (a numpy array, a memoryview, an image) the
+/// converter called with the attachment's memory where it lies ([`AttachmentMemory`]);
+/// `None` where the parameter takes no bytes (a number, a string).
 fn attachment<'py>(
     py: Python<'py>,
     param: &Param,
@@ -326,8 +346,16 @@ fn attachment<'py>(
             let converter = param.converter.as_ref()?.bind(py);
             converter.call1((bytes,))
         }
+        Check::View => {
+            let memory = Bound::new(py, AttachmentMemory::keep(found.bytes));
+            let converter = param.converter.as_ref()?.bind(py);
+            memory.and_then(|memory| converter.call1((memory,)))
+        }
         Check::NdArray => {
-            let data = PyByteArray::new(py, found.bytes);
+            let data = match Bound::new(py, AttachmentMemory::keep(found.bytes)) {
+                Ok(data) => data,
+                Err(error) => return Some(Err(internal(py, &error))),
+            };
             let (dtype, shape): (&str, Vec<usize>) = match found.array {
                 Some(array) => (array.dtype.name(), array.shape().collect()),
                 None => ("uint8", vec![found.bytes.len()]),

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use ucall_core::{Params, Stopper, WakeHold, Worker};
+use ucall_core::{Params, RunHere, Stopper, WakeHold, Worker};
 
 use crate::procedure::{voluntary_switches, Answer, DeferredReply, Procedure};
 
@@ -73,6 +73,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What a lane's group runs: a call, or a batch procedure's lone call
+/// (`ucall_core::BatchHandler::run_soon`), run here rather than on a batch thread.
+pub enum Work {
+    Call(Job),
+    Batch(RunHere),
+}
+
 /// A call waiting for the GIL: its procedure, its params text and its promised reply.
 pub struct Job {
     pub procedure: Arc<Procedure>,
@@ -88,8 +95,10 @@ pub struct Job {
 /// each call cost more in page faults than the call itself.
 pub struct ParamsText {
     text: String,
-    /// A binary message's attachment section, copied with the text.
-    section: Option<Vec<u8>>,
+    /// A binary message's attachment section: where it lies in the connection's input
+    /// when the connection can lend it, else a copy (`ucall_core::lend::keep`). Attachment
+    /// params view it in place ([`ParamsText::lend`]).
+    section: Option<ucall_core::Bytes>,
 }
 
 impl ParamsText {
@@ -112,8 +121,15 @@ impl ParamsText {
         let text = unsafe { String::from_utf8_unchecked(buffer) };
         Some(ParamsText {
             text,
-            section: params.section().map(<[u8]>::to_vec),
+            section: params.section().map(ucall_core::lend::keep),
         })
+    }
+
+    /// Run `f` on the params as [`ParamsText::view`] gives them, their section lent
+    /// (`ucall_core::lend::shared`): the attachments bound from it view it in place.
+    pub fn lend<T>(params: Option<&ParamsText>, f: impl FnOnce(Params<'_>) -> T) -> T {
+        let section = params.and_then(|p| p.section.as_ref());
+        ucall_core::lend::shared(section, || f(Self::view(params)))
     }
 
     /// The params as the binding reads them (absent for `None`).
@@ -156,7 +172,7 @@ fn is_on_core(tid: i32) -> bool {
 
 thread_local! {
     /// Calls deferred during the current turn on this thread.
-    static COLLECTED: RefCell<Option<Vec<Job>>> = const { RefCell::new(None) };
+    static COLLECTED: RefCell<Option<Vec<Work>>> = const { RefCell::new(None) };
 }
 
 /// Whether this thread is a turner and no call of its current turn is queued yet, so that
@@ -171,18 +187,35 @@ pub fn turn_queued_nothing() -> bool {
 // on every call instead of moving some 130 bytes on the rare one.
 #[allow(clippy::result_large_err)]
 pub fn collect(job: Job) -> Result<(), Job> {
+    collect_work(Work::Call(job)).map_err(|work| match work {
+        Work::Call(job) => job,
+        Work::Batch(_) => unreachable!("given a call"),
+    })
+}
+
+/// Queue a batch procedure's lone call for the group after the current turn; given back
+/// when this thread is not a turner (a batch thread runs it then).
+pub fn collect_batch(here: RunHere) -> Result<(), RunHere> {
+    collect_work(Work::Batch(here)).map_err(|work| match work {
+        Work::Batch(here) => here,
+        Work::Call(_) => unreachable!("given a batch"),
+    })
+}
+
+#[allow(clippy::result_large_err)]
+fn collect_work(work: Work) -> Result<(), Work> {
     COLLECTED.with(|collected| match collected.borrow_mut().as_mut() {
         Some(jobs) => {
-            jobs.push(job);
+            jobs.push(work);
             Ok(())
         }
-        None => Err(job),
+        None => Err(work),
     })
 }
 
 struct Lane {
     worker: Mutex<Option<Worker>>,
-    jobs: Mutex<VecDeque<Job>>,
+    jobs: Mutex<VecDeque<Work>>,
     /// Bumped each time a new turner takes the lane over.
     epoch: AtomicU64,
     /// The tag of the thread running a call of this lane's group, or [`IDLE`]. Read by
@@ -446,8 +479,9 @@ impl Runtime {
                     self.cycles.fetch_add(1, Ordering::Relaxed);
                     if self.pinned {
                         // Procedures proven quick run here, at once; the rest go to executors.
-                        let (quick, others): (Vec<Job>, Vec<Job>) =
-                            jobs.into_iter().partition(|job| job.procedure.trusted());
+                        let (quick, others): (Vec<Work>, Vec<Work>) = jobs
+                            .into_iter()
+                            .partition(|work| matches!(work, Work::Call(job) if job.procedure.trusted()));
                         jobs = others;
                         if !quick.is_empty() {
                             // This thread turns the worker next (pinned lanes never hand
@@ -514,7 +548,9 @@ impl Runtime {
             let mut switches_at_start = None;
             lane.busy_tid.store(thread_id(), Ordering::SeqCst);
             loop {
-                let Some(job) = lock(&lane.jobs).pop_front() else { break };
+                let Some(work) = lock(&lane.jobs).pop_front() else {
+                    break;
+                };
                 lane.busy.store(tag, Ordering::SeqCst);
                 lane.calls.fetch_add(1, Ordering::SeqCst);
                 if self.monitor_parked.swap(false, Ordering::SeqCst) {
@@ -522,18 +558,37 @@ impl Runtime {
                         monitor.unpark();
                     }
                 }
-                if !job.procedure.is_async() {
+                if !matches!(&work, Work::Call(job) if job.procedure.is_async()) {
                     // A plain call may block: the coroutines started before it go to the
                     // loop now, not after it (they waited out a blocking call's sleep).
                     if let Some(list) = started.take() {
                         self.submit_coroutines(py, &list);
                     }
                 }
-                let params = ParamsText::view(job.params.as_ref());
+                let job = match work {
+                    Work::Call(job) => job,
+                    // Watched as a call is: a batch that blocks hands the lane over.
+                    Work::Batch(here) => {
+                        here.run();
+                        if turner && lane.epoch.load(Ordering::SeqCst) != tag {
+                            break;
+                        }
+                        continue;
+                    }
+                };
                 let timed = self
                     .times(&job)
                     .then(|| *switches_at_start.get_or_insert_with(voluntary_switches));
-                if let Some(coroutine) = job.procedure.run(py, params, job.context, job.reply, timed) {
+                let Job {
+                    procedure,
+                    params,
+                    context,
+                    reply,
+                } = job;
+                let coroutine = ParamsText::lend(params.as_ref(), |params| {
+                    procedure.run(py, params, context, reply, timed)
+                });
+                if let Some(coroutine) = coroutine {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }
@@ -559,15 +614,26 @@ impl Runtime {
     }
 
     /// A pinned turner runs calls of procedures proven quick itself, with the GIL taken once.
-    fn run_inline(&self, jobs: Vec<Job>) {
+    fn run_inline(&self, jobs: Vec<Work>) {
         Python::attach(|py| {
             let mut started: Option<Bound<'_, PyList>> = None;
             let timed = Some(voluntary_switches());
-            for job in jobs {
-                if let Some(coroutine) =
-                    job.procedure
-                        .run(py, ParamsText::view(job.params.as_ref()), job.context, job.reply, timed)
-                {
+            for work in jobs {
+                let Job {
+                    procedure,
+                    params,
+                    context,
+                    reply,
+                } = match work {
+                    Work::Call(job) => job,
+                    Work::Batch(here) => {
+                        here.run(); // not partitioned here (never trusted), but runs if met
+                        continue;
+                    }
+                };
+                if let Some(coroutine) = ParamsText::lend(params.as_ref(), |params| {
+                    procedure.run(py, params, context, reply, timed)
+                }) {
                     let list = started.get_or_insert_with(|| PyList::empty(py));
                     let _ = list.append(coroutine);
                 }

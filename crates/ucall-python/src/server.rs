@@ -88,13 +88,15 @@ fn queue(job: runtime::Job) -> Result<(), RpcError> {
     if let Err(job) = runtime::collect(job) {
         Python::attach(|py| {
             let submit = job.procedure.hooks.submit.as_ref().map(|s| s.clone_ref(py));
-            if let Some(started) = job.procedure.run(
-                py,
-                runtime::ParamsText::view(job.params.as_ref()),
-                job.context,
-                job.reply,
-                None,
-            ) {
+            let runtime::Job {
+                procedure,
+                params,
+                context,
+                reply,
+            } = job;
+            if let Some(started) = runtime::ParamsText::lend(params.as_ref(), |params| {
+                procedure.run(py, params, context, reply, None)
+            }) {
                 if let Some(submit) = submit {
                     let _ = PyList::new(py, [started]).and_then(|list| submit.bind(py).call1((list,)));
                 }

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A connection's input lent in place to the calls it carries.
+//!
+//! While a connection's buffered input is fed to its session, a handler (or a batch queue)
+//! may keep bytes of it, an attachment say, as [`Bytes`] that view them where they lie:
+//! [`keep`]. When the feed ends, a connection whose lent bytes are still held hands its
+//! whole input buffer over to them (moved, so nothing moves in memory) and takes a new
+//! one with only what is left to read; the buffer is given back to the kept buffers
+//! ([`crate::buffer::keep`]) once the last holder lets go. Without a holder left, the
+//! input stays the connection's, untouched. Bytes fed from anywhere else (the worker's
+//! read buffer, a session's own) are copied. A call run later, from a copy of its params
+//! in shared [`Bytes`], lends that copy the same way ([`shared`]).
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+/// The input buffer of one feed, once its connection has handed it over.
+#[derive(Default)]
+struct Lent(OnceLock<Vec<u8>>);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(input) = self.0.take() {
+            crate::buffer::keep(input);
+        }
+    }
+}
+
+/// Bytes of a lent input: they stay where they are for as long as `_lent` is held.
+struct Held {
+    /// Holds the buffer (read through `data`).
+    _lent: Arc<Lent>,
+    data: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are only read, and do not change or move while `_lent` is held: until
+// the feed ends they are the connection's input, borrowed by the feed and not written;
+// then either `_lent` holds that buffer (moved, not copied) or no `Held` is left.
+unsafe impl Send for Held {}
+// SAFETY: as for `Send`: shared reads of memory that does not change or move.
+unsafe impl Sync for Held {}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `data` points at `len` bytes kept alive and unchanged (see above).
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// Where the bytes lent on this thread come from.
+enum Source {
+    /// The input of the connection being fed, and what was kept of it so far.
+    Input(Option<Arc<Lent>>),
+    /// Shared bytes a call's params were copied into to wait ([`shared`]).
+    Shared(Bytes),
+}
+
+/// The bytes lent on this thread now: their address range and where they come from.
+struct Lending {
+    start: usize,
+    end: usize,
+    source: Source,
+}
+
+thread_local! {
+    static LENDING: RefCell<Option<Lending>> = const { RefCell::new(None) };
+}
+
+/// `bytes` kept beyond the current call: a view of them in place when they lie in the
+/// input of the connection being fed on this thread (or in the bytes [`shared`] lends),
+/// else a copy.
+#[must_use]
+pub fn keep(bytes: &[u8]) -> Bytes {
+    let start = bytes.as_ptr() as usize;
+    let found = LENDING.with(|lending| {
+        let mut lending = lending.borrow_mut();
+        let lending = lending.as_mut()?;
+        if bytes.is_empty() || start < lending.start || start + bytes.len() > lending.end {
+            return None;
+        }
+        Some(match &mut lending.source {
+            Source::Shared(owner) => owner.slice_ref(bytes),
+            Source::Input(lent) => Bytes::from_owner(Held {
+                _lent: Arc::clone(lent.get_or_insert_with(Arc::default)),
+                data: bytes.as_ptr(),
+                len: bytes.len(),
+            }),
+        })
+    });
+    found.unwrap_or_else(|| Bytes::copy_from_slice(bytes))
+}
+
+/// Run `f` with `owner`'s bytes lent: [`keep`] of bytes inside them shares them.
+pub fn shared<T>(owner: Option<&Bytes>, f: impl FnOnce() -> T) -> T {
+    let Some(owner) = owner else { return f() };
+    let start = owner.as_ptr() as usize;
+    let _lending = Feed::lend(Lending {
+        start,
+        end: start + owner.len(),
+        source: Source::Shared(owner.clone()),
+    });
+    f()
+}
+
+/// Lend `input` while it is fed (see [`Feed::end`]).
+pub(crate) fn begin(input: &[u8]) -> Feed {
+    let start = input.as_ptr() as usize;
+    Feed::lend(Lending {
+        start,
+        end: start + input.len(),
+        source: Source::Input(None),
+    })
+}
+
+/// One feed of a connection's input, or one run of [`shared`] (a guard: lending ends
+/// when it is dropped).
+pub(crate) struct Feed {
+    previous: Option<Lending>,
+}
+
+impl Feed {
+    fn lend(lending: Lending) -> Feed {
+        let previous = LENDING.with(|current| current.borrow_mut().replace(lending));
+        Feed { previous }
+    }
+
+    /// The feed has ended, having consumed the first `consumed` bytes of `input`: drain
+    /// them, or when bytes of `input` are still held, hand the buffer to their holders and
+    /// leave `input` a new buffer with the rest.
+    pub(crate) fn end(self, input: &mut Vec<u8>, consumed: usize) {
+        let lent = LENDING.with(|lending| match lending.borrow_mut().as_mut().map(|l| &mut l.source) {
+            Some(Source::Input(lent)) => lent.take(),
+            _ => None,
+        });
+        match lent {
+            Some(lent) if Arc::strong_count(&lent) > 1 => {
+                let rest = &input[consumed..];
+                let mut fresh = if rest.is_empty() {
+                    Vec::new()
+                } else {
+                    crate::buffer::take_or_allocate(rest.len())
+                };
+                fresh.extend_from_slice(rest);
+                let whole = std::mem::replace(input, fresh);
+                // Set once: each feed makes its own `Lent`.
+                let _ = lent.0.set(whole);
+            }
+            _ => {
+                input.drain(..consumed);
+            }
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        LENDING.with(|lending| *lending.borrow_mut() = previous);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_outside_the_input_fed_are_copied() {
+        let elsewhere = vec![1u8, 2, 3];
+        let kept = keep(&elsewhere);
+        assert_eq!(&kept[..], &[1, 2, 3]);
+        assert_ne!(kept.as_ptr(), elsewhere.as_ptr());
+        let mut input = b"abcdef".to_vec();
+        let feed = begin(&input);
+        let other = keep(&elsewhere);
+        assert_ne!(other.as_ptr(), elsewhere.as_ptr());
+        feed.end(&mut input, 2);
+        assert_eq!(input, b"cdef");
+    }
+
+    #[test]
+    fn held_bytes_keep_the_input_buffer_and_the_connection_gets_a_new_one() {
+        let mut input = b"first message|rest".to_vec();
+        let address = input.as_ptr();
+        let feed = begin(&input);
+        let kept = keep(&input[6..13]);
+        assert_eq!(kept.as_ptr(), input[6..].as_ptr(), "a view in place, not a copy");
+        let dropped = keep(&input[0..5]);
+        drop(dropped);
+        feed.end(&mut input, 14);
+        assert_eq!(input, b"rest");
+        assert_ne!(input.as_ptr(), address, "the connection reads on into a new buffer");
+        input.clear();
+        input.extend_from_slice(b"overwritten, and grown past the old capacity");
+        assert_eq!(&kept[..], b"message", "the held bytes are where they were, unchanged");
+        assert_eq!(kept.as_ptr(), address.wrapping_add(6));
+        // Nothing lent any more: bytes are copied again.
+        assert_ne!(keep(&input).as_ptr(), input.as_ptr());
+    }
+
+    #[test]
+    fn shared_bytes_are_kept_by_reference() {
+        let owner = Bytes::from_static(b"params and attachments");
+        let inside = shared(Some(&owner), || keep(&owner[11..22]));
+        assert_eq!(inside.as_ptr(), owner[11..].as_ptr());
+        assert_eq!(&inside[..], b"attachments");
+        let outside = [1u8, 2];
+        assert_ne!(shared(Some(&owner), || keep(&outside)).as_ptr(), outside.as_ptr());
+        assert_ne!(keep(&owner[..6]).as_ptr(), owner.as_ptr(), "lent only within `shared`");
+    }
+
+    #[test]
+    fn without_a_holder_left_the_input_stays_the_connections() {
+        let mut input = b"message|rest".to_vec();
+        let address = input.as_ptr();
+        let feed = begin(&input);
+        drop(keep(&input[..7]));
+        feed.end(&mut input, 8);
+        assert_eq!(input, b"rest");
+        assert_eq!(input.as_ptr(), address);
+    }
+}
