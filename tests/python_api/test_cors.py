@@ -65,12 +65,14 @@ def test_allowed_origins_get_preflights_and_marked_replies(make_server: Callable
     assert allowed.status == 204
     assert allowed.getheader("Access-Control-Allow-Origin") == PAGE
     assert allowed.getheader("Access-Control-Allow-Methods") == "GET, POST"
-    assert allowed.getheader("Access-Control-Allow-Headers") == "Content-Type, X-Trace"
+    # The binary messages' header (docs/wire.md §3.1) is allowed beside those configured.
+    assert allowed.getheader("Access-Control-Allow-Headers") == "Content-Type, X-Trace, UCall-JSON-Length"
     assert allowed.getheader("Access-Control-Max-Age") == "30"
     refused = preflight(server.port, "http://evil.example")
     assert refused.getheader("Access-Control-Allow-Origin") is None
     reply, result = call_from(server.port, PAGE)
     assert (result, reply.getheader("Access-Control-Allow-Origin"), reply.getheader("Vary")) == (5, PAGE, "Origin")
+    assert reply.getheader("Access-Control-Expose-Headers") == "UCall-JSON-Length"
     reply, result = call_from(server.port, "http://evil.example")
     assert (result, reply.getheader("Access-Control-Allow-Origin")) == (5, None)
 

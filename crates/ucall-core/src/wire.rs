@@ -26,6 +26,9 @@ pub const CONTENT_TYPE: &str = "application/vnd.ucall.binary";
 /// The HTTP header field giving the JSON text's length in a binary body.
 pub const JSON_LENGTH_HEADER: &str = "ucall-json-length";
 
+/// [`JSON_LENGTH_HEADER`] as replies and CORS lists spell it.
+pub const JSON_LENGTH_NAME: &str = "UCall-JSON-Length";
+
 /// The WebSocket subprotocol under which binary messages travel in binary frames.
 pub const SUBPROTOCOL: &str = "ucall.binary.v1";
 

@@ -69,7 +69,10 @@ fn answers_preflights_and_marks_replies_to_allowed_origins() {
         assert_eq!(allowed.status, 204, "{allowed:?}");
         assert_eq!(allowed.header("access-control-allow-origin"), Some(PAGE));
         assert_eq!(allowed.header("access-control-allow-methods"), Some("GET, POST"));
-        assert_eq!(allowed.header("access-control-allow-headers"), Some("Content-Type"));
+        assert_eq!(
+            allowed.header("access-control-allow-headers"),
+            Some("Content-Type, UCall-JSON-Length")
+        );
         assert_eq!(allowed.header("access-control-max-age"), Some("60"));
         assert_eq!(allowed.header("vary"), Some("Origin"));
         assert!(allowed.body.is_empty() && !allowed.says_close());
@@ -80,6 +83,8 @@ fn answers_preflights_and_marks_replies_to_allowed_origins() {
             (reply.status, reply.header("access-control-allow-origin")),
             (200, Some(PAGE))
         );
+        // A page reads a binary reply's JSON length (docs/wire.md §3.1) only when exposed.
+        assert_eq!(reply.header("access-control-expose-headers"), Some("UCall-JSON-Length"));
         common::assert_result(&reply.body, "2", "1");
         let other = conn.roundtrip(&post_from("http://evil.example", &call("subtract", "[3,1]", "2")));
         assert_eq!((other.status, other.header("access-control-allow-origin")), (200, None));
@@ -109,6 +114,30 @@ fn answers_preflights_and_marks_replies_to_allowed_origins() {
             (200, Some(PAGE))
         );
         assert_eq!(rest.body, b"4");
+    });
+}
+
+#[test]
+fn a_page_may_send_and_read_binary_messages() {
+    common::for_each_engine(|engine| {
+        let server = with_cors(engine);
+        let mut conn = Conn::to(&server);
+        // What a browser asks before fetch() with a binary body (docs/wire.md §3.1).
+        let allowed = conn.roundtrip(&preflight(PAGE, "POST", "content-type, ucall-json-length"));
+        assert_eq!(allowed.header("access-control-allow-origin"), Some(PAGE), "{allowed:?}");
+        let text = call("subtract", "[3,1]", "4");
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nOrigin: {PAGE}\r\nContent-Type: application/vnd.ucall.binary\r\n\
+             UCall-JSON-Length: {0}\r\nAccept: application/vnd.ucall.binary\r\nContent-Length: {0}\r\n\r\n{text}",
+            text.len()
+        );
+        let reply = conn.roundtrip(request.as_bytes());
+        assert_eq!(
+            (reply.status, reply.header("access-control-allow-origin")),
+            (200, Some(PAGE))
+        );
+        assert_eq!(reply.header("access-control-expose-headers"), Some("UCall-JSON-Length"));
+        common::assert_result(&reply.body, "2", "4");
     });
 }
 

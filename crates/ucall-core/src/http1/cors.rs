@@ -10,9 +10,14 @@
 //! a handshake from an origin not allowed is refused with 403 (RFC 6455 §10.2).
 //! Credentials (cookies) are not supported, so `*` may stand for any origin, method or
 //! header (§3.2.3, "wildcards").
+//!
+//! Binary messages (docs/wire.md §3.1) need one header beyond the configured ones:
+//! `UCall-JSON-Length` is always allowed in a preflight and exposed on every reply, so a
+//! page can send a binary body and read a binary reply's JSON part.
 #![forbid(unsafe_code)]
 
 use super::tokens;
+use crate::wire::JSON_LENGTH_NAME;
 
 /// Which cross-origin requests are allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +122,17 @@ impl Cors {
     /// Append the headers of a reply to a request from `origin` (§3.2.3); `false`, with
     /// nothing written, when the origin is not allowed.
     pub fn write_response_headers(&self, origin: &[u8], out: &mut Vec<u8>) -> bool {
+        if !self.write_allow_origin(origin, out) {
+            return false;
+        }
+        // §3.2.3: a script reads only safelisted reply headers and those exposed.
+        out.extend_from_slice(b"Access-Control-Expose-Headers: ");
+        out.extend_from_slice(JSON_LENGTH_NAME.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        true
+    }
+
+    fn write_allow_origin(&self, origin: &[u8], out: &mut Vec<u8>) -> bool {
         if !self.allows_origin(origin) {
             return false;
         }
@@ -145,18 +161,25 @@ impl Cors {
         }
         let any_header = self.headers.iter().any(|h| h == "*");
         for name in headers.into_iter().flat_map(tokens) {
-            let listed = self.headers.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name));
+            let listed = name.eq_ignore_ascii_case(JSON_LENGTH_NAME.as_bytes())
+                || self.headers.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name));
             // §3.2.3: `*` does not cover Authorization.
             if !(listed || (any_header && !name.eq_ignore_ascii_case(b"authorization"))) {
                 return Preflight::Refused("header not allowed");
             }
         }
-        self.write_response_headers(origin, out);
+        self.write_allow_origin(origin, out);
         out.extend_from_slice(b"Access-Control-Allow-Methods: ");
         join(&self.methods, out);
-        if !self.headers.is_empty() {
-            out.extend_from_slice(b"\r\nAccess-Control-Allow-Headers: ");
-            join(&self.headers, out);
+        out.extend_from_slice(b"\r\nAccess-Control-Allow-Headers: ");
+        join(&self.headers, out);
+        let covered = self
+            .headers
+            .iter()
+            .any(|h| h == "*" || h.eq_ignore_ascii_case(JSON_LENGTH_NAME));
+        if !covered {
+            out.extend_from_slice(if self.headers.is_empty() { b"" } else { b", " });
+            out.extend_from_slice(JSON_LENGTH_NAME.as_bytes());
         }
         out.extend_from_slice(b"\r\n");
         if let Some(seconds) = self.max_age {
@@ -227,7 +250,10 @@ mod tests {
         let cors = Cors::new(["https://app.example", "http://127.0.0.1:8080"]);
         assert_eq!(
             response(&cors, "https://app.example").as_deref(),
-            Some("Access-Control-Allow-Origin: https://app.example\r\nVary: Origin\r\n")
+            Some(
+                "Access-Control-Allow-Origin: https://app.example\r\nVary: Origin\r\n\
+                 Access-Control-Expose-Headers: UCall-JSON-Length\r\n"
+            )
         );
         assert!(response(&cors, "http://127.0.0.1:8080").is_some());
         for other in [
@@ -246,14 +272,9 @@ mod tests {
     #[test]
     fn a_wildcard_allows_every_origin_without_naming_it() {
         let cors = Cors::new(["*"]);
-        assert_eq!(
-            response(&cors, "https://anywhere.example").as_deref(),
-            Some("Access-Control-Allow-Origin: *\r\n")
-        );
-        assert_eq!(
-            response(&cors, "null").as_deref(),
-            Some("Access-Control-Allow-Origin: *\r\n")
-        );
+        let any = "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: UCall-JSON-Length\r\n";
+        assert_eq!(response(&cors, "https://anywhere.example").as_deref(), Some(any));
+        assert_eq!(response(&cors, "null").as_deref(), Some(any));
         // The opaque origin `null` (sandboxed pages, file: URLs) only when listed.
         assert!(response(&Cors::new(["null"]), "null").is_some());
         assert!(response(&Cors::new(Vec::<String>::new()), "https://a.example").is_none());
@@ -267,7 +288,7 @@ mod tests {
         assert_eq!(
             preflight(&cors, "https://app.example", "POST", Some("content-type")).unwrap(),
             "Access-Control-Allow-Origin: https://app.example\r\nVary: Origin\r\n\
-             Access-Control-Allow-Methods: GET, POST\r\nAccess-Control-Allow-Headers: Content-Type\r\n\
+             Access-Control-Allow-Methods: GET, POST\r\nAccess-Control-Allow-Headers: Content-Type, UCall-JSON-Length\r\n\
              Access-Control-Max-Age: 600\r\n"
         );
         assert_eq!(
@@ -321,8 +342,54 @@ mod tests {
         let none = Cors::new(["*"]).allow_headers(Vec::<String>::new());
         assert_eq!(
             preflight(&none, "https://a.example", "POST", None).unwrap(),
-            "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: GET, POST\r\n"
+            "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: GET, POST\r\n\
+             Access-Control-Allow-Headers: UCall-JSON-Length\r\n"
         );
+    }
+
+    #[test]
+    fn binary_messages_need_no_configuration() {
+        // docs/wire.md §3.1: a page sends UCall-JSON-Length with a binary body and reads it
+        // from a binary reply, whatever headers the server lists.
+        let listed = Cors::new(["*"]).allow_headers(["X-Request-Id"]);
+        let allowed = preflight(
+            &listed,
+            "https://a.example",
+            "POST",
+            Some("content-type, ucall-json-length"),
+        );
+        assert_eq!(allowed, Err("header not allowed"), "Content-Type is not listed here");
+        let allowed = preflight(
+            &listed,
+            "https://a.example",
+            "POST",
+            Some("x-request-id, UCall-JSON-Length"),
+        )
+        .unwrap();
+        assert!(allowed.contains("Access-Control-Allow-Headers: X-Request-Id, UCall-JSON-Length\r\n"));
+        let default = preflight(
+            &Cors::new(["*"]),
+            "https://a.example",
+            "POST",
+            Some("content-type, ucall-json-length"),
+        );
+        assert!(default.is_ok());
+        // Named once only, and `*` covers it.
+        let named = Cors::new(["*"]).allow_headers(["ucall-json-length"]);
+        assert!(preflight(&named, "https://a.example", "POST", None)
+            .unwrap()
+            .ends_with("Access-Control-Allow-Headers: ucall-json-length\r\n"));
+        let any = Cors::new(["*"]).allow_headers(["*"]);
+        assert!(preflight(&any, "https://a.example", "POST", None)
+            .unwrap()
+            .ends_with("Access-Control-Allow-Headers: *\r\n"));
+        // Exposed on replies, not on preflights (which a script never reads).
+        assert!(response(&listed, "https://a.example")
+            .unwrap()
+            .contains("Access-Control-Expose-Headers: UCall-JSON-Length\r\n"));
+        assert!(!preflight(&listed, "https://a.example", "POST", None)
+            .unwrap()
+            .contains("Expose"));
     }
 
     #[test]

@@ -622,7 +622,9 @@ fn respond_with(
             None => put(content_type),
             Some(json_length) => {
                 put(wire::CONTENT_TYPE.as_bytes());
-                put(b"\r\nUCall-JSON-Length: ");
+                put(b"\r\n");
+                put(wire::JSON_LENGTH_NAME.as_bytes());
+                put(b": ");
                 put(itoa::Buffer::new().format(json_length).as_bytes());
             }
         }
