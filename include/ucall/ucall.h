@@ -1033,8 +1033,9 @@ bool ucall_client_call(ucall_client_t client,
 /**
  * As `ucall_client_call()`, with `attachments_count` attachments added to the params (by
  * name to an object, by position to an array; with `params` NULL, an object when the
- * first attachment has a name, else an array). Their bytes are copied before this
- * returns.
+ * first attachment has a name, else an array). Their bytes are lent, not copied: read
+ * where they lie (written to the socket from there over HTTP and raw TCP) until this
+ * returns, so they must stay unchanged until then.
  *
  * Where the server takes binary messages (docs/wire.md: HTTP by its content type, raw
  * TCP by its first byte, WebSocket where the server selected `ucall.binary.v1`), the call

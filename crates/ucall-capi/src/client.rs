@@ -15,7 +15,7 @@
 //! ```
 
 use std::ffi::c_void;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ucall_client::{Client, Dtype, Endpoint, Params, Response, RpcError};
@@ -363,12 +363,40 @@ unsafe fn answer(
     unsafe { ffi::write_out(response, out) }
 }
 
+/// A caller's attachment lent for one call: read where it lies, never copied, while the
+/// call runs. Each holds a count of `lender`, which tells the call when none is left.
+struct Lent {
+    data: *const u8,
+    length: usize,
+    _lender: Arc<()>,
+}
+
+// SAFETY: the memory is only read, and only while `ucall_client_call_attached` runs (its
+// contract keeps it readable until it returns; it ends every use of it before returning).
+unsafe impl Send for Lent {}
+// SAFETY: as above: shared reads of memory that does not change during the call.
+unsafe impl Sync for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: non-NULL and readable for `length` bytes while the call runs (see `Send`),
+        // which outlives every `Lent` (the call drops the last one before returning).
+        unsafe { std::slice::from_raw_parts(self.data, self.length) }
+    }
+}
+
 /// `params` (JSON text or NULL) with `attachments` appended: by name to an object, by
-/// position to an array (NULL params: whichever the first attachment asks for).
+/// position to an array (NULL params: whichever the first attachment asks for). The
+/// attachments' bytes are lent, each holding a count of `lender`.
 ///
 /// # Safety
-/// Each attachment's pointers must be readable as its lengths say (`ucall_client_call_attached`).
-unsafe fn attached_params(params: Option<&str>, attachments: &[ucall_client_attachment_t]) -> Result<Params, String> {
+/// Each attachment's pointers must be readable as its lengths say (`ucall_client_call_attached`),
+/// and its data until every count of `lender` it took is dropped.
+unsafe fn attached_params(
+    params: Option<&str>,
+    attachments: &[ucall_client_attachment_t],
+    lender: &Arc<()>,
+) -> Result<Params, String> {
     let by_name = |a: &ucall_client_attachment_t| !a.name.is_null();
     let mut built = match params {
         Some(text) => Params::from_json(text).map_err(|e| e.to_string())?,
@@ -387,7 +415,11 @@ unsafe fn attached_params(params: Option<&str>, attachments: &[ucall_client_atta
         // SAFETY: the caller's contract for each attachment.
         let data = unsafe { ffi::array_arg(attachment.data.cast::<u8>(), attachment.length) };
         let data = match (data, attachment.length) {
-            (Some(data), _) => ucall_client::Bytes::copy_from_slice(data),
+            (Some(data), _) => ucall_client::Bytes::from_owner(Lent {
+                data: data.as_ptr(),
+                length: data.len(),
+                _lender: Arc::clone(lender),
+            }),
             (None, 0) => ucall_client::Bytes::new(),
             (None, _) => return Err(format!("attachment {i}: its data is NULL")),
         };
@@ -427,8 +459,9 @@ unsafe fn attached_params(params: Option<&str>, attachments: &[ucall_client_atta
 
 /// As `ucall_client_call()`, with `attachments_count` attachments added to the params (by
 /// name to an object, by position to an array; with `params` NULL, an object when the
-/// first attachment has a name, else an array). Their bytes are copied before this
-/// returns.
+/// first attachment has a name, else an array). Their bytes are lent, not copied: read
+/// where they lie (written to the socket from there over HTTP and raw TCP) until this
+/// returns, so they must stay unchanged until then.
 ///
 /// Where the server takes binary messages (docs/wire.md: HTTP by its content type, raw
 /// TCP by its first byte, WebSocket where the server selected `ucall.binary.v1`), the call
@@ -494,8 +527,10 @@ pub unsafe extern "C" fn ucall_client_call_attached(
                 return false;
             }
         };
-        // SAFETY: the caller's contract for the attachments' pointers.
-        let built = match unsafe { attached_params(params, attachments) } {
+        let lender = Arc::new(());
+        // SAFETY: the caller's contract for the attachments' pointers, which holds until
+        // this returns; every count of `lender` is dropped before then (below).
+        let built = match unsafe { attached_params(params, attachments, &lender) } {
             Ok(built) => built,
             Err(why) => {
                 error::set(format!("{F}: {why}"));
@@ -506,6 +541,16 @@ pub unsafe extern "C" fn ucall_client_call_attached(
         let state = &mut *state;
         state.response = None;
         let reply = state.client.call(method, built);
+        if Arc::strong_count(&lender) > 1 {
+            // Some lent bytes are still queued (the server answered before reading the
+            // whole request): the connection goes, with them, before the caller's memory.
+            state.client.close();
+        }
+        if Arc::strong_count(&lender) > 1 {
+            // Unreachable: the queue was the last holder. Reading freed memory later would
+            // be worse than stopping here.
+            std::process::abort();
+        }
         // SAFETY: `response` is non-NULL (checked above) and writable by contract.
         unsafe { answer(state, reply, F, response) }
     }

@@ -10,7 +10,10 @@ use crate::conn::{Connection, Step};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::framing::{Protocol, Reply, RequestKind};
-use crate::message::{write_binary_request, write_request, CheckedJson, Envelope, Response, ToParams};
+use ucall_core::jsonrpc::section::Section;
+use ucall_core::Bytes;
+
+use crate::message::{write_attached_request, write_request, CheckedJson, Envelope, Params, Response, ToParams};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
 /// server closed it.
@@ -121,31 +124,66 @@ impl Client {
     /// [`Response::result`]).
     pub fn call(&mut self, method: &str, params: impl ToParams) -> Result<Response> {
         let id = self.next_id();
-        if self.sends_binary(params.has_attachments(), true)? {
+        let reply = self.exchange_negotiated(params.has_attachments(), true, 1, &mut |out, section| match section {
+            Some(section) => write_attached_request(out, method, &params, Some(id), section),
+            None => write_request(out, method, &params, Some(id)),
+        })?;
+        check(reply, id)
+    }
+
+    /// One request (a call, a notification, a batch) and its reply (`replies`: 0 or 1): a
+    /// binary message where [`Client::sends_binary`] says so, its attachments written from
+    /// where they lie, else a JSON text. `write` writes the JSON text, each attachment a
+    /// placeholder kept in the section it is given, or without one in its plain JSON form.
+    /// A JSON-only server's refusal of a first binary message (`probe`: the reply tells)
+    /// sends the request again as JSON: the refusal shows it did not run.
+    fn exchange_negotiated(
+        &mut self,
+        attached: bool,
+        probe: bool,
+        replies: usize,
+        write: &mut WriteRequest<'_>,
+    ) -> Result<Reply> {
+        if self.sends_binary(attached, probe)? {
             let mut body = Vec::new();
-            let json_len = write_binary_request(&mut body, method, &params, Some(id))?;
-            let reply = self.exchange_one(body, RequestKind::Binary(json_len), 1)?;
-            if self.binary != Binary::Try || self.conn.endpoint().protocol() == Protocol::WebSocket {
-                return check(reply, id);
+            let mut attachments = Section::new();
+            write(&mut body, Some(&mut attachments))?;
+            let kind = RequestKind::Binary(body.len());
+            let reply = self.exchange_one(Outgoing::new(body, kind, attachments), replies)?;
+            if self.binary != Binary::Try || !probe || self.conn.endpoint().protocol() == Protocol::WebSocket {
+                return Ok(reply);
             }
             if !refuses_binary(&reply) {
                 self.binary = Binary::Taken;
-                return check(reply, id);
+                return Ok(reply);
             }
-            // A server that reads JSON only: its refusal shows the call did not run. Over
-            // raw TCP its reading of the stream is out of step: a new connection.
+            // A server that reads JSON only: its refusal shows the request did not run.
+            // Over raw TCP its reading of the stream is out of step: a new connection.
             self.binary = Binary::Off;
             self.conn.close();
         }
         let mut body = Vec::with_capacity(64);
-        write_request(&mut body, method, &params, Some(id))?;
+        write(&mut body, None)?;
         let kind = if self.binary == Binary::Always {
             RequestKind::AcceptsBinary
         } else {
             RequestKind::Json
         };
-        let reply = self.exchange_one(body, kind, 1)?;
-        check(reply, id)
+        self.exchange_one(Outgoing::new(body, kind, Section::new()), replies)
+    }
+
+    /// How a pipeline's calls go: `Some(true)` as binary messages where they have
+    /// attachments (and, under `with_binary(Some(true))` off HTTP, every one); `Some(false)`
+    /// as JSON texts; `None` not known yet: the first with attachments goes alone
+    /// ([`Client::call`]) to learn it, as a notification waits for a call to learn it.
+    fn pipelined_binary(&mut self) -> Result<Option<bool>> {
+        if self.binary == Binary::Off {
+            return Ok(Some(false));
+        }
+        if self.conn.endpoint().protocol() == Protocol::WebSocket {
+            return self.sends_binary(true, true).map(Some); // known at the upgrade
+        }
+        Ok((self.binary != Binary::Try).then_some(true))
     }
 
     /// Whether the next request goes as a binary message: one with `attached` values, or
@@ -175,9 +213,9 @@ impl Client {
         }
     }
 
-    /// One request of `kind`, and its reply (`replies`: 0 or 1).
-    fn exchange_one(&mut self, body: Vec<u8>, kind: RequestKind, replies: usize) -> Result<Reply> {
-        let mut got = self.exchange_framed(vec![(body, kind)], replies, &mut || None)?;
+    /// One request, and its reply (`replies`: 0 or 1).
+    fn exchange_one(&mut self, request: Outgoing, replies: usize) -> Result<Reply> {
+        let mut got = self.exchange_framed(vec![request], replies, &mut || None)?;
         match got.pop() {
             Some(reply) => Ok(reply),
             None if replies == 0 => Ok(Reply {
@@ -196,16 +234,16 @@ impl Client {
     /// A transport failure.
     pub fn notify(&mut self, method: &str, params: impl ToParams) -> Result<()> {
         let replies = usize::from(self.conn.replies_to_notifications());
-        if self.sends_binary(params.has_attachments(), false)? {
-            let mut body = Vec::new();
-            let json_len = write_binary_request(&mut body, method, &params, None)?;
-            return self
-                .exchange_one(body, RequestKind::Binary(json_len), replies)
-                .map(drop);
-        }
-        let mut body = Vec::with_capacity(64);
-        write_request(&mut body, method, &params, None)?;
-        self.exchange(vec![body], replies).map(drop)
+        self.exchange_negotiated(
+            params.has_attachments(),
+            false,
+            replies,
+            &mut |out, section| match section {
+                Some(section) => write_attached_request(out, method, &params, None, section),
+                None => write_request(out, method, &params, None),
+            },
+        )
+        .map(drop)
     }
 
     /// Send `calls` back to back on the connection, reading replies while writing, and
@@ -222,24 +260,55 @@ impl Client {
         calls: impl IntoIterator<Item = (&'m str, P)>,
     ) -> Result<Vec<Response>> {
         let mut calls = calls.into_iter();
-        let (mut last_id, mut ids) = (self.next_id, Vec::new());
-        let mut more = || {
-            let (method, params) = calls.next()?;
-            last_id += 1;
-            ids.push(last_id);
-            let mut body = Vec::with_capacity(64);
-            Some(write_request(&mut body, method, &params, Some(last_id)).map(|()| body))
+        let mut responses = Vec::new();
+        let every = self.binary == Binary::Always && self.conn.endpoint().protocol() != Protocol::Http;
+        let json_kind = if self.binary == Binary::Always {
+            RequestKind::AcceptsBinary
+        } else {
+            RequestKind::Json
         };
-        let replies = self.exchange_with(Vec::new(), 0, &mut more);
-        self.next_id = last_id;
-        replies?
-            .into_iter()
-            .zip(ids)
-            .map(|(reply, id)| check(reply, id))
-            .collect()
+        loop {
+            let binary = self.pipelined_binary()?;
+            // The first call with attachments while the server's answer to them is unknown.
+            let mut probe = None;
+            let (mut last_id, mut ids) = (self.next_id, Vec::new());
+            let replies = {
+                let mut more = || {
+                    let (method, params) = calls.next()?;
+                    let attached = params.has_attachments();
+                    if attached && binary.is_none() {
+                        probe = Some((method, params));
+                        return None;
+                    }
+                    last_id += 1;
+                    ids.push(last_id);
+                    let mut body = Vec::with_capacity(64);
+                    if binary == Some(true) && (attached || every) {
+                        let mut attachments = Section::new();
+                        let written =
+                            write_attached_request(&mut body, method, &params, Some(last_id), &mut attachments);
+                        let kind = RequestKind::Binary(body.len());
+                        return Some(written.map(|()| Outgoing::new(body, kind, attachments)));
+                    }
+                    let written = write_request(&mut body, method, &params, Some(last_id));
+                    Some(written.map(|()| Outgoing::new(body, json_kind, Section::new())))
+                };
+                self.exchange_framed(Vec::new(), 0, &mut more)
+            };
+            self.next_id = last_id;
+            for (reply, id) in replies?.into_iter().zip(ids) {
+                responses.push(check(reply, id)?);
+            }
+            match probe {
+                Some((method, params)) => responses.push(self.call(method, params)?),
+                None => return Ok(responses),
+            }
+        }
     }
 
     /// Send a batch (one request, one reply); responses come in call order, matched by id.
+    /// Its calls' attachments go in one binary message (docs/wire.md §4: one section for
+    /// all) where [`Client::call`] would send one, else in their plain JSON form.
     ///
     /// # Errors
     /// A transport failure, or a reply that is not the batch's.
@@ -247,14 +316,15 @@ impl Client {
         if batch.count == 0 {
             return Ok(Vec::new());
         }
-        let mut body = batch.body.clone();
-        body.push(b']');
-        let expects = !batch.ids.is_empty() || self.conn.replies_to_notifications();
-        let mut replies = self.exchange(vec![body], usize::from(expects))?;
-        let Some(reply) = replies.pop() else {
+        let calls = !batch.ids.is_empty();
+        let replies = usize::from(calls || self.conn.replies_to_notifications());
+        let reply = self.exchange_negotiated(batch.body.has_attachments(), calls, replies, &mut |out, section| {
+            batch.body.write_to(out, section)
+        })?;
+        if !calls {
             return Ok(Vec::new());
-        };
-        split_batch(&reply, &batch.ids)
+        }
+        split_batch(reply, &batch.ids)
     }
 
     /// Call with params already written as JSON text (`None`: no params).
@@ -297,8 +367,12 @@ impl Client {
         replies: usize,
         more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
     ) -> Result<Vec<Reply>> {
-        let bodies = bodies.into_iter().map(|body| (body, RequestKind::Json)).collect();
-        self.exchange_framed(bodies, replies, more)
+        let bodies = bodies
+            .into_iter()
+            .map(|body| Outgoing::new(body, RequestKind::Json, Section::new()))
+            .collect();
+        let mut more = || more().map(|made| made.map(|body| Outgoing::new(body, RequestKind::Json, Section::new())));
+        self.exchange_framed(bodies, replies, &mut more)
     }
 
     /// As [`Client::exchange`], each body framed as its kind says: a JSON text, or the body
@@ -309,22 +383,23 @@ impl Client {
     /// # Errors
     /// As [`Client::exchange`].
     pub fn exchange_as(&mut self, bodies: Vec<(Vec<u8>, RequestKind)>, replies: usize) -> Result<Vec<Reply>> {
+        let bodies = bodies
+            .into_iter()
+            .map(|(body, kind)| Outgoing::new(body, kind, Section::new()))
+            .collect();
         self.exchange_framed(bodies, replies, &mut || None)
     }
 
-    /// As [`Client::exchange_with`], each given body framed as its kind says (the bodies
-    /// `more` makes are JSON texts).
+    /// As [`Client::exchange_with`], each request framed as its kind says.
     fn exchange_framed(
         &mut self,
-        bodies: Vec<(Vec<u8>, RequestKind)>,
+        given: Vec<Outgoing>,
         replies: usize,
-        more: &mut dyn FnMut() -> Option<Result<Vec<u8>>>,
+        more: &mut dyn FnMut() -> Option<Result<Outgoing>>,
     ) -> Result<Vec<Reply>> {
-        let given: Vec<(Arc<Vec<u8>>, RequestKind)> =
-            bodies.into_iter().map(|(body, kind)| (Arc::new(body), kind)).collect();
-        // Bodies `more` made, kept while a resend may need them (until the first request
+        // Requests `more` made, kept while a resend may need them (until the first request
         // is written whole, or a reply begins).
-        let mut made: Vec<Arc<Vec<u8>>> = Vec::new();
+        let mut made: Vec<Outgoing> = Vec::new();
         let (mut expected, mut exhausted, mut refused) = (replies, false, None);
         if self.conn.is_open() && self.conn.closed_by_peer() {
             self.conn.close(); // closed by the server between calls: an idle time-out, a restart
@@ -337,12 +412,9 @@ impl Client {
             // This exchange's own bytes: replies to it, and where its first request ends.
             let received_before = self.conn.received();
             let mut first_end = None;
-            for (body, kind) in &given {
-                self.conn.queue_shared(body, *kind);
-                first_end = first_end.or(Some(self.conn.queued_end()));
-            }
-            for body in &made {
-                self.conn.queue_shared(body, RequestKind::Json);
+            for request in given.iter().chain(&made) {
+                self.conn
+                    .queue_shared(&request.body, request.kind, &request.attachments);
                 first_end = first_end.or(Some(self.conn.queued_end()));
             }
             let mut got = Vec::with_capacity(expected);
@@ -357,12 +429,19 @@ impl Client {
                 }
                 while !exhausted && self.conn.pending() <= UNSENT_AT_MOST {
                     match more() {
-                        Some(Ok(body)) if may_have_run => self.conn.queue(body),
-                        Some(Ok(body)) => {
-                            let body = Arc::new(body);
-                            self.conn.queue_shared(&body, RequestKind::Json);
+                        Some(Ok(request)) if may_have_run => match Arc::try_unwrap(request.body) {
+                            // A buffer of its own is kept for reuse once written.
+                            Ok(body) if request.attachments.is_empty() => self.conn.queue_as(body, request.kind),
+                            Ok(body) => self
+                                .conn
+                                .queue_shared(&Arc::new(body), request.kind, &request.attachments),
+                            Err(body) => self.conn.queue_shared(&body, request.kind, &request.attachments),
+                        },
+                        Some(Ok(request)) => {
+                            self.conn
+                                .queue_shared(&request.body, request.kind, &request.attachments);
                             first_end = first_end.or(Some(self.conn.queued_end()));
-                            made.push(body);
+                            made.push(request);
                         }
                         Some(Err(error)) => {
                             (exhausted, refused) = (true, Some(error));
@@ -485,12 +564,26 @@ fn check(reply: Reply, id: u64) -> Result<Response> {
     }
 }
 
-/// Responses for a batch's calls in request order; a batch refused whole answers each.
-fn split_batch(reply: &Reply, ids: &[u64]) -> Result<Vec<Response>> {
-    let text = ucall_core::jsonrpc::as_text(&reply.body).ok_or_else(|| Error::protocol("the reply is not UTF-8"))?;
+/// Responses for a batch's calls in request order; a batch refused whole answers each. A
+/// binary reply's section is shared by the calls' responses, not copied for each.
+fn split_batch(reply: Reply, ids: &[u64]) -> Result<Vec<Response>> {
+    let status = reply.status;
+    let whole = Bytes::from(reply.body);
+    let (json, section) = match reply.binary {
+        None => (whole, None),
+        Some(json_len) => {
+            let start = ucall_core::wire::align(json_len).min(whole.len());
+            (whole.slice(..json_len), Some(whole.slice(start..)))
+        }
+    };
+    let response = |body: Vec<u8>| match &section {
+        Some(section) => Response::in_batch(status, body, section.clone()),
+        None => Response::new(status, body),
+    };
+    let text = ucall_core::jsonrpc::as_text(&json).ok_or_else(|| Error::protocol("the reply is not UTF-8"))?;
     if text.trim_start().starts_with('{') {
-        let response = Response::new(reply.status, reply.body.clone());
-        return Ok(ids.iter().map(|_| response.clone()).collect());
+        let whole = response(json.to_vec());
+        return Ok(ids.iter().map(|_| whole.clone()).collect());
     }
     let mut by_id = std::collections::HashMap::new();
     for element in sonic_rs::to_array_iter(text) {
@@ -509,9 +602,33 @@ fn split_batch(reply: &Reply, ids: &[u64]) -> Result<Vec<Response>> {
                 format!(r#"{{"jsonrpc":"2.0","id":{key},"error":{{"code":-32603,"message":"no reply in the batch"}}}}"#)
                     .into_bytes()
             });
-            Response::new(reply.status, body)
+            response(body)
         })
         .collect())
+}
+
+/// Writes a request's JSON text: its attachments as placeholders kept in the section
+/// given, or without one in their plain JSON form.
+type WriteRequest<'a> = dyn FnMut(&mut Vec<u8>, Option<&mut Section>) -> Result<()> + 'a;
+
+/// A request as it goes out: its body, how it is framed, and the attachments that follow
+/// a binary message's JSON text, written from where they lie (kept, as the body is, while
+/// a resend may need them).
+#[derive(Clone)]
+struct Outgoing {
+    body: Arc<Vec<u8>>,
+    kind: RequestKind,
+    attachments: Section,
+}
+
+impl Outgoing {
+    fn new(body: Vec<u8>, kind: RequestKind, attachments: Section) -> Self {
+        Outgoing {
+            body: Arc::new(body),
+            kind,
+            attachments,
+        }
+    }
 }
 
 /// Calls and notifications collected for one round trip ([`Client::batch`]).
@@ -523,11 +640,23 @@ fn split_batch(reply: &Reply, ids: &[u64]) -> Result<Vec<Response>> {
 /// batch.notify("log", NoParams).unwrap();
 /// assert_eq!(batch.len(), 2);
 /// ```
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Batch {
-    body: Vec<u8>,
+    /// `[` and the requests, their attachments kept apart: written as placeholders of one
+    /// section, or in their plain JSON form, when the batch is sent.
+    body: Params,
     ids: Vec<u64>,
     count: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch {
+            body: Params::array(),
+            ids: Vec::new(),
+            count: 0,
+        }
+    }
 }
 
 impl Batch {
@@ -537,24 +666,15 @@ impl Batch {
         Self::default()
     }
 
-    fn open(&mut self) {
-        self.body.push(if self.count == 0 { b'[' } else { b',' });
-        self.count += 1;
-    }
-
-    /// Add a call; its response comes at this position among the calls.
+    /// Add a call; its response comes at this position among the calls. Its attachments
+    /// ([`Params::attachment`], [`Params::ndarray`]) travel as those of a call do.
     ///
     /// # Errors
     /// Params with no JSON form.
     pub fn call(&mut self, method: &str, params: impl ToParams) -> Result<()> {
-        let mark = self.body.len();
-        self.open();
         let id = self.ids.len() as u64 + 1;
-        if let Err(error) = write_request(&mut self.body, method, &params, Some(id)) {
-            self.body.truncate(mark);
-            self.count -= 1;
-            return Err(error);
-        }
+        self.body.push_request(self.count > 0, method, &params, Some(id))?;
+        self.count += 1;
         self.ids.push(id);
         Ok(())
     }
@@ -564,13 +684,8 @@ impl Batch {
     /// # Errors
     /// Params with no JSON form.
     pub fn notify(&mut self, method: &str, params: impl ToParams) -> Result<()> {
-        let mark = self.body.len();
-        self.open();
-        if let Err(error) = write_request(&mut self.body, method, &params, None) {
-            self.body.truncate(mark);
-            self.count -= 1;
-            return Err(error);
-        }
+        self.body.push_request(self.count > 0, method, &params, None)?;
+        self.count += 1;
         Ok(())
     }
 

@@ -283,10 +283,16 @@ impl Connection {
         }
     }
 
-    /// Frame a request body of `kind` kept by the caller.
-    pub(crate) fn queue_shared(&mut self, body: &std::sync::Arc<Vec<u8>>, kind: RequestKind) {
+    /// Frame a request body of `kind` kept by the caller, then its `attachments`, written
+    /// from where they lie ([`RequestFramer::frame_attached`]).
+    pub(crate) fn queue_shared(
+        &mut self,
+        body: &std::sync::Arc<Vec<u8>>,
+        kind: RequestKind,
+        attachments: &ucall_core::jsonrpc::section::Section,
+    ) {
         if let Some(link) = &mut self.link {
-            link.framer.frame_shared_as(body, kind, &mut link.out);
+            link.framer.frame_attached(body, kind, attachments, &mut link.out);
         }
     }
 

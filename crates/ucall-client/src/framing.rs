@@ -20,8 +20,10 @@ use std::io::IoSlice;
 use std::sync::Arc;
 
 use ucall_core::http1::chunked::{ChunkError, ChunkedDecoder};
+use ucall_core::jsonrpc::section::Section;
 use ucall_core::stream::{Frame, Framer};
 use ucall_core::wire;
+use ucall_core::Bytes;
 
 use crate::error::{Error, Result};
 
@@ -83,6 +85,8 @@ pub struct Reply {
 enum Chunk {
     Owned(Vec<u8>),
     Shared(Arc<Vec<u8>>),
+    /// An attachment, written from the caller's memory.
+    Attached(Bytes),
 }
 
 impl Chunk {
@@ -90,6 +94,7 @@ impl Chunk {
         match self {
             Chunk::Owned(bytes) => bytes,
             Chunk::Shared(bytes) => bytes,
+            Chunk::Attached(bytes) => bytes,
         }
     }
 }
@@ -172,6 +177,18 @@ impl OutQueue {
         }
         self.len += bytes.len();
         self.chunks.push_back(Chunk::Shared(Arc::clone(bytes)));
+        self.tail_open = false;
+    }
+
+    /// Queue an attachment: copied when short, else written from the caller's memory
+    /// (one iovec of a vectored write; no copy in the client).
+    pub fn push_bytes(&mut self, bytes: &Bytes) {
+        if bytes.len() < COALESCE {
+            self.push_slice(bytes);
+            return;
+        }
+        self.len += bytes.len();
+        self.chunks.push_back(Chunk::Attached(bytes.clone()));
         self.tail_open = false;
     }
 
@@ -436,22 +453,55 @@ impl RequestFramer {
 
     /// Frame a body of `kind` that stays shared (kept by the caller for a possible resend).
     pub fn frame_shared_as(&mut self, body: &Arc<Vec<u8>>, kind: RequestKind, out: &mut OutQueue) {
+        self.frame_attached(body, kind, &Section::new(), out);
+    }
+
+    /// Frame a body of `kind` that stays shared, then `attachments`: with any, `body` is
+    /// the JSON text of a binary message (`kind` [`RequestKind::Binary`] of its length),
+    /// and the padding and attachment section follow it (docs/wire.md §1), each attachment
+    /// written from where it lies (HTTP, raw TCP: iovecs of a vectored write; WebSocket
+    /// masks it, so it is copied once, masked, into the frame).
+    pub fn frame_attached(
+        &mut self,
+        body: &Arc<Vec<u8>>,
+        kind: RequestKind,
+        attachments: &Section,
+        out: &mut OutQueue,
+    ) {
         self.trailer = 0;
+        let body_len = if attachments.is_empty() {
+            body.len()
+        } else {
+            wire::align(body.len()) + attachments.len()
+        };
         match (self.protocol, kind) {
             (Protocol::Http, _) => {
-                self.http_head(body.len(), kind, out);
+                self.http_head(body_len, kind, out);
                 out.push_shared(body);
+                push_section(body.len(), attachments, out);
             }
             (Protocol::Tcp, RequestKind::Binary(json_len)) => {
-                out.push_slice(&binary_prefix(json_len, body.len()));
+                out.push_slice(&binary_prefix(json_len, body_len));
                 out.push_shared(body);
+                push_section(body.len(), attachments, out);
             }
             (Protocol::Tcp, _) => {
                 out.push_shared(body);
                 out.push_slice(b"\n");
                 self.trailer = 1;
             }
-            (Protocol::WebSocket, _) => self.frame_as(body.to_vec(), kind, out),
+            (Protocol::WebSocket, _) => {
+                let mut whole = Vec::with_capacity(body_len);
+                whole.extend_from_slice(body);
+                if !attachments.is_empty() {
+                    let start = wire::align(body.len());
+                    for part in attachments.parts() {
+                        whole.resize(start + part.offset, 0);
+                        whole.extend_from_slice(&part.bytes);
+                    }
+                }
+                self.frame_as(whole, kind, out);
+            }
         }
     }
 
@@ -468,6 +518,22 @@ impl RequestFramer {
         if self.protocol == Protocol::WebSocket {
             self.control(0x8, &1000u16.to_be_bytes(), out);
         }
+    }
+}
+
+/// The padding after a JSON text of `json_len` bytes and the attachment section of
+/// `attachments` (docs/wire.md §1); nothing when there are none.
+fn push_section(json_len: usize, attachments: &Section, out: &mut OutQueue) {
+    const ZEROS: [u8; wire::ALIGN] = [0; wire::ALIGN];
+    if attachments.is_empty() {
+        return;
+    }
+    out.push_slice(&ZEROS[..wire::align(json_len) - json_len]);
+    let mut end = 0;
+    for part in attachments.parts() {
+        out.push_slice(&ZEROS[..part.offset - end]);
+        out.push_bytes(&part.bytes);
+        end = part.offset + part.bytes.len();
     }
 }
 

@@ -41,6 +41,13 @@ pub trait ToParams {
         let _ = (base, section);
         self.write_params(out)
     }
+
+    /// These params as [`Params`], when they are: a [`crate::Batch`] keeps their
+    /// attachments apart from its text, to send them in either form.
+    #[doc(hidden)]
+    fn as_params(&self) -> Option<&Params> {
+        None
+    }
 }
 
 impl<T: Serialize + ?Sized> ToParams for &T {
@@ -289,6 +296,57 @@ impl Params {
         write_base64(bytes, &mut self.text);
     }
 
+    /// The length of the text around the attachments (a placeholder is under 128 bytes).
+    fn text_hint(&self) -> usize {
+        self.text.len() + 1 + 128 * self.holes.len()
+    }
+
+    /// Append one request to the text (a batch's element, `self` the batch's `[...`), the
+    /// attachments of `params` kept as this text's own, to be written in either form.
+    pub(crate) fn push_request(
+        &mut self,
+        separated: bool,
+        method: &str,
+        params: &dyn ToParams,
+        id: Option<u64>,
+    ) -> Result<()> {
+        let Params { text, holes, .. } = self;
+        let mark = (text.len(), holes.len());
+        if separated {
+            text.push(b',');
+        }
+        let written = match params.as_params() {
+            Some(inner) if inner.has_attachments() => write_envelope(text, method, inner.text_hint(), id, &mut |out| {
+                if let Some(error) = &inner.error {
+                    return Err(Error::invalid(format!("params: {error}")));
+                }
+                let base = out.len();
+                out.extend_from_slice(&inner.text);
+                out.push(inner.close);
+                holes.extend(inner.holes.iter().map(|hole| Hole {
+                    at: base + hole.at,
+                    ..hole.clone()
+                }));
+                Ok(true)
+            }),
+            _ => write_request(text, method, params, id),
+        };
+        if written.is_err() {
+            text.truncate(mark.0);
+            holes.truncate(mark.1);
+        }
+        written
+    }
+
+    /// Write the text with each attachment as a placeholder kept in `section`, or (`None`)
+    /// in its plain JSON form.
+    ///
+    /// # Errors
+    /// An array whose data does not match its shape.
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>, section: Option<&mut Section>) -> Result<()> {
+        self.write_filled(out, 0, section)
+    }
+
     /// The params' JSON text (attachments in their plain JSON form).
     #[must_use]
     pub fn as_json(&self) -> String {
@@ -330,6 +388,10 @@ impl ToParams for Params {
     fn write_binary(&self, out: &mut Vec<u8>, base: usize, section: &mut Section) -> Result<bool> {
         self.write_filled(out, base, Some(section))?;
         Ok(true)
+    }
+
+    fn as_params(&self) -> Option<&Params> {
+        Some(self)
     }
 }
 
@@ -391,16 +453,14 @@ pub fn write_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id:
 /// Append one request as the body of a binary message (docs/wire.md §1): the JSON text with
 /// its attachments as placeholders, then (when there are any) zeros to a multiple of 64 and
 /// the attachment section, each attachment copied once into it. Returns the JSON text's
-/// length. `out` must be empty.
+/// length. `out` must be empty. (The client itself writes attachments from where they lie:
+/// [`write_attached_request`].)
 ///
 /// # Errors
 /// Params with no JSON form; `out` then holds a partial text.
 pub fn write_binary_request(out: &mut Vec<u8>, method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<usize> {
     let mut section = Section::new();
-    let hint = params.len_hint();
-    write_envelope(out, method, hint, id, &mut |out| {
-        params.write_binary(out, 0, &mut section)
-    })?;
+    write_attached_request(out, method, params, id, &mut section)?;
     let json_len = out.len();
     if !section.is_empty() {
         let start = ucall_core::wire::align(json_len);
@@ -412,6 +472,25 @@ pub fn write_binary_request(out: &mut Vec<u8>, method: &str, params: &dyn ToPara
         out.resize(start + section.len(), 0);
     }
     Ok(json_len)
+}
+
+/// Append one request's JSON text with its attachments as placeholders, keeping their
+/// bytes (not copied) in `section`, after any it holds: several requests written with one
+/// section share it, as a batch's calls do (docs/wire.md §4). `out` holds only this
+/// message's text (placeholders count from its start).
+///
+/// # Errors
+/// Params with no JSON form; `out` then holds a partial text.
+pub fn write_attached_request(
+    out: &mut Vec<u8>,
+    method: &str,
+    params: &dyn ToParams,
+    id: Option<u64>,
+    section: &mut Section,
+) -> Result<()> {
+    // The hint counts attachments in base64; here only the text around them is written.
+    let hint = params.as_params().map_or_else(|| params.len_hint(), Params::text_hint);
+    write_envelope(out, method, hint, id, &mut |out| params.write_binary(out, 0, section))
 }
 
 fn write_envelope(
@@ -532,6 +611,9 @@ pub struct Response {
     body: Vec<u8>,
     /// A binary reply: the JSON text's length in `body`, the section after its padding.
     binary: Option<usize>,
+    /// The section of a batch's binary reply that this call's reply is part of, shared
+    /// with its other calls' replies (`body` is then the call's JSON text alone).
+    shared_section: Option<Bytes>,
     /// Where its members are, scanned once: the id check and `result_bytes` each read a
     /// 2 MB reply whole before (UTF-8 and JSON both times).
     scanned: std::cell::OnceCell<std::result::Result<Spans, RpcError>>,
@@ -539,7 +621,10 @@ pub struct Response {
 
 impl PartialEq for Response {
     fn eq(&self, other: &Self) -> bool {
-        self.status == other.status && self.body == other.body && self.binary == other.binary
+        self.status == other.status
+            && self.body() == other.body()
+            && self.is_binary() == other.is_binary()
+            && self.section() == other.section()
     }
 }
 
@@ -606,6 +691,19 @@ impl Response {
             status,
             body,
             binary: None,
+            shared_section: None,
+            scanned: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// One call's reply out of a batch's binary reply: its JSON text, and the batch's
+    /// attachment section (shared, not copied).
+    pub(crate) fn in_batch(status: Option<u16>, body: Vec<u8>, section: Bytes) -> Self {
+        Response {
+            status,
+            binary: Some(body.len()),
+            body,
+            shared_section: Some(section),
             scanned: std::cell::OnceCell::new(),
         }
     }
@@ -617,6 +715,7 @@ impl Response {
             status: reply.status,
             body: reply.body,
             binary: reply.binary,
+            shared_section: None,
             scanned: std::cell::OnceCell::new(),
         }
     }
@@ -645,6 +744,9 @@ impl Response {
     /// The attachment section of a binary reply (empty for a JSON one).
     #[must_use]
     pub fn section(&self) -> &[u8] {
+        if let Some(shared) = &self.shared_section {
+            return shared;
+        }
         match self.binary {
             Some(json_len) => ucall_core::wire::split_body(&self.body, json_len).map_or(&[], |(_, section)| section),
             None => &[],

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
-use ucall_client::{write_binary_request, Client, Dtype, Endpoint, Params, Protocol, RequestKind, Response};
+use ucall_client::{write_binary_request, Batch, Client, Dtype, Endpoint, Params, Protocol, RequestKind, Response};
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle};
 
 mod common;
@@ -382,9 +382,15 @@ fn json_only(http: bool) -> JsonOnly {
 
 fn answer(request: &[u8], ran: &AtomicUsize) -> String {
     let request: Value = serde_json::from_slice(request).expect("a JSON request");
-    ran.fetch_add(1, Ordering::Relaxed);
-    let result = &request["params"][0];
-    format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{}}}"#, request["id"])
+    let one = |request: &Value| {
+        ran.fetch_add(1, Ordering::Relaxed);
+        let result = &request["params"][0];
+        format!(r#"{{"jsonrpc":"2.0","result":{result},"id":{}}}"#, request["id"])
+    };
+    match request.as_array() {
+        Some(batch) => format!("[{}]", batch.iter().map(one).collect::<Vec<_>>().join(",")),
+        None => one(&request),
+    }
 }
 
 fn serve_http(stream: TcpStream, refused: &AtomicUsize, ran: &AtomicUsize) -> std::io::Result<()> {
@@ -489,4 +495,131 @@ fn a_binary_request_body_is_the_documented_layout() {
     assert_eq!(body.len(), 131);
     assert!(body[91..128].iter().all(|&b| b == 0));
     assert_eq!(&body[128..], b"foo");
+}
+
+/// A float32 array of `n` elements, different for each `seed`.
+fn floats(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (i * 7 + seed) as f32 * 0.25).collect()
+}
+
+#[test]
+fn a_batch_carries_its_calls_attachments_in_one_binary_message_on_every_transport() {
+    let server = serve();
+    for endpoint in endpoints(server.port()) {
+        let url = endpoint.url();
+        let mut client = Client::new(endpoint).expect("a client");
+        for n in [6, 100_000] {
+            let (a, b) = (floats(n, 1), floats(n, 2));
+            let mut batch = Batch::new();
+            batch
+                .call("echo_array", Params::array().ndarray_of(&[n], a.clone()))
+                .expect("params");
+            batch
+                .notify("echo_array", Params::array().ndarray_of(&[1], vec![0f32]))
+                .expect("params");
+            batch
+                .call("echo_array", Params::object().named_ndarray_of("x", &[n], b.clone()))
+                .expect("params");
+            let replies = client.batch(&batch).expect(&url);
+            assert_eq!(replies.len(), 2, "{url}");
+            // echo_array refuses anything but an attachment: both went as attachments.
+            for (reply, sent) in replies.iter().zip([&a, &b]) {
+                assert!(reply.is_binary(), "{url}: {:?}", String::from_utf8_lossy(reply.body()));
+                let array = reply.result_array::<f32>().expect("an array");
+                assert_eq!((&array.shape[..], &*array.data), (&[n][..], &sent[..]), "{url} n={n}");
+            }
+        }
+    }
+    server.stop();
+    server.join();
+}
+
+#[test]
+fn a_pipeline_of_binary_calls_runs_on_every_transport() {
+    let server = serve();
+    for endpoint in endpoints(server.port()) {
+        let url = endpoint.url();
+        // A new client learns from its first call whether the server takes binary messages.
+        let mut client = Client::new(endpoint).expect("a client");
+        let sent: Vec<Vec<f32>> = (0..24)
+            .map(|i| floats(if i % 4 == 0 { 50_000 } else { 16 }, i))
+            .collect();
+        let calls = sent.iter().enumerate().map(|(i, data)| {
+            let params = if i % 5 == 2 {
+                Params::array().value(&i) // a JSON call among them
+            } else {
+                Params::array().ndarray_of(&[data.len()], data.clone())
+            };
+            (if i % 5 == 2 { "sum" } else { "echo_array" }, params)
+        });
+        let calls: Vec<_> = calls.collect();
+        for round in 0..2 {
+            let replies = client.pipeline(calls.iter().map(|(m, p)| (*m, p.clone()))).expect(&url);
+            assert_eq!(replies.len(), sent.len(), "{url}");
+            for (i, (reply, data)) in replies.iter().zip(&sent).enumerate() {
+                if i % 5 == 2 {
+                    assert!(!reply.is_binary(), "{url} {i}");
+                    continue;
+                }
+                assert!(reply.is_binary(), "{url} round {round} call {i}");
+                assert_eq!(
+                    &*reply.result_array::<f32>().expect("an array").data,
+                    &data[..],
+                    "{url} {i}"
+                );
+            }
+        }
+    }
+    server.stop();
+    server.join();
+}
+
+#[test]
+fn a_json_only_server_gets_batches_and_pipelines_in_base64_and_runs_each_call_once() {
+    for http in [true, false] {
+        let server = json_only(http);
+        let endpoint = Endpoint::new("127.0.0.1", server.port);
+        let endpoint = if http {
+            endpoint
+        } else {
+            endpoint.with_protocol(Protocol::Tcp)
+        };
+        let url = endpoint.url();
+        let mut client = Client::new(endpoint).expect("a client");
+        let mut batch = Batch::new();
+        batch
+            .call("echo", Params::array().attachment(b"foo".to_vec()))
+            .expect("params");
+        batch
+            .call("echo", Params::array().ndarray_of(&[2], vec![1.5f32, -2.0]))
+            .expect("params");
+        let replies = client.batch(&batch).expect(&url);
+        assert!(replies.iter().all(|reply| !reply.is_binary()), "{url}");
+        assert_eq!(replies[0].result_bytes().expect("base64"), b"foo", "{url}");
+        assert_eq!(
+            &*replies[1].result_array::<f32>().expect(".npy").data,
+            [1.5, -2.0],
+            "{url}"
+        );
+        let replies = client
+            .pipeline((0..5u8).map(|i| ("echo", Params::array().attachment(vec![i; 3]))))
+            .expect(&url);
+        for (i, reply) in (0..5u8).zip(&replies) {
+            assert_eq!(reply.result_bytes().expect("base64"), [i; 3], "{url}");
+        }
+        assert_eq!(
+            server.refused.load(Ordering::Relaxed),
+            1,
+            "{url}: refused once, then JSON"
+        );
+        assert_eq!(server.ran.load(Ordering::Relaxed), 7, "{url}: each call ran once");
+        // A new client's pipeline learns it from its first call with attachments.
+        let mut fresh = Client::new(Endpoint::parse(&url).expect("a URL")).expect("a client");
+        let replies = fresh
+            .pipeline((0..4u8).map(|i| ("echo", Params::array().attachment(vec![i; 2]))))
+            .expect(&url);
+        assert_eq!(replies.len(), 4, "{url}");
+        assert_eq!(server.refused.load(Ordering::Relaxed), 2, "{url}");
+        assert_eq!(server.ran.load(Ordering::Relaxed), 11, "{url}: each call ran once");
+    }
 }
