@@ -818,6 +818,7 @@ class Server:
                 log_failure=_log_failure,
                 middleware=chain,
                 max_threads=self.max_threads,
+                time_calls=tracing is not None,
                 **self._native_options(),
             )
             try:

@@ -149,6 +149,13 @@ impl<'a> Context<'a> {
         self.received = crate::date::monotonic_nanos();
     }
 
+    /// When the session read the request, in nanoseconds of `CLOCK_MONOTONIC` (Python's
+    /// `time.monotonic_ns()`), when calls are timed ([`crate::ServerBuilder::time_calls`]).
+    #[must_use]
+    pub fn received(&self) -> Option<u64> {
+        (self.received != 0).then_some(self.received)
+    }
+
     /// How long the call waited between the session reading its request and `now`
     /// (monotonic nanoseconds, `crate::date::monotonic_nanos`): what a span reports as the
     /// time queued. `None` when calls are not timed.
