@@ -819,6 +819,7 @@ class Server:
                 middleware=chain,
                 max_threads=self.max_threads,
                 time_calls=tracing is not None,
+                replied=None if tracing is None else tracing.replied,
                 **self._native_options(),
             )
             try:

@@ -11,8 +11,9 @@ through it (``"opentelemetry.trace" in sys.modules``).
 
 Each span says where the call's time went: ``ucall.queued_ns``, from the server reading
 the request to the handler starting (the core timestamps requests while tracing is on),
-and ``ucall.handler_ns``, the handler's run (for a coroutine until it is done, for a
-stream until its last item).
+``ucall.handler_ns``, the handler's run (for a coroutine until it is done, for a stream
+until its last item), and ``ucall.reply_ns``, the core writing a plain result into the
+reply (the core calls ``replied`` then, and the span ends after it).
 
 Batch procedures: each call has its span (from its admission into a batch until the
 batch's result), linked to one INTERNAL span of the batch run that served it.
@@ -105,6 +106,9 @@ class ServerTracing:
         self.port = port
         # Spans of the calls admitted into the batch about to run on this thread.
         self._admitted = threading.local()
+        # Spans of calls whose plain result the core is writing, by their context: ended
+        # by `replied`.
+        self._replying: dict[Any, Any] = {}
 
     # ------------------------------------------------------------ one call
 
@@ -146,8 +150,16 @@ class ServerTracing:
         if inspect.isasyncgen(result):
             return self._streamed_async(span, result, started)
         _ran(span, started)
-        span.end()
+        self._replying[ctx] = span
         return result
+
+    def replied(self, ctx: Any, reply_ns: int) -> None:
+        """The core wrote the plain result of the call of ``ctx`` into its reply, in
+        ``reply_ns``: its span ends."""
+        span = self._replying.pop(ctx, None)
+        if span is not None:
+            span.set_attribute("ucall.reply_ns", reply_ns)
+            span.end()
 
     def _start(self, ctx: Any, batch: bool) -> Any:
         parent = None

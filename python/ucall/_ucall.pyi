@@ -96,6 +96,7 @@ class NativeServer:
         trusted_proxies: Optional[list[str]] = None,
         max_connections_per_peer: Optional[int] = None,
         time_calls: bool = False,
+        replied: Optional[Callable[[Context, int], None]] = None,
     ) -> "NativeServer": ...
     def add(
         self,

@@ -110,7 +110,7 @@ def test_http_caller_context_is_the_parent_and_the_handler_span_a_child(exporter
     attributes = dict(span.attributes)
     peer = attributes.pop("network.peer.port")
     assert isinstance(peer, int) and peer > 0
-    for timing in ("ucall.queued_ns", "ucall.handler_ns"):
+    for timing in ("ucall.queued_ns", "ucall.handler_ns", "ucall.reply_ns"):
         value = attributes.pop(timing)
         assert isinstance(value, int) and 0 <= value < 5_000_000_000, (timing, value)
     assert attributes == {
@@ -201,6 +201,24 @@ def test_spans_say_how_long_a_call_was_queued_and_in_its_handler(exporter, make_
     assert slow.attributes["ucall.queued_ns"] < 50 * ms
     assert quick.attributes["ucall.queued_ns"] >= 50 * ms, "it waited behind slow_step"
     assert quick.attributes["ucall.handler_ns"] < 50 * ms
+
+
+def test_the_span_shows_the_time_writing_the_reply(exporter, make_server):
+    """A result of a million numbers takes the core a while to write: ``ucall.reply_ns``,
+    inside the span, which ends after it."""
+    server = make_server()
+
+    @server
+    def many() -> list:
+        return list(range(1_000_000))
+
+    server.start()
+    status, reply = post(server.port, request("many"))
+    assert status == 200 and len(reply["result"]) == 1_000_000
+    (span,) = spans_named(exporter, "many")
+    reply_ns, handler_ns = span.attributes["ucall.reply_ns"], span.attributes["ucall.handler_ns"]
+    assert reply_ns >= 1_000_000, "writing a million numbers took a millisecond or more"
+    assert span.end_time - span.start_time >= reply_ns + handler_ns
 
 
 def test_each_call_of_a_batch_has_its_span_and_own_context(exporter, make_server):

@@ -245,7 +245,7 @@ impl NativeServer {
         request_log_path=None, request_log_fd=None, request_log_format=None,
         unix_socket=None, unix_socket_mode=None,
         rate_limit=None, rate_limit_key=None, trusted_proxies=None, max_connections_per_peer=None,
-        time_calls=false,
+        time_calls=false, replied=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -296,6 +296,7 @@ impl NativeServer {
         trusted_proxies: Option<Vec<String>>,
         max_connections_per_peer: Option<usize>,
         time_calls: bool,
+        replied: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -391,6 +392,7 @@ impl NativeServer {
                 submit,
                 log_failure,
                 middleware,
+                replied,
                 trust_after: trust_after.max(1),
             }),
             max_threads,
