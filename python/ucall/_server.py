@@ -818,6 +818,8 @@ class Server:
                 log_failure=_log_failure,
                 middleware=chain,
                 max_threads=self.max_threads,
+                time_calls=tracing is not None,
+                replied=None if tracing is None else tracing.replied,
                 **self._native_options(),
             )
             try:

@@ -9,6 +9,12 @@ request's ``"_meta"`` member), with the handler running inside it. Nothing here 
 OpenTelemetry unless the application has already: a provider can only be configured
 through it (``"opentelemetry.trace" in sys.modules``).
 
+Each span says where the call's time went: ``ucall.queued_ns``, from the server reading
+the request to the handler starting (the core timestamps requests while tracing is on),
+``ucall.handler_ns``, the handler's run (for a coroutine until it is done, for a stream
+until its last item), and ``ucall.reply_ns``, the core writing a plain result into the
+reply (the core calls ``replied`` then, and the span ends after it).
+
 Batch procedures: each call has its span (from its admission into a batch until the
 batch's result), linked to one INTERNAL span of the batch run that served it.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+import time
 from typing import Any, Callable, Generator
 
 from ucall.exceptions import RPCError
@@ -67,6 +74,11 @@ def trace_header_lines(lines: str) -> str:
     return lines + "".join(f"{name}: {value}\r\n" for name, value in meta.items())
 
 
+def _ran(span: Any, started: int) -> None:
+    """Record on ``span`` the handler's run since ``started`` (``time.monotonic_ns()``)."""
+    span.set_attribute("ucall.handler_ns", time.monotonic_ns() - started)
+
+
 class ServerTracing:
     """The chain a server runs around each call (``run(ctx, func, args, kwargs)``, the
     middleware chain's shape), with a span around ``inner`` (the middleware chain, or
@@ -94,12 +106,19 @@ class ServerTracing:
         self.port = port
         # Spans of the calls admitted into the batch about to run on this thread.
         self._admitted = threading.local()
+        # Spans of calls whose plain result the core is writing, by their context: ended
+        # by `replied`.
+        self._replying: dict[Any, Any] = {}
 
     # ------------------------------------------------------------ one call
 
     def __call__(self, ctx: Any, func: Callable[..., Any] | None, args: Any, kwargs: dict[str, Any] | None) -> Any:
         batch = func is self._admitted_marker
         span = self._start(ctx, batch)
+        started = time.monotonic_ns()
+        received = ctx.received_ns
+        if received is not None:
+            span.set_attribute("ucall.queued_ns", max(started - received, 0))
         pending: list[Any] = []
         if batch:
             pending = getattr(self._admitted, "spans", None) or []
@@ -115,6 +134,7 @@ class ServerTracing:
                 result = func(*args, **kwargs) if kwargs else func(*args)
         except BaseException as error:
             self._failed(span, error)
+            _ran(span, started)
             span.end()
             if batch:
                 pending.remove(span)
@@ -124,13 +144,22 @@ class ServerTracing:
         if batch:
             return result
         if inspect.isawaitable(result):
-            return self._awaited(span, result)
+            return self._awaited(span, result, started)
         if inspect.isgenerator(result):
-            return self._streamed(span, result)
+            return self._streamed(span, result, started)
         if inspect.isasyncgen(result):
-            return self._streamed_async(span, result)
-        span.end()
+            return self._streamed_async(span, result, started)
+        _ran(span, started)
+        self._replying[ctx] = span
         return result
+
+    def replied(self, ctx: Any, reply_ns: int) -> None:
+        """The core wrote the plain result of the call of ``ctx`` into its reply, in
+        ``reply_ns``: its span ends."""
+        span = self._replying.pop(ctx, None)
+        if span is not None:
+            span.set_attribute("ucall.reply_ns", reply_ns)
+            span.end()
 
     def _start(self, ctx: Any, batch: bool) -> Any:
         parent = None
@@ -178,7 +207,7 @@ class ServerTracing:
             span.record_exception(error)
         span.set_status(self._error, type(error).__qualname__)
 
-    async def _awaited(self, span: Any, awaitable: Any) -> Any:
+    async def _awaited(self, span: Any, awaitable: Any, started: int) -> Any:
         token = self._context.attach(self._trace.set_span_in_context(span))
         try:
             return await awaitable
@@ -187,9 +216,10 @@ class ServerTracing:
             raise
         finally:
             self._context.detach(token)
+            _ran(span, started)
             span.end()
 
-    def _streamed(self, span: Any, items: Generator[Any, Any, Any]) -> Any:
+    def _streamed(self, span: Any, items: Generator[Any, Any, Any], started: int) -> Any:
         """The generator's items, each made inside the call's span; the span ends with the
         stream (exhausted, failed, or closed by the server when the caller left)."""
         count = 0
@@ -213,9 +243,10 @@ class ServerTracing:
             raise
         finally:
             span.set_attribute("ucall.stream.items", count)
+            _ran(span, started)
             span.end()
 
-    async def _streamed_async(self, span: Any, items: Any) -> Any:
+    async def _streamed_async(self, span: Any, items: Any, started: int) -> Any:
         count = 0
         try:
             while True:
@@ -237,6 +268,7 @@ class ServerTracing:
             raise
         finally:
             span.set_attribute("ucall.stream.items", count)
+            _ran(span, started)
             span.end()
 
     # ------------------------------------------------------------ batches

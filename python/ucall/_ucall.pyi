@@ -95,6 +95,8 @@ class NativeServer:
         rate_limit_key: Optional[str] = None,
         trusted_proxies: Optional[list[str]] = None,
         max_connections_per_peer: Optional[int] = None,
+        time_calls: bool = False,
+        replied: Optional[Callable[[Context, int], None]] = None,
     ) -> "NativeServer": ...
     def add(
         self,
@@ -242,6 +244,10 @@ class Context:
     @property
     def tracestate(self) -> Optional[str]:
         """The ``tracestate`` sent with a valid ``traceparent``, when valid too; else ``None``."""
+    @property
+    def received_ns(self) -> Optional[int]:
+        """When the server read the request, on ``time.monotonic_ns()``'s clock, when calls
+        are timed (tracing on); else ``None``."""
     @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""

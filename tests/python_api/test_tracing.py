@@ -110,6 +110,9 @@ def test_http_caller_context_is_the_parent_and_the_handler_span_a_child(exporter
     attributes = dict(span.attributes)
     peer = attributes.pop("network.peer.port")
     assert isinstance(peer, int) and peer > 0
+    for timing in ("ucall.queued_ns", "ucall.handler_ns", "ucall.reply_ns"):
+        value = attributes.pop(timing)
+        assert isinstance(value, int) and 0 <= value < 5_000_000_000, (timing, value)
     assert attributes == {
         "rpc.system": "jsonrpc",
         "rpc.method": "work",
@@ -171,6 +174,51 @@ def test_raw_tcp_and_websocket_carry_it(exporter, make_server):
     assert spans["2"].attributes["network.protocol.name"] == "websocket"
     assert f"{spans['2'].parent.span_id:016x}" == "b7ad6b7169203331", "the upgrade request's"
     assert f"{spans['3'].parent.span_id:016x}" == PARENT_ID, "the message's own, over the upgrade's"
+
+
+def test_spans_say_how_long_a_call_was_queued_and_in_its_handler(exporter, make_server):
+    """One thread runs the calls: in one batch, the quick call waits behind the slow one; each span
+    reports the time from the server reading the request to the handler starting
+    (``ucall.queued_ns``) and the handler's run (``ucall.handler_ns``)."""
+    server = make_server(threads=1, max_threads=1)
+
+    @server
+    def slow_step() -> int:
+        time.sleep(0.05)
+        return 1
+
+    @server
+    def quick_step() -> int:
+        return 2
+
+    server.start()
+    status, replies = post(server.port, [request("slow_step", id=1), request("quick_step", id=2)])
+    assert status == 200 and [r["result"] for r in replies] == [1, 2]
+    (slow,) = spans_named(exporter, "slow_step")
+    (quick,) = spans_named(exporter, "quick_step")
+    ms = 1_000_000
+    assert slow.attributes["ucall.handler_ns"] >= 50 * ms
+    assert slow.attributes["ucall.queued_ns"] < 50 * ms
+    assert quick.attributes["ucall.queued_ns"] >= 50 * ms, "it waited behind slow_step"
+    assert quick.attributes["ucall.handler_ns"] < 50 * ms
+
+
+def test_the_span_shows_the_time_writing_the_reply(exporter, make_server):
+    """A result of a million numbers takes the core a while to write: ``ucall.reply_ns``,
+    inside the span, which ends after it."""
+    server = make_server()
+
+    @server
+    def many() -> list:
+        return list(range(1_000_000))
+
+    server.start()
+    status, reply = post(server.port, request("many"))
+    assert status == 200 and len(reply["result"]) == 1_000_000
+    (span,) = spans_named(exporter, "many")
+    reply_ns, handler_ns = span.attributes["ucall.reply_ns"], span.attributes["ucall.handler_ns"]
+    assert reply_ns >= 1_000_000, "writing a million numbers took a millisecond or more"
+    assert span.end_time - span.start_time >= reply_ns + handler_ns
 
 
 def test_each_call_of_a_batch_has_its_span_and_own_context(exporter, make_server):

@@ -133,6 +133,29 @@ impl<'a> Context<'a> {
         Context { received, ..self }
     }
 
+    /// Timestamp the context's request as read now when calls are `timed`
+    /// ([`crate::Router::times_calls`]). In place, after the other fields are set: a server
+    /// that does not time calls pays one predictable branch (no clock, no copy).
+    #[inline]
+    pub fn received_now_if(&mut self, timed: bool) {
+        if timed {
+            self.received_now();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn received_now(&mut self) {
+        self.received = crate::date::monotonic_nanos();
+    }
+
+    /// When the session read the request, in nanoseconds of `CLOCK_MONOTONIC` (Python's
+    /// `time.monotonic_ns()`), when calls are timed ([`crate::ServerBuilder::time_calls`]).
+    #[must_use]
+    pub fn received(&self) -> Option<u64> {
+        (self.received != 0).then_some(self.received)
+    }
+
     /// How long the call waited between the session reading its request and `now`
     /// (monotonic nanoseconds, `crate::date::monotonic_nanos`): what a span reports as the
     /// time queued. `None` when calls are not timed.

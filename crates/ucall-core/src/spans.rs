@@ -10,9 +10,10 @@
 //!
 //! Each span also says where the call's time went: `ucall.queued_ns`, from the session
 //! reading the request to the handler starting (behind earlier calls of its connection,
-//! its batch, the hooks outside this one), and `ucall.handler_ns`, the handler's run,
-//! which includes writing its result into the reply (a Rust handler writes it itself);
-//! sending the reply is the engine's, after the span.
+//! its batch, the hooks outside this one); `ucall.handler_ns`, the handler's run; and
+//! `ucall.reply_ns`, writing its result into the reply ([`Reply::json`], the
+//! serialization of what a [`crate::ServerBuilder::procedure`] returns). Sending the
+//! reply is the engine's, after the span, together with the other replies ready.
 //!
 //! The handler runs inside the span, so the spans it opens are its children. A server
 //! that does not ask for spans has no hook and pays nothing; without a subscriber
@@ -49,6 +50,7 @@ impl Hook for Spans {
             parent_span_id = tracing::field::Empty,
             ucall.queued_ns = tracing::field::Empty,
             ucall.handler_ns = tracing::field::Empty,
+            ucall.reply_ns = tracing::field::Empty,
         );
         if span.is_disabled() {
             return next.handle(call, reply);
@@ -58,8 +60,12 @@ impl Hook for Spans {
         if let Some(queued) = call.context().waited_until(started) {
             span.record("ucall.queued_ns", queued);
         }
+        reply.time_writing();
         let outcome = span.in_scope(|| next.handle(call, reply));
-        span.record("ucall.handler_ns", monotonic_nanos().saturating_sub(started));
+        let ran = monotonic_nanos().saturating_sub(started);
+        let writing = reply.writing_ns().unwrap_or(0).min(ran);
+        span.record("ucall.handler_ns", ran - writing);
+        span.record("ucall.reply_ns", writing);
         if let Err(error) = &outcome {
             span.record("rpc.jsonrpc.error_code", error.code());
             span.record("otel.status_code", "ERROR");

@@ -148,6 +148,16 @@ fn a_span_per_call_with_the_conventions_and_the_callers_trace() {
     );
 }
 
+/// The nanoseconds `field` of the span of the call of `method` says.
+fn nanos(seen: &[Seen], method: &str, field: &str) -> u64 {
+    let span = seen
+        .iter()
+        .find(|s| s.fields.get("rpc.method").map(String::as_str) == Some(method))
+        .unwrap_or_else(|| panic!("no span for {method}: {seen:#?}"));
+    let value = span.fields.get(field).unwrap_or_else(|| panic!("no {field}: {span:?}"));
+    value.parse().unwrap_or_else(|_| panic!("{field} = {value:?}"))
+}
+
 #[test]
 fn spans_say_how_long_a_call_was_queued_and_in_its_handler() {
     let recorder = recorder();
@@ -164,14 +174,7 @@ fn spans_say_how_long_a_call_was_queued_and_in_its_handler() {
     let batch = r#"[{"jsonrpc":"2.0","method":"slow_step","id":1},{"jsonrpc":"2.0","method":"quick_step","id":2}]"#;
     assert_eq!(Conn::to(&server).roundtrip(&post(batch, "")).status, 200);
     let seen = recorder.0.lock().expect("not poisoned").clone();
-    let nanos = |method: &str, field: &str| -> u64 {
-        let span = seen
-            .iter()
-            .find(|s| s.fields.get("rpc.method").map(String::as_str) == Some(method))
-            .unwrap_or_else(|| panic!("no span for {method}: {seen:#?}"));
-        let value = span.fields.get(field).unwrap_or_else(|| panic!("no {field}: {span:?}"));
-        value.parse().unwrap_or_else(|_| panic!("{field} = {value:?}"))
-    };
+    let nanos = |method: &str, field: &str| nanos(&seen, method, field);
     let ms = 1_000_000;
     assert!(nanos("slow_step", "ucall.handler_ns") >= 30 * ms);
     assert!(nanos("slow_step", "ucall.queued_ns") < 30 * ms);
@@ -180,4 +183,39 @@ fn spans_say_how_long_a_call_was_queued_and_in_its_handler() {
         "it waited behind slow_step"
     );
     assert!(nanos("quick_step", "ucall.handler_ns") < 30 * ms);
+}
+
+/// A result whose serialization takes 30 ms: the time spent writing the reply.
+struct SlowToWrite;
+
+impl serde::Serialize for SlowToWrite {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        serializer.serialize_str("written")
+    }
+}
+
+#[test]
+fn spans_say_how_long_writing_the_reply_took_apart_from_the_handler() {
+    let recorder = recorder();
+    let engine = EngineKind::Poll;
+    let builder = common::builder(engine)
+        .trace_calls()
+        .procedure("slow_to_write", |_call| Ok(SlowToWrite))
+        .procedure("slow_to_run", |_call| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Ok(3)
+        });
+    let server = common::start(engine, builder);
+    for method in ["slow_to_write", "slow_to_run"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","method":"{method}","id":1}}"#);
+        assert_eq!(Conn::to(&server).roundtrip(&post(&body, "")).status, 200);
+    }
+    let seen = recorder.0.lock().expect("not poisoned").clone();
+    let nanos = |method: &str, field: &str| nanos(&seen, method, field);
+    let ms = 1_000_000;
+    assert!(nanos("slow_to_write", "ucall.reply_ns") >= 30 * ms);
+    assert!(nanos("slow_to_write", "ucall.handler_ns") < 30 * ms);
+    assert!(nanos("slow_to_run", "ucall.handler_ns") >= 30 * ms);
+    assert!(nanos("slow_to_run", "ucall.reply_ns") < 30 * ms);
 }

@@ -37,6 +37,8 @@ pub struct Owned {
     /// The caller's W3C trace context: its `traceparent` (as version 00 writes it) and
     /// `tracestate`, when it sent a valid one.
     trace: Option<(Box<str>, Option<Box<str>>)>,
+    /// When the core read the request (`CLOCK_MONOTONIC` nanoseconds), when calls are timed.
+    received: Option<u64>,
 }
 
 impl Owned {
@@ -64,6 +66,7 @@ impl Owned {
                     trace.tracestate.map(|state| state.into_owned().into_boxed_str()),
                 )
             }),
+            received: context.received(),
         })
     }
 
@@ -195,6 +198,13 @@ impl Context {
     #[getter]
     fn tracestate(&self) -> Option<&str> {
         self.owned.trace.as_ref().and_then(|(_, state)| state.as_deref())
+    }
+
+    /// When the server read the request, on the clock of `time.monotonic_ns()`, when
+    /// calls are timed (tracing on); else `None`.
+    #[getter]
+    fn received_ns(&self) -> Option<u64> {
+        self.owned.received
     }
 
     /// The params as sent, decoded (a list, a dict, or `None`); kept for middleware only.

@@ -33,6 +33,9 @@ pub struct Hooks {
     pub(crate) log_failure: Option<Py<PyAny>>,
     /// `chain(context, func, args, kwargs)`: run a call through the server's middleware.
     pub(crate) middleware: Option<Py<PyAny>>,
+    /// `replied(context, reply_ns)`: told, after a call's plain result is written into its
+    /// reply, how long that took (tracing, which ends the call's span then).
+    pub(crate) replied: Option<Py<PyAny>>,
     /// Quick calls in a row before a procedure is trusted to run on a pinned turner (1000
     /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
     /// one finish).
@@ -106,17 +109,20 @@ impl Procedure {
         self.context_param.is_some() || self.hooks.middleware.is_some()
     }
 
-    /// Bind and call; the function's return value.
+    /// Bind and call; the function's return value, with the `ucall.Context` the call got
+    /// (if any).
+    #[allow(clippy::type_complexity)]
     fn call<'py>(
         &self,
         py: Python<'py>,
         params: Params<'_>,
         context: Option<Box<CallContext>>,
-    ) -> Result<Bound<'py, PyAny>, RpcError> {
+    ) -> Result<(Bound<'py, PyAny>, Option<Bound<'py, Context>>), RpcError> {
         let context = context
             .map(|context| Bound::new(py, Context::new(context)))
             .transpose()
             .map_err(|e| self.hooks.error(py, &e, &self.name))?;
+        let kept = context.clone();
         let bound = self.plan.bind(py, params);
         let called = match (&self.hooks.middleware, context) {
             // Middleware runs first (an unauthenticated caller learns nothing of the
@@ -139,7 +145,23 @@ impl Procedure {
                 .and_then(|(args, kwargs)| self.func.bind(py).call(args, kwargs.as_ref()))
             }
         };
-        called.map_err(|e| self.hooks.error(py, &e, &self.name))
+        called
+            .map(|result| (result, kept))
+            .map_err(|e| self.hooks.error(py, &e, &self.name))
+    }
+
+    /// Write `result` with `write`; with tracing on, tell `replied` how long it took.
+    fn replying<T>(&self, context: Option<&Bound<'_, Context>>, write: impl FnOnce() -> T) -> T {
+        let (Some(replied), Some(context)) = (&self.hooks.replied, context) else {
+            return write();
+        };
+        let started = Instant::now();
+        let written = write();
+        let spent = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Err(error) = replied.bind(context.py()).call1((context, spent)) {
+            error.write_unraisable(context.py(), None);
+        }
+        written
     }
 
     /// The arguments with `context` in the place of the function's context parameter, if
@@ -177,8 +199,10 @@ impl Procedure {
         context: Option<Box<CallContext>>,
         (out, section): (&mut Vec<u8>, Option<&mut Section>),
     ) -> Result<(), RpcError> {
-        let result = self.call(py, params, context)?;
-        self.hooks.serialize_attached(&result, out, section)
+        let (result, context) = self.call(py, params, context)?;
+        self.replying(context.as_ref(), || {
+            self.hooks.serialize_attached(&result, out, section)
+        })
     }
 
     /// Whether this procedure is an `async def` (its calls start coroutines and return).
@@ -284,12 +308,12 @@ impl Procedure {
         match self.call(py, params, context) {
             Err(error) => reply.finish(Err(error)),
             // A generator (or async generator) procedure: its items, then its end.
-            Ok(result) if reply.is_streamed() => {
+            Ok((result, _)) if reply.is_streamed() => {
                 let (deferred, _) = reply.into_deferred()?;
                 let hooks: Arc<dyn crate::streaming::StreamHooks> = self.hooks.clone();
                 return crate::streaming::drive(py, &hooks, &self.name, result, deferred);
             }
-            Ok(result) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
+            Ok((result, _)) if self.is_async && self.hooks.submit.is_some() && is_awaitable(&result) => {
                 let Some((deferred, seconds)) = reply.into_deferred() else {
                     let _ = result.call_method0("close"); // past its deadline: never started
                     return None;
@@ -305,7 +329,7 @@ impl Procedure {
                     .map(Bound::into_any)
                     .ok();
             }
-            Ok(result) => reply.0.finish_with(&self.hooks, &result),
+            Ok((result, context)) => self.replying(context.as_ref(), || reply.0.finish_with(&self.hooks, &result)),
         }
         None
     }

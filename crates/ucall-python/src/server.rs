@@ -245,6 +245,7 @@ impl NativeServer {
         request_log_path=None, request_log_fd=None, request_log_format=None,
         unix_socket=None, unix_socket_mode=None,
         rate_limit=None, rate_limit_key=None, trusted_proxies=None, max_connections_per_peer=None,
+        time_calls=false, replied=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -294,6 +295,8 @@ impl NativeServer {
         rate_limit_key: Option<String>,
         trusted_proxies: Option<Vec<String>>,
         max_connections_per_peer: Option<usize>,
+        time_calls: bool,
+        replied: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let mut config = Config {
             host,
@@ -378,6 +381,7 @@ impl NativeServer {
         }
         config.request_log = request_log(request_log_path, request_log_fd, request_log_format.as_deref())?;
         let builder = Server::builder().config(config);
+        let builder = if time_calls { builder.time_calls() } else { builder };
         Ok(NativeServer {
             readiness: Arc::clone(builder.router().readiness()),
             state: Mutex::new(State::Configuring(Box::new(builder))),
@@ -388,6 +392,7 @@ impl NativeServer {
                 submit,
                 log_failure,
                 middleware,
+                replied,
                 trust_after: trust_after.max(1),
             }),
             max_threads,

@@ -279,15 +279,10 @@ impl Router {
         self.times_calls = true;
     }
 
-    /// When a request read now was received, for its calls' context: 0 when calls are
-    /// not timed.
+    /// Whether calls are timed from their request's reading ([`Router::time_calls`]).
     #[must_use]
-    pub fn received_now(&self) -> u64 {
-        if self.times_calls {
-            crate::date::monotonic_nanos()
-        } else {
-            0
-        }
+    pub fn times_calls(&self) -> bool {
+        self.times_calls
     }
 
     /// Whether connections need their peer's address: for the calls' context, the

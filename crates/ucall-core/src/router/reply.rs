@@ -35,6 +35,9 @@ pub struct Reply<'o> {
     attachments: Option<&'o mut Section>,
     /// How many of them came before this call's.
     attachments_before: usize,
+    /// Nanoseconds spent writing results so far, when a span times the call
+    /// ([`Reply::time_writing`]); `None` otherwise.
+    writing_ns: Option<u64>,
 }
 
 impl<'o> Reply<'o> {
@@ -51,7 +54,21 @@ impl<'o> Reply<'o> {
             deadline: None,
             attachments: None,
             attachments_before: 0,
+            writing_ns: None,
         }
+    }
+
+    /// Count the time [`Reply::json`] spends serializing results, for a span that reports
+    /// the time spent writing the reply ([`Reply::writing_ns`]).
+    #[cfg(feature = "tracing")]
+    pub(crate) fn time_writing(&mut self) {
+        self.writing_ns = Some(0);
+    }
+
+    /// The nanoseconds spent serializing the result into the reply, when timed.
+    #[must_use]
+    pub fn writing_ns(&self) -> Option<u64> {
+        self.writing_ns
     }
 
     /// Binary values of the result go into `attachments` (the caller accepts binary
@@ -189,6 +206,23 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` when `value` cannot be serialized (for example a map with non-string keys).
     pub fn json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
+        if self.writing_ns.is_some() {
+            return self.json_timed(value);
+        }
+        self.json_untimed(value)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn json_timed<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
+        let started = crate::date::monotonic_nanos();
+        let outcome = self.json_untimed(value);
+        let spent = crate::date::monotonic_nanos().saturating_sub(started);
+        self.writing_ns = self.writing_ns.map(|before| before.saturating_add(spent));
+        outcome
+    }
+
+    fn json_untimed<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
         self.out.truncate(self.start);
         self.forget_attachments();
         serde_json::to_writer(&mut *self.out, value).map_err(|e| {

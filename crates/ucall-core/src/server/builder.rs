@@ -348,9 +348,18 @@ impl ServerBuilder {
     ///     .procedure("sum", |call| Ok(call.get::<i64>(0, "a")? + call.get::<i64>(1, "b")?));
     /// ```
     #[cfg(feature = "tracing")]
-    pub fn trace_calls(mut self) -> Self {
+    pub fn trace_calls(self) -> Self {
+        let mut builder = self.time_calls();
+        builder.router.add_hook(Arc::new(crate::spans::Spans));
+        builder
+    }
+
+    /// Timestamp each request as it is read ([`crate::Context::received`]), for spans made
+    /// elsewhere (the Python front end's OpenTelemetry spans) that report the time a call
+    /// spent queued. [`ServerBuilder::trace_calls`] asks for it; a server that does not
+    /// reads no clock for it.
+    pub fn time_calls(mut self) -> Self {
         self.router.time_calls();
-        self.router.add_hook(Arc::new(crate::spans::Spans));
         self
     }
 

@@ -370,13 +370,13 @@ impl Http {
             streams: is_jsonrpc && head.minor_version >= 1,
             attachments: binary.then_some(&mut attachments),
         };
-        let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
-            .with_received(ctx.router.received_now())
+        let mut context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
             .with_section(section)
             .with_binary_replies(binary);
+        context.received_now_if(ctx.router.times_calls());
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
         http1::respond_message(out, head.method, persistence, &self.cors_headers, ctx.date, |out| {

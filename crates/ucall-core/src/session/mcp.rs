@@ -58,11 +58,11 @@ pub(super) fn answer(
     let Some(tools) = ctx.router.mcp() else {
         return;
     };
-    let context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
-        .with_received(ctx.router.received_now())
+    let mut context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
         .with_timeout(head.timeout)
         .with_tls_subject(calls.tls_subject.as_deref())
         .with_liveness(calls.presence.liveness());
+    context.received_now_if(ctx.router.times_calls());
     // Browsers say where a page comes from; a page from elsewhere could reach a server
     // on this machine through DNS rebinding (MCP: "Servers MUST validate the Origin").
     if let Some(raw_origin) = context.header("origin") {

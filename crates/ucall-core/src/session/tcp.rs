@@ -148,12 +148,12 @@ impl Stream {
             streams: true,
             attachments: binary.then_some(&mut attachments),
         };
-        let context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
-            .with_received(ctx.router.received_now())
+        let mut context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
             .with_section(section)
             .with_binary_replies(binary);
+        context.received_now_if(ctx.router.times_calls());
         let outcome = dispatch::process(
             text,
             &context,

@@ -189,12 +189,12 @@ impl WebSocket {
             streams: true,
             attachments: binary.then_some(&mut attachments),
         };
-        let context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
-            .with_received(ctx.router.received_now())
+        let mut context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
             .with_tls_subject(calls.tls_subject.as_deref())
             .with_liveness(calls.presence.liveness())
             .with_section(section)
             .with_binary_replies(binary);
+        context.received_now_if(ctx.router.times_calls());
         let outcome = dispatch::process(
             text,
             &context,
