@@ -81,13 +81,12 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         (MessageKind::Http(persistence, _, _), _) if slots.iter().any(|slot| slot.tool.is_some()) => {
             // An MCP reply: its status (a hook's 401) is known once it is written, and
             // decides its header lines.
-            let cancelled = slots
-                .iter()
-                .any(|slot| slot.tool.as_ref().is_some_and(|tool| tool.is_cancelled()));
+            let batch = !text.is_empty();
             let mut body = OutBuf::new();
             let status = write_completed(&text, slots, &mut body, false, None);
             let mut body = std::mem::take(body.data());
-            if cancelled {
+            if batch {
+                // Looked at once written: a cancellation may come while they are.
                 mcp::drop_cancelled(&mut body);
             }
             let headers = mcp::headers(&headers, status);

@@ -18,8 +18,11 @@ const AUTHENTICATE: &[u8] = b"WWW-Authenticate: Bearer realm=\"mcp\"\r\n";
 /// reply `body`, leaving it empty when none is left.
 pub(super) fn drop_cancelled(body: &mut Vec<u8>) {
     let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(body) else {
-        return; // a single call's reply: its placeholder is nothing
+        return;
     };
+    if elements.iter().all(|element| element.get() != "null") {
+        return; // nothing was cancelled: the reply stays as written
+    }
     let kept: Vec<&str> = elements
         .iter()
         .map(|element| element.get())
