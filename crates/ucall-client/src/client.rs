@@ -123,8 +123,10 @@ impl Client {
     ///   id `null` in reply (what a JSON-only server answers to its first byte) closes the
     ///   connection and sends the call again as plain JSON, and so every later one.
     ///
-    /// Where no binary message goes (and in batches and pipelines) attachments travel in
-    /// their plain JSON form: base64, and an array's `.npy` file in base64.
+    /// Where no binary message goes attachments travel in their plain JSON form: base64,
+    /// and an array's `.npy` file in base64. Batches ([`Client::batch`]) and pipelines
+    /// ([`Client::pipeline`]) negotiate alike. Attachments are written from where they lie
+    /// (the iovecs of a vectored write), not copied into the request.
     ///
     /// # Errors
     /// A transport failure; a JSON-RPC error reply is a `Response` (see
