@@ -717,3 +717,64 @@ fn a_json_only_server_gets_multiplexed_calls_in_base64_and_runs_each_once() {
         assert_eq!(server.ran.load(Ordering::Relaxed), 15, "{url}: each call ran once");
     }
 }
+
+/// The batch of `valid_batch_shares_section.json`, built with the client's API.
+fn vector_batch() -> Batch {
+    let mut batch = Batch::new();
+    batch
+        .call("hex", Params::array().attachment(b"foo".to_vec()))
+        .expect("params");
+    batch
+        .call("hex", Params::array().attachment(vec![0xbe, 0xef]))
+        .expect("params");
+    batch
+}
+
+#[test]
+fn a_batch_is_the_shared_section_vector_byte_for_byte_and_gets_its_replies() {
+    let vector = vectors("")
+        .into_iter()
+        .find(|(name, _)| name == "valid_batch_shares_section.json")
+        .expect("the vector")
+        .1;
+    let (body, json_len) = body_of(&vector);
+    // What the client writes, read by a raw TCP server that answers the vector's reply.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let reply = serde_json::to_string(&vector["reply"]).expect("JSON");
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("a client");
+        let mut prefix = [0u8; 16];
+        stream.read_exact(&mut prefix).expect("a prefix");
+        let length = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
+        let mut got = vec![0; usize::try_from(length).expect("a length")];
+        stream.read_exact(&mut got).expect("the body");
+        writeln!(stream, "{reply}").expect("the reply");
+        (prefix, got)
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port).with_protocol(Protocol::Tcp)).expect("a client");
+    let replies = client.batch(&vector_batch()).expect("the batch");
+    let (prefix, got) = reader.join().expect("the reader");
+    assert_eq!(
+        prefix,
+        ucall_core::wire::Prefix::encode(json_len as u32, body.len() as u64)
+    );
+    assert_eq!(got, body, "the vector's body");
+    assert_eq!(replies[1].result::<String>(), Ok("beef".to_owned()));
+    // The spec server answers it on every transport.
+    let server = serve();
+    for endpoint in endpoints(server.port()) {
+        let url = endpoint.url();
+        let replies = Client::new(endpoint)
+            .expect("a client")
+            .batch(&vector_batch())
+            .expect(&url);
+        let got: Vec<Value> = replies
+            .iter()
+            .map(|reply| serde_json::from_slice(reply.body()).expect("JSON"))
+            .collect();
+        assert!(matches(&Value::Array(got.clone()), &vector["reply"]), "{url}: {got:?}");
+    }
+    server.stop();
+    server.join();
+}
