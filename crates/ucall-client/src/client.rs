@@ -43,7 +43,7 @@ pub struct Client {
 
 /// What this client knows of the server's binary messages (docs/wire.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Binary {
+pub(crate) enum Binary {
     /// Never sent ([`Endpoint::with_binary`]`(Some(false))`, or the server refused one).
     Off,
     /// Calls with attachments go as binary messages until the server takes or refuses one.
@@ -52,6 +52,17 @@ enum Binary {
     Taken,
     /// Every call goes as a binary message ([`Endpoint::with_binary`]`(Some(true))`).
     Always,
+}
+
+impl Binary {
+    /// Where a client of `endpoint` starts.
+    pub(crate) fn of(endpoint: &Endpoint) -> Self {
+        match endpoint.binary() {
+            None => Binary::Try,
+            Some(true) => Binary::Always,
+            Some(false) => Binary::Off,
+        }
+    }
 }
 
 /// While more than this many request bytes wait to be written, a pipeline makes no more
@@ -67,11 +78,7 @@ impl Client {
     pub fn new(mut endpoint: Endpoint) -> Result<Self> {
         endpoint.prepare()?;
         let timeout = endpoint.timeout();
-        let binary = match endpoint.binary() {
-            None => Binary::Try,
-            Some(true) => Binary::Always,
-            Some(false) => Binary::Off,
-        };
+        let binary = Binary::of(&endpoint);
         Ok(Client {
             conn: Connection::new(endpoint)?,
             next_id: 0,
@@ -116,8 +123,10 @@ impl Client {
     ///   id `null` in reply (what a JSON-only server answers to its first byte) closes the
     ///   connection and sends the call again as plain JSON, and so every later one.
     ///
-    /// Where no binary message goes (and in batches and pipelines) attachments travel in
-    /// their plain JSON form: base64, and an array's `.npy` file in base64.
+    /// Where no binary message goes attachments travel in their plain JSON form: base64,
+    /// and an array's `.npy` file in base64. Batches ([`Client::batch`]) and pipelines
+    /// ([`Client::pipeline`]) negotiate alike. Attachments are written from where they lie
+    /// (the iovecs of a vectored write), not copied into the request.
     ///
     /// # Errors
     /// A transport failure; a JSON-RPC error reply is a `Response` (see
@@ -533,7 +542,7 @@ impl Drop for Client {
 
 /// Whether `reply` is a JSON-only server's refusal of a binary message: HTTP `415`, or a
 /// `-32700` error with no id (the first byte is not JSON).
-fn refuses_binary(reply: &Reply) -> bool {
+pub(crate) fn refuses_binary(reply: &Reply) -> bool {
     if reply.status == Some(415) {
         return true;
     }

@@ -1668,6 +1668,49 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
     }
 
     #[test]
+    fn a_large_attachment_is_written_from_its_own_memory() {
+        let mut attachments = Section::new();
+        let large = Bytes::from(vec![7u8; 100_000]);
+        let mut json = Vec::new();
+        ucall_core::jsonrpc::section::write_bytes(&mut json, 0, Some(&mut attachments), Bytes::from_static(b"ab"));
+        ucall_core::jsonrpc::section::write_bytes(&mut json, 0, Some(&mut attachments), large.clone());
+        let json_len = json.len();
+        let body = Arc::new(json);
+        for protocol in [Protocol::Http, Protocol::Tcp] {
+            let mut out = OutQueue::default();
+            RequestFramer::new(protocol, "h", "/").frame_attached(
+                &body,
+                RequestKind::Binary(json_len),
+                &attachments,
+                &mut out,
+            );
+            let mut slices = [IoSlice::new(&[]); 8];
+            let n = out.slices(&mut slices);
+            assert!(
+                slices[..n]
+                    .iter()
+                    .any(|slice| slice.as_ptr() == large.as_ptr() && slice.len() == large.len()),
+                "{protocol:?}: the attachment is an iovec of its own"
+            );
+            let mut written = Vec::new();
+            while !out.is_empty() {
+                written.extend_from_slice(out.front());
+                let n = out.front().len();
+                out.advance(n);
+            }
+            let mut expected = (*body).clone();
+            expected.resize(wire::align(json_len), 0);
+            expected.extend_from_slice(b"ab");
+            expected.resize(wire::align(json_len) + 64, 0);
+            expected.extend_from_slice(&large);
+            assert!(
+                written.ends_with(&expected),
+                "{protocol:?}: the body of docs/wire.md §1"
+            );
+        }
+    }
+
+    #[test]
     fn a_reply_cut_short_is_an_error() {
         let mut reader = ReplyReader::new(Protocol::Http, None);
         reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab");

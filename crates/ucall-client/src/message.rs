@@ -105,7 +105,8 @@ impl ToParams for NoParams {
 #[must_use]
 pub struct Params {
     text: Vec<u8>,
-    close: u8,
+    /// What ends the text: `]`, `}`, or nothing (a whole request).
+    close: &'static [u8],
     error: Option<String>,
     /// Attachments, each where its value goes in `text`, in order.
     holes: Vec<Hole>,
@@ -125,7 +126,7 @@ impl Params {
     pub fn array() -> Self {
         Params {
             text: vec![b'['],
-            close: b']',
+            close: b"]",
             error: None,
             holes: Vec::new(),
         }
@@ -135,7 +136,7 @@ impl Params {
     pub fn object() -> Self {
         Params {
             text: vec![b'{'],
-            close: b'}',
+            close: b"}",
             error: None,
             holes: Vec::new(),
         }
@@ -245,7 +246,7 @@ impl Params {
             }
         }
         out.extend_from_slice(&self.text[copied..]);
-        out.push(self.close);
+        out.extend_from_slice(self.close);
         Ok(())
     }
 
@@ -322,7 +323,7 @@ impl Params {
                 }
                 let base = out.len();
                 out.extend_from_slice(&inner.text);
-                out.push(inner.close);
+                out.extend_from_slice(inner.close);
                 holes.extend(inner.holes.iter().map(|hole| Hole {
                     at: base + hole.at,
                     ..hole.clone()
@@ -336,6 +337,24 @@ impl Params {
             holes.truncate(mark.1);
         }
         written
+    }
+
+    /// One whole request, its attachments kept apart as a batch's are, to be written in
+    /// either form when it is sent ([`crate::Multiplexed::submit_call`]).
+    pub(crate) fn request(method: &str, params: &dyn ToParams, id: Option<u64>) -> Result<Self> {
+        let mut request = Params {
+            text: Vec::new(),
+            close: b"",
+            error: None,
+            holes: Vec::new(),
+        };
+        request.push_request(false, method, params, id)?;
+        Ok(request)
+    }
+
+    /// The bytes of the text and of the attachments.
+    pub(crate) fn wire_len(&self) -> usize {
+        self.text.len() + self.holes.iter().map(|hole| hole.bytes.len()).sum::<usize>()
     }
 
     /// Write the text with each attachment as a placeholder kept in `section`, or (`None`)
@@ -353,7 +372,7 @@ impl Params {
         let mut text = Vec::new();
         if self.write_filled(&mut text, 0, None).is_err() {
             text = self.text.clone();
-            text.push(self.close);
+            text.extend_from_slice(self.close);
         }
         String::from_utf8_lossy(&text).into_owned()
     }

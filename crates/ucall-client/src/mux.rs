@@ -15,10 +15,14 @@ use std::time::Instant;
 
 use mio::Waker;
 
+use ucall_core::jsonrpc::section::Section;
+
+use crate::client::{refuses_binary, Binary};
 use crate::conn::Connection;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::framing::Reply;
+use crate::framing::{Protocol, Reply, RequestKind};
+use crate::message::{Params, ToParams};
 
 /// A submitted request's number, handed back with its completion.
 pub type Ticket = u64;
@@ -32,9 +36,25 @@ pub struct Completion {
     pub result: Result<Reply>,
 }
 
+/// A submitted request: a JSON text, or a request whose attachments are written as a
+/// binary message or in plain JSON form when it is sent.
+enum Submission {
+    Body(Vec<u8>),
+    Request(Params),
+}
+
+impl Submission {
+    fn len(&self) -> usize {
+        match self {
+            Submission::Body(body) => body.len(),
+            Submission::Request(request) => request.wire_len(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    submitted: Vec<(Ticket, Vec<u8>, bool)>,
+    submitted: Vec<(Ticket, Submission, bool)>,
     /// The bytes of `submitted`.
     submitted_bytes: usize,
     done: Vec<Completion>,
@@ -117,11 +137,32 @@ impl Multiplexed {
 
     /// Queue a request body (one JSON text); `expects_reply` is false for notifications.
     pub fn submit(&self, body: Vec<u8>, expects_reply: bool) -> Ticket {
+        self.push(Submission::Body(body), expects_reply)
+    }
+
+    /// Queue a call to `method` (`id` given) or a notification (`id` `None`) with `params`,
+    /// whose attachments ([`crate::Params::attachment`], [`crate::Params::ndarray`]) go as a
+    /// binary message of its own (docs/wire.md), written from where they lie, where the
+    /// server takes one, else in their plain JSON form, negotiated as [`crate::Client::call`]
+    /// says: while the server's answer is unknown (HTTP, raw TCP), the first call with
+    /// attachments goes alone and later submissions wait for its reply; a refusal sends it
+    /// again as JSON (it did not run), and JSON from then on. Notifications go binary only
+    /// once the server has taken a binary message. The completion's reply is read with
+    /// [`crate::Response::from_reply`].
+    ///
+    /// # Errors
+    /// Params with no JSON form (nothing is queued).
+    pub fn submit_call(&self, method: &str, params: impl ToParams, id: Option<u64>) -> Result<Ticket> {
+        let request = Params::request(method, &params, id)?;
+        Ok(self.push(Submission::Request(request), id.is_some()))
+    }
+
+    fn push(&self, submission: Submission, expects_reply: bool) -> Ticket {
         let mut state = self.shared.lock();
         state.next += 1;
         let ticket = state.next;
-        state.submitted_bytes += body.len();
-        state.submitted.push((ticket, body, expects_reply));
+        state.submitted_bytes += submission.len();
+        state.submitted.push((ticket, submission, expects_reply));
         state.in_flight += 1;
         if state.sleeping {
             state.sleeping = false;
@@ -197,12 +238,124 @@ fn fail_all(in_flight: &mut VecDeque<(Ticket, bool)>, error: &Error, done: &mut 
     }));
 }
 
+/// How the I/O thread sends requests with attachments, and what it holds back meanwhile.
+struct Negotiation {
+    binary: Binary,
+    /// Submissions waiting for `probe`'s reply, in order.
+    held: VecDeque<(Ticket, Submission, bool)>,
+    /// The first binary call while the server's answer is unknown: its ticket, and the
+    /// request, to send again as JSON if refused.
+    probe: Option<(Ticket, Params)>,
+}
+
+impl Negotiation {
+    /// Whether held submissions can go now.
+    fn ready(&self) -> bool {
+        !self.held.is_empty() && self.probe.is_none()
+    }
+
+    /// Queue held submissions on the open `conn` until one goes as a probe; each that
+    /// expects a reply goes to `in_flight`, a notification without one completes.
+    fn queue(&mut self, conn: &mut Connection, in_flight: &mut VecDeque<(Ticket, bool)>, done: &mut Vec<Completion>) {
+        let protocol = conn.endpoint().protocol();
+        let replies_to_notifications = conn.replies_to_notifications();
+        while self.probe.is_none() {
+            let Some((ticket, submission, expects)) = self.held.pop_front() else {
+                break;
+            };
+            match submission {
+                Submission::Body(body) => conn.queue(body),
+                Submission::Request(request) => {
+                    let attached = request.has_attachments();
+                    let (binary, probe) = if protocol == Protocol::WebSocket {
+                        let on = self.binary != Binary::Off && (attached || self.binary == Binary::Always);
+                        (on && conn.binary_negotiated(), false)
+                    } else {
+                        match self.binary {
+                            Binary::Off => (false, false),
+                            Binary::Try => (attached && expects, attached && expects),
+                            Binary::Taken => (attached, false),
+                            Binary::Always => (attached || protocol != Protocol::Http, false),
+                        }
+                    };
+                    let mut body = Vec::with_capacity(64);
+                    let mut attachments = Section::new();
+                    let written = request.write_to(&mut body, binary.then_some(&mut attachments));
+                    if let Err(error) = written {
+                        done.push(Completion {
+                            ticket,
+                            result: Err(error),
+                        });
+                        continue;
+                    }
+                    let kind = match (binary, self.binary) {
+                        (true, _) => RequestKind::Binary(body.len()),
+                        (false, Binary::Always) => RequestKind::AcceptsBinary,
+                        (false, _) => RequestKind::Json,
+                    };
+                    conn.queue_shared(&Arc::new(body), kind, &attachments);
+                    if probe {
+                        self.probe = Some((ticket, request));
+                    }
+                }
+            }
+            if expects || replies_to_notifications {
+                in_flight.push_back((ticket, expects));
+            } else {
+                done.push(Completion {
+                    ticket,
+                    result: Ok(Reply {
+                        status: None,
+                        body: Vec::new(),
+                        close: false,
+                        binary: None,
+                    }),
+                });
+            }
+        }
+    }
+
+    /// Whether `reply` to `ticket` is the probe's refusal: the request is then held again,
+    /// first, to go as JSON (over raw TCP on a new connection: `conn` is closed).
+    fn refused(&mut self, ticket: Ticket, reply: &Reply, conn: &mut Connection) -> bool {
+        if self.probe.as_ref().is_none_or(|(probe, _)| *probe != ticket) {
+            return false;
+        }
+        let Some((_, request)) = self.probe.take() else {
+            return false;
+        };
+        if !refuses_binary(reply) {
+            self.binary = Binary::Taken;
+            return false;
+        }
+        self.binary = Binary::Off;
+        if conn.endpoint().protocol() == Protocol::Tcp {
+            conn.close();
+        }
+        self.held.push_front((ticket, Submission::Request(request), true));
+        true
+    }
+
+    /// Fail everything held with `error`.
+    fn fail(&mut self, error: &Error, done: &mut Vec<Completion>) {
+        self.probe = None;
+        done.extend(self.held.drain(..).map(|(ticket, _, _)| Completion {
+            ticket,
+            result: Err(error.clone()),
+        }));
+    }
+}
+
 /// The I/O thread.
 fn run(mut conn: Connection, shared: &Shared) {
     let mut in_flight: VecDeque<(Ticket, bool)> = VecDeque::new();
     let mut done = Vec::new();
     let mut replies = Vec::new();
-    let replies_to_notifications = conn.replies_to_notifications();
+    let mut negotiation = Negotiation {
+        binary: Binary::of(conn.endpoint()),
+        held: VecDeque::new(),
+        probe: None,
+    };
     loop {
         let (submitted, reset, closing) = {
             let mut state = shared.lock();
@@ -214,19 +367,19 @@ fn run(mut conn: Connection, shared: &Shared) {
         if let Some(error) = reset {
             conn.close();
             fail_all(&mut in_flight, &error, &mut done);
+            negotiation.fail(&error, &mut done);
         }
         if closing {
             conn.close();
             let error = Error::transport("the client closed the connection");
             fail_all(&mut in_flight, &error, &mut done);
-            done.extend(submitted.into_iter().map(|(ticket, _, _)| Completion {
-                ticket,
-                result: Err(error.clone()),
-            }));
+            negotiation.held.extend(submitted);
+            negotiation.fail(&error, &mut done);
             complete(shared, &mut done);
             return;
         }
-        if !submitted.is_empty() {
+        negotiation.held.extend(submitted);
+        if negotiation.ready() {
             if conn.is_open() && in_flight.is_empty() && conn.pending() == 0 && conn.closed_by_peer() {
                 conn.close(); // closed by the server while idle: a new connection, not a lost call
             }
@@ -237,34 +390,16 @@ fn run(mut conn: Connection, shared: &Shared) {
                 conn.open(deadline)
             };
             match opened {
-                Ok(()) => {
-                    for (ticket, body, expects) in submitted {
-                        conn.queue(body);
-                        if expects || replies_to_notifications {
-                            in_flight.push_back((ticket, expects));
-                        } else {
-                            done.push(Completion {
-                                ticket,
-                                result: Ok(Reply {
-                                    status: None,
-                                    body: Vec::new(),
-                                    close: false,
-                                    binary: None,
-                                }),
-                            });
-                        }
-                    }
-                }
-                Err(error) => done.extend(submitted.into_iter().map(|(ticket, _, _)| Completion {
-                    ticket,
-                    result: Err(error.clone()),
-                })),
+                Ok(()) => negotiation.queue(&mut conn, &mut in_flight, &mut done),
+                Err(error) => negotiation.fail(&error, &mut done),
             }
         }
         shared.unwritten.store(conn.pending(), Ordering::Relaxed);
         complete(shared, &mut done);
         if !conn.is_open() {
-            idle(&mut conn, shared);
+            if !negotiation.ready() {
+                idle(&mut conn, shared);
+            }
             continue;
         }
         let moved = conn.advance(&mut |reply| replies.push(reply));
@@ -273,6 +408,7 @@ fn run(mut conn: Connection, shared: &Shared) {
         for reply in replies.drain(..) {
             closed |= reply.close;
             match in_flight.pop_front() {
+                Some((ticket, _)) if negotiation.refused(ticket, &reply, &mut conn) => {}
                 Some((ticket, _)) => done.push(Completion {
                     ticket,
                     result: Ok(reply),
@@ -284,17 +420,23 @@ fn run(mut conn: Connection, shared: &Shared) {
             }
         }
         match moved {
-            Err(error) => fail_all(&mut in_flight, &error, &mut done),
-            Ok(_) if closed || conn.ended().is_some() => {
+            Err(error) => {
+                fail_all(&mut in_flight, &error, &mut done);
+                negotiation.probe = None; // failed with the rest: the next call probes again
+            }
+            Ok(_) if (closed || conn.ended().is_some()) && conn.is_open() => {
                 let why = conn.ended().unwrap_or_default();
                 conn.close();
                 let error = Error::transport(format!("the server closed the connection{why}"));
                 fail_all(&mut in_flight, &error, &mut done);
+                negotiation.probe = None; // failed with the rest: the next call probes again
             }
             Ok(true) => {}
             Ok(false) => {
                 complete(shared, &mut done);
-                idle(&mut conn, shared);
+                if !negotiation.ready() {
+                    idle(&mut conn, shared);
+                }
             }
         }
         complete(shared, &mut done);

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
-use ucall_client::{write_binary_request, Batch, Client, Dtype, Endpoint, Params, Protocol, RequestKind, Response};
+use ucall_client::{
+    write_binary_request, Batch, Client, Dtype, Endpoint, Multiplexed, Params, Protocol, RequestKind, Response,
+};
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle};
 
 mod common;
@@ -622,4 +624,157 @@ fn a_json_only_server_gets_batches_and_pipelines_in_base64_and_runs_each_call_on
         assert_eq!(server.refused.load(Ordering::Relaxed), 2, "{url}");
         assert_eq!(server.ran.load(Ordering::Relaxed), 11, "{url}: each call ran once");
     }
+}
+
+/// `calls` calls from `threads` threads at once on one [`Multiplexed`], each echoing its
+/// own float32 array (`method`) or bytes; every reply checked against what was sent.
+fn multiplexed_echoes(endpoint: Endpoint, method: &str, threads: usize, calls: usize) {
+    let url = endpoint.url();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mux = Multiplexed::new(endpoint, move || {
+        let _ = tx.send(());
+    })
+    .expect("a multiplexed client");
+    let mut sent = std::collections::HashMap::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mux = &mux;
+                scope.spawn(move || {
+                    (0..calls)
+                        .map(|i| {
+                            let id = (t * calls + i + 1) as u64;
+                            let data = floats(if i % 3 == 0 { 40_000 } else { 8 }, id as usize);
+                            let params = if method == "echo_array" {
+                                Params::array().ndarray_of(&[data.len()], data.clone())
+                            } else {
+                                Params::array().attachment(bytemuck_free(&data))
+                            };
+                            let ticket = mux.submit_call(method, params, Some(id)).expect("params");
+                            (ticket, (id, data))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            sent.extend(handle.join().expect("a thread"));
+        }
+    });
+    let mut done = Vec::new();
+    while done.len() < sent.len() {
+        rx.recv_timeout(std::time::Duration::from_secs(20)).expect(&url);
+        mux.take(&mut done);
+    }
+    for completion in done {
+        let (id, data) = &sent[&completion.ticket];
+        let reply = Response::from_reply(completion.result.expect(&url));
+        assert_eq!(reply.id(), Some(id.to_string().as_str()), "{url}");
+        if method == "echo_array" {
+            assert!(reply.is_binary(), "{url}: {:?}", String::from_utf8_lossy(reply.body()));
+            assert_eq!(
+                &*reply.result_array::<f32>().expect("an array").data,
+                &data[..],
+                "{url}"
+            );
+        } else {
+            assert_eq!(reply.result_bytes().expect("bytes"), bytemuck_free(data), "{url}");
+        }
+    }
+}
+
+fn bytemuck_free(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn multiplexed_binary_calls_from_several_threads_on_every_transport() {
+    let server = serve();
+    for endpoint in endpoints(server.port()) {
+        multiplexed_echoes(endpoint, "echo_array", 4, 12);
+    }
+    server.stop();
+    server.join();
+}
+
+#[test]
+fn a_json_only_server_gets_multiplexed_calls_in_base64_and_runs_each_once() {
+    for http in [true, false] {
+        let server = json_only(http);
+        let endpoint = Endpoint::new("127.0.0.1", server.port);
+        let endpoint = if http {
+            endpoint
+        } else {
+            endpoint.with_protocol(Protocol::Tcp)
+        };
+        let url = endpoint.url();
+        multiplexed_echoes(endpoint, "echo", 3, 5);
+        assert_eq!(
+            server.refused.load(Ordering::Relaxed),
+            1,
+            "{url}: refused once, then JSON"
+        );
+        assert_eq!(server.ran.load(Ordering::Relaxed), 15, "{url}: each call ran once");
+    }
+}
+
+/// The batch of `valid_batch_shares_section.json`, built with the client's API.
+fn vector_batch() -> Batch {
+    let mut batch = Batch::new();
+    batch
+        .call("hex", Params::array().attachment(b"foo".to_vec()))
+        .expect("params");
+    batch
+        .call("hex", Params::array().attachment(vec![0xbe, 0xef]))
+        .expect("params");
+    batch
+}
+
+#[test]
+fn a_batch_is_the_shared_section_vector_byte_for_byte_and_gets_its_replies() {
+    let vector = vectors("")
+        .into_iter()
+        .find(|(name, _)| name == "valid_batch_shares_section.json")
+        .expect("the vector")
+        .1;
+    let (body, json_len) = body_of(&vector);
+    // What the client writes, read by a raw TCP server that answers the vector's reply.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let reply = serde_json::to_string(&vector["reply"]).expect("JSON");
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("a client");
+        let mut prefix = [0u8; 16];
+        stream.read_exact(&mut prefix).expect("a prefix");
+        let length = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
+        let mut got = vec![0; usize::try_from(length).expect("a length")];
+        stream.read_exact(&mut got).expect("the body");
+        writeln!(stream, "{reply}").expect("the reply");
+        (prefix, got)
+    });
+    let mut client = Client::new(Endpoint::new("127.0.0.1", port).with_protocol(Protocol::Tcp)).expect("a client");
+    let replies = client.batch(&vector_batch()).expect("the batch");
+    let (prefix, got) = reader.join().expect("the reader");
+    assert_eq!(
+        prefix,
+        ucall_core::wire::Prefix::encode(json_len as u32, body.len() as u64)
+    );
+    assert_eq!(got, body, "the vector's body");
+    assert_eq!(replies[1].result::<String>(), Ok("beef".to_owned()));
+    // The spec server answers it on every transport.
+    let server = serve();
+    for endpoint in endpoints(server.port()) {
+        let url = endpoint.url();
+        let replies = Client::new(endpoint)
+            .expect("a client")
+            .batch(&vector_batch())
+            .expect(&url);
+        let got: Vec<Value> = replies
+            .iter()
+            .map(|reply| serde_json::from_slice(reply.body()).expect("JSON"))
+            .collect();
+        assert!(matches(&Value::Array(got.clone()), &vector["reply"]), "{url}: {got:?}");
+    }
+    server.stop();
+    server.join();
 }
