@@ -309,7 +309,7 @@ def status(pid: int) -> dict[str, int]:
         return {}
 
 
-def attack(server: servers.Server, kind: str, seconds: float, light_call: measure.Call) -> dict:
+def attack(server: servers.Server, kind: str, seconds: float, light_call: measure.Call, threads: int) -> dict:
     proc = processes.ServerProcess(server, "http", config.BENCH_DIR / "logs")
     try:
         host, port = proc.addr.rsplit(":", 1)
@@ -327,8 +327,8 @@ def attack(server: servers.Server, kind: str, seconds: float, light_call: measur
                     pass  # refused, reset or timed out: the server's choice, counted alike
                 rounds[0] += 1
 
-        threads = [threading.Thread(target=hostile, daemon=True) for _ in range(THREADS_PER_KIND)]
-        for t in threads:
+        players = [threading.Thread(target=hostile, daemon=True) for _ in range(threads)]
+        for t in players:
             t.start()
         try:
             report = measure.load_seconds(proc.addr, light_call, 1, seconds)
@@ -336,7 +336,7 @@ def attack(server: servers.Server, kind: str, seconds: float, light_call: measur
             report = {}  # the well-behaved client could not even start: shown as no calls
         during = status(pid)
         peak_files = during.get("files", -1)
-        for t in threads:
+        for t in players:
             t.join(timeout=10)
         time.sleep(1.0)  # what the server still holds once the hostile clients are gone
         after = status(pid)
@@ -351,6 +351,7 @@ def attack(server: servers.Server, kind: str, seconds: float, light_call: measur
             "after": after,
             "rss_during": during.get("rss", 0),
             "files_during": peak_files,
+            "threads": threads,
         }
     finally:
         proc.stop()
@@ -367,7 +368,7 @@ def table(rows: list[dict], seconds: float) -> str:
         "### Hostile clients",
         "",
         f"`benches/hostile.py` at commit {measure.git_commit()}, {seconds:g} s per kind, "
-        f"{THREADS_PER_KIND} hostile threads; the well-behaved client is `ucall-load`, 1 connection.",
+        f"{rows[0]['threads'] if rows else THREADS_PER_KIND} hostile threads; the well-behaved client is `ucall-load`, 1 connection.",
         "",
         "| server | hostile kind | hostile rounds | server lived | calls answered | errors | p50 | p99 | max "
         "| RSS before → during → after | RSS per held peer | open files during → after | threads after |",
@@ -379,7 +380,7 @@ def table(rows: list[dict], seconds: float) -> str:
         errors = light.get("errors", {})
         n_errors = sum(v for v in errors.values() if isinstance(v, int)) if isinstance(errors, dict) else errors
         before, after = r["before"], r["after"]
-        held = THREADS_PER_KIND * HELD.get(r["kind"], 1)
+        held = r["threads"] * HELD.get(r["kind"], 1)
         per_peer = max(r["rss_during"] - before.get("rss", 0), 0) / held
         lines.append(
             f"| `{r['server']}` | {r['kind']} | {r['hostile']:,} | {'yes' if r['alive'] else '**no**'} "
@@ -396,6 +397,12 @@ def main() -> int:
     ap.add_argument("--servers", default=",".join(DEFAULT_SERVERS), help="names from python -m ucallbench --help")
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"of: {', '.join(KINDS)}")
     ap.add_argument("--seconds", type=float, default=6.0, help="per server and kind")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=THREADS_PER_KIND,
+        help="hostile threads per kind (each holds its connections at once)",
+    )
     ap.add_argument("--append", type=Path, help="add the table to this Markdown file")
     args = ap.parse_args()
     for sig in processes.STOP_SIGNALS:
@@ -418,7 +425,7 @@ def main() -> int:
         for name in names:
             for kind in kinds:
                 processes.say(f"hostile: {name}: {kind} for {args.seconds:g} s")
-                rows.append(attack(known[name], kind, args.seconds, light_call))
+                rows.append(attack(known[name], kind, args.seconds, light_call, args.threads))
     except processes.BenchError as e:
         print(f"hostile: error: {e}", file=sys.stderr)
         return 1

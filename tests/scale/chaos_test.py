@@ -43,15 +43,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_run import check_ledger, drive, log, percentile  # noqa: E402
 import scale_test  # noqa: E402
-from scale_test import Backend, Balancer, Client, HAProxy, Nginx, Window, log, percentile  # noqa: E402
+from scale_test import Backend, Balancer, Client, HAProxy, Nginx, Window  # noqa: E402
 
 SKIPPED = 77  # the exit code of a run that could not make its namespaces (as automake's)
 CLONE_NEWNET = 0x40000000
@@ -341,48 +341,23 @@ def run_one(kind: str, rate: float, seconds: float, work: Path, net: Network, sh
         Backend(f"{kind}-b{i}", 8545, ledgers, work, host=backend_address(i), netns=backend_ns(i)) for i in (1, 2, 3)
     ]
     balancer: Balancer = (HAProxy if kind == "haproxy" else Nginx)(backends, work, BALANCER_ADDRESS, BALANCER_NS)
-    stop_watch = threading.Event()
     windows: list[Window] = []
     client = Client(balancer.http_port, rate, seconds, host=BALANCER_ADDRESS)
-    began = time.monotonic()
-    try:
-        for backend in backends:
-            backend.start()
-        for backend in backends:
-            backend.wait_serving()
-        balancer.start()
-        for backend in backends:
-            balancer.wait_in_service(backend)
-        threading.Thread(target=balancer.watch, args=(stop_watch,), daemon=True).start()
-        traffic = threading.Thread(target=client.run, args=(kind,), daemon=True)
-        began = time.monotonic()
-        traffic.start()
-        faults = plan(net, balancer, backends, short)
-        for i, (name, action) in enumerate(faults):
-            due = began + seconds * (0.05 + 0.9 * i / len(faults))
-            if windows:
-                due = max(due, windows[-1].end + 0.5)
-            time.sleep(max(due - time.monotonic(), 0))
-            log(f"{kind}: fault {i + 1} of {len(faults)}: {name}")
-            timed(name, windows, action)
-        traffic.join(seconds + 60)
-    finally:
-        stop_watch.set()
-        balancer.stop()
-        for backend in backends:
-            backend.kill_all()
+    faults = [
+        (name, lambda name=name, action=action: timed(name, windows, action))
+        for name, action in plan(net, balancer, backends, short)
+    ]
+    began = drive(kind, backends, balancer, client, faults, seconds, windows)
     return report(kind, client, windows, balancer, ledgers, began)
 
 
 def report(
     kind: str, client: Client, windows: list[Window], balancer: Balancer, ledgers: Path, began: float
 ) -> dict[str, Any]:
-    counts, where = scale_test.ledger(ledgers, kind)
     outcomes = client.outcomes
-    answered = [o for o in outcomes if o.kind == "ok"]
+    ran = check_ledger(ledgers, kind, outcomes)
+    counts, where, answered, missing, twice = ran.counts, ran.where, ran.answered, ran.missing, ran.twice
     failed = [o for o in outcomes if o.kind != "ok"]
-    missing = [o.key for o in answered if counts[o.key] == 0]
-    twice = sorted(k for k, n in counts.items() if n > 1)
     # A failure that says the call did not run, and yet it ran, would be a lie.
     said_unrun_but_ran = [o.key for o in failed if not o.may_have_run and counts[o.key] > 0]
     bounds = Bounds()

@@ -47,6 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_run import check_ledger, drive, log, percentile  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEPLOY = ROOT / "deploy"
@@ -66,10 +69,6 @@ def in_netns(netns: str | None) -> list[str]:
     """The command prefix that runs a program in a network namespace (``ip netns exec``
     execs it, so the process keeps its pid)."""
     return ["ip", "netns", "exec", netns] if netns else []
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ backends
@@ -505,80 +504,29 @@ def reload_balancer(balancer: Balancer, windows: list[Window]) -> None:
 # ------------------------------------------------------------------ the run and its report
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def ledger(ledgers: Path, tag: str) -> tuple[collections.Counter[str], dict[str, str]]:
-    """How often each key of this run ran, and in which process's ledger."""
-    counts: collections.Counter[str] = collections.Counter()
-    where: dict[str, str] = {}
-    for path in ledgers.glob("*.ledger"):
-        for line in path.read_text().splitlines():
-            if line.startswith(f"{tag}-"):
-                counts[line] += 1
-                where[line] = path.stem
-    return counts, where
-
-
 def run_one(kind: str, rate: float, seconds: float, work: Path) -> dict[str, Any]:
     ledgers = work / "ledgers"
     ledgers.mkdir(parents=True, exist_ok=True)
     backends = [Backend(f"{kind}-b{i}", free_port(), ledgers, work) for i in (1, 2, 3)]
     balancer: Balancer = HAProxy(backends, work) if kind == "haproxy" else Nginx(backends, work)
-    stop_watch = threading.Event()
     windows: list[Window] = []
-    try:
-        for backend in backends:
-            backend.start()
-        for backend in backends:
-            backend.wait_serving()
-        balancer.start()
-        for backend in backends:
-            balancer.wait_in_service(backend)
-        watcher = threading.Thread(target=balancer.watch, args=(stop_watch,), daemon=True)
-        watcher.start()
-        client = Client(balancer.http_port, rate, seconds)
-        traffic = threading.Thread(target=client.run, args=(kind,), daemon=True)
-        began = time.monotonic()
-        traffic.start()
-        # The faults, spread over the run: each starts at its share of the time, or once
-        # the one before it has ended.
-        plan: list[Callable[[], None]] = [
-            lambda: rolling_restart(balancer, backends, windows),
-            lambda: kill_one(balancer, backends[1], windows),
-            lambda: stop_one(balancer, backends[2], windows),
-            lambda: reload_balancer(balancer, windows),
-        ]
-        for i, fault in enumerate(plan):
-            # Each fault at its share of the time, and 0.5 s clear of the window before
-            # it, so that no call falls in two windows.
-            due = began + seconds * (0.05 + 0.9 * i / len(plan))
-            if windows:
-                due = max(due, windows[-1].end + 0.5)
-            time.sleep(max(due - time.monotonic(), 0))
-            log(f"{kind}: fault {i + 1} of {len(plan)}")
-            fault()
-        traffic.join(seconds + 60)
-    finally:
-        stop_watch.set()
-        balancer.stop()
-        for backend in backends:
-            backend.kill_all()
+    client = Client(balancer.http_port, rate, seconds)
+    faults: list[tuple[str, Callable[[], None]]] = [
+        ("rolling restart", lambda: rolling_restart(balancer, backends, windows)),
+        ("SIGKILL", lambda: kill_one(balancer, backends[1], windows)),
+        ("SIGSTOP", lambda: stop_one(balancer, backends[2], windows)),
+        ("reload", lambda: reload_balancer(balancer, windows)),
+    ]
+    began = drive(kind, backends, balancer, client, faults, seconds, windows)
     return report(kind, client, windows, balancer, ledgers, began)
 
 
 def report(
     kind: str, client: Client, windows: list[Window], balancer: Balancer, ledgers: Path, began: float
 ) -> dict[str, Any]:
-    counts, where = ledger(ledgers, kind)
     outcomes = client.outcomes
-    answered = [o for o in outcomes if o.kind == "ok"]
-    missing = [o.key for o in answered if counts[o.key] == 0]
-    twice = sorted(k for k, n in counts.items() if n > 1)
+    ran = check_ledger(ledgers, kind, outcomes)
+    counts, where, answered, missing, twice = ran.counts, ran.where, ran.answered, ran.missing, ran.twice
     unanswered_ran = sum(1 for o in outcomes if o.kind != "ok" and counts[o.key] > 0)
 
     def window_of(o: Outcome) -> str | None:
