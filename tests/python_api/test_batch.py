@@ -283,6 +283,36 @@ def test_a_lone_caller_waits_for_nobody(make_server, wire):
     assert stats["batches"] == 20 and stats["max_queue_wait_us"] < 1_000_000
 
 
+def test_a_lone_call_runs_on_the_worker_and_a_slow_one_holds_no_other_connection(make_server, wire):
+    """A lone caller's call runs where an ordinary call runs (no switch to the batch
+    thread); when it turns slow, the worker's other connections are still served."""
+    server = make_server(threads=1)
+    threads: list[str] = []
+
+    @server.batch(max_size=8, max_wait_ms=5)
+    def nap(seconds: list[float]) -> list[float]:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:  # the OS thread's name
+            threads.append(comm.read().strip())
+        time.sleep(max(seconds))
+        return seconds
+
+    @server
+    def ping() -> str:
+        return "pong"
+
+    w, other = wire(server), wire(server)
+    for _ in range(5):
+        assert w.result("nap", [0.0]) == 0.0
+    assert not any(name.startswith("ucall-batch") for name in threads), threads
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(w.result, "nap", [0.5])
+        time.sleep(0.1)  # the slow batch is running
+        started = time.monotonic()
+        assert other.result("ping") == "pong"
+        assert time.monotonic() - started < 0.3, "another connection waited for the slow batch"
+        assert slow.result(10) == 0.5
+
+
 def test_signatures_that_cannot_batch_are_refused_at_the_decorator():
     server = Server(port=0)
     with pytest.raises(TypeError, match="must be a list"):

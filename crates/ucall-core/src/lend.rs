@@ -65,20 +65,25 @@ struct Lending {
     source: Source,
 }
 
+/// Bytes fewer than this are copied even where they could be lent: copying them costs
+/// less than handing a buffer over, and a small view kept for long would hold a whole
+/// receive buffer (up to megabytes) alive.
+pub const LEND_FROM: usize = 4096;
+
 thread_local! {
     static LENDING: RefCell<Option<Lending>> = const { RefCell::new(None) };
 }
 
 /// `bytes` kept beyond the current call: a view of them in place when they lie in the
-/// input of the connection being fed on this thread (or in the bytes [`shared`] lends),
-/// else a copy.
+/// input of the connection being fed on this thread (or in the bytes [`shared`] lends)
+/// and are at least [`LEND_FROM`] long, else a copy.
 #[must_use]
 pub fn keep(bytes: &[u8]) -> Bytes {
     let start = bytes.as_ptr() as usize;
     let found = LENDING.with(|lending| {
         let mut lending = lending.borrow_mut();
         let lending = lending.as_mut()?;
-        if bytes.is_empty() || start < lending.start || start + bytes.len() > lending.end {
+        if bytes.len() < LEND_FROM || start < lending.start || start + bytes.len() > lending.end {
             return None;
         }
         Some(match &mut lending.source {
@@ -166,35 +171,52 @@ impl Drop for Feed {
 mod tests {
     use super::*;
 
+    /// `head`, then `LEND_FROM` bytes of `fill`, then `tail`.
+    fn message(head: &[u8], fill: u8, tail: &[u8]) -> Vec<u8> {
+        let mut bytes = head.to_vec();
+        bytes.resize(head.len() + LEND_FROM, fill);
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
     #[test]
-    fn bytes_outside_the_input_fed_are_copied() {
-        let elsewhere = vec![1u8, 2, 3];
+    fn bytes_outside_the_input_fed_and_small_ones_are_copied() {
+        let elsewhere = vec![1u8; LEND_FROM];
         let kept = keep(&elsewhere);
-        assert_eq!(&kept[..], &[1, 2, 3]);
+        assert_eq!(&kept[..], &elsewhere[..]);
         assert_ne!(kept.as_ptr(), elsewhere.as_ptr());
-        let mut input = b"abcdef".to_vec();
+        let mut input = message(b"ab", 7, b"cdef");
         let feed = begin(&input);
-        let other = keep(&elsewhere);
-        assert_ne!(other.as_ptr(), elsewhere.as_ptr());
-        feed.end(&mut input, 2);
+        assert_ne!(keep(&elsewhere).as_ptr(), elsewhere.as_ptr());
+        let small = keep(&input[2..LEND_FROM]);
+        assert_ne!(
+            small.as_ptr(),
+            input[2..].as_ptr(),
+            "fewer than LEND_FROM bytes are copied"
+        );
+        feed.end(&mut input, 2 + LEND_FROM);
         assert_eq!(input, b"cdef");
+        assert_eq!(&small[..], &[7; LEND_FROM - 2][..]);
     }
 
     #[test]
     fn held_bytes_keep_the_input_buffer_and_the_connection_gets_a_new_one() {
-        let mut input = b"first message|rest".to_vec();
+        let mut input = message(b"first:", b'm', b"|rest");
         let address = input.as_ptr();
         let feed = begin(&input);
-        let kept = keep(&input[6..13]);
+        let kept = keep(&input[6..6 + LEND_FROM]);
         assert_eq!(kept.as_ptr(), input[6..].as_ptr(), "a view in place, not a copy");
-        let dropped = keep(&input[0..5]);
-        drop(dropped);
-        feed.end(&mut input, 14);
+        drop(keep(&input[5..5 + LEND_FROM]));
+        feed.end(&mut input, 7 + LEND_FROM);
         assert_eq!(input, b"rest");
         assert_ne!(input.as_ptr(), address, "the connection reads on into a new buffer");
         input.clear();
-        input.extend_from_slice(b"overwritten, and grown past the old capacity");
-        assert_eq!(&kept[..], b"message", "the held bytes are where they were, unchanged");
+        input.resize(4 * LEND_FROM, b'x'); // overwritten, and grown past the old capacity
+        assert_eq!(
+            &kept[..],
+            &[b'm'; LEND_FROM][..],
+            "the held bytes are where they were, unchanged"
+        );
         assert_eq!(kept.as_ptr(), address.wrapping_add(6));
         // Nothing lent any more: bytes are copied again.
         assert_ne!(keep(&input).as_ptr(), input.as_ptr());
@@ -202,22 +224,26 @@ mod tests {
 
     #[test]
     fn shared_bytes_are_kept_by_reference() {
-        let owner = Bytes::from_static(b"params and attachments");
-        let inside = shared(Some(&owner), || keep(&owner[11..22]));
-        assert_eq!(inside.as_ptr(), owner[11..].as_ptr());
-        assert_eq!(&inside[..], b"attachments");
-        let outside = [1u8, 2];
+        let owner = Bytes::from(message(b"params:", b'a', b""));
+        let inside = shared(Some(&owner), || keep(&owner[7..]));
+        assert_eq!(inside.as_ptr(), owner[7..].as_ptr());
+        assert_eq!(&inside[..], &[b'a'; LEND_FROM][..]);
+        let outside = [1u8; LEND_FROM];
         assert_ne!(shared(Some(&owner), || keep(&outside)).as_ptr(), outside.as_ptr());
-        assert_ne!(keep(&owner[..6]).as_ptr(), owner.as_ptr(), "lent only within `shared`");
+        assert_ne!(
+            keep(&owner[7..]).as_ptr(),
+            owner[7..].as_ptr(),
+            "lent only within `shared`"
+        );
     }
 
     #[test]
     fn without_a_holder_left_the_input_stays_the_connections() {
-        let mut input = b"message|rest".to_vec();
+        let mut input = message(b"", b'm', b"|rest");
         let address = input.as_ptr();
         let feed = begin(&input);
-        drop(keep(&input[..7]));
-        feed.end(&mut input, 8);
+        drop(keep(&input[..LEND_FROM]));
+        feed.end(&mut input, LEND_FROM + 1);
         assert_eq!(input, b"rest");
         assert_eq!(input.as_ptr(), address);
     }
