@@ -12,6 +12,7 @@ const RANKS: &[(&str, u32)] = &[
     ("convert", 0),
     ("logs", 0),
     ("allocator", 0),
+    ("attachment", 0),
     ("context", 1),
     ("params", 1),
     ("streaming", 1),
