@@ -18,9 +18,9 @@ const RANKS: &[(&str, u32)] = &[
     ("streaming", 1),
     ("procedure", 2),
     ("runtime", 3),
-    ("batch", 3),
-    ("server", 4),
-    ("client", 4),
+    ("batch", 4),
+    ("server", 5),
+    ("client", 5),
 ];
 
 #[test]
