@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Every module of the Python binding imports only modules below it: conversions, then
 //! parameters, then the procedure types that the runtime and the server share, the
-//! runtime, and the server and client on top (the check is `ucall-core`'s).
+//! runtime, batch procedures (a lone call runs in the runtime's group), and the server
+//! and client on top (the check is `ucall-core`'s).
 
 #[path = "../../ucall-core/tests/layering/check.rs"]
 mod check;
