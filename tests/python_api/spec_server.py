@@ -21,6 +21,14 @@ def number(name: str, value: Any) -> Any:
     return value
 
 
+def from_hex(text: str) -> bytes:
+    """The bytes a hex text spells (the vectors' `unhex`)."""
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise RPCError(ErrorCode.INVALID_PARAMS, "Invalid params: 'text' is not an even number of hex digits") from None
+
+
 def build(args: argparse.Namespace) -> Server:
     server = Server(
         port=args.port,
@@ -74,6 +82,22 @@ def build(args: argparse.Namespace) -> Server:
     @server
     def hex(data: bytes) -> str:  # noqa: A001 (the vectors' name)
         return data.hex()
+
+    # Results that are binary values (tests/vectors/README.md, "binary/replies"):
+    # attachments for a caller that accepts binary replies, base64 for any other.
+    @server
+    def unhex(text: str) -> bytes:
+        return from_hex(text)
+
+    @server
+    async def unhex_later(text: str) -> bytes:
+        return from_hex(text)
+
+    @server
+    def floats(n: int) -> Any:
+        import numpy as np
+
+        return np.arange(n, dtype="<f4")
 
     @server
     def fail():  # type: ignore[no-untyped-def]
