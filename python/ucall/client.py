@@ -1570,7 +1570,7 @@ class AsyncClient(_Endpoint):
         """The call's ``Response``, to await (or gather, or run as a task). On the native
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
-        if self._may_attach(_native_params(args, kwargs)):
+        if self._may_attach(_native_params(args, kwargs)) or self._asks_binary_replies():
             return self._binary_call(method, _native_params(args, kwargs))
         if self._native_protocol is not None and current_meta() is None:
             mux = self._mux
@@ -1684,12 +1684,15 @@ class AsyncClient(_Endpoint):
         """A call with attachments, as a binary message on the client's connection; a call
         none of whose values goes as an attachment goes as any other."""
         await self._ask_once()
-        call = self._binary_request(method, params)
+        call = self._binary_request(method, params) if self._may_attach(params) else None
         if call is None:
             request = _request(
                 method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout
             )
-            return self._in_time(await self._exchange(request, headers))
+            if not (self._asks_binary_replies() and not headers):
+                return self._in_time(await self._exchange(request, headers))
+            # A binary message without attachments: how a call accepts a binary reply.
+            call = _BinaryRequest(request, lambda method: frozenset())
         reply = await self._binary_send(call, True, headers)
         assert reply is not None
         return self._in_time(self._settle(call.request, reply))
@@ -1706,6 +1709,12 @@ class AsyncClient(_Endpoint):
             reply = await mux.wait(ticket)
             return reply if expects else None
         return await self._python_exchange(message, expects, headers)
+
+    def _asks_binary_replies(self) -> bool:
+        """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
+        binary message, so that a result array or bytes come back as an attachment: over
+        raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
+        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
 
     async def _ask_once(self) -> None:
         """The server's description, asked once for every call waiting on it, when binary

@@ -404,3 +404,25 @@ def test_sync_batches_carry_attachments(make_server):
         assert b'"method":"reverse","params":[{"$ucall":"bytes"' in sent
     finally:
         relay.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp"])
+def test_async_binary_true_gets_binary_replies_to_calls_without_attachments(make_server, transport):
+    """docs/wire.md §3.2: over raw TCP a JSON text is answered with JSON; a call accepts a
+    binary reply by being a binary message, with no attachment when it has none to send."""
+    server = _echo_server(make_server)
+    relay = Recorder(server.port)
+    values = np.arange(2000, dtype=np.float64).tolist()
+
+    async def session() -> None:
+        async with AsyncClient(ADDRESSES[transport].format(relay.port), binary=True) as client:
+            back = (await client.echo(values)).numpy
+            assert back.tolist() == values and not back.flags.writeable
+            assert (await client.echo_any({"a": 1})).json == {"a": 1}
+
+    try:
+        asyncio.run(asyncio.wait_for(session(), 30))
+        assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
+        assert np.array(values).tobytes() in bytes(relay.received[0]), "the array came back as an attachment"
+    finally:
+        relay.close()
