@@ -1579,20 +1579,23 @@ class AsyncClient(_Endpoint):
                     mux = self._native_mux()
             except RuntimeError:  # no running loop yet (``asyncio.run(client.ping())``)
                 return self._call(method, args, kwargs)
-            request_id = next(self._ids)
-            params = _native_params(args, kwargs)
-            if mux.held:
-                return mux.hold(method, params, request_id)
-            try:
-                ticket = mux.native.call(method, params, request_id, _codec.encode, self.timeout, UNSENT_AT_MOST)
-            except Exception as error:  # raised where it is awaited, as from a coroutine
-                failed = _Call(loop=mux.loop)
-                failed.set_exception(error)
-                return failed
-            if ticket is None:
-                return mux.hold(method, params, request_id)
-            return mux.wait(ticket, request_id)
+            return self._submit(mux, method, _native_params(args, kwargs))
         return self._call(method, args, kwargs)
+
+    def _submit(self, mux: _Mux, method: str, params: Any) -> _Call:
+        """A call on the native transport, its params encoded by the native writer."""
+        request_id = next(self._ids)
+        if mux.held:
+            return mux.hold(method, params, request_id)
+        try:
+            ticket = mux.native.call(method, params, request_id, _codec.encode, self.timeout, UNSENT_AT_MOST)
+        except Exception as error:  # raised where it is awaited, as from a coroutine
+            failed = _Call(loop=mux.loop)
+            failed.set_exception(error)
+            return failed
+        if ticket is None:
+            return mux.hold(method, params, request_id)
+        return mux.wait(ticket, request_id)
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Response:
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
@@ -1685,6 +1688,11 @@ class AsyncClient(_Endpoint):
         none of whose values goes as an attachment goes as any other."""
         await self._ask_once()
         call = self._binary_request(method, params) if self._may_attach(params) else None
+        if call is None and not headers and not self._asks_binary_replies():
+            if self._native_protocol is not None and current_meta() is None:
+                # No attachment after all (the server marks none): the native writer packs
+                # the values (base64 straight into the request), not Python.
+                return self._in_time(await self._submit(self._native_mux(), method, params))
         if call is None:
             request = _request(
                 method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout
