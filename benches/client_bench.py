@@ -16,6 +16,8 @@ client decodes the result back to bytes (or an array), except the C client, whic
 the result as JSON text. Clients:
 
 * ``python-async``: ``AsyncClient``, the sample's calls gathered;
+* ``python-async-binary``: the same with ``binary=True``: each array goes and comes back as
+  an attachment of a binary message (docs/wire.md), not base64;
 * ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
@@ -24,7 +26,8 @@ the result as JSON text. Clients:
 * ``socket-floor``: no client: the sample's HTTP requests, encoded once before timing, are
   written by one thread on a plain socket while another reads the replies whole and drops
   them. What the transport alone costs a client process on this host, below which no
-  client that sends and reads these bytes can go.
+  client that sends and reads these bytes can go;
+* ``socket-floor-binary``: the same for the binary messages ``python-async-binary`` moves.
 
 Prints a table and the goals (``--append FILE`` adds them to a Markdown brief), and
 writes ``target/bench/client.json``. Every process it starts is stopped by its PID.
@@ -51,7 +54,17 @@ OUT = ROOT / "target" / "bench"
 PEERS_PY = ROOT / "benches" / ".venv-peers" / "bin" / "python"
 GENERATED = OUT / "peers"
 WORKLOADS = {"smol": (1000, 16), "large": (100, 32 * 224 * 224)}
-UCALL_CLIENTS = ["python-async", "python-pipeline", "python-sequential", "rust", "c", "httpx", "socket-floor"]
+UCALL_CLIENTS = [
+    "python-async",
+    "python-async-binary",
+    "python-pipeline",
+    "python-sequential",
+    "rust",
+    "c",
+    "httpx",
+    "socket-floor",
+    "socket-floor-binary",
+]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 SHAPE = (32, 224, 224)
 
@@ -91,9 +104,9 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
     calls, _ = WORKLOADS[workload]
     data = payload(workload)
     decode = (lambda r: r.bytes) if workload == "smol" else (lambda r: r.numpy)
-    if kind == "python-async":
+    if kind in ("python-async", "python-async-binary"):
         loop = asyncio.new_event_loop()
-        client = AsyncClient(port=port, timeout=120)
+        client = AsyncClient(port=port, timeout=120, binary=True if kind.endswith("binary") else None)
 
         async def gathered() -> None:
             replies = await asyncio.gather(*(client.echo(data=data) for _ in range(calls)))
@@ -151,17 +164,34 @@ def worker_httpx(port: int, workload: str, samples: int) -> dict:
         del np
 
 
-def worker_socket_floor(port: int, workload: str, samples: int) -> dict:
-    import threading
-
+def http_request(workload: str, binary: bool) -> bytes:
+    """The bytes of one echo request: JSON with base64, or a binary message whose
+    attachment is the array (docs/wire.md §3.1), as ``AsyncClient`` sends them."""
     from ucall import _codec
+    from ucall._attachments import Attachments
 
-    calls, _ = WORKLOADS[workload]
     data = payload(workload)
+    if binary:
+        attachments = Attachments()
+        params = {"data": attachments.pack(data)}
+        text = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": params, "id": 1}).encode()
+        body = b"".join(bytes(memoryview(part).cast("B")) for part in attachments.body(text))
+        head = (
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/vnd.ucall.binary, application/json\r\n"
+            b"Content-Type: application/vnd.ucall.binary\r\nUCall-JSON-Length: %d\r\nContent-Length: %d\r\n\r\n"
+        )
+        return head % (len(text), len(body)) + body
     text = base64.b64encode(data).decode() if workload == "smol" else _codec.pack_ndarray(data)
     body = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": {"data": text}, "id": 1}).encode()
     head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-    request = head % len(body) + body
+    return head % len(body) + body
+
+
+def worker_socket_floor(port: int, workload: str, samples: int, binary: bool = False) -> dict:
+    import threading
+
+    calls, _ = WORKLOADS[workload]
+    request = http_request(workload, binary)
     # Written a megabyte at a time, from one buffer: the bytes a client must send, and no
     # more memory than they fill.
     together = max(1, min(calls, (1 << 20) // len(request)))
@@ -330,8 +360,8 @@ def main() -> int:
             figures = worker_grpc(args.port, args.workload, args.samples)
         elif args.worker == "httpx":
             figures = worker_httpx(args.port, args.workload, args.samples)
-        elif args.worker == "socket-floor":
-            figures = worker_socket_floor(args.port, args.workload, args.samples)
+        elif args.worker in ("socket-floor", "socket-floor-binary"):
+            figures = worker_socket_floor(args.port, args.workload, args.samples, args.worker.endswith("binary"))
         else:
             figures = worker_ucall(args.worker, args.port, args.workload, args.samples)
         print(json.dumps(figures))

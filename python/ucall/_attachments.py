@@ -199,6 +199,20 @@ class Attachments:
     def body_length(self, json_text: bytes) -> int:
         return align(len(json_text)) + self.size if self.buffers else len(json_text)
 
+    def sources(self) -> list[Any]:
+        """The attachments in order, for the native transport, which places each as ``add``
+        did and writes it from its own memory when it is an immutable ``bytes`` or a
+        C-contiguous numpy array; any other is copied once here (``tobytes()``)."""
+        out: list[Any] = []
+        for _, view in self.buffers:
+            source: Any = view.obj
+            if type(source) is bytes:
+                whole = len(source) == view.nbytes
+            else:
+                whole = _codec.is_ndarray(source) and source.flags.c_contiguous and source.nbytes == view.nbytes
+            out.append(source if whole else view.tobytes())
+        return out
+
 
 def prefix(json_length: int, body_length: int) -> bytes:
     """The 16 bytes before a body on raw TCP and WebSocket (docs/wire.md §3.2)."""
@@ -215,23 +229,39 @@ def parse_prefix(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     return json_length, body_length
 
 
-def decode(body: bytes | bytearray | memoryview, json_length: int) -> Any:
+def decode(body: Any, json_length: int) -> Any:
     """The JSON value of a binary reply body, the placeholders in its results resolved
     (``ProtocolError`` for a broken body or placeholder). An ``ndarray`` is a numpy view of
-    ``body`` (writable when ``body`` is a ``bytearray``); a ``bytes`` attachment is ``bytes``."""
-    view = memoryview(body)
-    if json_length > len(view) or json_length < len(view) < align(json_length):
-        raise ProtocolError("a binary reply whose JSON length does not fit its body")
+    ``body`` (writable when ``body`` is a ``bytearray``, read-only over the native
+    transport's ``BinaryBody``); a ``bytes`` attachment is ``bytes``."""
+    if hasattr(body, "section_bytes"):  # the native transport's, its framing checked there
+        text, section = body.text(), _native_section(body, json_length)
+    else:
+        view = memoryview(body)
+        if json_length > len(view) or json_length < len(view) < align(json_length):
+            raise ProtocolError("a binary reply whose JSON length does not fit its body")
+        text = view[:json_length].tobytes()
+        section = view[align(json_length) :] if len(view) > json_length else view[:0]
     try:
-        data = json.loads(view[:json_length].tobytes())
+        data = json.loads(text)
     except ValueError as error:
         raise ProtocolError(f"a binary reply whose JSON text is not JSON: {error}") from None
-    section = view[align(json_length) :] if len(view) > json_length else view[:0]
     replies = data if isinstance(data, list) else [data]
     for reply in replies:
         if isinstance(reply, dict) and "result" in reply:
             reply["result"] = _resolve(reply["result"], section)
     return data
+
+
+def _native_section(body: Any, json_length: int) -> Any:
+    """The attachment section of a native ``BinaryBody``: a read-only numpy view of it
+    where it lies; without numpy (no array can be made then) a copy of its bytes."""
+    start = min(align(json_length), len(body))
+    try:
+        import numpy as np
+    except ImportError:
+        return memoryview(body.section_bytes(0, len(body) - start))
+    return np.asarray(body)[start:]
 
 
 def _resolve(value: Any, section: memoryview) -> Any:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 __all__ = [
     "AttachmentMemory",
     "BatchReply",
+    "BinaryBody",
     "Context",
     "DEADLINE_EXCEEDED",
     "DeferredReply",
@@ -299,6 +300,19 @@ class AttachmentMemory:
     def __len__(self) -> int: ...
 
 @final
+class BinaryBody:
+    """A binary reply's body from the native transport, in the one buffer it was read into."""
+
+    def text(self) -> bytes:
+        """The JSON text."""
+    def section_bytes(self, offset: int, length: int) -> bytes:
+        """Bytes of the attachment section, copied."""
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        """The whole body for numpy, read-only, viewed where it lies."""
+    def __len__(self) -> int: ...
+
+@final
 class ReplyBody:
     """A large JSON reply from the native transport, checked and kept as its text."""
 
@@ -377,10 +391,17 @@ class NativeMux:
     ) -> Optional[int]:
         """Submit a call (with ``timeout``, its deadline member); its ticket. With
         ``unsent_at_most``, None (nothing encoded) while more bytes wait to be written."""
+    def send_binary(
+        self, text: bytes, attachments: List[Any], expects_reply: bool, unsent_at_most: Optional[int] = None
+    ) -> Optional[int]:
+        """Submit a binary message: ``text`` and the buffers its placeholders name, each
+        at the next multiple of 64 in the section; its ticket (None while more than
+        ``unsent_at_most`` bytes wait to be written)."""
     def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
-    def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException]]]:
-        """Every completion so far: ``(ticket, status, body, close, error)``; the body
-        parsed when it is JSON, else ``bytes``; None with an ``error``."""
+    def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException], Optional[int]]]:
+        """Every completion so far: ``(ticket, status, body, close, error, json_length)``;
+        the body parsed when it is JSON, a ``BinaryBody`` for a binary message whose JSON
+        text is ``json_length`` long, else ``bytes``; None with an ``error``."""
     def reset(self, message: str, timeout: bool) -> None: ...
     def in_flight(self) -> int: ...
     def close(self) -> None: ...

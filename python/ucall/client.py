@@ -280,25 +280,33 @@ def _decode(reply: Reply) -> Any:
 
 
 class _BinaryRequest:
-    """A call whose params hold binary values, sent as a binary message (docs/wire.md):
-    the request with placeholders, and its attachments where they lie."""
+    """A request (or batch) whose params hold binary values, sent as a binary message
+    (docs/wire.md): the requests with placeholders, their attachments (one section for a
+    batch) where they lie. ``marked(method)`` names the params that may be attachments
+    (None: all)."""
 
-    def __init__(
-        self,
-        method: str,
-        params: Any,
-        request_id: int,
-        timeout: float | None,
-        marked: frozenset[str | int] | None = None,
-    ) -> None:
+    def __init__(self, request: Any, marked: Callable[[str], frozenset[str | int] | None]) -> None:
         self.attachments = _attachments.Attachments()
-        self.params = params
-        self.request = _request(method, self.attachments.pack_params(params, marked), request_id, timeout)
+        self.raw = request
+
+        def packed(one: Any) -> Any:
+            if not isinstance(one, dict) or one.get("params") is None or not isinstance(one.get("method"), str):
+                return one
+            return dict(one, params=self.attachments.pack_params(one["params"], marked(one["method"])))
+
+        #: The request object (a call's: a dict) or batch (a list), placeholders in place.
+        self.request: Any = [packed(one) for one in request] if isinstance(request, list) else packed(request)
         self.text = dumps(self.request)
 
-    def plain(self) -> dict[str, Any]:
-        """The same call as a plain JSON request (base64), for a server without binary messages."""
-        return dict(self.request, params=_codec.pack(self.params))
+    def plain(self) -> Any:
+        """The same request as plain JSON (base64), for a server without binary messages."""
+
+        def plain(one: Any) -> Any:
+            if not isinstance(one, dict) or one.get("params") is None:
+                return one
+            return dict(one, params=_codec.pack(one["params"]))
+
+        return [plain(one) for one in self.raw] if isinstance(self.raw, list) else plain(self.raw)
 
     def parts(self, leading: bytes) -> list[Any]:
         """``leading`` (a head or prefix), then the body in pieces."""
@@ -647,14 +655,28 @@ class _Endpoint:
         document (``rpc.discover``; a server without it describes none)."""
         self._marked = _attachments.marked_params(document)
 
+    def _marked_params(self, method: str) -> frozenset[str | int] | None:
+        """The params of ``method`` that may go as attachments: all (None) with
+        ``binary=True``, else those the server's description marks."""
+        return None if self.binary else (self._marked or {}).get(method, frozenset())
+
     def _binary_request(self, method: str, params: Any) -> _BinaryRequest | None:
         """The call as a binary message, or None when no value of it goes as an attachment
         (with ``binary=None``, only the params the server's description marks do)."""
-        marked = None if self.binary else (self._marked or {}).get(method, frozenset())
+        marked = self._marked_params(method)
         if marked is not None and not marked:
             return None
-        call = _BinaryRequest(method, params, self.next_id(), self.timeout, marked)
+        call = _BinaryRequest(_request(method, params, self.next_id(), self.timeout), self._marked_params)
         return call if call.attachments.buffers else None
+
+    def _binary_message(self, request: Any) -> _BinaryRequest | None:
+        """A request object or batch (ids given, params unpacked) as one binary message;
+        None when none of its values goes as an attachment."""
+        methods = [one.get("method") for one in (request if isinstance(request, list) else [request])]
+        if not any(self._marked_params(m) is None or self._marked_params(m) for m in methods if isinstance(m, str)):
+            return None  # (before packing: plain JSON goes on the native writer)
+        message = _BinaryRequest(request, self._marked_params)
+        return message if message.attachments.buffers else None
 
     def _call_headers(self, headers: Mapping[str, str]) -> str:
         """A call's own headers as lines; only HTTP sends headers with each call."""
@@ -859,22 +881,32 @@ class Client(_Endpoint, _OwnsSocket):
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back and read the replies in order,
         reading while writing: any number of calls of any size completes."""
+        calls = list(calls)
         if self._native is not None and current_meta() is None:
-            return self._native_calls(list(calls))
+            return self._native_calls(calls)
         requests = self._requests(calls)
         replies = self._roundtrip([dumps(r) for r in requests], len(requests))
         return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
 
     # ------------------------------------------------------------ transport
 
-    def _binary_request_asked(self, method: str, params: Any) -> _BinaryRequest | None:
-        """``_binary_request``, the server's description asked for first when needed."""
+    def _ask(self) -> None:
+        """The server's description, when binary messages need it (``_learn``)."""
         if self._must_ask():
             try:
                 self._learn(self.call("rpc.discover").json)
             except (RPCError, ProtocolError):
                 self._learn(None)
+
+    def _binary_request_asked(self, method: str, params: Any) -> _BinaryRequest | None:
+        """``_binary_request``, the server's description asked for first when needed."""
+        self._ask()
         return self._binary_request(method, params)
+
+    def _binary_message_asked(self, request: Any) -> _BinaryRequest | None:
+        """``_binary_message``, the server's description asked for first when needed."""
+        self._ask()
+        return self._binary_message(request)
 
     def _binary_call(self, call: _BinaryRequest, progress: Progress | None = None, headers: str = "") -> Response:
         """A call with attachments, on the Python transport (``sendmsg`` writes them where
@@ -893,11 +925,14 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
         expected = 1 if self.expects_reply(request) else 0
-        if self._native is not None and progress is None and not self._traced_http():
+        message = self._binary_message_asked(request) if self._may_attach(request) else None
+        if message is not None:
+            replies = self._roundtrip([message], expected, progress)
+        elif self._native is not None and progress is None and not self._traced_http():
             # (An upload with progress reports goes on a Python socket of its own.)
             replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout)]
         else:
-            replies = self._roundtrip([dumps(request)], expected, progress)
+            replies = self._roundtrip([dumps(_codec.pack(request))], expected, progress)
         if not replies:
             return None
         data = _decode(replies[0])
@@ -1380,13 +1415,14 @@ class _Collected:
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> _Pending:
-        self.requests.append(_request(method, _params(args, kwargs), self._next_id()))
+        # Params as given: the batch goes as one binary message when they hold binary values.
+        self.requests.append(_request(method, _native_params(args, kwargs), self._next_id()))
         pending = _Pending()
         self.pending.append(pending)
         return pending
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
-        self.requests.append(_request(method, _params(args, kwargs), None))
+        self.requests.append(_request(method, _native_params(args, kwargs), None))
 
     def _settle(self, responses: list[Response] | None) -> list[Response]:
         """Hand each collected call its response; the batch is empty again."""
@@ -1534,7 +1570,7 @@ class AsyncClient(_Endpoint):
         """The call's ``Response``, to await (or gather, or run as a task). On the native
         transport, inside a running event loop, the request is sent at once and what comes
         back is a future (``_Call``), which ``asyncio.gather`` takes without a task of its own."""
-        if self._may_attach(_native_params(args, kwargs)):
+        if self._may_attach(_native_params(args, kwargs)) or self._asks_binary_replies():
             return self._binary_call(method, _native_params(args, kwargs))
         if self._native_protocol is not None and current_meta() is None:
             mux = self._mux
@@ -1543,20 +1579,23 @@ class AsyncClient(_Endpoint):
                     mux = self._native_mux()
             except RuntimeError:  # no running loop yet (``asyncio.run(client.ping())``)
                 return self._call(method, args, kwargs)
-            request_id = next(self._ids)
-            params = _native_params(args, kwargs)
-            if mux.held:
-                return mux.hold(method, params, request_id)
-            try:
-                ticket = mux.native.call(method, params, request_id, _codec.encode, self.timeout, UNSENT_AT_MOST)
-            except Exception as error:  # raised where it is awaited, as from a coroutine
-                failed = _Call(loop=mux.loop)
-                failed.set_exception(error)
-                return failed
-            if ticket is None:
-                return mux.hold(method, params, request_id)
-            return mux.wait(ticket, request_id)
+            return self._submit(mux, method, _native_params(args, kwargs))
         return self._call(method, args, kwargs)
+
+    def _submit(self, mux: _Mux, method: str, params: Any) -> _Call:
+        """A call on the native transport, its params encoded by the native writer."""
+        request_id = next(self._ids)
+        if mux.held:
+            return mux.hold(method, params, request_id)
+        try:
+            ticket = mux.native.call(method, params, request_id, _codec.encode, self.timeout, UNSENT_AT_MOST)
+        except Exception as error:  # raised where it is awaited, as from a coroutine
+            failed = _Call(loop=mux.loop)
+            failed.set_exception(error)
+            return failed
+        if ticket is None:
+            return mux.hold(method, params, request_id)
+        return mux.wait(ticket, request_id)
 
     async def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Response:
         request = _request(method, _params(args, kwargs), self.next_id(), self.timeout)
@@ -1598,13 +1637,20 @@ class AsyncClient(_Endpoint):
         ``(method, params)`` pairs: ``await client.batch(calls)``, their responses in order."""
         if calls is None:
             return AsyncBatch(self)
-        requests = self._requests(calls)
-        return self._exchange(requests)
+        return self._exchange(self._kept_requests(calls))
 
     async def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back, then await the replies in order."""
-        requests = self._requests(calls)
+        requests = self._kept_requests(calls)
         return list(await asyncio.gather(*(self._exchange(r) for r in requests)))
+
+    def _kept_requests(self, calls: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
+        """A request per call, params as given when they hold binary values (``_exchange``
+        sends those as binary messages), else packed."""
+        calls = list(calls)
+        if self._may_attach([params for _, params in calls]):
+            return [_request(m, p, self.next_id(), self.timeout) for m, p in calls]
+        return self._requests(calls)
 
     def _native_mux(self) -> _Mux:
         loop = asyncio.get_running_loop()
@@ -1617,7 +1663,16 @@ class AsyncClient(_Endpoint):
 
     async def _exchange(self, request: Any, headers: str = "") -> Any:
         """Send ``request`` and settle its reply; ``headers`` (a call's own lines) take
-        Python's transport, since the native one writes one head for the connection."""
+        Python's transport, since the native one writes one head for the connection. A
+        request or batch whose params hold binary values goes as one binary message."""
+        if self._may_attach(request):
+            await self._ask_once()
+            message = self._binary_message(request)
+            if message is not None:
+                expects = self.expects_reply(request)
+                reply = await self._binary_send(message, expects, headers)
+                return None if reply is None else self._settle(request, reply)
+            request = _codec.pack(request)
         if self._native_protocol is not None and not headers and not self._traced_http():
             mux = self._native_mux()
             expects = self.expects_reply(request)
@@ -1625,25 +1680,57 @@ class AsyncClient(_Endpoint):
             if not expects:
                 return None
             return self._settle(request, reply)
-        answer = await self._python_exchange(dumps(request), self.expects_reply(request), headers)
+        answer = await self._python_exchange(dumps(_codec.pack(request)), self.expects_reply(request), headers)
         return None if answer is None else self._settle(request, answer)
 
     async def _binary_call(self, method: str, params: Any, headers: str = "") -> Response:
-        """As ``Client._binary_call``, on the asyncio transport; a call none of whose values
-        goes as an attachment goes as any other."""
-        if self._must_ask():
-            if self._asking is None:
-                self._asking = asyncio.ensure_future(self._ask())
-            await asyncio.shield(self._asking)
-        call = self._binary_request(method, params)
+        """A call with attachments, as a binary message on the client's connection; a call
+        none of whose values goes as an attachment goes as any other."""
+        await self._ask_once()
+        call = self._binary_request(method, params) if self._may_attach(params) else None
+        if call is None and not headers and not self._asks_binary_replies():
+            if self._native_protocol is not None and current_meta() is None:
+                # No attachment after all (the server marks none): the native writer packs
+                # the values (base64 straight into the request), not Python.
+                return self._in_time(await self._submit(self._native_mux(), method, params))
         if call is None:
             request = _request(
                 method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout
             )
-            return self._in_time(await self._exchange(request, headers))
-        reply = await self._python_exchange(call, True, headers)
+            if not (self._asks_binary_replies() and not headers):
+                return self._in_time(await self._exchange(request, headers))
+            # A binary message without attachments: how a call accepts a binary reply.
+            call = _BinaryRequest(request, lambda method: frozenset())
+        reply = await self._binary_send(call, True, headers)
         assert reply is not None
         return self._in_time(self._settle(call.request, reply))
+
+    async def _binary_send(self, message: _BinaryRequest, expects: bool, headers: str) -> Reply | None:
+        """Send a binary message; its reply when one is expected. On the native transport
+        (HTTP and raw TCP) it goes on the connection of every other call, in order, its
+        attachments written from their own memory and a binary reply read into one buffer
+        that its arrays view; else (WebSocket, a call's own headers) on Python's."""
+        if self._native_protocol in ("http", "tcp") and not headers and not self._traced_http():
+            mux = self._native_mux()
+            ticket = mux.native.send_binary(message.text, message.attachments.sources(), expects)
+            assert ticket is not None  # (None only with unsent_at_most)
+            reply = await mux.wait(ticket)
+            return reply if expects else None
+        return await self._python_exchange(message, expects, headers)
+
+    def _asks_binary_replies(self) -> bool:
+        """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
+        binary message, so that a result array or bytes come back as an attachment: over
+        raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
+        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
+
+    async def _ask_once(self) -> None:
+        """The server's description, asked once for every call waiting on it, when binary
+        messages need it (``_learn``)."""
+        if self._must_ask():
+            if self._asking is None:
+                self._asking = asyncio.ensure_future(self._ask())
+            await asyncio.shield(self._asking)
 
     async def _ask(self) -> None:
         """The server's description, once for every call waiting on it (``_learn``)."""
@@ -1910,7 +1997,7 @@ class _Mux:
         except (BlockingIOError, InterruptedError):
             pass
         waiting = self.waiting
-        for ticket, status, body, close, error in self.native.take():
+        for ticket, status, body, close, error, json_length in self.native.take():
             entry = waiting.pop(ticket, None)
             if entry is None or entry[0].done():
                 continue
@@ -1918,12 +2005,12 @@ class _Mux:
             if error is not None:
                 future.set_exception(error)
             elif call_id is None:
-                future.set_result(Reply(status, body, close))
+                future.set_result(Reply(status, body, close, json_length))
             elif (response := _native_response(status, body, call_id)) is not None:
                 future.set_result(response)  # a result, to this call: nothing to check
             else:
                 try:
-                    data = _decode_body(status, body)
+                    data = _decode(Reply(status, body, close, json_length))
                     response = self.client._in_time(Client._check(Response(data), {"id": call_id}))
                 except (ProtocolError, RPCError, TimeoutError) as failed:
                     future.set_exception(failed)

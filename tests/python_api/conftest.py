@@ -172,15 +172,16 @@ class Recorder:
                 pass
 
     def binary_messages(self, transport: str, replies: bool = False) -> int:
-        """How many connections carried a binary message (the first one's framing only):
-        from the client, or with ``replies`` from the server."""
+        """How many connections carried a binary message (over WebSocket, the first
+        message's framing only): from the client, or with ``replies`` from the server."""
         count = 0
         for record in self.received if replies else self.sent:
             data = bytes(record)
             if transport == "http":
                 count += b"content-type: application/vnd.ucall.binary" in data.lower()
             elif transport == "tcp":
-                count += data[:1] == b"\xc1"
+                # 0xC1 is in no UTF-8 text: only a binary message's prefix brings it.
+                count += b"\xc1" in data
             else:  # the first frame after the upgrade: 0x82 is a final binary frame
                 head_end = data.find(b"\r\n\r\n")
                 count += head_end >= 0 and data[head_end + 4 : head_end + 5] == b"\x82"

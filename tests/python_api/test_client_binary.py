@@ -18,7 +18,7 @@ from conftest import Recorder
 
 from ucall import _attachments
 from ucall._wire import ReplyReader
-from ucall.client import AsyncClient, Client, Response, _BinaryRequest, _decode
+from ucall.client import AsyncClient, Client, Response, _BinaryRequest, _decode, _request
 from ucall.exceptions import ProtocolError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vectors"))
@@ -46,6 +46,11 @@ def _wire_md_dumps() -> list[bytes]:
     return [_hexdump(block) for block in blocks if block.strip().startswith("00000000:")]
 
 
+def _call(method: str, params: Any, call_id: int) -> _BinaryRequest:
+    """A call with every binary value as an attachment (``binary=True``)."""
+    return _BinaryRequest(_request(method, params, call_id), lambda method: None)
+
+
 def _message(call: _BinaryRequest) -> bytes:
     """The raw TCP message of ``call``, its pieces joined."""
     parts = call.parts(_attachments.prefix(len(call.text), call.length))
@@ -54,7 +59,7 @@ def _message(call: _BinaryRequest) -> bytes:
 
 def test_the_request_of_the_spec_example_byte_for_byte():
     request_dump, _ = _wire_md_dumps()
-    assert _message(_BinaryRequest("hex", [b"foo"], 1, None)) == request_dump
+    assert _message(_call("hex", [b"foo"], 1)) == request_dump
 
 
 def test_the_reply_of_the_spec_example_reads_as_a_float32_array():
@@ -118,7 +123,7 @@ def _layout_cases() -> list[Any]:
         if not isinstance(request, dict) or "id" not in request or "section_length" in vector:
             continue
         section = _section(vector)
-        call = _BinaryRequest(request["method"], _values(request["params"], section), request["id"], None)
+        call = _call(request["method"], _values(request["params"], section), request["id"])
         if call.attachments.buffers and call.text == vector["json"].encode():
             cases.append(pytest.param(call, binary_wire.body(call.text, section), id=path.stem))
     assert len(cases) >= 4, "the vectors have calls this client writes alike"
@@ -161,7 +166,7 @@ def test_a_placeholder_outside_results_stays_an_object():
 def test_params_pack_into_placeholders_and_aligned_attachments():
     array = np.arange(6, dtype=">i4").reshape(2, 3)  # big-endian: sent little-endian
     column = np.arange(12, dtype=np.float64).reshape(3, 4)[:, 1]  # strided: sent C-contiguous
-    call = _BinaryRequest("f", {"a": array, "b": [b"xy", column], "n": 1, "s": "text"}, 3, None)
+    call = _call("f", {"a": array, "b": [b"xy", column], "n": 1, "s": "text"}, 3)
     params = call.request["params"]
     assert params["a"] == {"$ucall": "ndarray", "offset": 0, "length": 24, "dtype": "int32", "shape": [2, 3]}
     assert params["b"][0] == {"$ucall": "bytes", "offset": 64, "length": 2}
@@ -177,7 +182,7 @@ def test_params_pack_into_placeholders_and_aligned_attachments():
 
 def test_a_large_array_is_written_from_its_own_memory():
     array = np.ones(1 << 20, dtype=np.float32)
-    call = _BinaryRequest("echo", [array], 1, None)
+    call = _call("echo", [array], 1)
     parts = call.parts(b"")
     assert any(np.shares_memory(np.frombuffer(p, np.uint8), array) for p in parts if len(p) == array.nbytes)
 
@@ -337,3 +342,87 @@ def test_binary_replies_read_as_their_plain_json_form(vector):
     placed = [(a["offset"], bytes.fromhex(a["hex"])) for a in vector.get("reply_attachments", [])]
     body = binary_wire.body(text, binary_wire.section(placed, vector.get("reply_section_length")))
     assert json.loads(json.dumps(_codec.pack(_attachments.decode(body, len(text))))) == vector["plain_reply"]
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp"])
+def test_async_calls_batches_and_pipelines_share_one_connection(make_server, transport):
+    """Calls with attachments go on the connection of every other call, in order, each
+    reply to its call; a batch with attachments is one binary message whose calls share
+    its section; a pipeline mixes binary messages and JSON texts."""
+    server = _echo_server(make_server)
+    relay = Recorder(server.port)
+    arrays = [np.arange(i * 3000, dtype=np.float32).reshape(-1, 3) for i in range(1, 9)]
+
+    async def session() -> None:
+        async with AsyncClient(ADDRESSES[transport].format(relay.port), binary=True) as client:
+            calls = []
+            for i, array in enumerate(arrays):
+                calls.append(client.echo(array))
+                calls.append(client.echo_any(i))  # plain JSON, between binary messages
+            replies = await asyncio.gather(*calls)
+            for i, array in enumerate(arrays):
+                back = replies[2 * i].numpy
+                assert np.array_equal(back, array) and back.dtype == np.float32
+                assert not back.flags.writeable, "a view of the reply's buffer, not a copy"
+                assert replies[2 * i + 1].json == i
+            batch = await client.batch([("echo", [arrays[0]]), ("reverse", [b"abc"]), ("echo_any", ["x"])])
+            assert np.array_equal(batch[0].numpy, arrays[0])
+            assert (batch[1].bytes, batch[2].json) == (b"cba", "x")
+            async with client.batch() as collected:
+                first, second = collected.reverse(b"xyz"), collected.echo(x=arrays[1])
+            assert first.bytes == b"zyx" and np.array_equal(second.numpy, arrays[1])
+            piped = await client.pipeline([("echo", [arrays[2]]), ("echo_any", [7]), ("reverse", [b"de"])])
+            assert np.array_equal(piped[0].numpy, arrays[2])
+            assert (piped[1].json, piped[2].bytes) == (7, b"ed")
+
+    try:
+        asyncio.run(asyncio.wait_for(session(), 30))
+        assert len(relay.sent) == 1, "one connection"
+        sent, received = bytes(relay.sent[0]), bytes(relay.received[0])
+        # Each array went and came back as an attachment, once: no base64 of it anywhere.
+        assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
+        assert sent.count(arrays[-1].tobytes()) == 1 and received.count(arrays[-1].tobytes()) == 1
+        if transport == "http":
+            batches = sent.count(b'[{"jsonrpc":"2.0","method":"echo","params":[{"$ucall":"ndarray"')
+            assert batches == 1, "the batch is one binary message"
+    finally:
+        relay.close()
+
+
+def test_sync_batches_carry_attachments(make_server):
+    server = _echo_server(make_server)
+    relay = Recorder(server.port)
+    array = np.arange(5000, dtype=np.int32)
+    try:
+        with Client(port=relay.port, binary=True) as client:
+            with client.batch() as batch:
+                echoed, reversed_ = batch.echo(array), batch.reverse(b"abc")
+            assert np.array_equal(echoed.numpy, array) and reversed_.bytes == b"cba"
+            assert client([{"method": "echo_any", "params": [1]}, {"method": "echo_any", "params": ["x"]}])[1].json == "x"
+        sent = b"".join(bytes(record) for record in relay.sent)
+        assert sent.count(array.tobytes()) == 1, "the batch's array went once, as an attachment"
+        assert b'"method":"reverse","params":[{"$ucall":"bytes"' in sent
+    finally:
+        relay.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp"])
+def test_async_binary_true_gets_binary_replies_to_calls_without_attachments(make_server, transport):
+    """docs/wire.md §3.2: over raw TCP a JSON text is answered with JSON; a call accepts a
+    binary reply by being a binary message, with no attachment when it has none to send."""
+    server = _echo_server(make_server)
+    relay = Recorder(server.port)
+    values = np.arange(2000, dtype=np.float64).tolist()
+
+    async def session() -> None:
+        async with AsyncClient(ADDRESSES[transport].format(relay.port), binary=True) as client:
+            back = (await client.echo(values)).numpy
+            assert back.tolist() == values and not back.flags.writeable
+            assert (await client.echo_any({"a": 1})).json == {"a": 1}
+
+    try:
+        asyncio.run(asyncio.wait_for(session(), 30))
+        assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
+        assert np.array(values).tobytes() in bytes(relay.received[0]), "the array came back as an attachment"
+    finally:
+        relay.close()

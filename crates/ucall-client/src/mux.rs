@@ -41,6 +41,8 @@ pub struct Completion {
 enum Submission {
     Body(Vec<u8>),
     Request(Params),
+    /// A binary message built by the caller: its JSON text and the attachments it names.
+    Binary(Arc<Vec<u8>>, Section),
 }
 
 impl Submission {
@@ -48,6 +50,8 @@ impl Submission {
         match self {
             Submission::Body(body) => body.len(),
             Submission::Request(request) => request.wire_len(),
+            Submission::Binary(json, section) if section.is_empty() => json.len(),
+            Submission::Binary(json, section) => ucall_core::wire::align(json.len()) + section.len(),
         }
     }
 }
@@ -155,6 +159,14 @@ impl Multiplexed {
     pub fn submit_call(&self, method: &str, params: impl ToParams, id: Option<u64>) -> Result<Ticket> {
         let request = Params::request(method, &params, id)?;
         Ok(self.push(Submission::Request(request), id.is_some()))
+    }
+
+    /// Queue a binary message (docs/wire.md) built by the caller: `json`, a request or
+    /// batch whose binary values are placeholders naming the attachments of `section`
+    /// (`Section::attach` places each), written from where they lie, in submission order
+    /// with the rest. Its reply may be a binary message ([`Reply::binary`]).
+    pub fn submit_binary(&self, json: Vec<u8>, section: Section, expects_reply: bool) -> Ticket {
+        self.push(Submission::Binary(Arc::new(json), section), expects_reply)
     }
 
     fn push(&self, submission: Submission, expects_reply: bool) -> Ticket {
@@ -265,6 +277,9 @@ impl Negotiation {
             };
             match submission {
                 Submission::Body(body) => conn.queue(body),
+                Submission::Binary(json, section) => {
+                    conn.queue_shared(&json, RequestKind::Binary(json.len()), &section);
+                }
                 Submission::Request(request) => {
                     let attached = request.has_attachments();
                     let (binary, probe) = if protocol == Protocol::WebSocket {

@@ -778,3 +778,52 @@ fn a_batch_is_the_shared_section_vector_byte_for_byte_and_gets_its_replies() {
     server.stop();
     server.join();
 }
+
+#[test]
+fn a_multiplexed_connection_carries_binary_messages_between_json_texts() {
+    // `Multiplexed::submit_binary`: the JSON text, then the attachments from where they
+    // lie; replies complete in submission order, a binary reply with its JSON length.
+    let server = serve();
+    let array: Vec<u8> = floats(50_000, 3).iter().flat_map(|f| f.to_le_bytes()).collect();
+    for endpoint in endpoints(server.port()).into_iter().take(2) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mux = ucall_client::Multiplexed::new(endpoint, move || {
+            let _ = tx.send(());
+        })
+        .expect("a connection");
+        let mut section = ucall_core::jsonrpc::section::Section::new();
+        let offset = section.attach(ucall_core::Bytes::from(array.clone()));
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","method":"echo_array","params":[{{"$ucall":"ndarray","offset":{offset},"length":{},"dtype":"float32","shape":[50000]}}],"id":2}}"#,
+            array.len()
+        );
+        let first = mux.submit(
+            br#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":1}"#.to_vec(),
+            true,
+        );
+        let second = mux.submit_binary(text.into_bytes(), section, true);
+        let third = mux.submit(
+            br#"{"jsonrpc":"2.0","method":"subtract","params":[9,3],"id":3}"#.to_vec(),
+            true,
+        );
+        let mut done = Vec::new();
+        while done.len() < 3 {
+            rx.recv_timeout(std::time::Duration::from_secs(10))
+                .expect("completions");
+            mux.take(&mut done);
+        }
+        let tickets: Vec<_> = done.iter().map(|c| c.ticket).collect();
+        assert_eq!(tickets, [first, second, third]);
+        let replies: Vec<_> = done.into_iter().map(|c| c.result.expect("a reply")).collect();
+        assert_eq!(replies[0].binary, None);
+        let json_len = replies[1].binary.expect("a binary reply");
+        let (text, section) = ucall_core::wire::split_body(&replies[1].body, json_len).expect("framed");
+        assert!(std::str::from_utf8(text).unwrap().contains(r#""id":2"#));
+        assert_eq!(
+            &section[..array.len()],
+            &array[..],
+            "the array came back as an attachment"
+        );
+        assert!(String::from_utf8_lossy(&replies[2].body).contains(r#""result":6"#));
+    }
+}

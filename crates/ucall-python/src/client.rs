@@ -18,7 +18,7 @@ use ucall_client::{
     Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply, Spans, TlsRefusal, UNSENT_AT_MOST,
 };
 
-use crate::convert::write_json;
+use crate::convert::{attachment_bytes, write_json};
 
 /// TLS as the Python clients' keywords say it (`tls=None`: plaintext). The files were
 /// checked by the package already, which names them in its errors.
@@ -267,6 +267,76 @@ impl ReplyBody {
 
     fn __len__(&self) -> usize {
         self.body.len()
+    }
+}
+
+/// A binary reply's body (docs/wire.md): its JSON text, padding and attachment section in
+/// the one buffer it was read into. numpy views it where it lies (`__array_interface__`:
+/// the module is built on the limited API, which has no buffer protocol), so the arrays
+/// the package makes of its attachments are not copies.
+#[pyclass(module = "ucall._ucall", frozen)]
+pub struct BinaryBody {
+    body: Vec<u8>,
+    json_len: usize,
+}
+
+impl Drop for BinaryBody {
+    fn drop(&mut self) {
+        // Its buffer serves the next large reply or request, in pages already mapped.
+        ucall_core::buffer::keep(std::mem::take(&mut self.body));
+    }
+}
+
+#[pymethods]
+impl BinaryBody {
+    /// The JSON text, as `bytes`.
+    fn text<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.body[..self.json_len])
+    }
+
+    /// `length` bytes of the attachment section from `offset`, copied into a `bytes`
+    /// (for a reader without numpy); ValueError past the section's end.
+    fn section_bytes<'py>(&self, py: Python<'py>, offset: usize, length: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let start = ucall_core::wire::align(self.json_len).min(self.body.len());
+        offset
+            .checked_add(length)
+            .and_then(|end| self.body[start..].get(offset..end))
+            .map(|bytes| PyBytes::new(py, bytes))
+            .ok_or_else(|| PyValueError::new_err("past the end of the attachment section"))
+    }
+
+    /// The whole body as numpy's array interface (version 3): read-only bytes.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let interface = pyo3::types::PyDict::new(py);
+        interface.set_item("version", 3)?;
+        interface.set_item("shape", (self.body.len(),))?;
+        interface.set_item("typestr", "|u1")?;
+        interface.set_item("data", (self.body.as_ptr() as usize, true))?;
+        Ok(interface)
+    }
+
+    fn __len__(&self) -> usize {
+        self.body.len()
+    }
+}
+
+/// A reply's body for the package: a [`BinaryBody`] for a binary message, else as
+/// [`reply_body`] gives it.
+fn any_reply_body(py: Python<'_>, reply: Reply) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> {
+    match reply.binary {
+        Some(json_len) => Ok((
+            Bound::new(
+                py,
+                BinaryBody {
+                    body: reply.body,
+                    json_len,
+                },
+            )?
+            .into_any(),
+            json_len.into_pyobject(py)?.into_any(),
+        )),
+        None => Ok((reply_body(py, reply.body)?, py.None().into_bound(py))),
     }
 }
 
@@ -526,6 +596,37 @@ impl NativeMux {
         self.submit(body, id.is_some()).map(Some)
     }
 
+    /// Submit a binary message (docs/wire.md): `text`, a request or batch whose binary
+    /// values are placeholders, and the buffers they name, laid out in order each at the
+    /// next multiple of 64 (as the package's `Attachments` places them). The buffers are
+    /// written from their own memory; the objects are referenced until written. With
+    /// `unsent_at_most`, None (nothing submitted) while more than that waits to be written.
+    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None))]
+    fn send_binary(
+        &self,
+        text: &Bound<'_, PyBytes>,
+        attachments: &Bound<'_, PyList>,
+        expects_reply: bool,
+        unsent_at_most: Option<usize>,
+    ) -> PyResult<Option<u64>> {
+        let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
+        let mux = guard
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("the client is closed"))?;
+        if unsent_at_most.is_some_and(|limit| mux.unsent() > limit) {
+            return Ok(None);
+        }
+        let mut section = ucall_core::jsonrpc::section::Section::new();
+        for attachment in attachments.iter() {
+            section.attach(attachment_bytes(&attachment)?);
+        }
+        Ok(Some(mux.submit_binary(
+            text.as_bytes().to_vec(),
+            section,
+            expects_reply,
+        )))
+    }
+
     /// Submit a request object (or batch), serialized whole; its ticket.
     #[pyo3(signature = (request, expects_reply, encode))]
     fn send(&self, request: &Bound<'_, PyAny>, expects_reply: bool, encode: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -533,11 +634,13 @@ impl NativeMux {
         self.submit(body, expects_reply)
     }
 
-    /// Every completion so far: `[(ticket, status, body, close, error)]`, `error` an
-    /// exception instance (and `body` None) when the request failed. `body` is the reply
-    /// already parsed (a dict, a list...) when it is JSON; `bytes` otherwise (a 204's empty
-    /// body, a proxy's HTML page), for the caller's error message. Parsing it here saves a
-    /// copy of the body into a `bytes` and a call into Python per reply.
+    /// Every completion so far: `[(ticket, status, body, close, error, json_length)]`,
+    /// `error` an exception instance (and `body` None) when the request failed. `body` is
+    /// the reply already parsed (a dict, a list...) when it is JSON; `bytes` otherwise (a
+    /// 204's empty body, a proxy's HTML page), for the caller's error message; a
+    /// `BinaryBody` for a binary message, whose JSON text is `json_length` long (None for
+    /// any other reply). Parsing it here saves a copy of the body into a `bytes` and a
+    /// call into Python per reply.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let mut done: Vec<Completion> = Vec::new();
         if let Some(mux) = self.mux.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
@@ -547,16 +650,12 @@ impl NativeMux {
         for completion in done {
             let ticket = completion.ticket.into_pyobject(py)?.into_any();
             let item = match completion.result {
-                Ok(reply) => PyTuple::new(
-                    py,
-                    [
-                        ticket,
-                        reply.status.into_pyobject(py)?.into_any(),
-                        reply_body(py, reply.body)?,
-                        pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
-                        py.None().into_bound(py),
-                    ],
-                )?,
+                Ok(reply) => {
+                    let status = reply.status.into_pyobject(py)?.into_any();
+                    let close = pyo3::types::PyBool::new(py, reply.close).to_owned().into_any();
+                    let (body, json_length) = any_reply_body(py, reply)?;
+                    PyTuple::new(py, [ticket, status, body, close, py.None().into_bound(py), json_length])?
+                }
                 Err(error) => PyTuple::new(
                     py,
                     [
@@ -565,6 +664,7 @@ impl NativeMux {
                         py.None().into_bound(py),
                         pyo3::types::PyBool::new(py, true).to_owned().into_any(),
                         exception(py, &error).into_value(py).into_bound(py).into_any(),
+                        py.None().into_bound(py),
                     ],
                 )?,
             };

@@ -366,6 +366,32 @@ impl AsRef<[u8]> for Referenced {
     }
 }
 
+/// An attachment's memory without a copy, kept alive by a reference to its owner: a
+/// `bytes` object, or a C-contiguous numpy array (its `__array_interface__`: the
+/// module is built on the limited API, which has no buffer protocol). Anything else is
+/// copied once into a `bytes` (`tobytes()`).
+///
+/// # Errors
+/// An object that is neither and has no `tobytes()`.
+pub fn attachment_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(bytes) = obj.cast::<PyBytes>() {
+        return Ok(shared_bytes(bytes));
+    }
+    if let Ok(interface) = obj.getattr("__array_interface__") {
+        if interface.get_item("strides")?.is_none() {
+            let (address, _read_only): (usize, bool) = interface.get_item("data")?.extract()?;
+            let len: usize = obj.getattr("nbytes")?.extract()?;
+            return Ok(Bytes::from_owner(Referenced {
+                _owner: obj.clone().unbind(),
+                data: address as *const u8,
+                len,
+            }));
+        }
+    }
+    let copied = obj.call_method0("tobytes")?;
+    Ok(shared_bytes(copied.cast::<PyBytes>()?))
+}
+
 /// A `bytes` object's memory, without a copy.
 fn shared_bytes(bytes: &Bound<'_, PyBytes>) -> Bytes {
     let data = bytes.as_bytes();

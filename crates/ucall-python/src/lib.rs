@@ -123,6 +123,7 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeMux>()?;
     m.add_class::<client::ReplyBody>()?;
+    m.add_class::<client::BinaryBody>()?;
     m.add_class::<convert::NpyBytes>()?;
     m.add_class::<attachment::AttachmentMemory>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;

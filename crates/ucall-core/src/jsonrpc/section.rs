@@ -105,6 +105,13 @@ impl Section {
         offset
     }
 
+    /// Keep `bytes` for a writer that writes their placeholder itself (a client's request
+    /// built elsewhere); returns their offset, the next multiple of 64. Placeholders so
+    /// written are not rebased by [`Section::append_rebased`].
+    pub fn attach(&mut self, bytes: Bytes) -> usize {
+        self.push(bytes, 0..0)
+    }
+
     /// Append `other`'s attachments after these; the placeholders in `json` (the text
     /// `other`'s digit ranges count from) are rewritten for their new offsets as `json`
     /// is appended to `out`.

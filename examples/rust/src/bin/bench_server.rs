@@ -12,7 +12,7 @@
 //! | procedure | params | result |
 //! |---|---|---|
 //! | `sum` | `a`, `b` (integers) | `a + b` |
-//! | `echo` | `data` (any JSON) | `data`, passed through as raw text |
+//! | `echo` | `data` (any JSON, or an attachment) | `data`, passed through as raw text (an attachment as an attachment) |
 //! | `fibonacci` | `n` | the n-th Fibonacci number, computed by naive recursion (CPU-bound) |
 //! | `hash_complex` | `obj`: `{id, name, flag1, flag2, vals: [12 bytes]}` | a hex string, see [`hash_complex`] |
 //! | `std_dev` | `values` (10 numbers) | their population standard deviation |
@@ -114,6 +114,15 @@ fn main() {
                 .ok_or_else(|| RpcError::invalid_params("Invalid params: the sum does not fit in 64 bits"))
         })
         .handler("echo", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            if let Ok(found) = call.params().attachment(0, "data") {
+                // A binary message's attachment (docs/wire.md) comes back as one.
+                let data = ucall_core::Bytes::copy_from_slice(found.bytes);
+                match found.array {
+                    Some(array) => reply.array(array.dtype, &array.shape().collect::<Vec<_>>(), data)?,
+                    None => reply.bytes(data),
+                }
+                return Ok(());
+            }
             let data = call
                 .params()
                 .raw_at(0, "data")
