@@ -295,3 +295,55 @@ def test_middleware_keys_need_a_middleware_and_the_mode(make_server):
     status, _, reply = post_json(plain.port, {"jsonrpc": "2.0", "method": "other", "id": 1})
     assert (status, reply.get("result")) == (200, 1), reply
     assert seen and 'rate_limit_key="middleware"' in seen[0], seen
+
+
+def test_an_async_middleware_keys_a_procedure_limit(make_server):
+    server = make_server(rate_limit_key="middleware")
+    runs: list[str] = []
+
+    @server.middleware
+    async def by_tenant(ctx, call_next):
+        ctx.limit_by(ctx.headers.get("x-tenant", "none"))
+        return await call_next()
+
+    @server(rate_limit="1/min")
+    def once() -> int:
+        runs.append("once")
+        return len(runs)
+
+    server.start()
+    call = {"jsonrpc": "2.0", "method": "once", "id": 1}
+    assert post_json(server.port, call, {"X-Tenant": "a"})[0] == 200
+    assert post_json(server.port, call, {"X-Tenant": "b"})[0] == 200
+    status, headers, reply = post_json(server.port, call, {"X-Tenant": "a"})
+    assert status == 429 and "Retry-After" in headers, reply
+    assert_refused(reply["error"], "1/min")
+    assert runs == ["once", "once"]
+
+
+def test_a_middleware_key_limits_the_calls_of_a_batch_procedure(make_server):
+    server = make_server(rate_limit="1/min", rate_limit_key="middleware")
+    items: list[int] = []
+
+    @server.middleware
+    def by_tenant(ctx, call_next):
+        ctx.limit_by(ctx.headers.get("x-tenant", "none"))
+        return call_next()
+
+    @server.batch(max_size=4, max_wait_ms=2)
+    def double(x: list[int]) -> list[int]:
+        items.extend(x)
+        return [2 * v for v in x]
+
+    server.start()
+
+    def call(x: int, tenant: str) -> tuple[int, dict, dict]:
+        payload = {"jsonrpc": "2.0", "method": "double", "params": {"x": x}, "id": x}
+        return post_json(server.port, payload, {"X-Tenant": tenant})
+
+    assert call(1, "a")[2].get("result") == 2
+    assert call(2, "b")[2].get("result") == 4
+    status, headers, reply = call(3, "a")
+    assert status == 429 and "Retry-After" in headers, reply
+    assert_refused(reply["error"], "1/min")
+    assert items == [1, 2]  # the refused call never reached the batch
