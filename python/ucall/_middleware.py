@@ -6,6 +6,10 @@ A middleware is ``mw(ctx, call_next)``: ``ctx`` is the call's ``ucall.Context`` 
 result. It rejects a call by raising (``ucall.HTTPError(401, ...)``), or changes the
 result by returning another. An ``async def`` middleware awaits ``call_next()``; a plain
 one around an ``async def`` handler (or an async middleware) gets an awaitable from it.
+
+With ``rate_limit_key="middleware"`` a middleware names the call's client for the rate
+limits with ``ctx.limit_by(key)``; a call it does not key is limited by its peer address
+as the chain hands it to its procedure.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ def is_async(func: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))  # noqa: B004
 
 
-def chain(middlewares: Sequence[Middleware]) -> Callable[..., Any] | None:
+def chain(middlewares: Sequence[Middleware], keyed: bool = False) -> Callable[..., Any] | None:
     """``run(ctx, func, args, kwargs)``, running ``func(*args, **kwargs)`` inside
     ``middlewares`` (the first outermost); ``None`` without middleware. ``func`` is ``None``
-    when the params did not bind: ``args`` is then the error, raised where ``func`` would run."""
+    when the params did not bind: ``args`` is then the error, raised where ``func`` would run.
+    ``keyed``: the middleware keys the rate limits (a call it left unkeyed is admitted
+    by its peer address before ``func`` runs)."""
     if not middlewares:
         return None
     layers = tuple((m, is_async(m)) for m in middlewares)
@@ -35,6 +41,8 @@ def chain(middlewares: Sequence[Middleware]) -> Callable[..., Any] | None:
             if i == depth:
                 if func is None:
                     raise args
+                if keyed:
+                    ctx._limit_by_peer()
                 return func(*args, **kwargs) if kwargs else func(*args)
             middleware, asynchronous = layers[i]
             if asynchronous:

@@ -245,7 +245,10 @@ class Server:
             per process: ``run(workers=N)`` gives each worker its own buckets.
         rate_limit_key: what tells clients apart: ``"peer"`` (the address, default),
             ``"bearer"`` (the ``Authorization: Bearer`` token) or ``"header:X-API-Key"``
-            (a header's value); a call without the header is keyed by its address.
+            (a header's value); a call without the header is keyed by its address; or
+            ``"middleware"``: a middleware names each call's client with
+            ``ctx.limit_by(key)`` (one without is keyed by its address), and the core
+            does not check the call as it arrives, so none is counted twice.
         trusted_proxies: addresses or networks (``"10.0.0.0/8"``) of proxies whose
             ``X-Forwarded-For`` names the client, for the rate limits.
         max_connections_per_peer: most connections open at once from one IP address;
@@ -796,7 +799,10 @@ class Server:
                 _is_async(p.func) or inspect.isasyncgenfunction(p.func) for p in self._procedures.values()
             )
             loop = _EventLoop() if needs_loop else None
-            chain = _middleware.chain(self._middleware)
+            keyed = self._limits["rate_limit_key"].strip().lower() == "middleware"
+            if keyed and not self._middleware:
+                raise ValueError('rate_limit_key="middleware" needs a middleware that calls ctx.limit_by(key)')
+            chain = _middleware.chain(self._middleware, keyed)
             # Outside the middleware: a call it refuses has its span too.
             tracing = None
             if self.tracing and _tracing.active():

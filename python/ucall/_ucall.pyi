@@ -252,13 +252,17 @@ class Context:
     @property
     def params(self) -> Any:
         """The params as sent, decoded (middleware only; else ``None``)."""
+    def limit_by(self, key: str) -> None:
+        """Rate-limit this call as a call of the client ``key`` names (server with
+        ``rate_limit_key="middleware"``); over the limit raises ``HTTPError`` 429."""
+    def _limit_by_peer(self) -> None: ...
 
 def check_rate_limit(
     rate: Optional[str] = None, key: Optional[str] = None, trusted_proxies: Optional[list[str]] = None
 ) -> None:
     """Raise ``ValueError`` naming the rate-limit setting the core cannot take: a rate
     (``"100/s"``, ``"6000/min"``), a client key (``"peer"``, ``"bearer"``,
-    ``"header:<name>"``), or a trusted proxy (an address or network)."""
+    ``"header:<name>"``, ``"middleware"``), or a trusted proxy (an address or network)."""
 
 def type_text(schema: str) -> str:
     """A JSON Schema (JSON text) in the few words the /docs page shows for it

@@ -566,7 +566,7 @@ def _rate(text: str) -> str:
 
 
 def _rate_key(text: str) -> str:
-    """What tells clients apart: ``peer``, ``bearer`` or ``header:<name>``."""
+    """What tells clients apart: ``peer``, ``bearer``, ``header:<name>`` or ``middleware``."""
     try:
         check_rate_limit(key=text)
     except ValueError as error:
@@ -625,7 +625,8 @@ SERVER_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "rate_limit_key",
         _rate_key,
         "What tells clients apart: peer (the address, default), bearer (the Authorization token) or "
-        "header:NAME (a header's value, as header:X-API-Key).",
+        "header:NAME (a header's value, as header:X-API-Key), or middleware (the app's middleware "
+        "calls ctx.limit_by(key)).",
     ),
     (
         "--trusted-proxies",

@@ -392,6 +392,14 @@ impl ucall_config_t {
         }
         if let Some(key) = text_field("rate_limit_key", self.rate_limit_key)? {
             core.rate_limit.key = ClientKey::parse(key).map_err(|e| format!("config.rate_limit_key: {e}"))?;
+            if matches!(core.rate_limit.key, ClientKey::Middleware) {
+                // Keyed by Python middleware (`ctx.limit_by`): here nothing would admit calls.
+                return Err(
+                    "config.rate_limit_key: \"middleware\" needs the Python front end's middleware; \
+                     use \"peer\", \"bearer\" or \"header:<name>\""
+                        .into(),
+                );
+            }
         }
         if let Some(proxies) = text_field("trusted_proxies", self.trusted_proxies)? {
             for proxy in proxies.split(',').map(str::trim).filter(|p| !p.is_empty()) {

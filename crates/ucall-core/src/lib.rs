@@ -116,7 +116,7 @@ pub use limit::{ClientKey, IpNet, Rate, RateLimit};
 pub use metrics::{ExtraMetrics, MetricsConfig};
 pub use params::Param;
 pub use request_log::{LogFormat, RequestLog};
-pub use router::{Call, Handler, Hook, Params, Reply, Router};
+pub use router::{Call, Handler, Hook, KeyedLimits, Params, Reply, Router};
 pub use server::{Config, DrainCounts, EngineKind, EventLog, Server, ServerBuilder, ServerHandle, Stopper};
 pub use session::Limits;
 pub use streaming::StreamError;

@@ -126,13 +126,18 @@ pub enum ClientKey {
     /// A key the application computes from the call's context (a middleware's notion of
     /// who calls); `None` keys the call by its peer address.
     Custom(KeyFn),
+    /// A key the front end's middleware gives each call (Python's `ctx.limit_by(key)`).
+    /// The core does not admit such calls as they arrive: the front end asks
+    /// [`Limiter::admit_as`] once its middleware has named the client, so no call is
+    /// counted twice.
+    Middleware,
 }
 
 /// An application's way to name a call's client ([`ClientKey::Custom`]).
 pub type KeyFn = Arc<dyn Fn(&Context<'_>) -> Option<String> + Send + Sync>;
 
 impl ClientKey {
-    /// Parse `"peer"`, `"bearer"` or `"header:<name>"` (the front ends' spelling).
+    /// Parse `"peer"`, `"bearer"`, `"header:<name>"` or `"middleware"` (the front ends' spelling).
     ///
     /// # Errors
     /// A message naming the accepted forms.
@@ -141,18 +146,19 @@ impl ClientKey {
         match text.to_ascii_lowercase().as_str() {
             "peer" | "" => Ok(ClientKey::Peer),
             "bearer" => Ok(ClientKey::Bearer),
+            "middleware" => Ok(ClientKey::Middleware),
             lower if lower.starts_with("header:") && text.len() > "header:".len() => {
                 Ok(ClientKey::Header(text["header:".len()..].trim().to_owned()))
             }
             _ => Err(format!(
-                "rate limit key {text:?}: expected \"peer\", \"bearer\" or \"header:<name>\""
+                "rate limit key {text:?}: expected \"peer\", \"bearer\", \"header:<name>\" or \"middleware\""
             )),
         }
     }
 
     /// Whether finding the key needs the request head.
     fn reads_head(&self) -> bool {
-        !matches!(self, ClientKey::Peer)
+        !matches!(self, ClientKey::Peer | ClientKey::Middleware)
     }
 }
 
@@ -163,6 +169,7 @@ impl fmt::Debug for ClientKey {
             ClientKey::Header(name) => f.debug_tuple("Header").field(name).finish(),
             ClientKey::Bearer => f.write_str("Bearer"),
             ClientKey::Custom(_) => f.write_str("Custom(..)"),
+            ClientKey::Middleware => f.write_str("Middleware"),
         }
     }
 }
@@ -333,11 +340,27 @@ impl Limiter {
     /// # Errors
     /// [`Refused`] when a bucket is empty.
     pub fn admit(&self, slot: u32, context: &Context<'_>) -> Result<(), Refused> {
+        self.admit_client(slot, || self.client_hash(context))
+    }
+
+    /// As [`Limiter::admit`], for the client `key` names (a middleware's key); `None`
+    /// keys the call by its address, as [`ClientKey::Peer`] does.
+    ///
+    /// # Errors
+    /// [`Refused`] when a bucket is empty.
+    pub fn admit_as(&self, slot: u32, key: Option<&str>, context: &Context<'_>) -> Result<(), Refused> {
+        self.admit_client(slot, || match key {
+            Some(key) => self.hasher.hash_one((1u8, key.as_bytes())).max(1),
+            None => self.hasher.hash_one((0u8, self.client_address(context))).max(1),
+        })
+    }
+
+    fn admit_client(&self, slot: u32, client: impl FnOnce() -> u64) -> Result<(), Refused> {
         let own = self.methods.get(slot as usize).copied().flatten();
         if own.is_none() && self.server.is_none() {
             return Ok(());
         }
-        let client = self.client_hash(context);
+        let client = client();
         let now = monotonic_nanos();
         let mut shard = lock(&self.shards[(client % SHARDS as u64) as usize]);
         let limits = [(0, self.server), (slot + 1, own)];
@@ -377,7 +400,7 @@ impl Limiter {
     /// The hash of the client `context` names (never 0, which the clients past the bound share).
     fn client_hash(&self, context: &Context<'_>) -> u64 {
         let named = match &self.key {
-            ClientKey::Peer => None,
+            ClientKey::Peer | ClientKey::Middleware => None,
             ClientKey::Header(name) => context.header(name).filter(|value| !value.is_empty()),
             ClientKey::Bearer => context.header("authorization").and_then(bearer_token),
             ClientKey::Custom(key) => {
@@ -659,6 +682,31 @@ mod tests {
             "no tenant: the address"
         );
         assert_eq!(format!("{:?}", config.key), "Custom(..)");
+    }
+
+    #[test]
+    fn a_middleware_key_names_the_client_it_is_given() {
+        let config = RateLimit {
+            rate: Some("1/min".parse().unwrap()),
+            key: ClientKey::parse("middleware").unwrap(),
+            ..RateLimit::default()
+        };
+        let limiter = Limiter::new(&config, vec![None]).unwrap();
+        let here = context_from("192.0.2.1:1", b"");
+        limiter.admit_as(0, Some("acme"), &here).unwrap();
+        limiter.admit_as(0, Some("initech"), &here).unwrap();
+        let elsewhere = context_from("192.0.2.7:1", b"");
+        assert!(
+            limiter.admit_as(0, Some("acme"), &elsewhere).is_err(),
+            "one key, two addresses"
+        );
+        limiter.admit_as(0, None, &here).unwrap();
+        assert!(
+            limiter.admit_as(0, None, &context_from("192.0.2.1:2", b"")).is_err(),
+            "no key: the address"
+        );
+        assert!(!limiter.reads_head());
+        assert_eq!(format!("{:?}", config.key), "Middleware");
     }
 
     #[test]

@@ -59,7 +59,7 @@ impl BatchRunner {
                     .take_kept(index)
                     .and_then(|kept| kept.downcast::<CallContext>().ok())
                     .unwrap_or_else(|| CallContext::of(&batch.call(index), true, None));
-                Bound::new(py, Context::new(owned))
+                Bound::new(py, Context::new(owned, self.hooks.keyed_limits.clone()))
             })
             .collect();
         let outcomes = contexts

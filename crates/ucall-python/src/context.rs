@@ -7,12 +7,15 @@
 //! objects are made from it only when a handler reads an attribute.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use ucall_core::{Call, Caller, Transport};
+use ucall_core::{Call, Caller, KeyedLimits, RpcError, Transport};
 
 use crate::convert;
 
@@ -80,12 +83,56 @@ impl Owned {
 #[pyclass(module = "ucall._ucall", name = "Context", frozen)]
 pub struct Context {
     owned: Box<Owned>,
+    /// The rate limits the middleware admits the call through, when the server's
+    /// `rate_limit_key` is `"middleware"` (empty while no limit is in force).
+    limits: Option<Arc<OnceLock<KeyedLimits>>>,
+    /// Whether the call went through those limits already (each call does once).
+    admitted: AtomicBool,
 }
 
 impl Context {
-    pub fn new(owned: Box<Owned>) -> Self {
-        Context { owned }
+    pub fn new(owned: Box<Owned>, limits: Option<Arc<OnceLock<KeyedLimits>>>) -> Self {
+        Context {
+            owned,
+            limits,
+            admitted: AtomicBool::new(false),
+        }
     }
+
+    /// Admit the call under `key` (`None`: its peer address) unless it was already;
+    /// a refusal raises the over-limit error as a `ucall.HTTPError` (429).
+    fn admit(&self, py: Python<'_>, key: Option<&str>) -> PyResult<()> {
+        let Some(limits) = self.limits.as_ref().and_then(|cell| cell.get()) else {
+            return Ok(());
+        };
+        if self.admitted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        limits
+            .admit(&self.owned.method, key, &self.owned.view())
+            .map_err(|refused| over_limit(py, &refused))
+    }
+}
+
+/// The over-limit error as the `ucall.HTTPError` a handler would raise for it, carrying
+/// its `Retry-After` seconds (read back when the error is answered).
+fn over_limit(py: Python<'_>, refused: &RpcError) -> PyErr {
+    let made = (|| -> PyResult<PyErr> {
+        let data = match refused.data() {
+            Some(data) => crate::convert::to_python(py, data)?.unbind(),
+            None => py.None(),
+        };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("code", refused.code())?;
+        let status = refused.http_status().unwrap_or(429);
+        let error = py
+            .import("ucall.exceptions")?
+            .getattr("HTTPError")?
+            .call((status, refused.message(), data), Some(&kwargs))?;
+        error.setattr("retry_after", refused.retry_after())?;
+        Ok(PyErr::from_value(error))
+    })();
+    made.unwrap_or_else(|error| error)
 }
 
 #[pymethods]
@@ -214,6 +261,33 @@ impl Context {
             None => Ok(py.None().into_bound(py)),
             Some(params) => convert::to_python(py, params),
         }
+    }
+
+    /// Rate-limit this call as a call of the client `key` names (a tenant, an API key
+    /// the middleware checked), when the server's ``rate_limit_key`` is ``"middleware"``:
+    /// calls with one key share a bucket per limit, whatever their address. Over the
+    /// limit it raises ``ucall.HTTPError`` 429 (code -32029), the call does not run and
+    /// its caller gets the usual over-limit error. A call the middleware does not key is
+    /// limited by its peer address as it reaches the procedure. Once per call.
+    #[pyo3(signature = (key))]
+    fn limit_by(&self, py: Python<'_>, key: &str) -> PyResult<()> {
+        if self.limits.is_none() {
+            return Err(PyRuntimeError::new_err(
+                "ctx.limit_by() keys rate limits only when the server has rate_limit_key=\"middleware\"",
+            ));
+        }
+        if self.admitted.load(Ordering::Acquire) {
+            return Err(PyRuntimeError::new_err(
+                "ctx.limit_by() was called already for this call",
+            ));
+        }
+        self.admit(py, Some(key))
+    }
+
+    /// Admit the call by its peer address if the middleware did not key it (run as the
+    /// middleware hands the call to its procedure).
+    fn _limit_by_peer(&self, py: Python<'_>) -> PyResult<()> {
+        self.admit(py, None)
     }
 
     fn __repr__(&self) -> String {

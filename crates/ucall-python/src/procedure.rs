@@ -6,14 +6,14 @@
 //! runtime (which runs them on its threads) use these; neither imports the other for them.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use ucall_core::jsonrpc::section::Section;
-use ucall_core::{Deferred, Params, RpcError};
+use ucall_core::{Deferred, KeyedLimits, Params, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::convert::{write_json, write_json_attached};
@@ -40,6 +40,9 @@ pub struct Hooks {
     /// unless a test asks for fewer, so that a busy host, which breaks streaks, still lets
     /// one finish).
     pub(crate) trust_after: u32,
+    /// The rate limits the middleware admits calls through (`ctx.limit_by`), when the
+    /// server's `rate_limit_key` is `"middleware"`; filled in when serving starts.
+    pub(crate) keyed_limits: Option<Arc<OnceLock<KeyedLimits>>>,
 }
 
 /// One Python function behind a method name.
@@ -119,7 +122,7 @@ impl Procedure {
         context: Option<Box<CallContext>>,
     ) -> Result<(Bound<'py, PyAny>, Option<Bound<'py, Context>>), RpcError> {
         let context = context
-            .map(|context| Bound::new(py, Context::new(context)))
+            .map(|context| Bound::new(py, Context::new(context, self.hooks.keyed_limits.clone())))
             .transpose()
             .map_err(|e| self.hooks.error(py, &e, &self.name))?;
         let kept = context.clone();
@@ -510,6 +513,10 @@ impl Hooks {
             // `ucall.HTTPError`: the status to answer HTTP with.
             if let Some(status) = value.getattr("status").ok().and_then(|s| s.extract::<u16>().ok()) {
                 rpc = rpc.with_http_status(status);
+            }
+            // The over-limit error of `ctx.limit_by`: its `Retry-After` goes out too.
+            if let Some(seconds) = value.getattr("retry_after").ok().and_then(|s| s.extract::<u16>().ok()) {
+                rpc = rpc.with_retry_after(seconds);
             }
             let data = match value.getattr("data") {
                 Ok(data) if !data.is_none() => data,

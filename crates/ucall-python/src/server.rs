@@ -380,8 +380,10 @@ impl NativeServer {
             }
         }
         config.request_log = request_log(request_log_path, request_log_fd, request_log_format.as_deref())?;
+        let keyed_by_middleware = matches!(config.rate_limit.key, ClientKey::Middleware);
         let builder = Server::builder().config(config);
         let builder = if time_calls { builder.time_calls() } else { builder };
+        let keyed_limits = keyed_by_middleware.then(|| Arc::clone(builder.router().keyed_limits()));
         Ok(NativeServer {
             readiness: Arc::clone(builder.router().readiness()),
             state: Mutex::new(State::Configuring(Box::new(builder))),
@@ -394,6 +396,7 @@ impl NativeServer {
                 middleware,
                 replied,
                 trust_after: trust_after.max(1),
+                keyed_limits,
             }),
             max_threads,
             batchers: Mutex::new(Vec::new()),

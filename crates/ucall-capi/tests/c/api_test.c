@@ -888,6 +888,9 @@ static void test_rate_limits(void) {
     config.rate_limit_key = "header:";
     ucall_init(&config, &the_server);
     CHECK(the_server == NULL && last_error_contains("rate_limit_key"), "a key without a header name is refused");
+    config.rate_limit_key = "middleware";
+    ucall_init(&config, &the_server);
+    CHECK(the_server == NULL && last_error_contains("Python front end"), "a key only Python middleware gives is refused");
     config.rate_limit_key = NULL;
     config.max_connections_per_peer = 2;
     ucall_init(&config, &the_server);

@@ -4,7 +4,7 @@
 //! into the connection's output buffer.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 mod reply;
@@ -18,8 +18,8 @@ use crate::discover::mcp::{McpSettings, McpTools};
 use crate::discover::{Catalog, Discovery, MethodDoc, Page, DISCOVER_METHOD};
 use crate::health::{Health, HealthPaths, Probe, Readiness};
 use crate::jsonrpc::RpcError;
-use crate::limit::{Limiter, Rate, RateLimit};
-use crate::metrics::{BatchMeter, Metrics, MetricsConfig};
+use crate::limit::{ClientKey, Limiter, Rate, RateLimit};
+use crate::metrics::{BatchMeter, Metrics, MetricsConfig, Refusal};
 pub use crate::params::Params;
 use crate::request_log::RequestLog;
 pub use reply::Reply;
@@ -127,6 +127,37 @@ pub struct Router {
     rate_limits: Vec<(Box<str>, Rate)>,
     /// The rate limits in force, once serving starts with any.
     limiter: Option<Arc<Limiter>>,
+    /// The rate limits a front end's middleware admits calls through
+    /// ([`ClientKey::Middleware`]), once serving starts with any.
+    keyed_limits: Arc<OnceLock<KeyedLimits>>,
+}
+
+/// Rate limits for a front end whose middleware names each call's client
+/// ([`ClientKey::Middleware`]): dispatch leaves such calls alone, and the front end admits
+/// each one here, once, before it runs.
+pub struct KeyedLimits {
+    limiter: Arc<Limiter>,
+    slots: FxHashMap<Box<str>, u32>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl KeyedLimits {
+    /// Admit a call to `method` from the client `key` names (`None`: its peer address),
+    /// or refuse it with the over-limit error, counted in the metrics as dispatch counts it.
+    ///
+    /// # Errors
+    /// The over-limit error (HTTP 429, `-32029`, `data.retry_after_ms`, `executed: false`).
+    pub fn admit(&self, method: &str, key: Option<&str>, context: &Context<'_>) -> Result<(), RpcError> {
+        let Some(&slot) = self.slots.get(method) else {
+            return Ok(());
+        };
+        self.limiter.admit_as(slot, key, context).map_err(|refused| {
+            if let Some(metrics) = &self.metrics {
+                metrics.refused(Refusal::RateLimited);
+            }
+            refused.error()
+        })
+    }
 }
 
 /// A registered handler and its slot in the metrics (numbered as first registered).
@@ -228,6 +259,17 @@ impl Router {
             }
         }
         self.limiter = Limiter::new(config, methods).map(Arc::new);
+        if matches!(config.key, ClientKey::Middleware) {
+            // The front end admits these calls once its middleware has keyed them.
+            if let Some(limiter) = self.limiter.take() {
+                let keyed = KeyedLimits {
+                    limiter,
+                    slots: self.slots.clone(),
+                    metrics: self.metrics.clone(),
+                };
+                let _ = self.keyed_limits.set(keyed);
+            }
+        }
         // Keyed by a header, or by an address a proxy forwarded: the head is needed.
         self.keeps_context |= self.limiter.as_ref().is_some_and(|limiter| limiter.reads_head());
     }
@@ -433,6 +475,13 @@ impl Router {
     /// Serve the health probes at `paths`.
     pub fn set_health_paths(&mut self, paths: HealthPaths) {
         self.health.set_paths(paths);
+    }
+
+    /// The rate limits a front end's middleware admits calls through, set when serving
+    /// starts with [`ClientKey::Middleware`] and a limit in force (shared: clone it before).
+    #[must_use]
+    pub fn keyed_limits(&self) -> &Arc<OnceLock<KeyedLimits>> {
+        &self.keyed_limits
     }
 
     /// The server's readiness, shared with the front end (draining, checks).
