@@ -16,6 +16,7 @@ use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 use crate::error::Error;
 use crate::health::{Readiness, ReadyState};
+use crate::limit::ClientKey;
 use crate::router::Router;
 
 impl ServerBuilder {
@@ -51,6 +52,12 @@ impl ServerBuilder {
         }
         if config.unix_socket.is_none() && config.unix_socket_mode.is_some() {
             return Err(Error::config("unix_socket_mode needs unix_socket, the socket's path"));
+        }
+        if matches!(config.rate_limit.key, ClientKey::Middleware) && !self.router.keyed_limits_held() {
+            return Err(Error::config(
+                "rate limit key Middleware needs a front end whose middleware admits the calls \
+                 (Router::keyed_limits); a Rust server keys its own with ClientKey::Custom",
+            ));
         }
         let addr = resolve(&config.host, config.port)?;
         if let Some(port) = config.tls.as_ref().and_then(|tls| tls.port) {
