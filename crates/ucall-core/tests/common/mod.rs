@@ -189,6 +189,18 @@ pub fn post(path: &str, body: &[u8]) -> Vec<u8> {
     request
 }
 
+/// `method` on `/mcp` as an MCP client sends it (a JSON body, either reply form
+/// accepted), with `headers` besides.
+pub fn mcp_request(method: &str, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
+    let mut request = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n");
+    request.push_str("Accept: application/json, text/event-stream\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    request.into_bytes()
+}
+
 /// `GET target`.
 pub fn get(target: &str) -> Vec<u8> {
     format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").into_bytes()
