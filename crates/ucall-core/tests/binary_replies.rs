@@ -14,7 +14,7 @@ use ucall_core::session::{Context, Scratch, Session};
 use ucall_core::wire::{self, Prefix, PREFIX_LEN};
 use ucall_core::Limits;
 
-use common::{show, Conn};
+use common::{show, ws_frame, ws_server_frame, Conn};
 
 /// One reply vector.
 struct ReplyVector {
@@ -373,32 +373,6 @@ fn accept_with_q_zero_refuses_binary_replies() {
 const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
                             Sec-WebSocket-Protocol: ucall.binary.v1\r\n\r\n";
-
-/// A client's masked WebSocket frame.
-fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
-    let mut out = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&MASK);
-    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    out
-}
-
-/// The first server frame in `bytes`: (opcode, payload, bytes used), once whole.
-fn ws_server_frame(bytes: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
-    let (len, at) = match *bytes.get(1)? & 0x7F {
-        126 => (usize::from(u16::from_be_bytes([*bytes.get(2)?, *bytes.get(3)?])), 4),
-        127 => (u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?) as usize, 10),
-        n => (usize::from(n), 2),
-    };
-    Some((bytes[0] & 0x0F, bytes.get(at..at + len)?.to_vec(), at + len))
-}
 
 fn ws_differences(vector: &ReplyVector, frames: &[(u8, Vec<u8>)]) -> Vec<String> {
     let follow_up = (1, b"{\"jsonrpc\":\"2.0\",\"id\":\"next\",\"result\":42}".to_vec());
