@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use ucall_core::buffer::OutBuf;
-use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::session::{Scratch, Session};
 use ucall_core::wire::{self, Prefix, PREFIX_LEN};
 use ucall_core::Limits;
 
@@ -216,14 +216,7 @@ fn in_memory(
         let mut session = Session::new();
         let mut out = OutBuf::new();
         let mut feed = |input: &[u8]| {
-            let mut ctx = Context {
-                router,
-                limits: &limits,
-                date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-                scratch: &mut scratch,
-                defer: None,
-                draining: false,
-            };
+            let mut ctx = common::context(router, &limits, &mut scratch);
             session.feed(input, &mut out, &mut ctx, usize::MAX);
             let sent = out.to_vec();
             out.advance(sent.len());
@@ -504,14 +497,7 @@ fn a_large_result_is_sent_from_its_own_memory() {
     let json = format!(r#"{{"jsonrpc":"2.0","method":"unhex","params":["{text}"],"id":1}}"#);
     let mut session = Session::new();
     let mut out = OutBuf::new();
-    let mut ctx = Context {
-        router,
-        limits: &limits,
-        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-        scratch: &mut scratch,
-        defer: None,
-        draining: false,
-    };
+    let mut ctx = common::context(router, &limits, &mut scratch);
     session.feed(&tcp_message(&json), &mut out, &mut ctx, usize::MAX);
     let mut slices = [std::io::IoSlice::new(&[]); 8];
     let count = out.io_slices(&mut slices);
