@@ -272,31 +272,13 @@ pub unsafe extern "C" fn ucall_client_call(
         error::clear();
         const F: &str = "ucall_client_call";
         // SAFETY: the caller's contract.
-        let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
-            error::set(format!("{F}: the client handle is NULL or not a client"));
+        let Some((handle, method, params)) = (unsafe { call_args(F, client, (method, method_length), (params, params_length)) }) else {
             return false;
         };
         if response.is_null() {
             error::set(format!("{F}: the response out-parameter is NULL"));
             return false;
         }
-        // SAFETY: the caller's contract for both strings.
-        let (Some(method), params) = (unsafe { ffi::text_arg(method, method_length) }, unsafe { ffi::text_arg(params, params_length) }) else {
-            error::set(format!("{F}: the method name is NULL"));
-            return false;
-        };
-        let Ok(method) = std::str::from_utf8(method) else {
-            error::set(format!("{F}: the method name is not UTF-8"));
-            return false;
-        };
-        let params = match params.map(ucall_core::jsonrpc::as_text) {
-            None => None,
-            Some(Some(params)) => Some(params),
-            Some(None) => {
-                error::set(format!("{F}: params are not UTF-8"));
-                return false;
-            }
-        };
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         let state = &mut *state;
         state.response = None;
@@ -304,6 +286,49 @@ pub unsafe extern "C" fn ucall_client_call(
         // SAFETY: `response` is non-NULL (checked above) and writable by contract.
         unsafe { answer(state, reply, F, response) }
     }
+}
+
+/// The client, method name and params of a call or notification, each checked: `None`,
+/// the reason recorded under `function`'s name, when one is wrong.
+///
+/// # Safety
+/// `client` must be NULL or a handle from `ucall_client_new()` not yet freed; each
+/// `(pointer, length)` string NULL or readable as its length says (0: NUL-terminated).
+unsafe fn call_args<'a>(
+    function: &str,
+    client: ucall_client_t,
+    (method, method_length): (ucall_str_t, usize),
+    (params, params_length): (ucall_str_t, usize),
+) -> Option<(&'a CClient, &'a str, Option<&'a str>)> {
+    // SAFETY: the caller's contract.
+    let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
+        error::set(format!("{function}: the client handle is NULL or not a client"));
+        return None;
+    };
+    // SAFETY: the caller's contract for both strings.
+    let (method, params) = unsafe {
+        (
+            ffi::text_arg(method, method_length),
+            ffi::text_arg(params, params_length),
+        )
+    };
+    let Some(method) = method else {
+        error::set(format!("{function}: the method name is NULL"));
+        return None;
+    };
+    let Ok(method) = std::str::from_utf8(method) else {
+        error::set(format!("{function}: the method name is not UTF-8"));
+        return None;
+    };
+    let params = match params.map(ucall_core::jsonrpc::as_text) {
+        None => None,
+        Some(Some(params)) => Some(params),
+        Some(None) => {
+            error::set(format!("{function}: params are not UTF-8"));
+            return None;
+        }
+    };
+    Some((handle, method, params))
 }
 
 /// Keep `reply` as the client's last and describe it in `*response`; `false` (and the
@@ -491,35 +516,15 @@ pub unsafe extern "C" fn ucall_client_call_attached(
         error::clear();
         const F: &str = "ucall_client_call_attached";
         // SAFETY: the caller's contract.
-        let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
-            error::set(format!("{F}: the client handle is NULL or not a client"));
+        let Some((handle, method, params)) = (unsafe { call_args(F, client, (method, method_length), (params, params_length)) }) else {
             return false;
         };
         if response.is_null() {
             error::set(format!("{F}: the response out-parameter is NULL"));
             return false;
         }
-        // SAFETY: the caller's contract for both strings and the attachments.
-        let (method, params, attachments) = unsafe {
-            (
-                ffi::text_arg(method, method_length),
-                ffi::text_arg(params, params_length),
-                ffi::array_arg(attachments, attachments_count),
-            )
-        };
-        let Some(Ok(method)) = method.map(std::str::from_utf8) else {
-            error::set(format!("{F}: the method name is NULL or not UTF-8"));
-            return false;
-        };
-        let params = match params.map(ucall_core::jsonrpc::as_text) {
-            None => None,
-            Some(Some(params)) => Some(params),
-            Some(None) => {
-                error::set(format!("{F}: params are not UTF-8"));
-                return false;
-            }
-        };
-        let attachments = match attachments {
+        // SAFETY: the caller's contract for the attachments.
+        let attachments = match unsafe { ffi::array_arg(attachments, attachments_count) } {
             Some(attachments) => attachments,
             None if attachments_count == 0 => &[][..],
             None => {
@@ -663,23 +668,8 @@ pub unsafe extern "C" fn ucall_client_notify(
         error::clear();
         const F: &str = "ucall_client_notify";
         // SAFETY: the caller's contract.
-        let Some(handle) = (unsafe { ffi::handle_ref::<CClient>(client) }) else {
-            error::set(format!("{F}: the client handle is NULL or not a client"));
+        let Some((handle, method, params)) = (unsafe { call_args(F, client, (method, method_length), (params, params_length)) }) else {
             return false;
-        };
-        // SAFETY: the caller's contract for both strings.
-        let (method, params) = unsafe { (ffi::text_arg(method, method_length), ffi::text_arg(params, params_length)) };
-        let Some(Ok(method)) = method.map(std::str::from_utf8) else {
-            error::set(format!("{F}: the method name is NULL or not UTF-8"));
-            return false;
-        };
-        let params = match params.map(ucall_core::jsonrpc::as_text) {
-            None => None,
-            Some(Some(params)) => Some(params),
-            Some(None) => {
-                error::set(format!("{F}: params are not UTF-8"));
-                return false;
-            }
         };
         let mut state = handle.state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.client.notify_json(method, params) {

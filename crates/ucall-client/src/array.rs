@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
+use ucall_core::jsonrpc::attachment::Attachment;
 use ucall_core::jsonrpc::section::Element;
 
 /// An n-dimensional array of `T` from a reply ([`crate::Response::result_array`]).
@@ -45,26 +45,6 @@ fn copied<T: Element>(bytes: &[u8]) -> Vec<T> {
     out
 }
 
-/// The `.npy` type string of `dtype` (little-endian; one-byte types have no order).
-fn descr(dtype: Dtype) -> &'static str {
-    match dtype {
-        Dtype::Bool => "|b1",
-        Dtype::Int8 => "|i1",
-        Dtype::Uint8 => "|u1",
-        Dtype::Int16 => "<i2",
-        Dtype::Uint16 => "<u2",
-        Dtype::Int32 => "<i4",
-        Dtype::Uint32 => "<u4",
-        Dtype::Int64 => "<i8",
-        Dtype::Uint64 => "<u8",
-        Dtype::Float16 => "<f2",
-        Dtype::Float32 => "<f4",
-        Dtype::Float64 => "<f8",
-        Dtype::Complex64 => "<c8",
-        Dtype::Complex128 => "<c16",
-    }
-}
-
 /// A `.npy` file (NumPy format 1.0 to 3.0, C order) of `T`, copied out.
 pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, String> {
     if !npy.starts_with(b"\x93NUMPY") || npy.len() < 10 {
@@ -87,7 +67,7 @@ pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, Stri
         .and_then(|v| v.strip_prefix('\''))
         .and_then(|v| v.split('\'').next())
         .ok_or("a .npy header without descr")?;
-    let wanted = descr(T::DTYPE);
+    let wanted = T::DTYPE.npy_descr();
     if type_string != wanted && !(wanted.starts_with('|') && type_string[1..] == wanted[1..]) {
         return Err(format!("a .npy array of {type_string}, not {wanted}"));
     }

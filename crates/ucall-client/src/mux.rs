@@ -164,7 +164,9 @@ impl Multiplexed {
     /// Queue a binary message (docs/wire.md) built by the caller: `json`, a request or
     /// batch whose binary values are placeholders naming the attachments of `section`
     /// (`Section::attach` places each), written from where they lie, in submission order
-    /// with the rest. Its reply may be a binary message ([`Reply::binary`]).
+    /// with the rest. Its reply may be a binary message ([`Reply::binary`]). It goes as it
+    /// is, without [`Multiplexed::submit_call`]'s negotiation (which may send a call as
+    /// JSON, and sends one again when refused): for a server known to take binary messages.
     pub fn submit_binary(&self, json: Vec<u8>, section: Section, expects_reply: bool) -> Ticket {
         self.push(Submission::Binary(Arc::new(json), section), expects_reply)
     }

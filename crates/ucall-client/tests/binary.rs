@@ -357,8 +357,21 @@ fn attachments_round_trip_over_tls_too() {
 /// binary messages it refused and the calls it ran.
 struct JsonOnly {
     port: u16,
+    http: bool,
     refused: Arc<AtomicUsize>,
     ran: Arc<AtomicUsize>,
+}
+
+impl JsonOnly {
+    /// Where a client reaches it: over HTTP, or over raw TCP.
+    fn endpoint(&self) -> Endpoint {
+        let endpoint = Endpoint::new("127.0.0.1", self.port);
+        if self.http {
+            endpoint
+        } else {
+            endpoint.with_protocol(Protocol::Tcp)
+        }
+    }
 }
 
 fn json_only(http: bool) -> JsonOnly {
@@ -379,7 +392,12 @@ fn json_only(http: bool) -> JsonOnly {
             });
         }
     });
-    JsonOnly { port, refused, ran }
+    JsonOnly {
+        port,
+        http,
+        refused,
+        ran,
+    }
 }
 
 fn answer(request: &[u8], ran: &AtomicUsize) -> String {
@@ -454,12 +472,7 @@ fn serve_tcp(stream: TcpStream, refused: &AtomicUsize, ran: &AtomicUsize) -> std
 fn a_json_only_server_gets_base64_and_runs_each_call_once() {
     for http in [true, false] {
         let server = json_only(http);
-        let endpoint = Endpoint::new("127.0.0.1", server.port);
-        let endpoint = if http {
-            endpoint
-        } else {
-            endpoint.with_protocol(Protocol::Tcp)
-        };
+        let endpoint = server.endpoint();
         let url = endpoint.url();
         let mut client = Client::new(endpoint).expect("a client");
         for round in 0..3 {
@@ -580,12 +593,7 @@ fn a_pipeline_of_binary_calls_runs_on_every_transport() {
 fn a_json_only_server_gets_batches_and_pipelines_in_base64_and_runs_each_call_once() {
     for http in [true, false] {
         let server = json_only(http);
-        let endpoint = Endpoint::new("127.0.0.1", server.port);
-        let endpoint = if http {
-            endpoint
-        } else {
-            endpoint.with_protocol(Protocol::Tcp)
-        };
+        let endpoint = server.endpoint();
         let url = endpoint.url();
         let mut client = Client::new(endpoint).expect("a client");
         let mut batch = Batch::new();
@@ -701,12 +709,7 @@ fn multiplexed_binary_calls_from_several_threads_on_every_transport() {
 fn a_json_only_server_gets_multiplexed_calls_in_base64_and_runs_each_once() {
     for http in [true, false] {
         let server = json_only(http);
-        let endpoint = Endpoint::new("127.0.0.1", server.port);
-        let endpoint = if http {
-            endpoint
-        } else {
-            endpoint.with_protocol(Protocol::Tcp)
-        };
+        let endpoint = server.endpoint();
         let url = endpoint.url();
         multiplexed_echoes(endpoint, "echo", 3, 5);
         assert_eq!(

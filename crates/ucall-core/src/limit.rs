@@ -129,7 +129,7 @@ pub enum ClientKey {
     /// A key the front end's middleware gives each call (Python's `ctx.limit_by(key)`).
     /// The core does not admit such calls as they arrive: the front end asks
     /// [`Limiter::admit_as`] once its middleware has named the client, so no call is
-    /// counted twice.
+    /// counted twice. A server with no such front end refuses this key at bind.
     Middleware,
 }
 

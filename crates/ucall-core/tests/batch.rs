@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{call, for_each_engine, get, parse_reply, post, start, wait_until, Conn, Json};
+use common::{call, for_each_engine, get, parse_reply, post, start, wait_until, ws_text, Conn, Json};
 use ucall_core::{Batch, BatchOptions, Batcher, EngineKind, RpcError, Server, ServerBuilder};
 
 /// A reply's integer result.
@@ -48,15 +48,6 @@ fn squares(pause: Duration, sizes: Arc<Mutex<Vec<usize>>>) -> impl Fn(Batch) + S
 
 const WS_HANDSHAKE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-
-/// A masked client text frame (RFC 6455 §5.3), payload under 126 bytes.
-fn ws_text(payload: &str) -> Vec<u8> {
-    let mask = [1u8, 2, 3, 4];
-    let mut frame = vec![0x81, 0x80 | u8::try_from(payload.len()).unwrap()];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.bytes().zip(mask.iter().cycle()).map(|(b, k)| b ^ k));
-    frame
-}
 
 /// Read one unmasked server text frame's payload (under 126 bytes).
 fn ws_read(conn: &mut Conn) -> Vec<u8> {

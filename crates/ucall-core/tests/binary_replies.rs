@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use ucall_core::buffer::OutBuf;
-use ucall_core::session::{Context, Scratch, Session};
+use ucall_core::session::{Scratch, Session};
 use ucall_core::wire::{self, Prefix, PREFIX_LEN};
 use ucall_core::Limits;
 
-use common::{show, Conn};
+use common::{show, ws_frame, ws_server_frame, Conn};
 
 /// One reply vector.
 struct ReplyVector {
@@ -216,14 +216,7 @@ fn in_memory(
         let mut session = Session::new();
         let mut out = OutBuf::new();
         let mut feed = |input: &[u8]| {
-            let mut ctx = Context {
-                router,
-                limits: &limits,
-                date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-                scratch: &mut scratch,
-                defer: None,
-                draining: false,
-            };
+            let mut ctx = common::context(router, &limits, &mut scratch);
             session.feed(input, &mut out, &mut ctx, usize::MAX);
             let sent = out.to_vec();
             out.advance(sent.len());
@@ -374,32 +367,6 @@ const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nC
                             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
                             Sec-WebSocket-Protocol: ucall.binary.v1\r\n\r\n";
 
-/// A client's masked WebSocket frame.
-fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
-    let mut out = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&MASK);
-    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    out
-}
-
-/// The first server frame in `bytes`: (opcode, payload, bytes used), once whole.
-fn ws_server_frame(bytes: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
-    let (len, at) = match *bytes.get(1)? & 0x7F {
-        126 => (usize::from(u16::from_be_bytes([*bytes.get(2)?, *bytes.get(3)?])), 4),
-        127 => (u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?) as usize, 10),
-        n => (usize::from(n), 2),
-    };
-    Some((bytes[0] & 0x0F, bytes.get(at..at + len)?.to_vec(), at + len))
-}
-
 fn ws_differences(vector: &ReplyVector, frames: &[(u8, Vec<u8>)]) -> Vec<String> {
     let follow_up = (1, b"{\"jsonrpc\":\"2.0\",\"id\":\"next\",\"result\":42}".to_vec());
     match (&vector.reply, frames) {
@@ -530,14 +497,7 @@ fn a_large_result_is_sent_from_its_own_memory() {
     let json = format!(r#"{{"jsonrpc":"2.0","method":"unhex","params":["{text}"],"id":1}}"#);
     let mut session = Session::new();
     let mut out = OutBuf::new();
-    let mut ctx = Context {
-        router,
-        limits: &limits,
-        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
-        scratch: &mut scratch,
-        defer: None,
-        draining: false,
-    };
+    let mut ctx = common::context(router, &limits, &mut scratch);
     session.feed(&tcp_message(&json), &mut out, &mut ctx, usize::MAX);
     let mut slices = [std::io::IoSlice::new(&[]); 8];
     let count = out.io_slices(&mut slices);

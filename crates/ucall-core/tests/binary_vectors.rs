@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use common::json::Json;
 use common::rule::{check_all, follow_up, follow_up_differences, load_dir, reply_differences, Vector};
-use common::{show, Conn};
+use common::{show, ws_frame, Conn};
 use ucall_core::session::{Scratch, Session};
 use ucall_core::wire::{self, Prefix};
 use ucall_core::Limits;
@@ -339,41 +339,13 @@ const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nC
                             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
                             Sec-WebSocket-Protocol: chat, ucall.binary.v1\r\n\r\n";
 
-/// A client's masked WebSocket frame.
-fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
-    let mut out = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n <= 0xFFFF => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&MASK);
-    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    out
-}
-
 /// The server's frames in `bytes` as (opcode, payload).
 fn ws_server_frames(mut bytes: &[u8]) -> Result<Vec<(u8, Vec<u8>)>, String> {
     let mut frames = Vec::new();
     while bytes.len() >= 2 {
-        let (len, at) = match bytes[1] & 0x7F {
-            126 => (usize::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
-            127 => (
-                u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes")) as usize,
-                10,
-            ),
-            n => (usize::from(n), 2),
-        };
-        let payload = bytes.get(at..at + len).ok_or("a frame cut short")?;
-        frames.push((bytes[0] & 0x0F, payload.to_vec()));
-        bytes = &bytes[at + len..];
+        let (opcode, payload, used) = common::ws_server_frame(bytes).ok_or("a frame cut short")?;
+        frames.push((opcode, payload));
+        bytes = &bytes[used..];
     }
     Ok(frames)
 }

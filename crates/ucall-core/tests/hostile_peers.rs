@@ -11,31 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_result, call, post, Conn};
+use common::{assert_result, call, post, ws_frame, Conn};
 use ucall_core::{EngineKind, ServerHandle};
 
 const UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-
-/// A masked client text frame of any length (RFC 6455 §5.2).
-fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x5a, 0x17, 0x33, 0xc4];
-    let mut frame = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => frame.push(0x80 | n as u8),
-        n if n < 65536 => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&MASK);
-    frame.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    frame
-}
 
 /// Another client's call is answered promptly.
 fn others_are_served(server: &ServerHandle, what: &str) {

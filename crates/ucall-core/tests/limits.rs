@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{assert_error, assert_result, call, post, show, Conn};
+use common::{assert_error, assert_result, call, post, show, ws_text, Conn};
 use ucall_core::EngineKind;
 
 fn subtract(minuend: i64, subtrahend: i64, id: i64) -> String {
@@ -278,16 +278,6 @@ fn raw_tcp_connections_close_after_their_last_exchange() {
         }
         one_write.expect_closed(Duration::from_secs(3));
     });
-}
-
-/// A masked client text frame with a payload shorter than 126 bytes.
-fn ws_text(payload: &str) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
-    assert!(payload.len() < 126);
-    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&MASK);
-    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    frame
 }
 
 #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{for_each_engine, Conn};
+use common::{for_each_engine, mcp_request, Conn};
 use serde_json::{json, Value};
 use ucall_core::{Call, EngineKind, McpSettings, Reply, RpcError, ServerHandle};
 
@@ -47,17 +47,6 @@ fn serve(engine: EngineKind) -> ServerHandle {
         )
         .procedure("guarded", |_| Ok("in"));
     common::start(engine, builder)
-}
-
-/// `POST /mcp` with `headers` and `body`.
-fn post(headers: &[(&str, &str)], body: &str) -> Vec<u8> {
-    let mut request = String::from("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n");
-    request.push_str("Accept: application/json, text/event-stream\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    request.into_bytes()
 }
 
 /// Whether `actual` has every member `expected` names, equal (arrays and scalars whole,
@@ -118,7 +107,7 @@ fn every_vector_is_answered_as_it_says() {
                 })
                 .unwrap_or_default();
             let body = vector["request"].as_str().expect("the request text");
-            let response = conn.roundtrip(&post(&headers, body));
+            let response = conn.roundtrip(&mcp_request("POST", &headers, body));
             assert_eq!(u64::from(response.status), vector["status"], "{name}: {response:?}");
             match vector.get("reply") {
                 None => assert!(response.body.is_empty(), "{name}: no body expected"),
@@ -140,7 +129,7 @@ fn tools_list_has_object_schemas_and_pages() {
         let server = serve(engine);
         let mut conn = Conn::to(&server);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-        let list: Value = serde_json::from_slice(&conn.roundtrip(&post(&[], body)).body).expect("JSON");
+        let list: Value = serde_json::from_slice(&conn.roundtrip(&mcp_request("POST", &[], body)).body).expect("JSON");
         let tools = list["result"]["tools"].as_array().expect("tools");
         let names: Vec<&str> = tools.iter().filter_map(|tool| tool["name"].as_str()).collect();
         assert!(names.contains(&"subtract") && names.contains(&"echo"), "{names:?}");
@@ -151,7 +140,8 @@ fn tools_list_has_object_schemas_and_pages() {
         assert!(list["result"].get("nextCursor").is_none());
         // A cursor that was never given out is refused.
         let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"999"}}"#;
-        let refused: Value = serde_json::from_slice(&conn.roundtrip(&post(&[], body)).body).expect("JSON");
+        let refused: Value =
+            serde_json::from_slice(&conn.roundtrip(&mcp_request("POST", &[], body)).body).expect("JSON");
         assert_eq!(refused["error"]["code"], -32602, "{refused}");
     });
 }
@@ -161,9 +151,9 @@ fn origins_off_this_machine_are_refused_and_get_is_not_allowed() {
     for_each_engine(|engine| {
         let server = serve(engine);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        let refused = Conn::to(&server).roundtrip(&post(&[("Origin", "http://evil.example")], body));
+        let refused = Conn::to(&server).roundtrip(&mcp_request("POST", &[("Origin", "http://evil.example")], body));
         assert_eq!(refused.status, 403, "{refused:?}");
-        let local = Conn::to(&server).roundtrip(&post(&[("Origin", "http://localhost:5173")], body));
+        let local = Conn::to(&server).roundtrip(&mcp_request("POST", &[("Origin", "http://localhost:5173")], body));
         assert_eq!(local.status, 200, "{local:?}");
         assert_eq!(
             local.header("access-control-allow-origin"),
@@ -191,12 +181,12 @@ fn a_refused_token_is_401_with_www_authenticate() {
         let server = serve(engine);
         let mut conn = Conn::to(&server);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"guarded","arguments":{}}}"#;
-        let refused = conn.roundtrip(&post(&[], body));
+        let refused = conn.roundtrip(&mcp_request("POST", &[], body));
         assert_eq!(refused.status, 401, "{refused:?}");
         assert!(refused
             .header("www-authenticate")
             .is_some_and(|v| v.starts_with("Bearer")));
-        let allowed = conn.roundtrip(&post(&[("Authorization", "Bearer t0ken")], body));
+        let allowed = conn.roundtrip(&mcp_request("POST", &[("Authorization", "Bearer t0ken")], body));
         assert_eq!(allowed.status, 200, "{allowed:?}");
         let reply: Value = serde_json::from_slice(&allowed.body).expect("JSON");
         assert_eq!(reply["result"]["structuredContent"], json!({"result": "in"}));
@@ -212,7 +202,7 @@ fn a_deferred_result_is_wrapped_like_an_inline_one() {
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"later","arguments":{{"value":{id}}}}}}}"#
             );
-            let response = conn.roundtrip(&post(&[], &body));
+            let response = conn.roundtrip(&mcp_request("POST", &[], &body));
             assert_eq!(response.status, 200, "{response:?}");
             let reply: Value = serde_json::from_slice(&response.body).expect("JSON");
             assert_eq!(reply["id"], id);
@@ -233,7 +223,7 @@ fn a_streamed_result_sends_progress_events_when_asked() {
         let server = serve(engine);
         let mut conn = Conn::to(&server);
         let body = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"count","arguments":{"n":3},"_meta":{"progressToken":"p1"}}}"#;
-        conn.send(&post(&[], body));
+        conn.send(&mcp_request("POST", &[], body));
         let head = read_stream_head(&mut conn);
         assert_eq!(head[0], "HTTP/1.1 200 OK");
         assert!(head.iter().any(|l| l == "Content-Type: text/event-stream"), "{head:?}");
@@ -256,7 +246,7 @@ fn a_streamed_result_sends_progress_events_when_asked() {
         assert_eq!(events[3]["result"]["structuredContent"], json!({"result": 3}));
         // Without a progress token the items are not sent: one JSON reply.
         let body = r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"count","arguments":{"n":2}}}"#;
-        let response = conn.roundtrip(&post(&[], body));
+        let response = conn.roundtrip(&mcp_request("POST", &[], body));
         assert_eq!(
             response.header("content-type"),
             Some("application/json"),
@@ -313,7 +303,8 @@ fn hostile_bodies_get_errors_and_the_server_serves_on() {
             "\u{0}\u{1}".into(),
         ];
         for body in &hostile {
-            let response = Conn::to(&server).roundtrip(&post(&[("MCP-Protocol-Version", "2025-03-26")], body));
+            let response =
+                Conn::to(&server).roundtrip(&mcp_request("POST", &[("MCP-Protocol-Version", "2025-03-26")], body));
             assert!(
                 [200, 400, 413].contains(&response.status),
                 "{}: {response:?}",
@@ -336,7 +327,7 @@ fn hostile_bodies_get_errors_and_the_server_serves_on() {
         conn.stream
             .set_write_timeout(Some(conn.patience))
             .expect("set a write time-out");
-        let response = conn.roundtrip(&post(&[], &huge));
+        let response = conn.roundtrip(&mcp_request("POST", &[], &huge));
         if response.status == 200 {
             let reply: Value = serde_json::from_slice(&response.body).expect("a JSON reply");
             let echoed = reply["result"]["structuredContent"]["result"]
@@ -347,7 +338,7 @@ fn hostile_bodies_get_errors_and_the_server_serves_on() {
             assert_eq!(response.status, 413, "{response:?}");
         }
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-        assert_eq!(Conn::to(&server).roundtrip(&post(&[], body)).status, 200);
+        assert_eq!(Conn::to(&server).roundtrip(&mcp_request("POST", &[], body)).status, 200);
     });
 }
 
@@ -362,7 +353,7 @@ fn metrics_and_the_request_log_count_tool_calls_under_the_tool_name() {
         );
         let mut conn = Conn::to(&server);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"subtract","arguments":{"minuend":5,"subtrahend":3}}}"#;
-        assert_eq!(conn.roundtrip(&post(&[], body)).status, 200);
+        assert_eq!(conn.roundtrip(&mcp_request("POST", &[], body)).status, 200);
         let page = String::from_utf8(conn.roundtrip(&common::get("/metrics")).body).expect("UTF-8");
         let started = page
             .lines()

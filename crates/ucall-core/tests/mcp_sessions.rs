@@ -56,21 +56,15 @@ fn serve(engine: EngineKind, sessions: bool, seen: mpsc::Sender<bool>) -> Server
     common::start(engine, builder)
 }
 
-/// `method` on `/mcp` with `headers` and `body`.
+/// `method` on `/mcp` with `headers` and `body`, in protocol revision 2025-06-18 unless
+/// `headers` name another.
 fn request(method: &str, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
-    let mut request = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n");
-    request.push_str("Accept: application/json, text/event-stream\r\n");
-    if !headers
+    let named = headers
         .iter()
-        .any(|(name, _)| name.eq_ignore_ascii_case("mcp-protocol-version"))
-    {
-        request.push_str("MCP-Protocol-Version: 2025-06-18\r\n");
-    }
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    request.into_bytes()
+        .any(|(name, _)| name.eq_ignore_ascii_case("mcp-protocol-version"));
+    let revision = [("MCP-Protocol-Version", "2025-06-18")];
+    let headers = [if named { &[][..] } else { &revision[..] }, headers].concat();
+    common::mcp_request(method, &headers, body)
 }
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;

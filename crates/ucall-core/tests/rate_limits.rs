@@ -227,3 +227,38 @@ fn a_cap_of_zero_is_refused_at_bind() {
     };
     assert!(error.to_string().contains("positive"), "{error}");
 }
+
+#[test]
+fn keyed_by_middleware_without_a_front_end_that_admits_is_refused_at_bind() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let builder = counting(EngineKind::Poll, &runs)
+        .rate_limit(rate("1/min"))
+        .rate_limit_key(ClientKey::Middleware);
+    let Err(error) = builder.bind() else {
+        panic!("ClientKey::Middleware bound with nothing to admit calls: the limit would limit nothing");
+    };
+    assert!(error.to_string().contains("Middleware"), "{error}");
+}
+
+#[test]
+fn keyed_by_middleware_the_front_end_that_holds_the_keyed_limits_admits_calls() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let builder = counting(EngineKind::Poll, &runs)
+        .rate_limit(rate("1/min"))
+        .rate_limit_key(ClientKey::Middleware);
+    let keyed = Arc::clone(builder.router().keyed_limits());
+    let server = common::start(EngineKind::Poll, builder);
+    assert!(keyed.get().is_some(), "serving started without the keyed limits");
+    // Dispatch leaves these calls to the front end: past the limit, all run.
+    let mut conn = Conn::to(&server);
+    for id in 1..=3 {
+        assert_eq!(
+            conn.roundtrip(&post("/", call("count", "[]", &id.to_string()).as_bytes()))
+                .status,
+            200
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    server.stop();
+    server.join();
+}

@@ -3,36 +3,15 @@
 //! carrying JSON-RPC, fragmentation, control frames, the failures §5 and §7 require, and
 //! the size of a message in progress the session tells its engine (HTTP too).
 
-#[path = "../../../examples/rust/src/spec.rs"]
-mod spec;
+mod common;
 
+use common::{spec, ws_fragment};
 use ucall_core::buffer::OutBuf;
 use ucall_core::session::{Context, Limits, Progress, Scratch, Session};
 use ucall_core::Server;
 
 const HANDSHAKE: &str = "GET /rpc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
-
-/// A client frame: masked, as §5.3 requires of clients.
-fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n <= 0xFFFF => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&MASK);
-    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    out
-}
-
 /// Server frames in `bytes`: (opcode, payload). Server frames are never masked.
 fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
     let mut frames = Vec::new();
@@ -113,24 +92,24 @@ const REPLY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"result":19}"#;
 fn each_message_is_a_call_and_each_reply_a_text_message() {
     let mut peer = Peer::upgraded();
     for opcode in [0x1, 0x2] {
-        let message = frame(true, opcode, SUBTRACT);
+        let message = ws_fragment(true, opcode, SUBTRACT);
         let progress = peer.feed(&message);
         assert_eq!((progress.consumed, progress.close), (message.len(), false));
         assert_eq!(server_frames(&peer.take()), [(0x1, REPLY.to_vec())]);
     }
     let batch = br#"[{"jsonrpc":"2.0","method":"get_data","id":"a"},{"jsonrpc":"2.0","method":"update","params":[1]}]"#;
-    peer.feed(&frame(true, 0x1, batch));
+    peer.feed(&ws_fragment(true, 0x1, batch));
     assert_eq!(
         server_frames(&peer.take()),
         [(0x1, br#"[{"jsonrpc":"2.0","id":"a","result":["hello",5]}]"#.to_vec())]
     );
-    peer.feed(&frame(
+    peer.feed(&ws_fragment(
         true,
         0x1,
         br#"{"jsonrpc":"2.0","method":"update","params":[1]}"#,
     ));
     assert!(peer.take().is_empty(), "notifications get no message");
-    peer.feed(&frame(true, 0x1, b"{not json"));
+    peer.feed(&ws_fragment(true, 0x1, b"{not json"));
     let frames = server_frames(&peer.take());
     assert!(
         String::from_utf8_lossy(&frames[0].1).contains("-32700"),
@@ -141,11 +120,11 @@ fn each_message_is_a_call_and_each_reply_a_text_message() {
 #[test]
 fn fragments_reassemble_with_control_frames_between_them() {
     let mut peer = Peer::upgraded();
-    let mut stream = frame(false, 0x1, &SUBTRACT[..10]);
-    stream.extend(frame(true, 0x9, b"ping!"));
-    stream.extend(frame(false, 0x0, &SUBTRACT[10..30]));
-    stream.extend(frame(true, 0xA, b"unsolicited pong"));
-    stream.extend(frame(true, 0x0, &SUBTRACT[30..]));
+    let mut stream = ws_fragment(false, 0x1, &SUBTRACT[..10]);
+    stream.extend(ws_fragment(true, 0x9, b"ping!"));
+    stream.extend(ws_fragment(false, 0x0, &SUBTRACT[10..30]));
+    stream.extend(ws_fragment(true, 0xA, b"unsolicited pong"));
+    stream.extend(ws_fragment(true, 0x0, &SUBTRACT[30..]));
     // Any split of the byte stream gives the same replies.
     for step in [1, 3, 7, stream.len()] {
         let mut buffered = Vec::new();
@@ -174,7 +153,7 @@ fn fragments_reassemble_with_control_frames_between_them() {
 #[test]
 fn the_close_handshake_echoes_the_code_then_closes() {
     let mut peer = Peer::upgraded();
-    let progress = peer.feed(&frame(true, 0x8, &[0x03, 0xE8, b'b', b'y', b'e']));
+    let progress = peer.feed(&ws_fragment(true, 0x8, &[0x03, 0xE8, b'b', b'y', b'e']));
     assert!(progress.close);
     assert_eq!(server_frames(&peer.take()), [(0x8, vec![0x03, 0xE8])]);
 }
@@ -197,23 +176,23 @@ fn fails_with(bytes: &[u8], code: u16) {
 
 #[test]
 fn protocol_violations_close_with_the_codes_rfc_6455_names() {
-    let mut unmasked = frame(true, 0x1, SUBTRACT);
+    let mut unmasked = ws_fragment(true, 0x1, SUBTRACT);
     unmasked[1] &= 0x7F;
     unmasked.drain(2..6);
     fails_with(&unmasked, 1002);
-    fails_with(&frame(true, 0x3, b"x"), 1002); // reserved opcode
-    fails_with(&frame(true, 0x41, b"x"), 1002); // RSV3 without an extension
-    fails_with(&frame(true, 0x0, b"x"), 1002); // continuation with nothing to continue
-    let mut twice = frame(false, 0x1, b"[");
-    twice.extend(frame(true, 0x1, b"]"));
+    fails_with(&ws_fragment(true, 0x3, b"x"), 1002); // reserved opcode
+    fails_with(&ws_fragment(true, 0x41, b"x"), 1002); // RSV3 without an extension
+    fails_with(&ws_fragment(true, 0x0, b"x"), 1002); // continuation with nothing to continue
+    let mut twice = ws_fragment(false, 0x1, b"[");
+    twice.extend(ws_fragment(true, 0x1, b"]"));
     fails_with(&twice, 1002); // a new message inside a fragmented one
-    fails_with(&frame(true, 0x1, &[b'"', 0xC3, 0x28, b'"']), 1007); // text that is not UTF-8
-    fails_with(&frame(true, 0x8, &[0x03]), 1002); // a 1-byte close payload
-    fails_with(&frame(true, 0x8, &[0x03, 0xE8, 0xC3, 0x28]), 1007); // a close reason that is not UTF-8
-    fails_with(&frame(true, 0x8, &[0x03, 0xED]), 1002); // 1005 is never sent
-    fails_with(&frame(true, 0x1, &vec![b' '; (1 << 20) + 1]), 1009); // over max_body_bytes
-    let mut growing = frame(false, 0x1, &vec![b' '; 700_000]);
-    growing.extend(frame(true, 0x0, &vec![b' '; 700_000]));
+    fails_with(&ws_fragment(true, 0x1, &[b'"', 0xC3, 0x28, b'"']), 1007); // text that is not UTF-8
+    fails_with(&ws_fragment(true, 0x8, &[0x03]), 1002); // a 1-byte close payload
+    fails_with(&ws_fragment(true, 0x8, &[0x03, 0xE8, 0xC3, 0x28]), 1007); // a close reason that is not UTF-8
+    fails_with(&ws_fragment(true, 0x8, &[0x03, 0xED]), 1002); // 1005 is never sent
+    fails_with(&ws_fragment(true, 0x1, &vec![b' '; (1 << 20) + 1]), 1009); // over max_body_bytes
+    let mut growing = ws_fragment(false, 0x1, &vec![b' '; 700_000]);
+    growing.extend(ws_fragment(true, 0x0, &vec![b' '; 700_000]));
     fails_with(&growing, 1009); // fragments adding up past the limit
 }
 
@@ -235,7 +214,7 @@ fn the_plain_subprotocol_is_selected_when_offered() {
             .lines()
             .find_map(|line| line.strip_prefix("Sec-WebSocket-Protocol: "));
         assert_eq!(answered, selected, "{offered}: {text}");
-        let message = frame(true, 0x1, SUBTRACT);
+        let message = ws_fragment(true, 0x1, SUBTRACT);
         peer.feed(&message);
         assert_eq!(server_frames(&peer.take()), [(0x1, REPLY.to_vec())], "{offered}");
     }
@@ -259,7 +238,7 @@ fn handshakes_that_rfc_6455_refuses() {
 fn a_frame_announced_but_unfinished_tells_its_size_and_no_more() {
     let mut peer = Peer::upgraded();
     assert_eq!(peer.session.input_wanted(), 0, "between messages nothing is announced");
-    let message = frame(true, 0x1, SUBTRACT);
+    let message = ws_fragment(true, 0x1, SUBTRACT);
     // Header and part of the payload: the whole frame's size is known.
     assert_eq!(peer.feed(&message[..10]).consumed, 0);
     assert_eq!(peer.session.input_wanted(), message.len());

@@ -552,21 +552,11 @@ pub fn respond_to(
     });
 }
 
-/// [`respond_to`] for a JSON-RPC reply that may be a binary message (docs/wire.md §3.1):
-/// when `write_body` gives the length of the JSON text at the body's start, the reply is
-/// `application/vnd.ucall.binary` with `UCall-JSON-Length`; else `application/json`.
-pub fn respond_message(
-    out: &mut OutBuf,
-    method: Method,
-    persistence: Persistence,
-    headers: &[u8],
-    date: &[u8],
-    write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
-) {
-    respond_with(out, method, persistence, headers, date, b"application/json", write_body);
-}
-
-fn respond_with(
+/// [`respond_to`] for a body writer that gives, with the status, the length of the JSON
+/// text at the body's start when the body is a binary message (docs/wire.md §3.1): the
+/// reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`, else of
+/// `content_type`.
+pub fn respond_with(
     out: &mut OutBuf,
     method: Method,
     persistence: Persistence,

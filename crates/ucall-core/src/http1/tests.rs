@@ -280,12 +280,13 @@ fn accept_lists_binary_replies_by_media_type_and_q() {
 #[test]
 fn a_binary_reply_names_its_type_and_json_length() {
     let mut out = OutBuf::new();
-    respond_message(
+    respond_with(
         &mut out,
         Method::Post,
         Persistence::KeepAlive,
         b"",
         b"Sun, 06 Nov 1994 08:49:37 GMT",
+        b"application/json",
         |out| {
             let data = out.data();
             data.extend_from_slice(b"{}");

@@ -94,6 +94,28 @@ impl Dtype {
         }
     }
 
+    /// The type string of NumPy's `.npy` header (`"<f4"`): little-endian, `|` where
+    /// byte order means nothing.
+    #[must_use]
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            Dtype::Bool => "|b1",
+            Dtype::Int8 => "|i1",
+            Dtype::Uint8 => "|u1",
+            Dtype::Int16 => "<i2",
+            Dtype::Uint16 => "<u2",
+            Dtype::Int32 => "<i4",
+            Dtype::Uint32 => "<u4",
+            Dtype::Int64 => "<i8",
+            Dtype::Uint64 => "<u8",
+            Dtype::Float16 => "<f2",
+            Dtype::Float32 => "<f4",
+            Dtype::Float64 => "<f8",
+            Dtype::Complex64 => "<c8",
+            Dtype::Complex128 => "<c16",
+        }
+    }
+
     /// The dtype named `name`, if any.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Dtype> {
@@ -227,6 +249,16 @@ mod tests {
         section.extend_from_slice(&1.5f32.to_le_bytes());
         section.extend_from_slice(&(-2.0f32).to_le_bytes());
         section
+    }
+
+    #[test]
+    fn npy_descr_states_each_dtype_size_and_order() {
+        for dtype in Dtype::ALL {
+            let descr = dtype.npy_descr();
+            let order = if dtype.size() == 1 { '|' } else { '<' };
+            assert!(descr.starts_with(order), "{descr}");
+            assert_eq!(descr[2..].parse::<usize>(), Ok(dtype.size()), "{descr}");
+        }
     }
 
     #[test]

@@ -267,22 +267,7 @@ fn write_base64(out: &mut Vec<u8>, parts: &[&[u8]]) {
 /// The header of an array's `.npy` form (NumPy format 1.0): magic, version, and the
 /// header dictionary padded so that the data starts at a multiple of 64.
 fn npy_header(dtype: Dtype, shape: &[usize]) -> Vec<u8> {
-    let descr = match dtype {
-        Dtype::Bool => "|b1",
-        Dtype::Int8 => "|i1",
-        Dtype::Uint8 => "|u1",
-        Dtype::Int16 => "<i2",
-        Dtype::Uint16 => "<u2",
-        Dtype::Int32 => "<i4",
-        Dtype::Uint32 => "<u4",
-        Dtype::Int64 => "<i8",
-        Dtype::Uint64 => "<u8",
-        Dtype::Float16 => "<f2",
-        Dtype::Float32 => "<f4",
-        Dtype::Float64 => "<f8",
-        Dtype::Complex64 => "<c8",
-        Dtype::Complex128 => "<c16",
-    };
+    let descr = dtype.npy_descr();
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let shape_text = match dims.len() {
         1 => format!("({},)", dims[0]),

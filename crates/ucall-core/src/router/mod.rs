@@ -479,9 +479,15 @@ impl Router {
 
     /// The rate limits a front end's middleware admits calls through, set when serving
     /// starts with [`ClientKey::Middleware`] and a limit in force (shared: clone it before).
+    /// A server keyed by middleware binds only when a front end holds a clone.
     #[must_use]
     pub fn keyed_limits(&self) -> &Arc<OnceLock<KeyedLimits>> {
         &self.keyed_limits
+    }
+
+    /// Whether a front end holds [`Router::keyed_limits`] to admit calls through.
+    pub(crate) fn keyed_limits_held(&self) -> bool {
+        Arc::strong_count(&self.keyed_limits) > 1
     }
 
     /// The server's readiness, shared with the front end (draining, checks).

@@ -16,6 +16,7 @@ use crate::engine::{self, Shared, TlsShared, Worker};
 pub use crate::engine::{Config, EngineKind, EventLog};
 use crate::error::Error;
 use crate::health::{Readiness, ReadyState};
+use crate::limit::ClientKey;
 use crate::router::Router;
 
 impl ServerBuilder {
@@ -52,6 +53,12 @@ impl ServerBuilder {
         if config.unix_socket.is_none() && config.unix_socket_mode.is_some() {
             return Err(Error::config("unix_socket_mode needs unix_socket, the socket's path"));
         }
+        if matches!(config.rate_limit.key, ClientKey::Middleware) && !self.router.keyed_limits_held() {
+            return Err(Error::config(
+                "rate limit key Middleware needs a front end whose middleware admits the calls \
+                 (Router::keyed_limits); a Rust server keys its own with ClientKey::Custom",
+            ));
+        }
         let addr = resolve(&config.host, config.port)?;
         if let Some(port) = config.tls.as_ref().and_then(|tls| tls.port) {
             if port != 0 && port == config.port {
@@ -85,15 +92,17 @@ impl ServerBuilder {
         let mut router = self.router;
         router.set_health_paths(shared.config.health.clone());
         let server = Server {
-            readiness: Arc::clone(router.readiness()),
-            shared,
+            bound: Bound {
+                readiness: Arc::clone(router.readiness()),
+                shared,
+                local_addr,
+            },
             router,
             workers,
-            local_addr,
             engine: engine.kind,
             engine_fallback: engine.fallback,
         };
-        if !server.shared.config.quiet {
+        if !server.bound.shared.config.quiet {
             eprintln!("ucall: {}", server.listening_line());
         }
         Ok(server)
@@ -111,12 +120,10 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, Error> {
 
 /// A bound server, ready to [`run`](Server::run) or [`spawn`](Server::spawn).
 pub struct Server {
-    shared: Arc<Shared>,
+    bound: Bound,
     /// Frozen and handed to the workers when serving starts.
     router: Router,
-    readiness: Arc<Readiness>,
     workers: Vec<Worker>,
-    local_addr: SocketAddr,
     engine: EngineKind,
     engine_fallback: Option<String>,
 }
@@ -133,19 +140,19 @@ impl Server {
     /// The address the server listens on (with the real port when `0` was asked).
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.bound.local_addr
     }
 
     /// The address TLS listens on: the server's own, or its separate TLS port.
     #[must_use]
     pub fn tls_addr(&self) -> Option<SocketAddr> {
-        tls_addr(&self.shared, self.local_addr)
+        self.bound.tls_addr()
     }
 
     /// The Unix domain socket the server also listens on, when configured.
     #[must_use]
     pub fn unix_socket(&self) -> Option<&std::path::Path> {
-        self.shared.config.unix_socket.as_deref()
+        self.bound.unix_socket()
     }
 
     /// The engine in use (never `Auto`).
@@ -166,15 +173,13 @@ impl Server {
     /// port speaks TLS, ` and unix:PATH`, `, TLS on port P` and why `auto` fell back.
     #[must_use]
     pub fn listening_line(&self) -> String {
-        let tls = self.shared.tls.as_ref();
+        let tls = self.bound.shared.tls.as_ref();
         let scheme = if tls.is_some_and(|tls| tls.separate.is_none()) {
             "https"
         } else {
             "http"
         };
-        let unix = self
-            .unix_socket()
-            .map_or(String::new(), |path| format!(" and unix:{}", path.display()));
+        let unix = self.bound.unix_suffix();
         let tls_port = match (tls.and(self.tls_addr()), tls.is_some_and(|tls| tls.separate.is_some())) {
             (Some(addr), true) => format!(", TLS on port {}", addr.port()),
             _ => String::new(),
@@ -185,7 +190,7 @@ impl Server {
             .map_or(String::new(), |why| format!("; io_uring unavailable: {why}"));
         format!(
             "listening on {scheme}://{}{unix} (engine {}, {threads} thread{}{tls_port}{fallback})",
-            self.local_addr,
+            self.bound.local_addr,
             self.engine.name(),
             if threads == 1 { "" } else { "s" },
         )
@@ -194,22 +199,19 @@ impl Server {
     /// A handle that stops the server from any thread, also while [`Server::run`] blocks.
     #[must_use]
     pub fn stopper(&self) -> Stopper {
-        Stopper {
-            shared: Arc::clone(&self.shared),
-            readiness: Arc::clone(&self.readiness),
-        }
+        self.bound.stopper()
     }
 
     /// The readiness `GET /readyz` reports: mark the server draining, add a check.
     #[must_use]
     pub fn readiness(&self) -> &Arc<Readiness> {
-        &self.readiness
+        &self.bound.readiness
     }
 
     /// The configuration in force (thread count resolved).
     #[must_use]
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.bound.shared.config
     }
 
     /// The procedures, still open to additions: the socket is bound, but nothing is served
@@ -222,23 +224,22 @@ impl Server {
 
     /// Freeze the procedures and give every worker the table.
     fn hand_out_router(&mut self) {
-        let speaks_tls = self.shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
-        self.router.publish(self.local_addr, speaks_tls);
-        self.router.start_metrics(&self.shared.config.metrics);
-        self.router.start_limits(&self.shared.config.rate_limit);
-        self.router.set_request_log(self.shared.config.request_log.clone());
+        let (shared, local_addr) = (&self.bound.shared, self.bound.local_addr);
+        let speaks_tls = shared.tls.as_ref().is_some_and(|tls| tls.separate.is_none());
+        self.router.publish(local_addr, speaks_tls);
+        self.router.start_metrics(&shared.config.metrics);
+        self.router.start_limits(&shared.config.rate_limit);
+        self.router.set_request_log(shared.config.request_log.clone());
         let router = Arc::new(std::mem::take(&mut self.router));
         if let Some(metrics) = router.metrics() {
             metrics.set_engine(self.engine.name(), self.workers.len());
         }
         if log::log_enabled!(target: crate::logs::SERVER_TARGET, log::Level::Info) {
             let (threads, procedures) = (self.workers.len(), router.names().count());
-            let unix = (self.shared.config.unix_socket.as_ref())
-                .map_or(String::new(), |path| format!(" and unix:{}", path.display()));
             log::info!(
                 target: crate::logs::SERVER_TARGET,
-                "serving on {}{unix} (engine {}, {threads} thread{}, {procedures} procedure{})",
-                self.local_addr,
+                "serving on {local_addr}{} (engine {}, {threads} thread{}, {procedures} procedure{})",
+                self.bound.unix_suffix(),
                 self.engine.name(),
                 if threads == 1 { "" } else { "s" },
                 if procedures == 1 { "" } else { "s" },
@@ -254,13 +255,7 @@ impl Server {
     #[must_use]
     pub fn into_workers(mut self) -> (Stopper, Vec<Worker>) {
         self.hand_out_router();
-        (
-            Stopper {
-                shared: self.shared,
-                readiness: self.readiness,
-            },
-            self.workers,
-        )
+        (self.bound.stopper(), self.workers)
     }
 
     /// Serve on background threads; the handle stops them.
@@ -278,10 +273,8 @@ impl Server {
             threads.push(thread);
         }
         Ok(ServerHandle {
-            readiness: self.readiness,
-            shared: self.shared,
+            bound: self.bound,
             threads,
-            local_addr: self.local_addr,
         })
     }
 
@@ -312,10 +305,8 @@ impl Server {
 
 /// A running server. Dropping it stops the server and waits for its threads.
 pub struct ServerHandle {
-    shared: Arc<Shared>,
-    readiness: Arc<Readiness>,
+    bound: Bound,
     threads: Vec<JoinHandle<()>>,
-    local_addr: SocketAddr,
 }
 
 /// A cheap, cloneable way to ask a server to stop, usable from any thread.
@@ -385,40 +376,37 @@ impl ServerHandle {
     /// The address the server listens on.
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.bound.local_addr
     }
 
     /// The port the server listens on.
     #[must_use]
     pub fn port(&self) -> u16 {
-        self.local_addr.port()
+        self.bound.local_addr.port()
     }
 
-    /// The address TLS listens on, if TLS is configured.
+    /// The address TLS listens on: the server's own, or its separate TLS port.
     #[must_use]
     pub fn tls_addr(&self) -> Option<SocketAddr> {
-        tls_addr(&self.shared, self.local_addr)
+        self.bound.tls_addr()
     }
 
     /// The Unix domain socket the server also listens on, when configured.
     #[must_use]
     pub fn unix_socket(&self) -> Option<&std::path::Path> {
-        self.shared.config.unix_socket.as_deref()
+        self.bound.unix_socket()
     }
 
     /// Connections open now.
     #[must_use]
     pub fn connections(&self) -> usize {
-        self.shared.connections.load(Ordering::Relaxed)
+        self.bound.shared.connections.load(Ordering::Relaxed)
     }
 
     /// A handle that can stop the server from another thread.
     #[must_use]
     pub fn stopper(&self) -> Stopper {
-        Stopper {
-            shared: Arc::clone(&self.shared),
-            readiness: Arc::clone(&self.readiness),
-        }
+        self.bound.stopper()
     }
 
     /// Ask the server to shut down gracefully; returns at once.
@@ -445,7 +433,7 @@ impl ServerHandle {
         } else {
             log::Level::Info
         };
-        log::log!(target: crate::logs::SERVER_TARGET, level, "stopped serving on {}: {counts}", self.local_addr);
+        log::log!(target: crate::logs::SERVER_TARGET, level, "stopped serving on {}: {counts}", self.bound.local_addr);
     }
 }
 
@@ -458,10 +446,38 @@ impl Drop for ServerHandle {
     }
 }
 
-fn tls_addr(shared: &Shared, local_addr: SocketAddr) -> Option<SocketAddr> {
-    let tls = shared.tls.as_ref()?;
-    Some(match &tls.separate {
-        Some(bound) => *bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-        None => local_addr,
-    })
+/// What a bound server and its running handle both hold: what the workers share, the
+/// readiness, and the address.
+struct Bound {
+    shared: Arc<Shared>,
+    readiness: Arc<Readiness>,
+    local_addr: SocketAddr,
+}
+
+impl Bound {
+    fn tls_addr(&self) -> Option<SocketAddr> {
+        let tls = self.shared.tls.as_ref()?;
+        Some(match &tls.separate {
+            Some(bound) => *bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            None => self.local_addr,
+        })
+    }
+
+    fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.shared.config.unix_socket.as_deref()
+    }
+
+    /// ` and unix:PATH` when the server also listens on a Unix socket, for the lines
+    /// that say where it serves.
+    fn unix_suffix(&self) -> String {
+        self.unix_socket()
+            .map_or(String::new(), |path| format!(" and unix:{}", path.display()))
+    }
+
+    fn stopper(&self) -> Stopper {
+        Stopper {
+            shared: Arc::clone(&self.shared),
+            readiness: Arc::clone(&self.readiness),
+        }
+    }
 }

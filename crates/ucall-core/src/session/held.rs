@@ -40,7 +40,7 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             commit_ws_reply(out, json_start, section);
         }
         (MessageKind::Http(persistence, _, method), Some(mut section)) if !streamed => {
-            http1::respond_message(out, method, persistence, &headers, date, |out| {
+            http1::respond_with(out, method, persistence, &headers, date, b"application/json", |out| {
                 let json_start = out.data().len();
                 let status = write_completed(&text, slots, out, true, Some(&mut section));
                 Some((status, attached::finish_http(out, json_start, section)))

@@ -379,46 +379,54 @@ impl Http {
         context.received_now_if(ctx.router.times_calls());
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
-        http1::respond_message(out, head.method, persistence, &self.cors_headers, ctx.date, |out| {
-            let data = out.data();
-            let start = data.len();
-            let status = if is_jsonrpc {
-                match dispatch::process(
-                    body,
-                    &context,
-                    ctx.router,
-                    ctx.limits.max_batch,
-                    &mut scratch.jsonrpc,
-                    &mut deferrals,
-                    data,
-                ) {
-                    Outcome::Silent => Status::NoContent,
-                    Outcome::Replied | Outcome::ParseError => {
-                        let retry_after = scratch.jsonrpc.retry_after;
-                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
+        http1::respond_with(
+            out,
+            head.method,
+            persistence,
+            &self.cors_headers,
+            ctx.date,
+            b"application/json",
+            |out| {
+                let data = out.data();
+                let start = data.len();
+                let status = if is_jsonrpc {
+                    match dispatch::process(
+                        body,
+                        &context,
+                        ctx.router,
+                        ctx.limits.max_batch,
+                        &mut scratch.jsonrpc,
+                        &mut deferrals,
+                        data,
+                    ) {
+                        Outcome::Silent => Status::NoContent,
+                        Outcome::Replied | Outcome::ParseError => {
+                            let retry_after = scratch.jsonrpc.retry_after;
+                            (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
+                        }
                     }
+                } else {
+                    rest_call(
+                        head.method,
+                        target,
+                        body,
+                        &context,
+                        ctx.router,
+                        scratch,
+                        &mut deferrals,
+                        data,
+                    )
+                };
+                let section = deferrals.attachments.as_deref_mut().map(Section::take);
+                if scratch.jsonrpc.deferred.is_empty() {
+                    let json_length = section.and_then(|section| attached::finish_http(out, start, section));
+                    Some((status, json_length))
+                } else {
+                    held = Some((data.split_off(start), start, section));
+                    None
                 }
-            } else {
-                rest_call(
-                    head.method,
-                    target,
-                    body,
-                    &context,
-                    ctx.router,
-                    scratch,
-                    &mut deferrals,
-                    data,
-                )
-            };
-            let section = deferrals.attachments.as_deref_mut().map(Section::take);
-            if scratch.jsonrpc.deferred.is_empty() {
-                let json_length = section.and_then(|section| attached::finish_http(out, start, section));
-                Some((status, json_length))
-            } else {
-                held = Some((data.split_off(start), start, section));
-                None
-            }
-        });
+            },
+        );
         if let Some((text, base, section)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
             calls.hold_text(

@@ -168,14 +168,44 @@ pub fn notification(method: &str, params: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params}}}"#)
 }
 
-/// A client's WebSocket text message in one masked frame (RFC 6455 §5.2), under 126 bytes.
+/// A client's WebSocket text message in one masked frame (RFC 6455 §5.2).
 pub fn ws_text(payload: &str) -> Vec<u8> {
-    const MASK: [u8; 4] = [0x0a, 0x1b, 0x2c, 0x3d];
-    let len = u8::try_from(payload.len()).ok().filter(|n| *n < 126);
-    let mut frame = vec![0x81, 0x80 | len.expect("a message under 126 bytes")];
-    frame.extend_from_slice(&MASK);
-    frame.extend(payload.bytes().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
-    frame
+    ws_frame(1, payload.as_bytes())
+}
+
+/// A client's WebSocket frame, final (FIN set) and masked as clients must, of any length.
+pub fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    ws_fragment(true, opcode, payload)
+}
+
+/// [`ws_frame`] with FIN as `fin` says: `false` for a fragment that more frames continue.
+pub fn ws_fragment(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+    let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&MASK);
+    out.extend(payload.iter().zip(MASK.iter().cycle()).map(|(b, k)| b ^ k));
+    out
+}
+
+/// The first (unmasked) server frame in `bytes`: (opcode, payload, bytes used), once whole.
+pub fn ws_server_frame(bytes: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
+    let (len, at) = match *bytes.get(1)? & 0x7F {
+        126 => (usize::from(u16::from_be_bytes([*bytes.get(2)?, *bytes.get(3)?])), 4),
+        127 => (u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?) as usize, 10),
+        n => (usize::from(n), 2),
+    };
+    Some((bytes[0] & 0x0F, bytes.get(at..at + len)?.to_vec(), at + len))
 }
 
 /// `POST path` with a JSON body and Content-Length.
@@ -187,6 +217,18 @@ pub fn post(path: &str, body: &[u8]) -> Vec<u8> {
     .into_bytes();
     request.extend_from_slice(body);
     request
+}
+
+/// `method` on `/mcp` as an MCP client sends it (a JSON body, either reply form
+/// accepted), with `headers` besides.
+pub fn mcp_request(method: &str, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
+    let mut request = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n");
+    request.push_str("Accept: application/json, text/event-stream\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    request.into_bytes()
 }
 
 /// `GET target`.
