@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "binary"
+WIRE_MD = Path(__file__).resolve().parents[2] / "docs" / "wire.md"
 BODIES = sorted(p for p in VECTORS.glob("*.json") if "json" in json.loads(p.read_text()))
 REPLIES = sorted((VECTORS / "replies").glob("*.json"))
 TRANSPORTS = ["http", "tcp", "websocket"]
@@ -266,3 +267,33 @@ def test_reply_vector(server: tuple[str, int], transport: str, path: Path) -> No
     got = without_error_text(resolve(reply, reply_section or b""))
     want = without_error_text(resolve(vector["reply"], expected_section))
     assert got == want
+
+
+def hex_dumps() -> list[bytes]:
+    """The hex dumps of docs/wire.md §6 (xxd's layout: offset, 8 groups of 4 digits, text)."""
+    dumps: list[bytes] = []
+    lines = WIRE_MD.read_text().split("## 6. Examples", 1)[1].splitlines()
+    for line in lines:
+        if len(line) > 10 and line[8:10] == ": " and all(c in "0123456789abcdef" for c in line[:8]):
+            if line.startswith("00000000"):
+                dumps.append(b"")
+            dumps[-1] += bytes.fromhex(line[10:49].replace(" ", ""))
+    return dumps
+
+
+def test_the_pages_examples_are_what_this_client_reads_and_writes(server: tuple[str, int]) -> None:
+    request, reply_body = hex_dumps()
+    # The request: this client writes the same bytes for its JSON text and attachment, and
+    # the server answers as the page says.
+    json_length = struct.unpack("<I", request[4:8])[0]
+    text = request[16 : 16 + json_length]
+    assert request == prefix(len(text), len(body(text, b"foo"))) + body(text, b"foo")
+    assert tcp_call(server, text, b"foo", True) == ({"jsonrpc": "2.0", "result": "666f6f", "id": 1}, None)
+    # The HTTP reply body (J = 106): a float32 array of 1.5 and -2.0.
+    reply, section = split(reply_body, 106)
+    assert resolve(reply, section)["result"] == {
+        "$ucall": "ndarray",
+        "dtype": "float32",
+        "shape": [2],
+        "hex": struct.pack("<2f", 1.5, -2.0).hex(),
+    }
