@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The smallest UCall server in C99: sum(a, b) and echo(data), on as many threads as asked.
+ * The smallest UCall server in C99: sum(a, b), echo(data) and scale(x), on as many threads
+ * as asked. scale reads a float32 array sent as an attachment (docs/wire.md) where it lies
+ * and answers the doubled array as one (or as base64 to a caller that takes no attachments).
  *
  *   make examples-c && target/c/examples/sum --port 8545 --threads 2
  *   curl -s localhost:8545 -d '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
@@ -27,7 +29,7 @@ static ucall_server_t volatile server = NULL;
 static const char USAGE[] =
     "usage: sum [--host H] [--port P] [--threads N] [--engine auto|poll|uring]\n"
     "           [--tls-cert CHAIN.pem --tls-key KEY.pem]\n"
-    "Serves sum(a, b) and echo(data) over HTTP, raw TCP and WebSocket; P 0 picks a free port.\n";
+    "Serves sum(a, b), echo(data) and scale(x) over HTTP, raw TCP and WebSocket; P 0 picks a free port.\n";
 
 /* Write `value` in decimal at the end of `buffer`; returns where the text starts. The reply
  * is on the hot path, and snprintf costs more than everything else sum() does. */
@@ -73,6 +75,33 @@ static void echo(ucall_call_t call, ucall_callback_tag_t tag) {
         return;
     }
     ucall_call_reply_content(call, data, length);
+}
+
+/* x: a float32 array as an attachment of a binary message, read in place as a pointer
+ * and length (no base64, no copy). The doubled array is the result: an ndarray attachment
+ * for a caller that accepts binary replies, sent from `doubled`, which `free` releases. */
+static void scale(ucall_call_t call, ucall_callback_tag_t tag) {
+    const uint8_t* data;
+    size_t length, count, i;
+    float* doubled;
+    (void)tag;
+    if (!ucall_param_named_attachment(call, "x", 1, &data, &length) &&
+        !ucall_param_positional_attachment(call, 0, &data, &length)) {
+        ucall_call_reply_error(call, -32602, "Invalid params: 'x' must be an attachment (a float32 array)", 0);
+        return;
+    }
+    count = length / sizeof(float);
+    doubled = malloc(count ? count * sizeof(float) : 1);
+    if (!doubled) {
+        ucall_call_reply_error(call, -32603, "out of memory", 0);
+        return;
+    }
+    for (i = 0; i != count; ++i) {
+        float value; /* an attachment is 64-byte aligned in the message, not always in memory */
+        memcpy(&value, data + i * sizeof(float), sizeof value);
+        doubled[i] = 2 * value;
+    }
+    ucall_call_reply_array(call, "float32", &count, 1, (const uint8_t*)doubled, count * sizeof(float), free, doubled);
 }
 
 static void stop(int signal_number) {
@@ -141,6 +170,7 @@ int main(int argc, char** argv) {
     server = made;
     ucall_add_procedure(made, "sum", sum, NULL);
     ucall_add_procedure(made, "echo", echo, NULL);
+    ucall_add_procedure(made, "scale", scale, NULL);
 
     memset(&action, 0, sizeof action);
     action.sa_handler = stop;

@@ -6,13 +6,25 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:f
 import { join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { REPO } from "./servers.mjs";
+import { REPO, serverKinds, startServer, tlsFiles } from "./servers.mjs";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const run = (file, args, options = {}) =>
   new Promise((done, fail) =>
     execFile(file, args, { timeout: 60_000, ...options }, (error, stdout, stderr) => (error ? fail(new Error(`${error.message}\n${stderr}`)) : done(stdout))),
   );
+
+/** A project beside the package: `@ucall/client` resolves as it would once installed. */
+function project() {
+  const dir = mkdtempSync(join(ROOT, "test/.codegen-examples-"));
+  const modules = join(dir, "node_modules");
+  cpSync(join(ROOT, "package.json"), join(modules, "@ucall/client/package.json"));
+  cpSync(join(ROOT, "dist"), join(modules, "@ucall/client/dist"), { recursive: true });
+  cpSync(join(ROOT, "node_modules/ws"), join(modules, "ws"), { recursive: true });
+  cpSync(join(ROOT, "examples"), dir, { recursive: true });
+  writeFileSync(join(dir, "package.json"), '{"type":"module"}');
+  return { dir, modules };
+}
 
 async function sumServer() {
   const child = spawn(join(REPO, "target/debug/sum_server"), ["--host", "127.0.0.1", "--port", "0"], { stdio: ["ignore", "inherit", "pipe"] });
@@ -30,15 +42,8 @@ async function sumServer() {
 
 test("quickstart.mjs and typed.ts against sum_server", async () => {
   const server = await sumServer();
-  // A project beside the package: `@ucall/client` resolves as it would once installed.
-  const dir = mkdtempSync(join(ROOT, "test/.codegen-examples-"));
+  const { dir, modules } = project();
   try {
-    const modules = join(dir, "node_modules");
-    cpSync(join(ROOT, "package.json"), join(modules, "@ucall/client/package.json"));
-    cpSync(join(ROOT, "dist"), join(modules, "@ucall/client/dist"), { recursive: true });
-    cpSync(join(ROOT, "node_modules/ws"), join(modules, "ws"), { recursive: true });
-    cpSync(join(ROOT, "examples"), dir, { recursive: true });
-    writeFileSync(join(dir, "package.json"), '{"type":"module"}');
 
     const out = await run(process.execPath, [join(dir, "quickstart.mjs"), `127.0.0.1:${server.port}`]);
     for (const scheme of ["http", "ws", "tcp"]) {
@@ -55,6 +60,25 @@ test("quickstart.mjs and typed.ts against sum_server", async () => {
     writeFileSync(compiled, readFileSync(compiled, "utf8").replace("http://127.0.0.1:8545/", `http://127.0.0.1:${server.port}/`));
     cpSync(modules, join(dir, "out/node_modules"), { recursive: true });
     assert.equal((await run(process.execPath, [compiled])).trim(), "3");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await server.stop();
+  }
+});
+
+const noPython = serverKinds().includes("python") ? false : "the Python package is not built here";
+test("arrays.mjs: a float32 array to examples/python/arrays.py and back over every transport", { skip: noPython, timeout: 120_000 }, async () => {
+  const server = await startServer({ kind: "python-arrays", tls: true });
+  const { dir } = project();
+  try {
+    const plain = `127.0.0.1:${server.port}`;
+    const tls = `127.0.0.1:${server.tlsPort}`;
+    const urls = [`http://${plain}/`, `ws://${plain}/`, `tcp://${plain}`, `https://${tls}/`, `wss://${tls}/`, `tls://${tls}`];
+    // The server's self-signed certificate, trusted as its comment says.
+    const out = await run(process.execPath, [join(dir, "arrays.mjs"), ...urls], { env: { ...process.env, NODE_EXTRA_CA_CERTS: tlsFiles().cert } });
+    for (const scheme of ["http", "ws", "tcp", "https", "wss", "tls"]) {
+      assert.match(out, new RegExp(`^${scheme}: float32 \\[400,1000\\] equal: true$`, "m"), out);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
     await server.stop();

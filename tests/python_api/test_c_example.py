@@ -63,3 +63,37 @@ def test_a_wrong_param_is_named_and_ctrl_c_stops_it(sum_c: Path, engine: str) ->
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def client_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    code = (REPO_ROOT / "examples" / "c" / "client.c").read_text()
+    return build_c(code, tmp_path_factory.mktemp("client_c"))
+
+
+def test_client_c_sends_an_array_as_an_attachment_to_sum_c(sum_c: Path, client_c: Path, engine: str) -> None:
+    """examples/c/client.c against examples/c/sum.c: scale(x) reads the float32 attachment
+    as a pointer and length and answers the doubled array as one, over each transport."""
+    with subprocess.Popen([str(sum_c), "--port", "0", "--engine", engine], stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            line = proc.stderr.readline()
+            started = re.search(r"127\.0\.0\.1:(\d+) ", line)
+            assert started, line
+            port = int(started.group(1))
+            for scheme in ("http", "tcp", "ws"):
+                result = subprocess.run(
+                    [str(client_c), f"{scheme}://127.0.0.1:{port}"], capture_output=True, text=True, timeout=30
+                )
+                assert result.returncode == 0, result.stderr
+                assert result.stdout == (
+                    "sum(1, 2) = 3\nscale([1.5, -2, 0.25]) = [3, -4, 0.5] (float32, an attachment)\n"
+                ), (scheme, result.stdout)
+            # A plain JSON caller (curl) is told scale takes an attachment, by name.
+            error = once_error(port, "scale", {"x": "AAA="})
+            assert error["code"] == -32602 and "'x'" in error["message"], error
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()

@@ -14,6 +14,14 @@ EXPECTED = {
     "demo.py": ['"result":3', '"result":"HI!HI!"', "-32602", "-32001", "42", "demo (Python): ok"],
     "client.py": ["by name: 3", "batch: 2 4", "error: -32602", "raw TCP: 42", "async: [0, 2, 4"],
     "rich_types.py": ["area: 7.0", "checksum: 6", "normalize: [[0.25, -1.0], [0.5, 0.125]]", "thumbnail: (16, 12)"],
+    # A 1.6 MB array there and back as attachments, plain and TLS, then as base64.
+    "arrays.py": [
+        *(
+            f"{scheme}: float32 (400, 1000) equal: True, an attachment viewed in place: True\n"
+            for scheme in ("http", "tcp", "ws", "https", "tls", "wss")
+        ),
+        "json/base64: equal: True, an attachment viewed in place: False",
+    ],
     "blocking_and_async.py": ["ping while 16 calls wait: pong", "8 blocking calls done, 8 async calls fetched"],
     # A real model on real data: at least 95 % right (it gets about 99 %), and batches formed.
     "digits.py": ["accuracy: ", "of 450 test images", "calls/s from 32 callers", "batched: 450 calls in"],

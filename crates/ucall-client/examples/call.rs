@@ -26,19 +26,17 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
             reply.raw_trusted(data);
             Ok(())
         })
-        // An array param read where it lies in the request, answered from its own memory.
+        // An array param viewed where it lies in the request as a &[f32] (a -32602 naming
+        // `x` for anything else), the result written from the new vector's memory.
         .handler("scale", |call: &Call<'_>, reply: &mut Reply<'_>| {
-            let found = call.params().attachment(0, "x")?;
-            let info = found
-                .array
-                .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
-            let shape: Vec<usize> = info.shape().collect();
-            let doubled: Vec<f32> = found
-                .bytes
-                .chunks_exact(4)
-                .map(|b| 2.0 * f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            reply.array_of(&shape, doubled)
+            let x = call.params().array::<f32>(0, "x")?;
+            let doubled: Vec<f32> = x.data.iter().map(|v| 2.0 * v).collect();
+            reply.array_of(&x.shape, doubled)
+        })
+        // A bytes param as a &[u8] where it lies (or decoded from a plain caller's base64).
+        .procedure("checksum", |call| {
+            let data = call.params().bytes_view(0, "data")?;
+            Ok(data.iter().map(|&b| u64::from(b)).sum::<u64>())
         })
         .bind()?
         .spawn()?;
@@ -65,6 +63,8 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
         "scale of a 3x4 float32 array: shape {:?}, last {}",
         scaled.shape, scaled.data[11]
     );
+    let checksum: u64 = client.call("checksum", Params::array().attachment(blob))?.result()?;
+    println!("checksum of 256 bytes sent as an attachment: {checksum}");
 
     let mut batch = Batch::new();
     batch.call("sum", [1, 1])?;

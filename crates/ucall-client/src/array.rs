@@ -1,49 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Arrays in replies: an `ndarray` attachment of a binary message viewed as a typed slice,
-//! or the plain JSON form UCall servers write for other callers (a `.npy` file, base64).
+//! Arrays in replies in the plain JSON form UCall servers write for callers that take no
+//! attachments (a `.npy` file, base64); an `ndarray` attachment is read by
+//! [`ucall_core::jsonrpc::attachment::Attachment::to_array`].
 
-use std::borrow::Cow;
-
-use ucall_core::jsonrpc::attachment::Attachment;
+pub use ucall_core::jsonrpc::attachment::Array;
 use ucall_core::jsonrpc::section::Element;
-
-/// An n-dimensional array of `T` from a reply ([`crate::Response::result_array`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Array<'a, T: Element> {
-    /// The size of each dimension (none for a scalar).
-    pub shape: Vec<usize>,
-    /// The elements in C order: borrowed from the reply where its memory suits `T`.
-    pub data: Cow<'a, [T]>,
-}
-
-/// `found` as an array of `T`: its bytes viewed in place when aligned for `T`, else copied.
-pub(crate) fn from_attachment<'a, T: Element>(found: &Attachment<'a>) -> Result<Array<'a, T>, String> {
-    let Some(info) = found.array else {
-        return Err("the result is a bytes attachment, not an array".to_owned());
-    };
-    if info.dtype != T::DTYPE {
-        return Err(format!(
-            "the result is an array of {}, not of {}",
-            info.dtype.name(),
-            T::DTYPE.name()
-        ));
-    }
-    let data = match bytemuck::try_cast_slice(found.bytes) {
-        Ok(view) => Cow::Borrowed(view),
-        Err(_) => Cow::Owned(copied(found.bytes)),
-    };
-    Ok(Array {
-        shape: info.shape().collect(),
-        data,
-    })
-}
-
-/// `bytes` (a whole number of `T`) copied into a vector of `T`.
-fn copied<T: Element>(bytes: &[u8]) -> Vec<T> {
-    let mut out = vec![<T as bytemuck::Zeroable>::zeroed(); bytes.len() / std::mem::size_of::<T>()];
-    bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(bytes);
-    out
-}
 
 /// A `.npy` file (NumPy format 1.0 to 3.0, C order) of `T`, copied out.
 pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, String> {
@@ -89,8 +50,5 @@ pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, Stri
     if count.and_then(|n| n.checked_mul(T::DTYPE.size())) != Some(data.len()) {
         return Err("a .npy file whose data does not match its shape".to_owned());
     }
-    Ok(Array {
-        shape,
-        data: Cow::Owned(copied(data)),
-    })
+    Ok(Array::copied(shape, data))
 }

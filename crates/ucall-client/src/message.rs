@@ -826,7 +826,7 @@ impl Response {
     pub fn result_array<T: Element>(&self) -> std::result::Result<crate::Array<'_, T>, RpcError> {
         let raw = self.result_json()?;
         if let Some(found) = self.attachment(raw)? {
-            return crate::array::from_attachment(&found).map_err(internal);
+            return found.to_array().map_err(|why| internal(format!("the result is {why}")));
         }
         let npy = self.result_bytes()?;
         crate::array::from_npy(&npy).map_err(|why| internal(format!("the result is not an array: {why}")))

@@ -3,7 +3,10 @@
 //! a `$ucall` member stands for bytes of the attachment section. [`resolve`] reads one
 //! into a view of the section, borrowed where the message lies.
 
+use std::borrow::Cow;
+
 use super::scan::{key_equals, Elements, Members};
+use super::section::Element;
 use crate::wire::ALIGN;
 
 /// The member that marks a placeholder.
@@ -149,6 +152,54 @@ impl ArrayInfo<'_> {
     }
 }
 
+/// An n-dimensional array of `T` read from an `ndarray` attachment
+/// ([`Attachment::to_array`], a parameter's `Params::array`, a reply's in `ucall-client`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array<'a, T: Element> {
+    /// The size of each dimension (none for a scalar).
+    pub shape: Vec<usize>,
+    /// The elements in C order: borrowed where the message lies when its memory suits
+    /// `T`'s alignment, else copied once.
+    pub data: Cow<'a, [T]>,
+}
+
+impl<T: Element> Array<'static, T> {
+    /// An array of `shape` copied out of `bytes` (a whole number of little-endian `T`).
+    #[must_use]
+    pub fn copied(shape: Vec<usize>, bytes: &[u8]) -> Self {
+        let mut data = vec![<T as bytemuck::Zeroable>::zeroed(); bytes.len() / std::mem::size_of::<T>()];
+        let whole = std::mem::size_of_val(&data[..]);
+        bytemuck::cast_slice_mut::<T, u8>(&mut data).copy_from_slice(&bytes[..whole]);
+        Array {
+            shape,
+            data: Cow::Owned(data),
+        }
+    }
+}
+
+impl<'a> Attachment<'a> {
+    /// This attachment as an array of `T`, viewed in place where aligned for `T`.
+    ///
+    /// # Errors
+    /// A sentence when it is a `bytes` attachment or an array of another dtype.
+    pub fn to_array<T: Element>(&self) -> Result<Array<'a, T>, String> {
+        let Some(info) = self.array else {
+            return Err("a bytes attachment, not an array".to_owned());
+        };
+        if info.dtype != T::DTYPE {
+            return Err(format!("an array of {}, not of {}", info.dtype.name(), T::DTYPE.name()));
+        }
+        let shape = info.shape().collect();
+        Ok(match bytemuck::try_cast_slice(self.bytes) {
+            Ok(view) => Array {
+                shape,
+                data: Cow::Borrowed(view),
+            },
+            Err(_) => Array::copied(shape, self.bytes),
+        })
+    }
+}
+
 /// Whether `raw` (one JSON value) is a placeholder: an object with a `$ucall` member.
 #[must_use]
 pub fn is_placeholder(raw: &str) -> bool {
@@ -277,6 +328,33 @@ mod tests {
         assert_eq!(resolve(r#"{"a":1}"#, &section), Ok(None));
         assert_eq!(resolve("\"Zm9v\"", &section), Ok(None));
         assert!(is_placeholder(r#"{"$ucall":1}"#) && !is_placeholder(r#"{"ucall":1}"#));
+    }
+
+    #[test]
+    fn arrays_are_viewed_in_place_when_aligned_and_copied_when_not() {
+        let section = section();
+        let raw = r#"{"$ucall":"ndarray","offset":64,"length":8,"dtype":"float32","shape":[2]}"#;
+        let found = resolve(raw, &section).unwrap().unwrap();
+        let array = found.to_array::<f32>().unwrap();
+        assert_eq!(
+            (array.shape.as_slice(), &array.data[..]),
+            (&[2][..], &[1.5f32, -2.0][..])
+        );
+        assert_eq!(
+            matches!(array.data, Cow::Borrowed(_)),
+            found.bytes.as_ptr().align_offset(4) == 0
+        );
+        // One byte off any alignment: the same values, copied.
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(&section);
+        let found = resolve(raw, &shifted[1..]).unwrap().unwrap();
+        let unaligned = found.to_array::<f32>().unwrap();
+        assert_eq!(unaligned, array);
+        assert!(found.to_array::<i32>().unwrap_err().contains("float32, not of int32"));
+        let bytes = resolve(r#"{"$ucall":"bytes","offset":0,"length":3}"#, &section)
+            .unwrap()
+            .unwrap();
+        assert!(bytes.to_array::<u8>().unwrap_err().contains("not an array"));
     }
 
     #[test]

@@ -15,8 +15,9 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::jsonrpc::attachment::{self, Attachment};
+use crate::jsonrpc::attachment::{self, Array, Attachment};
 use crate::jsonrpc::scan::{cold_decode_string, key_equals, Elements, Members};
+use crate::jsonrpc::section::Element;
 use crate::jsonrpc::RpcError;
 
 /// One JSON value of the params (a parameter, or a value nested in one), as raw text.
@@ -491,6 +492,24 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// Array parameter `name` or `position`, sent as an `ndarray` attachment of `T`
+    /// (docs/wire.md §2): its shape, and its elements viewed where the message lies
+    /// (copied once only where that memory is not aligned for `T`).
+    ///
+    /// # Errors
+    /// `-32602` naming the parameter when it is missing, not an attachment (a plain JSON
+    /// caller's value: read it with [`Params::bytes_view`] or [`Params::raw_at`]), a
+    /// `bytes` attachment, an array of another dtype, or an invalid placeholder.
+    pub fn array<T: Element>(&self, position: usize, name: &str) -> Result<Array<'a, T>, RpcError> {
+        let found = self.attachment(position, name)?;
+        found.to_array().map_err(|why| {
+            RpcError::invalid_params(format!(
+                "Invalid params: parameter '{name}': expected an ndarray attachment of {}, got {why}",
+                T::DTYPE.name()
+            ))
+        })
+    }
+
     /// Bytes parameter `name` or `position` decoded into the start of `out`; the number
     /// of bytes written.
     ///
@@ -601,6 +620,35 @@ mod tests {
         assert_eq!(p(r#""a\"b""#).as_str().as_deref(), Some("a\"b"));
         assert!(matches!(p("\"ab\"").as_str(), Some(Cow::Borrowed("ab"))));
         assert_eq!(p("1").as_str(), None);
+    }
+
+    #[test]
+    fn array_params_are_typed_slices_of_their_attachment() {
+        let mut section = vec![0u8; 64];
+        section.extend([1.5f32, -2.0, 0.25, 4.0].iter().flat_map(|v| v.to_le_bytes()));
+        let raw = r#"{"x":{"$ucall":"ndarray","offset":64,"length":16,"dtype":"float32","shape":[2,2]},
+            "b":{"$ucall":"bytes","offset":0,"length":3},"s":"AAA="}"#;
+        let params = Params::new(Some(raw)).with_section(Some(&section));
+        let x = params.array::<f32>(0, "x").expect("a float32 array");
+        assert_eq!(
+            (x.shape.as_slice(), &x.data[..]),
+            (&[2, 2][..], &[1.5f32, -2.0, 0.25, 4.0][..])
+        );
+        let refusal = |name: &str| params.array::<f32>(0, name).unwrap_err();
+        assert!(refusal("b")
+            .message()
+            .contains("parameter 'b': expected an ndarray attachment of float32, got a bytes"));
+        assert!(refusal("s").message().contains("parameter 's': expected an attachment"));
+        assert!(refusal("missing").message().contains("'missing'"));
+        let wrong = params.array::<f64>(0, "x").unwrap_err();
+        assert_eq!(wrong.code(), -32602);
+        assert!(
+            wrong.message().contains("an array of float32, not of float64"),
+            "{}",
+            wrong.message()
+        );
+        // Outside a binary message a placeholder is an ordinary object.
+        assert!(Params::new(Some(raw)).array::<f32>(0, "x").is_err());
     }
 
     #[test]
