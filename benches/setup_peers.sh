@@ -5,8 +5,9 @@
 #   benches/.venv-ucall054  the prior-art ucall==0.5.4 from PyPI
 #   benches/.venv-ray       Ray Serve, for benches/batching.py
 # Writes target/bench/peers/status.json ({"fastapi": "ok", "ucall054": "failed: ...", ...})
-# and compiles benches/peers/bench.proto into target/bench/peers/. A peer that cannot be
-# installed is recorded as failed, never fatal: benches/run.py shows it as such.
+# and generates grpcio's code for benches/peers/bench.proto into target/bench/peers/
+# (benches/peers/grpc_stubs.py; the gRPC servers also run it on demand). A peer that cannot
+# be installed is recorded as failed, never fatal: benches/run.py shows it as such.
 # Safe to run again: a venv is rebuilt only when its requirements file changed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,8 +50,7 @@ if venv benches/.venv-peers benches/peers/requirements.txt; then
     check matplotlib "$P" "import matplotlib"
     check grpcio "$P" "import grpc, grpc_tools"
     check mcp "$P" "import mcp.server, uvicorn"
-    if [ "${STATUS[grpcio]}" = ok ] && ! "$P" -m grpc_tools.protoc -Ibenches/peers --python_out="$OUT" \
-        --grpc_python_out="$OUT" benches/peers/bench.proto >"$OUT/protoc.log" 2>&1; then
+    if [ "${STATUS[grpcio]}" = ok ] && ! "$P" benches/peers/grpc_stubs.py "$OUT" >"$OUT/protoc.log" 2>&1; then
         STATUS[grpcio]="failed: bench.proto did not compile (see $OUT/protoc.log)"
     fi
 else

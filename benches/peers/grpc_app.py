@@ -4,8 +4,8 @@
 
     python grpc_app.py sync|asyncio GENERATED_DIR
 
-GENERATED_DIR holds bench_pb2.py and bench_pb2_grpc.py, which benches/setup_peers.sh
-compiles from bench.proto with grpcio-tools.
+GENERATED_DIR holds bench_pb2.py and bench_pb2_grpc.py, generated from bench.proto with
+grpcio-tools (grpc_stubs.py) when they are missing or older than it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 MODE = sys.argv[1] if len(sys.argv) > 1 else "sync"
-sys.path.insert(0, sys.argv[2] if len(sys.argv) > 2 else ".")
+GENERATED = sys.argv[2] if len(sys.argv) > 2 else "."
+sys.path.insert(0, GENERATED)
 
 import grpc  # noqa: E402
+import grpc_stubs  # noqa: E402
 
+grpc_stubs.ensure(GENERATED)
 import bench_pb2 as pb  # noqa: E402
 import bench_pb2_grpc as rpc  # noqa: E402
 import procs  # noqa: E402

@@ -2,11 +2,17 @@
 """The binary section of `make bench`: large and small echoes side by side in one run.
 
     python -m ucallbench binary [--quick] [--seconds 3] [--rounds 3] [--rss-calls 10000]
+                                [--in-flight 4] [--sizes "1.6 MB,16 KB"] [--only floor,ucall,...]
                                 [--no-clients] [--append FILE] [--json FILE]
 
-Workloads: the echo of a float32 array of 1.6 MB (392 x 1024) and of 16 KB (4,096), one
-connection, one call in flight, the server on CPU 0 (`taskset`) and ucall-load on CPU 1.
-In the same run, rounds interleaved, the same bytes go to:
+Workloads: the echo of a float32 array of 1.6 MB (392 x 1024) and of 16 KB (4,096), the
+server on CPU 0 (`taskset`) and ucall-load on CPU 1. Every row runs with one connection
+and one call in flight (latency bound: the server waits for the client as much as the
+client for it); the 1.6 MB rows the calls/s goals compare (the floor, UCall's numpy binary
+echo, grpcio, FastAPI) run again *saturated*, with `--in-flight` connections each keeping
+one call in flight, so that the server's core, not the round trip, limits calls/s (the
+server's and the load generator's share of their cores are in the table to show which
+one did). In the same run, rounds interleaved, the same bytes go to:
 
 - the floor: `benches/reference/epoll_echo.c` over raw TCP, echoing a body of the binary
   message's length (one read, one write back: no parsing);
@@ -15,11 +21,12 @@ In the same run, rounds interleaved, the same bytes go to:
   `.npy`) and as a binary message (docs/wire.md), which asks for a binary reply
   (`Accept`); a server without binary replies answers in JSON, and the row says which;
 - grpcio's asyncio server (`benches/peers/grpc_app.py`, its `Echo` of raw bytes), loaded by
-  ucall-load-grpc;
+  ucall-load-grpc (the stubs generated on demand, benches/peers/grpc_stubs.py);
 - FastAPI on uvicorn (`benches/peers/fastapi_app.py`, `POST /echo` of a base64 string).
 
-Figures per row: calls/s, p50 latency and the server process's CPU time (user + system,
-all its threads) per call; medians over the rounds. After the rounds, the Python server's
+Figures per row: calls/s, p50 latency, the server process's CPU time (user + system, all
+its threads) per call, and the share of one core the server and the load generator used;
+medians over the rounds. After the rounds, the Python server's
 resident set over `--rss-calls` binary echoes of the 1.6 MB array, and (unless
 `--no-clients` or `--quick`) the client side: `benches/client_bench.py`'s large workload
 for `AsyncClient`, a raw socket moving the same bytes, and grpcio's client. The goals
@@ -40,13 +47,13 @@ import sys
 import tempfile
 import time
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ucallbench import build as builder
 from ucallbench.config import BENCH_DIR, CLIENT_CPU, GRPC_LOAD_BIN, LOAD_BIN, ROOT, SERVER_CPU
-from ucallbench.processes import BenchError, ServerProcess
+from ucallbench.processes import BenchError, ServerProcess, children_cpu
 from ucallbench.servers import SERVERS, Endpoint, Server
 
 BINARY_TYPE = "application/vnd.ucall.binary"
@@ -54,6 +61,15 @@ ALIGN = 64
 #: (label, shape): 1.6 MB and 16 KB of float32.
 SIZES = {"1.6 MB": (392, 1024), "16 KB": (4096,)}
 RSS_GOAL = 0.05
+#: Calls in flight of the saturated rows: where the server's core is the limit, not the
+#: load generator's (measured on the 2-core host: see docs/benchmarks.md).
+IN_FLIGHT = 4
+#: The rows measured saturated too: what the calls/s goals compare.
+SATURATED_SIZE = "1.6 MB"
+FLOOR, GRPC, FASTAPI = "floor: epoll_echo.c, raw TCP", "grpcio (asyncio), raw bytes", "FastAPI (uvicorn), base64 JSON"
+NUMPY_BINARY, BYTES_BINARY = "UCall (Python), numpy, binary message", "UCall (Python), bytes, binary message"
+NUMPY_JSON, BYTES_JSON = "UCall (Python), numpy, JSON/base64 .npy", "UCall (Python), bytes, JSON/base64"
+SATURATED = (FLOOR, NUMPY_BINARY, GRPC, FASTAPI)
 
 
 def float32s(shape: tuple[int, ...]) -> bytes:
@@ -100,9 +116,12 @@ class Request:
     path: str = "/"
     proto: str = "http"
     expect: str | None = '"result"'
+    in_flight: int = 1  # connections, each with one call in flight
 
 
-def requests(size: str) -> list[Request]:
+def requests(size: str, in_flight: int = IN_FLIGHT) -> list[Request]:
+    """The rows of `size`: each request with one call in flight, and the saturated ones
+    (`SATURATED`, at `SATURATED_SIZE`) again with `in_flight`."""
     shape = SIZES[size]
     data = float32s(shape)
     b64 = base64.b64encode(data).decode()
@@ -117,25 +136,26 @@ def requests(size: str) -> list[Request]:
 
     # The floor echoes a line of the binary message's length (raw TCP frames by newline).
     floor = binary_array.replace(b"\n", b"\x0b")
-    return [
-        Request("floor", "floor: epoll_echo.c, raw TCP", floor, proto="tcp", expect=None),
-        Request("ucall", "UCall (Python), bytes, binary message", binary_bytes, binary(j_bytes)),
-        Request("ucall", "UCall (Python), numpy, binary message", binary_array, binary(j_array)),
-        Request("ucall", "UCall (Python), bytes, JSON/base64", jsonrpc("echo_bytes", {"data": b64})),
-        Request("ucall", "UCall (Python), numpy, JSON/base64 .npy", jsonrpc("echo_array", {"x": b64_npy})),
-        Request("grpcio", "grpcio (asyncio), raw bytes", json.dumps({"data": b64}).encode(), proto="grpc"),
+    one = [
+        Request("floor", FLOOR, floor, proto="tcp", expect=None),
+        Request("ucall", BYTES_BINARY, binary_bytes, binary(j_bytes)),
+        Request("ucall", NUMPY_BINARY, binary_array, binary(j_array)),
+        Request("ucall", BYTES_JSON, jsonrpc("echo_bytes", {"data": b64})),
+        Request("ucall", NUMPY_JSON, jsonrpc("echo_array", {"x": b64_npy})),
+        Request("grpcio", GRPC, json.dumps({"data": b64}).encode(), proto="grpc"),
         # FastAPI answers the bare string: its tail must come back.
-        Request(
-            "fastapi",
-            "FastAPI (uvicorn), base64 JSON",
-            json.dumps({"data": b64}).encode(),
-            path="/echo",
-            expect=b64[-16:],
-        ),
+        Request("fastapi", FASTAPI, json.dumps({"data": b64}).encode(), path="/echo", expect=b64[-16:]),
     ]
+    if size != SATURATED_SIZE or in_flight <= 1:
+        return one
+    return one + [replace(r, in_flight=in_flight) for r in one if r.label in SATURATED]
 
 
 # ---------------------------------------------------------------- servers
+
+
+#: A row's key: (size, label, calls in flight).
+Key = tuple[str, str, int]
 
 
 @dataclass
@@ -145,6 +165,9 @@ class Row:
     calls_per_s: list[float] = field(default_factory=list)
     p50_us: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
+    in_flight: int = 1
+    server_core: list[float] = field(default_factory=list)  # % of one core, the server's
+    load_core: list[float] = field(default_factory=list)  # % of one core, the load generator's
     errors: int = 0
     replies: str = ""  # the reply's Content-Type, for the UCall binary rows
     failure: str | None = None
@@ -162,6 +185,9 @@ UCALL = Server(
     endpoints={"http": Endpoint((".venv/bin/python", "benches/ucall_binary_app.py", "--engine", "poll"))},
 )
 PROCESSES = {"floor": ("c-reference", "tcp"), "grpcio": ("grpcio-asyncio", "http"), "fastapi": ("fastapi-rest", "http")}
+
+
+KEYS = ("floor", "ucall", *PROCESSES)
 
 
 def server_of(key: str) -> tuple[Server, str]:
@@ -194,9 +220,10 @@ def build(build: bool = True) -> dict[str, str]:
 
 
 def load(request: Request, port: int, body: Path, seconds: float, warmup: float) -> dict[str, Any]:
-    """The load generator's report for `request` on 127.0.0.1:`port`."""
+    """The load generator's report for `request` on 127.0.0.1:`port`, with the CPU seconds
+    it used (`load_cpu_s`)."""
     pin = ["taskset", "-c", str(CLIENT_CPU)]
-    timing = ["--duration", str(seconds), "--warmup", str(warmup), "--json"]
+    timing = ["--duration", str(seconds), "--warmup", str(warmup), "--connections", str(request.in_flight), "--json"]
     if request.proto == "grpc":
         command = [*pin, str(GRPC_LOAD_BIN), "--addr", f"127.0.0.1:{port}", "--method", "echo", "--params", str(body)]
     else:
@@ -207,10 +234,13 @@ def load(request: Request, port: int, body: Path, seconds: float, warmup: float)
             command += ["--header", header]
         if request.expect:
             command += ["--expect", request.expect]
+    before = children_cpu()
     run = subprocess.run([*command, *timing], capture_output=True, text=True, timeout=seconds + warmup + 120)
     if run.returncode != 0:
         raise RuntimeError(f"{Path(command[3]).name} failed: {run.stderr.strip()[-300:]}")
-    return json.loads(run.stdout)  # type: ignore[no-any-return]
+    report: dict[str, Any] = json.loads(run.stdout)
+    report["load_cpu_s"] = children_cpu() - before
+    return report
 
 
 def p50_us(report: dict[str, Any]) -> float | None:
@@ -236,12 +266,12 @@ def reply_type(port: int, request: Request) -> str:
 
 
 def measure_round(
-    rows: dict[tuple[str, str], Row], folder: Path, seconds: float, warmup: float, why: dict[str, str]
+    rows: dict[Key, Row], folder: Path, seconds: float, warmup: float, why: dict[str, str]
 ) -> None:
     """One round: each server started once, every row of it measured at both sizes."""
     by_server: dict[str, list[tuple[str, Request, Path]]] = {}
-    for size in SIZES:
-        for index, request in enumerate(REQUESTS[size]):
+    for size, chosen in REQUESTS.items():
+        for index, request in enumerate(chosen):
             body = folder / f"body-{size.replace(' ', '')}-{index}"
             by_server.setdefault(request.server, []).append((size, request, body))
     servers = list(by_server)
@@ -249,19 +279,19 @@ def measure_round(
     for key in servers:
         if key in why:
             for size, request, _ in by_server[key]:
-                rows[(size, request.label)].failure = why[key]
+                rows[(size, request.label, request.in_flight)].failure = why[key]
             continue
         server, proto = server_of(key)
         try:
             process = ServerProcess(server, proto, BENCH_DIR / "logs" / "binary")
         except BenchError as error:
             for size, request, _ in by_server[key]:
-                rows[(size, request.label)].failure = f"did not start: {str(error)[-200:]}"
+                rows[(size, request.label, request.in_flight)].failure = f"did not start: {str(error)[-200:]}"
             continue
         try:
             port = int(process.addr.rsplit(":", 1)[1])
             for size, request, body in by_server[key]:
-                measure_row(rows[(size, request.label)], process, port, request, body, seconds, warmup)
+                measure_row(rows[(size, request.label, request.in_flight)], process, port, request, body, seconds, warmup)
         finally:
             process.stop()
 
@@ -284,6 +314,8 @@ def measure_row(
     calls = report["calls_per_s"] * (seconds + warmup)
     if calls:
         row.cpu_us.append(used / calls * 1e6)
+    row.server_core.append(used / (seconds + warmup) * 100)
+    row.load_core.append(report["load_cpu_s"] / (seconds + warmup) * 100)
     if request.server == "ucall" and request.headers and not row.replies:
         row.replies = reply_type(port, request)
 
@@ -305,7 +337,7 @@ def rss_over_calls(folder: Path, calls: int) -> dict[str, Any]:
     """The Python server's RSS while it answers `calls` binary echoes of the 1.6 MB array,
     read after every second of load: when a tenth of them are answered (warm), and the
     highest of the last two readings."""
-    request = next(r for r in REQUESTS["1.6 MB"] if r.label.startswith("UCall (Python), numpy, binary"))
+    request = next(r for r in REQUESTS["1.6 MB"] if r.label == NUMPY_BINARY and r.in_flight == 1)
     body = folder / "rss-body"
     body.write_bytes(request.body)
     process = ServerProcess(UCALL, "http", BENCH_DIR / "logs" / "binary")
@@ -351,10 +383,11 @@ class Goal:
     value: float | None
     bound: float
     at_least: bool
+    judged: bool = True  # False: shown beside the judged figure, for comparison
 
     @property
     def met(self) -> bool | None:
-        if self.value is None:
+        if self.value is None or not self.judged:
             return None
         return self.value >= self.bound if self.at_least else self.value <= self.bound
 
@@ -363,31 +396,29 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def goals(rows: dict[tuple[str, str], Row], rss: dict[str, Any] | None, clients: dict[str, Any] | None) -> list[Goal]:
-    def get(label: str, what: str, size: str = "1.6 MB") -> float | None:
-        row = rows.get((size, label))
+def goals(rows: dict[Key, Row], rss: dict[str, Any] | None, clients: dict[str, Any] | None) -> list[Goal]:
+    def get(label: str, what: str, in_flight: int = 1) -> float | None:
+        row = rows.get(("1.6 MB", label, in_flight))
         return row.median(what) if row is not None and not row.errors else None
 
-    floor, grpc, fastapi = (
-        "floor: epoll_echo.c, raw TCP",
-        "grpcio (asyncio), raw bytes",
-        "FastAPI (uvicorn), base64 JSON",
-    )
-    numpy_binary, bytes_binary = "UCall (Python), numpy, binary message", "UCall (Python), bytes, binary message"
-    numpy_json, bytes_json = "UCall (Python), numpy, JSON/base64 .npy", "UCall (Python), bytes, JSON/base64"
     # (goal, row measured, row it is compared with, figure, bound, whether the bound is a floor)
-    compared = (
-        ("server CPU per 1.6 MB call, numpy binary / floor", numpy_binary, floor, "cpu_us", 1.5, False),
-        ("server CPU per 1.6 MB call, bytes binary / floor", bytes_binary, floor, "cpu_us", 1.5, False),
-        ("server CPU per 1.6 MB call, JSON/base64: numpy / bytes", numpy_json, bytes_json, "cpu_us", 1.0, False),
-        ("1.6 MB calls/s, numpy binary / floor", numpy_binary, floor, "calls_per_s", 0.8, True),
-        ("1.6 MB calls/s, numpy binary / grpcio", numpy_binary, grpc, "calls_per_s", 3.0, True),
-        ("1.6 MB calls/s, numpy binary / FastAPI", numpy_binary, fastapi, "calls_per_s", 10.0, True),
+    per_call = (
+        ("server CPU per 1.6 MB call, numpy binary / floor", NUMPY_BINARY, FLOOR, "cpu_us", 1.5, False),
+        ("server CPU per 1.6 MB call, bytes binary / floor", BYTES_BINARY, FLOOR, "cpu_us", 1.5, False),
+        ("server CPU per 1.6 MB call, JSON/base64: numpy / bytes", NUMPY_JSON, BYTES_JSON, "cpu_us", 1.0, False),
     )
     out = [
         Goal(text, ratio(get(measured, what), get(reference, what)), bound, at_least)
-        for text, measured, reference, what, bound, at_least in compared
+        for text, measured, reference, what, bound, at_least in per_call
     ]
+    # calls/s is what a server does with its core busy: judged on the saturated rows when
+    # the run has them; one call in flight (latency bound) is shown beside them.
+    saturated = max((k for size, _, k in rows if size == SATURATED_SIZE), default=1)
+    for reference, name, bound in ((FLOOR, "floor", 0.8), (GRPC, "grpcio", 3.0), (FASTAPI, "FastAPI", 10.0)):
+        for k in sorted({1, saturated}, reverse=True):
+            how = "one call in flight (latency bound)" if k == 1 else f"saturated, {k} in flight"
+            value = ratio(get(NUMPY_BINARY, "calls_per_s", k), get(reference, "calls_per_s", k))
+            out.append(Goal(f"1.6 MB calls/s, {how}: numpy binary / {name}", value, bound, True, k == saturated))
     if clients is not None and "error" not in clients:
 
         def client_cpu(name: str) -> float | None:
@@ -408,7 +439,7 @@ def goals(rows: dict[tuple[str, str], Row], rss: dict[str, Any] | None, clients:
 
 
 def report(
-    rows: dict[tuple[str, str], Row],
+    rows: dict[Key, Row],
     rss: dict[str, Any] | None,
     clients: dict[str, Any] | None,
     settings: str,
@@ -416,20 +447,25 @@ def report(
     lines = [
         "## Binary payloads",
         "",
-        f"Echo of a float32 array, one connection, one call in flight; server on CPU {SERVER_CPU}, load on CPU "
-        f"{CLIENT_CPU}; medians of {settings} (`python -m ucallbench binary`). CPU is the server process's (user + "
-        "system, all threads) per call. *reply*: what the UCall server answered a binary message with.",
+        f"Echo of a float32 array; server on CPU {SERVER_CPU}, load on CPU {CLIENT_CPU}; medians of {settings} "
+        "(`python -m ucallbench binary`). *in flight*: connections, each with one call in flight; 1 is "
+        "latency bound (each side waits for the other), more is *saturated*. CPU is the server process's "
+        "(user + system, all threads) per call; *server core* and *load core*: the share of one core the "
+        "server and the load generator used (the one near 100 % is the limit). *reply*: what the UCall server "
+        "answered a binary message with.",
         "",
-        "| size | server, request | calls/s | p50 µs | server CPU µs/call | reply | errors |",
-        "|---|---|---:|---:|---:|---|---:|",
+        "| size | in flight | server, request | calls/s | p50 µs | server CPU µs/call | server core | load core "
+        "| reply | errors |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for (size, label), row in rows.items():
+    for (size, label, in_flight), row in rows.items():
         if row.failure and not row.calls_per_s:
-            lines.append(f"| {size} | {label} | — | — | — | | {row.failure} |")
+            lines.append(f"| {size} | {in_flight} | {label} | — | — | — | — | — | | {row.failure} |")
             continue
-        rps, p50, cpu = row.median("calls_per_s"), row.median("p50_us"), row.median("cpu_us")
-        shown = [f"{rps:,.0f}" if rps else "—", f"{p50:,.0f}" if p50 else "—", f"{cpu:,.0f}" if cpu else "—"]
-        lines.append(f"| {size} | {label} | {' | '.join(shown)} | {row.replies} | {row.errors} |")
+        figures = [row.median(what) for what in ("calls_per_s", "p50_us", "cpu_us", "server_core", "load_core")]
+        shown = ["—" if value is None else f"{value:,.0f}" for value in figures]
+        shown[3:] = ["—" if value is None else f"{value:.0f} %" for value in figures[3:]]
+        lines.append(f"| {size} | {in_flight} | {label} | {' | '.join(shown)} | {row.replies} | {row.errors} |")
     if clients is not None:
         lines += [
             "",
@@ -451,7 +487,7 @@ def report(
     lines += ["", "| goal | figure | bound | met |", "|---|---:|---:|---|"]
     for goal in goals(rows, rss, clients):
         value = "—" if goal.value is None else f"{goal.value:.2f}"
-        met = {True: "yes", False: "**no**", None: "not measured"}[goal.met]
+        met = {True: "yes", False: "**no**", None: "not measured"}[goal.met] if goal.judged else "(not judged)"
         bound = f"{'≥' if goal.at_least else '≤'} {goal.bound:g}"
         lines.append(f"| {goal.text} | {value} | {bound} | {met} |")
     lines.append(
@@ -465,7 +501,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one round of 1 s rows, 1,000 calls for RSS, no clients")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per row")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rss-calls", type=int, default=10_000)
+    ap.add_argument("--rss-calls", type=int, default=10_000, help="0: no RSS measurement")
+    ap.add_argument(
+        "--in-flight", type=int, default=IN_FLIGHT, help="connections of the saturated rows (1: none of them)"
+    )
+    ap.add_argument("--sizes", default=",".join(SIZES), help=f"of {', '.join(SIZES)} (comma-separated)")
+    ap.add_argument("--only", default="", help="of floor, ucall, grpcio, fastapi (comma-separated): these servers")
     ap.add_argument("--no-clients", action="store_true", help="leave out the client side (benches/client_bench.py)")
     ap.add_argument("--client-samples", type=int, default=5)
     ap.add_argument(
@@ -476,22 +517,29 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seconds, warmup, rounds = (1.0, 0.25, 1) if args.quick else (args.seconds, 0.5, args.rounds)
     rss_calls = 1_000 if args.quick else args.rss_calls
+    sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
+    servers = [key.strip() for key in args.only.split(",") if key.strip()] or ["floor", "ucall", "grpcio", "fastapi"]
+    unknown = [size for size in sizes if size not in SIZES] + [key for key in servers if key not in KEYS]
+    if unknown:
+        ap.error(f"unknown sizes or servers: {', '.join(unknown)}")
     why = build(not args.no_build)
-    for size in SIZES:
-        REQUESTS[size] = requests(size)
-    rows = {(size, r.label): Row(size, r.label) for size in SIZES for r in REQUESTS[size]}
+    for size in sizes:
+        REQUESTS[size] = [r for r in requests(size, args.in_flight) if r.server in servers]
+    rows = {(size, r.label, r.in_flight): Row(size, r.label, in_flight=r.in_flight) for size in sizes for r in REQUESTS[size]}
     loads = [os.getloadavg()[0]]
+    rss = None
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for size in SIZES:
+        for size in sizes:
             for index, request in enumerate(REQUESTS[size]):
                 (folder / f"body-{size.replace(' ', '')}-{index}").write_bytes(request.body)
         for round_ in range(rounds):
             print(f"binary: round {round_ + 1} of {rounds}", file=sys.stderr, flush=True)
             measure_round(rows, folder, seconds, warmup, why)
             loads.append(os.getloadavg()[0])
-        rss = rss_over_calls(folder, rss_calls)
-        loads.append(os.getloadavg()[0])
+        if rss_calls and "1.6 MB" in sizes and "ucall" in servers:
+            rss = rss_over_calls(folder, rss_calls)
+            loads.append(os.getloadavg()[0])
     clients = None if args.quick or args.no_clients else client_figures(args.client_samples)
     settings = f"{rounds} round{'s' if rounds > 1 else ''} of {seconds:g} s per row after {warmup:g} s of warm-up"
     settings += f", host load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores"
@@ -501,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         with args.append.open("a") as out:
             out.write("\n" + text)
     if args.json:
-        figures = {f"{size} / {label}": row.__dict__ for (size, label), row in rows.items()}
+        figures = {f"{size} / {label} / {k} in flight": row.__dict__ for (size, label, k), row in rows.items()}
         args.json.write_text(json.dumps({"rows": figures, "rss": rss, "clients": clients}, indent=2) + "\n")
     failed = [row for row in rows.values() if row.errors or (row.failure and not row.calls_per_s)]
     return 1 if failed else 0

@@ -69,23 +69,38 @@ def test_the_json_requests_carry_the_same_bytes_as_base64(large):
     assert base64.b64decode(json.loads(by_label["FastAPI (uvicorn), base64 JSON"].body)["data"]) == data
 
 
-def _rows(figures: dict[str, tuple[float, float]]) -> dict[tuple[str, str], binary.Row]:
+def _rows(figures: dict[tuple[str, int], tuple[float, float]]) -> dict[binary.Key, binary.Row]:
     rows = {}
-    for label, (rps, cpu) in figures.items():
-        rows[("1.6 MB", label)] = binary.Row("1.6 MB", label, [rps], [100.0], [cpu])
+    for (label, in_flight), (rps, cpu) in figures.items():
+        rows[("1.6 MB", label, in_flight)] = binary.Row("1.6 MB", label, [rps], [100.0], [cpu], in_flight=in_flight)
     return rows
+
+
+def test_the_saturated_rows_are_the_calls_s_goals_rows(large):
+    saturated = {request.label: request for request in large if request.in_flight > 1}
+    assert set(saturated) == set(binary.SATURATED)
+    assert {request.in_flight for request in saturated.values()} == {binary.IN_FLIGHT}
+    one = {request.label: request for request in large if request.in_flight == 1}
+    assert all(saturated[label].body == one[label].body for label in saturated)
+    # 16 KB and --in-flight 1 have none.
+    assert all(request.in_flight == 1 for request in binary.requests("16 KB"))
+    assert all(request.in_flight == 1 for request in binary.requests("1.6 MB", in_flight=1))
 
 
 def test_goals_are_judged_from_the_figures():
     rows = _rows(
         {
-            "floor: epoll_echo.c, raw TCP": (1000, 800),
-            "UCall (Python), numpy, binary message": (900, 1100),
-            "UCall (Python), bytes, binary message": (950, 1300),
-            "UCall (Python), bytes, JSON/base64": (300, 3000),
-            "UCall (Python), numpy, JSON/base64 .npy": (290, 3300),
-            "grpcio (asyncio), raw bytes": (250, 4000),
-            "FastAPI (uvicorn), base64 JSON": (100, 9000),
+            (binary.FLOOR, 1): (1000, 800),
+            (binary.NUMPY_BINARY, 1): (900, 1100),
+            (binary.BYTES_BINARY, 1): (950, 1300),
+            (binary.BYTES_JSON, 1): (300, 3000),
+            (binary.NUMPY_JSON, 1): (290, 3300),
+            (binary.GRPC, 1): (250, 4000),
+            (binary.FASTAPI, 1): (100, 9000),
+            (binary.FLOOR, 4): (2000, 500),
+            (binary.NUMPY_BINARY, 4): (1500, 660),
+            (binary.GRPC, 4): (400, 2500),
+            (binary.FASTAPI, 4): (140, 7000),
         }
     )
     rss = {"calls": 10_000, "warm_kib": 100_000, "last_kib": 103_000, "growth": 0.03}
@@ -96,16 +111,28 @@ def test_goals_are_judged_from_the_figures():
     assert met["server CPU per 1.6 MB call, numpy binary / floor"] == (1.375, True)
     assert met["server CPU per 1.6 MB call, bytes binary / floor"] == (1.625, False)
     assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes"] == (1.1, False)
-    assert met["1.6 MB calls/s, numpy binary / floor"] == (0.9, True)
-    assert met["1.6 MB calls/s, numpy binary / grpcio"] == (3.6, True)
-    assert met["1.6 MB calls/s, numpy binary / FastAPI"] == (9.0, False)
+    # calls/s: judged saturated; one in flight shown, not judged.
+    assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / floor"] == (0.75, False)
+    assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / grpcio"] == (3.75, True)
+    assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / FastAPI"] == (10.714, True)
+    assert met["1.6 MB calls/s, one call in flight (latency bound): numpy binary / floor"] == (0.9, None)
+    assert met["1.6 MB calls/s, one call in flight (latency bound): numpy binary / FastAPI"] == (9.0, None)
     assert met["client CPU per 1.6 MB call, AsyncClient binary / raw socket moving its bytes"] == (1.167, True)
     assert met["client CPU per 1.6 MB call, AsyncClient binary / grpcio"] == (0.175, True)
     assert met["RSS growth over 10,000 numpy binary 1.6 MB calls"] == (0.03, True)
     # A row with errors judges nothing.
-    rows[("1.6 MB", "floor: epoll_echo.c, raw TCP")].errors = 3
+    rows[("1.6 MB", binary.FLOOR, 1)].errors = 3
     goals = {goal.text: goal for goal in binary.goals(rows, None, None)}
     assert goals["server CPU per 1.6 MB call, numpy binary / floor"].met is None
+    rows[("1.6 MB", binary.NUMPY_BINARY, 1)].server_core = [97.0]
+    rows[("1.6 MB", binary.NUMPY_BINARY, 1)].load_core = [31.0]
     text = binary.report(rows, rss, None, "1 round")
-    assert "| 1.6 MB | UCall (Python), numpy, binary message | 900 | 100 | 1,100 |  | 0 |" in text
+    assert "| 1.6 MB | 1 | UCall (Python), numpy, binary message | 900 | 100 | 1,100 | 97 % | 31 % |  | 0 |" in text
     assert "| server CPU per 1.6 MB call, numpy binary / floor | — | ≤ 1.5 | not measured |" in text
+    assert "| 1.6 MB calls/s, one call in flight (latency bound): numpy binary / grpcio | 3.60 | ≥ 3 | (not judged) |" in text
+
+
+def test_without_saturated_rows_one_in_flight_is_judged():
+    rows = _rows({(binary.FLOOR, 1): (1000, 800), (binary.NUMPY_BINARY, 1): (900, 1100)})
+    goals = {goal.text: goal for goal in binary.goals(rows, None, None)}
+    assert goals["1.6 MB calls/s, one call in flight (latency bound): numpy binary / floor"].met is True
