@@ -354,15 +354,30 @@ class NativeClient:
         max_reply_size: Optional[int] = None,
     ) -> "NativeClient": ...
     def calls(
-        self, calls: Sequence[Tuple[str, Any, Optional[int]]], encode: Callable[[Any], Any], timeout: Optional[float]
-    ) -> List[Tuple[Optional[int], Any, bool]]:
-        """Send ``(method, params, id)`` calls back to back, reading while writing; each
-        carries ``timeout`` as its deadline member ``"timeout"``. Each reply is
-        ``(status, body, close)``, the body parsed when it is JSON, else ``bytes``."""
+        self,
+        calls: Sequence[Union[Tuple[str, Any, Optional[int]], Tuple[bytes, List[Any]]]],
+        encode: Callable[[Any], Any],
+        timeout: Optional[float],
+    ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
+        """Send ``(method, params, id)`` calls, and ``(text, attachments)`` binary messages
+        (as ``send_binary``), back to back, reading while writing; each call carries
+        ``timeout`` as its deadline member ``"timeout"``. Each reply is ``(status, body,
+        close, json_length)``, the body parsed when it is JSON, a ``BinaryBody`` whose JSON
+        text is ``json_length`` long for a binary message (None for any other), else ``bytes``."""
     def send(
         self, requests: Sequence[Any], replies: int, encode: Callable[[Any], Any], timeout: Optional[float]
-    ) -> List[Tuple[Optional[int], Any, bool]]:
+    ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
         """Send request objects and read ``replies`` replies (as ``calls`` gives them)."""
+    def send_binary(
+        self, text: bytes, attachments: List[Any], replies: int, timeout: Optional[float]
+    ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
+        """Send a binary message (docs/wire.md): ``text``, whose placeholders name the
+        ``attachments`` laid out in order each at the next multiple of 64, written from
+        their own memory; read ``replies`` replies (as ``calls`` gives them)."""
+    def websocket_binary(self) -> bool:
+        """Whether binary messages go on this WebSocket (the server selected the
+        subprotocol at the upgrade; the connection is opened to learn it); False for HTTP
+        and raw TCP."""
     def close(self) -> None: ...
     def tls_info(self) -> Optional[Tuple[Optional[str], bool, Optional[bytes]]]:
         """What the open TLS connection agreed on: ``(alpn, resumed, server certificate
@@ -396,11 +411,22 @@ class NativeMux:
         """Submit a call (with ``timeout``, its deadline member); its ticket. With
         ``unsent_at_most``, None (nothing encoded) while more bytes wait to be written."""
     def send_binary(
-        self, text: bytes, attachments: List[Any], expects_reply: bool, unsent_at_most: Optional[int] = None
+        self,
+        text: bytes,
+        attachments: List[Any],
+        expects_reply: bool,
+        unsent_at_most: Optional[int] = None,
+        plain: Any = None,
+        encode: Optional[Callable[[Any], Any]] = None,
     ) -> Optional[int]:
         """Submit a binary message: ``text`` and the buffers its placeholders name, each
         at the next multiple of 64 in the section; its ticket (None while more than
-        ``unsent_at_most`` bytes wait to be written)."""
+        ``unsent_at_most`` bytes wait to be written). ``plain``, the same request object
+        (serialized with ``encode``), goes instead on a WebSocket whose server did not
+        select the subprotocol; without it such a message fails with ProtocolError."""
+    def websocket_binary(self) -> Optional[bool]:
+        """Whether the last WebSocket opened carries binary messages; None before one
+        opened, and for HTTP and raw TCP."""
     def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
     def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException], Optional[int]]]:
         """Every completion so far: ``(ticket, status, body, close, error, json_length)``;

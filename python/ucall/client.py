@@ -632,10 +632,7 @@ class _Endpoint:
             if framer.binary:
                 return [framer.encode_binary(b"".join(call.parts(_attachments.prefix(json_length, length))))]
             if self.binary:
-                raise ProtocolError(
-                    f"{self._where} does not take binary messages (it did not select the WebSocket"
-                    f" subprotocol {_attachments.SUBPROTOCOL}): binary=None sends them as JSON"
-                )
+                raise self._no_binary_websocket()
             return [framer.encode(dumps(call.plain()))]
         if self.use_http:
             lines = self._header_lines + headers
@@ -660,14 +657,28 @@ class _Endpoint:
         ``binary=True``, else those the server's description marks."""
         return None if self.binary else (self._marked or {}).get(method, frozenset())
 
-    def _binary_request(self, method: str, params: Any) -> _BinaryRequest | None:
+    def _binary_request(self, method: str, params: Any, bare: bool = False) -> _BinaryRequest | None:
         """The call as a binary message, or None when no value of it goes as an attachment
-        (with ``binary=None``, only the params the server's description marks do)."""
+        (with ``binary=None``, only the params the server's description marks do);
+        ``bare``: even without one, as a call accepts a binary reply (``_asks_binary_replies``)."""
         marked = self._marked_params(method)
-        if marked is not None and not marked:
+        if marked is not None and not marked and not bare:
             return None
         call = _BinaryRequest(_request(method, params, self.next_id(), self.timeout), self._marked_params)
-        return call if call.attachments.buffers else None
+        return call if call.attachments.buffers or bare else None
+
+    def _asks_binary_replies(self) -> bool:
+        """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
+        binary message, so that a result array or bytes come back as an attachment: over
+        raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
+        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
+
+    def _no_binary_websocket(self) -> ProtocolError:
+        """What ``binary=True`` raises on a WebSocket whose server did not select the subprotocol."""
+        return ProtocolError(
+            f"{self._where} does not take binary messages (it did not select the WebSocket"
+            f" subprotocol {_attachments.SUBPROTOCOL}): binary=None sends them as JSON"
+        )
 
     def _binary_message(self, request: Any) -> _BinaryRequest | None:
         """A request object or batch (ids given, params unpacked) as one binary message;
@@ -817,8 +828,8 @@ class Client(_Endpoint, _OwnsSocket):
     def call(self, method: str, *args: Any, **kwargs: Any) -> Response:
         """Call ``method`` with positional or named params; the ``Response``."""
         params = _native_params(args, kwargs)
-        if self._may_attach(params):
-            binary = self._binary_request_asked(method, params)
+        if self._may_attach(params) or self._asks_binary_replies():
+            binary = self._binary_request_asked(method, params, self._asks_binary_replies())
             if binary is not None:
                 return self._binary_call(binary)
         # (A call inside a traced span carries its context in a request object of its own.)
@@ -841,7 +852,9 @@ class Client(_Endpoint, _OwnsSocket):
         return self._in_time(self._check(Response(_decode(reply)), request))
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
-        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload."""
+        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload.
+        With a ``progress`` callback the call goes on a Python socket of its own (which
+        reports each megabyte written), not the client's native connection."""
         if self._may_attach(params):
             binary = self._binary_request_asked(method, params)
             if binary is not None:
@@ -880,13 +893,32 @@ class Client(_Endpoint, _OwnsSocket):
 
     def pipeline(self, calls: Iterable[tuple[str, Any]]) -> list[Response]:
         """Send every ``(method, params)`` back to back and read the replies in order,
-        reading while writing: any number of calls of any size completes."""
+        reading while writing: any number of calls of any size completes. Calls whose
+        params hold binary values go as binary messages among the others, in order."""
         calls = list(calls)
+        if self._may_attach([params for _, params in calls]):
+            self._ask()
         if self._native is not None and current_meta() is None:
             return self._native_calls(calls)
-        requests = self._requests(calls)
-        replies = self._roundtrip([dumps(r) for r in requests], len(requests))
+        bodies: list[bytes | _BinaryRequest] = []
+        requests: list[dict[str, Any]] = []
+        for method, params in calls:
+            message = self._pipelined_message(method, params)
+            if message is None:
+                request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
+                bodies.append(dumps(request))
+            else:
+                request = message.request
+                bodies.append(message)
+            requests.append(request)
+        replies = self._roundtrip(bodies, len(requests))
         return [self._check(Response(_decode(reply)), req) for reply, req in zip(replies, requests)]
+
+    def _pipelined_message(self, method: str, params: Any) -> _BinaryRequest | None:
+        """A pipelined call as a binary message, or None when it goes as a JSON text."""
+        if self._may_attach(params) or self._asks_binary_replies():
+            return self._binary_request(method, params, self._asks_binary_replies())
+        return None
 
     # ------------------------------------------------------------ transport
 
@@ -898,10 +930,10 @@ class Client(_Endpoint, _OwnsSocket):
             except (RPCError, ProtocolError):
                 self._learn(None)
 
-    def _binary_request_asked(self, method: str, params: Any) -> _BinaryRequest | None:
+    def _binary_request_asked(self, method: str, params: Any, bare: bool = False) -> _BinaryRequest | None:
         """``_binary_request``, the server's description asked for first when needed."""
         self._ask()
-        return self._binary_request(method, params)
+        return self._binary_request(method, params, bare)
 
     def _binary_message_asked(self, request: Any) -> _BinaryRequest | None:
         """``_binary_message``, the server's description asked for first when needed."""
@@ -909,24 +941,72 @@ class Client(_Endpoint, _OwnsSocket):
         return self._binary_message(request)
 
     def _binary_call(self, call: _BinaryRequest, progress: Progress | None = None, headers: str = "") -> Response:
-        """A call with attachments, on the Python transport (``sendmsg`` writes them where
-        they lie, and a binary reply is read into one buffer that its arrays view)."""
-        reply = self._roundtrip([call], 1, progress, headers)[0]
+        """A call as a binary message: on the native connection (``_binary_send``), or with
+        a progress callback or headers of its own on the Python transport (``sendmsg``
+        writes the attachments where they lie)."""
+        if progress is None and not headers and self._sends_native_binary():
+            reply = self._binary_send(call, 1)[0]
+        else:
+            reply = self._roundtrip([call], 1, progress, headers)[0]
         return self._in_time(self._check(Response(_decode(reply)), call.request))
 
-    def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
+    def _sends_native_binary(self) -> bool:
+        """Whether binary messages go on the native connection: there is one, and no trace
+        context needs the header lines Python's transport writes per request."""
+        return self._native is not None and not self._traced_http()
+
+    def _websocket_takes_binary(self) -> bool:
+        """Off WebSocket True; on one, whether its server selected the subprotocol (the
+        native connection opened to learn it), else False, or with ``binary=True`` the
+        ``ProtocolError`` Python's transport raises."""
         assert self._native is not None
-        items = [(method, params, self.next_id()) for method, params in calls]
+        if not self.websocket or self._native.websocket_binary():
+            return True
+        if self.binary:
+            raise self._no_binary_websocket()
+        return False
+
+    def _binary_send(self, message: _BinaryRequest, replies: int) -> list[Reply]:
+        """A binary message on the native connection, in order with every other call: the
+        JSON text, then each attachment written from its own memory (one vectored write);
+        a binary reply read into one buffer that its arrays view. On a WebSocket without
+        the subprotocol, its plain JSON form (the native writer's base64)."""
+        assert self._native is not None
+        if not self._websocket_takes_binary():
+            sent = self._native.send([message.raw], replies, _codec.encode, self.timeout)
+        else:
+            sent = self._native.send_binary(message.text, message.attachments.sources(), replies, self.timeout)
+        return [Reply(*reply) for reply in sent]
+
+    def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
+        """A pipeline on the native connection: JSON texts written by the native writer,
+        binary messages (``_pipelined_message``) among them in order."""
+        assert self._native is not None
+        items: list[tuple[Any, ...]] = []
+        ids: list[int] = []
+        binary = None  # whether a WebSocket takes binary messages, asked at the first
+        for method, params in calls:
+            message = self._pipelined_message(method, params)
+            if message is not None and binary is None:
+                binary = self._websocket_takes_binary()
+            if message is not None and binary:
+                items.append((message.text, message.attachments.sources()))
+                ids.append(message.request["id"])
+            else:
+                ids.append(message.request["id"] if message is not None else self.next_id())
+                items.append((method, params, ids[-1]))
         replies = self._native.calls(items, _codec.encode, self.timeout)
         return [
-            _native_response(reply[0], reply[1], item[2]) or self._check(Response(_decode(Reply(*reply))), {"id": item[2]})
-            for reply, item in zip(replies, items)
+            _native_response(reply[0], reply[1], call_id) or self._check(Response(_decode(Reply(*reply))), {"id": call_id})
+            for reply, call_id in zip(replies, ids)
         ]
 
     def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
         expected = 1 if self.expects_reply(request) else 0
         message = self._binary_message_asked(request) if self._may_attach(request) else None
-        if message is not None:
+        if message is not None and progress is None and self._sends_native_binary():
+            replies = self._binary_send(message, expected)
+        elif message is not None:
             replies = self._roundtrip([message], expected, progress)
         elif self._native is not None and progress is None and not self._traced_http():
             # (An upload with progress reports goes on a Python socket of its own.)
@@ -1707,22 +1787,28 @@ class AsyncClient(_Endpoint):
 
     async def _binary_send(self, message: _BinaryRequest, expects: bool, headers: str) -> Reply | None:
         """Send a binary message; its reply when one is expected. On the native transport
-        (HTTP and raw TCP) it goes on the connection of every other call, in order, its
-        attachments written from their own memory and a binary reply read into one buffer
-        that its arrays view; else (WebSocket, a call's own headers) on Python's."""
-        if self._native_protocol in ("http", "tcp") and not headers and not self._traced_http():
-            mux = self._native_mux()
-            ticket = mux.native.send_binary(message.text, message.attachments.sources(), expects)
-            assert ticket is not None  # (None only with unsent_at_most)
-            reply = await mux.wait(ticket)
-            return reply if expects else None
-        return await self._python_exchange(message, expects, headers)
-
-    def _asks_binary_replies(self) -> bool:
-        """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
-        binary message, so that a result array or bytes come back as an attachment: over
-        raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
-        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
+        it goes on the connection of every other call, in order, its attachments written
+        from their own memory and a binary reply read into one buffer that its arrays view;
+        else (a call's own headers, a trace context over HTTP) on Python's. On a WebSocket
+        whose server did not select the subprotocol it goes as plain JSON (``binary=None``)
+        or fails with ``ProtocolError`` (``binary=True``), as on Python's transport."""
+        if self._native_protocol is None or headers or self._traced_http():
+            return await self._python_exchange(message, expects, headers)
+        mux = self._native_mux()
+        native = mux.native
+        takes = native.websocket_binary() if self.websocket else True
+        if takes is False and self.binary:
+            raise self._no_binary_websocket()
+        ticket: int | None
+        if takes is False:
+            ticket = native.send(message.raw, expects, _codec.encode)
+        else:
+            # Before a WebSocket opened, its plain form goes along for a server without the subprotocol.
+            plain = message.raw if takes is None and not self.binary else None
+            ticket = native.send_binary(message.text, message.attachments.sources(), expects, None, plain, _codec.encode)
+        assert ticket is not None  # (None only with unsent_at_most)
+        reply = await mux.wait(ticket)
+        return reply if expects else None
 
     async def _ask_once(self) -> None:
         """The server's description, asked once for every call waiting on it, when binary

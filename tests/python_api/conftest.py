@@ -123,6 +123,21 @@ def make_server(engine: str) -> Iterator[Callable[..., Server]]:
         server.stop()
 
 
+def _websocket_opcodes(data: bytes) -> list[int]:
+    """The opcodes of the WebSocket frames in ``data`` (whole frames, masked or not)."""
+    opcodes, at = [], 0
+    while at + 2 <= len(data):
+        opcodes.append(data[at] & 0x0F)
+        length, at = data[at + 1] & 0x7F, at + 2
+        masked = data[at - 1] & 0x80
+        if length == 126:
+            length, at = int.from_bytes(data[at : at + 2], "big"), at + 2
+        elif length == 127:
+            length, at = int.from_bytes(data[at : at + 8], "big"), at + 8
+        at += (4 if masked else 0) + length
+    return opcodes
+
+
 class Recorder:
     """A loopback TCP relay to a server that keeps what each connection's client sent."""
 
@@ -172,8 +187,8 @@ class Recorder:
                 pass
 
     def binary_messages(self, transport: str, replies: bool = False) -> int:
-        """How many connections carried a binary message (over WebSocket, the first
-        message's framing only): from the client, or with ``replies`` from the server."""
+        """How many connections carried a binary message (over WebSocket, a binary frame
+        after the upgrade): from the client, or with ``replies`` from the server."""
         count = 0
         for record in self.received if replies else self.sent:
             data = bytes(record)
@@ -182,9 +197,9 @@ class Recorder:
             elif transport == "tcp":
                 # 0xC1 is in no UTF-8 text: only a binary message's prefix brings it.
                 count += b"\xc1" in data
-            else:  # the first frame after the upgrade: 0x82 is a final binary frame
+            else:
                 head_end = data.find(b"\r\n\r\n")
-                count += head_end >= 0 and data[head_end + 4 : head_end + 5] == b"\x82"
+                count += head_end >= 0 and 0x2 in _websocket_opcodes(data[head_end + 4 :])
         return count
 
     def close(self) -> None:

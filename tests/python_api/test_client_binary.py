@@ -297,11 +297,15 @@ def test_a_server_that_does_not_describe_itself_gets_plain_json():
                 length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
                 request = json.loads(reader.read(length))
                 seen.append(head.lower().split(b"content-type:", 1)[1].split(b"\r\n")[0].strip())
-                if request["method"] == "rpc.discover":
-                    reply = {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}}
-                else:
-                    reply = {"jsonrpc": "2.0", "result": request["params"][0]}
-                text = json.dumps({**reply, "id": request["id"]}).encode()
+
+                def answer(request: Any) -> Any:
+                    if request["method"] == "rpc.discover":
+                        reply = {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}}
+                    else:
+                        reply = {"jsonrpc": "2.0", "result": request["params"][0]}
+                    return {**reply, "id": request["id"]}
+
+                text = json.dumps([answer(r) for r in request] if isinstance(request, list) else answer(request)).encode()
                 connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
 
     def accept() -> None:
@@ -317,9 +321,13 @@ def test_a_server_that_does_not_describe_itself_gets_plain_json():
         with Client(port=port, timeout=10) as client:
             assert client.size(b"abcd").json == "YWJjZA=="
             assert client.size(b"abcdef").json == "YWJjZGVm"
+            assert [r.json for r in client.pipeline([("size", [b"ab"]), ("size", [b"abc"])])] == ["YWI=", "YWJj"]
+            with client.batch() as batch:
+                batched = batch.size(b"a")
+            assert batched.json == "YQ=="
     finally:
         listener.close()
-    assert seen == [b"application/json"] * 3  # rpc.discover once, then the two calls
+    assert seen == [b"application/json"] * 6  # rpc.discover once, then the five calls
 
 
 def _reply_vectors() -> list[Any]:
@@ -344,7 +352,7 @@ def test_binary_replies_read_as_their_plain_json_form(vector):
     assert json.loads(json.dumps(_codec.pack(_attachments.decode(body, len(text))))) == vector["plain_reply"]
 
 
-@pytest.mark.parametrize("transport", ["http", "tcp"])
+@pytest.mark.parametrize("transport", sorted(ADDRESSES))
 def test_async_calls_batches_and_pipelines_share_one_connection(make_server, transport):
     """Calls with attachments go on the connection of every other call, in order, each
     reply to its call; a batch with attachments is one binary message whose calls share
@@ -381,7 +389,9 @@ def test_async_calls_batches_and_pipelines_share_one_connection(make_server, tra
         sent, received = bytes(relay.sent[0]), bytes(relay.received[0])
         # Each array went and came back as an attachment, once: no base64 of it anywhere.
         assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
-        assert sent.count(arrays[-1].tobytes()) == 1 and received.count(arrays[-1].tobytes()) == 1
+        assert received.count(arrays[-1].tobytes()) == 1
+        if transport != "websocket":  # (a client's WebSocket frames are masked)
+            assert sent.count(arrays[-1].tobytes()) == 1
         if transport == "http":
             batches = sent.count(b'[{"jsonrpc":"2.0","method":"echo","params":[{"$ucall":"ndarray"')
             assert batches == 1, "the batch is one binary message"
@@ -406,6 +416,152 @@ def test_sync_batches_carry_attachments(make_server):
         relay.close()
 
 
+def _peer_server(make_server: Any) -> tuple[Any, list[int]]:
+    """The echo server's procedures, each noting the peer port of the connection it was
+    called on."""
+    from ucall import Context
+
+    server = make_server()
+    ports: list[int] = []
+
+    def seen(ctx: Context) -> None:
+        assert ctx.peer is not None
+        ports.append(ctx.peer[1])
+
+    @server
+    def echo(x: np.ndarray, ctx: Context) -> np.ndarray:
+        seen(ctx)
+        return x
+
+    @server
+    def echo_any(x: Any, ctx: Context) -> Any:
+        seen(ctx)
+        return x
+
+    @server
+    def reverse(data: bytes, ctx: Context) -> bytes:
+        seen(ctx)
+        return data[::-1]
+
+    server.start()
+    return server, ports
+
+
+@pytest.mark.parametrize("binary", [None, True])
+@pytest.mark.parametrize("transport", sorted(ADDRESSES))
+def test_sync_calls_batches_and_pipelines_share_one_connection(make_server, transport, binary):
+    """``Client`` sends calls with attachments, batches and pipelines as binary messages
+    on the one connection its other calls use (the server sees one peer port), in order,
+    the arrays back as views of the reply's buffer."""
+    server, ports = _peer_server(make_server)
+    relay = Recorder(server.port)
+    arrays = [np.random.default_rng(i).standard_normal((i * 1000, 3)).astype(np.float32) for i in range(1, 7)]
+    try:
+        with Client(ADDRESSES[transport].format(relay.port), binary=binary, timeout=30) as client:
+            for i, array in enumerate(arrays[:3]):
+                back = client.echo(array).numpy
+                assert np.array_equal(back, array) and back.dtype == np.float32
+                assert not back.flags.writeable, "a view of the reply's buffer, not a copy"
+                assert client.echo_any(i).json == i
+            with client.batch() as batch:
+                first, second, third = batch.reverse(b"xyz"), batch.echo(x=arrays[3]), batch.echo_any("b")
+            assert first.bytes == b"zyx" and np.array_equal(second.numpy, arrays[3]) and third.json == "b"
+            explicit = client([{"method": "echo", "params": [arrays[4]]}, {"method": "echo_any", "params": [2]}])
+            assert np.array_equal(explicit[0].numpy, arrays[4]) and explicit[1].json == 2
+            piped = client.pipeline(
+                [("echo", [arrays[5]]), ("echo_any", [7]), ("reverse", [b"de"]), ("echo_any", ["x"]), ("echo", {"x": arrays[0]})]
+            )
+            assert np.array_equal(piped[0].numpy, arrays[5]) and np.array_equal(piped[4].numpy, arrays[0])
+            assert (piped[1].json, piped[2].bytes, piped[3].json) == (7, b"ed", "x")
+        assert len(ports) == 6 + 3 + 2 + 5 and len(set(ports)) == 1, "every call on one connection"
+        assert len(relay.sent) == 1, "one connection"
+        assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
+        received = bytes(relay.received[0])
+        assert received.count(arrays[5].tobytes()) == 1, "the array came back as an attachment"
+        if transport != "websocket":  # (a client's WebSocket frames are masked)
+            sent = bytes(relay.sent[0])
+            assert sent.count(arrays[5].tobytes()) == 1 and sent.count(arrays[1].tobytes()) == 1
+            assert b"AAAA" not in sent, "no base64 of an array"
+            batches = sent.count(b'[{"jsonrpc":"2.0","method":"reverse","params":[{"$ucall":"bytes"')
+            assert batches == 1, "the batch is one binary message"
+    finally:
+        relay.close()
+
+
+def test_sync_binary_messages_keep_the_timeout(make_server):
+    """A binary call on the native connection fails with ``TimeoutError`` when its reply is
+    late, and the next call opens a new connection."""
+    import time
+
+    from ucall.exceptions import TimeoutError as CallTimeout
+
+    server = make_server()
+
+    @server
+    def slow(data: bytes) -> bytes:
+        time.sleep(1.0)
+        return data
+
+    @server
+    def fast(data: bytes) -> bytes:
+        return data
+
+    server.start()
+    with Client(port=server.port, binary=True, timeout=0.3) as client:
+        with pytest.raises(CallTimeout, match="within 0.3 s"):
+            client.slow(b"x" * 100_000)
+        time.sleep(1.0)
+        assert client.fast(b"y" * 100_000).bytes == b"y" * 100_000
+
+
+def test_a_websocket_server_without_the_subprotocol_gets_plain_json():
+    """A JSON-only WebSocket server (it selects no subprotocol): ``binary=None`` sends
+    plain JSON (base64); ``binary=True`` raises ``ProtocolError`` saying why."""
+    from websockets.sync.server import serve
+
+    texts: list[Any] = []
+
+    def answer(request: Any) -> Any:
+        if request["method"] == "rpc.discover":
+            reply = {"error": {"code": -32601, "message": "Method not found"}}
+        else:
+            reply = {"result": request["params"][0]}
+        return {"jsonrpc": "2.0", "id": request.get("id"), **reply}
+
+    def handler(ws: Any) -> None:
+        for message in ws:
+            texts.append(message)
+            request = json.loads(message)
+            ws.send(json.dumps([answer(r) for r in request] if isinstance(request, list) else answer(request)))
+
+    with serve(handler, "127.0.0.1", 0) as websocket_server:
+        port = websocket_server.socket.getsockname()[1]
+        threading.Thread(target=websocket_server.serve_forever, daemon=True).start()
+        with Client(f"ws://127.0.0.1:{port}", timeout=10) as client:
+            assert client.size(b"abcd").json == "YWJjZA=="
+            assert [r.json for r in client.pipeline([("size", [b"ab"]), ("size", [b"abc"])])] == ["YWI=", "YWJj"]
+        with Client(f"ws://127.0.0.1:{port}", timeout=10, binary=True) as client:
+            with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                client.size(b"abcd")
+            with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                client.pipeline([("size", [b"ab"])])
+
+        async def session() -> None:
+            async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10) as client:
+                assert (await client.size(b"abcd")).json == "YWJjZA=="
+                assert [r.json for r in await client.batch([("size", [b"ab"])])] == ["YWI="]
+            async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10, binary=True) as client:
+                with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                    await client.size(b"abcd")  # the connection opens with it
+                with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                    await client.size(b"abcd")  # known by then
+
+        asyncio.run(asyncio.wait_for(session(), 30))
+        websocket_server.shutdown()
+    # rpc.discover, then 3 calls; then AsyncClient's rpc.discover, a call and a batch
+    assert all(isinstance(text, str) for text in texts) and len(texts) == 7
+
+
 @pytest.mark.parametrize("transport", ["http", "tcp"])
 def test_async_binary_true_gets_binary_replies_to_calls_without_attachments(make_server, transport):
     """docs/wire.md §3.2: over raw TCP a JSON text is answered with JSON; a call accepts a
@@ -422,6 +578,26 @@ def test_async_binary_true_gets_binary_replies_to_calls_without_attachments(make
 
     try:
         asyncio.run(asyncio.wait_for(session(), 30))
+        assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
+        assert np.array(values).tobytes() in bytes(relay.received[0]), "the array came back as an attachment"
+    finally:
+        relay.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "tcp"])
+def test_sync_binary_true_gets_binary_replies_to_calls_without_attachments(make_server, transport):
+    """As ``AsyncClient``: with ``binary=True`` a call with no binary value is a binary
+    message too, so that its array result comes back as an attachment."""
+    server = _echo_server(make_server)
+    relay = Recorder(server.port)
+    values = np.arange(2000, dtype=np.float64).tolist()
+    try:
+        with Client(ADDRESSES[transport].format(relay.port), binary=True) as client:
+            back = client.echo(values).numpy
+            assert back.tolist() == values and not back.flags.writeable
+            assert client.echo_any({"a": 1}).json == {"a": 1}
+            assert [r.json for r in client.pipeline([("echo_any", [1]), ("echo_any", [2])])] == [1, 2]
+        assert len(relay.sent) == 1
         assert relay.binary_messages(transport) == 1 and relay.binary_messages(transport, replies=True) == 1
         assert np.array(values).tobytes() in bytes(relay.received[0]), "the array came back as an attachment"
     finally:

@@ -65,6 +65,9 @@ impl Binary {
     }
 }
 
+/// A request for [`Client::exchange_attached`]: its body, framing, and attachments.
+pub type AttachedRequest = (Vec<u8>, RequestKind, Section);
+
 /// While more than this many request bytes wait to be written, a pipeline makes no more
 /// ([`Client::exchange_with`]) and the Python `AsyncClient` holds its next call back
 /// ([`crate::Multiplexed::unsent`]). Measured: docs/design.md, "The clients' large requests".
@@ -212,13 +215,7 @@ impl Client {
         }
         match self.conn.endpoint().protocol() {
             Protocol::Http | Protocol::Tcp => Ok(true),
-            Protocol::WebSocket => {
-                if self.conn.is_open() && self.conn.closed_by_peer() {
-                    self.conn.close();
-                }
-                self.conn.open(self.timeout.map(|t| Instant::now() + t))?;
-                Ok(self.conn.binary_negotiated())
-            }
+            Protocol::WebSocket => self.websocket_binary(),
         }
     }
 
@@ -378,10 +375,10 @@ impl Client {
     ) -> Result<Vec<Reply>> {
         let bodies = bodies
             .into_iter()
-            .map(|body| Outgoing::new(body, RequestKind::Json, Section::new()))
+            .map(|body| (body, RequestKind::Json, Section::new()))
             .collect();
-        let mut more = || more().map(|made| made.map(|body| Outgoing::new(body, RequestKind::Json, Section::new())));
-        self.exchange_framed(bodies, replies, &mut more)
+        let mut more = || more().map(|made| made.map(|body| (body, RequestKind::Json, Section::new())));
+        self.exchange_attached(bodies, replies, &mut more)
     }
 
     /// As [`Client::exchange`], each body framed as its kind says: a JSON text, or the body
@@ -394,9 +391,46 @@ impl Client {
     pub fn exchange_as(&mut self, bodies: Vec<(Vec<u8>, RequestKind)>, replies: usize) -> Result<Vec<Reply>> {
         let bodies = bodies
             .into_iter()
-            .map(|(body, kind)| Outgoing::new(body, kind, Section::new()))
+            .map(|(body, kind)| (body, kind, Section::new()))
             .collect();
-        self.exchange_framed(bodies, replies, &mut || None)
+        self.exchange_attached(bodies, replies, &mut || None)
+    }
+
+    /// As [`Client::exchange_with`], each request an [`AttachedRequest`]: a binary message's
+    /// attachments follow its JSON text aligned (docs/wire.md §1), written from where they
+    /// lie. For front ends that build their own placeholders (the Python clients).
+    ///
+    /// # Errors
+    /// As [`Client::exchange_with`].
+    pub fn exchange_attached(
+        &mut self,
+        bodies: Vec<AttachedRequest>,
+        replies: usize,
+        more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
+    ) -> Result<Vec<Reply>> {
+        let bodies = bodies
+            .into_iter()
+            .map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments))
+            .collect();
+        let mut more =
+            || more().map(|made| made.map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments)));
+        self.exchange_framed(bodies, replies, &mut more)
+    }
+
+    /// Whether binary messages go on this WebSocket (its server selected `ucall.binary.v1`),
+    /// the connection opened to learn it; false for HTTP and raw TCP.
+    ///
+    /// # Errors
+    /// The connection cannot be opened.
+    pub fn websocket_binary(&mut self) -> Result<bool> {
+        if self.conn.endpoint().protocol() != Protocol::WebSocket {
+            return Ok(false);
+        }
+        if self.conn.is_open() && self.conn.closed_by_peer() {
+            self.conn.close();
+        }
+        self.conn.open(self.timeout.map(|t| Instant::now() + t))?;
+        Ok(self.conn.binary_negotiated())
     }
 
     /// As [`Client::exchange_with`], each request framed as its kind says.

@@ -8,7 +8,7 @@
 //! `AsyncClient` wakes asyncio through a socket and settles a thousand futures per wakeup.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -41,8 +41,9 @@ pub struct Completion {
 enum Submission {
     Body(Vec<u8>),
     Request(Params),
-    /// A binary message built by the caller: its JSON text and the attachments it names.
-    Binary(Arc<Vec<u8>>, Section),
+    /// A binary message built by the caller: its JSON text, the attachments it names, and
+    /// the same request as a JSON text for a WebSocket without the subprotocol, if any.
+    Binary(Arc<Vec<u8>>, Section, Option<Vec<u8>>),
 }
 
 impl Submission {
@@ -50,8 +51,8 @@ impl Submission {
         match self {
             Submission::Body(body) => body.len(),
             Submission::Request(request) => request.wire_len(),
-            Submission::Binary(json, section) if section.is_empty() => json.len(),
-            Submission::Binary(json, section) => ucall_core::wire::align(json.len()) + section.len(),
+            Submission::Binary(json, section, _) if section.is_empty() => json.len(),
+            Submission::Binary(json, section, _) => ucall_core::wire::align(json.len()) + section.len(),
         }
     }
 }
@@ -75,6 +76,9 @@ struct Shared {
     notify: Box<dyn Fn() + Send + Sync>,
     /// Bytes the I/O thread has taken and not yet written to the socket.
     unwritten: AtomicUsize,
+    /// What the last WebSocket opened said of binary messages: 0 none opened yet, 1 the
+    /// server did not select the subprotocol, 2 it did.
+    websocket_binary: AtomicU8,
 }
 
 impl Shared {
@@ -126,6 +130,7 @@ impl Multiplexed {
             state: Mutex::new(State::default()),
             notify: Box::new(notify),
             unwritten: AtomicUsize::new(0),
+            websocket_binary: AtomicU8::new(0),
         });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -137,6 +142,16 @@ impl Multiplexed {
             waker,
             thread: Some(thread),
         })
+    }
+
+    /// Whether the last WebSocket opened carries binary messages (its server selected
+    /// `ucall.binary.v1`); `None` before one opened, and for HTTP and raw TCP.
+    #[must_use]
+    pub fn websocket_binary(&self) -> Option<bool> {
+        match self.shared.websocket_binary.load(Ordering::Relaxed) {
+            0 => None,
+            said => Some(said == 2),
+        }
     }
 
     /// Queue a request body (one JSON text); `expects_reply` is false for notifications.
@@ -167,8 +182,22 @@ impl Multiplexed {
     /// with the rest. Its reply may be a binary message ([`Reply::binary`]). It goes as it
     /// is, without [`Multiplexed::submit_call`]'s negotiation (which may send a call as
     /// JSON, and sends one again when refused): for a server known to take binary messages.
+    /// On a WebSocket whose server did not select the subprotocol it fails with a protocol error.
     pub fn submit_binary(&self, json: Vec<u8>, section: Section, expects_reply: bool) -> Ticket {
-        self.push(Submission::Binary(Arc::new(json), section), expects_reply)
+        self.submit_binary_or(json, section, None, expects_reply)
+    }
+
+    /// As [`Multiplexed::submit_binary`], with `plain`, the same request as a JSON text
+    /// (attachments in their plain form), sent instead on a WebSocket whose server did not
+    /// select the subprotocol (known once the connection is open).
+    pub fn submit_binary_or(
+        &self,
+        json: Vec<u8>,
+        section: Section,
+        plain: Option<Vec<u8>>,
+        expects_reply: bool,
+    ) -> Ticket {
+        self.push(Submission::Binary(Arc::new(json), section, plain), expects_reply)
     }
 
     fn push(&self, submission: Submission, expects_reply: bool) -> Ticket {
@@ -279,8 +308,23 @@ impl Negotiation {
             };
             match submission {
                 Submission::Body(body) => conn.queue(body),
-                Submission::Binary(json, section) => {
-                    conn.queue_shared(&json, RequestKind::Binary(json.len()), &section);
+                Submission::Binary(json, section, plain) => {
+                    if protocol != Protocol::WebSocket || conn.binary_negotiated() {
+                        conn.queue_shared(&json, RequestKind::Binary(json.len()), &section);
+                    } else if let Some(plain) = plain {
+                        conn.queue(plain);
+                    } else {
+                        let why = format!(
+                            "{} does not take binary messages (it did not select the WebSocket subprotocol {})",
+                            conn.endpoint().authority(),
+                            ucall_core::wire::SUBPROTOCOL
+                        );
+                        done.push(Completion {
+                            ticket,
+                            result: Err(Error::protocol(why)),
+                        });
+                        continue;
+                    }
                 }
                 Submission::Request(request) => {
                     let attached = request.has_attachments();
@@ -404,7 +448,12 @@ fn run(mut conn: Connection, shared: &Shared) {
                 Ok(())
             } else {
                 let deadline = conn.endpoint().timeout().map(|t| Instant::now() + t);
-                conn.open(deadline)
+                let opened = conn.open(deadline);
+                if opened.is_ok() && conn.endpoint().protocol() == Protocol::WebSocket {
+                    let said = if conn.binary_negotiated() { 2 } else { 1 };
+                    shared.websocket_binary.store(said, Ordering::Relaxed);
+                }
+                opened
             };
             match opened {
                 Ok(()) => negotiation.queue(&mut conn, &mut in_flight, &mut done),

@@ -788,7 +788,7 @@ fn a_multiplexed_connection_carries_binary_messages_between_json_texts() {
     // lie; replies complete in submission order, a binary reply with its JSON length.
     let server = serve();
     let array: Vec<u8> = floats(50_000, 3).iter().flat_map(|f| f.to_le_bytes()).collect();
-    for endpoint in endpoints(server.port()).into_iter().take(2) {
+    for endpoint in endpoints(server.port()) {
         let (tx, rx) = std::sync::mpsc::channel();
         let mux = ucall_client::Multiplexed::new(endpoint, move || {
             let _ = tx.send(());
@@ -829,4 +829,59 @@ fn a_multiplexed_connection_carries_binary_messages_between_json_texts() {
         );
         assert!(String::from_utf8_lossy(&replies[2].body).contains(r#""result":6"#));
     }
+}
+
+#[test]
+fn a_websocket_without_the_subprotocol_refuses_binary_messages_or_takes_their_plain_form() {
+    // The upgrade offers no subprotocol, so the server selects none: a binary message would
+    // be a frame it cannot read. `submit_binary` fails; `submit_binary_or` sends the plain
+    // JSON text given; the blocking client says so before a message is built.
+    let server = serve();
+    let endpoint = || Endpoint::parse(&format!("ws://127.0.0.1:{}/", server.port())).expect("a URL");
+    let mut client = Client::new(endpoint().with_binary(Some(false))).expect("a client");
+    assert_eq!(client.websocket_binary().ok(), Some(false));
+    assert_eq!(
+        Client::new(endpoint()).expect("a client").websocket_binary().ok(),
+        Some(true)
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mux = ucall_client::Multiplexed::new(endpoint().with_binary(Some(false)), move || {
+        let _ = tx.send(());
+    })
+    .expect("a connection");
+    assert_eq!(mux.websocket_binary(), None, "no connection yet");
+    let text = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"unhex","params":[{{"$ucall":"bytes","offset":0,"length":2}}],"id":{id}}}"#
+        )
+    };
+    let attached = || {
+        let mut section = ucall_core::jsonrpc::section::Section::new();
+        section.attach(ucall_core::Bytes::from(vec![0xbe, 0xef]));
+        section
+    };
+    let refused = mux.submit_binary(text(1).into_bytes(), attached(), true);
+    let plain = br#"{"jsonrpc":"2.0","method":"subtract","params":[5,3],"id":2}"#.to_vec();
+    let sent_plain = mux.submit_binary_or(text(2).into_bytes(), attached(), Some(plain), true);
+    let mut done = Vec::new();
+    while done.len() < 2 {
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("completions");
+        mux.take(&mut done);
+    }
+    done.sort_by_key(|c| c.ticket);
+    assert_eq!(done.iter().map(|c| c.ticket).collect::<Vec<_>>(), [refused, sent_plain]);
+    let error = done[0].result.as_ref().expect_err("refused");
+    assert!(
+        error.message().contains("did not select the WebSocket subprotocol"),
+        "{error:?}"
+    );
+    let reply = done[1].result.as_ref().expect("the plain form's reply");
+    assert!(
+        reply.binary.is_none() && String::from_utf8_lossy(&reply.body).contains(r#""result":2"#),
+        "{reply:?}"
+    );
+    assert_eq!(mux.websocket_binary(), Some(false));
+    server.stop();
+    server.join();
 }

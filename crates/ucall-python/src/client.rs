@@ -15,8 +15,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use ucall_client::{
-    Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply, Spans, TlsRefusal, UNSENT_AT_MOST,
+    AttachedRequest as Request, Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply,
+    RequestKind, Spans, TlsRefusal, UNSENT_AT_MOST,
 };
+use ucall_core::jsonrpc::section::Section;
 
 use crate::convert::{attachment_bytes, write_json};
 
@@ -180,22 +182,42 @@ fn call_body(
     Ok(out)
 }
 
-/// The request body of a `(method, params, id)` call.
-fn call_tuple_body(call: &Bound<'_, PyAny>, encode: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<Vec<u8>> {
-    let (method, params, id): (String, Bound<'_, PyAny>, Option<u64>) = call.extract()?;
-    call_body(&method, Some(&params), id, Some(encode), timeout)
+/// A JSON text's request.
+fn json_request(body: Vec<u8>) -> Request {
+    (body, RequestKind::Json, Section::new())
 }
 
-/// `(status, body, close)`, the body read as [`reply_body`] does.
+/// A binary message's request (docs/wire.md): `text`, a request or batch whose binary
+/// values are placeholders, and `attachments`, the buffers they name, laid out in order
+/// each at the next multiple of 64 (as the package's `Attachments` places them), written
+/// from their own memory and referenced until written.
+fn binary_request(text: &Bound<'_, PyBytes>, attachments: &Bound<'_, PyList>) -> PyResult<Request> {
+    let mut section = Section::new();
+    for attachment in attachments.iter() {
+        section.attach(attachment_bytes(&attachment)?);
+    }
+    let text = text.as_bytes().to_vec();
+    let kind = RequestKind::Binary(text.len());
+    Ok((text, kind, section))
+}
+
+/// A pipeline item's request: a `(method, params, id)` call, its params written here, or a
+/// `(text, attachments)` binary message ([`binary_request`]).
+fn item_request(item: &Bound<'_, PyAny>, encode: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<Request> {
+    let item = item.cast::<PyTuple>()?;
+    if item.len() == 2 {
+        return binary_request(item.get_item(0)?.cast()?, item.get_item(1)?.cast()?);
+    }
+    let (method, params, id): (String, Bound<'_, PyAny>, Option<u64>) = item.extract()?;
+    call_body(&method, Some(&params), id, Some(encode), timeout).map(json_request)
+}
+
+/// `(status, body, close, json_length)`, the body read as [`any_reply_body`] does.
 fn reply_tuple(py: Python<'_>, reply: Reply) -> PyResult<Bound<'_, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            reply.status.into_pyobject(py)?.into_any(),
-            reply_body(py, reply.body)?,
-            pyo3::types::PyBool::new(py, reply.close).to_owned().into_any(),
-        ],
-    )
+    let status = reply.status.into_pyobject(py)?.into_any();
+    let close = pyo3::types::PyBool::new(py, reply.close).to_owned().into_any();
+    let (body, json_length) = any_reply_body(py, reply)?;
+    PyTuple::new(py, [status, body, close, json_length])
 }
 
 /// Replies from this size on are checked once and read when asked ([`ReplyBody`]).
@@ -351,22 +373,22 @@ impl NativeClient {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Send `bodies`, then those `more` makes as the socket takes them, and read
-    /// `replies` replies plus one per body made ([`Client::exchange_with`]); the GIL is
-    /// released meanwhile.
+    /// Send `requests`, then those `more` makes as the socket takes them, and read
+    /// `replies` replies plus one per request made ([`Client::exchange_attached`]); the GIL
+    /// is released meanwhile.
     fn run<'py>(
         &self,
         py: Python<'py>,
-        bodies: Vec<Vec<u8>>,
+        requests: Vec<Request>,
         replies: usize,
         timeout: Option<f64>,
-        more: &mut (dyn FnMut() -> Option<ucall_client::Result<Vec<u8>>> + Send),
+        more: &mut (dyn FnMut() -> Option<ucall_client::Result<Request>> + Send),
     ) -> PyResult<Bound<'py, PyList>> {
         let timeout = seconds(timeout)?;
         let result = py.detach(|| {
             let mut client = self.lock();
             client.set_timeout(timeout);
-            client.exchange_with(bodies, replies, more)
+            client.exchange_attached(requests, replies, more)
         });
         let replies = result.map_err(|e| exception(py, &e))?;
         let list = PyList::empty(py);
@@ -408,8 +430,10 @@ impl NativeClient {
         })
     }
 
-    /// Send `(method, params, id)` calls back to back, reading replies while writing;
-    /// `[(status, body, close)]` in order.
+    /// Send `(method, params, id)` calls and `(text, attachments)` binary messages
+    /// ([`NativeClient::send_binary`]) back to back, reading replies while writing;
+    /// `[(status, body, close, json_length)]` in order, a binary reply's body a
+    /// [`BinaryBody`] whose JSON text is `json_length` long (None for any other).
     ///
     /// Calls are encoded up front while they total at most [`UNSENT_AT_MOST`] bytes (a
     /// thousand small ones: all of them, with nothing sent if one fails), the rest one by
@@ -426,8 +450,9 @@ impl NativeClient {
     ) -> PyResult<Bound<'py, PyList>> {
         let (mut bodies, mut total) = (Vec::with_capacity(calls.len()), 0);
         while bodies.len() < calls.len() && total <= UNSENT_AT_MOST {
-            bodies.push(call_tuple_body(&calls.get_item(bodies.len())?, encode, timeout)?);
-            total += bodies.last().map_or(0, Vec::len);
+            let request = item_request(&calls.get_item(bodies.len())?, encode, timeout)?;
+            total += request.0.len() + request.2.len();
+            bodies.push(request);
         }
         let replies = bodies.len();
         if replies == calls.len() {
@@ -440,7 +465,7 @@ impl NativeClient {
                 let (calls, encode) = (rest.bind(py), encode.bind(py));
                 let call = calls.get_item(next).ok()?;
                 next += 1;
-                Some(call_tuple_body(&call, encode, timeout).map_err(|error| {
+                Some(item_request(&call, encode, timeout).map_err(|error| {
                     failed = Some(error);
                     Error::new(ErrorKind::Invalid, "a call could not be encoded")
                 }))
@@ -465,9 +490,31 @@ impl NativeClient {
     ) -> PyResult<Bound<'py, PyList>> {
         let bodies = requests
             .iter()
-            .map(|request| json_body(&request, Some(encode)))
+            .map(|request| json_body(&request, Some(encode)).map(json_request))
             .collect::<PyResult<Vec<_>>>()?;
         self.run(py, bodies, replies, timeout, &mut || None)
+    }
+
+    /// Send a binary message (docs/wire.md), `text` and the `attachments` its placeholders
+    /// name ([`NativeMux::send_binary`] lays them out alike), and read `replies` replies.
+    #[pyo3(signature = (text, attachments, replies, timeout))]
+    fn send_binary<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyBytes>,
+        attachments: &Bound<'py, PyList>,
+        replies: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let request = binary_request(text, attachments)?;
+        self.run(py, vec![request], replies, timeout, &mut || None)
+    }
+
+    /// Whether binary messages go on this WebSocket: the server selected the subprotocol
+    /// at the upgrade (the connection is opened to learn it); false for HTTP and raw TCP.
+    fn websocket_binary(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| self.lock().websocket_binary())
+            .map_err(|e| exception(py, &e))
     }
 
     /// Close the connection; calls open a new one.
@@ -596,18 +643,22 @@ impl NativeMux {
         self.submit(body, id.is_some()).map(Some)
     }
 
-    /// Submit a binary message (docs/wire.md): `text`, a request or batch whose binary
-    /// values are placeholders, and the buffers they name, laid out in order each at the
-    /// next multiple of 64 (as the package's `Attachments` places them). The buffers are
-    /// written from their own memory; the objects are referenced until written. With
-    /// `unsent_at_most`, None (nothing submitted) while more than that waits to be written.
-    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None))]
+    /// Submit a binary message (docs/wire.md): `text` and the `attachments` its
+    /// placeholders name, as [`binary_request`] takes them. With `unsent_at_most`, None
+    /// (nothing submitted) while more than that waits to be written. `plain`, the same
+    /// request object with its values unpacked (serialized with `encode`), goes instead on
+    /// a WebSocket whose server did not select the subprotocol; without it such a
+    /// message fails with ProtocolError.
+    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None, plain=None, encode=None))]
+    #[allow(clippy::too_many_arguments)] // the Python method's keywords
     fn send_binary(
         &self,
         text: &Bound<'_, PyBytes>,
         attachments: &Bound<'_, PyList>,
         expects_reply: bool,
         unsent_at_most: Option<usize>,
+        plain: Option<&Bound<'_, PyAny>>,
+        encode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<u64>> {
         let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
         let mux = guard
@@ -616,15 +667,19 @@ impl NativeMux {
         if unsent_at_most.is_some_and(|limit| mux.unsent() > limit) {
             return Ok(None);
         }
-        let mut section = ucall_core::jsonrpc::section::Section::new();
-        for attachment in attachments.iter() {
-            section.attach(attachment_bytes(&attachment)?);
-        }
-        Ok(Some(mux.submit_binary(
-            text.as_bytes().to_vec(),
-            section,
-            expects_reply,
-        )))
+        let (text, _, section) = binary_request(text, attachments)?;
+        let plain = plain.map(|plain| json_body(plain, encode)).transpose()?;
+        Ok(Some(mux.submit_binary_or(text, section, plain, expects_reply)))
+    }
+
+    /// Whether the last WebSocket opened carries binary messages (its server selected the
+    /// subprotocol); None before one opened, and for HTTP and raw TCP.
+    fn websocket_binary(&self) -> Option<bool> {
+        self.mux
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(Multiplexed::websocket_binary)
     }
 
     /// Submit a request object (or batch), serialized whole; its ticket.
