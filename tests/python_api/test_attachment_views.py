@@ -26,22 +26,7 @@ np = pytest.importorskip("numpy")
 
 def call(method: str, params: Any, attachments: list[bytes], id: int = 1) -> bytes:
     """A raw TCP binary message of a call whose attachments lie at successive offsets."""
-    offset, placed = 0, []
-    for data in attachments:
-        placed.append((offset, data))
-        offset = binary_wire.align(offset + len(data))
-    text = json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": id}).encode()
-    return binary_wire.message(text, binary_wire.section(placed))
-
-
-def ndarray(array: Any, offset: int = 0) -> dict[str, Any]:
-    return {
-        "$ucall": "ndarray",
-        "offset": offset,
-        "length": array.nbytes,
-        "dtype": array.dtype.name,
-        "shape": list(array.shape),
-    }
+    return binary_wire.message(*binary_wire.request(method, params, attachments, id))
 
 
 def exchange(port: int, messages: list[bytes]) -> list[dict[str, Any]]:
@@ -75,7 +60,7 @@ def test_arrays_and_memoryviews_view_the_attachment_read_only(make_server, size)
     array = np.arange(size // 4, dtype=np.float32)
     blob = bytes(range(256)) * (size // 256)
     params = {
-        "x": ndarray(array),
+        "x": binary_wire.ndarray_placeholder(array),
         "m": {"$ucall": "bytes", "offset": size, "length": size},
         "b": {"$ucall": "bytes", "offset": 2 * size, "length": size},
     }
@@ -113,15 +98,15 @@ def test_what_a_handler_keeps_stays_as_it_was_sent(make_server, size):
     messages = []
     for i in range(count):
         array = np.full(size // 8, i, dtype=np.float64)
-        params = {"i": i, "x": ndarray(array), "m": {"$ucall": "bytes", "offset": size, "length": size}}
+        params = {"i": i, "x": binary_wire.ndarray_placeholder(array), "m": {"$ucall": "bytes", "offset": size, "length": size}}
         messages.append(call("keep", params, [array.tobytes(), bytes([i]) * size], id=i))
-        messages.append(call("keep_rows", {"i": i, "x": ndarray(array)}, [array.tobytes()], id=1000 + i))
+        messages.append(call("keep_rows", {"i": i, "x": binary_wire.ndarray_placeholder(array)}, [array.tobytes()], id=1000 + i))
     replies = exchange(server.port, messages)
     assert [r.get("result") for r in replies] == [v for i in range(count) for v in (float(i), i)]
     assert len(kept) == count and len(rows) == count
     # Other traffic reuses the server's buffers meanwhile.
     noise = np.full(size // 8, -1.0)
-    exchange(server.port, [call("keep_rows", {"i": -1, "x": ndarray(noise)}, [noise.tobytes()], id=7)] * 8)
+    exchange(server.port, [call("keep_rows", {"i": -1, "x": binary_wire.ndarray_placeholder(noise)}, [noise.tobytes()], id=7)] * 8)
     gc.collect()
     assert [i for i, x, m in kept if not (x == i).all() or bytes(m) != bytes([i]) * len(m)] == []
     assert [i for i, x in rows if i >= 0 and not (x == i).all()] == []
@@ -139,7 +124,7 @@ def test_an_echoed_array_goes_back_from_where_it_arrived(make_server):
     server.start()
     arrays = [np.random.default_rng(i).standard_normal((256, 256)).astype(np.float32) for i in range(6)]
     text = [
-        json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [ndarray(a)], "id": i}).encode()
+        json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [binary_wire.ndarray_placeholder(a)], "id": i}).encode()
         for i, a in enumerate(arrays)
     ]
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:

@@ -23,26 +23,6 @@ import binary_wire  # noqa: E402
 np = pytest.importorskip("numpy")
 
 
-def message(method: str, params: Any, attachments: list[bytes], id: int = 1) -> tuple[bytes, bytes]:
-    """(JSON text, section) of a call whose attachments lie at successive offsets of 64."""
-    offset, placed = 0, []
-    for data in attachments:
-        placed.append((offset, data))
-        offset = binary_wire.align(offset + len(data))
-    text = json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": id}).encode()
-    return text, binary_wire.section(placed)
-
-
-def array_placeholder(array: Any, offset: int = 0) -> dict[str, Any]:
-    return {
-        "$ucall": "ndarray",
-        "offset": offset,
-        "length": array.nbytes,
-        "dtype": array.dtype.name,
-        "shape": list(array.shape),
-    }
-
-
 def over_http(port: int, text: bytes, section: bytes) -> dict[str, Any]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
@@ -85,7 +65,7 @@ def test_a_numpy_array_arrives_equal(make_server, transport):
 
     server.start()
     array = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
-    text, section = message("describe", {"x": array_placeholder(array), "scale": 2}, [array.tobytes()])
+    text, section = binary_wire.request("describe", {"x": binary_wire.ndarray_placeholder(array), "scale": 2}, [array.tobytes()])
     reply = TRANSPORTS[transport](server.port, text, section)
     result = reply["result"]
     assert (result["dtype"], result["shape"]) == ("float32", [2, 3, 4])
@@ -113,10 +93,10 @@ def test_every_dtype_and_bytes_and_bytearray(make_server):
     server.start()
     for dtype in binary_wire.DTYPES:
         array = (np.arange(6) % 2).astype(dtype).reshape(3, 2)
-        text, section = message("summary", [array_placeholder(array)], [array.tobytes()])
+        text, section = binary_wire.request("summary", [binary_wire.ndarray_placeholder(array)], [array.tobytes()])
         assert over_tcp(server.port, text, section)["result"] == [dtype, [3, 2], array.tobytes().hex()]
     placeholders = [{"$ucall": "bytes", "offset": offset, "length": 3} for offset in (0, 64, 128)]
-    text, section = message("sizes", placeholders, [b"abc", b"\x00\x01\x02", b"xyz"])
+    text, section = binary_wire.request("sizes", placeholders, [b"abc", b"\x00\x01\x02", b"xyz"])
     assert over_tcp(server.port, text, section)["result"] == [
         "bytes",
         "616263",
@@ -138,7 +118,7 @@ def test_an_image_from_an_attachment(make_server):
     server.start()
     png = io.BytesIO()
     pil.new("RGB", (5, 3), (255, 0, 0)).save(png, format="PNG")
-    text, section = message("size", [{"$ucall": "bytes", "offset": 0, "length": len(png.getvalue())}], [png.getvalue()])
+    text, section = binary_wire.request("size", [{"$ucall": "bytes", "offset": 0, "length": len(png.getvalue())}], [png.getvalue()])
     assert over_http(server.port, text, section)["result"] == [5, 3]
 
 
@@ -151,12 +131,12 @@ def test_a_bad_placeholder_names_the_parameter(make_server):
 
     server.start()
     wrong = {"$ucall": "ndarray", "offset": 0, "length": 8, "dtype": "float32", "shape": [3]}
-    text, section = message("total", [wrong], [struct.pack("<2f", 1, 2)])
+    text, section = binary_wire.request("total", [wrong], [struct.pack("<2f", 1, 2)])
     error = over_tcp(server.port, text, section)["error"]
     assert error["code"] == -32602 and "'x'" in error["message"] and "placeholder" in error["message"]
     # The same server answers a good one next.
     right = {"$ucall": "ndarray", "offset": 0, "length": 8, "dtype": "float32", "shape": [2]}
-    text, section = message("total", [right], [struct.pack("<2f", 1, 2)])
+    text, section = binary_wire.request("total", [right], [struct.pack("<2f", 1, 2)])
     assert over_tcp(server.port, text, section)["result"] == 3.0
 
 
@@ -173,9 +153,9 @@ def test_a_batch_procedure_reads_attachments(make_server, transport):
     server.start()
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
     blob = b"\x00\x01\x02"
-    text, section = message(
+    text, section = binary_wire.request(
         "total",
-        {"x": array_placeholder(array), "raw": {"$ucall": "bytes", "offset": 64, "length": 3}},
+        {"x": binary_wire.ndarray_placeholder(array), "raw": {"$ucall": "bytes", "offset": 64, "length": 3}},
         [array.tobytes(), blob],
     )
     for _ in range(3):  # on a batch thread, then where the call was received

@@ -8,8 +8,13 @@ server too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -373,28 +378,15 @@ def test_closing_the_stream_stops_a_generator_tool(make_server: Any) -> None:
 
 
 def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
     import time
 
     marker = tmp_path / "stopped"
-    (tmp_path / "cancel_app.py").write_text(
+    app = (
         "import time\nfrom ucall import Server\nserver = Server(port=0)\n\n\n@server\ndef ticks():\n"
         "    try:\n        while True:\n            time.sleep(0.01)\n            yield 'tick'\n"
         f"    finally:\n        open({str(marker)!r}, 'w').close()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ucall", "mcp", "cancel_app:server"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    try:
+    with mcp_over_stdio(tmp_path, app) as process:
         call = {
             "jsonrpc": "2.0",
             "id": 9,
@@ -412,14 +404,6 @@ def test_cancelled_over_stdio_stops_a_generator_tool(tmp_path: Path) -> None:
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert marker.exists(), "the generator was not stopped"
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
 
 
 CANCEL_APP = """
@@ -448,34 +432,43 @@ async def nap(ctx: Context, seconds: float) -> bool:
 """
 
 
-def start_stdio(tmp_path: Path) -> Any:
-    """``ucall mcp`` serving CANCEL_APP, its standard error in ``tmp_path / "stderr"``."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "cancel_two.py").write_text(CANCEL_APP)
+@contextlib.contextmanager
+def mcp_over_stdio(tmp_path: Path, app: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``ucall mcp`` serving ``app`` (a module's text, its ``server``) over stdio, its
+    standard error in ``tmp_path / "stderr"``; on leaving, its input closed and the process
+    waited for (killed after 15 s)."""
+    (tmp_path / "stdio_app.py").write_text(app)
     with (tmp_path / "stderr").open("wb") as errors:  # the child keeps its own copy
-        return subprocess.Popen(
-            [sys.executable, "-m", "ucall", "mcp", "cancel_two:server"],
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ucall", "mcp", "stdio_app:server"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(tmp_path)},
         )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        yield process
+    finally:
+        if not process.stdin.closed:
+            process.stdin.close()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
 
 def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_path: Path) -> None:
     """Over stdio (one stream for every call), ``notifications/cancelled`` names one of two
     calls under way: its handler sees its caller gone and no line answers it; the other
     call's caller stays, and its result arrives."""
-    import subprocess
     import time
 
-    process = start_stdio(tmp_path)
-    assert process.stdin is not None and process.stdout is not None
-    try:
+    with mcp_over_stdio(tmp_path, CANCEL_APP) as process:
+        assert process.stdin is not None and process.stdout is not None
 
         def send(message: Any) -> None:
             process.stdin.write(json.dumps(message).encode() + b"\n")
@@ -503,15 +496,6 @@ def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_pat
         process.stdin.close()
         rest = [json.loads(line) for line in process.stdout.read().splitlines() if line.strip()]
         assert all(message.get("id") != 1 for message in lines + rest), lines + rest
-    finally:
-        if not process.stdin.closed:
-            process.stdin.close()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
 
 
 def test_the_sdk_abandoning_one_of_two_calls_over_stdio_cancels_only_it(tmp_path: Path) -> None:

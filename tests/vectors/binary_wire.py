@@ -59,6 +59,32 @@ def section(attachments: list[tuple[int, bytes]], length: int | None = None) -> 
     return bytes(out)
 
 
+def packed(attachments: list[bytes]) -> bytes:
+    """A section holding `attachments` in order, each at the next multiple of 64."""
+    offset, placed = 0, []
+    for data in attachments:
+        placed.append((offset, data))
+        offset = align(offset + len(data))
+    return section(placed)
+
+
+def request(method: str, params, attachments: list[bytes], id: int = 1) -> tuple[bytes, bytes]:
+    """(JSON text, section) of a call whose `params` name `attachments`, laid out as `packed` does."""
+    text = json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": id}).encode()
+    return text, packed(attachments)
+
+
+def ndarray_placeholder(array, offset: int = 0) -> dict:
+    """The placeholder of `array` (NumPy's or alike: `nbytes`, `dtype.name`, `shape`) at `offset`."""
+    return {
+        "$ucall": "ndarray",
+        "offset": offset,
+        "length": array.nbytes,
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+    }
+
+
 def message(json_text: bytes, section_bytes: bytes = b"") -> bytes:
     """A raw TCP message or WebSocket binary message: the 16-byte prefix, then the body."""
     payload = body(json_text, section_bytes)

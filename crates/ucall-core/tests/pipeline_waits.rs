@@ -9,21 +9,12 @@ mod common;
 use std::io::{ErrorKind, Read};
 use std::time::{Duration, Instant};
 
-use common::{call, post, Conn};
+use common::{call, post, ws_text, Conn};
 use ucall_core::EngineKind;
 
 const CALLS: usize = 1000;
 /// Every reply holds this once.
 const RESULT: &[u8] = b"\"result\":3";
-
-/// A masked WebSocket text frame, as a client sends it (RFC 6455 §5.2).
-fn ws_frame(payload: &[u8]) -> Vec<u8> {
-    let mask = [0x11, 0x22, 0x33, 0x44];
-    let mut frame = vec![0x81, 0x80 | u8::try_from(payload.len()).expect("a short payload")];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    frame
-}
 
 const WS_UPGRADE: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
@@ -39,7 +30,7 @@ fn pipeline(protocol: &str) -> Vec<u8> {
         match protocol {
             "http" => bytes.extend(post("/", text.as_bytes())),
             "tcp" => bytes.extend(format!("{text}\n").into_bytes()),
-            _ => bytes.extend(ws_frame(text.as_bytes())),
+            _ => bytes.extend(ws_text(&text)),
         }
     }
     bytes

@@ -228,12 +228,17 @@ fn a_cap_of_zero_is_refused_at_bind() {
     assert!(error.to_string().contains("positive"), "{error}");
 }
 
+/// `count` limited to one call a minute per client, clients keyed by a front end's middleware.
+fn keyed_by_middleware(runs: &Arc<AtomicUsize>) -> ServerBuilder {
+    counting(EngineKind::Poll, runs)
+        .rate_limit(rate("1/min"))
+        .rate_limit_key(ClientKey::Middleware)
+}
+
 #[test]
 fn keyed_by_middleware_without_a_front_end_that_admits_is_refused_at_bind() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let builder = counting(EngineKind::Poll, &runs)
-        .rate_limit(rate("1/min"))
-        .rate_limit_key(ClientKey::Middleware);
+    let builder = keyed_by_middleware(&runs);
     let Err(error) = builder.bind() else {
         panic!("ClientKey::Middleware bound with nothing to admit calls: the limit would limit nothing");
     };
@@ -243,9 +248,7 @@ fn keyed_by_middleware_without_a_front_end_that_admits_is_refused_at_bind() {
 #[test]
 fn keyed_by_middleware_the_front_end_that_holds_the_keyed_limits_admits_calls() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let builder = counting(EngineKind::Poll, &runs)
-        .rate_limit(rate("1/min"))
-        .rate_limit_key(ClientKey::Middleware);
+    let builder = keyed_by_middleware(&runs);
     let keyed = Arc::clone(builder.router().keyed_limits());
     let server = common::start(EngineKind::Poll, builder);
     assert!(keyed.get().is_some(), "serving started without the keyed limits");

@@ -337,9 +337,8 @@ static void floats(ucall_call_t call, ucall_callback_tag_t tag) {
 /* Bytes by position or name (base64, padded or not), answered as lowercase hex. */
 static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
     ucall_str_t text;
-    size_t text_length, length, i;
+    size_t text_length, length;
     unsigned char* bytes;
-    char* reply;
     (void)tag;
     if (!ucall_param_named_str(call, "data", 0, &text, &text_length) &&
         !ucall_param_positional_str(call, 0, &text, &text_length)) {
@@ -349,23 +348,15 @@ static void hex(ucall_call_t call, ucall_callback_tag_t tag) {
         return;
     }
     bytes = malloc(UCALL_BASE64_DECODED_CAPACITY(text_length) + 1);
-    reply = bytes ? malloc(2 * UCALL_BASE64_DECODED_CAPACITY(text_length) + 3) : NULL;
-    if (!reply) {
-        free(bytes);
+    if (!bytes) {
         ucall_call_reply_error_out_of_memory(call);
         return;
     }
     if (!ucall_param_named_bytes(call, "data", 0, bytes, UCALL_BASE64_DECODED_CAPACITY(text_length), &length) &&
-        !ucall_param_positional_bytes(call, 0, bytes, UCALL_BASE64_DECODED_CAPACITY(text_length), &length)) {
+        !ucall_param_positional_bytes(call, 0, bytes, UCALL_BASE64_DECODED_CAPACITY(text_length), &length))
         reply_invalid_params(call, "expected a base64 string for parameter", "data");
-    } else {
-        reply[0] = '"';
-        for (i = 0; i != length; ++i)
-            snprintf(reply + 1 + 2 * i, 3, "%02x", bytes[i]);
-        reply[1 + 2 * length] = '"';
-        ucall_call_reply_content(call, reply, 2 + 2 * length);
-    }
-    free(reply);
+    else
+        reply_hex(call, bytes, length);
     free(bytes);
 }
 
