@@ -656,17 +656,17 @@ def test_the_command_line_and_docs_word_each_type_alike(make_server):
         types = docs_types(server.port)["scale"]
         assert types == {
             "params": {
-                "x": "array<number | boolean | array> | base64 application/x-npy",
+                "x": "array<number | boolean | array> | base64 application/x-npy (plain JSON) or an ndarray attachment (binary message)",
                 "factors": "array<number>",
                 "names": "object<string, integer>",
-                "blob": "base64 bytes",
+                "blob": "base64 bytes (plain JSON) or a bytes attachment (binary message)",
             },
             "result": "array<string>",
         }
         code, out, _ = run_cli("-p", server.port, "scale", "--help")
         assert code == 0, out
         for name, words in types["params"].items():
-            assert f"  {name:<7}  {words}  (required)" in out, out
+            assert f"  {name:<7}  {words}  (required" in out, out
         assert f"Result: {types['result']}" in out, out
     with described_rust_server("poll") as port:
         sum_types = docs_types(port)["sum"]
