@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The smallest UCall server in C99: sum(a, b), echo(data) and scale(x), on as many threads
- * as asked. scale reads a float32 array sent as an attachment (docs/wire.md) where it lies
- * and answers the doubled array as one (or as base64 to a caller that takes no attachments).
+ * as asked. scale reads a float32 array sent as an attachment (docs/wire.md) where it lies,
+ * refusing another dtype, and answers the doubled array as one (or as base64 to a caller
+ * that takes no attachments).
  *
  *   make examples-c && target/c/examples/sum --port 8545 --threads 2
  *   curl -s localhost:8545 -d '{"jsonrpc":"2.0","method":"sum","params":{"a":1,"b":2},"id":1}'
@@ -78,18 +79,29 @@ static void echo(ucall_call_t call, ucall_callback_tag_t tag) {
 }
 
 /* x: a float32 array as an attachment of a binary message, read in place as a pointer
- * and length (no base64, no copy). The doubled array is the result: an ndarray attachment
- * for a caller that accepts binary replies, sent from `doubled`, which `free` releases. */
+ * and length (no base64, no copy) after its dtype and shape are checked. The doubled array,
+ * of the same shape, is the result: an ndarray attachment for a caller that accepts binary
+ * replies, sent from `doubled`, which `free` releases. */
 static void scale(ucall_call_t call, ucall_callback_tag_t tag) {
-    const uint8_t* data;
-    size_t length, count, i;
+    const uint8_t* data = NULL;
+    ucall_str_t dtype;
+    const size_t* shape;
+    size_t length = 0, dimensions, count, i;
     float* doubled;
+    char message[128];
     (void)tag;
-    if (!ucall_param_named_attachment(call, "x", 1, &data, &length) &&
-        !ucall_param_positional_attachment(call, 0, &data, &length)) {
-        ucall_call_reply_error(call, -32602, "Invalid params: 'x' must be an attachment (a float32 array)", 0);
+    if (!ucall_param_named_array(call, "x", 1, &dtype, &shape, &dimensions) &&
+        !ucall_param_positional_array(call, 0, &dtype, &shape, &dimensions)) {
+        ucall_call_reply_error(call, -32602, "Invalid params: 'x' must be an array attachment (float32)", 0);
         return;
     }
+    if (strcmp(dtype, "float32") != 0) {
+        snprintf(message, sizeof message, "Invalid params: 'x' must be a float32 array, not %s", dtype);
+        ucall_call_reply_error(call, -32602, message, 0);
+        return;
+    }
+    if (!ucall_param_named_attachment(call, "x", 1, &data, &length))
+        ucall_param_positional_attachment(call, 0, &data, &length);
     count = length / sizeof(float);
     doubled = malloc(count ? count * sizeof(float) : 1);
     if (!doubled) {
@@ -101,7 +113,7 @@ static void scale(ucall_call_t call, ucall_callback_tag_t tag) {
         memcpy(&value, data + i * sizeof(float), sizeof value);
         doubled[i] = 2 * value;
     }
-    ucall_call_reply_array(call, "float32", &count, 1, (const uint8_t*)doubled, count * sizeof(float), free, doubled);
+    ucall_call_reply_array(call, "float32", shape, dimensions, (const uint8_t*)doubled, length, free, doubled);
 }
 
 static void stop(int signal_number) {

@@ -36,10 +36,18 @@ def scale(x: np.ndarray, factor: float) -> np.ndarray:
     return x * factor
 
 
+def in_place() -> bool:
+    """Whether the last echo's `x` viewed its attachment in the receive buffer: how a
+    client in another language (js/examples/arrays.mjs) sees that its array travelled as
+    an attachment, not as base64."""
+    return last_call["in_place"]
+
+
 def make_server(port: int, **options) -> Server:
     server = Server(port=port, **options)
     server(echo)
     server(scale)
+    server(in_place)
     return server
 
 

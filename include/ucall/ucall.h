@@ -720,6 +720,41 @@ bool ucall_param_positional_attachment(ucall_call_t call,
                                        size_t *length);
 
 /**
+ * Read what an array parameter (docs/wire.md: an `ndarray` placeholder of a binary
+ * message) says of its data: `*dtype` receives its element type, a NUL-terminated static
+ * string (`"float32"`, `"uint8"`, ... as docs/wire.md lists them), `*shape` its size in
+ * each dimension (C order; NULL for a scalar) and `*dimensions` how many there are. The
+ * shape stays valid until the callback returns; read the data with
+ * `ucall_param_named_attachment`. Returns `false` (outputs untouched) when the parameter
+ * is absent, no array attachment (a `bytes` attachment, a base64 string), an invalid
+ * placeholder, or an output pointer is NULL.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `name` NULL or `name_length` readable
+ * bytes (NUL-terminated when 0); `dtype`, `shape` and `dimensions` NULL or writable.
+ */
+bool ucall_param_named_array(ucall_call_t call,
+                             ucall_str_t name,
+                             size_t name_length,
+                             ucall_str_t *dtype,
+                             const size_t **shape,
+                             size_t *dimensions);
+
+/**
+ * Read what the array parameter at `position` says of its data; as
+ * `ucall_param_named_array`.
+ *
+ * # Safety
+ * `call` must be the running callback's call; `dtype`, `shape` and `dimensions` NULL or
+ * writable.
+ */
+bool ucall_param_positional_array(ucall_call_t call,
+                                  size_t position,
+                                  ucall_str_t *dtype,
+                                  const size_t **shape,
+                                  size_t *dimensions);
+
+/**
  * Number of parameters sent: elements of a params array or members of a params object;
  * 0 when params are absent (or `call` is NULL).
  *

@@ -22,10 +22,14 @@ for (const url of urls) {
   const client = new Client(url, { WebSocket, timeout: 10_000 });
   try {
     // The result comes back as an NdArray viewing the reply's bytes (toNdArray also reads base64).
-    const back = toNdArray(await client.call("echo", { x }));
+    const echoed = await client.call("echo", { x });
+    // Both ways as attachments: the server's handler viewed x in its receive buffer, and the
+    // reply carried the array as an attachment (an NdArray), not as a base64 string.
+    const inPlace = (await client.call("in_place")) === true && echoed instanceof NdArray;
+    const back = toNdArray(echoed);
     const doubled = toNdArray(await client.call("scale", { x, factor: 2 }));
     const same = equal(back, data) && equal(doubled, data.map((v) => 2 * v));
-    console.log(`${url.split(":")[0]}: ${back.dtype} [${back.shape}] equal: ${same}`);
+    console.log(`${url.split(":")[0]}: ${back.dtype} [${back.shape}] equal: ${same}, attachments both ways: ${inPlace}`);
   } finally {
     client.close();
   }

@@ -77,7 +77,7 @@ test("arrays.mjs: a float32 array to examples/python/arrays.py and back over eve
     // The server's self-signed certificate, trusted as its comment says.
     const out = await run(process.execPath, [join(dir, "arrays.mjs"), ...urls], { env: { ...process.env, NODE_EXTRA_CA_CERTS: tlsFiles().cert } });
     for (const scheme of ["http", "ws", "tcp", "https", "wss", "tls"]) {
-      assert.match(out, new RegExp(`^${scheme}: float32 \\[400,1000\\] equal: true$`, "m"), out);
+      assert.match(out, new RegExp(`^${scheme}: float32 \\[400,1000\\] equal: true, attachments both ways: true$`, "m"), out);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -38,6 +38,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 
 from ucall import _codec
+from ucall._attachments import SCHEMA_MARK
 from ucall._server import Server
 from ucall._ucall import __version__, check_rate_limit, type_text
 from ucall.client import Client, Response
@@ -411,6 +412,18 @@ def _signature_of(method: dict[str, Any]) -> str:
     return f"{method['name']}({', '.join(params)}){result}"
 
 
+def _attachment_argument(name: str, schema: Any) -> str | None:
+    """How this command sends a param the document marks as a binary message's attachment
+    (docs/wire.md §5), or None for others."""
+    mark = schema.get(SCHEMA_MARK) if isinstance(schema, dict) else None
+    if mark == "ndarray":
+        return f"{name}:numpy=FILE.npy"
+    if mark == "bytes":
+        image = str(schema.get("contentMediaType", "")).startswith("image/")
+        return f"-i {name}=FILE" if image else f"-f {name}=FILE"
+    return None
+
+
 def _describe(document: Any, name: str | None) -> str:
     """The methods of an OpenRPC document, one a line; or one method (``name``) in full."""
     if not isinstance(document, dict) or not isinstance(document.get("methods"), list):
@@ -441,6 +454,9 @@ def _describe(document: Any, name: str | None) -> str:
             about = param.get("description") or param.get("summary")
             if about:
                 notes.append(about)
+            attached = _attachment_argument(param["name"], schema)
+            if attached:
+                notes.append(f"sent as an attachment: {attached}")
             lines.append(f"  {param['name']:<{width}}  {_type(schema)}  ({', '.join(notes)})")
     if "result" in method:
         lines += ["", f"Result: {_type(method['result'].get('schema'))}"]

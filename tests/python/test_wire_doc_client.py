@@ -252,10 +252,18 @@ def test_body_vector(server: tuple[str, int], transport: str, path: Path) -> Non
     assert without_error_text(reply) == without_error_text(vector["reply"])
 
 
+def defers_replies(address: tuple[str, int]) -> bool:
+    """Whether the server has `unhex_later` (the C API cannot defer a reply)."""
+    reply, _ = http_call(address, b'{"jsonrpc":"2.0","method":"unhex_later","params":["00"],"id":1}', b"")
+    return reply.get("error", {}).get("code") != -32601
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("path", REPLIES, ids=lambda p: p.stem)
 def test_reply_vector(server: tuple[str, int], transport: str, path: Path) -> None:
     vector = json.loads(path.read_text())
+    if vector.get("deferred") and not defers_replies(server):
+        pytest.skip("this server has no unhex_later: the C API cannot defer a reply")
     section = section_of(vector["attachments"])
     reply, reply_section = call(transport, server, vector["json"].encode(), section, vector["reply"] is not None)
     if vector["reply"] is None:

@@ -4,10 +4,14 @@ bad option is refused, a wrong param is named, and Ctrl-C stops it cleanly."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import socket
+import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, once, once_error
@@ -91,9 +95,34 @@ def test_client_c_sends_an_array_as_an_attachment_to_sum_c(sum_c: Path, client_c
             # A plain JSON caller (curl) is told scale takes an attachment, by name.
             error = once_error(port, "scale", {"x": "AAA="})
             assert error["code"] == -32602 and "'x'" in error["message"], error
+            # scale reads the dtype and shape: a 2x2 float32 comes back 2x2, float64 is refused.
+            reply, section = scale_over_tcp(port, "float32", [2, 2], struct.pack("<4f", 1, 2, 3, 4))
+            result = reply["result"]
+            assert (result["dtype"], result["shape"]) == ("float32", [2, 2]), reply
+            data = section[result["offset"] : result["offset"] + result["length"]]
+            assert struct.unpack("<4f", data) == (2, 4, 6, 8)
+            reply, _ = scale_over_tcp(port, "float64", [2], struct.pack("<2d", 1, 2))
+            assert reply["error"]["code"] == -32602 and "float64" in reply["error"]["message"], reply
             proc.send_signal(signal.SIGINT)
             assert proc.wait(15) == 0
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def scale_over_tcp(port: int, dtype: str, shape: list[int], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """scale(x) as one raw TCP binary message (docs/wire.md §3.2): the reply's JSON and its
+    attachment section (empty for a JSON text reply)."""
+    placeholder = {"$ucall": "ndarray", "offset": 0, "length": len(data), "dtype": dtype, "shape": shape}
+    text = json.dumps({"jsonrpc": "2.0", "method": "scale", "params": {"x": placeholder}, "id": 1}).encode()
+    padded = text + bytes(-len(text) % 64)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(struct.pack("<BBxxIQ", 0xC1, 1, len(text), len(padded) + len(data)) + padded + data)
+        stream = sock.makefile("rb")
+        first = stream.read(1)
+        if first != b"\xc1":
+            return json.loads(first + stream.readline()), b""
+        _, json_length, body_length = struct.unpack("<BxxIQ", stream.read(15))
+        body = stream.read(body_length)
+        return json.loads(body[:json_length]), body[-(-json_length // 64) * 64 :]

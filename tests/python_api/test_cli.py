@@ -179,6 +179,25 @@ def test_files_and_arrays_go_as_attachments_where_the_server_takes_them(make_ser
         relay.close()
 
 
+def test_method_help_says_how_to_send_attachments(make_server):
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    server = make_server()
+
+    @server
+    def upload(x: np.ndarray, data: bytes, picture: image.Image, label: str) -> int:
+        return 0
+
+    port = server.start().port
+    code, out, err = run("upload", "--help", "-p", port)
+    assert code == 0, err
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "(required, sent as an attachment: x:numpy=FILE.npy)" in lines["x"], out
+    assert "(required, sent as an attachment: -f data=FILE)" in lines["data"], out
+    assert "(required, sent as an attachment: -i picture=FILE)" in lines["picture"], out
+    assert "attachment" not in lines["label"], out
+
+
 def test_python_dash_m(port):
     result = subprocess.run(
         [sys.executable, "-m", "ucall", "sum", "a=2", "b=3", "--format", "json", "-p", str(port)],

@@ -464,6 +464,36 @@ def test_rust_server_documents_and_examples(rust_described_server):
     assert check_examples(rust_described_server, openrpc) == 5
 
 
+def test_openapi_describes_binary_messages_at_the_jsonrpc_path(rust_described_server):
+    """POST / lists the binary message (docs/wire.md §3.1) beside JSON, request and reply,
+    with its UCall-JSON-Length header; a request built from those names is answered."""
+    status, _, body = get(rust_described_server, "/openapi.json")
+    assert status == 200
+    openapi = json.loads(body)
+    validate_openapi(openapi)
+    post = openapi["paths"]["/"]["post"]
+    binary = "application/vnd.ucall.binary"
+    assert set(post["requestBody"]["content"]) == {"application/json", binary}
+    assert set(post["responses"]["200"]["content"]) == {"application/json", binary}
+    (header,) = [p for p in post["parameters"] if p["in"] == "header"]
+    assert header["name"] == "UCall-JSON-Length" and header["schema"]["type"] == "integer"
+    assert list(post["responses"]["200"]["headers"]) == ["UCall-JSON-Length"]
+    assert "400" in post["responses"]
+    # A binary message without attachments, as the document names it: sum answers in JSON.
+    text = json.dumps({"jsonrpc": "2.0", "method": "sum", "params": [40, 2], "id": 1}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", rust_described_server, timeout=10)
+    try:
+        connection.request("POST", "/", body=text, headers={"Content-Type": binary, header["name"]: str(len(text))})
+        reply = connection.getresponse()
+        assert (reply.status, json.loads(reply.read())["result"]) == (200, 42)
+        # A broken framing (J beyond the body) is the 400 the document lists.
+        connection.request("POST", "/", body=text, headers={"Content-Type": binary, header["name"]: str(len(text) + 1)})
+        reply = connection.getresponse()
+        assert (reply.status, json.loads(reply.read())["error"]["code"]) == (400, -32700)
+    finally:
+        connection.close()
+
+
 def test_pydantic_model_param_on_a_live_server(make_server, wire):
     server = make_server()
 
@@ -626,17 +656,17 @@ def test_the_command_line_and_docs_word_each_type_alike(make_server):
         types = docs_types(server.port)["scale"]
         assert types == {
             "params": {
-                "x": "array<number | boolean | array> | base64 application/x-npy",
+                "x": "array<number | boolean | array> | base64 application/x-npy (plain JSON) or an ndarray attachment (binary message)",
                 "factors": "array<number>",
                 "names": "object<string, integer>",
-                "blob": "base64 bytes",
+                "blob": "base64 bytes (plain JSON) or a bytes attachment (binary message)",
             },
             "result": "array<string>",
         }
         code, out, _ = run_cli("-p", server.port, "scale", "--help")
         assert code == 0, out
         for name, words in types["params"].items():
-            assert f"  {name:<7}  {words}  (required)" in out, out
+            assert f"  {name:<7}  {words}  (required" in out, out
         assert f"Result: {types['result']}" in out, out
     with described_rust_server("poll") as port:
         sum_types = docs_types(port)["sum"]

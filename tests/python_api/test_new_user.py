@@ -276,10 +276,10 @@ def test_a_numpy_param_is_described_as_the_docs_page_describes_it(make_server) -
     helped = CliRunner().invoke(main, ["call", "total", "--help", "-p", str(server.port)])
     first = helped.output.splitlines()[0]
     # One wording (the core's type_text) for `ucall NAME --help` and the /docs page's data.
-    assert "x: array<number | boolean | array> | base64 application/x-npy" in first, first
-    assert "blob: base64 bytes" in first, first
+    assert "x: array<number | boolean | array> | base64 application/x-npy (plain JSON) or an ndarray attachment (binary message)" in first, first
+    assert "blob: base64 bytes (plain JSON) or a bytes attachment (binary message)" in first, first
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/docs", timeout=10) as reply:
         page = reply.read().decode()
     # The page's data escapes "<" (it sits in a <script> element).
-    assert '"x":"array\\u003cnumber | boolean | array> | base64 application/x-npy"' in page
-    assert '"blob":"base64 bytes"' in page
+    assert '"x":"array\\u003cnumber | boolean | array> | base64 application/x-npy (plain JSON) or an ndarray attachment (binary message)"' in page
+    assert '"blob":"base64 bytes (plain JSON) or a bytes attachment (binary message)"' in page

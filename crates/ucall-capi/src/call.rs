@@ -47,6 +47,9 @@ pub struct CallContext<'c, 'a, 'o> {
     answer: Answer,
     /// Decoded copies of strings with escapes, alive until the callback returns.
     strings: Vec<Box<str>>,
+    /// Shapes of array parameters handed out (`ucall_param_*_array`), alive until the
+    /// callback returns.
+    shapes: Vec<Box<[usize]>>,
     /// The last raw JSON parameter handed out (`ucall_param_*_json`), as (address,
     /// length): a part of the request, already validated. Replied with as it is (an
     /// echo), it needs no second check.
@@ -82,6 +85,7 @@ impl<'c, 'a, 'o> CallContext<'c, 'a, 'o> {
             reply,
             answer: Answer::Pending,
             strings: Vec::new(),
+            shapes: Vec::new(),
             last_json: None,
         };
         let result = {
@@ -699,6 +703,97 @@ pub unsafe extern "C" fn ucall_param_positional_attachment(
         // SAFETY: the caller's contract (for `call`, `data`, `length`).
         unsafe { with_param(call, |c| c.positional(position), |_, param| write_attachment(param, data, length)) }
             .unwrap_or(false)
+    }
+}
+
+/// Hand out an array attachment's dtype and shape, the shape kept in `context` until the
+/// callback returns.
+///
+/// # Safety
+/// `dtype`, `shape` and `dimensions` NULL or writable.
+unsafe fn write_array(
+    context: &mut CallContext<'_, '_, '_>,
+    param: Param<'_>,
+    dtype: *mut ucall_str_t,
+    shape: *mut *const usize,
+    dimensions: *mut usize,
+) -> Option<bool> {
+    if dtype.is_null() || shape.is_null() || dimensions.is_null() {
+        return None;
+    }
+    let info = param.attachment().ok()??.array?;
+    let sizes: Box<[usize]> = info.shape().collect();
+    let (count, first) = (
+        sizes.len(),
+        if sizes.is_empty() {
+            std::ptr::null()
+        } else {
+            sizes.as_ptr()
+        },
+    );
+    context.shapes.push(sizes);
+    // SAFETY: all three checked non-NULL above; writable by the caller's contract.
+    Some(unsafe {
+        ffi::write_out(dtype, ffi::dtype_name(info.dtype).as_ptr())
+            && ffi::write_out(shape, first)
+            && ffi::write_out(dimensions, count)
+    })
+}
+
+/// Read what an array parameter (docs/wire.md: an `ndarray` placeholder of a binary
+/// message) says of its data: `*dtype` receives its element type, a NUL-terminated static
+/// string (`"float32"`, `"uint8"`, ... as docs/wire.md lists them), `*shape` its size in
+/// each dimension (C order; NULL for a scalar) and `*dimensions` how many there are. The
+/// shape stays valid until the callback returns; read the data with
+/// `ucall_param_named_attachment`. Returns `false` (outputs untouched) when the parameter
+/// is absent, no array attachment (a `bytes` attachment, a base64 string), an invalid
+/// placeholder, or an output pointer is NULL.
+///
+/// # Safety
+/// `call` must be the running callback's call; `name` NULL or `name_length` readable
+/// bytes (NUL-terminated when 0); `dtype`, `shape` and `dimensions` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_named_array(
+    call: ucall_call_t,
+    name: ucall_str_t,
+    name_length: usize,
+    dtype: *mut ucall_str_t,
+    shape: *mut *const usize,
+    dimensions: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_named_array",
+        // SAFETY: the caller's contract.
+        let Some(name) = (unsafe { name_arg(name, name_length) }) else { return false };
+        // SAFETY: the caller's contract (for `call`, `dtype`, `shape`, `dimensions`).
+        unsafe {
+            with_param(call, |c| c.named(name), |context, param| write_array(context, param, dtype, shape, dimensions))
+        }
+        .unwrap_or(false)
+    }
+}
+
+/// Read what the array parameter at `position` says of its data; as
+/// `ucall_param_named_array`.
+///
+/// # Safety
+/// `call` must be the running callback's call; `dtype`, `shape` and `dimensions` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucall_param_positional_array(
+    call: ucall_call_t,
+    position: usize,
+    dtype: *mut ucall_str_t,
+    shape: *mut *const usize,
+    dimensions: *mut usize,
+) -> bool {
+    ffi_panic_boundary! {"ucall_param_positional_array",
+        // SAFETY: the caller's contract (for `call`, `dtype`, `shape`, `dimensions`).
+        unsafe {
+            with_param(call, |c| c.positional(position), |context, param| {
+                write_array(context, param, dtype, shape, dimensions)
+            })
+        }
+        .unwrap_or(false)
     }
 }
 

@@ -561,26 +561,6 @@ pub unsafe extern "C" fn ucall_client_call_attached(
     }
 }
 
-/// The NUL-terminated name of `dtype`.
-fn dtype_name(dtype: Dtype) -> &'static std::ffi::CStr {
-    match dtype {
-        Dtype::Bool => c"bool",
-        Dtype::Int8 => c"int8",
-        Dtype::Uint8 => c"uint8",
-        Dtype::Int16 => c"int16",
-        Dtype::Uint16 => c"uint16",
-        Dtype::Int32 => c"int32",
-        Dtype::Uint32 => c"uint32",
-        Dtype::Int64 => c"int64",
-        Dtype::Uint64 => c"uint64",
-        Dtype::Float16 => c"float16",
-        Dtype::Float32 => c"float32",
-        Dtype::Float64 => c"float64",
-        Dtype::Complex64 => c"complex64",
-        Dtype::Complex128 => c"complex128",
-    }
-}
-
 /// Read the attachment that a placeholder in the last reply's result names: at the JSON
 /// Pointer `pointer` (RFC 6901; NULL or `""`: the result itself, `"/image"` its member
 /// `image`, `"/0"` its first element). On success writes `*attachment` (see
@@ -635,7 +615,7 @@ pub unsafe extern "C" fn ucall_client_result_attachment(
         state.shape.clear();
         let dtype = found.array.map_or(std::ptr::null(), |info| {
             state.shape.extend(info.shape());
-            dtype_name(info.dtype).as_ptr()
+            ffi::dtype_name(info.dtype).as_ptr()
         });
         let out = ucall_client_attachment_t {
             name: std::ptr::null(),

@@ -15,6 +15,8 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
+use ucall_core::Dtype;
+
 /// The caller's payload given to `ucall_add_procedure()` and passed back to the callback.
 #[allow(non_camel_case_types)]
 pub type ucall_callback_tag_t = *mut c_void;
@@ -145,4 +147,36 @@ pub(crate) unsafe fn buffer_arg<'a>(ptr: *mut u8, capacity: usize) -> Option<&'a
     }
     // SAFETY: non-NULL and, by the caller's contract, `capacity` writable bytes.
     Some(unsafe { std::slice::from_raw_parts_mut(ptr, capacity) })
+}
+
+/// The NUL-terminated name of `dtype` (as `Dtype::name`), for the C API to hand out.
+pub(crate) fn dtype_name(dtype: Dtype) -> &'static CStr {
+    match dtype {
+        Dtype::Bool => c"bool",
+        Dtype::Int8 => c"int8",
+        Dtype::Uint8 => c"uint8",
+        Dtype::Int16 => c"int16",
+        Dtype::Uint16 => c"uint16",
+        Dtype::Int32 => c"int32",
+        Dtype::Uint32 => c"uint32",
+        Dtype::Int64 => c"int64",
+        Dtype::Uint64 => c"uint64",
+        Dtype::Float16 => c"float16",
+        Dtype::Float32 => c"float32",
+        Dtype::Float64 => c"float64",
+        Dtype::Complex64 => c"complex64",
+        Dtype::Complex128 => c"complex128",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_name_is_the_core_name() {
+        for dtype in Dtype::ALL {
+            assert_eq!(dtype_name(dtype).to_str(), Ok(dtype.name()));
+        }
+    }
 }

@@ -289,11 +289,10 @@ static void write_all(int fd, char const* text) {
 }
 
 /* Send one request line and read one reply line (without its newline). */
-static char const* exchange(int fd, char const* request) {
+/* One reply line (without its newline), NUL-terminated, in a static buffer. */
+static char const* read_line(int fd) {
     static char reply[4096];
     size_t used = 0;
-    write_all(fd, request);
-    write_all(fd, "\n");
     while (used + 1 < sizeof reply) {
         ssize_t got = read(fd, reply + used, 1);
         if (got < 0 && errno == EINTR)
@@ -306,6 +305,12 @@ static char const* exchange(int fd, char const* request) {
     }
     reply[used] = 0;
     return reply;
+}
+
+static char const* exchange(int fd, char const* request) {
+    write_all(fd, request);
+    write_all(fd, "\n");
+    return read_line(fd);
 }
 
 /* Everything the server sends until it closes, NUL-terminated; -1 when it is still open
@@ -1876,6 +1881,92 @@ static void test_attachments(void) {
     CHECK(released == 2, "each lent reply released once it was sent (%d)", released);
 }
 
+/* describe(x): what ucall_param_*_array says of x, as {"dtype":...,"shape":[...]}; tag
+ * non-NULL reads it by name. */
+static void describe(ucall_call_t call, ucall_callback_tag_t tag) {
+    ucall_str_t dtype = NULL;
+    size_t const* shape = NULL;
+    size_t dimensions = 99, i;
+    char text[256];
+    int used;
+    bool found = tag ? ucall_param_named_array(call, "x", 0, &dtype, &shape, &dimensions)
+                     : ucall_param_positional_array(call, 0, &dtype, &shape, &dimensions);
+    if (!found) {
+        CHECK(dtype == NULL && shape == NULL && dimensions == 99, "outputs untouched on false");
+        ucall_call_reply_error(call, -32602, "not an array", 0);
+        return;
+    }
+    CHECK(dimensions == 0 ? shape == NULL : shape != NULL, "a shape for %zu dimensions", dimensions);
+    used = snprintf(text, sizeof text, "{\"dtype\":\"%s\",\"shape\":[", dtype);
+    for (i = 0; i < dimensions; i++)
+        used += snprintf(text + used, sizeof text - (size_t)used, "%s%zu", i ? "," : "", shape[i]);
+    snprintf(text + used, sizeof text - (size_t)used, "]}");
+    CHECK(!ucall_param_positional_array(call, 0, NULL, &shape, &dimensions) &&
+              !ucall_param_positional_array(call, 0, &dtype, NULL, &dimensions) &&
+              !ucall_param_positional_array(call, 0, &dtype, &shape, NULL) &&
+              !ucall_param_positional_array(NULL, 0, &dtype, &shape, &dimensions),
+          "a NULL output or call is refused");
+    ucall_call_reply_content(call, text, 0);
+}
+
+static void test_array_params(void) {
+    ucall_config_t config;
+    pthread_t thread;
+    int fd;
+    char const* reply;
+    static uint8_t const data[24] = {0};
+
+    memset(&config, 0, sizeof config);
+    config.ephemeral_port = true;
+    ucall_init(&config, &the_server);
+    CHECK(the_server != NULL, "init for array params");
+    if (!the_server)
+        return;
+    ucall_add_procedure(the_server, "describe", describe, NULL);
+    ucall_add_procedure(the_server, "describe_named", describe, (ucall_callback_tag_t)1);
+    pthread_create(&thread, NULL, serve, NULL);
+    fd = connect_to(config.port);
+
+    send_binary(fd,
+                "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[{\"$ucall\":\"ndarray\",\"offset\":0,"
+                "\"length\":24,\"dtype\":\"float32\",\"shape\":[2,3]}],\"id\":1}",
+                data, 24);
+    reply = read_line(fd);
+    CHECK(strstr(reply, "\"result\":{\"dtype\":\"float32\",\"shape\":[2,3]}") != NULL, "dtype and shape: %s", reply);
+
+    send_binary(fd,
+                "{\"jsonrpc\":\"2.0\",\"method\":\"describe_named\",\"params\":{\"x\":{\"$ucall\":\"ndarray\","
+                "\"offset\":0,\"length\":24,\"dtype\":\"int64\",\"shape\":[3]}},\"id\":2}",
+                data, 24);
+    reply = read_line(fd);
+    CHECK(strstr(reply, "\"result\":{\"dtype\":\"int64\",\"shape\":[3]}") != NULL, "by name: %s", reply);
+
+    send_binary(fd,
+                "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[{\"$ucall\":\"ndarray\",\"offset\":0,"
+                "\"length\":1,\"dtype\":\"uint8\",\"shape\":[]}],\"id\":3}",
+                data, 1);
+    reply = read_line(fd);
+    CHECK(strstr(reply, "\"result\":{\"dtype\":\"uint8\",\"shape\":[]}") != NULL, "a scalar: %s", reply);
+
+    /* A bytes attachment, a base64 string and an absent name are no array. */
+    send_binary(fd,
+                "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[{\"$ucall\":\"bytes\",\"offset\":0,"
+                "\"length\":24}],\"id\":4}",
+                data, 24);
+    reply = read_line(fd);
+    CHECK(strstr(reply, "-32602") != NULL, "a bytes attachment is no array: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[\"AQID\"],\"id\":5}");
+    CHECK(strstr(reply, "-32602") != NULL, "a base64 string is no array: %s", reply);
+    reply = exchange(fd, "{\"jsonrpc\":\"2.0\",\"method\":\"describe_named\",\"params\":{\"y\":1},\"id\":6}");
+    CHECK(strstr(reply, "-32602") != NULL, "an absent parameter is no array: %s", reply);
+    close(fd);
+
+    ucall_stop(the_server);
+    pthread_join(thread, NULL);
+    ucall_free(the_server);
+    the_server = NULL;
+}
+
 int main(void) {
     /* First: a process probes io_uring once, and the forked child must not inherit a
      * probe made before its filter. */
@@ -1898,5 +1989,6 @@ int main(void) {
     test_operations();
     test_unix_socket();
     test_attachments();
+    test_array_params();
     return report();
 }

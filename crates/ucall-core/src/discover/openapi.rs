@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The OpenAPI 3.1 document of the REST-style routes: `GET /name?a=1&b=2` and
 //! `POST /name {"a":1,"b":2}` call `name` with named params and answer the bare result
-//! (or a JSON-RPC error object, with a 4xx or 5xx status).
+//! (or a JSON-RPC error object, with a 4xx or 5xx status); and of `POST /`, JSON-RPC as
+//! JSON text or as a binary message.
 
 use serde_json::{json, Map, Value};
 
 use super::openrpc::schema_of;
 use super::schema::{to_2020_12, COMPONENTS};
 use super::{Discovery, MethodDoc, ParamStructure};
+use crate::wire::{CONTENT_TYPE, JSON_LENGTH_NAME};
 
 /// The name of the error object's schema among the components.
 const ERROR: &str = "ucall.ErrorObject";
@@ -57,15 +59,42 @@ pub(super) fn document(
     })
 }
 
+/// `POST /`: JSON-RPC as JSON text, or as a binary message (docs/wire.md §3.1) whose
+/// attachments the per-method schemas mark with `x-ucall-attachment`.
 fn jsonrpc_endpoint() -> Value {
+    let json_text = json!({"schema": {"type": ["object", "array"]}});
+    // Bytes no JSON Schema describes: a media type without a schema (as OpenAPI 3.1's
+    // application/octet-stream examples).
+    let binary = json!({});
+    let json_length = |whose: &str| {
+        format!(
+            "The length in bytes of the {whose}'s JSON text, in decimal digits; sent with a {CONTENT_TYPE} body only (docs/wire.md §3.1)"
+        )
+    };
     json!({"post": {
         "operationId": "jsonrpc",
         "summary": "JSON-RPC 2.0: one request, or a batch (an array of them)",
-        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": ["object", "array"]}}}},
+        "description": format!(
+            "The request is JSON text (application/json) or a binary message ({CONTENT_TYPE}): the JSON text, \
+             zero bytes up to a multiple of 64, then the attachments its params' placeholders name \
+             (docs/wire.md). A caller that lists {CONTENT_TYPE} in Accept gets a binary message when the \
+             reply has an attachment, else JSON text."
+        ),
+        "parameters": [{
+            "name": JSON_LENGTH_NAME,
+            "in": "header",
+            "required": false,
+            "description": json_length("request"),
+            "schema": {"type": "integer", "minimum": 0},
+        }],
+        "requestBody": {"required": true, "content": {"application/json": json_text, CONTENT_TYPE: binary}},
         "responses": {
             "200": {"description": "The response, or the array of responses to a batch",
-                    "content": {"application/json": {"schema": {"type": ["object", "array"]}}}},
+                    "headers": {JSON_LENGTH_NAME: {"description": json_length("reply"), "schema": {"type": "integer", "minimum": 0}}},
+                    "content": {"application/json": json_text, CONTENT_TYPE: binary}},
             "204": {"description": "Notifications only: nothing to answer"},
+            "400": {"description": format!("A {CONTENT_TYPE} body whose framing is broken: an error -32700 with id null"),
+                    "content": {"application/json": {"schema": {"type": "object"}}}},
         },
     }})
 }

@@ -131,16 +131,32 @@ pub(super) fn to_2020_12(schema: &mut Value) {
     }
 }
 
+/// The JSON Schema keyword that marks a value a binary message may carry as an attachment
+/// (docs/wire.md §5): `"bytes"` or `"ndarray"`.
+pub(crate) const ATTACHMENT_MARK: &str = "x-ucall-attachment";
+
 /// A param's or result's schema in a few words, the one description every place that
 /// shows a schema gives (the /docs page, `ucall NAME --help`): `integer`, `array<string>`,
 /// `[integer, string]`, `object<string, number>`, `Point`, `"a" | "b"`,
-/// `base64 application/x-npy` (a .npy file's bytes), `base64 bytes`, `any`.
+/// `base64 application/x-npy` (a .npy file's bytes), `base64 bytes`, `any`. A value marked
+/// as an attachment says both forms: `base64 bytes (plain JSON) or a bytes attachment
+/// (binary message)`.
 #[must_use]
 pub fn type_text(schema: &Value) -> String {
     words(schema, 0)
 }
 
 fn words(schema: &Value, depth: usize) -> String {
+    let plain = json_words(schema, depth);
+    match schema.get(ATTACHMENT_MARK).and_then(Value::as_str) {
+        Some("bytes") => format!("{plain} (plain JSON) or a bytes attachment (binary message)"),
+        Some("ndarray") => format!("{plain} (plain JSON) or an ndarray attachment (binary message)"),
+        _ => plain,
+    }
+}
+
+/// The words for the plain JSON form of `schema`.
+fn json_words(schema: &Value, depth: usize) -> String {
     let Some(object) = schema.as_object().filter(|_| depth <= 6) else {
         return "any".into();
     };
@@ -250,9 +266,18 @@ mod tests {
         let numpy = json!({"anyOf": [
             {"type": "array", "items": {"type": ["number", "boolean", "array"]}},
             {"type": "string", "contentEncoding": "base64", "contentMediaType": "application/x-npy"},
-        ]});
+        ], ATTACHMENT_MARK: "ndarray"});
+        let bytes = json!({"type": "string", "contentEncoding": "base64", ATTACHMENT_MARK: "bytes"});
         for (schema, words) in [
-            (numpy, "array<number | boolean | array> | base64 application/x-npy"),
+            (
+                numpy,
+                "array<number | boolean | array> | base64 application/x-npy (plain JSON) or an ndarray attachment (binary message)",
+            ),
+            (bytes.clone(), "base64 bytes (plain JSON) or a bytes attachment (binary message)"),
+            (
+                json!({"type": "array", "items": bytes}),
+                "array<base64 bytes (plain JSON) or a bytes attachment (binary message)>",
+            ),
             (json!({"type": "string", "contentEncoding": "base64"}), "base64 bytes"),
             (json!({"type": "array", "items": {"type": "string"}}), "array<string>"),
             (json!({"type": "array"}), "array<any>"),
