@@ -212,6 +212,18 @@ def test_every_wire_dtype_is_viewed_and_sent_back_as_it_came(make_server, dtype)
     assert back.dtype == np.dtype(dtype).newbyteorder(">") and np.array_equal(back, array)
 
 
+def test_a_bytes_attachment_to_an_array_param_is_a_uint8_view(make_server):
+    server = make_server()
+
+    @server
+    def look(x: np.ndarray) -> list[Any]:
+        return [x.dtype.str, list(x.shape), x.flags.writeable, isinstance(owner(x), AttachmentMemory), x.tobytes().hex()]
+
+    server.start()
+    (reply,) = exchange(server.port, [call("look", [{"$ucall": "bytes", "offset": 0, "length": 5}], [b"\x00\x01ABC"])])
+    assert reply["result"] == ["|u1", [5], False, True, "0001414243"]
+
+
 def test_an_image_is_read_where_the_attachment_lies(make_server):
     pil = pytest.importorskip("PIL.Image")
     server = make_server()
