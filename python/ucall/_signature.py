@@ -265,15 +265,18 @@ def _is_image_type(hint: Any) -> bool:
 
 
 def _to_ndarray(value: Any) -> Any:
-    # From the extension (JSON gives neither a tuple nor a bytearray): raw little-endian
-    # data, its dtype and shape (an attachment, docs/wire.md, or the float64s of a JSON
-    # list), or the .npy file of a base64 string, decoded.
+    # From the extension (JSON gives none of these): an attachment (docs/wire.md) whose
+    # __array_interface__ says its dtype and shape, viewed where it lies (read-only); raw
+    # little-endian data, its dtype and shape (the float64s of a JSON list); or the .npy
+    # file of a base64 string, decoded.
+    if type(value) is AttachmentMemory:
+        import numpy as np
+
+        return np.asarray(value)
     if isinstance(value, tuple):
         import numpy as np
 
         data, dtype, shape = value
-        if isinstance(data, AttachmentMemory):  # an attachment, viewed where it lies: read-only
-            data = _attachments.view(data)
         return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
     if isinstance(value, list):
         import numpy as np

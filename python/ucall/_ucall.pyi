@@ -297,11 +297,13 @@ class NpyBytes:
 class AttachmentMemory:
     """An attachment's bytes where they lie (the connection's input, lent by the core, or
     the copy a waiting call's params were kept in), alive while this object is; read them
-    through ``ucall._attachments.view``."""
+    through ``ucall._attachments.view``, or as a numpy array by ``numpy.asarray``."""
 
     @property
     def address(self) -> int: ...
     def __len__(self) -> int: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]: ...
 
 @final
 class BinaryBody:

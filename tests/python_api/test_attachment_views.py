@@ -38,10 +38,11 @@ def exchange(port: int, messages: list[bytes]) -> list[dict[str, Any]]:
 
 
 def owner(array: Any) -> Any:
-    """What holds an array's bytes: the AttachmentMemory behind its read-only view."""
-    while not isinstance(array, memoryview):
+    """What holds an array's or a memoryview's bytes: the AttachmentMemory behind it (an
+    array's base, through its array interface; a memoryview's, through its ctypes block)."""
+    while not isinstance(array, (memoryview, AttachmentMemory)):
         array = array.base
-    return getattr(array.obj, "memory", None)
+    return array if isinstance(array, AttachmentMemory) else getattr(array.obj, "memory", None)
 
 
 @pytest.mark.parametrize("size", [4096, 1 << 20], ids=["4 KiB", "1 MiB"])
@@ -141,6 +142,71 @@ def test_an_echoed_array_goes_back_from_where_it_arrived(make_server):
                 section[placeholder["offset"] : placeholder["offset"] + placeholder["length"]], dtype=np.float32
             )
             assert reply["id"] == i and np.array_equal(back.reshape(array.shape), array)
+
+
+def binary_reply(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
+    with sock.makefile("rb") as reader:
+        json_length, body_length = binary_wire.parse_prefix(reader.read(binary_wire.PREFIX_LEN))
+        body = reader.read(body_length)
+    return json.loads(body[:json_length]), body[binary_wire.align(json_length) :]
+
+
+WIRE_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+WIRE_DTYPES += ["float16", "float32", "float64", "complex64", "complex128"]
+
+
+@pytest.mark.parametrize("dtype", WIRE_DTYPES)
+def test_every_wire_dtype_is_viewed_and_sent_back_as_it_came(make_server, dtype):
+    """A param array of each dtype of docs/wire.md §2 arrives with its dtype and shape,
+    read-only; what the handler returns goes back as an attachment of the same dtype,
+    shape and bytes: the array itself, a strided view of it (copied into C order) and a
+    0-d array. A big-endian result is no wire dtype: its .npy file goes as bytes."""
+    server = make_server()
+
+    @server
+    def echo(x: np.ndarray) -> dict[str, Any]:
+        assert not x.flags.writeable
+        return {"same": x, "strided": x[:, ::2], "scalar": np.array(x[1, 1]), "dtype": x.dtype.str}
+
+    @server
+    def swapped(x: np.ndarray) -> np.ndarray:
+        return x.astype(x.dtype.newbyteorder(">"))
+
+    server.start()
+    array = (np.arange(12).reshape(3, 4) % 2 if dtype == "bool" else np.arange(12).reshape(3, 4) * 3).astype(dtype)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        text = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [ndarray(array)], "id": 1}).encode()
+        sock.sendall(binary_wire.message(text, array.tobytes()))
+        reply, section = binary_reply(sock)
+        result = reply["result"]
+        assert result["dtype"] == np.dtype(dtype).newbyteorder("<").str
+        for name, expected in (("same", array), ("strided", array[:, ::2]), ("scalar", array[1, 1].reshape(()))):
+            placeholder = result[name]
+            assert (placeholder["dtype"], placeholder["shape"]) == (dtype, list(expected.shape)), name
+            data = binary_wire.resolve(placeholder, section)
+            back = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(expected.shape)
+            assert np.array_equal(back, expected), name
+        text = json.dumps({"jsonrpc": "2.0", "method": "swapped", "params": [ndarray(array)], "id": 2}).encode()
+        sock.sendall(binary_wire.message(text, array.tobytes()))
+        reply, section = binary_reply(sock)
+    if np.dtype(dtype).itemsize == 1:  # one byte has no order: still a wire dtype
+        assert reply["result"]["dtype"] == dtype
+        return
+    assert reply["result"]["$ucall"] == "bytes", reply
+    back = np.load(io.BytesIO(binary_wire.resolve(reply["result"], section)))
+    assert back.dtype == np.dtype(dtype).newbyteorder(">") and np.array_equal(back, array)
+
+
+def test_a_bytes_attachment_to_an_array_param_is_a_uint8_view(make_server):
+    server = make_server()
+
+    @server
+    def look(x: np.ndarray) -> list[Any]:
+        return [x.dtype.str, list(x.shape), x.flags.writeable, isinstance(owner(x), AttachmentMemory), x.tobytes().hex()]
+
+    server.start()
+    (reply,) = exchange(server.port, [call("look", [{"$ucall": "bytes", "offset": 0, "length": 5}], [b"\x00\x01ABC"])])
+    assert reply["result"] == ["|u1", [5], False, True, "0001414243"]
 
 
 def test_an_image_is_read_where_the_attachment_lies(make_server):

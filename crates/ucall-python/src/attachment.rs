@@ -2,11 +2,13 @@
 //! An attachment's bytes handed to Python where they lie: in the connection's input (lent
 //! by the core, `ucall_core::lend`) or in the copy a waiting call's params were kept in.
 //!
-//! `ucall._attachments.view` turns one into a read-only `memoryview` that holds it, and
-//! numpy arrays made from that view hold the view: the bytes stay alive and unchanged for
-//! as long as any of them is referenced, whether or not the handler has returned.
+//! `ucall._attachments.view` turns one into a read-only `memoryview` that holds it; numpy
+//! makes an array of one from its `__array_interface__` (`numpy.asarray`), which holds
+//! it too: the bytes stay alive and unchanged for as long as any of them is referenced,
+//! whether or not the handler has returned.
 
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use ucall_core::Bytes;
 
@@ -14,6 +16,10 @@ use ucall_core::Bytes;
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct AttachmentMemory {
     bytes: Bytes,
+    /// numpy's type string of the elements (`"<f4"`), and the array's shape; bytes
+    /// (`"|u1"`, one dimension) for an attachment that is not an array.
+    typestr: &'static str,
+    shape: Option<Vec<usize>>,
 }
 
 impl AttachmentMemory {
@@ -21,6 +27,18 @@ impl AttachmentMemory {
     pub fn keep(bytes: &[u8]) -> Self {
         AttachmentMemory {
             bytes: ucall_core::lend::keep(bytes),
+            typestr: "|u1",
+            shape: None,
+        }
+    }
+
+    /// [`AttachmentMemory::keep`] for an array of `shape`, whose elements numpy names
+    /// `typestr`: what its `__array_interface__` describes.
+    pub fn keep_array(bytes: &[u8], typestr: &'static str, shape: Vec<usize>) -> Self {
+        AttachmentMemory {
+            typestr,
+            shape: Some(shape),
+            ..AttachmentMemory::keep(bytes)
         }
     }
 }
@@ -35,5 +53,22 @@ impl AttachmentMemory {
 
     fn __len__(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// numpy's array interface (version 3): the bytes as a read-only C-contiguous array,
+    /// which `numpy.asarray` views in place (one dictionary, read once: cheaper than a
+    /// `memoryview` made through ctypes, then `frombuffer` and `reshape`).
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let interface = PyDict::new(py);
+        let shape = match &self.shape {
+            Some(shape) => PyTuple::new(py, shape)?,
+            None => PyTuple::new(py, [self.bytes.len()])?,
+        };
+        interface.set_item("shape", shape)?;
+        interface.set_item("typestr", self.typestr)?;
+        interface.set_item("data", (self.address(), true))?;
+        interface.set_item("version", 3)?;
+        Ok(interface)
     }
 }

@@ -7,6 +7,8 @@
 //! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
 //! Python `encode` hook that turns them into plain JSON values first.
 
+use std::ffi::{c_char, c_int};
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -440,10 +442,38 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
     Ok(false)
 }
 
+/// numpy's type strings (`__array_interface__`'s `typestr`) of the dtypes docs/wire.md
+/// lists: little-endian, `|` where byte order means nothing.
+const TYPESTRS: [(Dtype, &str); 14] = [
+    (Dtype::Bool, "|b1"),
+    (Dtype::Int8, "|i1"),
+    (Dtype::Uint8, "|u1"),
+    (Dtype::Int16, "<i2"),
+    (Dtype::Uint16, "<u2"),
+    (Dtype::Int32, "<i4"),
+    (Dtype::Uint32, "<u4"),
+    (Dtype::Int64, "<i8"),
+    (Dtype::Uint64, "<u8"),
+    (Dtype::Float16, "<f2"),
+    (Dtype::Float32, "<f4"),
+    (Dtype::Float64, "<f8"),
+    (Dtype::Complex64, "<c8"),
+    (Dtype::Complex128, "<c16"),
+];
+
+/// numpy's type string of `dtype`'s elements (`"<f4"`).
+pub fn typestr(dtype: Dtype) -> &'static str {
+    TYPESTRS.iter().find(|(d, _)| *d == dtype).map_or("|u1", |(_, t)| t)
+}
+
 /// A numpy array as an `ndarray` placeholder: C-contiguous arrays are sent from their own
 /// memory, others copied into C order once; an array of a dtype docs/wire.md does not
 /// list (big-endian, strings, objects, dates) is left to the plain form (`false`).
 fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8>) -> Result<bool, Unserializable> {
+    if let Some((bytes, dtype, shape)) = contiguous_array(array) {
+        attach(out, section, bytes, Some((dtype, &shape)));
+        return Ok(true);
+    }
     let failed = |e: PyErr| Unserializable(e.value(array.py()).to_string());
     // numpy's own description of the memory (`__array_interface__`, version 3).
     let interface = array.getattr("__array_interface__").map_err(failed)?;
@@ -451,22 +481,8 @@ fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec
         .get_item("typestr")
         .and_then(|t| t.extract())
         .map_err(failed)?;
-    let dtype = match typestr.as_str() {
-        "|b1" => Dtype::Bool,
-        "|i1" => Dtype::Int8,
-        "|u1" => Dtype::Uint8,
-        "<i2" => Dtype::Int16,
-        "<u2" => Dtype::Uint16,
-        "<i4" => Dtype::Int32,
-        "<u4" => Dtype::Uint32,
-        "<i8" => Dtype::Int64,
-        "<u8" => Dtype::Uint64,
-        "<f2" => Dtype::Float16,
-        "<f4" => Dtype::Float32,
-        "<f8" => Dtype::Float64,
-        "<c8" => Dtype::Complex64,
-        "<c16" => Dtype::Complex128,
-        _ => return Ok(false),
+    let Some(&(dtype, _)) = TYPESTRS.iter().find(|(_, t)| *t == typestr) else {
+        return Ok(false);
     };
     if !interface.get_item("strides").map_err(failed)?.is_none() {
         let contiguous = array.call_method0("copy").map_err(failed)?;
@@ -482,6 +498,72 @@ fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec
     });
     attach(out, section, bytes, Some((dtype, &shape)));
     Ok(true)
+}
+
+/// numpy's `PyArrayInterface`, the C form of the array interface that an array's
+/// `__array_struct__` capsule points at (numpy/ndarraytypes.h; stable since numpy 1.x).
+#[repr(C)]
+struct ArrayInterface {
+    two: c_int,
+    nd: c_int,
+    typekind: c_char,
+    itemsize: c_int,
+    flags: c_int,
+    shape: *const isize,
+    strides: *const isize,
+    data: *const u8,
+    descr: *mut pyo3::ffi::PyObject,
+}
+
+/// `ArrayInterface::flags`: C order, and elements in the machine's byte order.
+const C_CONTIGUOUS: c_int = 0x0001;
+const NOT_SWAPPED: c_int = 0x0200;
+
+/// A C-contiguous array of a dtype docs/wire.md lists, read from `__array_struct__`
+/// (a capsule numpy fills from its fields in well under a microsecond, where
+/// `__array_interface__` formats a dictionary of strings): its memory held by a reference
+/// to the array, its dtype and shape. `None` for any other array, which
+/// [`attach_ndarray`] then reads the slow way.
+fn contiguous_array(array: &Bound<'_, PyAny>) -> Option<(Bytes, Dtype, Vec<usize>)> {
+    if cfg!(target_endian = "big") {
+        return None; // the wire is little-endian: a native array is not
+    }
+    let capsule = array.getattr("__array_struct__").ok()?;
+    // SAFETY: a capsule of numpy's array interface (numpy names it NULL) points at a
+    // `PyArrayInterface`, valid while the capsule lives (it holds the array); its shape
+    // holds `nd` sizes. A capsule of another name or object gives NULL, which is refused.
+    let (dtype, shape, data) = unsafe {
+        let pointer = pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), std::ptr::null());
+        if pointer.is_null() {
+            pyo3::ffi::PyErr_Clear();
+            return None;
+        }
+        let interface = &*pointer.cast::<ArrayInterface>();
+        let wanted = C_CONTIGUOUS | NOT_SWAPPED;
+        if interface.two != 2 || interface.flags & wanted != wanted || interface.nd < 0 {
+            return None;
+        }
+        let kind = u8::try_from(interface.typekind).ok()?;
+        let size = usize::try_from(interface.itemsize).ok()?;
+        let &(dtype, _) = TYPESTRS
+            .iter()
+            .find(|(d, t)| t.as_bytes()[1] == kind && d.size() == size)?;
+        let nd = usize::try_from(interface.nd).ok()?;
+        let dims = if nd == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(interface.shape, nd)
+        };
+        let shape: Vec<usize> = dims.iter().map(|&n| usize::try_from(n).ok()).collect::<Option<_>>()?;
+        (dtype, shape, interface.data)
+    };
+    let len = shape.iter().product::<usize>() * dtype.size();
+    let bytes = Bytes::from_owner(Referenced {
+        _owner: array.clone().unbind(),
+        data,
+        len,
+    });
+    Some((bytes, dtype, shape))
 }
 
 /// A C-contiguous numpy array's `.npy` bytes as its header and its memory, which the

@@ -67,10 +67,11 @@ pub enum Check {
     ByteArray,
     /// A numpy array: as `Custom`, but a flat JSON array of numbers that `numpy.asarray`
     /// would make float64 reaches the converter as `(bytearray, "float64", (n,))`, parsed
-    /// here (1,024 floats take about 15 µs rather than 115 µs as a list of Python floats),
-    /// the form an attachment takes too; and a base64 `.npy` file as a `bytearray`,
-    /// decoded here, which numpy then views in place. An attachment reaches it as
-    /// `(AttachmentMemory, dtype, shape)`: its bytes where they lie, never copied.
+    /// here (1,024 floats take about 15 µs rather than 115 µs as a list of Python floats);
+    /// and a base64 `.npy` file as a `bytearray`, decoded here, which numpy then views in
+    /// place. An attachment reaches it as an `AttachmentMemory` whose
+    /// `__array_interface__` gives its dtype and shape: its bytes where they lie, never
+    /// copied.
     NdArray,
     /// A value read from bytes in place (a `memoryview`, a PIL image): as `Custom`, but an
     /// attachment reaches the converter as its `AttachmentMemory`, and a base64 string
@@ -329,7 +330,8 @@ fn convert_param<'py>(
 /// The value of an attachment (docs/wire.md) for `param`: `bytes` (a copy: a `bytes`
 /// object owns its memory), a `bytearray` (a copy, being mutable), for a type the
 /// converter reads from bytes in place (a numpy array, a memoryview, an image) the
-/// converter called with the attachment's memory where it lies ([`AttachmentMemory`]);
+/// converter called with the attachment's memory where it lies ([`AttachmentMemory`],
+/// for an array with its dtype and shape: numpy views it by its `__array_interface__`);
 /// `None` where the parameter takes no bytes (a number, a string).
 fn attachment<'py>(
     py: Python<'py>,
@@ -352,17 +354,16 @@ fn attachment<'py>(
             memory.and_then(|memory| converter.call1((memory,)))
         }
         Check::NdArray => {
-            let data = match Bound::new(py, AttachmentMemory::keep(found.bytes)) {
-                Ok(data) => data,
+            let (typestr, shape) = match found.array {
+                Some(array) => (convert::typestr(array.dtype), array.shape().collect()),
+                None => ("|u1", vec![found.bytes.len()]),
+            };
+            let memory = match Bound::new(py, AttachmentMemory::keep_array(found.bytes, typestr, shape)) {
+                Ok(memory) => memory,
                 Err(error) => return Some(Err(internal(py, &error))),
             };
-            let (dtype, shape): (&str, Vec<usize>) = match found.array {
-                Some(array) => (array.dtype.name(), array.shape().collect()),
-                None => ("uint8", vec![found.bytes.len()]),
-            };
-            let described = PyTuple::new(py, shape).and_then(|shape| (data, dtype, shape).into_pyobject(py));
             let converter = param.converter.as_ref()?.bind(py);
-            described.and_then(|described| converter.call1((described,)))
+            converter.call1((memory,))
         }
     };
     Some(converted.map_err(|e| converter_failed(py, param, given, &e)))
