@@ -175,7 +175,7 @@ def test_every_wire_dtype_is_viewed_and_sent_back_as_it_came(make_server, dtype)
     server.start()
     array = (np.arange(12).reshape(3, 4) % 2 if dtype == "bool" else np.arange(12).reshape(3, 4) * 3).astype(dtype)
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
-        text = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [ndarray(array)], "id": 1}).encode()
+        text = json.dumps({"jsonrpc": "2.0", "method": "echo", "params": [binary_wire.ndarray_placeholder(array)], "id": 1}).encode()
         sock.sendall(binary_wire.message(text, array.tobytes()))
         reply, section = binary_reply(sock)
         result = reply["result"]
@@ -186,7 +186,7 @@ def test_every_wire_dtype_is_viewed_and_sent_back_as_it_came(make_server, dtype)
             data = binary_wire.resolve(placeholder, section)
             back = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(expected.shape)
             assert np.array_equal(back, expected), name
-        text = json.dumps({"jsonrpc": "2.0", "method": "swapped", "params": [ndarray(array)], "id": 2}).encode()
+        text = json.dumps({"jsonrpc": "2.0", "method": "swapped", "params": [binary_wire.ndarray_placeholder(array)], "id": 2}).encode()
         sock.sendall(binary_wire.message(text, array.tobytes()))
         reply, section = binary_reply(sock)
     if np.dtype(dtype).itemsize == 1:  # one byte has no order: still a wire dtype
