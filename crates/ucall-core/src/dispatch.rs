@@ -48,6 +48,8 @@ pub struct Scratch {
     pub(crate) lines: Lines,
     /// The router's slot of the last procedure called (see [`Router::find_after`]).
     last_found: u32,
+    /// The connection input being fed, lent to the calls of binary messages in it.
+    pub(crate) lend: crate::lend::Offer,
 }
 
 /// What answering one element leaves besides its reply: the places of deferred replies,
@@ -220,6 +222,25 @@ pub(crate) fn log_completed(
 /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
 /// With the request log on, each call gets a line ([`crate::request_log`]).
 pub fn process(
+    text: &[u8],
+    context: &Context<'_>,
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
+    let lending = context.section().is_some_and(|section| scratch.lend.lend(section));
+    let outcome = process_text(text, context, router, max_batch, scratch, deferrals, out);
+    if lending {
+        scratch.lend.take_back();
+    }
+    outcome
+}
+
+#[inline(always)]
+fn process_text(
     text: &[u8],
     context: &Context<'_>,
     router: &Router,

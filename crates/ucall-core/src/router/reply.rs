@@ -79,6 +79,7 @@ impl<'o> Reply<'o> {
     }
 
     /// Drop what this call attached: its result is replaced.
+    #[inline]
     fn forget_attachments(&mut self) {
         if let Some(attachments) = self.attachments.as_deref_mut() {
             attachments.truncate(self.attachments_before);
