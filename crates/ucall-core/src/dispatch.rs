@@ -615,8 +615,11 @@ fn invoke_metered(
     reply.set_meter(metered.map(|(_, meter)| meter));
     reply.set_seed(seed);
     reply.set_attachments(deferrals.attachments.as_deref_mut());
-    if let Some(id) = call.id().filter(|_| deferrals.streams) {
-        reply.allow_streaming(id);
+    match call.id() {
+        Some(id) if deferrals.streams => reply.allow_streaming(id),
+        Some(_) => {}
+        // A notification's result is dropped (§4.1): it is not built either.
+        None => reply.set_unwanted(true),
     }
     // No clock is read for a call without a deadline.
     let deadline = match (timeout, call.context().timeout()) {
