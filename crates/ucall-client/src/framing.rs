@@ -629,8 +629,8 @@ pub struct ReplyReader {
     over_tls: bool,
     /// The largest reply body (HTTP), JSON text (raw TCP) or message (WebSocket) taken.
     max_reply: usize,
-    /// The JSON length of the binary HTTP reply being read (its head said so).
-    http_binary: Option<usize>,
+    /// The JSON length of the binary reply being read (an HTTP head, a raw TCP prefix said so).
+    binary_json_len: Option<usize>,
     /// The server selected the WebSocket subprotocol of binary messages.
     ws_binary: bool,
     /// The opcode of the WebSocket message being read (its first frame's).
@@ -685,7 +685,7 @@ impl ReplyReader {
             closed_by_frame: false,
             over_tls: false,
             max_reply: DEFAULT_MAX_REPLY_SIZE,
-            http_binary: None,
+            binary_json_len: None,
             ws_binary: false,
             message_opcode: 0,
         }
@@ -898,6 +898,31 @@ impl ReplyReader {
     }
 
     fn next_json(&mut self) -> Result<Option<Reply>> {
+        // A binary message's body read in place (see `next_tcp_binary`).
+        if let State::Sized {
+            len,
+            direct: Some((body, filled)),
+            ..
+        } = &mut self.state
+        {
+            if *filled < *len {
+                return if self.eof {
+                    Err(Error::protocol("the connection closed in the middle of a binary reply"))
+                } else {
+                    Ok(None)
+                };
+            }
+            let body = std::mem::take(body);
+            self.state = State::Head;
+            let json_len = self.binary_json_len.take().unwrap_or(body.len());
+            let reply = Reply {
+                status: None,
+                body,
+                close: false,
+                binary: None,
+            };
+            return binary_reply(reply, json_len).map(Some);
+        }
         if !self.json.in_text() {
             // Between replies: a binary message starts with a byte no JSON text starts with.
             let blank = self.buffered().iter().take_while(|b| b" \t\r\n".contains(b)).count();
@@ -946,10 +971,26 @@ impl ReplyReader {
         if body_len > self.max_reply {
             return Err(too_large(body_len, false, self.max_reply));
         }
-        if self.end - self.start - wire::PREFIX_LEN < body_len {
-            return if self.eof { Err(cut()) } else { Ok(None) };
-        }
         let at = self.start + wire::PREFIX_LEN;
+        let buffered = self.end - at;
+        if buffered < body_len {
+            if self.eof {
+                return Err(cut());
+            }
+            if (DIRECT..=DIRECT_MAX).contains(&body_len) {
+                // A large body is read into its own buffer, in place, as an HTTP body is:
+                // not through the read buffer (grown, zeroed, scanned) and copied out.
+                self.state = State::Sized {
+                    status: 0,
+                    close: false,
+                    len: body_len,
+                    direct: Some(direct_body(body_len, &self.data[at..self.end])),
+                };
+                self.binary_json_len = Some(prefix.json_len);
+                self.start = self.end;
+            }
+            return Ok(None);
+        }
         let body = self.data[at..at + body_len].to_vec();
         self.start = at + body_len;
         let reply = Reply {
@@ -1050,12 +1091,12 @@ impl ReplyReader {
                     if (100..200).contains(&head.status) {
                         continue; // 100 Continue and friends: the real reply follows
                     }
-                    self.http_binary = None;
+                    self.binary_json_len = None;
                     if head.binary {
                         let json_length = head.json_length.ok_or_else(|| {
                             Error::protocol("a malformed binary reply: no UCall-JSON-Length with its content type")
                         })?;
-                        self.http_binary = Some(json_length);
+                        self.binary_json_len = Some(json_length);
                     }
                     if matches!(head.status, 204 | 304) {
                         return Ok(Some(Reply {
@@ -1184,7 +1225,7 @@ impl ReplyReader {
 
     /// An HTTP reply as its head framed it: a binary message when its content type says so.
     fn http_reply(&mut self, reply: Reply) -> Result<Option<Reply>> {
-        match self.http_binary.take() {
+        match self.binary_json_len.take() {
             Some(json_len) => binary_reply(reply, json_len).map(Some),
             None => Ok(Some(reply)),
         }
@@ -1448,44 +1489,60 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
     #[test]
     fn a_large_body_is_read_in_place_by_raw_reads_and_zeroed_ones_alike() {
         let first: Vec<u8> = (0..700_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-        let mut stream = Vec::new();
+        let mut http = Vec::new();
         for body in [&first[..], b"{}"] {
-            stream.extend_from_slice(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
-            stream.extend_from_slice(body);
+            http.extend_from_slice(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
+            http.extend_from_slice(body);
         }
-        let mut reader = ReplyReader::new(Protocol::Http, None);
-        let (mut replies, mut at, mut raw_reads) = (Vec::new(), 0, 0);
-        for turn in 0.. {
-            if at == stream.len() {
-                break;
-            }
-            // The first reads write raw memory (as recv does), the later ones go through
-            // the zeroed window (as TLS plaintext does); pieces of odd sizes.
-            let piece = &stream[at..stream.len().min(at + 30_001 + turn * 7)];
-            let n = match reader.read_spare().filter(|_| turn < 10) {
-                Some(spare) => {
-                    raw_reads += 1;
-                    let n = piece.len().min(spare.len());
-                    for (slot, &byte) in spare.iter_mut().zip(&piece[..n]) {
-                        slot.write(byte);
+        // Raw TCP: a binary message (a JSON text, then `first` as its attachment), then a text.
+        let text = br#"{"jsonrpc":"2.0","result":{"$ucall":"bytes","offset":0,"length":700000},"id":1}"#;
+        let mut binary = text.to_vec();
+        binary.resize(wire::align(text.len()), 0);
+        binary.extend_from_slice(&first);
+        let mut tcp = wire::Prefix::encode(text.len() as u32, binary.len() as u64).to_vec();
+        tcp.extend_from_slice(&binary);
+        tcp.extend_from_slice(b"{}");
+        for (protocol, stream, large) in [(Protocol::Http, http, &first), (Protocol::Tcp, tcp, &binary)] {
+            let mut reader = ReplyReader::new(protocol, None);
+            let (mut replies, mut at, mut raw_reads) = (Vec::new(), 0, 0);
+            for turn in 0.. {
+                if at == stream.len() {
+                    break;
+                }
+                // The first reads write raw memory (as recv does), the later ones go through
+                // the zeroed window (as TLS plaintext does); pieces of odd sizes.
+                let piece = &stream[at..stream.len().min(at + 30_001 + turn * 7)];
+                let n = match reader.read_spare().filter(|_| turn < 10) {
+                    Some(spare) => {
+                        raw_reads += 1;
+                        let n = piece.len().min(spare.len());
+                        for (slot, &byte) in spare.iter_mut().zip(&piece[..n]) {
+                            slot.write(byte);
+                        }
+                        reader.filled(n);
+                        n
                     }
-                    reader.filled(n);
-                    n
-                }
-                None => {
-                    let room = reader.read_buf();
-                    let n = piece.len().min(room.len());
-                    room[..n].copy_from_slice(&piece[..n]);
-                    reader.filled(n);
-                    n
-                }
-            };
-            at += n;
-            replies.extend(all(&mut reader));
+                    None => {
+                        let room = reader.read_buf();
+                        let n = piece.len().min(room.len());
+                        room[..n].copy_from_slice(&piece[..n]);
+                        reader.filled(n);
+                        n
+                    }
+                };
+                at += n;
+                replies.extend(all(&mut reader));
+            }
+            assert!(
+                (5..10).contains(&raw_reads),
+                "{protocol:?}: the raw path was taken {raw_reads} times"
+            );
+            let bodies: Vec<&[u8]> = replies.iter().map(|r| r.body.as_slice()).collect();
+            assert_eq!(bodies, [&large[..], b"{}"], "{protocol:?}");
+            if protocol == Protocol::Tcp {
+                assert_eq!((replies[0].binary, replies[1].binary), (Some(text.len()), None));
+            }
         }
-        assert!((5..10).contains(&raw_reads), "the raw path was taken {raw_reads} times");
-        let bodies: Vec<&[u8]> = replies.iter().map(|r| r.body.as_slice()).collect();
-        assert_eq!(bodies, [&first[..], b"{}"]);
     }
 
     #[test]

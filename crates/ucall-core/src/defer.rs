@@ -288,6 +288,8 @@ pub struct Deferred {
     pub(crate) stream: Option<Arc<Credit>>,
     /// The caller accepts binary replies: binary values go as attachments.
     binary: bool,
+    /// The call is a notification: its result is never sent, so none is built.
+    unwanted: bool,
 }
 
 /// Where a deferred call's completion goes, and what it carries besides its outcome.
@@ -380,6 +382,7 @@ impl Deferred {
             cancellation: target.cancellation.filter(|_| watch).cloned(),
             stream: None,
             binary: false,
+            unwanted: false,
         }
     }
 
@@ -387,6 +390,20 @@ impl Deferred {
     pub(crate) fn with_binary(mut self, binary: bool) -> Self {
         self.binary = binary;
         self
+    }
+
+    /// The same reply, for a notification when `unwanted` (see [`Deferred::wants_result`]).
+    pub(crate) fn with_unwanted(mut self, unwanted: bool) -> Self {
+        self.unwanted = unwanted;
+        self
+    }
+
+    /// Whether a result given here is sent: `false` for a notification, whose result
+    /// [`Deferred::json`], [`Deferred::bytes`] and the like do not build (the call still
+    /// completes); a binding that converts results itself may skip that too.
+    #[must_use]
+    pub fn wants_result(&self) -> bool {
+        !self.unwanted
     }
 
     /// Whether binary values of the result travel as attachments (the caller accepts
@@ -400,6 +417,9 @@ impl Deferred {
     /// Answer with `data` as the result: an attachment for a caller that accepts binary
     /// replies, else a base64 string.
     pub fn bytes(self, data: impl Into<bytes::Bytes>) {
+        if self.unwanted {
+            return self.finish(Ok(Vec::new()), false);
+        }
         let mut attachments = Section::new();
         let mut json = Vec::with_capacity(64);
         let writer = self.binary.then_some(&mut attachments);
@@ -411,6 +431,9 @@ impl Deferred {
     /// little-endian: an attachment for a caller that accepts binary replies, else the
     /// base64 of its `.npy` form. `-32603` when `data` does not have the shape's length.
     pub fn array(self, dtype: Dtype, shape: &[usize], data: impl Into<bytes::Bytes>) {
+        if self.unwanted {
+            return self.finish(Ok(Vec::new()), false);
+        }
         let mut attachments = Section::new();
         let mut json = Vec::with_capacity(128);
         let writer = self.binary.then_some(&mut attachments);
@@ -480,6 +503,9 @@ impl Deferred {
 
     /// Answer with `value`, serialized to JSON (`-32603` if it cannot be).
     pub fn json<T: Serialize + ?Sized>(self, value: &T) {
+        if self.unwanted {
+            return self.finish(Ok(Vec::new()), false);
+        }
         let outcome = serde_json::to_vec(value)
             .map_err(|e| RpcError::internal(format!("Internal error: result cannot be serialized: {e}")));
         self.finish(outcome, false);
@@ -487,6 +513,9 @@ impl Deferred {
 
     /// Answer with `json`, which is checked to be one valid JSON text (`-32603` if not).
     pub fn raw(self, json: &str) {
+        if self.unwanted {
+            return self.finish(Ok(Vec::new()), false);
+        }
         let outcome = match serde_json::from_str::<serde::de::IgnoredAny>(json) {
             Ok(_) => Ok(json.trim().as_bytes().to_vec()),
             Err(_) => Err(RpcError::internal(

@@ -48,6 +48,8 @@ pub struct Scratch {
     pub(crate) lines: Lines,
     /// The router's slot of the last procedure called (see [`Router::find_after`]).
     last_found: u32,
+    /// The connection input being fed, lent to the calls of binary messages in it.
+    pub(crate) lend: crate::lend::Offer,
 }
 
 /// What answering one element leaves besides its reply: the places of deferred replies,
@@ -220,6 +222,25 @@ pub(crate) fn log_completed(
 /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
 /// With the request log on, each call gets a line ([`crate::request_log`]).
 pub fn process(
+    text: &[u8],
+    context: &Context<'_>,
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
+    let lending = context.section().is_some_and(|section| scratch.lend.lend(section));
+    let outcome = process_text(text, context, router, max_batch, scratch, deferrals, out);
+    if lending {
+        scratch.lend.take_back();
+    }
+    outcome
+}
+
+#[inline(always)]
+fn process_text(
     text: &[u8],
     context: &Context<'_>,
     router: &Router,
@@ -594,8 +615,11 @@ fn invoke_metered(
     reply.set_meter(metered.map(|(_, meter)| meter));
     reply.set_seed(seed);
     reply.set_attachments(deferrals.attachments.as_deref_mut());
-    if let Some(id) = call.id().filter(|_| deferrals.streams) {
-        reply.allow_streaming(id);
+    match call.id() {
+        Some(id) if deferrals.streams => reply.allow_streaming(id),
+        Some(_) => {}
+        // A notification's result is dropped (§4.1): it is not built either.
+        None => reply.set_unwanted(true),
     }
     // No clock is read for a call without a deadline.
     let deadline = match (timeout, call.context().timeout()) {

@@ -2,8 +2,8 @@
 //! A connection's input lent in place to the calls it carries.
 //!
 //! While a connection's buffered input is fed to its session, a handler (or a batch queue)
-//! may keep bytes of it, an attachment say, as [`Bytes`] that view them where they lie:
-//! [`keep`]. When the feed ends, a connection whose lent bytes are still held hands its
+//! called by a binary message in it may keep bytes of it, an attachment say, as [`Bytes`]
+//! that view them where they lie: [`keep`]. When the feed ends, a connection whose lent bytes are still held hands its
 //! whole input buffer over to them (moved, so nothing moves in memory) and takes a new
 //! one with only what is left to read; the buffer is given back to the kept buffers
 //! ([`crate::buffer::keep`]) once the last holder lets go. Without a holder left, the
@@ -110,37 +110,62 @@ pub fn shared<T>(owner: Option<&Bytes>, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Lend `input` while it is fed (see [`Feed::end`]).
-pub(crate) fn begin(input: &[u8]) -> Feed {
-    let start = input.as_ptr() as usize;
-    Feed::lend(Lending {
-        start,
-        end: start + input.len(),
-        source: Source::Input(None),
-    })
+/// The input of the connection being fed, offered to the calls of the binary messages in
+/// it, and what they kept of it. The plain JSON path does none of the lending: it costs
+/// a store when a feed starts and a branch when it ends ([`Offer::open`],
+/// [`Offer::close`]); only a message whose attachment section lies in the input lends
+/// it while its calls run ([`Offer::lend`]).
+#[derive(Default)]
+pub(crate) struct Offer {
+    start: usize,
+    end: usize,
+    /// Shared by the messages of one feed: its holders take the whole input buffer.
+    lent: Option<Arc<Lent>>,
+    /// While a message's calls run: lending them the input.
+    lending: Option<Feed>,
 }
 
-/// One feed of a connection's input, or one run of [`shared`] (a guard: lending ends
-/// when it is dropped).
-pub(crate) struct Feed {
-    previous: Option<Lending>,
-}
+impl Offer {
+    /// `input` is being fed: attachments inside it may be lent in place.
+    pub(crate) fn open(&mut self, input: &[u8]) {
+        self.start = input.as_ptr() as usize;
+        self.end = self.start + input.len();
+    }
 
-impl Feed {
-    fn lend(lending: Lending) -> Feed {
-        let previous = LENDING.with(|current| current.borrow_mut().replace(lending));
-        Feed { previous }
+    /// Lend the offered input to the calls of a message whose attachment section is
+    /// `section`, until [`Offer::take_back`]: when the section lies in the input and
+    /// holds enough bytes to lend any (else they are copied). Returns whether it lends.
+    #[cold]
+    pub(crate) fn lend(&mut self, section: &[u8]) -> bool {
+        let start = section.as_ptr() as usize;
+        if section.len() < LEND_FROM || start < self.start || start + section.len() > self.end {
+            return false;
+        }
+        self.lending = Some(Feed::lend(Lending {
+            start: self.start,
+            end: self.end,
+            source: Source::Input(self.lent.take()),
+        }));
+        true
+    }
+
+    /// The message's calls have run: what they kept of the input stays with the feed.
+    pub(crate) fn take_back(&mut self) {
+        self.lent = LENDING.with(|lending| match lending.borrow_mut().as_mut().map(|l| &mut l.source) {
+            Some(Source::Input(lent)) => lent.take(),
+            _ => None,
+        });
+        // Lending ends: what was lent before (nothing, in a connection's feed) again.
+        self.lending = None;
     }
 
     /// The feed has ended, having consumed the first `consumed` bytes of `input`: drain
     /// them, or when bytes of `input` are still held, hand the buffer to their holders and
     /// leave `input` a new buffer with the rest.
-    pub(crate) fn end(self, input: &mut Vec<u8>, consumed: usize) {
-        let lent = LENDING.with(|lending| match lending.borrow_mut().as_mut().map(|l| &mut l.source) {
-            Some(Source::Input(lent)) => lent.take(),
-            _ => None,
-        });
-        match lent {
+    pub(crate) fn close(&mut self, input: &mut Vec<u8>, consumed: usize) {
+        self.start = 0;
+        self.end = 0;
+        match self.lent.take() {
             Some(lent) if Arc::strong_count(&lent) > 1 => {
                 let rest = &input[consumed..];
                 let mut fresh = if rest.is_empty() {
@@ -157,6 +182,19 @@ impl Feed {
                 input.drain(..consumed);
             }
         }
+    }
+}
+
+/// One message's calls lent the input ([`Offer::lend`]), or one run of [`shared`] (a
+/// guard: lending ends when it is dropped).
+pub(crate) struct Feed {
+    previous: Option<Lending>,
+}
+
+impl Feed {
+    fn lend(lending: Lending) -> Feed {
+        let previous = LENDING.with(|current| current.borrow_mut().replace(lending));
+        Feed { previous }
     }
 }
 
@@ -186,7 +224,9 @@ mod tests {
         assert_eq!(&kept[..], &elsewhere[..]);
         assert_ne!(kept.as_ptr(), elsewhere.as_ptr());
         let mut input = message(b"ab", 7, b"cdef");
-        let feed = begin(&input);
+        let mut offer = Offer::default();
+        offer.open(&input);
+        assert!(offer.lend(&input[2..]), "a section in the input is lent");
         assert_ne!(keep(&elsewhere).as_ptr(), elsewhere.as_ptr());
         let small = keep(&input[2..LEND_FROM]);
         assert_ne!(
@@ -194,7 +234,8 @@ mod tests {
             input[2..].as_ptr(),
             "fewer than LEND_FROM bytes are copied"
         );
-        feed.end(&mut input, 2 + LEND_FROM);
+        offer.take_back();
+        offer.close(&mut input, 2 + LEND_FROM);
         assert_eq!(input, b"cdef");
         assert_eq!(&small[..], &[7; LEND_FROM - 2][..]);
     }
@@ -203,11 +244,17 @@ mod tests {
     fn held_bytes_keep_the_input_buffer_and_the_connection_gets_a_new_one() {
         let mut input = message(b"first:", b'm', b"|rest");
         let address = input.as_ptr();
-        let feed = begin(&input);
+        let mut offer = Offer::default();
+        offer.open(&input);
+        assert!(offer.lend(&input[6..6 + LEND_FROM]));
         let kept = keep(&input[6..6 + LEND_FROM]);
         assert_eq!(kept.as_ptr(), input[6..].as_ptr(), "a view in place, not a copy");
+        offer.take_back();
+        // A second message of the same feed shares the holders.
+        assert!(offer.lend(&input[5..5 + LEND_FROM]));
         drop(keep(&input[5..5 + LEND_FROM]));
-        feed.end(&mut input, 7 + LEND_FROM);
+        offer.take_back();
+        offer.close(&mut input, 7 + LEND_FROM);
         assert_eq!(input, b"rest");
         assert_ne!(input.as_ptr(), address, "the connection reads on into a new buffer");
         input.clear();
@@ -220,6 +267,25 @@ mod tests {
         assert_eq!(kept.as_ptr(), address.wrapping_add(6));
         // Nothing lent any more: bytes are copied again.
         assert_ne!(keep(&input).as_ptr(), input.as_ptr());
+    }
+
+    #[test]
+    fn only_sections_in_the_offered_input_large_enough_to_lend_are_lent() {
+        let mut input = message(b"ab", 7, b"cd");
+        let mut offer = Offer::default();
+        assert!(!offer.lend(&input[2..]), "nothing offered");
+        offer.open(&input);
+        assert!(!offer.lend(&input[3..LEND_FROM]), "fewer than LEND_FROM bytes");
+        let elsewhere = input.clone();
+        assert!(!offer.lend(&elsewhere[2..]), "outside the input");
+        offer.close(&mut input, 2);
+        assert_eq!(&input[..2], &[7, 7]);
+        assert!(!offer.lend(&input[..]), "the offer ends with the feed");
+        assert_ne!(
+            keep(&input).as_ptr(),
+            input.as_ptr(),
+            "nothing is lent outside a message"
+        );
     }
 
     #[test]
@@ -241,9 +307,12 @@ mod tests {
     fn without_a_holder_left_the_input_stays_the_connections() {
         let mut input = message(b"", b'm', b"|rest");
         let address = input.as_ptr();
-        let feed = begin(&input);
+        let mut offer = Offer::default();
+        offer.open(&input);
+        assert!(offer.lend(&input[..LEND_FROM]));
         drop(keep(&input[..LEND_FROM]));
-        feed.end(&mut input, LEND_FROM + 1);
+        offer.take_back();
+        offer.close(&mut input, LEND_FROM + 1);
         assert_eq!(input, b"rest");
         assert_eq!(input.as_ptr(), address);
     }

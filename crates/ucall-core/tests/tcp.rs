@@ -85,6 +85,105 @@ fn notifications_write_nothing() {
     });
 }
 
+/// A result whose serialization is counted and fails (`-32603` when it is sent).
+struct Costly(Arc<AtomicUsize>);
+
+impl serde::Serialize for Costly {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Err(serde::ser::Error::custom("too costly to send"))
+    }
+}
+
+/// A raw TCP binary message carrying `text` and no attachments (docs/wire.md §3.2).
+fn binary_message(text: &str) -> Vec<u8> {
+    let prefix = ucall_core::wire::Prefix::encode(text.len() as u32, text.len() as u64);
+    [&prefix[..], text.as_bytes()].concat()
+}
+
+#[test]
+fn a_notifications_result_is_never_built() {
+    common::for_each_engine(|engine| {
+        // How many results were serialized, and how many attachments written.
+        let serialized = Arc::new(AtomicUsize::new(0));
+        let attached = Arc::new(AtomicUsize::new(0));
+        // Deferred calls completed so far.
+        let completed = Arc::new(AtomicUsize::new(0));
+        let (counter, attaching) = (Arc::clone(&serialized), Arc::clone(&attached));
+        let (later_counter, completing) = (Arc::clone(&serialized), Arc::clone(&completed));
+        let builder = common::builder(engine)
+            .procedure("costly", move |_| Ok(Costly(Arc::clone(&counter))))
+            .handler(
+                "costly_later",
+                move |_: &ucall_core::Call<'_>, reply: &mut ucall_core::Reply<'_>| {
+                    let deferred = reply.defer()?;
+                    let (counter, completing) = (Arc::clone(&later_counter), Arc::clone(&completing));
+                    std::thread::spawn(move || {
+                        deferred.json(&Costly(counter));
+                        completing.fetch_add(1, Ordering::Relaxed);
+                    });
+                    Ok(())
+                },
+            )
+            .handler(
+                "attach",
+                move |_: &ucall_core::Call<'_>, reply: &mut ucall_core::Reply<'_>| {
+                    reply.bytes(vec![7u8; 100_000]);
+                    if reply.is_written() {
+                        attaching.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                },
+            );
+        let server = common::start(engine, builder);
+        let costly = notification("costly", "[]");
+        // Raw TCP: alone, in a batch with a call, then as a binary message.
+        let mut tcp = Conn::to(&server);
+        tcp.send(format!("{costly}\n[{costly},{},{costly}]\n", subtract(42, 23, 1)).as_bytes());
+        let batch = common::parse_reply(&tcp.read_line());
+        let replies = batch.as_array().unwrap_or_else(|| panic!("not a batch reply: {batch}"));
+        assert_eq!(replies.len(), 1, "{batch}");
+        assert_result(replies[0].to_string().as_bytes(), "19", "1");
+        tcp.send(&binary_message(&notification("attach", "[]")));
+        tcp.send(&binary_message(&call("attach", "[]", "2")));
+        let prefix = tcp.read_exact_bytes(ucall_core::wire::PREFIX_LEN);
+        let body_len = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
+        let body = tcp.read_exact_bytes(usize::try_from(body_len).expect("small"));
+        let text = String::from_utf8_lossy(&body[..body.len().min(100)]);
+        assert!(text.starts_with(r#"{"jsonrpc":"2.0","id":2,"#), "{text}");
+        // A notification whose result comes later, from another thread.
+        tcp.send(format!("{}\n{}", notification("costly_later", "[]"), subtract(2, 1, 3)).as_bytes());
+        read_subtract(&mut tcp, 2, 1, 3);
+        assert!(common::wait_until(Duration::from_secs(5), || completed
+            .load(Ordering::Relaxed)
+            == 1));
+        // HTTP and WebSocket.
+        let mut http = Conn::to(&server);
+        assert_eq!(http.roundtrip(&common::post("/", costly.as_bytes())).status, 204);
+        let mut ws = Conn::to(&server);
+        ws.send(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                  Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        );
+        assert_eq!(ws.read_response().status, 101);
+        ws.send(&common::ws_text(&costly));
+        ws.send(&common::ws_text(&subtract(5, 3, 4)));
+        let frame = ws.read_exact_bytes(2);
+        let reply = ws.read_exact_bytes(usize::from(frame[1]));
+        assert_result(&reply, "2", "4");
+        assert_eq!(
+            serialized.load(Ordering::Relaxed),
+            0,
+            "a notification's result was serialized"
+        );
+        assert_eq!(attached.load(Ordering::Relaxed), 1, "only the call's result is written");
+        // A call's result is built (and here fails) as ever.
+        tcp.send(format!("{}\n", call("costly", "[]", "5")).as_bytes());
+        assert_error(&tcp.read_line(), -32603, "5");
+        assert_eq!(serialized.load(Ordering::Relaxed), 1);
+    });
+}
+
 /// Three texts with multi-byte characters in strings, names and ids, a notification
 /// among them, and every kind of separator.
 fn utf8_stream() -> Vec<u8> {

@@ -384,6 +384,10 @@ trait FinishWith {
 
 impl FinishWith for Deferred {
     fn finish_with(self, hooks: &Hooks, result: &Bound<'_, PyAny>) {
+        if !self.wants_result() {
+            // A notification's: never sent, so not converted either.
+            return self.complete(Ok(Vec::new()));
+        }
         let mut out = Vec::with_capacity(32);
         if !self.accepts_attachments() {
             self.complete(hooks.serialize(result, &mut out).map(|()| out));

@@ -178,9 +178,9 @@ impl Conn {
         let budget = OUTPUT_HIGH_WATER.saturating_sub(in_flight);
         self.out.prepare(self.input.len());
         // Calls may keep bytes of the input in place (`crate::lend`).
-        let lending = crate::lend::begin(&self.input);
+        ctx.scratch.feeding_input(&self.input);
         let progress = self.session.feed(&self.input, &mut self.out, ctx, budget);
-        lending.end(&mut self.input, progress.consumed);
+        ctx.scratch.input_fed(&mut self.input, progress.consumed);
         self.settle(progress.close, ctx, in_flight);
         if self.input.is_empty() && self.input.capacity() > INPUT_KEEP {
             buffer::keep(std::mem::take(&mut self.input));

@@ -500,3 +500,59 @@ fn a_connection_mid_request_keeps_its_buffers() {
     pipe.step(Step::Flush(None));
     assert_eq!(pipe.replies(r#""result":3"#), 1);
 }
+
+/// A raw TCP binary message: a `keep` call whose one attachment is `len` bytes of `fill`.
+fn keep_call(fill: u8, len: usize) -> Vec<u8> {
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","method":"keep","params":[{{"$ucall":"bytes","offset":0,"length":{len}}}],"id":1}}"#
+    );
+    let mut body = text.clone().into_bytes();
+    body.resize(crate::wire::align(text.len()), b' ');
+    body.resize(body.len() + len, fill);
+    let prefix = crate::wire::Prefix::encode(u32::try_from(text.len()).expect("short"), body.len() as u64);
+    [&prefix[..], &body].concat()
+}
+
+#[test]
+fn only_binary_messages_fed_from_the_input_lend_it_and_what_they_keep_stays() {
+    let mut pipe = Pipe::new();
+    // What `keep` kept of its attachment (of its params text, in a JSON call), and whether
+    // that is a view of the bytes where they lay.
+    let kept = Arc::new(Mutex::new(Vec::<(bytes::Bytes, bool)>::new()));
+    let keeper = Arc::clone(&kept);
+    pipe.procedures.insert(
+        "keep",
+        Arc::new(move |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let params = call.params();
+            let bytes = params
+                .section()
+                .unwrap_or_else(|| params.raw().unwrap_or("").as_bytes());
+            let held = crate::lend::keep(bytes);
+            let in_place = held.as_ptr() == bytes.as_ptr();
+            keeper.lock().expect("not poisoned").push((held, in_place));
+            reply.json(&true)
+        }),
+    );
+    let len = 2 * crate::lend::LEND_FROM;
+    // Buffered in the input before it is fed (its first bytes came alone).
+    let first = keep_call(b'a', len);
+    pipe.step(Step::Send(&first[..10]));
+    pipe.step(Step::Send(&first[10..]));
+    // A JSON call buffered the same way, whose params are as long.
+    let json = format!("{}\n", call("keep", &format!("[\"{}\"]", "j".repeat(len)), 2));
+    pipe.step(Step::Send(&json.as_bytes()[..10]));
+    pipe.step(Step::Send(&json.as_bytes()[10..]));
+    // Fed straight from where it arrived (nothing buffered): not the connection's to lend.
+    pipe.step(Step::Send(&keep_call(b'c', len)));
+    pipe.step(Step::Flush(None));
+    assert_eq!(pipe.replies(r#""result":true"#), 3);
+    let kept = kept.lock().expect("not poisoned");
+    let in_place: Vec<bool> = kept.iter().map(|(_, in_place)| *in_place).collect();
+    assert_eq!(in_place, [true, false, false]);
+    assert!(
+        kept[0].0.iter().all(|&b| b == b'a'),
+        "unchanged while the input read on"
+    );
+    assert_eq!(kept[0].0.len(), len);
+    assert!(kept[2].0.iter().all(|&b| b == b'c'));
+}

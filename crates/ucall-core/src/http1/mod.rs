@@ -483,6 +483,8 @@ pub fn none_match_names(field: &[u8], etag: &str) -> bool {
 /// Room reserved before each reply body for its head, which is written once the body's
 /// length is known.
 const HEAD_ROOM: usize = 256;
+/// Longest reply moved next to the one queued before it (see [`respond_with`]).
+const CLOSE_UP_TO: usize = 16 << 10;
 
 /// What a response says about the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -567,6 +569,8 @@ pub fn respond_with(
 ) {
     let room = HEAD_ROOM + headers.len();
     let reserved = out.data().len();
+    // Replies queued before this one and not yet sent (pipelined requests, a slow reader).
+    let behind_others = out.pending() > 0;
     out.data().resize(reserved + room, 0);
     let body_start = reserved + room;
     let Some((status, json_length)) = write_body(out) else {
@@ -641,7 +645,17 @@ pub fn respond_with(
         out.truncate(body_start - 2);
         out.data().extend_from_slice(b"\r\n");
     }
-    let end = out.data().len();
+    let mut head_start = head_start;
+    let mut end = out.data().len();
+    if behind_others && head_start > reserved && end - head_start <= CLOSE_UP_TO && out.attached_since(reserved) == 0 {
+        // Right after the reply before it, so that the two go out as one slice: the room
+        // the head left unused would otherwise stay in memory with every pipelined reply
+        // until all are sent (as much again as small replies hold).
+        out.data().copy_within(head_start..end, reserved);
+        end -= head_start - reserved;
+        head_start = reserved;
+        out.truncate(end);
+    }
     out.commit(head_start..end);
 }
 

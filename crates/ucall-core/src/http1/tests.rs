@@ -244,19 +244,27 @@ fn if_none_match_is_compared_weakly() {
 }
 
 #[test]
-fn writes_head_before_body_without_moving_it() {
-    let mut out = OutBuf::new();
-    out.push(b"previous|");
-    respond(&mut out, Persistence::Close, b"Sun, 06 Nov 1994 08:49:37 GMT", |b| {
+fn writes_head_before_body_and_a_reply_behind_another_right_after_it() {
+    const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
+    let reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\
+                 Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n[1]";
+    let body = |b: &mut Vec<u8>| {
         b.extend_from_slice(b"[1]");
         Some(Status::Ok)
-    });
-    let text = String::from_utf8(out.to_vec()).unwrap();
-    assert_eq!(
-        text,
-        "previous|HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\
-         Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n[1]"
-    );
+    };
+    // Alone: the head goes in the room before the body, which stays where it was written.
+    let mut out = OutBuf::new();
+    respond(&mut out, Persistence::Close, DATE, body);
+    assert_eq!(String::from_utf8(out.to_vec()).unwrap(), reply);
+    assert_eq!(out.data().len(), HEAD_ROOM + 3, "not moved");
+    // Behind a reply not yet sent: moved up to it, one slice with no room left between.
+    let mut out = OutBuf::new();
+    out.push(b"previous|");
+    respond(&mut out, Persistence::Close, DATE, body);
+    assert_eq!(String::from_utf8(out.to_vec()).unwrap(), format!("previous|{reply}"));
+    assert_eq!(out.data().len(), out.pending());
+    let mut slices = [std::io::IoSlice::new(&[]); 4];
+    assert_eq!(out.io_slices(&mut slices), 1);
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct Reply<'o> {
     /// Nanoseconds spent writing results so far, when a span times the call
     /// ([`Reply::time_writing`]); `None` otherwise.
     writing_ns: Option<u64>,
+    /// The call is a notification: no reply is sent, so no result is built.
+    unwanted: bool,
 }
 
 impl<'o> Reply<'o> {
@@ -55,7 +57,22 @@ impl<'o> Reply<'o> {
             attachments: None,
             attachments_before: 0,
             writing_ns: None,
+            unwanted: false,
         }
+    }
+
+    /// The call is a notification (JSON-RPC 2.0 §4.1): its result is never sent, so the
+    /// ways of writing one skip the work (a large result costs nothing to drop).
+    pub(crate) fn set_unwanted(&mut self, unwanted: bool) {
+        self.unwanted = unwanted;
+    }
+
+    /// Whether a result written here is sent: `false` for a notification, whose result
+    /// [`Reply::json`], [`Reply::bytes`] and the like skip, and a handler writing through
+    /// [`Reply::buffer`] may skip too (what it writes is dropped).
+    #[must_use]
+    pub fn wants_result(&self) -> bool {
+        !self.unwanted
     }
 
     /// Count the time [`Reply::json`] spends serializing results, for a span that reports
@@ -79,6 +96,7 @@ impl<'o> Reply<'o> {
     }
 
     /// Drop what this call attached: its result is replaced.
+    #[inline]
     fn forget_attachments(&mut self) {
         if let Some(attachments) = self.attachments.as_deref_mut() {
             attachments.truncate(self.attachments_before);
@@ -187,7 +205,9 @@ impl<'o> Reply<'o> {
         self.forget_attachments();
         let binary = self.attachments.is_some();
         let note = self.seed.map(Seed::keep);
-        Ok(Deferred::new(target, slot, self.meter, note, watch, deadline).with_binary(binary))
+        Ok(Deferred::new(target, slot, self.meter, note, watch, deadline)
+            .with_binary(binary)
+            .with_unwanted(self.unwanted))
     }
 
     /// The slot of the deferred reply, if [`Reply::defer`] was called.
@@ -206,6 +226,9 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` when `value` cannot be serialized (for example a map with non-string keys).
     pub fn json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), RpcError> {
+        if self.unwanted {
+            return Ok(());
+        }
         if self.writing_ns.is_some() {
             return self.json_timed(value);
         }
@@ -236,6 +259,9 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// `-32603` when `json` is not valid JSON; nothing is written then.
     pub fn raw(&mut self, json: &str) -> Result<(), RpcError> {
+        if self.unwanted {
+            return Ok(());
+        }
         if serde_json::from_str::<serde::de::IgnoredAny>(json).is_err() {
             return Err(RpcError::internal(
                 "Internal error: the procedure replied with invalid JSON",
@@ -248,6 +274,9 @@ impl<'o> Reply<'o> {
     /// Use `json` as the result without checking it. The caller guarantees that it is one
     /// valid JSON text; anything else corrupts the reply stream.
     pub fn raw_trusted(&mut self, json: &str) {
+        if self.unwanted {
+            return;
+        }
         self.out.truncate(self.start);
         self.forget_attachments();
         self.out.extend_from_slice(json.as_bytes());
@@ -264,6 +293,9 @@ impl<'o> Reply<'o> {
     /// sent from `data`'s own memory for a caller that accepts binary replies, else a
     /// base64 string (docs/wire.md §2).
     pub fn bytes(&mut self, data: impl Into<Bytes>) {
+        if self.unwanted {
+            return;
+        }
         self.out.truncate(self.start);
         self.forget_attachments();
         self.append_bytes(data);
@@ -277,6 +309,9 @@ impl<'o> Reply<'o> {
     /// `-32603` when `data`'s length is not the shape's element count times the dtype's
     /// size; nothing is written then.
     pub fn array(&mut self, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Result<(), RpcError> {
+        if self.unwanted {
+            return Ok(());
+        }
         self.out.truncate(self.start);
         self.forget_attachments();
         self.append_array(dtype, shape, data)
@@ -294,6 +329,9 @@ impl<'o> Reply<'o> {
     /// [`Reply::buffer`] (a member of an object, an element of an array), as
     /// [`Reply::bytes`] writes it.
     pub fn append_bytes(&mut self, data: impl Into<Bytes>) {
+        if self.unwanted {
+            return;
+        }
         section::write_bytes(self.out, self.start, self.attachments.as_deref_mut(), data.into());
     }
 
@@ -303,6 +341,9 @@ impl<'o> Reply<'o> {
     /// # Errors
     /// As [`Reply::array`].
     pub fn append_array(&mut self, dtype: Dtype, shape: &[usize], data: impl Into<Bytes>) -> Result<(), RpcError> {
+        if self.unwanted {
+            return Ok(());
+        }
         section::write_array(
             self.out,
             self.start,

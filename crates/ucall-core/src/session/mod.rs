@@ -83,6 +83,18 @@ impl Scratch {
     pub(crate) fn lines(&mut self) -> &mut crate::request_log::Lines {
         &mut self.jsonrpc.lines
     }
+
+    /// The connection input about to be fed, which its binary messages' calls may keep
+    /// bytes of (`crate::lend`), until [`Scratch::input_fed`].
+    pub(crate) fn feeding_input(&mut self, input: &[u8]) {
+        self.jsonrpc.lend.open(input);
+    }
+
+    /// The input offered by [`Scratch::feeding_input`] was fed up to `consumed`: drain it,
+    /// or hand it to the calls still holding bytes of it.
+    pub(crate) fn input_fed(&mut self, input: &mut Vec<u8>, consumed: usize) {
+        self.jsonrpc.lend.close(input, consumed);
+    }
 }
 
 /// What a session needs from its worker.
