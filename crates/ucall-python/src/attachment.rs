@@ -10,6 +10,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use ucall_core::jsonrpc::attachment::Dtype;
 use ucall_core::Bytes;
 
 /// The bytes of one attachment, kept alive by this object.
@@ -27,7 +28,7 @@ impl AttachmentMemory {
     pub fn keep(bytes: &[u8]) -> Self {
         AttachmentMemory {
             bytes: ucall_core::lend::keep(bytes),
-            typestr: "|u1",
+            typestr: Dtype::Uint8.npy_descr(),
             shape: None,
         }
     }

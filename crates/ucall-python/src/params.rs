@@ -11,7 +11,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
-use ucall_core::jsonrpc::attachment::Attachment;
+use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
 use ucall_core::params::base64;
 use ucall_core::{Param as Value, Params, RpcError};
 
@@ -355,8 +355,8 @@ fn attachment<'py>(
         }
         Check::NdArray => {
             let (typestr, shape) = match found.array {
-                Some(array) => (convert::typestr(array.dtype), array.shape().collect()),
-                None => ("|u1", vec![found.bytes.len()]),
+                Some(array) => (array.dtype.npy_descr(), array.shape().collect()),
+                None => (Dtype::Uint8.npy_descr(), vec![found.bytes.len()]),
             };
             let memory = match Bound::new(py, AttachmentMemory::keep_array(found.bytes, typestr, shape)) {
                 Ok(memory) => memory,
