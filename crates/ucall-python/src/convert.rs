@@ -285,6 +285,15 @@ fn write_other(
         if attach_binary(obj, section, out)? {
             return Ok(());
         }
+    } else if encode.is_some() && is_ndarray(obj) {
+        // The plain form of a C-contiguous array of a wire dtype: base64 of its `.npy`
+        // file, written from its memory (`ucall._codec.encode` writes any other array).
+        if let Some((bytes, dtype, shape)) = contiguous_array(obj) {
+            let header = ucall_core::jsonrpc::section::npy_header(dtype, &shape);
+            ucall_core::buffer::reserve(out, base64::encoded_len(header.len() + bytes.len()) + 2);
+            base64::write_base64_joined(&header, &bytes, out);
+            return Ok(());
+        }
     }
     // Subclasses of the basic types (IntEnum, str subclasses, OrderedDict...) first.
     if let Ok(b) = obj.cast::<PyBool>() {
@@ -440,6 +449,12 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
         return Ok(true);
     }
     Ok(false)
+}
+
+/// Whether `obj` is a `numpy.ndarray` itself (not a subclass, such as a masked array).
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let kind = obj.get_type();
+    kind.name().is_ok_and(|name| name == "ndarray") && kind.module().is_ok_and(|module| module == "numpy")
 }
 
 /// A numpy array as an `ndarray` placeholder: C-contiguous arrays are sent from their own

@@ -15,7 +15,7 @@ use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
 use ucall_core::params::base64;
 use ucall_core::{Param as Value, Params, RpcError};
 
-use crate::attachment::AttachmentMemory;
+use crate::attachment::{AttachmentMemory, NpyMemory};
 use crate::convert;
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
@@ -291,7 +291,12 @@ fn convert_param<'py>(
             let converter = param.converter.as_ref().map(|c| c.bind(py));
             // Base64 that does not decode goes to the converter as text, to say why.
             let decoded = if value.is_string() {
-                value.with_base64(|text| decode_base64(py, text, true))
+                value.with_base64(|text| decode_base64(py, text, true)).map(|file| {
+                    // A `.npy` file numpy can view as it is, its header read here.
+                    let npy = file.cast::<PyByteArray>().ok().and_then(NpyMemory::of);
+                    npy.and_then(|npy| Bound::new(py, npy).ok())
+                        .map_or(file, Bound::into_any)
+                })
             } else {
                 float64s(py, raw)
             };
