@@ -146,7 +146,7 @@ bench-quick: python  ## Short benchmark pass (about 4 minutes); publishes nothin
 	$(PY) benches/mcp_tools.py --quick
 
 .PHONY: bench-binary
-bench-binary: python  ## Binary payloads (about 8 minutes): 1.6 MB and 16 KB echoes beside the C floor, grpcio and FastAPI, RSS, clients
+bench-binary: python  ## Binary payloads (about 12 minutes, 7 of them the bench itself): 1.6 MB and 16 KB echoes beside the C floor, grpcio and FastAPI, RSS, clients
 	$(BENCH) binary
 
 .PHONY: bench-middleware

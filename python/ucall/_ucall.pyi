@@ -15,6 +15,7 @@ __all__ = [
     "NativeMux",
     "NativeServer",
     "NpyBytes",
+    "NpyMemory",
     "ReplyBody",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
@@ -302,6 +303,14 @@ class AttachmentMemory:
     @property
     def address(self) -> int: ...
     def __len__(self) -> int: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]: ...
+
+@final
+class NpyMemory:
+    """A ``.npy`` file decoded from a base64 param, its header read: the array it holds,
+    writable, as ``numpy.asarray`` views it."""
+
     @property
     def __array_interface__(self) -> Dict[str, Any]: ...
 

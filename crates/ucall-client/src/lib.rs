@@ -49,7 +49,7 @@ mod message;
 mod mux;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
-pub use array::Array;
+pub use array::{npy_layout, Array};
 pub use client::{AttachedRequest, Batch, Client, Pool, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;

@@ -285,6 +285,15 @@ fn write_other(
         if attach_binary(obj, section, out)? {
             return Ok(());
         }
+    } else if encode.is_some() && is_ndarray(obj) {
+        // The plain form of a C-contiguous array of a wire dtype: base64 of its `.npy`
+        // file, written from its memory (`ucall._codec.encode` writes any other array).
+        if let Some((bytes, dtype, shape)) = contiguous_array(obj) {
+            let header = ucall_core::jsonrpc::section::npy_header(dtype, &shape);
+            ucall_core::buffer::reserve(out, base64::encoded_len(header.len() + bytes.len()) + 2);
+            base64::write_base64_joined(&header, &bytes, out);
+            return Ok(());
+        }
     }
     // Subclasses of the basic types (IntEnum, str subclasses, OrderedDict...) first.
     if let Ok(b) = obj.cast::<PyBool>() {
@@ -442,28 +451,10 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
     Ok(false)
 }
 
-/// numpy's type strings (`__array_interface__`'s `typestr`) of the dtypes docs/wire.md
-/// lists: little-endian, `|` where byte order means nothing.
-const TYPESTRS: [(Dtype, &str); 14] = [
-    (Dtype::Bool, "|b1"),
-    (Dtype::Int8, "|i1"),
-    (Dtype::Uint8, "|u1"),
-    (Dtype::Int16, "<i2"),
-    (Dtype::Uint16, "<u2"),
-    (Dtype::Int32, "<i4"),
-    (Dtype::Uint32, "<u4"),
-    (Dtype::Int64, "<i8"),
-    (Dtype::Uint64, "<u8"),
-    (Dtype::Float16, "<f2"),
-    (Dtype::Float32, "<f4"),
-    (Dtype::Float64, "<f8"),
-    (Dtype::Complex64, "<c8"),
-    (Dtype::Complex128, "<c16"),
-];
-
-/// numpy's type string of `dtype`'s elements (`"<f4"`).
-pub fn typestr(dtype: Dtype) -> &'static str {
-    TYPESTRS.iter().find(|(d, _)| *d == dtype).map_or("|u1", |(_, t)| t)
+/// Whether `obj` is a `numpy.ndarray` itself (not a subclass, such as a masked array).
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let kind = obj.get_type();
+    kind.name().is_ok_and(|name| name == "ndarray") && kind.module().is_ok_and(|module| module == "numpy")
 }
 
 /// A numpy array as an `ndarray` placeholder: C-contiguous arrays are sent from their own
@@ -481,7 +472,7 @@ fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec
         .get_item("typestr")
         .and_then(|t| t.extract())
         .map_err(failed)?;
-    let Some(&(dtype, _)) = TYPESTRS.iter().find(|(_, t)| *t == typestr) else {
+    let Some(dtype) = Dtype::ALL.into_iter().find(|d| d.npy_descr() == typestr) else {
         return Ok(false);
     };
     if !interface.get_item("strides").map_err(failed)?.is_none() {
@@ -545,9 +536,9 @@ fn contiguous_array(array: &Bound<'_, PyAny>) -> Option<(Bytes, Dtype, Vec<usize
         }
         let kind = u8::try_from(interface.typekind).ok()?;
         let size = usize::try_from(interface.itemsize).ok()?;
-        let &(dtype, _) = TYPESTRS
-            .iter()
-            .find(|(d, t)| t.as_bytes()[1] == kind && d.size() == size)?;
+        let dtype = Dtype::ALL
+            .into_iter()
+            .find(|d| d.npy_descr().as_bytes()[1] == kind && d.size() == size)?;
         let nd = usize::try_from(interface.nd).ok()?;
         let dims = if nd == 0 {
             &[][..]

@@ -11,11 +11,11 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
-use ucall_core::jsonrpc::attachment::Attachment;
+use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
 use ucall_core::params::base64;
 use ucall_core::{Param as Value, Params, RpcError};
 
-use crate::attachment::AttachmentMemory;
+use crate::attachment::{AttachmentMemory, NpyMemory};
 use crate::convert;
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
@@ -291,7 +291,12 @@ fn convert_param<'py>(
             let converter = param.converter.as_ref().map(|c| c.bind(py));
             // Base64 that does not decode goes to the converter as text, to say why.
             let decoded = if value.is_string() {
-                value.with_base64(|text| decode_base64(py, text, true))
+                value.with_base64(|text| decode_base64(py, text, true)).map(|file| {
+                    // A `.npy` file numpy can view as it is, its header read here.
+                    let npy = file.cast::<PyByteArray>().ok().and_then(NpyMemory::of);
+                    npy.and_then(|npy| Bound::new(py, npy).ok())
+                        .map_or(file, Bound::into_any)
+                })
             } else {
                 float64s(py, raw)
             };
@@ -355,8 +360,8 @@ fn attachment<'py>(
         }
         Check::NdArray => {
             let (typestr, shape) = match found.array {
-                Some(array) => (convert::typestr(array.dtype), array.shape().collect()),
-                None => ("|u1", vec![found.bytes.len()]),
+                Some(array) => (array.dtype.npy_descr(), array.shape().collect()),
+                None => (Dtype::Uint8.npy_descr(), vec![found.bytes.len()]),
             };
             let memory = match Bound::new(py, AttachmentMemory::keep_array(found.bytes, typestr, shape)) {
                 Ok(memory) => memory,

@@ -266,7 +266,8 @@ fn write_base64(out: &mut Vec<u8>, parts: &[&[u8]]) {
 
 /// The header of an array's `.npy` form (NumPy format 1.0): magic, version, and the
 /// header dictionary padded so that the data starts at a multiple of 64.
-fn npy_header(dtype: Dtype, shape: &[usize]) -> Vec<u8> {
+#[must_use]
+pub fn npy_header(dtype: Dtype, shape: &[usize]) -> Vec<u8> {
     let descr = dtype.npy_descr();
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let shape_text = match dims.len() {
