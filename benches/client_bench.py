@@ -26,10 +26,17 @@ the result as JSON text. Clients:
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
 * ``httpx``: ``httpx.AsyncClient`` (HTTP/1.1, a pool of connections), calls gathered;
 * ``socket-floor``: no client: the sample's HTTP requests, encoded once before timing, are
-  written by one thread on a plain socket while another reads the replies whole and drops
-  them. What the transport alone costs a client process on this host, below which no
-  client that sends and reads these bytes can go;
-* ``socket-floor-binary``: the same for the binary messages ``python-async-binary`` moves.
+  written by one thread on a plain socket while another reads each reply's body into a
+  buffer of its own (the sample's replies alive together, as a client's caller holds
+  them; the buffers made once and used again every sample). What the transport alone
+  costs a client process on this host, below which no client that sends and reads these
+  bytes and hands out each reply can go;
+* ``socket-floor-binary``: the same for the binary messages ``python-async-binary`` moves;
+* ``socket-floor-binary-fresh``: the same, each reply's buffer allocated anew: not a floor
+  (it pays the page faults of fresh memory each sample), shown for what that costs.
+
+The Python workers' replies are checked against what was sent outside the clock, the same way
+for all: the warm-up sample's and one more sample's after the timed ones.
 
 Prints a table and the goals (``--append FILE`` adds them to a Markdown brief), and
 writes ``target/bench/client.json``. Every process it starts is stopped by its PID.
@@ -68,6 +75,7 @@ UCALL_CLIENTS = [
     "httpx",
     "socket-floor",
     "socket-floor-binary",
+    "socket-floor-binary-fresh",
 ]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 SHAPE = (32, 224, 224)
@@ -86,12 +94,20 @@ def payload(workload: str):
 # ---------------------------------------------------------------------- workers
 
 
-def run_samples(sample, samples: int, calls: int) -> dict:
-    sample()  # warm-up: connections open, caches warm
+def run_samples(sample, samples: int, calls: int, verify) -> dict:
+    """Time ``samples`` runs of ``sample``, which returns the sample's replies as a caller
+    gets them (dropped at once, as a caller done with them). The replies are checked with
+    ``verify`` outside the clock, the same way for every client: the warm-up sample's
+    (connections open, caches warm) and one more after the timed ones, so a wrong reply
+    fails the run without its check counting as the client's cost."""
+    verify(sample())
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(samples):
         sample()
-    return {"calls": calls * samples, "seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
+    seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
+    figures = {"calls": calls * samples, "seconds": seconds, "cpu_seconds": cpu_seconds}
+    verify(sample())
+    return figures
 
 
 def check(result, sent) -> None:
@@ -102,40 +118,45 @@ def check(result, sent) -> None:
         raise SystemExit("the echo came back different")
 
 
+def check_all(results, sent, calls: int) -> None:
+    if len(results) != calls:
+        raise SystemExit(f"{len(results)} replies to {calls} calls")
+    for result in results:
+        check(result, sent)
+
+
 def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
     from ucall.client import AsyncClient, Client
 
     calls, _ = WORKLOADS[workload]
     data = payload(workload)
     decode = (lambda r: r.bytes) if workload == "smol" else (lambda r: r.numpy)
+    verify = lambda results: check_all(results, data, calls)  # noqa: E731
     if kind in ("python-async", "python-async-binary"):
         loop = asyncio.new_event_loop()
         client = AsyncClient(port=port, timeout=120, binary=True if kind.endswith("binary") else None)
 
-        async def gathered() -> None:
+        async def gathered() -> list:
             replies = await asyncio.gather(*(client.echo(data=data) for _ in range(calls)))
-            for reply in replies:
-                check(decode(reply), data)
+            return [decode(reply) for reply in replies]
 
         try:
-            return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+            return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls, verify)
         finally:
             loop.run_until_complete(client.close())
             loop.close()
     with Client(port=port, timeout=120, binary=True if kind.endswith("binary") else None) as client:
         if kind.startswith("python-pipeline"):
 
-            def pipelined() -> None:
-                for reply in client.pipeline([("echo", {"data": data})] * calls):
-                    check(decode(reply), data)
+            def pipelined() -> list:
+                return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
 
-            return run_samples(pipelined, samples, calls)
+            return run_samples(pipelined, samples, calls, verify)
 
-        def sequential() -> None:
-            for _ in range(calls):
-                check(decode(client.echo(data=data)), data)
+        def sequential() -> list:
+            return [decode(client.echo(data=data)) for _ in range(calls)]
 
-        return run_samples(sequential, samples, calls)
+        return run_samples(sequential, samples, calls, verify)
 
 
 def worker_httpx(port: int, workload: str, samples: int) -> dict:
@@ -150,18 +171,18 @@ def worker_httpx(port: int, workload: str, samples: int) -> dict:
     loop = asyncio.new_event_loop()
     client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120)
 
-    async def gathered() -> None:
+    async def gathered() -> list:
         async def one(i: int):
             body = {"jsonrpc": "2.0", "method": "echo", "params": {"data": text}, "id": i}
             reply = (await client.post("/", json=body)).json()
             raw = base64.b64decode(reply["result"])
             return raw if workload == "smol" else _codec.unpack_ndarray(raw)
 
-        for result in await asyncio.gather(*(one(i) for i in range(calls))):
-            check(result, data)
+        return await asyncio.gather(*(one(i) for i in range(calls)))
 
     try:
-        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+        verify = lambda results: check_all(results, data, calls)  # noqa: E731
+        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls, verify)
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
@@ -191,8 +212,10 @@ def http_request(workload: str, binary: bool) -> bytes:
     return head % len(body) + body
 
 
-def worker_socket_floor(port: int, workload: str, samples: int, binary: bool = False) -> dict:
+def worker_socket_floor(port: int, workload: str, samples: int, binary: bool = False, fresh: bool = False) -> dict:
     import threading
+
+    import numpy as np
 
     calls, _ = WORKLOADS[workload]
     request = http_request(workload, binary)
@@ -202,37 +225,80 @@ def worker_socket_floor(port: int, workload: str, samples: int, binary: bool = F
     writes = [request * together] * (calls // together) + [request * (calls % together)]
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    room = bytearray(max(64 << 20, 4 * len(request)))
+    # Heads are read through a room as large as ucall-client's (READ_ROOM); each reply's
+    # body straight from the socket into a buffer of its own, the sample's bodies alive
+    # together, as a client that hands every reply to its caller must keep them. The floor
+    # takes the i-th reply's buffer from a set made once and used again every sample (the
+    # caller is done with a sample's replies before the next); `fresh` makes each one anew
+    # (np.empty: malloc'd, not zeroed), paying the page faults of fresh memory.
+    room = bytearray(64 << 10)
     view = memoryview(room)
+    kept: list = []
+
+    def buffer(i: int, length: int):
+        if fresh:
+            return np.empty(length, np.uint8)
+        if i == len(kept):
+            kept.append(np.empty(length, np.uint8))
+        if len(kept[i]) < length:
+            kept[i] = np.empty(length, np.uint8)
+        return kept[i][:length]
 
     def write() -> None:
         for chunk in writes:
             sock.sendall(chunk)
 
-    def sample() -> None:
+    def receive(into: memoryview) -> int:
+        n = sock.recv_into(into)
+        if not n:
+            raise SystemExit("the server closed the connection")
+        return n
+
+    def sample() -> list:
         writer = threading.Thread(target=write)
         writer.start()
-        got = have = start = 0
-        while got < calls:
-            n = sock.recv_into(view[have:])
-            if not n:
-                raise SystemExit("the server closed the connection")
-            have += n
+        bodies: list = []
+        have = start = 0
+        while len(bodies) < calls:
+            have += receive(view[have:])
             while (end := room.find(b"\r\n\r\n", start, have)) >= 0:
+                if not room.startswith(b"HTTP/1.1 200 ", start):
+                    raise SystemExit(f"the server answered {bytes(room[start:end])[:80]!r}")
                 at = room.find(b"Content-Length:", start, end) + len(b"Content-Length:")
                 length = int(room[at : room.find(b"\r\n", at)])
-                if have < end + 4 + length:
+                body = buffer(len(bodies), length)
+                into = memoryview(body)
+                begin = end + 4
+                filled = min(length, have - begin)
+                into[:filled] = view[begin : begin + filled]
+                while filled < length:
+                    filled += receive(into[filled:])
+                bodies.append(body)
+                start = begin + length
+                if start >= have:
+                    have = start = 0
                     break
-                start, got = end + 4 + length, got + 1
             if start == have:
                 have = start = 0
             elif have > len(room) // 2:
                 room[: have - start] = room[start:have]
                 have, start = have - start, 0
         writer.join()
+        return bodies
+
+    # A reply carries the sent bytes: the array as an attachment, or its JSON text.
+    data = payload(workload)
+    sent = bytes(data) if binary else request[request.index(b'{"jsonrpc"') :].split(b'"data": "')[1].split(b'"')[0]
+
+    def verify(bodies: list) -> None:
+        if len(bodies) != calls:
+            raise SystemExit(f"{len(bodies)} replies to {calls} calls")
+        for body in bodies:
+            if body.tobytes().find(sent) < 0:
+                raise SystemExit("the echo came back different")
 
     try:
-        return run_samples(sample, samples, calls)
+        return run_samples(sample, samples, calls, verify)
     finally:
         sock.close()
 
@@ -257,14 +323,15 @@ def worker_grpc(port: int, workload: str, samples: int) -> dict:
 
     channel, stub = loop.run_until_complete(setup())
 
-    async def gathered() -> None:
+    async def gathered() -> list:
         replies = await asyncio.gather(*(stub.Echo(pb.Blob(data=raw)) for _ in range(calls)))
-        for reply in replies:
-            result = reply.data if workload == "smol" else np.frombuffer(reply.data, np.uint8).reshape(SHAPE)
-            check(result, data)
+        if workload == "smol":
+            return [reply.data for reply in replies]
+        return [np.frombuffer(reply.data, np.uint8).reshape(SHAPE) for reply in replies]
 
     try:
-        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls)
+        verify = lambda results: check_all(results, data, calls)  # noqa: E731
+        return run_samples(lambda: loop.run_until_complete(gathered()), samples, calls, verify)
     finally:
         loop.run_until_complete(channel.close())
         loop.close()
@@ -368,8 +435,9 @@ def main() -> int:
             figures = worker_grpc(args.port, args.workload, args.samples)
         elif args.worker == "httpx":
             figures = worker_httpx(args.port, args.workload, args.samples)
-        elif args.worker in ("socket-floor", "socket-floor-binary"):
-            figures = worker_socket_floor(args.port, args.workload, args.samples, args.worker.endswith("binary"))
+        elif args.worker.startswith("socket-floor"):
+            binary, fresh = "-binary" in args.worker, args.worker.endswith("-fresh")
+            figures = worker_socket_floor(args.port, args.workload, args.samples, binary, fresh)
         else:
             figures = worker_ucall(args.worker, args.port, args.workload, args.samples)
         print(json.dumps(figures))

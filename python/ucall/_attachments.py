@@ -85,8 +85,20 @@ def is_binary(value: Any) -> bool:
 def _wire_dtype(array: Any) -> str | None:
     """The wire name of ``array``'s element type, None for types the wire has no name for
     (strings, dates, records: those go as a base64 ``.npy``, as in plain JSON)."""
-    name = array.dtype.name
-    return name if name in DTYPES and array.dtype.kind in "biufc" else None
+    dtype = array.dtype
+    try:
+        return _WIRE_NAMES[dtype]
+    except KeyError:
+        pass
+    name = dtype.name  # (computed in Python by numpy: worth remembering)
+    wire = name if name in DTYPES and dtype.kind in "biufc" else None
+    if len(_WIRE_NAMES) < 64:
+        _WIRE_NAMES[dtype] = wire
+    return wire
+
+
+#: The wire names of the dtypes met so far (a few; records may make more: bounded).
+_WIRE_NAMES: dict[Any, str | None] = {}
 
 
 def _marked(schema: Any) -> bool:
@@ -278,28 +290,40 @@ def _natural(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+_MEMBERS = {"bytes": {MARKER, "offset", "length"}, "ndarray": {MARKER, "offset", "length", "dtype", "shape"}}
+
+
+def _broken(why: str, placeholder: dict[str, Any]) -> ProtocolError:
+    return ProtocolError(f"{why}: {json.dumps(placeholder)[:120]}")
+
+
 def _attachment(placeholder: dict[str, Any], section: memoryview) -> Any:
     kind = placeholder[MARKER]
-    members = {"bytes": {MARKER, "offset", "length"}, "ndarray": {MARKER, "offset", "length", "dtype", "shape"}}
-    shown = json.dumps(placeholder)[:120]
-    if not isinstance(kind, str) or kind not in members or set(placeholder) != members[kind]:
-        raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+    if not isinstance(kind, str) or kind not in _MEMBERS or placeholder.keys() != _MEMBERS[kind]:
+        raise _broken("a reply with an invalid placeholder", placeholder)
     offset, length = placeholder["offset"], placeholder["length"]
     if not (_natural(offset) and _natural(length) and offset % ALIGN == 0 and offset + length <= len(section)):
-        raise ProtocolError(f"a reply whose placeholder names bytes it does not carry: {shown}")
+        raise _broken("a reply whose placeholder names bytes it does not carry", placeholder)
     data = section[offset : offset + length]
     if kind == "bytes":
         return data.tobytes()
     dtype, shape = placeholder["dtype"], placeholder["shape"]
     if not isinstance(dtype, str) or dtype not in DTYPES or not isinstance(shape, list):
-        raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+        raise _broken("a reply with an invalid placeholder", placeholder)
     count = 1
     for n in shape:
         if not _natural(n):
-            raise ProtocolError(f"a reply with an invalid placeholder: {shown}")
+            raise _broken("a reply with an invalid placeholder", placeholder)
         count *= n
     if count * DTYPES[dtype] != length:
-        raise ProtocolError(f"a reply whose array's shape and dtype do not make its length: {shown}")
+        raise _broken("a reply whose array's shape and dtype do not make its length", placeholder)
     import numpy as np
 
-    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=count).reshape(shape)
+    little = _LITTLE.get(dtype)
+    if little is None:
+        little = _LITTLE[dtype] = np.dtype(dtype).newbyteorder("<")
+    return np.frombuffer(data, dtype=little, count=count).reshape(shape)
+
+
+#: Each wire dtype as numpy's little-endian dtype, made once.
+_LITTLE: dict[str, Any] = {}

@@ -332,3 +332,19 @@ def test_hsts_max_age_is_said_over_tls(certs):
         plain.close()
     finally:
         server.stop()
+
+
+def test_binary_messages_over_tls(server, certs):
+    """Calls, batches and pipelines with attachments over TLS: on the native connection
+    (no Python socket is opened), and with an ``ssl_context=`` on Python's ssl."""
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    context.set_alpn_protocols(["http/1.1"])
+    for options in ({"cacert": certs / "ca.pem"}, {"ssl_context": context}):
+        with Client(port=server.tls_port, timeout=30, **options) as client:  # type: ignore[arg-type]
+            assert client.size(BIG).json == len(BIG)
+            piped = client.pipeline([("size", [b"ab"]), ("sum", [1, 2]), ("size", {"data": BIG[:5]})])
+            assert [r.json for r in piped] == [2, 3, 5]
+            with client.batch() as batch:
+                first, second = batch.size(b"abc"), batch.sum(2, 2)
+            assert (first.json, second.json) == (3, 4)
+            assert (client.sock is None) == ("cacert" in options), "native unless given an ssl_context"
