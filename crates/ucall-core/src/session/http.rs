@@ -143,6 +143,11 @@ impl Http {
                     let body_bytes = rest.len() - used;
                     match head.framing {
                         Framing::None => return (used, self.answer(calls, &head, &rest[..used], &[], out, ctx)),
+                        // The body is in already: answered now, the head not kept for it.
+                        Framing::Length(length) if body_bytes >= length => {
+                            let end = used + length;
+                            return (end, self.answer(calls, &head, &[], &rest[used..end], out, ctx));
+                        }
                         Framing::Length(length) if head.expect_continue && body_bytes < length => {
                             out.push(http1::CONTINUE)
                         }

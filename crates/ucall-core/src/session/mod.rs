@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::buffer::OutBuf;
+use crate::context::{Context as CallContext, Transport as CallTransport};
 use crate::defer::{Outcome as Completed, Presence, Sink, Target, BUSY_FROM, BUSY_SHARE};
 use crate::discover::mcp::ToolReply;
 use crate::dispatch::{self, DeferredAt};
@@ -684,6 +685,48 @@ impl Calls {
                 .limits
                 .max_exchanges_per_connection
                 .is_some_and(|max| self.exchanges >= max)
+    }
+
+    /// Run the calls of one text of raw TCP or WebSocket, appending the reply to `data`;
+    /// `section` is the attachment section of the binary message the text came in, and
+    /// `attachments` where binary results go (both `None` for a plain text, which then
+    /// does no binary work).
+    #[inline(always)]
+    fn run_text(
+        &mut self,
+        transport: CallTransport,
+        text: &[u8],
+        (section, attachments): (Option<&[u8]>, Option<&mut Section>),
+        data: &mut Vec<u8>,
+        ctx: &mut Context<'_>,
+    ) -> dispatch::Outcome {
+        let binary = section.is_some();
+        let head: &[u8] = if transport == CallTransport::WebSocket {
+            &self.head
+        } else {
+            &[]
+        };
+        let mut deferrals = dispatch::Deferrals {
+            target: ctx.defer.map(|target| target.with_presence(&self.presence)),
+            next_slot: &mut self.next_slot,
+            streams: true,
+            attachments,
+        };
+        let mut context = CallContext::new(transport, self.tls, self.peer, head)
+            .with_tls_subject(self.tls_subject.as_deref())
+            .with_liveness(self.presence.liveness())
+            .with_section(section)
+            .with_binary_replies(binary);
+        context.received_now_if(ctx.router.times_calls());
+        dispatch::process(
+            text,
+            &context,
+            ctx.router,
+            ctx.limits.max_batch,
+            &mut ctx.scratch.jsonrpc,
+            &mut deferrals,
+            data,
+        )
     }
 
     /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in

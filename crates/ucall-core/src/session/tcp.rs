@@ -3,8 +3,8 @@
 
 use super::{attached, Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
-use crate::context::{Context as CallContext, Transport};
-use crate::dispatch::{self, Deferrals, Outcome};
+use crate::context::Transport;
+use crate::dispatch::Outcome;
 use crate::jsonrpc::section::Section;
 use crate::jsonrpc::{self, ErrorCode};
 use crate::metrics::Refusal;
@@ -36,7 +36,7 @@ impl Stream {
     /// short can never be completed: it is answered `-32700` (id `null`).
     pub(super) fn end_of_input(&mut self, calls: &mut Calls, rest: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
         if let Some(range) = self.framer.finish(rest) {
-            self.answer_text(calls, &rest[range], None, out, ctx);
+            self.answer_text(calls, &rest[range], out, ctx);
             return;
         }
         if self.in_text() || rest.trim_ascii_start().first() == Some(&wire::MAGIC) {
@@ -66,7 +66,7 @@ impl Stream {
         }
         match self.framer.next(rest, ctx.limits.max_body_bytes) {
             Frame::Complete(range) => {
-                let step = self.answer_text(calls, &rest[range.clone()], None, out, ctx);
+                let step = self.answer_text(calls, &rest[range.clone()], out, ctx);
                 (range.end, step)
             }
             Frame::Incomplete { skip } => (skip, Step::NeedMore),
@@ -109,7 +109,7 @@ impl Stream {
         }
         self.message_len = 0;
         let step = match wire::split_body(&input[PREFIX_LEN..end], prefix.json_len) {
-            Ok((json, section)) => self.answer_text(calls, json, Some(section), out, ctx),
+            Ok((json, section)) => self.answer_binary(calls, json, section, out, ctx),
             Err(malformed) => {
                 refused(ctx, Refusal::ParseError);
                 error_line(out, ErrorCode::ParseError, malformed.message());
@@ -119,81 +119,61 @@ impl Stream {
         (end, step)
     }
 
-    /// Answer one raw TCP text with one reply line (none for notifications); `section`
-    /// is the attachment section of the binary message the text came in.
-    fn answer_text(
+    /// Answer one raw TCP text with one reply line (none for notifications). A text is
+    /// not a binary message: nothing here keeps room for a prefix or gathers attachments.
+    fn answer_text(&mut self, calls: &mut Calls, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) -> Step {
+        self.framer.reset();
+        let data = out.data();
+        let start = data.len();
+        let outcome = calls.run_text(Transport::Tcp, text, (None, None), data, ctx);
+        if outcome != Outcome::Silent {
+            one_line(&mut data[start..]);
+            data.push(b'\n');
+        }
+        let deferred = &mut ctx.scratch.jsonrpc.deferred;
+        if deferred.is_empty() {
+            let end = data.len();
+            out.commit(start..end);
+        } else {
+            calls.hold(out, (start, start), MessageKind::Stream, deferred, None);
+        }
+        let last = calls.count_exchange(ctx);
+        // A text that is not JSON leaves the stream's framing lost.
+        if outcome == Outcome::ParseError || last {
+            Step::Close
+        } else {
+            Step::Progressed
+        }
+    }
+
+    /// Answer the JSON text of a binary message whose attachment section is `section`:
+    /// in one binary message when the reply has attachments, room for its prefix kept
+    /// before the reply (docs/wire.md §3.2). The prefix said where the message ends, so
+    /// the stream goes on after a text that is not JSON.
+    #[inline(never)]
+    fn answer_binary(
         &mut self,
         calls: &mut Calls,
         text: &[u8],
-        section: Option<&[u8]>,
+        section: &[u8],
         out: &mut OutBuf,
         ctx: &mut Context<'_>,
     ) -> Step {
         self.framer.reset();
-        // A binary message is answered in one when the reply has attachments: room for
-        // its prefix is kept before the reply (docs/wire.md §3.2).
-        let binary = section.is_some();
         let data = out.data();
         let reserved = data.len();
-        let start = if binary {
-            attached::reserve_prefix(data)
-        } else {
-            reserved
-        };
-        let scratch = &mut *ctx.scratch;
+        let start = attached::reserve_prefix(data);
         let mut attachments = Section::new();
-        let mut deferrals = Deferrals {
-            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
-            next_slot: &mut calls.next_slot,
-            streams: true,
-            attachments: binary.then_some(&mut attachments),
-        };
-        let mut context = CallContext::new(Transport::Tcp, calls.tls, calls.peer, &[])
-            .with_tls_subject(calls.tls_subject.as_deref())
-            .with_liveness(calls.presence.liveness())
-            .with_section(section)
-            .with_binary_replies(binary);
-        context.received_now_if(ctx.router.times_calls());
-        let outcome = dispatch::process(
-            text,
-            &context,
-            ctx.router,
-            ctx.limits.max_batch,
-            &mut scratch.jsonrpc,
-            &mut deferrals,
-            data,
-        );
-        if binary {
-            if !scratch.jsonrpc.deferred.is_empty() {
-                let deferred = &mut scratch.jsonrpc.deferred;
-                calls.hold(out, (reserved, start), MessageKind::Stream, deferred, Some(attachments));
-            } else if outcome == Outcome::Silent {
-                out.data().truncate(reserved);
-            } else {
-                attached::commit_tcp_reply(out, start, attachments);
-            }
+        let outcome = calls.run_text(Transport::Tcp, text, (Some(section), Some(&mut attachments)), data, ctx);
+        let deferred = &mut ctx.scratch.jsonrpc.deferred;
+        if !deferred.is_empty() {
+            calls.hold(out, (reserved, start), MessageKind::Stream, deferred, Some(attachments));
+        } else if outcome == Outcome::Silent {
+            out.data().truncate(reserved);
         } else {
-            if outcome != Outcome::Silent {
-                one_line(&mut data[start..]);
-                data.push(b'\n');
-            }
-            if scratch.jsonrpc.deferred.is_empty() {
-                let end = data.len();
-                out.commit(start..end);
-            } else {
-                calls.hold(
-                    out,
-                    (start, start),
-                    MessageKind::Stream,
-                    &mut scratch.jsonrpc.deferred,
-                    None,
-                );
-            }
+            attached::commit_tcp_reply(out, start, attachments);
         }
-        let last = calls.count_exchange(ctx);
-        // A text that is not JSON leaves the stream's framing lost, unless a binary
-        // message's prefix said where it ends.
-        if (outcome == Outcome::ParseError && section.is_none()) || last {
+        if calls.count_exchange(ctx) {
             Step::Close
         } else {
             Step::Progressed

@@ -5,8 +5,8 @@
 
 use super::{attached, Calls, Context, MessageKind, Step};
 use crate::buffer::OutBuf;
-use crate::context::{Context as CallContext, Transport};
-use crate::dispatch::{self, Deferrals, Outcome};
+use crate::context::Transport;
+use crate::dispatch::Outcome;
 use crate::jsonrpc;
 use crate::jsonrpc::section::Section;
 use crate::wire;
@@ -149,10 +149,12 @@ impl WebSocket {
     }
 
     fn reply(&mut self, calls: &mut Calls, binary: bool, out: &mut OutBuf, ctx: &mut Context<'_>) {
-        let message = std::mem::take(&mut self.message);
-        let (text, section) = if binary {
+        let mut message = std::mem::take(&mut self.message);
+        if !binary {
+            reply_text(calls, &message, out, ctx);
+        } else {
             match wire::split_message(&message) {
-                Ok((text, section)) => (text, Some(section)),
+                Ok((text, section)) => reply_binary(calls, text, section, out, ctx),
                 Err(malformed) => {
                     let data = out.data();
                     let start = reserve_ws_header(data);
@@ -164,62 +166,55 @@ impl WebSocket {
                         None,
                     );
                     commit_ws_text(out, start);
-                    self.message = message;
-                    self.message.clear();
-                    return;
                 }
             }
-        } else {
-            (&message[..], None)
-        };
-        // A binary message is answered in one when the reply has attachments: room for
-        // its prefix is kept before the reply (docs/wire.md §3.3).
-        let binary = section.is_some();
-        let data = out.data();
-        let reserved = data.len();
-        let mut start = reserve_ws_header(data);
-        if binary {
-            start = attached::reserve_prefix(data);
         }
-        let scratch = &mut *ctx.scratch;
-        let mut attachments = Section::new();
-        let mut deferrals = Deferrals {
-            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
-            next_slot: &mut calls.next_slot,
-            streams: true,
-            attachments: binary.then_some(&mut attachments),
-        };
-        let mut context = CallContext::new(Transport::WebSocket, calls.tls, calls.peer, &calls.head)
-            .with_tls_subject(calls.tls_subject.as_deref())
-            .with_liveness(calls.presence.liveness())
-            .with_section(section)
-            .with_binary_replies(binary);
-        context.received_now_if(ctx.router.times_calls());
-        let outcome = dispatch::process(
-            text,
-            &context,
-            ctx.router,
-            ctx.limits.max_batch,
-            &mut scratch.jsonrpc,
-            &mut deferrals,
-            data,
-        );
+        message.clear();
         self.message = message;
-        self.message.clear();
-        let attachments = binary.then_some(attachments);
-        if !scratch.jsonrpc.deferred.is_empty() {
-            let deferred = &mut scratch.jsonrpc.deferred;
-            calls.hold(out, (reserved, start), MessageKind::WebSocket, deferred, attachments);
-            return;
-        }
-        if outcome == Outcome::Silent {
-            out.data().truncate(reserved);
-            return;
-        }
-        match attachments {
-            Some(attachments) => attached::commit_ws_reply(out, start, attachments),
-            None => commit_ws_text(out, start),
-        }
+    }
+}
+
+/// Answer a text message with one text frame (none for notifications): no binary work.
+fn reply_text(calls: &mut Calls, text: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+    let data = out.data();
+    let reserved = data.len();
+    let start = reserve_ws_header(data);
+    let outcome = calls.run_text(Transport::WebSocket, text, (None, None), data, ctx);
+    let deferred = &mut ctx.scratch.jsonrpc.deferred;
+    if !deferred.is_empty() {
+        calls.hold(out, (reserved, start), MessageKind::WebSocket, deferred, None);
+    } else if outcome != Outcome::Silent {
+        commit_ws_text(out, start);
+    } else {
+        out.data().truncate(reserved);
+    }
+}
+
+/// Answer the JSON text of a binary message whose attachment section is `section`: in
+/// one binary message when the reply has attachments, room for its prefix kept before
+/// the reply (docs/wire.md §3.3).
+#[inline(never)]
+fn reply_binary(calls: &mut Calls, text: &[u8], section: &[u8], out: &mut OutBuf, ctx: &mut Context<'_>) {
+    let data = out.data();
+    let reserved = data.len();
+    reserve_ws_header(data);
+    let start = attached::reserve_prefix(data);
+    let mut attachments = Section::new();
+    let parts = (Some(section), Some(&mut attachments));
+    let outcome = calls.run_text(Transport::WebSocket, text, parts, data, ctx);
+    let deferred = &mut ctx.scratch.jsonrpc.deferred;
+    if !deferred.is_empty() {
+        calls.hold(
+            out,
+            (reserved, start),
+            MessageKind::WebSocket,
+            deferred,
+            Some(attachments),
+        );
+    } else if outcome != Outcome::Silent {
+        attached::commit_ws_reply(out, start, attachments);
+    } else {
+        out.data().truncate(reserved);
     }
 }
 
@@ -249,6 +244,7 @@ pub(super) fn commit_ws_text(out: &mut OutBuf, start: usize) {
 
 /// Queue the message written (and attached) since `start` as one frame of `opcode`, its
 /// header in the room (at least [`ws::MAX_HEADER`] bytes) before it.
+#[inline]
 pub(super) fn commit_ws(out: &mut OutBuf, start: usize, opcode: ws::Opcode) {
     let attached = out.attached_since(start);
     let data = out.data();
