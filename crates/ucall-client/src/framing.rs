@@ -47,10 +47,10 @@ const READ_ROOM: usize = 64 << 10;
 const ZEROED_AHEAD: usize = 256 << 10;
 
 /// A large body's buffer, read into in place, with the `buffered` bytes of it already
-/// read: a buffer the process kept from an earlier large message when there is one (a
-/// 2 MB reply in fresh pages took some 500 page faults), and how much of it is filled.
+/// read: a buffer kept from an earlier large reply when there is one ([`crate::reply_buffers`];
+/// a 2 MB reply in fresh pages took some 500 page faults), and how much of it is filled.
 fn direct_body(len: usize, buffered: &[u8]) -> (Vec<u8>, usize) {
-    let mut body = ucall_core::buffer::take_or_allocate(len);
+    let mut body = crate::reply_buffers::take(len);
     body.extend_from_slice(buffered);
     (body, buffered.len())
 }

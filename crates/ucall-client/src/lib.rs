@@ -47,6 +47,7 @@ mod error;
 pub mod framing;
 mod message;
 mod mux;
+pub mod reply_buffers;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use array::{npy_layout, Array};

@@ -697,8 +697,8 @@ fn offsets(part: &str, whole: &[u8]) -> Option<(usize, usize)> {
 impl Drop for Response {
     fn drop(&mut self) {
         // A large body's buffer serves the next large reply or request (fresh pages cost
-        // more than the copy into them); the process keeps a few (`ucall_core::buffer`).
-        ucall_core::buffer::keep(std::mem::take(&mut self.body));
+        // more than the copy into them), kept up to a budget (`crate::reply_buffers`).
+        crate::reply_buffers::give(std::mem::take(&mut self.body));
     }
 }
 

@@ -261,8 +261,8 @@ impl ReplyBody {
 
 impl Drop for ReplyBody {
     fn drop(&mut self) {
-        // Its buffer serves the next large reply or request, in pages already mapped.
-        ucall_core::buffer::keep(std::mem::take(&mut self.body));
+        // Its buffer serves the next large reply, in pages already mapped.
+        ucall_client::reply_buffers::give(std::mem::take(&mut self.body));
     }
 }
 
@@ -304,8 +304,8 @@ pub struct BinaryBody {
 
 impl Drop for BinaryBody {
     fn drop(&mut self) {
-        // Its buffer serves the next large reply or request, in pages already mapped.
-        ucall_core::buffer::keep(std::mem::take(&mut self.body));
+        // Its buffer serves the next large reply, in pages already mapped.
+        ucall_client::reply_buffers::give(std::mem::take(&mut self.body));
     }
 }
 

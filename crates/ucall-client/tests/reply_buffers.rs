@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The process's kept reply buffers (`ucall_client::reply_buffers`): large replies held
+//! together and dropped leave their buffers kept, never more than the budget, and the
+//! next large replies are read into them. A test binary of its own, so that no other
+//! test's replies come and go in the pool while it counts.
+
+use ucall_client::{reply_buffers, Client, Endpoint, Params};
+use ucall_core::{Call, EngineKind, Reply, RpcError, Server};
+
+fn floats(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (i * 7 + seed) as f32 * 0.25).collect()
+}
+
+#[test]
+fn dropped_large_replies_keep_their_buffers_up_to_the_budget_and_reuse_them() {
+    // A 64 MiB budget, set before any reply is dropped (the only test in this process).
+    let budget = 64 << 20;
+    std::env::set_var("UCALL_REPLY_BUFFERS_MIB", "64");
+    let server = Server::builder()
+        .host("127.0.0.1")
+        .port(0)
+        .threads(1)
+        .engine(EngineKind::Poll)
+        .handler("echo_array", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let found = call.params().attachment(0, "x")?;
+            let info = found
+                .array
+                .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
+            let shape: Vec<usize> = info.shape().collect();
+            reply.array(info.dtype, &shape, found.bytes.to_vec())
+        })
+        .bind()
+        .expect("bind")
+        .spawn()
+        .expect("spawn");
+    let mut client = Client::new(Endpoint::new("127.0.0.1", server.port())).expect("a client");
+    // Over HTTP, where a large body is read into a buffer of its own: 60 replies of 1.6 MB
+    // alive at once (96 MB, more than the budget), each its own.
+    let mut held = Vec::new();
+    for seed in 0..60 {
+        let data = floats(400_000, seed);
+        let reply = client
+            .call("echo_array", Params::array().ndarray_of(&[400_000], data.clone()))
+            .expect("an echo");
+        assert_eq!(&*reply.result_array::<f32>().expect("an array").data, &data[..]);
+        held.push((seed, reply));
+        assert!(reply_buffers::held() <= budget);
+    }
+    for (seed, reply) in &held {
+        let data = floats(400_000, *seed);
+        assert_eq!(&*reply.result_array::<f32>().expect("still its own").data, &data[..]);
+    }
+    drop(held);
+    let kept = reply_buffers::held();
+    assert!(kept <= budget, "{kept} bytes kept, over the budget");
+    assert!(kept >= 32 << 20, "the dropped replies' buffers are kept: {kept} bytes");
+    // The next large replies are read into them, and are right.
+    for seed in 100..110 {
+        let data = floats(400_000, seed);
+        let reply = client
+            .call("echo_array", Params::array().ndarray_of(&[400_000], data.clone()))
+            .expect("an echo");
+        assert_eq!(&*reply.result_array::<f32>().expect("an array").data, &data[..]);
+        assert!(reply_buffers::held() < kept, "a reply took a kept buffer");
+    }
+}
