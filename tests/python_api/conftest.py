@@ -325,31 +325,28 @@ def described_rust_server(engine: str) -> Iterator[int]:
     start-up line on stderr; yield the port, and kill it at the end."""
     binary = REPO_ROOT / "target" / "debug" / "described_server"
     assert binary.exists(), "build it first: cargo build -p ucall-examples --bin described_server"
-    proc = subprocess.Popen(
-        [str(binary), "--port", "0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, UCALL_ENGINE=engine),
-    )
-    try:
-        _, port = read_until_listening(proc.stderr)
+    env = dict(os.environ, UCALL_ENGINE=engine)
+    with server_process([str(binary), "--port", "0"], env=env, stdout=subprocess.DEVNULL) as (_, port):
         yield port
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stderr.close()
+
+
+def serving(
+    args: list[str], engine: str, cwd: Path | None = None
+) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], int]]:
+    """Run `python ARGS` (a server on `engine`, the repository's package first on the path)
+    as `server_process` does."""
+    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
+    return server_process([sys.executable, *args], env=env, cwd=cwd)
 
 
 @contextlib.contextmanager
-def serving(args: list[str], engine: str, cwd: Path | None = None) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """Run `python ARGS` (a server on `engine`, the repository's package first on the path)
-    until it says its start-up line on stderr; yield the process and the port, and kill
-    it at the end if it still runs. `proc.started` holds the stderr read until then."""
-    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
-    proc = subprocess.Popen(
-        [sys.executable, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+def server_process(
+    command: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, stdout: Any = subprocess.PIPE
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Run `command` (a server) until it says its start-up line on stderr; yield the
+    process and the port, and kill it at the end if it still runs. `proc.started` holds
+    the stderr read until then."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
     try:
         proc.started, port = read_until_listening(proc.stderr)  # type: ignore[attr-defined]
         yield proc, port
@@ -357,5 +354,6 @@ def serving(args: list[str], engine: str, cwd: Path | None = None) -> Iterator[t
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, once, once_error
+from conftest import REPO_ROOT, once, once_error, server_process
 from test_doc_examples import build_c
 
 pytestmark = pytest.mark.timeout(900)  # the first test builds libucall (debug)
@@ -48,25 +48,17 @@ def test_bad_arguments_are_refused_with_the_usage(sum_c: Path, arguments: list[s
 
 
 def test_a_wrong_param_is_named_and_ctrl_c_stops_it(sum_c: Path, engine: str) -> None:
-    command = [str(sum_c), "--port", "0", "--engine", engine]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            line = proc.stderr.readline()
-            # The start-up line of every UCall server (docs/operations.md).
-            started = re.fullmatch(rf"ucall: listening on http://127\.0\.0\.1:(\d+) \(engine {engine}, 1 thread\)\n", line)
-            assert started, line + proc.stderr.read()
-            port = int(started.group(1))
-            assert once(port, "sum", {"a": 1, "b": 2}) == 3
-            for params, name in (({"a": "x", "b": 2}, "'a'"), ({"a": 1}, "'b'"), ([1.5, 2], "'a'")):
-                error = once_error(port, "sum", params)
-                assert error["code"] == -32602 and name in error["message"], error
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=15)
-            assert proc.returncode == 0, err
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with server_process([str(sum_c), "--port", "0", "--engine", engine]) as (proc, port):
+        # The start-up line of every UCall server (docs/operations.md).
+        line = rf"ucall: listening on http://127\.0\.0\.1:{port} \(engine {engine}, 1 thread\)\n"
+        assert re.fullmatch(line, proc.started), proc.started
+        assert once(port, "sum", {"a": 1, "b": 2}) == 3
+        for params, name in (({"a": "x", "b": 2}, "'a'"), ({"a": 1}, "'b'"), ([1.5, 2], "'a'")):
+            error = once_error(port, "sum", params)
+            assert error["code"] == -32602 and name in error["message"], error
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
 
 
 @pytest.fixture(scope="module")
@@ -78,37 +70,28 @@ def client_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_client_c_sends_an_array_as_an_attachment_to_sum_c(sum_c: Path, client_c: Path, engine: str) -> None:
     """examples/c/client.c against examples/c/sum.c: scale(x) reads the float32 attachment
     as a pointer and length and answers the doubled array as one, over each transport."""
-    with subprocess.Popen([str(sum_c), "--port", "0", "--engine", engine], stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            line = proc.stderr.readline()
-            started = re.search(r"127\.0\.0\.1:(\d+) ", line)
-            assert started, line
-            port = int(started.group(1))
-            for scheme in ("http", "tcp", "ws"):
-                result = subprocess.run(
-                    [str(client_c), f"{scheme}://127.0.0.1:{port}"], capture_output=True, text=True, timeout=30
-                )
-                assert result.returncode == 0, result.stderr
-                assert result.stdout == (
-                    "sum(1, 2) = 3\nscale([1.5, -2, 0.25]) = [3, -4, 0.5] (float32, an attachment)\n"
-                ), (scheme, result.stdout)
-            # A plain JSON caller (curl) is told scale takes an attachment, by name.
-            error = once_error(port, "scale", {"x": "AAA="})
-            assert error["code"] == -32602 and "'x'" in error["message"], error
-            # scale reads the dtype and shape: a 2x2 float32 comes back 2x2, float64 is refused.
-            reply, section = scale_over_tcp(port, "float32", [2, 2], struct.pack("<4f", 1, 2, 3, 4))
-            result = reply["result"]
-            assert (result["dtype"], result["shape"]) == ("float32", [2, 2]), reply
-            data = section[result["offset"] : result["offset"] + result["length"]]
-            assert struct.unpack("<4f", data) == (2, 4, 6, 8)
-            reply, _ = scale_over_tcp(port, "float64", [2], struct.pack("<2d", 1, 2))
-            assert reply["error"]["code"] == -32602 and "float64" in reply["error"]["message"], reply
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(15) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with server_process([str(sum_c), "--port", "0", "--engine", engine]) as (proc, port):
+        for scheme in ("http", "tcp", "ws"):
+            result = subprocess.run(
+                [str(client_c), f"{scheme}://127.0.0.1:{port}"], capture_output=True, text=True, timeout=30
+            )
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == (
+                "sum(1, 2) = 3\nscale([1.5, -2, 0.25]) = [3, -4, 0.5] (float32, an attachment)\n"
+            ), (scheme, result.stdout)
+        # A plain JSON caller (curl) is told scale takes an attachment, by name.
+        error = once_error(port, "scale", {"x": "AAA="})
+        assert error["code"] == -32602 and "'x'" in error["message"], error
+        # scale reads the dtype and shape: a 2x2 float32 comes back 2x2, float64 is refused.
+        reply, section = scale_over_tcp(port, "float32", [2, 2], struct.pack("<4f", 1, 2, 3, 4))
+        result = reply["result"]
+        assert (result["dtype"], result["shape"]) == ("float32", [2, 2]), reply
+        data = section[result["offset"] : result["offset"] + result["length"]]
+        assert struct.unpack("<4f", data) == (2, 4, 6, 8)
+        reply, _ = scale_over_tcp(port, "float64", [2], struct.pack("<2d", 1, 2))
+        assert reply["error"]["code"] == -32602 and "float64" in reply["error"]["message"], reply
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(15) == 0
 
 
 def scale_over_tcp(port: int, dtype: str, shape: list[int], data: bytes) -> tuple[dict[str, Any], bytes]:

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from conftest import Recorder
 
-from ucall import _attachments
+from ucall import Context, _attachments
 from ucall._wire import ReplyReader
 from ucall.client import AsyncClient, Client, Response, _BinaryRequest, _decode, _request
 from ucall.exceptions import ProtocolError
+from ucall.testing import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vectors"))
 import binary_wire  # noqa: E402
@@ -190,19 +191,29 @@ def test_a_large_array_is_written_from_its_own_memory():
 # ------------------------------------------------------------------ against the server
 
 
-def _echo_server(make_server: Any) -> Any:
+def _echo_server(make_server: Any, ports: list[int] | None = None) -> Any:
+    """A started server with echo(x: ndarray), echo_any(x) and reverse(data: bytes); with
+    `ports`, each call notes there the peer port of the connection it came on."""
     server = make_server()
 
+    def seen(ctx: Context) -> None:
+        if ports is not None:
+            assert ctx.peer is not None
+            ports.append(ctx.peer[1])
+
     @server
-    def echo(x: np.ndarray) -> np.ndarray:
+    def echo(x: np.ndarray, ctx: Context) -> np.ndarray:
+        seen(ctx)
         return x
 
     @server
-    def echo_any(x: Any) -> Any:
+    def echo_any(x: Any, ctx: Context) -> Any:
+        seen(ctx)
         return x
 
     @server
-    def reverse(data: bytes) -> bytes:
+    def reverse(data: bytes, ctx: Context) -> bytes:
+        seen(ctx)
         return data[::-1]
 
     server.start()
@@ -416,44 +427,14 @@ def test_sync_batches_carry_attachments(make_server):
         relay.close()
 
 
-def _peer_server(make_server: Any) -> tuple[Any, list[int]]:
-    """The echo server's procedures, each noting the peer port of the connection it was
-    called on."""
-    from ucall import Context
-
-    server = make_server()
-    ports: list[int] = []
-
-    def seen(ctx: Context) -> None:
-        assert ctx.peer is not None
-        ports.append(ctx.peer[1])
-
-    @server
-    def echo(x: np.ndarray, ctx: Context) -> np.ndarray:
-        seen(ctx)
-        return x
-
-    @server
-    def echo_any(x: Any, ctx: Context) -> Any:
-        seen(ctx)
-        return x
-
-    @server
-    def reverse(data: bytes, ctx: Context) -> bytes:
-        seen(ctx)
-        return data[::-1]
-
-    server.start()
-    return server, ports
-
-
 @pytest.mark.parametrize("binary", [None, True])
 @pytest.mark.parametrize("transport", sorted(ADDRESSES))
 def test_sync_calls_batches_and_pipelines_share_one_connection(make_server, transport, binary):
     """``Client`` sends calls with attachments, batches and pipelines as binary messages
     on the one connection its other calls use (the server sees one peer port), in order,
     the arrays back as views of the reply's buffer."""
-    server, ports = _peer_server(make_server)
+    ports: list[int] = []
+    server = _echo_server(make_server, ports)
     relay = Recorder(server.port)
     arrays = [np.random.default_rng(i).standard_normal((i * 1000, 3)).astype(np.float32) for i in range(1, 7)]
     try:
@@ -506,8 +487,7 @@ def test_sync_binary_messages_keep_the_timeout(make_server):
     def fast(data: bytes) -> bytes:
         return data
 
-    server.start()
-    with Client(port=server.port, binary=True, timeout=0.3) as client:
+    with TestClient(server, binary=True, timeout=0.3) as client:
         with pytest.raises(CallTimeout, match="within 0.3 s"):
             client.slow(b"x" * 100_000)
         time.sleep(1.0)

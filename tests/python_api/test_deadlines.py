@@ -38,27 +38,20 @@ def server(make_server, events):
         events["finished"].set()
         return seconds
 
-    @server(timeout=0.3)
-    async def aslow(seconds: float) -> float:
+    async def asleep(seconds: float) -> float:
         try:
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
             events["cancelled"].set()
             raise
         return seconds
+
+    server.route(asleep, "aslow", timeout=0.3)
+    server.route(asleep, "anap")
 
     @server
     def nap(seconds: float) -> float:
         time.sleep(seconds)
-        return seconds
-
-    @server
-    async def anap(seconds: float) -> float:
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            events["cancelled"].set()
-            raise
         return seconds
 
     @server

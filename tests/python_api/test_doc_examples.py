@@ -108,6 +108,15 @@ def promised(text: str) -> list[str]:
     return [m.group(1).strip() for m in re.finditer(r"print\(.*\)\s*#\s*(.+)$", text, re.M)]
 
 
+def runs_as_promised(script: Path, block: Block, env: dict) -> None:
+    """Run the Python `script` to its end: it exits 0, having printed what `block`'s
+    `print(...)  # shown` lines promise."""
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    for fragment in promised(block.text):
+        assert fragment in result.stdout, (fragment, result.stdout)
+
+
 def serve_and_stop(cmd: list[str], block: Block, port: int, env: dict, stop_exits_cleanly: bool) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -145,12 +154,7 @@ def test_program(block: Block, engine: str, tmp_path: Path) -> None:
     if block.lang == "python" and "Server(" in code and "with server" in code:
         # Starts its own server on a free port, checks what it shows and exits: run it whole.
         (tmp_path / "script.py").write_text(code)
-        result = subprocess.run(
-            [sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=60, env=env
-        )
-        assert result.returncode == 0, result.stderr
-        for fragment in promised(block.text):
-            assert fragment in result.stdout, (fragment, result.stdout)
+        runs_as_promised(tmp_path / "script.py", block, env)
     elif block.lang == "python" and "Server(" in code:
         (tmp_path / "server.py").write_text(code)
         serve_and_stop([sys.executable, str(tmp_path / "server.py")], block, port, env, stop_exits_cleanly=True)
@@ -159,12 +163,7 @@ def test_program(block: Block, engine: str, tmp_path: Path) -> None:
         with serving([str(example / "sum_server.py"), "--port", "0"], engine, cwd=example) as (_, port):
             code = block.text.replace("8545", str(port))
             (tmp_path / "client.py").write_text(code)
-            result = subprocess.run(
-                [sys.executable, str(tmp_path / "client.py")], capture_output=True, text=True, timeout=60, env=env
-            )
-        assert result.returncode == 0, result.stderr
-        for fragment in promised(block.text):
-            assert fragment in result.stdout, (fragment, result.stdout)
+            runs_as_promised(tmp_path / "client.py", block, env)
     elif block.lang == "rust":
         binary = build_rust(code, tmp_path)
         serve_and_stop([str(binary)], block, port, env, stop_exits_cleanly=True)

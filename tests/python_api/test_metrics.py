@@ -194,15 +194,13 @@ def test_worker_processes_totals_on_the_supervisors_port(tmp_path, engine):
     (tmp_path / "app.py").write_text(
         "from ucall import Server\nserver = Server()\n\n@server\ndef hello(name: str) -> str:\n    return name\n"
     )
-    env = dict(os.environ, UCALL_ENGINE=engine, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT / "python"))
-    command = [sys.executable, "-m", "ucall", "serve", "app:server", "--port", "0", "--threads", "1"]
-    command += ["--workers", "2", "--metrics-port", "0"]
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        line = proc.stderr.readline()
-        found = re.fullmatch(r"ucall: listening on http://\S+:(\d+) \(.*; their metrics on port (\d+); Ctrl-C stops\)\n", line)
-        assert found, line + proc.stderr.read()
-        port, metrics_port = int(found.group(1)), int(found.group(2))
+    serve = ["-m", "ucall", "serve", "app:server", "--port", "0", "--threads", "1"]
+    serve += ["--workers", "2", "--metrics-port", "0"]
+    with serving(serve, engine, cwd=tmp_path) as (proc, port):
+        said = rf"ucall: listening on http://\S+:{port} \(.*; their metrics on port (\d+); Ctrl-C stops\)\n$"
+        found = re.search(said, proc.started)
+        assert found, proc.started
+        metrics_port = int(found.group(1))
         # Fresh connections, which the kernel spreads between the two workers.
         for i in range(20):
             w = Wire(port)
@@ -223,12 +221,6 @@ def test_worker_processes_totals_on_the_supervisors_port(tmp_path, engine):
         assert sum(v for (name, _), v in one.items() if name == "ucall_engine_info") == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_pages_add_up_by_series():

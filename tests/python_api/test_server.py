@@ -4,6 +4,7 @@
 import asyncio
 import base64
 import dataclasses
+import datetime
 import json
 import os
 import re
@@ -286,6 +287,12 @@ def test_a_blocking_call_does_not_stall_others_through_idle_gaps(make_server, sc
         scenario(server.port, pool, started, release)
 
 
+def thread_name() -> str:
+    """This thread's name as the kernel knows it (a native thread's, not Python's)."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:
+        return comm.read().strip()
+
+
 def compute_then_sleep(spin: float, nap: float) -> None:
     """Stay on a core for `spin` seconds, then sleep for `nap`."""
     end = time.perf_counter() + spin
@@ -496,10 +503,6 @@ def test_a_trusted_call_with_large_params_runs_at_once_in_order_until_it_blocks(
     server = trusting_soon(Server(port=0, engine="uring", threads=1))
     notes: list[int] = []
 
-    def thread_name() -> str:
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:
-            return comm.read().strip()
-
     @server
     def note(data: bytes, nap: float = 0.0) -> str:
         notes.append(len(data))
@@ -534,6 +537,100 @@ def test_a_trusted_call_with_large_params_runs_at_once_in_order_until_it_blocks(
         w.result("note", {**big, "nap": 0.005})
         names = {w.result("note", big) for _ in range(50)}
         assert all(name.startswith("ucall-python") for name in names), names
+    finally:
+        server.stop()
+
+
+class Stamp(datetime.date):
+    """A result whose conversion to JSON (the server's `encode` calls `isoformat`) is
+    recorded in `converted` under its tag."""
+
+    converted: list[str] = []
+
+    def __new__(cls, tag: str) -> "Stamp":
+        stamp = super().__new__(cls, 2026, 1, 1)
+        stamp.tag = tag
+        return stamp
+
+    def isoformat(self) -> str:
+        Stamp.converted.append(self.tag)
+        return super().isoformat()
+
+
+def stamping(server: Server, ran: list[tuple[str, str]], is_async: bool = False) -> None:
+    """Route `stamp(tag, data="", spin=0.0)`: computes for `spin` seconds, notes its tag and
+    thread in `ran`, and returns a `Stamp` of its tag (with the thread's name)."""
+    Stamp.converted.clear()
+
+    def note(tag: str, spin: float) -> dict[str, Any]:
+        compute_then_sleep(spin, 0.0)
+        ran.append((tag, thread_name()))
+        return {"stamp": Stamp(tag), "thread": ran[-1][1]}
+
+    if is_async:
+
+        async def stamp(tag: str, data: str = "", spin: float = 0.0) -> dict[str, Any]:
+            await asyncio.sleep(0)
+            return note(tag, spin)
+
+    else:
+
+        def stamp(tag: str, data: str = "", spin: float = 0.0) -> dict[str, Any]:  # type: ignore[misc]
+            return note(tag, spin)
+
+    server.route(stamp)
+
+
+def notify(w: Wire, method: str, params: Any) -> None:
+    status, body = w.post(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
+    assert status in (200, 202, 204) and body == b"", (status, body)
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["deferred", "async"])
+def test_a_notifications_result_is_not_converted(make_server, wire, is_async):
+    """A notification's result is never sent (JSON-RPC 2.0 section 4.1), so it is not
+    converted either: a large one would cost its whole serialization for nothing."""
+    server = make_server()
+    ran: list[tuple[str, str]] = []
+    stamping(server, ran, is_async)
+    w = wire(server)
+    notify(w, "stamp", {"tag": "note"})
+    until = time.monotonic() + 10
+    while not ran and time.monotonic() < until:
+        time.sleep(0.005)
+    assert [tag for tag, _ in ran] == ["note"]
+    assert w.result("stamp", {"tag": "call"})["stamp"] == "2026-01-01"
+    assert Stamp.converted == ["call"]
+
+
+@pytest.mark.skipif("uring" not in ENGINES, reason="io_uring is not among the engines tested here")
+def test_a_notification_run_at_once_has_its_result_not_converted(wire):
+    """The same for a notification with large params run at once in the turn that parsed
+    it (the inline path). On uring a call runs on the turner (`ucall-worker`) only at once
+    or when its procedure is trusted; a call that computed for 3 ms takes the trust back
+    but leaves it proven, so the next large call on the turner ran at once."""
+    server = trusting_soon(Server(port=0, engine="uring", threads=1))
+    ran: list[tuple[str, str]] = []
+    stamping(server, ran)
+    big = "x" * (64 * 1024)
+    try:
+        server.start()
+        w = wire(server)
+        for _ in range(20):
+            assert any(
+                w.result("stamp", {"tag": "warm", "data": big})["thread"].startswith("ucall-worker")
+                for _ in range(6000)
+            ), "never trusted"
+            w.result("stamp", {"tag": "spin", "spin": 0.003})
+            notify(w, "stamp", {"tag": "note", "data": big})
+            tag, thread = ran[-1]
+            if tag == "note" and thread.startswith("ucall-worker"):
+                break
+        else:
+            raise AssertionError(f"the notification never ran at once: {ran[-3:]}")
+        assert "note" not in Stamp.converted
+        assert w.result("stamp", {"tag": "call", "data": big})["stamp"] == "2026-01-01"
+        assert Stamp.converted[-1] == "call" and "note" not in Stamp.converted
     finally:
         server.stop()
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO_ROOT, once
+from conftest import REPO_ROOT, once, server_process
 
 APP = """
 from ucall import Server
@@ -92,23 +92,14 @@ def said_on_stderr(command: list[str], tmp_path, engine: str) -> tuple[str, str]
     on stderr, call ``sum`` there, stop it with SIGINT; its line and its stdout."""
     (tmp_path / "app.py").write_text(APP.format(port=0, quiet=False).replace("server.run(max_seconds=60)", ""))
     env = dict(os.environ, UCALL_ENGINE=engine, PYTHONPATH=str(REPO_ROOT / "python"), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while "listening on" not in line:
-            line = proc.stderr.readline()
-            assert line and time.monotonic() < deadline, line + proc.stderr.read()
-        port = int(re.search(r"http://127\.0\.0\.1:(\d+) ", line).group(1))
+    with server_process(command, env=env, cwd=tmp_path) as (proc, port):
+        line = proc.started.splitlines()[-1]
+        assert f"http://127.0.0.1:{port} " in line, line
         assert once(port, "sum", [1, 2]) == 3
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert "listening on" not in err, err  # said once
-    return line.rstrip("\n"), out
+    return line, out
 
 
 def test_ucall_serve_says_the_line_on_stderr(tmp_path, engine):

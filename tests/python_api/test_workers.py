@@ -62,6 +62,13 @@ class Supervised:
         self.seen |= answered
         return answered
 
+    def stop(self, signal_number: int = signal.SIGTERM) -> None:
+        """Send the supervisor ``signal_number``: it exits 0 within 20 s, and no worker it
+        was seen to run is left."""
+        self.proc.send_signal(signal_number)
+        assert self.proc.wait(20) == 0
+        assert not any(alive(pid) for pid in self.seen)
+
     def wait_for(self, condition: Callable[[], bool], seconds: float = 20) -> None:
         """Until ``condition()`` holds; a connection reset meanwhile (a worker's listener
         closing with connections in its queue) counts as not yet."""
@@ -130,9 +137,7 @@ def test_workers_share_the_port_and_one_that_dies_is_started_again(tmp_path, eng
         s.wait_for(lambda: len(s.pids(20) - s.first) == 1)
         assert f"worker {victim} was killed by signal 9; starting another" in s.log.read_text()
         assert len(s.pids()) == 2 and victim not in s.pids()
-        s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(20) == 0
-        assert not any(alive(pid) for pid in s.seen)
+        s.stop()
 
 
 def test_sighup_replaces_the_workers_one_at_a_time(tmp_path):
@@ -153,9 +158,7 @@ def test_sighup_replaces_the_workers_one_at_a_time(tmp_path):
         assert len(now) == 2 and not now & s.first, (now, s.first)
         assert once(s.port, "version") == "two" and "two" in served | {"two"}
         assert s.proc.poll() is None
-        s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(20) == 0
-        assert not any(alive(pid) for pid in s.seen)
+        s.stop()
 
 
 def test_a_restart_whose_new_worker_fails_keeps_the_old_ones(tmp_path):
@@ -165,8 +168,7 @@ def test_a_restart_whose_new_worker_fails_keeps_the_old_ones(tmp_path):
         s.proc.send_signal(signal.SIGHUP)
         s.wait_for(lambda: "did not start serving: the restart stops" in s.log.read_text())
         assert s.pids(5) == s.first  # the old worker still serves
-        s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(20) == 0
+        s.stop()
 
 
 def test_reload_restarts_on_a_source_change(tmp_path):
@@ -179,8 +181,7 @@ def test_reload_restarts_on_a_source_change(tmp_path):
         assert once(s.port, "version") == "two"
         assert "app.py changed: restarting the workers" in s.log.read_text()
         s.pids(5)
-        s.proc.send_signal(signal.SIGINT)
-        assert s.proc.wait(20) == 0
+        s.stop(signal.SIGINT)
 
 
 def test_run_workers_from_python(tmp_path):
@@ -191,9 +192,7 @@ def test_run_workers_from_python(tmp_path):
         found = s.pids()
         assert len(found) == 2 and s.proc.pid not in found
         s.seen |= found
-        s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(20) == 0
-        assert not any(alive(pid) for pid in found)
+        s.stop()
 
 
 def test_a_port_in_use_is_refused_with_workers(tmp_path):

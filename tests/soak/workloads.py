@@ -41,6 +41,11 @@ class Run:
         with self.lock:
             self.counts[name] = self.counts.get(name, 0) + n
 
+    def check(self, name: str, problem: str | None) -> None:
+        """Count `problem` (what a check found wrong, `None` when nothing) as a failure."""
+        if problem:
+            self.fail(name, problem)
+
     def fail(self, name: str, message: str) -> None:
         with self.lock:
             self.failures.append(f"{name}: {message}")
@@ -136,9 +141,7 @@ def http_calls(run: Run, tls: bool = False):
                     bodies.append(text)
                 replies = conn.exchange(bodies)
                 for (_, id_, result), (status, reply) in zip(calls, replies):
-                    problem = check_result(json.loads(reply), id_, result) if status == 200 else f"status {status}"
-                    if problem:
-                        run.fail(name, problem)
+                    run.check(name, check_result(json.loads(reply), id_, result) if status == 200 else f"status {status}")
                 if expected_batch is not None:
                     status, reply = replies[-1]
                     parsed = json.loads(reply) if reply else None
@@ -168,13 +171,9 @@ def tcp_calls(run: Run):
                 texts.append(text)
                 replies = conn.exchange(texts, len(calls) + (1 if expected else 0))
                 for (_, id_, result), reply in zip(calls, replies):
-                    problem = check_result(reply, id_, result)
-                    if problem:
-                        run.fail(name, problem)
+                    run.check(name, check_result(reply, id_, result))
                 if expected:
-                    problem = check_batch(replies[-1], expected)
-                    if problem:
-                        run.fail(name, problem)
+                    run.check(name, check_batch(replies[-1], expected))
                 run.count(name, len(texts))
         finally:
             conn.close()
@@ -197,15 +196,11 @@ def ws_calls(run: Run):
                     text, expected = batch(run, rng)
                     ws.send(text.decode())
                     if expected:
-                        problem = check_batch(json.loads(ws.recv(timeout=30)), expected)
-                        if problem:
-                            run.fail(name, problem)
+                        run.check(name, check_batch(json.loads(ws.recv(timeout=30)), expected))
                 else:
                     text, id_, result = sum_call(run, rng)
                     ws.send(text.decode())
-                    problem = check_result(json.loads(ws.recv(timeout=30)), id_, result)
-                    if problem:
-                        run.fail(name, problem)
+                    run.check(name, check_result(json.loads(ws.recv(timeout=30)), id_, result))
                 run.count(name)
 
     return name, body
@@ -274,9 +269,7 @@ def churn(run: Run):
             status, reply = conn.exchange([text])[0]
             parsed = json.loads(reply) if status == 200 else {"status": status}
         conn.close()
-        problem = check_result(parsed, id_, result)
-        if problem:
-            run.fail(name, problem)
+        run.check(name, check_result(parsed, id_, result))
         run.count(name)
 
     return name, body

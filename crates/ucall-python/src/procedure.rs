@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
 
 use ucall_core::jsonrpc::section::Section;
-use ucall_core::{Deferred, KeyedLimits, Params, RpcError};
+use ucall_core::{Deferred, KeyedLimits, Params, Reply, RpcError};
 
 use crate::context::{Context, Owned as CallContext};
 use crate::convert::{write_json, write_json_attached};
@@ -193,17 +193,22 @@ impl Procedure {
         Ok((args, kwargs))
     }
 
-    /// Bind, call, serialize the result into `out` (its binary values into `section`,
-    /// when the caller accepts binary replies).
+    /// Bind, call, serialize the result into `reply` (its binary values as attachments,
+    /// when the caller accepts binary replies): the inline paths' answer.
     pub(crate) fn invoke(
         &self,
         py: Python<'_>,
         params: Params<'_>,
         context: Option<Box<CallContext>>,
-        (out, section): (&mut Vec<u8>, Option<&mut Section>),
+        reply: &mut Reply<'_>,
     ) -> Result<(), RpcError> {
         let (result, context) = self.call(py, params, context)?;
         self.replying(context.as_ref(), || {
+            if !reply.wants_result() {
+                // A notification's: never sent, so not converted either.
+                return Ok(());
+            }
+            let (out, section) = reply.buffer_and_attachments();
             self.hooks.serialize_attached(&result, out, section)
         })
     }
@@ -261,16 +266,16 @@ impl Procedure {
         }
     }
 
-    /// Run a call of large params during the turn that parsed it, writing its reply into
-    /// `out`; timed, so that a call that turns out slow withdraws the trust it relied on.
+    /// Run a call of large params during the turn that parsed it, answering into `reply`;
+    /// timed, so that a call that turns out slow withdraws the trust it relied on.
     pub(crate) fn run_at_once(
         &self,
         py: Python<'_>,
         params: Params<'_>,
         context: Option<Box<CallContext>>,
-        out: (&mut Vec<u8>, Option<&mut Section>),
+        reply: &mut Reply<'_>,
     ) -> Result<(), RpcError> {
-        self.timing(voluntary_switches(), params, || self.invoke(py, params, context, out))
+        self.timing(voluntary_switches(), params, || self.invoke(py, params, context, reply))
     }
 
     /// Run `call` (of `params`), and keep [`Procedure::trusted`] and

@@ -66,11 +66,11 @@ impl Handler for Entry {
             && self.0.runs_at_once()
             && runtime::turn_queued_nothing()
         {
-            return Python::attach(|py| self.0.run_at_once(py, params, context, reply.buffer_and_attachments()));
+            return Python::attach(|py| self.0.run_at_once(py, params, context, reply));
         }
         if !reply.can_defer() {
             // Driven without an engine (in-memory sessions): answer inline.
-            return Python::attach(|py| self.0.invoke(py, params, context, reply.buffer_and_attachments()));
+            return Python::attach(|py| self.0.invoke(py, params, context, reply));
         }
         // Refused at once when too many calls wait (`max_pending_calls`).
         let deferred = reply.defer()?;

@@ -1913,8 +1913,21 @@ static void test_array_params(void) {
     ucall_config_t config;
     pthread_t thread;
     int fd;
+    size_t i;
     char const* reply;
     static uint8_t const data[24] = {0};
+    /* Arrays sent as attachments, and what describe must answer of each. */
+    static struct {
+        char const* what;
+        bool named;
+        char const* dtype;
+        char const* shape; /* its dimensions, comma-separated */
+        size_t length;
+    } const arrays[] = {
+        {"dtype and shape", false, "float32", "2,3", 24},
+        {"by name", true, "int64", "3", 24},
+        {"a scalar", false, "uint8", "", 1},
+    };
 
     memset(&config, 0, sizeof config);
     config.ephemeral_port = true;
@@ -1927,26 +1940,21 @@ static void test_array_params(void) {
     pthread_create(&thread, NULL, serve, NULL);
     fd = connect_to(config.port);
 
-    send_binary(fd,
-                "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[{\"$ucall\":\"ndarray\",\"offset\":0,"
-                "\"length\":24,\"dtype\":\"float32\",\"shape\":[2,3]}],\"id\":1}",
-                data, 24);
-    reply = read_line(fd);
-    CHECK(strstr(reply, "\"result\":{\"dtype\":\"float32\",\"shape\":[2,3]}") != NULL, "dtype and shape: %s", reply);
-
-    send_binary(fd,
-                "{\"jsonrpc\":\"2.0\",\"method\":\"describe_named\",\"params\":{\"x\":{\"$ucall\":\"ndarray\","
-                "\"offset\":0,\"length\":24,\"dtype\":\"int64\",\"shape\":[3]}},\"id\":2}",
-                data, 24);
-    reply = read_line(fd);
-    CHECK(strstr(reply, "\"result\":{\"dtype\":\"int64\",\"shape\":[3]}") != NULL, "by name: %s", reply);
-
-    send_binary(fd,
-                "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[{\"$ucall\":\"ndarray\",\"offset\":0,"
-                "\"length\":1,\"dtype\":\"uint8\",\"shape\":[]}],\"id\":3}",
-                data, 1);
-    reply = read_line(fd);
-    CHECK(strstr(reply, "\"result\":{\"dtype\":\"uint8\",\"shape\":[]}") != NULL, "a scalar: %s", reply);
+    for (i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+        char placeholder[160], request[256], result[96];
+        snprintf(placeholder, sizeof placeholder,
+                 "{\"$ucall\":\"ndarray\",\"offset\":0,\"length\":%zu,\"dtype\":\"%s\",\"shape\":[%s]}",
+                 arrays[i].length, arrays[i].dtype, arrays[i].shape);
+        snprintf(request, sizeof request,
+                 arrays[i].named ? "{\"jsonrpc\":\"2.0\",\"method\":\"describe_named\",\"params\":{\"x\":%s},\"id\":%zu}"
+                                 : "{\"jsonrpc\":\"2.0\",\"method\":\"describe\",\"params\":[%s],\"id\":%zu}",
+                 placeholder, i + 1);
+        send_binary(fd, request, data, arrays[i].length);
+        reply = read_line(fd);
+        snprintf(result, sizeof result, "\"result\":{\"dtype\":\"%s\",\"shape\":[%s]}", arrays[i].dtype,
+                 arrays[i].shape);
+        CHECK(strstr(reply, result) != NULL, "%s: %s", arrays[i].what, reply);
+    }
 
     /* A bytes attachment, a base64 string and an absent name are no array. */
     send_binary(fd,
