@@ -417,6 +417,32 @@ impl Client {
         self.exchange_framed(bodies, replies, &mut more)
     }
 
+    /// As [`Client::exchange_attached`], each HTTP request with `headers` too, besides the
+    /// endpoint's: a call's own (a trace context, an idempotency key).
+    ///
+    /// # Errors
+    /// As [`Client::exchange_attached`]; nothing sent and [`ErrorKind::Invalid`] for
+    /// headers off HTTP or a header [`Endpoint::with_header`] refuses.
+    pub fn exchange_with_headers(
+        &mut self,
+        bodies: Vec<AttachedRequest>,
+        replies: usize,
+        headers: &[(&str, &str)],
+        more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
+    ) -> Result<Vec<Reply>> {
+        if !headers.is_empty() && self.conn.endpoint().protocol() != Protocol::Http {
+            return Err(Error::invalid("only HTTP sends headers with each call"));
+        }
+        let mut lines = String::new();
+        for (name, value) in headers {
+            crate::endpoint::push_header(&mut lines, name, value)?;
+        }
+        self.conn.set_request_lines(&lines);
+        let result = self.exchange_attached(bodies, replies, more);
+        self.conn.set_request_lines("");
+        result
+    }
+
     /// Whether binary messages go on this WebSocket (its server selected `ucall.binary.v1`),
     /// the connection opened to learn it; false for HTTP and raw TCP.
     ///

@@ -374,21 +374,22 @@ impl NativeClient {
     }
 
     /// Send `requests`, then those `more` makes as the socket takes them, and read
-    /// `replies` replies plus one per request made ([`Client::exchange_attached`]); the GIL
-    /// is released meanwhile.
+    /// `replies` replies plus one per request made, each HTTP request with `headers` too
+    /// ([`Client::exchange_with_headers`]); the GIL is released meanwhile.
     fn run<'py>(
         &self,
         py: Python<'py>,
-        requests: Vec<Request>,
+        (requests, headers): (Vec<Request>, &[(String, String)]),
         replies: usize,
         timeout: Option<f64>,
         more: &mut (dyn FnMut() -> Option<ucall_client::Result<Request>> + Send),
     ) -> PyResult<Bound<'py, PyList>> {
         let timeout = seconds(timeout)?;
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         let result = py.detach(|| {
             let mut client = self.lock();
             client.set_timeout(timeout);
-            client.exchange_attached(requests, replies, more)
+            client.exchange_with_headers(requests, replies, &headers, more)
         });
         let replies = result.map_err(|e| exception(py, &e))?;
         let list = PyList::empty(py);
@@ -456,7 +457,7 @@ impl NativeClient {
         }
         let replies = bodies.len();
         if replies == calls.len() {
-            return self.run(py, bodies, replies, timeout, &mut || None);
+            return self.run(py, (bodies, &[]), replies, timeout, &mut || None);
         }
         let (rest, encode) = (calls.clone().unbind(), encode.clone().unbind());
         let (mut next, mut failed) = (replies, None::<PyErr>);
@@ -471,15 +472,16 @@ impl NativeClient {
                 }))
             })
         };
-        let result = self.run(py, bodies, replies, timeout, &mut more);
+        let result = self.run(py, (bodies, &[]), replies, timeout, &mut more);
         match failed {
             Some(error) => Err(error),
             None => result,
         }
     }
 
-    /// Send request objects (each serialized whole) and read `replies` replies.
-    #[pyo3(signature = (requests, replies, encode, timeout))]
+    /// Send request objects (each serialized whole) and read `replies` replies; over
+    /// HTTP each request has `headers` `[(name, value)]` too, besides the client's.
+    #[pyo3(signature = (requests, replies, encode, timeout, headers=Vec::new()))]
     fn send<'py>(
         &self,
         py: Python<'py>,
@@ -487,17 +489,19 @@ impl NativeClient {
         replies: usize,
         encode: &Bound<'py, PyAny>,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyList>> {
         let bodies = requests
             .iter()
             .map(|request| json_body(&request, Some(encode)).map(json_request))
             .collect::<PyResult<Vec<_>>>()?;
-        self.run(py, bodies, replies, timeout, &mut || None)
+        self.run(py, (bodies, &headers), replies, timeout, &mut || None)
     }
 
     /// Send a binary message (docs/wire.md), `text` and the `attachments` its placeholders
-    /// name ([`NativeMux::send_binary`] lays them out alike), and read `replies` replies.
-    #[pyo3(signature = (text, attachments, replies, timeout))]
+    /// name ([`NativeMux::send_binary`] lays them out alike), and read `replies` replies;
+    /// `headers` as [`NativeClient::send`] takes them.
+    #[pyo3(signature = (text, attachments, replies, timeout, headers=Vec::new()))]
     fn send_binary<'py>(
         &self,
         py: Python<'py>,
@@ -505,9 +509,10 @@ impl NativeClient {
         attachments: &Bound<'py, PyList>,
         replies: usize,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyList>> {
         let request = binary_request(text, attachments)?;
-        self.run(py, vec![request], replies, timeout, &mut || None)
+        self.run(py, (vec![request], &headers), replies, timeout, &mut || None)
     }
 
     /// Whether binary messages go on this WebSocket: the server selected the subprotocol
