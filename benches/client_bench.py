@@ -21,6 +21,8 @@ the result as JSON text. Clients:
 * ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
 * ``python-pipeline-binary``, ``python-sequential-binary``: the same with ``binary=True``
   (binary messages on ``Client``'s one native connection);
+* ``python-headers-binary``: ``Client`` one call at a time with ``binary=True`` by
+  ``call_with_headers`` (run only when named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -78,6 +80,9 @@ UCALL_CLIENTS = [
     "socket-floor-binary-fresh",
 ]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
+#: Run only when named in --only: ``Client`` one call at a time, with binary=True, by
+#: ``call_with_headers`` (a header of the call's own), a path of its own through the client.
+PATH_CLIENTS = ["python-headers-binary"]
 SHAPE = (32, 224, 224)
 
 
@@ -152,6 +157,13 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
                 return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
 
             return run_samples(pipelined, samples, calls, verify)
+
+        if kind == "python-headers-binary":
+
+            def with_headers() -> list:
+                return [decode(client.call_with_headers("echo", {"data": data}, {"X-Request": "1"})) for _ in range(calls)]
+
+            return run_samples(with_headers, samples, calls, verify)
 
         def sequential() -> list:
             return [decode(client.echo(data=data)) for _ in range(calls)]
@@ -450,7 +462,7 @@ def main() -> int:
     ucall = Server([str(ROOT / "target/release/bench_server"), "--port", "0", "--engine", "poll"])
     try:
         for workload in workloads:
-            for client in [c for c in clients if c in UCALL_CLIENTS]:
+            for client in [c for c in clients if c in UCALL_CLIENTS + PATH_CLIENTS]:
                 results[workload][client] = measure(sys.executable, client, ucall.port, workload, args.samples)
                 print(workload, client, results[workload][client], flush=True)
     finally:

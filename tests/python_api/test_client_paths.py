@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which connection each of ``Client``'s ways to call takes, and what it sends for a numpy
+array or bytes param: the native connection its other calls share (the server sees one
+peer port) or a Python socket of its own, and a binary message (docs/wire.md) or base64
+in the JSON text. A relay (``Recorder``) keeps what each connection carried."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from conftest import Recorder
+
+from ucall.client import Client
+from ucall.exceptions import TimeoutError as CallTimeout
+
+np = pytest.importorskip("numpy")
+
+def _server(make_server: Any) -> tuple[Any, list[tuple[int, str | None, str | None]]]:
+    """Procedures noting, per call, the peer port of its connection and its ``X-Key`` and
+    ``traceparent`` header fields."""
+    from ucall import Context
+
+    server = make_server()
+    seen: list[tuple[int, str | None, str | None]] = []
+
+    def note(ctx: Context) -> None:
+        assert ctx.peer is not None
+        seen.append((ctx.peer[1], ctx.headers.get("x-key"), ctx.headers.get("traceparent")))
+
+    @server
+    def echo(x: np.ndarray, ctx: Context) -> np.ndarray:
+        note(ctx)
+        return x
+
+    @server
+    def reverse(data: bytes, ctx: Context) -> bytes:
+        note(ctx)
+        return data[::-1]
+
+    @server
+    def plain(x: Any, ctx: Context) -> Any:
+        note(ctx)
+        return x
+
+    @server
+    def slow(data: bytes) -> bytes:
+        time.sleep(1.0)
+        return data
+
+    server.start()
+    return server, seen
+
+
+def _array() -> Any:
+    return np.random.default_rng(3).standard_normal((1000, 50)).astype(np.float32)
+
+
+def test_call_with_headers_goes_on_the_native_connection_as_binary_messages(make_server):
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = _array()
+    try:
+        with Client(port=relay.port, timeout=30) as client:
+            assert client.plain(1).json == 1
+            back = client.call_with_headers("echo", [array], {"X-Key": "a"}).numpy
+            assert np.array_equal(back, array) and not back.flags.writeable, "a view of the binary reply"
+            assert client.call_with_headers("reverse", {"data": b"abc"}, {"X-Key": "b"}).bytes == b"cba"
+            assert client.call_with_headers("plain", [2], {"X-Key": "c"}).json == 2
+            assert client.plain(3).json == 3
+            with pytest.raises(ValueError, match="Host"):
+                client.call_with_headers("echo", [array], {"Host": "elsewhere"})
+            assert client.call_with_headers("plain", [4], {}).json == 4
+        assert [key for _, key, _ in seen] == [None, "a", "b", "c", None, None], "headers with their call only"
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        sent = bytes(relay.sent[0])
+        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
+        assert sent.count(array.tobytes()) == 1 and b"AAAA" not in sent, "the array as an attachment, once"
+        assert sent.lower().count(b"x-key:") == 3
+    finally:
+        relay.close()
+
+
+def test_call_with_headers_keeps_its_errors_and_timeout(make_server):
+    server, _ = _server(make_server)
+    with Client(port=server.port, binary=True, timeout=0.3) as client:
+        with pytest.raises(CallTimeout, match="within 0.3 s"):
+            client.call_with_headers("slow", [b"x" * 100_000], {"X-Key": "a"})
+        time.sleep(1.0)
+        assert client.call_with_headers("reverse", [b"xy"], {"X-Key": "b"}).bytes == b"yx"
+        assert client.call_with_headers("nothing", [b"xy"], {"X-Key": "c"}).error.code == -32601
+    with Client(f"tcp://127.0.0.1:{server.port}") as client:
+        with pytest.raises(ValueError, match="only HTTP sends headers with each call"):
+            client.call_with_headers("plain", [1], {"X-Key": "a"})
