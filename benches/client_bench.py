@@ -21,8 +21,9 @@ the result as JSON text. Clients:
 * ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
 * ``python-pipeline-binary``, ``python-sequential-binary``: the same with ``binary=True``
   (binary messages on ``Client``'s one native connection);
-* ``python-headers-binary``: ``Client`` one call at a time with ``binary=True`` by
-  ``call_with_headers`` (run only when named in ``--only``);
+* ``python-headers-binary``, ``python-traced-binary``: ``Client`` one call at a time with
+  ``binary=True`` by ``call_with_headers``, or inside a trace over HTTP (run only when
+  named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -81,8 +82,9 @@ UCALL_CLIENTS = [
 ]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 #: Run only when named in --only: ``Client`` one call at a time, with binary=True, by
-#: ``call_with_headers`` (a header of the call's own), a path of its own through the client.
-PATH_CLIENTS = ["python-headers-binary"]
+#: ``call_with_headers`` (a header of the call's own) or inside a trace (its context as
+#: header fields), each a path of its own through the client.
+PATH_CLIENTS = ["python-headers-binary", "python-traced-binary"]
 SHAPE = (32, 224, 224)
 
 
@@ -164,6 +166,17 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
                 return [decode(client.call_with_headers("echo", {"data": data}, {"X-Request": "1"})) for _ in range(calls)]
 
             return run_samples(with_headers, samples, calls, verify)
+        if kind == "python-traced-binary":
+            from opentelemetry import trace
+            from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+            span = NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0xF067AA0BA902B7, True, TraceFlags(1)))
+
+            def traced() -> list:
+                with trace.use_span(span):
+                    return [decode(client.echo(data=data)) for _ in range(calls)]
+
+            return run_samples(traced, samples, calls, verify)
 
         def sequential() -> list:
             return [decode(client.echo(data=data)) for _ in range(calls)]

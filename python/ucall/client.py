@@ -606,8 +606,14 @@ class _Endpoint:
         return self.use_http and current_meta() is not None
 
     def _request_headers(self, headers: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-        """A request's own header fields over HTTP, besides the client's: a call's ``headers``."""
-        return list((headers or {}).items())
+        """A request's own header fields over HTTP, besides the client's: a call's
+        ``headers``, then the current span's context (``traceparent``, ``tracestate``)
+        unless a ``traceparent`` is among the others, as ``trace_header_lines`` adds it."""
+        own = list((headers or {}).items())
+        meta = current_meta() if self.use_http else None
+        if meta is not None and not any(name.lower() == "traceparent" for name, _ in [*self.headers.items(), *own]):
+            own += meta.items()
+        return own
 
     def frame(self, body: bytes, headers: str = "") -> bytes:
         """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
@@ -675,7 +681,7 @@ class _Endpoint:
         """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
         binary message, so that a result array or bytes come back as an attachment: over
         raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
-        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
+        return self.binary is True and self._native_protocol in ("http", "tcp")
 
     def _no_binary_websocket(self) -> ProtocolError:
         """What ``binary=True`` raises on a WebSocket whose server did not select the subprotocol."""
@@ -951,7 +957,7 @@ class Client(_Endpoint, _OwnsSocket):
         """A call as a binary message, with ``headers`` of its own over HTTP: on the native
         connection (``_binary_send``), or with a progress callback on the Python transport
         (``sendmsg`` writes the attachments where they lie)."""
-        if progress is None and self._native is not None and not self._traced_http():
+        if progress is None and self._native is not None:
             reply = self._binary_send(call, 1, self._request_headers(headers))[0]
         else:
             reply = self._roundtrip([call], 1, progress, header_lines(headers or {}))[0]
@@ -1006,18 +1012,17 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _exchange(self, request: Any, progress: Progress | None = None, headers: Mapping[str, str] | None = None) -> Any:
         """``request`` (an object or a batch) sent, with ``headers`` of its own over HTTP,
-        and its reply read: on the native connection, or with a progress callback or
-        inside a traced span over HTTP on Python's transport (which reports each megabyte
-        written, and writes the context as header lines)."""
+        and its reply read: on the native connection, or with a progress callback on
+        Python's transport (which reports each megabyte written)."""
         expected = 1 if self.expects_reply(request) else 0
         message = self._binary_message_asked(request) if self._may_attach(request) else None
-        native = self._native is not None and progress is None and not self._traced_http()
+        native = self._native is not None and progress is None
         own = self._request_headers(headers) if native else []
         if message is not None and native:
             replies = self._binary_send(message, expected, own)
         elif message is not None:
             replies = self._roundtrip([message], expected, progress, header_lines(headers or {}))
-        elif self._native is not None and native:
+        elif self._native is not None and progress is None:
             replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout, own)]
         else:
             replies = self._roundtrip([dumps(_codec.pack(request))], expected, progress, header_lines(headers or {}))

@@ -17,6 +17,9 @@ from ucall.exceptions import TimeoutError as CallTimeout
 
 np = pytest.importorskip("numpy")
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 def _server(make_server: Any) -> tuple[Any, list[tuple[int, str | None, str | None]]]:
     """Procedures noting, per call, the peer port of its connection and its ``X-Key`` and
     ``traceparent`` header fields."""
@@ -93,3 +96,34 @@ def test_call_with_headers_keeps_its_errors_and_timeout(make_server):
     with Client(f"tcp://127.0.0.1:{server.port}") as client:
         with pytest.raises(ValueError, match="only HTTP sends headers with each call"):
             client.call_with_headers("plain", [1], {"X-Key": "a"})
+
+
+def test_calls_in_a_trace_over_http_go_on_the_native_connection_with_the_context(make_server):
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = _array()
+    parent = SpanContext(int(TRACEPARENT[3:35], 16), int(TRACEPARENT[36:52], 16), True, TraceFlags(1))
+    try:
+        with Client(port=relay.port, timeout=30) as client:
+            assert client.plain(1).json == 1
+            assert client.reverse(b"ab").bytes == b"ba"  # (the server's description asked, untraced)
+            with trace.use_span(NonRecordingSpan(parent)):
+                back = client.echo(array).numpy
+                assert np.array_equal(back, array) and not back.flags.writeable
+                assert client.plain(2).json == 2
+                assert client.reverse(b"abc").bytes == b"cba"
+                assert client.call_with_headers("plain", [3], {"X-Key": "k"}).json == 3
+                with client.batch() as batch:
+                    batched = batch.reverse(b"de")
+                assert batched.bytes == b"ed"
+            assert client.plain(4).json == 4
+        assert [parent for _, _, parent in seen] == [None] * 2 + [TRACEPARENT] * 5 + [None]
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        sent = bytes(relay.sent[0])
+        assert relay.binary_messages("http") == 1 and sent.count(array.tobytes()) == 1
+        assert sent.lower().count(b"traceparent:") == 5, "the context as a header field of each traced request"
+    finally:
+        relay.close()
