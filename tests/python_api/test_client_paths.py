@@ -6,6 +6,7 @@ in the JSON text. A relay (``Recorder``) keeps what each connection carried."""
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -20,12 +21,13 @@ np = pytest.importorskip("numpy")
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-def _server(make_server: Any) -> tuple[Any, list[tuple[int, str | None, str | None]]]:
+def _server(make_server: Any, **options: Any) -> tuple[Any, list[tuple[int, str | None, str | None]]]:
     """Procedures noting, per call, the peer port of its connection and its ``X-Key`` and
-    ``traceparent`` header fields."""
+    ``traceparent`` header fields (``attached``: whether each array came as an attachment,
+    viewed read-only where it lies)."""
     from ucall import Context
 
-    server = make_server()
+    server = make_server(**options)
     seen: list[tuple[int, str | None, str | None]] = []
 
     def note(ctx: Context) -> None:
@@ -35,6 +37,7 @@ def _server(make_server: Any) -> tuple[Any, list[tuple[int, str | None, str | No
     @server
     def echo(x: np.ndarray, ctx: Context) -> np.ndarray:
         note(ctx)
+        server.attached.append(not x.flags.writeable)  # type: ignore[attr-defined]
         return x
 
     @server
@@ -52,6 +55,12 @@ def _server(make_server: Any) -> tuple[Any, list[tuple[int, str | None, str | No
         time.sleep(1.0)
         return data
 
+    @server
+    def sizes(data: bytes, ctx: Context):  # (streams its items)
+        note(ctx)
+        yield len(data)
+
+    server.attached = []
     server.start()
     return server, seen
 
@@ -127,3 +136,60 @@ def test_calls_in_a_trace_over_http_go_on_the_native_connection_with_the_context
         assert sent.lower().count(b"traceparent:") == 5, "the context as a header field of each traced request"
     finally:
         relay.close()
+
+
+def test_call_with_progress_sends_a_binary_message_on_a_python_socket(make_server):
+    """Progress reports come from Python's transport, which writes a megabyte at a time:
+    the call goes on a socket of its own, still as a binary message."""
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = np.ones((3, 1 << 20), dtype=np.uint8)
+    reports: list[tuple[int, int]] = []
+    try:
+        with Client(port=relay.port, timeout=30) as client:
+            assert client.plain(1).json == 1
+            back = client.call_with_progress("echo", [array], lambda sent, total: reports.append((sent, total)))
+            assert np.array_equal(back.numpy, array)
+        assert len(reports) >= 3 and reports[-1][0] == reports[-1][1] > array.nbytes
+        assert len({port for port, _, _ in seen}) == 2 and len(relay.sent) == 2
+        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
+        assert sum(bytes(sent).count(array.tobytes()) for sent in relay.sent) == 1
+    finally:
+        relay.close()
+
+
+def test_a_stream_sends_its_binary_params_as_base64(make_server):
+    """A streamed call's request is a JSON text (its framing has no binary form yet), on a
+    connection of its own."""
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    data = bytes(range(256)) * 8
+    try:
+        with Client(port=relay.port, timeout=30) as client:
+            assert client.plain(1).json == 1
+            assert list(client.stream("sizes", data)) == [len(data)]
+        assert len({port for port, _, _ in seen}) == 2 and len(relay.sent) == 2
+        assert relay.binary_messages("http") == 0
+        assert any(base64.b64encode(data) in bytes(sent) for sent in relay.sent)
+    finally:
+        relay.close()
+
+
+def test_a_client_given_an_ssl_context_sends_binary_messages_on_pythons_ssl(make_server, tmp_path):
+    """rustls cannot take an ``ssl.SSLContext``: such a client's calls go on Python's ssl,
+    its arrays as attachments all the same (the server views them in place)."""
+    import ssl
+
+    from test_client_tls import make_certs
+
+    certs = make_certs(tmp_path)
+    server, seen = _server(make_server, tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"))
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    array = _array()
+    with Client(port=server.port, ssl_context=context, timeout=30) as client:
+        assert np.array_equal(client.echo(array).numpy, array)
+        assert np.array_equal(client.call_with_headers("echo", [array], {"X-Key": "a"}).numpy, array)
+        assert np.array_equal(client.pipeline([("echo", [array])])[0].numpy, array)
+        assert client.sock is not None and client._native is None, "Python's ssl"
+    assert server.attached == [True] * 3, "each array came as an attachment"
+    assert len({port for port, _, _ in seen}) == 1
