@@ -21,9 +21,9 @@ the result as JSON text. Clients:
 * ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
 * ``python-pipeline-binary``, ``python-sequential-binary``: the same with ``binary=True``
   (binary messages on ``Client``'s one native connection);
-* ``python-headers-binary``, ``python-traced-binary``: ``Client`` one call at a time with
-  ``binary=True`` by ``call_with_headers``, or inside a trace over HTTP (run only when
-  named in ``--only``);
+* ``python-headers-binary``, ``python-traced-binary``, ``python-progress-binary``:
+  ``Client`` one call at a time with ``binary=True`` by ``call_with_headers``, inside a
+  trace over HTTP, or by ``call_with_progress`` (run only when named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -82,9 +82,9 @@ UCALL_CLIENTS = [
 ]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 #: Run only when named in --only: ``Client`` one call at a time, with binary=True, by
-#: ``call_with_headers`` (a header of the call's own) or inside a trace (its context as
-#: header fields), each a path of its own through the client.
-PATH_CLIENTS = ["python-headers-binary", "python-traced-binary"]
+#: ``call_with_headers`` (a header of the call's own), inside a trace (its context as
+#: header fields) or by ``call_with_progress``, each a path of its own through the client.
+PATH_CLIENTS = ["python-headers-binary", "python-traced-binary", "python-progress-binary"]
 SHAPE = (32, 224, 224)
 
 
@@ -177,6 +177,12 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
                     return [decode(client.echo(data=data)) for _ in range(calls)]
 
             return run_samples(traced, samples, calls, verify)
+        if kind == "python-progress-binary":
+
+            def with_progress() -> list:
+                return [decode(client.call_with_progress("echo", {"data": data}, lambda s, t: None)) for _ in range(calls)]
+
+            return run_samples(with_progress, samples, calls, verify)
 
         def sequential() -> list:
             return [decode(client.echo(data=data)) for _ in range(calls)]

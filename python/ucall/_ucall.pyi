@@ -382,10 +382,13 @@ class NativeClient:
         encode: Callable[[Any], Any],
         timeout: Optional[float],
         headers: Sequence[Tuple[str, str]] = ...,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
         """Send request objects and read ``replies`` replies (as ``calls`` gives them); over
         HTTP each request carries ``headers`` too, besides the client's (ValueError for a
-        bad name or value, or for headers over raw TCP or WebSocket, with nothing sent)."""
+        bad name or value, or for headers over raw TCP or WebSocket, with nothing sent);
+        ``progress(sent, total)`` is told of the requests' bytes written at each MiB and at
+        the end, and what it raises ends the exchange, the connection closed."""
     def send_binary(
         self,
         text: bytes,
@@ -393,11 +396,12 @@ class NativeClient:
         replies: int,
         timeout: Optional[float],
         headers: Sequence[Tuple[str, str]] = ...,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
         """Send a binary message (docs/wire.md): ``text``, whose placeholders name the
         ``attachments`` laid out in order each at the next multiple of 64, written from
         their own memory; read ``replies`` replies (as ``calls`` gives them); ``headers``
-        as ``send`` takes them."""
+        and ``progress`` as ``send`` takes them."""
     def websocket_binary(self) -> bool:
         """Whether binary messages go on this WebSocket (the server selected the
         subprotocol at the upgrade; the connection is opened to learn it); False for HTTP

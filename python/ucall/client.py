@@ -863,9 +863,9 @@ class Client(_Endpoint, _OwnsSocket):
         return self._in_time(response)
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
-        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload.
-        With a ``progress`` callback the call goes on a Python socket of its own (which
-        reports each megabyte written), not the client's native connection."""
+        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload
+        (the request's bytes written, told at each MiB and at the end), on the connection
+        of the other calls. What ``progress`` raises ends the call, the connection closed."""
         if self._may_attach(params):
             binary = self._binary_request_asked(method, params)
             if binary is not None:
@@ -955,10 +955,10 @@ class Client(_Endpoint, _OwnsSocket):
         self, call: _BinaryRequest, progress: Progress | None = None, headers: Mapping[str, str] | None = None
     ) -> Response:
         """A call as a binary message, with ``headers`` of its own over HTTP: on the native
-        connection (``_binary_send``), or with a progress callback on the Python transport
-        (``sendmsg`` writes the attachments where they lie)."""
-        if progress is None and self._native is not None:
-            reply = self._binary_send(call, 1, self._request_headers(headers))[0]
+        connection (``_binary_send``), or on the Python transport of a client given an
+        ``ssl_context`` (``sendmsg`` writes the attachments where they lie)."""
+        if self._native is not None:
+            reply = self._binary_send(call, 1, self._request_headers(headers), progress)[0]
         else:
             reply = self._roundtrip([call], 1, progress, header_lines(headers or {}))[0]
         return self._in_time(self._check(Response(_decode(reply)), call.request))
@@ -974,17 +974,20 @@ class Client(_Endpoint, _OwnsSocket):
             raise self._no_binary_websocket()
         return False
 
-    def _binary_send(self, message: _BinaryRequest, replies: int, headers: list[tuple[str, str]]) -> list[Reply]:
+    def _binary_send(
+        self, message: _BinaryRequest, replies: int, headers: list[tuple[str, str]], progress: Progress | None = None
+    ) -> list[Reply]:
         """A binary message on the native connection, in order with every other call: the
         JSON text, then each attachment written from its own memory (one vectored write);
         a binary reply read into one buffer that its arrays view. On a WebSocket without
         the subprotocol, its plain JSON form (the native writer's base64). ``headers``:
-        the request's own (``_request_headers``)."""
+        the request's own (``_request_headers``); ``progress`` follows its upload."""
         assert self._native is not None
         if not self._websocket_takes_binary():
-            sent = self._native.send([message.raw], replies, _codec.encode, self.timeout, headers)
+            sent = self._native.send([message.raw], replies, _codec.encode, self.timeout, headers, progress)
         else:
-            sent = self._native.send_binary(message.text, message.attachments.sources(), replies, self.timeout, headers)
+            attachments = message.attachments.sources()
+            sent = self._native.send_binary(message.text, attachments, replies, self.timeout, headers, progress)
         return [Reply(*reply) for reply in sent]
 
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
@@ -1012,18 +1015,18 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _exchange(self, request: Any, progress: Progress | None = None, headers: Mapping[str, str] | None = None) -> Any:
         """``request`` (an object or a batch) sent, with ``headers`` of its own over HTTP,
-        and its reply read: on the native connection, or with a progress callback on
-        Python's transport (which reports each megabyte written)."""
+        and its reply read (``progress`` following the upload): on the native connection,
+        or on Python's transport for a client given an ``ssl_context``."""
         expected = 1 if self.expects_reply(request) else 0
         message = self._binary_message_asked(request) if self._may_attach(request) else None
-        native = self._native is not None and progress is None
-        own = self._request_headers(headers) if native else []
-        if message is not None and native:
-            replies = self._binary_send(message, expected, own)
+        own = self._request_headers(headers) if self._native is not None else []
+        if message is not None and self._native is not None:
+            replies = self._binary_send(message, expected, own, progress)
         elif message is not None:
             replies = self._roundtrip([message], expected, progress, header_lines(headers or {}))
-        elif self._native is not None and progress is None:
-            replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout, own)]
+        elif self._native is not None:
+            sent = self._native.send([request], expected, _codec.encode, self.timeout, own, progress)
+            replies = [Reply(*r) for r in sent]
         else:
             replies = self._roundtrip([dumps(_codec.pack(request))], expected, progress, header_lines(headers or {}))
         if not replies:

@@ -138,9 +138,9 @@ def test_calls_in_a_trace_over_http_go_on_the_native_connection_with_the_context
         relay.close()
 
 
-def test_call_with_progress_sends_a_binary_message_on_a_python_socket(make_server):
-    """Progress reports come from Python's transport, which writes a megabyte at a time:
-    the call goes on a socket of its own, still as a binary message."""
+def test_call_with_progress_goes_on_the_native_connection_as_binary_messages(make_server):
+    """Progress reports come from the native connection as it writes the request: at
+    each MiB and once at the end, ``sent`` up to ``total`` (the request's bytes)."""
     server, seen = _server(make_server)
     relay = Recorder(server.port)
     array = np.ones((3, 1 << 20), dtype=np.uint8)
@@ -149,13 +149,39 @@ def test_call_with_progress_sends_a_binary_message_on_a_python_socket(make_serve
         with Client(port=relay.port, timeout=30) as client:
             assert client.plain(1).json == 1
             back = client.call_with_progress("echo", [array], lambda sent, total: reports.append((sent, total)))
-            assert np.array_equal(back.numpy, array)
-        assert len(reports) >= 3 and reports[-1][0] == reports[-1][1] > array.nbytes
-        assert len({port for port, _, _ in seen}) == 2 and len(relay.sent) == 2
+            assert np.array_equal(back.numpy, array) and not back.numpy.flags.writeable
+            small: list[tuple[int, int]] = []
+            assert client.call_with_progress("plain", [2], lambda sent, total: small.append((sent, total))).json == 2
+            assert client.plain(3).json == 3
+        assert reports and reports[-1][0] == reports[-1][1] > array.nbytes
+        assert all(total == reports[-1][1] for _, total in reports)
+        sent = [one for one, _ in reports]
+        assert sent == sorted(set(sent)), "growing"
+        assert all(b - a >= 1 << 20 for a, b in zip([0, *sent[:-2]], sent[:-1])), "at each MiB"
+        assert len(small) == 1 and small[0][0] == small[0][1] > 0
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
         assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
-        assert sum(bytes(sent).count(array.tobytes()) for sent in relay.sent) == 1
+        assert bytes(relay.sent[0]).count(array.tobytes()) == 1
     finally:
         relay.close()
+
+
+def test_what_the_progress_callback_raises_ends_the_call(make_server):
+    server, _ = _server(make_server)
+    array = np.ones(4 << 20, dtype=np.uint8)
+
+    class Stop(Exception):
+        pass
+
+    def stop(sent: int, total: int) -> None:
+        raise Stop(f"{sent} of {total}")
+
+    with Client(port=server.port, timeout=30) as client:
+        with pytest.raises(Stop, match=" of "):
+            client.call_with_progress("echo", [array], stop)
+        with pytest.raises(Stop):
+            client.call_with_progress("plain", [1], stop)
+        assert np.array_equal(client.echo(array[:10]).numpy, array[:10]), "the next call on a new connection"
 
 
 def test_a_stream_sends_its_binary_params_as_base64(make_server):
