@@ -881,3 +881,28 @@ impl Pool {
         self.with(|client| client.call(method, params))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, Upload};
+
+    #[test]
+    fn an_upload_is_reported_at_each_mib_and_at_its_end() {
+        let mut told = Vec::new();
+        let mut upload = Upload::new(5 << 20);
+        for written in [1000, 1 << 20, (1 << 20) + 10, 3 << 20, 6 << 20, 6 << 20] {
+            upload
+                .report(written, &mut |sent, total| {
+                    told.push((sent, total));
+                    Ok(())
+                })
+                .expect("told");
+        }
+        assert_eq!(told, [(1 << 20, 5 << 20), (3 << 20, 5 << 20), (5 << 20, 5 << 20)]);
+        let mut failing = Upload::new(10);
+        let error = failing
+            .report(10, &mut |_, _| Err(Error::invalid("stop")))
+            .expect_err("its error");
+        assert_eq!(error.message(), "stop");
+    }
+}
