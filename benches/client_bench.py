@@ -21,6 +21,9 @@ the result as JSON text. Clients:
 * ``python-pipeline``: ``Client.pipeline``; ``python-sequential``: ``Client`` one call at a time;
 * ``python-pipeline-binary``, ``python-sequential-binary``: the same with ``binary=True``
   (binary messages on ``Client``'s one native connection);
+* ``python-headers-binary``, ``python-traced-binary``, ``python-progress-binary``:
+  ``Client`` one call at a time with ``binary=True`` by ``call_with_headers``, inside a
+  trace over HTTP, or by ``call_with_progress`` (run only when named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -78,6 +81,10 @@ UCALL_CLIENTS = [
     "socket-floor-binary-fresh",
 ]
 CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
+#: Run only when named in --only: ``Client`` one call at a time, with binary=True, by
+#: ``call_with_headers`` (a header of the call's own), inside a trace (its context as
+#: header fields) or by ``call_with_progress``, each a path of its own through the client.
+PATH_CLIENTS = ["python-headers-binary", "python-traced-binary", "python-progress-binary"]
 SHAPE = (32, 224, 224)
 
 
@@ -152,6 +159,30 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
                 return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
 
             return run_samples(pipelined, samples, calls, verify)
+
+        if kind == "python-headers-binary":
+
+            def with_headers() -> list:
+                return [decode(client.call_with_headers("echo", {"data": data}, {"X-Request": "1"})) for _ in range(calls)]
+
+            return run_samples(with_headers, samples, calls, verify)
+        if kind == "python-traced-binary":
+            from opentelemetry import trace
+            from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+            span = NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0xF067AA0BA902B7, True, TraceFlags(1)))
+
+            def traced() -> list:
+                with trace.use_span(span):
+                    return [decode(client.echo(data=data)) for _ in range(calls)]
+
+            return run_samples(traced, samples, calls, verify)
+        if kind == "python-progress-binary":
+
+            def with_progress() -> list:
+                return [decode(client.call_with_progress("echo", {"data": data}, lambda s, t: None)) for _ in range(calls)]
+
+            return run_samples(with_progress, samples, calls, verify)
 
         def sequential() -> list:
             return [decode(client.echo(data=data)) for _ in range(calls)]
@@ -450,7 +481,7 @@ def main() -> int:
     ucall = Server([str(ROOT / "target/release/bench_server"), "--port", "0", "--engine", "poll"])
     try:
         for workload in workloads:
-            for client in [c for c in clients if c in UCALL_CLIENTS]:
+            for client in [c for c in clients if c in UCALL_CLIENTS + PATH_CLIENTS]:
                 results[workload][client] = measure(sys.executable, client, ucall.port, workload, args.samples)
                 print(workload, client, results[workload][client], flush=True)
     finally:

@@ -376,15 +376,32 @@ class NativeClient:
         close, json_length)``, the body parsed when it is JSON, a ``BinaryBody`` whose JSON
         text is ``json_length`` long for a binary message (None for any other), else ``bytes``."""
     def send(
-        self, requests: Sequence[Any], replies: int, encode: Callable[[Any], Any], timeout: Optional[float]
+        self,
+        requests: Sequence[Any],
+        replies: int,
+        encode: Callable[[Any], Any],
+        timeout: Optional[float],
+        headers: Sequence[Tuple[str, str]] = ...,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
-        """Send request objects and read ``replies`` replies (as ``calls`` gives them)."""
+        """Send request objects and read ``replies`` replies (as ``calls`` gives them); over
+        HTTP each request carries ``headers`` too, besides the client's (ValueError for a
+        bad name or value, or for headers over raw TCP or WebSocket, with nothing sent);
+        ``progress(sent, total)`` is told of the requests' bytes written at each MiB and at
+        the end, and what it raises ends the exchange, the connection closed."""
     def send_binary(
-        self, text: bytes, attachments: List[Any], replies: int, timeout: Optional[float]
+        self,
+        text: bytes,
+        attachments: List[Any],
+        replies: int,
+        timeout: Optional[float],
+        headers: Sequence[Tuple[str, str]] = ...,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
         """Send a binary message (docs/wire.md): ``text``, whose placeholders name the
         ``attachments`` laid out in order each at the next multiple of 64, written from
-        their own memory; read ``replies`` replies (as ``calls`` gives them)."""
+        their own memory; read ``replies`` replies (as ``calls`` gives them); ``headers``
+        and ``progress`` as ``send`` takes them."""
     def websocket_binary(self) -> bool:
         """Whether binary messages go on this WebSocket (the server selected the
         subprotocol at the upgrade; the connection is opened to learn it); False for HTTP

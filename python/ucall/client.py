@@ -605,6 +605,16 @@ class _Endpoint:
         Python's transport writes them; the native one writes one head for the connection."""
         return self.use_http and current_meta() is not None
 
+    def _request_headers(self, headers: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+        """A request's own header fields over HTTP, besides the client's: a call's
+        ``headers``, then the current span's context (``traceparent``, ``tracestate``)
+        unless a ``traceparent`` is among the others, as ``trace_header_lines`` adds it."""
+        own = list((headers or {}).items())
+        meta = current_meta() if self.use_http else None
+        if meta is not None and not any(name.lower() == "traceparent" for name, _ in [*self.headers.items(), *own]):
+            own += meta.items()
+        return own
+
     def frame(self, body: bytes, headers: str = "") -> bytes:
         """A request's bytes over HTTP or raw TCP (WebSocket messages need the connection);
         ``headers``: a call's own header lines, after the client's."""
@@ -671,7 +681,7 @@ class _Endpoint:
         """With ``binary=True``, every call on the native transport (HTTP, raw TCP) is a
         binary message, so that a result array or bytes come back as an attachment: over
         raw TCP a JSON text is always answered with JSON (docs/wire.md §3.2)."""
-        return self.binary is True and self._native_protocol in ("http", "tcp") and not self._traced_http()
+        return self.binary is True and self._native_protocol in ("http", "tcp")
 
     def _no_binary_websocket(self) -> ProtocolError:
         """What ``binary=True`` raises on a WebSocket whose server did not select the subprotocol."""
@@ -841,20 +851,21 @@ class Client(_Endpoint, _OwnsSocket):
 
     def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:
         """Like ``call`` with params given whole (a list, a dict or None), sending ``headers``
-        with this call only, besides the client's (HTTP only)."""
-        lines = self._call_headers(headers)
+        with this call only, besides the client's (HTTP only), on the connection of the
+        other calls (binary values as attachments, as ``call`` sends them)."""
+        self._call_headers(headers)  # (checked before anything is sent)
         if self._may_attach(params):
             binary = self._binary_request_asked(method, params)
             if binary is not None:
-                return self._binary_call(binary, None, lines)
+                return self._binary_call(binary, None, headers)
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
-        reply = self._roundtrip([dumps(request)], 1, None, lines)[0]
-        return self._in_time(self._check(Response(_decode(reply)), request))
+        response: Response = self._exchange(request, None, headers)
+        return self._in_time(response)
 
     def call_with_progress(self, method: str, params: Any, progress: Progress | None = None) -> Response:
-        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload.
-        With a ``progress`` callback the call goes on a Python socket of its own (which
-        reports each megabyte written), not the client's native connection."""
+        """Like ``call`` with params given whole; ``progress(sent, total)`` follows the upload
+        (the request's bytes written, told at each MiB and at the end), on the connection
+        of the other calls. What ``progress`` raises ends the call, the connection closed."""
         if self._may_attach(params):
             binary = self._binary_request_asked(method, params)
             if binary is not None:
@@ -940,20 +951,17 @@ class Client(_Endpoint, _OwnsSocket):
         self._ask()
         return self._binary_message(request)
 
-    def _binary_call(self, call: _BinaryRequest, progress: Progress | None = None, headers: str = "") -> Response:
-        """A call as a binary message: on the native connection (``_binary_send``), or with
-        a progress callback or headers of its own on the Python transport (``sendmsg``
-        writes the attachments where they lie)."""
-        if progress is None and not headers and self._sends_native_binary():
-            reply = self._binary_send(call, 1)[0]
+    def _binary_call(
+        self, call: _BinaryRequest, progress: Progress | None = None, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        """A call as a binary message, with ``headers`` of its own over HTTP: on the native
+        connection (``_binary_send``), or on the Python transport of a client given an
+        ``ssl_context`` (``sendmsg`` writes the attachments where they lie)."""
+        if self._native is not None:
+            reply = self._binary_send(call, 1, self._request_headers(headers), progress)[0]
         else:
-            reply = self._roundtrip([call], 1, progress, headers)[0]
+            reply = self._roundtrip([call], 1, progress, header_lines(headers or {}))[0]
         return self._in_time(self._check(Response(_decode(reply)), call.request))
-
-    def _sends_native_binary(self) -> bool:
-        """Whether binary messages go on the native connection: there is one, and no trace
-        context needs the header lines Python's transport writes per request."""
-        return self._native is not None and not self._traced_http()
 
     def _websocket_takes_binary(self) -> bool:
         """Off WebSocket True; on one, whether its server selected the subprotocol (the
@@ -966,16 +974,20 @@ class Client(_Endpoint, _OwnsSocket):
             raise self._no_binary_websocket()
         return False
 
-    def _binary_send(self, message: _BinaryRequest, replies: int) -> list[Reply]:
+    def _binary_send(
+        self, message: _BinaryRequest, replies: int, headers: list[tuple[str, str]], progress: Progress | None = None
+    ) -> list[Reply]:
         """A binary message on the native connection, in order with every other call: the
         JSON text, then each attachment written from its own memory (one vectored write);
         a binary reply read into one buffer that its arrays view. On a WebSocket without
-        the subprotocol, its plain JSON form (the native writer's base64)."""
+        the subprotocol, its plain JSON form (the native writer's base64). ``headers``:
+        the request's own (``_request_headers``); ``progress`` follows its upload."""
         assert self._native is not None
         if not self._websocket_takes_binary():
-            sent = self._native.send([message.raw], replies, _codec.encode, self.timeout)
+            sent = self._native.send([message.raw], replies, _codec.encode, self.timeout, headers, progress)
         else:
-            sent = self._native.send_binary(message.text, message.attachments.sources(), replies, self.timeout)
+            attachments = message.attachments.sources()
+            sent = self._native.send_binary(message.text, attachments, replies, self.timeout, headers, progress)
         return [Reply(*reply) for reply in sent]
 
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
@@ -1001,18 +1013,22 @@ class Client(_Endpoint, _OwnsSocket):
             for reply, call_id in zip(replies, ids)
         ]
 
-    def _exchange(self, request: Any, progress: Progress | None = None) -> Any:
+    def _exchange(self, request: Any, progress: Progress | None = None, headers: Mapping[str, str] | None = None) -> Any:
+        """``request`` (an object or a batch) sent, with ``headers`` of its own over HTTP,
+        and its reply read (``progress`` following the upload): on the native connection,
+        or on Python's transport for a client given an ``ssl_context``."""
         expected = 1 if self.expects_reply(request) else 0
         message = self._binary_message_asked(request) if self._may_attach(request) else None
-        if message is not None and progress is None and self._sends_native_binary():
-            replies = self._binary_send(message, expected)
+        own = self._request_headers(headers) if self._native is not None else []
+        if message is not None and self._native is not None:
+            replies = self._binary_send(message, expected, own, progress)
         elif message is not None:
-            replies = self._roundtrip([message], expected, progress)
-        elif self._native is not None and progress is None and not self._traced_http():
-            # (An upload with progress reports goes on a Python socket of its own.)
-            replies = [Reply(*r) for r in self._native.send([request], expected, _codec.encode, self.timeout)]
+            replies = self._roundtrip([message], expected, progress, header_lines(headers or {}))
+        elif self._native is not None:
+            sent = self._native.send([request], expected, _codec.encode, self.timeout, own, progress)
+            replies = [Reply(*r) for r in sent]
         else:
-            replies = self._roundtrip([dumps(_codec.pack(request))], expected, progress)
+            replies = self._roundtrip([dumps(_codec.pack(request))], expected, progress, header_lines(headers or {}))
         if not replies:
             return None
         data = _decode(replies[0])

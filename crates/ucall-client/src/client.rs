@@ -221,7 +221,7 @@ impl Client {
 
     /// One request, and its reply (`replies`: 0 or 1).
     fn exchange_one(&mut self, request: Outgoing, replies: usize) -> Result<Reply> {
-        let mut got = self.exchange_framed(vec![request], replies, &mut || None)?;
+        let mut got = self.exchange_framed(vec![request], replies, &mut |_, _| Ok(()), &mut || None)?;
         match got.pop() {
             Some(reply) => Ok(reply),
             None if replies == 0 => Ok(Reply {
@@ -299,7 +299,7 @@ impl Client {
                     let written = write_request(&mut body, method, &params, Some(last_id));
                     Some(written.map(|()| Outgoing::new(body, json_kind, Section::new())))
                 };
-                self.exchange_framed(Vec::new(), 0, &mut more)
+                self.exchange_framed(Vec::new(), 0, &mut |_, _| Ok(()), &mut more)
             };
             self.next_id = last_id;
             for (reply, id) in replies?.into_iter().zip(ids) {
@@ -414,7 +414,56 @@ impl Client {
             .collect();
         let mut more =
             || more().map(|made| made.map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments)));
-        self.exchange_framed(bodies, replies, &mut more)
+        self.exchange_framed(bodies, replies, &mut |_, _| Ok(()), &mut more)
+    }
+
+    /// As [`Client::exchange_attached`], each HTTP request with `headers` too, besides the
+    /// endpoint's: a call's own (a trace context, an idempotency key).
+    ///
+    /// # Errors
+    /// As [`Client::exchange_attached`]; nothing sent and [`ErrorKind::Invalid`] for
+    /// headers off HTTP or a header [`Endpoint::with_header`] refuses.
+    pub fn exchange_with_headers(
+        &mut self,
+        bodies: Vec<AttachedRequest>,
+        replies: usize,
+        headers: &[(&str, &str)],
+        more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
+    ) -> Result<Vec<Reply>> {
+        self.exchange_reporting(bodies, replies, headers, &mut |_, _| Ok(()), more)
+    }
+
+    /// As [`Client::exchange_with_headers`], `progress(sent, total)` told of the requests'
+    /// bytes written (HTTP heads included) at each MiB and at the end; its error ends the
+    /// exchange there, the connection closed (a request may be half written).
+    ///
+    /// # Errors
+    /// As [`Client::exchange_with_headers`], and the error `progress` returns.
+    pub fn exchange_reporting(
+        &mut self,
+        bodies: Vec<AttachedRequest>,
+        replies: usize,
+        headers: &[(&str, &str)],
+        progress: &mut Progress<'_>,
+        more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
+    ) -> Result<Vec<Reply>> {
+        if !headers.is_empty() && self.conn.endpoint().protocol() != Protocol::Http {
+            return Err(Error::invalid("only HTTP sends headers with each call"));
+        }
+        let mut lines = String::new();
+        for (name, value) in headers {
+            crate::endpoint::push_header(&mut lines, name, value)?;
+        }
+        self.conn.set_request_lines(&lines);
+        let bodies = bodies
+            .into_iter()
+            .map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments))
+            .collect();
+        let mut more =
+            || more().map(|made| made.map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments)));
+        let result = self.exchange_framed(bodies, replies, progress, &mut more);
+        self.conn.set_request_lines("");
+        result
     }
 
     /// Whether binary messages go on this WebSocket (its server selected `ucall.binary.v1`),
@@ -438,6 +487,7 @@ impl Client {
         &mut self,
         given: Vec<Outgoing>,
         replies: usize,
+        progress: &mut Progress<'_>,
         more: &mut dyn FnMut() -> Option<Result<Outgoing>>,
     ) -> Result<Vec<Reply>> {
         // Requests `more` made, kept while a resend may need them (until the first request
@@ -455,11 +505,14 @@ impl Client {
             // This exchange's own bytes: replies to it, and where its first request ends.
             let received_before = self.conn.received();
             let mut first_end = None;
+            let written_before = self.conn.written();
             for request in given.iter().chain(&made) {
                 self.conn
                     .queue_shared(&request.body, request.kind, &request.attachments);
                 first_end = first_end.or(Some(self.conn.queued_end()));
             }
+            // (Nothing given over raw TCP: the last request's newline may be unwritten.)
+            let mut upload = Upload::new(self.conn.queued_end().saturating_sub(written_before));
             let mut got = Vec::with_capacity(expected);
             let mut sent = false;
             let (mut replied, mut written_whole) = (false, false);
@@ -514,7 +567,13 @@ impl Client {
                             .map_or(String::new(), |t| format!(" within {} s", t.as_secs_f64()));
                         return Err(Error::timeout(format!("no reply from {where_}{after}")));
                     }
-                    Ok(_) => {}
+                    Ok(_) => {
+                        if let Err(error) = upload.report(self.conn.written().saturating_sub(written_before), progress)
+                        {
+                            self.conn.close();
+                            return Err(error);
+                        }
+                    }
                     Err(error) => {
                         let (written, received) = self.conn.failed();
                         replied = replied || received > received_before;
@@ -648,6 +707,30 @@ fn split_batch(reply: Reply, ids: &[u64]) -> Result<Vec<Response>> {
             response(body)
         })
         .collect())
+}
+
+/// Told `(sent, total)` of an upload's bytes ([`Client::exchange_reporting`]).
+pub type Progress<'a> = dyn FnMut(u64, u64) -> Result<()> + 'a;
+
+/// An exchange's given requests as they are written, reported at each MiB and at the end.
+struct Upload {
+    total: u64,
+    reported: u64,
+}
+
+impl Upload {
+    fn new(total: u64) -> Self {
+        Upload { total, reported: 0 }
+    }
+
+    fn report(&mut self, written: u64, progress: &mut Progress<'_>) -> Result<()> {
+        let sent = written.min(self.total);
+        if sent > self.reported && (sent - self.reported >= 1 << 20 || sent == self.total) {
+            self.reported = sent;
+            progress(sent, self.total)?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes a request's JSON text: its attachments as placeholders kept in the section
@@ -796,5 +879,30 @@ impl Pool {
     /// As [`Client::call`].
     pub fn call(&self, method: &str, params: impl ToParams) -> Result<Response> {
         self.with(|client| client.call(method, params))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, Upload};
+
+    #[test]
+    fn an_upload_is_reported_at_each_mib_and_at_its_end() {
+        let mut told = Vec::new();
+        let mut upload = Upload::new(5 << 20);
+        for written in [1000, 1 << 20, (1 << 20) + 10, 3 << 20, 6 << 20, 6 << 20] {
+            upload
+                .report(written, &mut |sent, total| {
+                    told.push((sent, total));
+                    Ok(())
+                })
+                .expect("told");
+        }
+        assert_eq!(told, [(1 << 20, 5 << 20), (3 << 20, 5 << 20), (5 << 20, 5 << 20)]);
+        let mut failing = Upload::new(10);
+        let error = failing
+            .report(10, &mut |_, _| Err(Error::invalid("stop")))
+            .expect_err("its error");
+        assert_eq!(error.message(), "stop");
     }
 }

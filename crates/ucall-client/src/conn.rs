@@ -71,6 +71,8 @@ pub struct Connection {
     /// When the last step failed: the request bytes written and the reply bytes received
     /// on the connection until then.
     failed: (u64, u64),
+    /// HTTP header lines of the requests queued now only ([`Connection::set_request_lines`]).
+    request_lines: String,
 }
 
 fn io_error(endpoint: &Endpoint, error: &io::Error) -> Error {
@@ -90,6 +92,7 @@ impl Connection {
             events: Events::with_capacity(8),
             link: None,
             failed: (0, 0),
+            request_lines: String::new(),
         })
     }
 
@@ -189,6 +192,7 @@ impl Connection {
             received: 0,
             authority,
         };
+        link.framer.set_request_lines(&self.request_lines);
         if let Some(tls) = &mut link.tls {
             tls.set_buffer_limit(Some(TLS_BUFFER));
         }
@@ -268,6 +272,15 @@ impl Connection {
         match fill(link, &mut sink) {
             Ok(()) => link.reader.ended() || link.reader.in_reply(),
             Err(_) => true,
+        }
+    }
+
+    /// Header lines (checked) for the HTTP requests queued from now on, on this socket and
+    /// on any opened later, until set again ([`RequestFramer::set_request_lines`]).
+    pub(crate) fn set_request_lines(&mut self, lines: &str) {
+        lines.clone_into(&mut self.request_lines);
+        if let Some(link) = &mut self.link {
+            link.framer.set_request_lines(lines);
         }
     }
 

@@ -72,6 +72,16 @@ fn check_header(name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// `name: value\r\n` added to `lines`, checked as [`Endpoint::with_header`] says.
+pub(crate) fn push_header(lines: &mut String, name: &str, value: &str) -> Result<()> {
+    check_header(name, value)?;
+    lines.push_str(name);
+    lines.push_str(": ");
+    lines.push_str(value.trim_matches([' ', '\t']));
+    lines.push_str("\r\n");
+    Ok(())
+}
+
 #[derive(Clone, Default)]
 struct TlsOptions {
     cacert: Option<PathBuf>,
@@ -251,11 +261,7 @@ impl Endpoint {
     /// A name that is not an HTTP token (RFC 9110 §5.1), a value with a control character
     /// (§5.5), or a header the client writes itself (`Host`, `Content-Length`, ...).
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self> {
-        check_header(name, value)?;
-        self.headers.push_str(name);
-        self.headers.push_str(": ");
-        self.headers.push_str(value.trim_matches([' ', '\t']));
-        self.headers.push_str("\r\n");
+        push_header(&mut self.headers, name, value)?;
         Ok(self)
     }
 

@@ -310,6 +310,8 @@ pub struct RequestFramer {
     accepting_head: Vec<u8>,
     /// HTTP: the head of a binary request up to the `UCall-JSON-Length` value.
     binary_head: Vec<u8>,
+    /// HTTP: header lines of the requests framed now only ([`RequestFramer::set_request_lines`]).
+    request_lines: String,
     /// Bytes framed after the last request's last byte.
     trailer: usize,
     masks: Masks,
@@ -341,6 +343,7 @@ impl RequestFramer {
             head: http_head(path, host, JSON, JSON, lines, "Content-Length"),
             accepting_head: http_head(path, host, &both, JSON, lines, "Content-Length"),
             binary_head: http_head(path, host, &both, wire::CONTENT_TYPE, lines, "UCall-JSON-Length"),
+            request_lines: String::new(),
             trailer: 0,
             masks: Masks::new(),
             host: host.to_owned(),
@@ -358,6 +361,13 @@ impl RequestFramer {
         Self::with_lines(self.protocol, &self.host, &self.path, lines)
     }
 
+    /// `lines` (`Name: value\r\n` each, checked) in the head of each HTTP request framed
+    /// from now on, after the connection's own, until set again (empty: none): a call's
+    /// own headers, a trace context.
+    pub fn set_request_lines(&mut self, lines: &str) {
+        lines.clone_into(&mut self.request_lines);
+    }
+
     /// Whether a notification gets a reply (HTTP answers every request, `204` for these).
     #[must_use]
     pub fn replies_to_notifications(&self) -> bool {
@@ -366,14 +376,23 @@ impl RequestFramer {
 
     fn http_head(&self, len: usize, kind: RequestKind, out: &mut OutQueue) {
         let mut digits = itoa::Buffer::new();
-        match kind {
-            RequestKind::Json => out.push_slice(&self.head),
-            RequestKind::AcceptsBinary => out.push_slice(&self.accepting_head),
-            RequestKind::Binary(json_len) => {
-                out.push_slice(&self.binary_head);
-                out.push_slice(digits.format(json_len).as_bytes());
-                out.push_slice(b"\r\nContent-Length: ");
-            }
+        let head = match kind {
+            RequestKind::Json => &self.head,
+            RequestKind::AcceptsBinary => &self.accepting_head,
+            RequestKind::Binary(_) => &self.binary_head,
+        };
+        if self.request_lines.is_empty() {
+            out.push_slice(head);
+        } else {
+            // Before the head's last line, its length's name.
+            let last = head.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+            out.push_slice(&head[..last]);
+            out.push_slice(self.request_lines.as_bytes());
+            out.push_slice(&head[last..]);
+        }
+        if let RequestKind::Binary(json_len) = kind {
+            out.push_slice(digits.format(json_len).as_bytes());
+            out.push_slice(b"\r\nContent-Length: ");
         }
         out.push_slice(digits.format(len).as_bytes());
         out.push_slice(b"\r\n\r\n");
@@ -1834,6 +1853,50 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
             upgrade.ends_with("Sec-WebSocket-Version: 13\r\nX-API-Key: s3cret\r\n\r\n"),
             "{upgrade}"
         );
+    }
+
+    #[test]
+    fn request_lines_go_in_the_requests_framed_until_set_again() {
+        let mut framer = RequestFramer::new(Protocol::Http, "h:1", "/").with_header_lines("X-API-Key: s\r\n");
+        framer.set_request_lines("X-Call: 1\r\n");
+        let mut out = OutQueue::default();
+        framer.frame_as(b"{}".to_vec(), RequestKind::Json, &mut out);
+        let text = String::from_utf8(out.front().to_vec()).expect("ascii");
+        assert!(
+            text.contains("X-API-Key: s\r\nX-Call: 1\r\nContent-Length: 2\r\n\r\n{}"),
+            "{text}"
+        );
+        let mut out = OutQueue::default();
+        framer.frame_as(b"{}".to_vec(), RequestKind::Binary(2), &mut out);
+        let text = String::from_utf8(out.front().to_vec()).expect("ascii");
+        assert!(
+            text.contains("X-Call: 1\r\nUCall-JSON-Length: 2\r\nContent-Length: 2\r\n\r\n{}"),
+            "{text}"
+        );
+        framer.set_request_lines("");
+        let mut out = OutQueue::default();
+        framer.frame(b"{}".to_vec(), &mut out);
+        let text = String::from_utf8(out.front().to_vec()).expect("ascii");
+        assert!(text.contains("X-API-Key: s\r\nContent-Length: 2\r\n\r\n{}"), "{text}");
+    }
+
+    #[test]
+    fn a_calls_own_headers_are_checked_and_http_only_before_anything_is_sent() {
+        let port = 1; // nothing listens: a request that got as far as connecting would say so
+        let refused = |protocol, headers: &[(&str, &str)]| {
+            let mut client =
+                crate::Client::new(crate::Endpoint::new("127.0.0.1", port).with_protocol(protocol)).expect("a client");
+            let error = client
+                .exchange_with_headers(Vec::new(), 0, headers, &mut || None)
+                .expect_err("refused");
+            (error.kind(), error.message().to_owned())
+        };
+        let (kind, message) = refused(Protocol::Tcp, &[("X-Key", "1")]);
+        assert_eq!(kind, crate::ErrorKind::Invalid, "{message}");
+        assert!(message.contains("only HTTP"), "{message}");
+        let (kind, message) = refused(Protocol::Http, &[("Host", "elsewhere")]);
+        assert_eq!(kind, crate::ErrorKind::Invalid, "{message}");
+        assert!(message.contains("Host"), "{message}");
     }
 
     #[test]

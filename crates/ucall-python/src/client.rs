@@ -362,6 +362,10 @@ fn any_reply_body(py: Python<'_>, reply: Reply) -> PyResult<(Bound<'_, PyAny>, B
     }
 }
 
+/// What [`NativeClient::run`] sends: requests, their own header fields, and the Python
+/// callable told of their upload.
+type Exchange<'a> = (Vec<Request>, &'a [(String, String)], Option<Py<PyAny>>);
+
 /// A blocking client's connection (HTTP, raw TCP or WebSocket, plain or over TLS).
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct NativeClient {
@@ -374,22 +378,37 @@ impl NativeClient {
     }
 
     /// Send `requests`, then those `more` makes as the socket takes them, and read
-    /// `replies` replies plus one per request made ([`Client::exchange_attached`]); the GIL
-    /// is released meanwhile.
+    /// `replies` replies plus one per request made, each HTTP request with `headers` too,
+    /// `progress(sent, total)` (a Python callable) told of the requests written
+    /// ([`Client::exchange_reporting`]); the GIL is released meanwhile.
     fn run<'py>(
         &self,
         py: Python<'py>,
-        requests: Vec<Request>,
+        (requests, headers, progress): Exchange<'_>,
         replies: usize,
         timeout: Option<f64>,
         more: &mut (dyn FnMut() -> Option<ucall_client::Result<Request>> + Send),
     ) -> PyResult<Bound<'py, PyList>> {
         let timeout = seconds(timeout)?;
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let mut raised = None::<PyErr>;
+        let mut report = |sent: u64, total: u64| {
+            let Some(progress) = &progress else {
+                return Ok(());
+            };
+            Python::attach(|py| progress.bind(py).call1((sent, total)).map(drop)).map_err(|error| {
+                raised = Some(error);
+                Error::new(ErrorKind::Invalid, "the progress callback raised")
+            })
+        };
         let result = py.detach(|| {
             let mut client = self.lock();
             client.set_timeout(timeout);
-            client.exchange_attached(requests, replies, more)
+            client.exchange_reporting(requests, replies, &headers, &mut report, more)
         });
+        if let Some(error) = raised {
+            return Err(error);
+        }
         let replies = result.map_err(|e| exception(py, &e))?;
         let list = PyList::empty(py);
         for reply in replies {
@@ -456,7 +475,7 @@ impl NativeClient {
         }
         let replies = bodies.len();
         if replies == calls.len() {
-            return self.run(py, bodies, replies, timeout, &mut || None);
+            return self.run(py, (bodies, &[], None), replies, timeout, &mut || None);
         }
         let (rest, encode) = (calls.clone().unbind(), encode.clone().unbind());
         let (mut next, mut failed) = (replies, None::<PyErr>);
@@ -471,15 +490,19 @@ impl NativeClient {
                 }))
             })
         };
-        let result = self.run(py, bodies, replies, timeout, &mut more);
+        let result = self.run(py, (bodies, &[], None), replies, timeout, &mut more);
         match failed {
             Some(error) => Err(error),
             None => result,
         }
     }
 
-    /// Send request objects (each serialized whole) and read `replies` replies.
-    #[pyo3(signature = (requests, replies, encode, timeout))]
+    /// Send request objects (each serialized whole) and read `replies` replies; over
+    /// HTTP each request has `headers` `[(name, value)]` too, besides the client's;
+    /// `progress(sent, total)` is called as the requests are written (each MiB, and at
+    /// the end), and what it raises ends the exchange, the connection closed.
+    #[pyo3(signature = (requests, replies, encode, timeout, headers=Vec::new(), progress=None))]
+    #[allow(clippy::too_many_arguments)] // the Python method's keywords
     fn send<'py>(
         &self,
         py: Python<'py>,
@@ -487,17 +510,21 @@ impl NativeClient {
         replies: usize,
         encode: &Bound<'py, PyAny>,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let bodies = requests
             .iter()
             .map(|request| json_body(&request, Some(encode)).map(json_request))
             .collect::<PyResult<Vec<_>>>()?;
-        self.run(py, bodies, replies, timeout, &mut || None)
+        self.run(py, (bodies, &headers, progress), replies, timeout, &mut || None)
     }
 
     /// Send a binary message (docs/wire.md), `text` and the `attachments` its placeholders
-    /// name ([`NativeMux::send_binary`] lays them out alike), and read `replies` replies.
-    #[pyo3(signature = (text, attachments, replies, timeout))]
+    /// name ([`NativeMux::send_binary`] lays them out alike), and read `replies` replies;
+    /// `headers` and `progress` as [`NativeClient::send`] takes them.
+    #[pyo3(signature = (text, attachments, replies, timeout, headers=Vec::new(), progress=None))]
+    #[allow(clippy::too_many_arguments)] // the Python method's keywords
     fn send_binary<'py>(
         &self,
         py: Python<'py>,
@@ -505,9 +532,11 @@ impl NativeClient {
         attachments: &Bound<'py, PyList>,
         replies: usize,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let request = binary_request(text, attachments)?;
-        self.run(py, vec![request], replies, timeout, &mut || None)
+        self.run(py, (vec![request], &headers, progress), replies, timeout, &mut || None)
     }
 
     /// Whether binary messages go on this WebSocket: the server selected the subprotocol
