@@ -6,6 +6,7 @@ quiet one, so the C API / Rust API gap (issue: within 5%) can be told from noise
     python3 benches/callgrind.py [--workloads sum,batch32,echo-1.6MB,ws-sum,tcp-sum]
     python3 benches/callgrind.py --metrics-cost [--workloads ...]   # Rust: metrics on / off
     python3 benches/callgrind.py --before OLD/bench_server [--workloads ...]   # a change's cost
+    python3 benches/callgrind.py --numpy-json [--sizes 16B,16KB]   # Python: numpy vs bytes
 
 Each server runs twice under `valgrind --tool=callgrind` (poll engine, one thread); one
 connection sends FEW requests the first time and MANY the second. The difference of the
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {
     "rust": [str(ROOT / "target/release/bench_server"), "--threads", "1"],
     "c": [str(ROOT / "target/c/examples/sum")],
+    # The Python server of `make bench`'s binary section: echo_bytes and echo_array.
+    "python": [str(ROOT / ".venv/bin/python"), str(ROOT / "benches/ucall_binary_app.py")],
 }
 
 
@@ -74,6 +77,25 @@ def workloads() -> dict[str, tuple[str, bytes, int, int, bytes]]:
         "ws-sum": ("ws", ws_frame(sum_call.encode()), 200, 2200, b'"result":3'),
         "tcp-sum": ("tcp", sum_call.encode() + b"\n", 200, 2200, b'"result":3'),
     }
+
+
+def numpy_json_workloads(size: int) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
+    """Plain JSON echoes of `size` bytes (a float32 array's data) for the Python server:
+    (request, the reply's tail) as `bytes` and as the base64 `.npy` file of the array."""
+    import base64
+    import io
+
+    import numpy as np
+
+    array = np.frombuffer(random.Random(7).randbytes(size - size % 4), dtype="<f4")
+    npy = io.BytesIO()
+    np.save(npy, array, allow_pickle=False)
+    calls = []
+    for method, name, data in (("echo_bytes", "data", array.tobytes()), ("echo_array", "x", npy.getvalue())):
+        text = base64.b64encode(data).decode()
+        body = json.dumps({"jsonrpc": "2.0", "method": method, "params": {name: text}, "id": 1})
+        calls.append((http(body.encode()), text[-64:].encode()))
+    return calls[0], calls[1]
 
 
 def split_http(buffered: bytes) -> tuple[bytes, bytes] | None:
@@ -148,7 +170,7 @@ def instructions(server: list[str], proto: str, request: bytes, count: int, expe
         )
     try:
         port = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # Python and numpy start slowly under valgrind
         while port is None and time.monotonic() < deadline:
             found = re.search(rb"listening on (?:http://)?[0-9.]+:(\d+)", log.read_bytes())
             port = int(found.group(1)) if found else None
@@ -182,7 +204,16 @@ def main() -> None:
         type=Path,
         help="compare this bench_server build (before a change) with target/release/bench_server (after)",
     )
+    parser.add_argument(
+        "--numpy-json",
+        action="store_true",
+        help="the Python server's plain JSON echo of a numpy array (base64 .npy) against a bytes one of the same size",
+    )
+    parser.add_argument("--sizes", default="16B,16KB", help="with --numpy-json: 16B, 16KB and/or 1.6MB")
     args = parser.parse_args()
+    if args.numpy_json:
+        numpy_json(args.sizes)
+        return
     chosen = workloads()
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for name in names:
@@ -209,6 +240,69 @@ def main() -> None:
                 print(f"callgrind: {name} {server}: {counts[0]:,} ({few}) / {counts[1]:,} ({many})", file=sys.stderr)
             first, second = per_request.values()
             print(f"| {name} | {first:,.0f} | {second:,.0f} | {second / first:.3f} |", flush=True)
+
+
+def counted_span(server: list[str], request: bytes, warm: int, count: int, expect: bytes, work: Path) -> int:
+    """Instructions `count` requests cost a server already warmed by `warm` of them: the
+    counters are zeroed between the two and dumped after (`callgrind_control`). A Python
+    server's start-up is not the same from run to run (its threads wait on clocks), so
+    the difference of two runs' totals would not do."""
+    out = work / "callgrind.out"
+    log = work / "server.log"
+    for old in work.glob("callgrind.out*"):
+        old.unlink()
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *server, "--port", "0", "--engine", "poll"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        port = None
+        deadline = time.monotonic() + 240  # Python and numpy start slowly under valgrind
+        while port is None and time.monotonic() < deadline:
+            found = re.search(rb"listening on (?:http://)?[0-9.]+:(\d+)", log.read_bytes())
+            port = int(found.group(1)) if found else None
+            time.sleep(0.2)
+        if port is None:
+            raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
+        exchange(port, "http", request, warm, expect)
+        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        exchange(port, "http", request, count, expect)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    dumps = sorted(work.glob("callgrind.out.*"))
+    totals = re.search(rb"^totals: (\d+)", dumps[0].read_bytes(), re.M) if dumps else None
+    if totals is None:
+        raise SystemExit(f"no callgrind dump in {work}")
+    return int(totals.group(1))
+
+
+def numpy_json(sizes: str) -> None:
+    """The issue's goal that a numpy param or result costs no more than a `bytes` one,
+    counted: user-space instructions per call (the kernel's socket copies, the same for
+    both, are not counted). Needs `make python` first (and numpy in .venv)."""
+    known = {"16B": (16, 200, 1000), "16KB": (16000, 100, 500), "1.6MB": (1_600_000, 5, 20)}
+    print("| size | bytes (instructions/request) | numpy | numpy / bytes |")
+    print("|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="ucall-callgrind-") as tmp:
+        for name in [s.strip() for s in sizes.split(",") if s.strip()]:
+            if name not in known:
+                raise SystemExit(f"unknown size {name!r}; known: {', '.join(known)}")
+            size, warm, count = known[name]
+            per_request = []
+            for kind, (request, expect) in zip(("bytes", "numpy"), numpy_json_workloads(size)):
+                total = counted_span(SERVERS["python"], request, warm, count, expect, Path(tmp))
+                per_request.append(total / count)
+                print(f"callgrind: {name} {kind}: {total:,} over {count} requests", file=sys.stderr)
+            plain, array = per_request
+            print(f"| {name} | {plain:,.0f} | {array:,.0f} | {array / plain:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

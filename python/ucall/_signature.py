@@ -22,7 +22,7 @@ import typing
 from typing import Any, Callable, Union
 
 from ucall import _attachments, _codec
-from ucall._ucall import AttachmentMemory, Context, NpyMemory
+from ucall._ucall import AttachmentMemory, Context
 
 ANY, INT, FLOAT, BOOL, STR, CUSTOM, BYTES, BYTEARRAY, NDARRAY, VIEW = range(10)
 
@@ -265,15 +265,9 @@ def _is_image_type(hint: Any) -> bool:
 
 
 def _to_ndarray(value: Any) -> Any:
-    # From the extension (JSON gives none of these): an attachment (docs/wire.md) whose
-    # __array_interface__ says its dtype and shape, viewed where it lies (read-only); the
-    # .npy file of a base64 string, decoded, its header read (NpyMemory, writable); raw
-    # little-endian data, its dtype and shape (the float64s of a JSON list); or another
-    # .npy file of a base64 string, decoded.
-    if type(value) is AttachmentMemory or type(value) is NpyMemory:
-        import numpy as np
-
-        return np.asarray(value)
+    # The extension makes the array itself of an attachment and of a viewable .npy file in
+    # a base64 string; it hands over raw little-endian data with its dtype and shape (the
+    # float64s of a JSON list), any other .npy file decoded, and other JSON as it is.
     if isinstance(value, tuple):
         import numpy as np
 

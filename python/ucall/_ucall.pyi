@@ -297,8 +297,9 @@ class NpyBytes:
 @final
 class AttachmentMemory:
     """An attachment's bytes where they lie (the connection's input, lent by the core, or
-    the copy a waiting call's params were kept in), alive while this object is; read them
-    through ``ucall._attachments.view``, or as a numpy array by ``numpy.asarray``."""
+    the copy a waiting call's params were kept in), alive while this object is (the base
+    of a numpy array param made of them); read them through ``ucall._attachments.view``,
+    or as uint8 by ``numpy.asarray``."""
 
     @property
     def address(self) -> int: ...
@@ -308,11 +309,8 @@ class AttachmentMemory:
 
 @final
 class NpyMemory:
-    """A ``.npy`` file decoded from a base64 param, its header read: the array it holds,
-    writable, as ``numpy.asarray`` views it."""
-
-    @property
-    def __array_interface__(self) -> Dict[str, Any]: ...
+    """A ``.npy`` file decoded from a base64 param, kept for the array made of its data (the
+    array's ``base``): nothing else can reach, resize or free it while the array lives."""
 
 @final
 class BinaryBody:

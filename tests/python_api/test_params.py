@@ -454,6 +454,48 @@ def test_numpy_arrays(make_server, wire):
     assert error["code"] == INVALID_PARAMS and "'array'" in error["message"]
 
 
+def test_numpy_arrays_in_base64_are_np_save_files_both_ways(make_server, wire):
+    """An array param in base64 is a .npy file read in place (every wire dtype, writable,
+    held by nothing the handler can resize), and an array result is exactly np.save's
+    bytes, written by the extension for C-contiguous arrays and by numpy for others."""
+    np = pytest.importorskip("numpy")
+    server = make_server()
+    seen = []
+
+    @server
+    def echo(array: np.ndarray) -> np.ndarray:
+        seen.append(array)
+        assert array.flags.writeable  # as np.load's arrays are
+        return array
+
+    @server
+    def made(kind: str) -> np.ndarray:
+        base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+        return {"strided": base[:, ::2], "fortran": np.asfortranarray(base), "big": base.astype(">f4")}[kind]
+
+    def npy(array) -> bytes:
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        return buffer.getvalue()
+
+    w = wire(server)
+    shapes = [(), (0,), (5,), (2, 3, 4), (12345678901, 0), (1, 1, 1, 1, 1, 1, 1, 1)]
+    for dtype in ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+                  "float16", "float32", "float64", "complex64", "complex128"):
+        for shape in shapes:
+            array = (np.arange(int(np.prod(shape))) % 3).astype(dtype).reshape(shape)
+            result = base64.b64decode(w.result("echo", [base64.b64encode(npy(array)).decode()]))
+            assert result == npy(array), (dtype, shape)
+            assert seen[-1].dtype == array.dtype and seen[-1].shape == shape
+            # The array's memory is held by an object that offers no way to resize it.
+            assert not isinstance(seen[-1].base, (bytearray, memoryview, bytes))
+    for kind in ("strided", "fortran", "big"):
+        expected = {"strided": np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, ::2]}.get(kind)
+        array = np.load(io.BytesIO(base64.b64decode(w.result("made", [kind]))), allow_pickle=False)
+        base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+        assert np.array_equal(array, base if expected is None else expected), kind
+
+
 def test_numpy_arrays_from_json_lists_keep_numpy_asarray_rules(make_server, wire):
     np = pytest.importorskip("numpy")
     server = make_server()

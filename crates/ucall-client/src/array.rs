@@ -40,29 +40,14 @@ pub fn npy_layout(npy: &[u8]) -> Result<(Dtype, Vec<usize>, usize), String> {
         .get(at..at + len)
         .and_then(|h| std::str::from_utf8(h).ok())
         .ok_or("a .npy header cut short")?;
-    let value = |key: &str| -> Option<&str> {
-        let rest = &header[header.find(&format!("'{key}':"))? + key.len() + 3..];
-        Some(rest.trim_start())
-    };
-    let type_string = value("descr")
-        .and_then(|v| v.strip_prefix('\''))
-        .and_then(|v| v.split('\'').next())
-        .ok_or("a .npy header without descr")?;
-    // One-byte types have no byte order: `|` as numpy writes them, or `<`.
-    let dtype = Dtype::ALL
-        .into_iter()
-        .find(|d| {
-            let wanted = d.npy_descr();
-            type_string == wanted || (wanted.starts_with('|') && type_string.get(1..) == wanted.get(1..))
-        })
+    let fields = header_fields(header).ok_or("a .npy header that is not a dictionary")?;
+    let type_string = fields.descr.ok_or("a .npy header without descr")?;
+    let dtype = Dtype::from_npy_descr(type_string)
         .ok_or_else(|| format!("a .npy array of {type_string}, which is not a dtype of docs/wire.md"))?;
-    if !value("fortran_order").is_some_and(|v| v.starts_with("False")) {
+    if fields.fortran_order != Some("False") {
         return Err("a .npy array in Fortran order".to_owned());
     }
-    let dims = value("shape")
-        .and_then(|v| v.strip_prefix('('))
-        .and_then(|v| v.split(')').next())
-        .ok_or("a .npy header without shape")?;
+    let dims = fields.shape.ok_or("a .npy header without shape")?;
     let shape = dims
         .split(',')
         .map(str::trim)
@@ -75,6 +60,60 @@ pub fn npy_layout(npy: &[u8]) -> Result<(Dtype, Vec<usize>, usize), String> {
         return Err("a .npy file whose data does not match its shape".to_owned());
     }
     Ok((dtype, shape, start))
+}
+
+/// The entries of a `.npy` header that say what the array is, as written: `descr` without
+/// its quotes, `fortran_order` (`True` or `False`), `shape` without its parentheses.
+#[derive(Default)]
+struct HeaderFields<'h> {
+    descr: Option<&'h str>,
+    fortran_order: Option<&'h str>,
+    shape: Option<&'h str>,
+}
+
+/// The fields of `header`, the Python dictionary literal numpy writes
+/// (`{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`, padded with spaces),
+/// read in one pass over its bytes (a search per key, and Unicode-aware trimming, cost
+/// more than decoding a small array's base64); `None` when it is not such a dictionary.
+fn header_fields(header: &str) -> Option<HeaderFields<'_>> {
+    let mut fields = HeaderFields::default();
+    let mut rest = header.trim_ascii_start().strip_prefix('{')?;
+    loop {
+        rest = rest.trim_ascii_start();
+        if let Some(after) = rest.strip_prefix('}') {
+            return after.trim_ascii().is_empty().then_some(fields);
+        }
+        let (key, after) = quoted(rest)?;
+        let after = after.trim_ascii_start().strip_prefix(':')?.trim_ascii_start();
+        let (value, after) = match after.as_bytes().first()? {
+            b'\'' | b'"' => quoted(after)?,
+            b'(' => after[1..].split_at_checked(memchr::memchr(b')', &after.as_bytes()[1..])?)?,
+            _ => {
+                let end = memchr::memchr2(b',', b'}', after.as_bytes())?;
+                (after[..end].trim_ascii_end(), &after[end..])
+            }
+        };
+        match key {
+            "descr" => fields.descr = Some(value),
+            "fortran_order" => fields.fortran_order = Some(value),
+            "shape" => fields.shape = Some(value),
+            _ => {}
+        }
+        // Past a tuple's `)`; a string's closing quote is gone already.
+        rest = after.strip_prefix(')').unwrap_or(after).trim_ascii_start();
+        rest = rest.strip_prefix(',').unwrap_or(rest);
+    }
+}
+
+/// The string literal `text` starts with (single or double quotes), without its quotes,
+/// and what follows it.
+fn quoted(text: &str) -> Option<(&str, &str)> {
+    let quote = *text.as_bytes().first()?;
+    if quote != b'\'' && quote != b'"' {
+        return None;
+    }
+    let end = memchr::memchr(quote, &text.as_bytes()[1..])?;
+    Some((&text[1..=end], &text[end + 2..]))
 }
 
 #[cfg(test)]
@@ -104,6 +143,31 @@ mod tests {
         assert!(shape.is_empty());
         let (_, shape, _) = npy_layout(&npy(Dtype::Int8, &[0], &[])).unwrap();
         assert_eq!(shape, [0]);
+    }
+
+    #[test]
+    fn npy_layout_reads_headers_other_writers_spell() {
+        // Keys in another order, double quotes, an entry numpy does not write, no padding.
+        let header = br#"{"shape": ( 2 , 1 ), 'extra': 'a, b', "fortran_order": False, 'descr': '|u1'}"#;
+        let mut file = b"\x93NUMPY\x01\x00".to_vec();
+        file.extend_from_slice(&u16::try_from(header.len() + 1).unwrap().to_le_bytes());
+        file.extend_from_slice(header);
+        file.push(b'\n');
+        let at = file.len();
+        file.extend_from_slice(&[1, 2]);
+        assert_eq!(npy_layout(&file).unwrap(), (Dtype::Uint8, vec![2, 1], at));
+        let broken = |header: &[u8]| {
+            let mut file = b"\x93NUMPY\x01\x00".to_vec();
+            file.extend_from_slice(&u16::try_from(header.len()).unwrap().to_le_bytes());
+            file.extend_from_slice(header);
+            npy_layout(&file).unwrap_err()
+        };
+        assert!(broken(b"{'descr': '<f4', 'shape': (0,)").contains("not a dictionary"));
+        assert!(broken(b"['descr', '<f4']").contains("not a dictionary"));
+        assert!(broken(b"{'descr': '<f4', 'shape': (0,), } x").contains("not a dictionary"));
+        assert!(broken(b"{'fortran_order': False, 'shape': (0,), }").contains("without descr"));
+        assert!(broken(b"{'descr': '<f4', 'fortran_order': False, }").contains("without shape"));
+        assert!(broken(b"{'descr': '<f4', 'fortran_order': False, 'shape': (a,), }").contains("shape"));
     }
 
     #[test]

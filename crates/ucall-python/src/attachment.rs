@@ -7,6 +7,8 @@
 //! it too: the bytes stay alive and unchanged for as long as any of them is referenced,
 //! whether or not the handler has returned.
 
+use std::cell::RefCell;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyDict, PyTuple};
 
@@ -17,10 +19,6 @@ use ucall_core::Bytes;
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct AttachmentMemory {
     bytes: Bytes,
-    /// numpy's type string of the elements (`"<f4"`), and the array's shape; bytes
-    /// (`"|u1"`, one dimension) for an attachment that is not an array.
-    typestr: &'static str,
-    shape: Option<Vec<usize>>,
 }
 
 impl AttachmentMemory {
@@ -28,19 +26,12 @@ impl AttachmentMemory {
     pub fn keep(bytes: &[u8]) -> Self {
         AttachmentMemory {
             bytes: ucall_core::lend::keep(bytes),
-            typestr: Dtype::Uint8.npy_descr(),
-            shape: None,
         }
     }
 
-    /// [`AttachmentMemory::keep`] for an array of `shape`, whose elements numpy names
-    /// `typestr`: what its `__array_interface__` describes.
-    pub fn keep_array(bytes: &[u8], typestr: &'static str, shape: Vec<usize>) -> Self {
-        AttachmentMemory {
-            typestr,
-            shape: Some(shape),
-            ..AttachmentMemory::keep(bytes)
-        }
+    /// Where the kept bytes start.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.bytes.as_ptr()
     }
 }
 
@@ -62,61 +53,66 @@ impl AttachmentMemory {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let interface = PyDict::new(py);
-        let shape = match &self.shape {
-            Some(shape) => PyTuple::new(py, shape)?,
-            None => PyTuple::new(py, [self.bytes.len()])?,
-        };
-        interface.set_item("shape", shape)?;
-        interface.set_item("typestr", self.typestr)?;
+        interface.set_item("shape", PyTuple::new(py, [self.bytes.len()])?)?;
+        interface.set_item("typestr", Dtype::Uint8.npy_descr())?;
         interface.set_item("data", (self.address(), true))?;
         interface.set_item("version", 3)?;
         Ok(interface)
     }
 }
 
-/// A `.npy` file decoded from a base64 param into a `bytearray` of its own, as the array
-/// its header describes (read here: numpy parses the header with `ast`, which cost as
-/// much as the decoding of a 16 KB array). numpy views the data after the header in
-/// place, writable as `numpy.load`'s arrays are (`numpy.asarray`).
+/// A `.npy` file decoded from a base64 param into a `bytearray` of its own, which the
+/// array of its data ([`NpyMemory::array`]) holds as its base: no one else can reach the
+/// `bytearray`, so nothing resizes or frees it while the array lives.
 #[pyclass(module = "ucall._ucall", frozen)]
 pub struct NpyMemory {
-    file: Py<PyByteArray>,
-    /// Where the data starts in `file`, its element type and shape.
-    offset: usize,
-    dtype: Dtype,
-    shape: Vec<usize>,
+    _file: Py<PyByteArray>,
 }
 
 impl NpyMemory {
-    /// The array of `file`, which no one else references, when it is a `.npy` file of a
-    /// dtype docs/wire.md lists in C order, whose data fills the rest of it; `None` for
-    /// any other, which numpy reads.
-    pub fn of(file: &Bound<'_, PyByteArray>) -> Option<Self> {
+    /// The array of `file`, which no one else references, writable as `numpy.load`'s arrays
+    /// are, when it is a `.npy` file of a dtype docs/wire.md lists in C order whose data
+    /// fills the rest of it (its header read here: numpy parses it with `ast`, which cost as
+    /// much as the decoding of a 16 KB array); `None` for any other, which numpy reads.
+    pub fn array<'py>(file: &Bound<'py, PyByteArray>) -> Option<Bound<'py, PyAny>> {
+        let py = file.py();
         // SAFETY: read with the GIL held, and no Python code runs while it is.
         let npy = unsafe { file.as_bytes() };
-        let (dtype, shape, offset) = ucall_client::npy_layout(npy).ok()?;
-        Some(NpyMemory {
-            file: file.clone().unbind(),
-            offset,
-            dtype,
-            shape,
-        })
+        let (dtype, shape, offset) = layout(npy)?;
+        let data = npy[offset..].as_ptr();
+        let owner = Bound::new(
+            py,
+            NpyMemory {
+                _file: file.clone().unbind(),
+            },
+        )
+        .ok()?;
+        crate::ndarray::view(owner.into_any(), data, dtype, &shape, true).ok()
     }
 }
 
-#[pymethods]
-impl NpyMemory {
-    /// numpy's array interface (version 3): the data as a writable C-contiguous array.
-    #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let interface = PyDict::new(py);
-        // The bytearray is referenced by this object alone (and this object by numpy's
-        // array), so nothing resizes or frees it while the array lives.
-        let address = self.file.bind(py).data() as usize + self.offset;
-        interface.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        interface.set_item("typestr", self.dtype.npy_descr())?;
-        interface.set_item("data", (address, false))?;
-        interface.set_item("version", 3)?;
-        Ok(interface)
-    }
+/// A `.npy` header read, the length of its file, and what [`ucall_client::npy_layout`]
+/// found in them: the array's dtype and shape.
+type Layout = (Vec<u8>, usize, Dtype, Vec<usize>);
+
+thread_local! {
+    /// The last `.npy` layout read on this thread: a procedure's callers mostly send
+    /// arrays of one kind, and reading a header cost more instructions than decoding a
+    /// 16 KB array's base64.
+    static LAST_LAYOUT: RefCell<Option<Layout>> = const { RefCell::new(None) };
+}
+
+/// [`ucall_client::npy_layout`] of `npy`, whose result depends only on the header's bytes
+/// and the file's length: remembered for the last header seen.
+fn layout(npy: &[u8]) -> Option<(Dtype, Vec<usize>, usize)> {
+    LAST_LAYOUT.with_borrow_mut(|last| {
+        if let Some((header, len, dtype, shape)) = last.as_ref() {
+            if *len == npy.len() && npy.starts_with(header) {
+                return Some((*dtype, shape.clone(), header.len()));
+            }
+        }
+        let (dtype, shape, offset) = ucall_client::npy_layout(npy).ok()?;
+        *last = Some((npy[..offset].to_vec(), npy.len(), dtype, shape.clone()));
+        Some((dtype, shape, offset))
+    })
 }

@@ -7,8 +7,7 @@
 //! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
 //! Python `encode` hook that turns them into plain JSON values first.
 
-use std::ffi::{c_char, c_int};
-
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -16,6 +15,8 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, 
 use ucall_client::base64;
 use ucall_core::jsonrpc::section::Section;
 use ucall_core::{Bytes, Dtype, Param};
+
+use crate::ndarray;
 
 /// Deepest nesting accepted in either direction (a guard against stack exhaustion and
 /// self-referencing results).
@@ -285,10 +286,10 @@ fn write_other(
         if attach_binary(obj, section, out)? {
             return Ok(());
         }
-    } else if encode.is_some() && is_ndarray(obj) {
+    } else if encode.is_some() {
         // The plain form of a C-contiguous array of a wire dtype: base64 of its `.npy`
         // file, written from its memory (`ucall._codec.encode` writes any other array).
-        if let Some((bytes, dtype, shape)) = contiguous_array(obj) {
+        if let Some((bytes, dtype, shape)) = ndarray::exact(obj).and_then(contiguous_array) {
             let header = ucall_core::jsonrpc::section::npy_header(dtype, &shape);
             ucall_core::buffer::reserve(out, base64::encoded_len(header.len() + bytes.len()) + 2);
             base64::write_base64_joined(&header, &bytes, out);
@@ -423,6 +424,9 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
     let failed = |e: PyErr| Unserializable(e.value(obj.py()).to_string());
     let kind = obj.get_type();
     let name = kind.name().map_err(failed)?;
+    if let Some(array) = ndarray::exact(obj) {
+        return attach_ndarray(array, section, out);
+    }
     if name == "memoryview" {
         let bytes = obj.call_method0("tobytes").map_err(failed)?;
         let bytes = bytes.cast::<PyBytes>().map_err(|e| Unserializable(e.to_string()))?;
@@ -431,9 +435,6 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
     }
     let module = kind.module().map_err(failed)?;
     let module = module.to_cow().map_err(failed)?;
-    if name == "ndarray" && module == "numpy" {
-        return attach_ndarray(obj, section, out);
-    }
     if module.starts_with("PIL.") && obj.hasattr("save").unwrap_or(false) {
         let py = obj.py();
         let buffer = py
@@ -451,106 +452,41 @@ fn attach_binary(obj: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8
     Ok(false)
 }
 
-/// Whether `obj` is a `numpy.ndarray` itself (not a subclass, such as a masked array).
-fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
-    let kind = obj.get_type();
-    kind.name().is_ok_and(|name| name == "ndarray") && kind.module().is_ok_and(|module| module == "numpy")
-}
-
 /// A numpy array as an `ndarray` placeholder: C-contiguous arrays are sent from their own
-/// memory, others copied into C order once; an array of a dtype docs/wire.md does not
+/// memory, others copied into C order once (`copy()`); an array of a dtype docs/wire.md does not
 /// list (big-endian, strings, objects, dates) is left to the plain form (`false`).
-fn attach_ndarray(array: &Bound<'_, PyAny>, section: &mut Section, out: &mut Vec<u8>) -> Result<bool, Unserializable> {
+fn attach_ndarray(
+    array: &Bound<'_, PyUntypedArray>,
+    section: &mut Section,
+    out: &mut Vec<u8>,
+) -> Result<bool, Unserializable> {
     if let Some((bytes, dtype, shape)) = contiguous_array(array) {
         attach(out, section, bytes, Some((dtype, &shape)));
         return Ok(true);
     }
-    let failed = |e: PyErr| Unserializable(e.value(array.py()).to_string());
-    // numpy's own description of the memory (`__array_interface__`, version 3).
-    let interface = array.getattr("__array_interface__").map_err(failed)?;
-    let typestr: String = interface
-        .get_item("typestr")
-        .and_then(|t| t.extract())
-        .map_err(failed)?;
-    let Some(dtype) = Dtype::ALL.into_iter().find(|d| d.npy_descr() == typestr) else {
-        return Ok(false);
-    };
-    if !interface.get_item("strides").map_err(failed)?.is_none() {
-        let contiguous = array.call_method0("copy").map_err(failed)?;
-        return attach_ndarray(&contiguous, section, out);
+    if array.is_c_contiguous() {
+        return Ok(false); // of a dtype the wire does not list
     }
-    let shape: Vec<usize> = interface.get_item("shape").and_then(|s| s.extract()).map_err(failed)?;
-    let (address, _read_only): (usize, bool) = interface.get_item("data").and_then(|d| d.extract()).map_err(failed)?;
-    let len: usize = array.getattr("nbytes").and_then(|n| n.extract()).map_err(failed)?;
-    let bytes = Bytes::from_owner(Referenced {
-        _owner: array.clone().unbind(),
-        data: address as *const u8,
-        len,
-    });
-    attach(out, section, bytes, Some((dtype, &shape)));
-    Ok(true)
+    let copy = array
+        .call_method0("copy")
+        .map_err(|e| Unserializable(e.value(array.py()).to_string()))?;
+    match ndarray::exact(&copy).and_then(contiguous_array) {
+        Some((bytes, dtype, shape)) => {
+            attach(out, section, bytes, Some((dtype, &shape)));
+            Ok(true)
+        }
+        None => Ok(false),
+    }
 }
 
-/// numpy's `PyArrayInterface`, the C form of the array interface that an array's
-/// `__array_struct__` capsule points at (numpy/ndarraytypes.h; stable since numpy 1.x).
-#[repr(C)]
-struct ArrayInterface {
-    two: c_int,
-    nd: c_int,
-    typekind: c_char,
-    itemsize: c_int,
-    flags: c_int,
-    shape: *const isize,
-    strides: *const isize,
-    data: *const u8,
-    descr: *mut pyo3::ffi::PyObject,
-}
-
-/// `ArrayInterface::flags`: C order, and elements in the machine's byte order.
-const C_CONTIGUOUS: c_int = 0x0001;
-const NOT_SWAPPED: c_int = 0x0200;
-
-/// A C-contiguous array of a dtype docs/wire.md lists, read from `__array_struct__`
-/// (a capsule numpy fills from its fields in well under a microsecond, where
-/// `__array_interface__` formats a dictionary of strings): its memory held by a reference
-/// to the array, its dtype and shape. `None` for any other array, which
-/// [`attach_ndarray`] then reads the slow way.
-fn contiguous_array(array: &Bound<'_, PyAny>) -> Option<(Bytes, Dtype, Vec<usize>)> {
-    if cfg!(target_endian = "big") {
-        return None; // the wire is little-endian: a native array is not
-    }
-    let capsule = array.getattr("__array_struct__").ok()?;
-    // SAFETY: a capsule of numpy's array interface (numpy names it NULL) points at a
-    // `PyArrayInterface`, valid while the capsule lives (it holds the array); its shape
-    // holds `nd` sizes. A capsule of another name or object gives NULL, which is refused.
-    let (dtype, shape, data) = unsafe {
-        let pointer = pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), std::ptr::null());
-        if pointer.is_null() {
-            pyo3::ffi::PyErr_Clear();
-            return None;
-        }
-        let interface = &*pointer.cast::<ArrayInterface>();
-        let wanted = C_CONTIGUOUS | NOT_SWAPPED;
-        if interface.two != 2 || interface.flags & wanted != wanted || interface.nd < 0 {
-            return None;
-        }
-        let kind = u8::try_from(interface.typekind).ok()?;
-        let size = usize::try_from(interface.itemsize).ok()?;
-        let dtype = Dtype::ALL
-            .into_iter()
-            .find(|d| d.npy_descr().as_bytes()[1] == kind && d.size() == size)?;
-        let nd = usize::try_from(interface.nd).ok()?;
-        let dims = if nd == 0 {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(interface.shape, nd)
-        };
-        let shape: Vec<usize> = dims.iter().map(|&n| usize::try_from(n).ok()).collect::<Option<_>>()?;
-        (dtype, shape, interface.data)
-    };
+/// A C-contiguous array of a dtype docs/wire.md lists ([`ndarray::wire_layout`]): its
+/// memory held by a reference to the array, its dtype and shape. `None` for any other
+/// array, which [`attach_ndarray`] then reads the slow way.
+fn contiguous_array(array: &Bound<'_, PyUntypedArray>) -> Option<(Bytes, Dtype, Vec<usize>)> {
+    let (dtype, shape, data) = ndarray::wire_layout(array)?;
     let len = shape.iter().product::<usize>() * dtype.size();
     let bytes = Bytes::from_owner(Referenced {
-        _owner: array.clone().unbind(),
+        _owner: array.clone().into_any().unbind(),
         data,
         len,
     });

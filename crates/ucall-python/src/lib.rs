@@ -14,6 +14,7 @@ mod client;
 mod context;
 mod convert;
 mod logs;
+mod ndarray;
 mod params;
 mod procedure;
 mod runtime;

@@ -291,12 +291,15 @@ fn convert_param<'py>(
             let converter = param.converter.as_ref().map(|c| c.bind(py));
             // Base64 that does not decode goes to the converter as text, to say why.
             let decoded = if value.is_string() {
-                value.with_base64(|text| decode_base64(py, text, true)).map(|file| {
-                    // A `.npy` file numpy can view as it is, its header read here.
-                    let npy = file.cast::<PyByteArray>().ok().and_then(NpyMemory::of);
-                    npy.and_then(|npy| Bound::new(py, npy).ok())
-                        .map_or(file, Bound::into_any)
-                })
+                let file = value.with_base64(|text| decode_base64(py, text, true));
+                // A `.npy` file numpy can view as it is: its array, made here.
+                if let Some(array) = file
+                    .as_ref()
+                    .and_then(|f| NpyMemory::array(f.cast::<PyByteArray>().ok()?))
+                {
+                    return Ok(array);
+                }
+                file
             } else {
                 float64s(py, raw)
             };
@@ -359,16 +362,15 @@ fn attachment<'py>(
             memory.and_then(|memory| converter.call1((memory,)))
         }
         Check::NdArray => {
-            let (typestr, shape) = match found.array {
-                Some(array) => (array.dtype.npy_descr(), array.shape().collect()),
-                None => (Dtype::Uint8.npy_descr(), vec![found.bytes.len()]),
+            // The attachment viewed in place, read-only (bytes as uint8 of one dimension).
+            let (dtype, shape) = match found.array {
+                Some(array) => (array.dtype, array.shape().collect()),
+                None => (Dtype::Uint8, vec![found.bytes.len()]),
             };
-            let memory = match Bound::new(py, AttachmentMemory::keep_array(found.bytes, typestr, shape)) {
-                Ok(memory) => memory,
-                Err(error) => return Some(Err(internal(py, &error))),
-            };
-            let converter = param.converter.as_ref()?.bind(py);
-            converter.call1((memory,))
+            let memory = AttachmentMemory::keep(found.bytes);
+            let data = memory.as_ptr();
+            Bound::new(py, memory)
+                .and_then(|memory| crate::ndarray::view(memory.into_any(), data, dtype, &shape, false))
         }
     };
     Some(converted.map_err(|e| converter_failed(py, param, given, &e)))

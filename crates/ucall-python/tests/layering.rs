@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! Every module of the Python binding imports only modules below it: conversions, then
+//! Every module of the Python binding imports only modules below it: numpy's C API
+//! (`ndarray`), conversions, then
 //! parameters, then the procedure types that the runtime and the server share, the
 //! runtime, batch procedures (a lone call runs in the runtime's group), and the server
 //! and client on top (the check is `ucall-core`'s).
@@ -10,18 +11,19 @@ mod check;
 use std::path::Path;
 
 const RANKS: &[(&str, u32)] = &[
-    ("convert", 0),
-    ("logs", 0),
-    ("allocator", 0),
-    ("attachment", 0),
-    ("context", 1),
-    ("params", 1),
-    ("streaming", 1),
-    ("procedure", 2),
-    ("runtime", 3),
-    ("batch", 4),
-    ("server", 5),
-    ("client", 5),
+    ("ndarray", 0),
+    ("convert", 1),
+    ("logs", 1),
+    ("allocator", 1),
+    ("attachment", 1),
+    ("context", 2),
+    ("params", 2),
+    ("streaming", 2),
+    ("procedure", 3),
+    ("runtime", 4),
+    ("batch", 5),
+    ("server", 6),
+    ("client", 6),
 ];
 
 #[test]

@@ -119,6 +119,41 @@ impl Dtype {
         }
     }
 
+    /// The dtype of numpy's type kind (`b'f'`, as in a type string) and element size in
+    /// bytes, if docs/wire.md lists one (a match, not a search of [`Dtype::ALL`]: numpy
+    /// arrays are read by it on every call).
+    #[must_use]
+    pub fn from_kind_and_size(kind: u8, size: usize) -> Option<Dtype> {
+        Some(match (kind, size) {
+            (b'b', 1) => Dtype::Bool,
+            (b'i', 1) => Dtype::Int8,
+            (b'u', 1) => Dtype::Uint8,
+            (b'i', 2) => Dtype::Int16,
+            (b'u', 2) => Dtype::Uint16,
+            (b'i', 4) => Dtype::Int32,
+            (b'u', 4) => Dtype::Uint32,
+            (b'i', 8) => Dtype::Int64,
+            (b'u', 8) => Dtype::Uint64,
+            (b'f', 2) => Dtype::Float16,
+            (b'f', 4) => Dtype::Float32,
+            (b'f', 8) => Dtype::Float64,
+            (b'c', 8) => Dtype::Complex64,
+            (b'c', 16) => Dtype::Complex128,
+            _ => return None,
+        })
+    }
+
+    /// The dtype of a `.npy` type string: [`Dtype::npy_descr`]'s, and a one-byte type's
+    /// with `<` (as some writers give it); `None` for any other (big-endian, strings...).
+    #[must_use]
+    pub fn from_npy_descr(descr: &str) -> Option<Dtype> {
+        let (&order, rest) = descr.as_bytes().split_first()?;
+        let (&kind, digits) = rest.split_first()?;
+        let size: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        let dtype = Dtype::from_kind_and_size(kind, size)?;
+        (order == b'<' || (order == b'|' && size == 1)).then_some(dtype)
+    }
+
     /// The dtype named `name`, if any.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Dtype> {
@@ -300,6 +335,23 @@ mod tests {
         section.extend_from_slice(&1.5f32.to_le_bytes());
         section.extend_from_slice(&(-2.0f32).to_le_bytes());
         section
+    }
+
+    #[test]
+    fn dtypes_are_found_by_kind_and_size_and_by_npy_type_string() {
+        for dtype in Dtype::ALL {
+            let descr = dtype.npy_descr();
+            let kind = descr.as_bytes()[1];
+            assert_eq!(Dtype::from_kind_and_size(kind, dtype.size()), Some(dtype));
+            assert_eq!(Dtype::from_npy_descr(descr), Some(dtype));
+            let little = format!("<{}", &descr[1..]);
+            assert_eq!(Dtype::from_npy_descr(&little), Some(dtype), "{little}");
+            let big = format!(">{}", &descr[1..]);
+            assert_eq!(Dtype::from_npy_descr(&big), None, "{big}");
+        }
+        for other in ["|f4", "<U4", "<M8", "|O", "<f", "", "<i16", "|b2"] {
+            assert_eq!(Dtype::from_npy_descr(other), None, "{other}");
+        }
     }
 
     #[test]
