@@ -290,6 +290,10 @@ def measure_round(
             continue
         try:
             port = int(process.addr.rsplit(":", 1)[1])
+            # Rows of one server in a new order each round too: a row measured right after
+            # another one inherits its state (the allocator's, the caches'), and the ratios
+            # the goals judge compare rows of one server.
+            random.shuffle(by_server[key])
             for size, request, body in by_server[key]:
                 measure_row(rows[(size, request.label, request.in_flight)], process, port, request, body, seconds, warmup)
         finally:
