@@ -216,39 +216,43 @@ pub(crate) fn log_completed(
     lines.push(log, &entry);
 }
 
-/// Process one JSON text (a request or a batch), appending the reply to `out`.
-///
-/// Replies that handlers defer are not written: their places are listed in
-/// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
-/// With the request log on, each call gets a line ([`crate::request_log`]).
-pub fn process(
-    text: &[u8],
-    context: &Context<'_>,
-    router: &Router,
-    max_batch: usize,
-    scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
-    out: &mut Vec<u8>,
-) -> Outcome {
-    // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
-    let lending = context.section().is_some_and(|section| scratch.lend.lend(section));
-    let outcome = process_text(text, context, router, max_batch, scratch, deferrals, out);
-    if lending {
-        scratch.lend.take_back();
+/// What the calls of one message run with: built once per message by its session.
+pub struct Message<'a> {
+    /// Where the calls come from (transport, peer, the binary message's section, ...).
+    pub context: Context<'a>,
+    /// The procedures.
+    pub router: &'a Router,
+    /// The most requests a batch may hold.
+    pub max_batch: usize,
+    /// Where handlers may defer replies to, and where binary results go.
+    pub deferrals: Deferrals<'a>,
+}
+
+impl Message<'_> {
+    /// Process one JSON text (a request or a batch), appending the reply to `out`.
+    ///
+    /// Replies that handlers defer are not written: their places are listed in
+    /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
+    /// With the request log on, each call gets a line ([`crate::request_log`]).
+    pub fn process(&mut self, text: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+        // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
+        let lending = self.context.section().is_some_and(|section| scratch.lend.lend(section));
+        let outcome = process_text(self, text, scratch, out);
+        if lending {
+            scratch.lend.take_back();
+        }
+        outcome
     }
-    outcome
 }
 
 #[inline(always)]
-fn process_text(
-    text: &[u8],
-    context: &Context<'_>,
-    router: &Router,
-    max_batch: usize,
-    scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
-    out: &mut Vec<u8>,
-) -> Outcome {
+fn process_text(calls: &mut Message<'_>, text: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
+    let Message {
+        ref context,
+        router,
+        max_batch,
+        ref mut deferrals,
+    } = *calls;
     scratch.deferred.clear();
     scratch.http_status = None;
     scratch.retry_after = None;

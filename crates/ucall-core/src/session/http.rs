@@ -8,7 +8,7 @@ use super::{attached, Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::date::monotonic_nanos;
-use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Outcome};
+use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Message, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
@@ -368,13 +368,6 @@ impl Http {
         // A JSON-RPC reply may be a binary message when the request accepts one.
         let binary = is_jsonrpc && head.accepts_binary;
         let mut attachments = Section::new();
-        let mut deferrals = Deferrals {
-            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
-            next_slot: &mut calls.next_slot,
-            // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
-            streams: is_jsonrpc && head.minor_version >= 1,
-            attachments: binary.then_some(&mut attachments),
-        };
         let mut context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
@@ -382,6 +375,18 @@ impl Http {
             .with_section(section)
             .with_binary_replies(binary);
         context.received_now_if(ctx.router.times_calls());
+        let mut message = Message {
+            context,
+            router: ctx.router,
+            max_batch: ctx.limits.max_batch,
+            deferrals: Deferrals {
+                target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
+                next_slot: &mut calls.next_slot,
+                // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
+                streams: is_jsonrpc && head.minor_version >= 1,
+                attachments: binary.then_some(&mut attachments),
+            },
+        };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
         http1::respond_with(
@@ -395,15 +400,7 @@ impl Http {
                 let data = out.data();
                 let start = data.len();
                 let status = if is_jsonrpc {
-                    match dispatch::process(
-                        body,
-                        &context,
-                        ctx.router,
-                        ctx.limits.max_batch,
-                        &mut scratch.jsonrpc,
-                        &mut deferrals,
-                        data,
-                    ) {
+                    match message.process(body, &mut scratch.jsonrpc, data) {
                         Outcome::Silent => Status::NoContent,
                         Outcome::Replied | Outcome::ParseError => {
                             let retry_after = scratch.jsonrpc.retry_after;
@@ -411,18 +408,9 @@ impl Http {
                         }
                     }
                 } else {
-                    rest_call(
-                        head.method,
-                        target,
-                        body,
-                        &context,
-                        ctx.router,
-                        scratch,
-                        &mut deferrals,
-                        data,
-                    )
+                    rest_call(head.method, target, body, &mut message, scratch, data)
                 };
-                let section = deferrals.attachments.as_deref_mut().map(Section::take);
+                let section = message.deferrals.attachments.as_deref_mut().map(Section::take);
                 if scratch.jsonrpc.deferred.is_empty() {
                     let json_length = section.and_then(|section| attached::finish_http(out, start, section));
                     Some((status, json_length))
@@ -542,28 +530,17 @@ fn rest_call(
     method: Method,
     target: &str,
     body: &[u8],
-    context: &CallContext<'_>,
-    router: &Router,
+    message: &mut Message<'_>,
     scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
     data: &mut Vec<u8>,
 ) -> Status {
-    let Some(log) = router.request_log() else {
-        return run_rest(method, target, body, context, router, scratch, deferrals, None, data).0;
+    let Some(log) = message.router.request_log() else {
+        return run_rest(method, target, body, message, scratch, None, data).0;
     };
     let start = data.len();
     let mut clock = Clock::default();
-    let (status, code) = run_rest(
-        method,
-        target,
-        body,
-        context,
-        router,
-        scratch,
-        deferrals,
-        Some(&mut clock),
-        data,
-    );
+    let (status, code) = run_rest(method, target, body, message, scratch, Some(&mut clock), data);
+    let context = &message.context;
     if scratch.jsonrpc.deferred.is_empty() {
         let name = std::str::from_utf8(&scratch.name).ok().filter(|name| !name.is_empty());
         let ended = if clock.ended == 0 {
@@ -592,18 +569,21 @@ fn rest_call(
 /// [`rest_call`]'s work: the status, and the JSON-RPC code of the outcome (0 for a
 /// result). With a `clock` (the request log is on), the call is timed in it, and a call
 /// that defers carries its line's seed.
-#[allow(clippy::too_many_arguments)]
 fn run_rest(
     method: Method,
     target: &str,
     body: &[u8],
-    context: &CallContext<'_>,
-    router: &Router,
+    message: &mut Message<'_>,
     scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
     clock: Option<&mut Clock>,
     data: &mut Vec<u8>,
 ) -> (Status, i32) {
+    let Message {
+        ref context,
+        router,
+        ref mut deferrals,
+        ..
+    } = *message;
     let failed = |data: &mut Vec<u8>, error: &RpcError| (rest_error(data, error), error.code());
     scratch.jsonrpc.deferred.clear();
     let Some(query) = rest::split_target(target, &mut scratch.name) else {
