@@ -483,7 +483,7 @@ pub fn none_match_names(field: &[u8], etag: &str) -> bool {
 /// Room reserved before each reply body for its head, which is written once the body's
 /// length is known.
 const HEAD_ROOM: usize = 256;
-/// Longest reply moved next to the one queued before it (see [`respond_with`]).
+/// Longest reply moved next to the one queued before it (see [`Respond::with`]).
 const CLOSE_UP_TO: usize = 16 << 10;
 
 /// What a response says about the connection.
@@ -535,128 +535,146 @@ pub fn respond_typed(
     content_type: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
-    respond_to(out, Method::Get, persistence, headers, date, content_type, write_body);
+    let get = Respond {
+        method: Method::Get,
+        persistence,
+        headers,
+        date,
+    };
+    get.to(out, content_type, write_body);
 }
 
-/// [`respond_typed`] for a request of `method`: to a `HEAD`, the head a `GET` would get,
-/// its `Content-Length` included, without the content (RFC 9110 §9.3.2).
-pub fn respond_to(
-    out: &mut OutBuf,
-    method: Method,
-    persistence: Persistence,
-    headers: &[u8],
-    date: &[u8],
-    content_type: &[u8],
-    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
-) {
-    respond_with(out, method, persistence, headers, date, content_type, |out| {
-        write_body(out).map(|status| (status, None))
-    });
+/// What every reply to one request says the same: built once per request.
+#[derive(Debug, Clone, Copy)]
+pub struct Respond<'a> {
+    /// The request's method: to a `HEAD`, the head a `GET` would get, its `Content-Length`
+    /// included, without the content (RFC 9110 §9.3.2).
+    pub method: Method,
+    /// What the response says about the connection.
+    pub persistence: Persistence,
+    /// More header lines for the head, each ending with CRLF (CORS headers, say).
+    pub headers: &'a [u8],
+    /// The current IMF-fixdate (RFC 9110 §5.6.7).
+    pub date: &'a [u8],
 }
 
-/// [`respond_to`] for a body writer that gives, with the status, the length of the JSON
-/// text at the body's start when the body is a binary message (docs/wire.md §3.1): the
-/// reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`, else of
-/// `content_type`.
-pub fn respond_with(
-    out: &mut OutBuf,
-    method: Method,
-    persistence: Persistence,
-    headers: &[u8],
-    date: &[u8],
-    content_type: &[u8],
-    write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
-) {
-    let room = HEAD_ROOM + headers.len();
-    let reserved = out.data().len();
-    // Replies queued before this one and not yet sent (pipelined requests, a slow reader).
-    let behind_others = out.pending() > 0;
-    out.data().resize(reserved + room, 0);
-    let body_start = reserved + room;
-    let Some((status, json_length)) = write_body(out) else {
-        out.truncate(reserved);
-        return;
-    };
-    // RFC 9110 §15.3.5, §15.4.5: a 204 and a 304 have no content.
-    let no_content = matches!(status, Status::NoContent | Status::NotModified);
-    if no_content {
-        out.truncate(body_start);
+impl Respond<'_> {
+    /// [`respond_typed`] for this request.
+    pub fn to(self, out: &mut OutBuf, content_type: &[u8], write_body: impl FnOnce(&mut OutBuf) -> Option<Status>) {
+        self.with(out, content_type, |out| write_body(out).map(|status| (status, None)));
     }
-    let body_len = out.data().len() - body_start + out.attached_since(body_start);
-    let data = out.data();
 
-    let mut head = [0u8; HEAD_ROOM];
-    let mut len = 0;
-    let mut put = |bytes: &[u8]| {
-        head[len..len + bytes.len()].copy_from_slice(bytes);
-        len += bytes.len();
-    };
-    match status {
-        Status::Other(code) => {
-            put(b"HTTP/1.1 ");
-            put(itoa::Buffer::new().format(code).as_bytes());
-            put(b" ");
-            put(reason_phrase(code).as_bytes());
-            put(b"\r\n");
+    /// [`Respond::to`] for a body writer that gives, with the status, the length of the
+    /// JSON text at the body's start when the body is a binary message (docs/wire.md
+    /// §3.1): the reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`,
+    /// else of `content_type`.
+    pub fn with(
+        self,
+        out: &mut OutBuf,
+        content_type: &[u8],
+        write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
+    ) {
+        let Respond {
+            method,
+            persistence,
+            headers,
+            date,
+        } = self;
+        let room = HEAD_ROOM + headers.len();
+        let reserved = out.data().len();
+        // Replies queued before this one and not yet sent (pipelined requests, a slow reader).
+        let behind_others = out.pending() > 0;
+        out.data().resize(reserved + room, 0);
+        let body_start = reserved + room;
+        let Some((status, json_length)) = write_body(out) else {
+            out.truncate(reserved);
+            return;
+        };
+        // RFC 9110 §15.3.5, §15.4.5: a 204 and a 304 have no content.
+        let no_content = matches!(status, Status::NoContent | Status::NotModified);
+        if no_content {
+            out.truncate(body_start);
         }
-        Status::RetryAfter { code, seconds } => {
-            put(b"HTTP/1.1 ");
-            put(itoa::Buffer::new().format(code).as_bytes());
-            put(b" ");
-            put(reason_phrase(code).as_bytes());
-            put(b"\r\nRetry-After: ");
-            put(itoa::Buffer::new().format(seconds).as_bytes());
-            put(b"\r\n");
-        }
-        named => put(named.status_line()),
-    }
-    if !no_content {
-        put(b"Content-Type: ");
-        match json_length {
-            None => put(content_type),
-            Some(json_length) => {
-                put(wire::CONTENT_TYPE.as_bytes());
+        let body_len = out.data().len() - body_start + out.attached_since(body_start);
+        let data = out.data();
+
+        let mut head = [0u8; HEAD_ROOM];
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            head[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        };
+        match status {
+            Status::Other(code) => {
+                put(b"HTTP/1.1 ");
+                put(itoa::Buffer::new().format(code).as_bytes());
+                put(b" ");
+                put(reason_phrase(code).as_bytes());
                 put(b"\r\n");
-                put(wire::JSON_LENGTH_NAME.as_bytes());
-                put(b": ");
-                put(itoa::Buffer::new().format(json_length).as_bytes());
             }
+            Status::RetryAfter { code, seconds } => {
+                put(b"HTTP/1.1 ");
+                put(itoa::Buffer::new().format(code).as_bytes());
+                put(b" ");
+                put(reason_phrase(code).as_bytes());
+                put(b"\r\nRetry-After: ");
+                put(itoa::Buffer::new().format(seconds).as_bytes());
+                put(b"\r\n");
+            }
+            named => put(named.status_line()),
         }
-        put(b"\r\nContent-Length: ");
-        put(itoa::Buffer::new().format(body_len).as_bytes());
+        if !no_content {
+            put(b"Content-Type: ");
+            match json_length {
+                None => put(content_type),
+                Some(json_length) => {
+                    put(wire::CONTENT_TYPE.as_bytes());
+                    put(b"\r\n");
+                    put(wire::JSON_LENGTH_NAME.as_bytes());
+                    put(b": ");
+                    put(itoa::Buffer::new().format(json_length).as_bytes());
+                }
+            }
+            put(b"\r\nContent-Length: ");
+            put(itoa::Buffer::new().format(body_len).as_bytes());
+            put(b"\r\n");
+        }
+        put(b"Date: ");
+        put(date);
         put(b"\r\n");
+        match persistence {
+            Persistence::KeepAlive => {}
+            Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
+            Persistence::Close => put(b"Connection: close\r\n"),
+        }
+        // The head ends right where the body starts: its own fields, the extra ones, a blank line.
+        let head_start = body_start - len - headers.len() - 2;
+        data[head_start..head_start + len].copy_from_slice(&head[..len]);
+        data[head_start + len..body_start - 2].copy_from_slice(headers);
+        data[body_start - 2..body_start].copy_from_slice(b"\r\n");
+        if method == Method::Head {
+            // Cut before the head's last CRLF, so that buffers attached at the body's start go
+            // too, then end the head again.
+            out.truncate(body_start - 2);
+            out.data().extend_from_slice(b"\r\n");
+        }
+        let mut head_start = head_start;
+        let mut end = out.data().len();
+        if behind_others
+            && head_start > reserved
+            && end - head_start <= CLOSE_UP_TO
+            && out.attached_since(reserved) == 0
+        {
+            // Right after the reply before it, so that the two go out as one slice: the room
+            // the head left unused would otherwise stay in memory with every pipelined reply
+            // until all are sent (as much again as small replies hold).
+            out.data().copy_within(head_start..end, reserved);
+            end -= head_start - reserved;
+            head_start = reserved;
+            out.truncate(end);
+        }
+        out.commit(head_start..end);
     }
-    put(b"Date: ");
-    put(date);
-    put(b"\r\n");
-    match persistence {
-        Persistence::KeepAlive => {}
-        Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
-        Persistence::Close => put(b"Connection: close\r\n"),
-    }
-    // The head ends right where the body starts: its own fields, the extra ones, a blank line.
-    let head_start = body_start - len - headers.len() - 2;
-    data[head_start..head_start + len].copy_from_slice(&head[..len]);
-    data[head_start + len..body_start - 2].copy_from_slice(headers);
-    data[body_start - 2..body_start].copy_from_slice(b"\r\n");
-    if method == Method::Head {
-        // Cut before the head's last CRLF, so that buffers attached at the body's start go
-        // too, then end the head again.
-        out.truncate(body_start - 2);
-        out.data().extend_from_slice(b"\r\n");
-    }
-    let mut head_start = head_start;
-    let mut end = out.data().len();
-    if behind_others && head_start > reserved && end - head_start <= CLOSE_UP_TO && out.attached_since(reserved) == 0 {
-        // Right after the reply before it, so that the two go out as one slice: the room
-        // the head left unused would otherwise stay in memory with every pipelined reply
-        // until all are sent (as much again as small replies hold).
-        out.data().copy_within(head_start..end, reserved);
-        end -= head_start - reserved;
-        head_start = reserved;
-        out.truncate(end);
-    }
-    out.commit(head_start..end);
 }
 
 /// The head of a streamed reply (docs/streaming.md): `200`, a body in chunked transfer

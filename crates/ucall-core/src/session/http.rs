@@ -253,25 +253,24 @@ impl Http {
             // shared or private, keeps them (RFC 9111 §5.2.2.5). The documents say otherwise below.
             self.cors_headers.extend_from_slice(NO_STORE);
         }
+        // What every reply to this request says the same (its probe's, its calls').
+        let respond = http1::Respond {
+            method: head.method,
+            persistence,
+            headers: &self.cors_headers,
+            date: ctx.date,
+        };
         // The health probes (`/healthz`, `/readyz`): a short JSON object each.
         let probe = reads.then(|| ctx.router.probe(target, ctx.draining));
         if let Some(probe) = probe.flatten() {
-            http1::respond_to(
-                out,
-                head.method,
-                persistence,
-                &self.cors_headers,
-                ctx.date,
-                b"application/json",
-                |out| {
-                    out.data().extend_from_slice(probe.body.as_bytes());
-                    Some(match (probe.ok, probe.not_found) {
-                        (true, _) => Status::Ok,
-                        (false, true) => Status::NotFound,
-                        (false, false) => Status::ServiceUnavailable,
-                    })
-                },
-            );
+            respond.to(out, b"application/json", |out| {
+                out.data().extend_from_slice(probe.body.as_bytes());
+                Some(match (probe.ok, probe.not_found) {
+                    (true, _) => Status::Ok,
+                    (false, true) => Status::NotFound,
+                    (false, false) => Status::ServiceUnavailable,
+                })
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // The metrics page (`/metrics`), rendered only when asked for.
@@ -283,18 +282,16 @@ impl Http {
                 self.cors_headers.extend_from_slice(GZIPPED);
             }
             self.cors_headers.extend_from_slice(VARY_ENCODING);
-            http1::respond_to(
-                out,
-                head.method,
+            let respond = http1::Respond {
+                method: head.method,
                 persistence,
-                &self.cors_headers,
-                ctx.date,
-                crate::metrics::CONTENT_TYPE.as_bytes(),
-                |out| {
-                    out.data().extend_from_slice(&page);
-                    Some(Status::Ok)
-                },
-            );
+                headers: &self.cors_headers,
+                date: ctx.date,
+            };
+            respond.to(out, crate::metrics::CONTENT_TYPE.as_bytes(), |out| {
+                out.data().extend_from_slice(&page);
+                Some(Status::Ok)
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
@@ -324,21 +321,19 @@ impl Http {
             }
             let unchanged = cors::Fields::get(head_bytes, head.if_none_match)
                 .is_some_and(|held| http1::none_match_names(held, etag));
-            http1::respond_to(
-                out,
-                head.method,
+            let respond = http1::Respond {
+                method: head.method,
                 persistence,
                 headers,
-                ctx.date,
-                page.content_type,
-                |out| {
-                    if unchanged {
-                        return Some(Status::NotModified);
-                    }
-                    out.data().extend_from_slice(body);
-                    Some(Status::Ok)
-                },
-            );
+                date: ctx.date,
+            };
+            respond.to(out, page.content_type, |out| {
+                if unchanged {
+                    return Some(Status::NotModified);
+                }
+                out.data().extend_from_slice(body);
+                Some(Status::Ok)
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // A binary body (docs/wire.md §3.1): its JSON text is the request, its attachment
@@ -389,37 +384,29 @@ impl Http {
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
-        http1::respond_with(
-            out,
-            head.method,
-            persistence,
-            &self.cors_headers,
-            ctx.date,
-            b"application/json",
-            |out| {
-                let data = out.data();
-                let start = data.len();
-                let status = if is_jsonrpc {
-                    match message.process(body, &mut scratch.jsonrpc, data) {
-                        Outcome::Silent => Status::NoContent,
-                        Outcome::Replied | Outcome::ParseError => {
-                            let retry_after = scratch.jsonrpc.retry_after;
-                            (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
-                        }
+        respond.with(out, b"application/json", |out| {
+            let data = out.data();
+            let start = data.len();
+            let status = if is_jsonrpc {
+                match message.process(body, &mut scratch.jsonrpc, data) {
+                    Outcome::Silent => Status::NoContent,
+                    Outcome::Replied | Outcome::ParseError => {
+                        let retry_after = scratch.jsonrpc.retry_after;
+                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
                     }
-                } else {
-                    rest_call(head.method, target, body, &mut message, scratch, data)
-                };
-                let section = message.deferrals.attachments.as_deref_mut().map(Section::take);
-                if scratch.jsonrpc.deferred.is_empty() {
-                    let json_length = section.and_then(|section| attached::finish_http(out, start, section));
-                    Some((status, json_length))
-                } else {
-                    held = Some((data.split_off(start), start, section));
-                    None
                 }
-            },
-        );
+            } else {
+                rest_call(head.method, target, body, &mut message, scratch, data)
+            };
+            let section = message.deferrals.attachments.as_deref_mut().map(Section::take);
+            if scratch.jsonrpc.deferred.is_empty() {
+                let json_length = section.and_then(|section| attached::finish_http(out, start, section));
+                Some((status, json_length))
+            } else {
+                held = Some((data.split_off(start), start, section));
+                None
+            }
+        });
         if let Some((text, base, section)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
             calls.hold_text(
