@@ -234,25 +234,52 @@ impl Message<'_> {
     /// Replies that handlers defer are not written: their places are listed in
     /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
     /// With the request log on, each call gets a line ([`crate::request_log`]).
+    ///
+    /// Inlined, so that the value is taken apart where the session builds it and the calls
+    /// run with its fields as arguments (small calls' instructions stay as they were).
+    #[inline(always)]
     pub fn process(&mut self, text: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-        // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
-        let lending = self.context.section().is_some_and(|section| scratch.lend.lend(section));
-        let outcome = process_text(self, text, scratch, out);
-        if lending {
-            scratch.lend.take_back();
-        }
-        outcome
+        process(
+            text,
+            &self.context,
+            self.router,
+            self.max_batch,
+            scratch,
+            &mut self.deferrals,
+            out,
+        )
     }
 }
 
+/// [`Message::process`], its fields apart.
+fn process(
+    text: &[u8],
+    context: &Context<'_>,
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
+    let lending = context.section().is_some_and(|section| scratch.lend.lend(section));
+    let outcome = process_text(text, context, router, max_batch, scratch, deferrals, out);
+    if lending {
+        scratch.lend.take_back();
+    }
+    outcome
+}
+
 #[inline(always)]
-fn process_text(calls: &mut Message<'_>, text: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-    let Message {
-        ref context,
-        router,
-        max_batch,
-        ref mut deferrals,
-    } = *calls;
+fn process_text(
+    text: &[u8],
+    context: &Context<'_>,
+    router: &Router,
+    max_batch: usize,
+    scratch: &mut Scratch,
+    deferrals: &mut Deferrals<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
     scratch.deferred.clear();
     scratch.http_status = None;
     scratch.retry_after = None;
