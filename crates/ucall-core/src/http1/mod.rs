@@ -568,6 +568,9 @@ impl Respond<'_> {
     /// JSON text at the body's start when the body is a binary message (docs/wire.md
     /// §3.1): the reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`,
     /// else of `content_type`.
+    ///
+    /// Inlined, so that the value is taken apart where the request's session builds it.
+    #[inline(always)]
     pub fn with(
         self,
         out: &mut OutBuf,
@@ -580,101 +583,110 @@ impl Respond<'_> {
             headers,
             date,
         } = self;
-        let room = HEAD_ROOM + headers.len();
-        let reserved = out.data().len();
-        // Replies queued before this one and not yet sent (pipelined requests, a slow reader).
-        let behind_others = out.pending() > 0;
-        out.data().resize(reserved + room, 0);
-        let body_start = reserved + room;
-        let Some((status, json_length)) = write_body(out) else {
-            out.truncate(reserved);
-            return;
-        };
-        // RFC 9110 §15.3.5, §15.4.5: a 204 and a 304 have no content.
-        let no_content = matches!(status, Status::NoContent | Status::NotModified);
-        if no_content {
-            out.truncate(body_start);
-        }
-        let body_len = out.data().len() - body_start + out.attached_since(body_start);
-        let data = out.data();
+        write_response(out, method, persistence, headers, date, content_type, write_body);
+    }
+}
 
-        let mut head = [0u8; HEAD_ROOM];
-        let mut len = 0;
-        let mut put = |bytes: &[u8]| {
-            head[len..len + bytes.len()].copy_from_slice(bytes);
-            len += bytes.len();
-        };
-        match status {
-            Status::Other(code) => {
-                put(b"HTTP/1.1 ");
-                put(itoa::Buffer::new().format(code).as_bytes());
-                put(b" ");
-                put(reason_phrase(code).as_bytes());
-                put(b"\r\n");
-            }
-            Status::RetryAfter { code, seconds } => {
-                put(b"HTTP/1.1 ");
-                put(itoa::Buffer::new().format(code).as_bytes());
-                put(b" ");
-                put(reason_phrase(code).as_bytes());
-                put(b"\r\nRetry-After: ");
-                put(itoa::Buffer::new().format(seconds).as_bytes());
-                put(b"\r\n");
-            }
-            named => put(named.status_line()),
-        }
-        if !no_content {
-            put(b"Content-Type: ");
-            match json_length {
-                None => put(content_type),
-                Some(json_length) => {
-                    put(wire::CONTENT_TYPE.as_bytes());
-                    put(b"\r\n");
-                    put(wire::JSON_LENGTH_NAME.as_bytes());
-                    put(b": ");
-                    put(itoa::Buffer::new().format(json_length).as_bytes());
-                }
-            }
-            put(b"\r\nContent-Length: ");
-            put(itoa::Buffer::new().format(body_len).as_bytes());
+/// [`Respond::with`], its fields apart.
+fn write_response(
+    out: &mut OutBuf,
+    method: Method,
+    persistence: Persistence,
+    headers: &[u8],
+    date: &[u8],
+    content_type: &[u8],
+    write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
+) {
+    let room = HEAD_ROOM + headers.len();
+    let reserved = out.data().len();
+    // Replies queued before this one and not yet sent (pipelined requests, a slow reader).
+    let behind_others = out.pending() > 0;
+    out.data().resize(reserved + room, 0);
+    let body_start = reserved + room;
+    let Some((status, json_length)) = write_body(out) else {
+        out.truncate(reserved);
+        return;
+    };
+    // RFC 9110 §15.3.5, §15.4.5: a 204 and a 304 have no content.
+    let no_content = matches!(status, Status::NoContent | Status::NotModified);
+    if no_content {
+        out.truncate(body_start);
+    }
+    let body_len = out.data().len() - body_start + out.attached_since(body_start);
+    let data = out.data();
+
+    let mut head = [0u8; HEAD_ROOM];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        head[len..len + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
+    };
+    match status {
+        Status::Other(code) => {
+            put(b"HTTP/1.1 ");
+            put(itoa::Buffer::new().format(code).as_bytes());
+            put(b" ");
+            put(reason_phrase(code).as_bytes());
             put(b"\r\n");
         }
-        put(b"Date: ");
-        put(date);
-        put(b"\r\n");
-        match persistence {
-            Persistence::KeepAlive => {}
-            Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
-            Persistence::Close => put(b"Connection: close\r\n"),
+        Status::RetryAfter { code, seconds } => {
+            put(b"HTTP/1.1 ");
+            put(itoa::Buffer::new().format(code).as_bytes());
+            put(b" ");
+            put(reason_phrase(code).as_bytes());
+            put(b"\r\nRetry-After: ");
+            put(itoa::Buffer::new().format(seconds).as_bytes());
+            put(b"\r\n");
         }
-        // The head ends right where the body starts: its own fields, the extra ones, a blank line.
-        let head_start = body_start - len - headers.len() - 2;
-        data[head_start..head_start + len].copy_from_slice(&head[..len]);
-        data[head_start + len..body_start - 2].copy_from_slice(headers);
-        data[body_start - 2..body_start].copy_from_slice(b"\r\n");
-        if method == Method::Head {
-            // Cut before the head's last CRLF, so that buffers attached at the body's start go
-            // too, then end the head again.
-            out.truncate(body_start - 2);
-            out.data().extend_from_slice(b"\r\n");
-        }
-        let mut head_start = head_start;
-        let mut end = out.data().len();
-        if behind_others
-            && head_start > reserved
-            && end - head_start <= CLOSE_UP_TO
-            && out.attached_since(reserved) == 0
-        {
-            // Right after the reply before it, so that the two go out as one slice: the room
-            // the head left unused would otherwise stay in memory with every pipelined reply
-            // until all are sent (as much again as small replies hold).
-            out.data().copy_within(head_start..end, reserved);
-            end -= head_start - reserved;
-            head_start = reserved;
-            out.truncate(end);
-        }
-        out.commit(head_start..end);
+        named => put(named.status_line()),
     }
+    if !no_content {
+        put(b"Content-Type: ");
+        match json_length {
+            None => put(content_type),
+            Some(json_length) => {
+                put(wire::CONTENT_TYPE.as_bytes());
+                put(b"\r\n");
+                put(wire::JSON_LENGTH_NAME.as_bytes());
+                put(b": ");
+                put(itoa::Buffer::new().format(json_length).as_bytes());
+            }
+        }
+        put(b"\r\nContent-Length: ");
+        put(itoa::Buffer::new().format(body_len).as_bytes());
+        put(b"\r\n");
+    }
+    put(b"Date: ");
+    put(date);
+    put(b"\r\n");
+    match persistence {
+        Persistence::KeepAlive => {}
+        Persistence::KeepAliveLegacy => put(b"Connection: keep-alive\r\n"),
+        Persistence::Close => put(b"Connection: close\r\n"),
+    }
+    // The head ends right where the body starts: its own fields, the extra ones, a blank line.
+    let head_start = body_start - len - headers.len() - 2;
+    data[head_start..head_start + len].copy_from_slice(&head[..len]);
+    data[head_start + len..body_start - 2].copy_from_slice(headers);
+    data[body_start - 2..body_start].copy_from_slice(b"\r\n");
+    if method == Method::Head {
+        // Cut before the head's last CRLF, so that buffers attached at the body's start go
+        // too, then end the head again.
+        out.truncate(body_start - 2);
+        out.data().extend_from_slice(b"\r\n");
+    }
+    let mut head_start = head_start;
+    let mut end = out.data().len();
+    if behind_others && head_start > reserved && end - head_start <= CLOSE_UP_TO && out.attached_since(reserved) == 0 {
+        // Right after the reply before it, so that the two go out as one slice: the room
+        // the head left unused would otherwise stay in memory with every pipelined reply
+        // until all are sent (as much again as small replies hold).
+        out.data().copy_within(head_start..end, reserved);
+        end -= head_start - reserved;
+        head_start = reserved;
+        out.truncate(end);
+    }
+    out.commit(head_start..end);
 }
 
 /// The head of a streamed reply (docs/streaming.md): `200`, a body in chunked transfer
