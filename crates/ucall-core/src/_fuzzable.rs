@@ -270,16 +270,17 @@ pub fn jsonrpc_messages(data: &[u8]) {
     let mut scratch = dispatch::Scratch::default();
     let mut next_slot = 0;
     let max_batch = 16;
+    let mut deferrals = Deferrals {
+        target: None,
+        next_slot: &mut next_slot,
+        streams: false,
+        attachments: None,
+    };
     let mut message = dispatch::Message {
-        context: crate::context::NONE,
+        context: &crate::context::NONE,
         router: builder.router(),
         max_batch,
-        deferrals: Deferrals {
-            target: None,
-            next_slot: &mut next_slot,
-            streams: false,
-            attachments: None,
-        },
+        deferrals: &mut deferrals,
     };
     let mut out = Vec::new();
     let outcome = message.process(data, &mut scratch, &mut out);

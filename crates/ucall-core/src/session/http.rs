@@ -370,17 +370,18 @@ impl Http {
             .with_section(section)
             .with_binary_replies(binary);
         context.received_now_if(ctx.router.times_calls());
+        let mut deferrals = Deferrals {
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
+            next_slot: &mut calls.next_slot,
+            // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
+            streams: is_jsonrpc && head.minor_version >= 1,
+            attachments: binary.then_some(&mut attachments),
+        };
         let mut message = Message {
-            context,
+            context: &context,
             router: ctx.router,
             max_batch: ctx.limits.max_batch,
-            deferrals: Deferrals {
-                target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
-                next_slot: &mut calls.next_slot,
-                // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
-                streams: is_jsonrpc && head.minor_version >= 1,
-                attachments: binary.then_some(&mut attachments),
-            },
+            deferrals: &mut deferrals,
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
@@ -517,7 +518,7 @@ fn rest_call(
     method: Method,
     target: &str,
     body: &[u8],
-    message: &mut Message<'_>,
+    message: &mut Message<'_, '_>,
     scratch: &mut Scratch,
     data: &mut Vec<u8>,
 ) -> Status {
@@ -527,7 +528,7 @@ fn rest_call(
     let start = data.len();
     let mut clock = Clock::default();
     let (status, code) = run_rest(method, target, body, message, scratch, Some(&mut clock), data);
-    let context = &message.context;
+    let context = message.context;
     if scratch.jsonrpc.deferred.is_empty() {
         let name = std::str::from_utf8(&scratch.name).ok().filter(|name| !name.is_empty());
         let ended = if clock.ended == 0 {
@@ -560,13 +561,13 @@ fn run_rest(
     method: Method,
     target: &str,
     body: &[u8],
-    message: &mut Message<'_>,
+    message: &mut Message<'_, '_>,
     scratch: &mut Scratch,
     clock: Option<&mut Clock>,
     data: &mut Vec<u8>,
 ) -> (Status, i32) {
     let Message {
-        ref context,
+        context,
         router,
         ref mut deferrals,
         ..

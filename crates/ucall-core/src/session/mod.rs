@@ -712,16 +712,17 @@ impl Calls {
             .with_section(section)
             .with_binary_replies(binary);
         context.received_now_if(ctx.router.times_calls());
+        let mut deferrals = dispatch::Deferrals {
+            target: ctx.defer.map(|target| target.with_presence(&self.presence)),
+            next_slot: &mut self.next_slot,
+            streams: true,
+            attachments,
+        };
         let mut message = dispatch::Message {
-            context,
+            context: &context,
             router: ctx.router,
             max_batch: ctx.limits.max_batch,
-            deferrals: dispatch::Deferrals {
-                target: ctx.defer.map(|target| target.with_presence(&self.presence)),
-                next_slot: &mut self.next_slot,
-                streams: true,
-                attachments,
-            },
+            deferrals: &mut deferrals,
         };
         message.process(text, &mut ctx.scratch.jsonrpc, data)
     }
