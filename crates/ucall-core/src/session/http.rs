@@ -377,15 +377,16 @@ impl Http {
             streams: is_jsonrpc && head.minor_version >= 1,
             attachments: binary.then_some(&mut attachments),
         };
-        let mut message = Message {
-            context: &context,
-            router: ctx.router,
-            max_batch: ctx.limits.max_batch,
-            deferrals: &mut deferrals,
-        };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
         respond.with(out, b"application/json", |out| {
+            // Built here, not captured: a value the closure borrowed was stored for it.
+            let mut message = Message {
+                context: &context,
+                router: ctx.router,
+                max_batch: ctx.limits.max_batch,
+                deferrals: &mut deferrals,
+            };
             let data = out.data();
             let start = data.len();
             let status = if is_jsonrpc {
@@ -399,7 +400,7 @@ impl Http {
             } else {
                 rest_call(head.method, target, body, &mut message, scratch, data)
             };
-            let section = message.deferrals.attachments.as_deref_mut().map(Section::take);
+            let section = deferrals.attachments.as_deref_mut().map(Section::take);
             if scratch.jsonrpc.deferred.is_empty() {
                 let json_length = section.and_then(|section| attached::finish_http(out, start, section));
                 Some((status, json_length))
