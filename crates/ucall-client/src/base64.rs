@@ -6,90 +6,17 @@
 //!
 //! With the `simd` feature (the default) simdutf does the work, AVX-512 where the CPU has
 //! it: on a 1.6 MB payload it encodes 1.2x as fast as base64-simd (docs/design.md, "Large
-//! messages"). Without it, the base64 crate, so a C library needs no libstdc++.
+//! messages"); the writer is the core's (`ucall_core::base64_text`), which the feature
+//! turns to simdutf. Without it, base64-simd, so a C library needs no libstdc++.
 
 use std::mem::MaybeUninit;
 
 #[cfg(feature = "simd")]
 use simdutf::{Base64Options, ErrorCode, LastChunkHandlingOptions};
 
-/// The length of the base64 text of `len` bytes.
-#[must_use]
-#[cfg(feature = "simd")]
-pub fn encoded_len(len: usize) -> usize {
-    simdutf::base64_length_from_binary(len, Base64Options::Default)
-}
-
-/// The length of the base64 text of `len` bytes.
-#[must_use]
-#[cfg(not(feature = "simd"))]
-pub fn encoded_len(len: usize) -> usize {
-    ::base64::encoded_len(len, true).unwrap_or(0)
-}
-
-/// Append the base64 text of `bytes` to `out`, straight into its spare capacity.
-#[cfg(feature = "simd")]
-pub fn encode_append(bytes: &[u8], out: &mut Vec<u8>) {
-    let len = encoded_len(bytes.len());
-    out.reserve(len);
-    let room = out.spare_capacity_mut();
-    // SAFETY: `room` has at least `len` writable bytes (reserved above), all the encoder
-    // writes; `bytes` is not part of `out`, which is borrowed mutably.
-    let written = unsafe {
-        simdutf::binary_to_base64(
-            bytes.as_ptr(),
-            bytes.len(),
-            room.as_mut_ptr().cast::<u8>(),
-            Base64Options::Default,
-        )
-    };
-    // SAFETY: the encoder initialised `written` bytes after the old length, within capacity.
-    unsafe { out.set_len(out.len() + written.min(len)) };
-}
-
-/// Append the base64 text of `bytes` to `out`.
-#[cfg(not(feature = "simd"))]
-pub fn encode_append(bytes: &[u8], out: &mut Vec<u8>) {
-    use ::base64::Engine as _;
-    let start = out.len();
-    out.resize(start + encoded_len(bytes.len()), 0);
-    let written = ::base64::engine::general_purpose::STANDARD
-        .encode_slice(bytes, &mut out[start..])
-        .unwrap_or(0);
-    out.truncate(start + written);
-}
-
-/// Append `bytes` as a quoted standard base64 string (a JSON string).
-pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
-    out.reserve(encoded_len(bytes.len()) + 2);
-    out.push(b'"');
-    encode_append(bytes, out);
-    out.push(b'"');
-}
-
-/// Append `first` and `second`, joined, as a quoted standard base64 string, without
-/// joining them in memory first (a `.npy` file's header and its array's memory).
-pub fn write_base64_joined(first: &[u8], second: &[u8], out: &mut Vec<u8>) {
-    out.reserve(encoded_len(first.len() + second.len()) + 2);
-    out.push(b'"');
-    // Whole groups of three from `first` (no padding), a group that bridges the two when
-    // `first` leaves one or two bytes over, then the rest of `second`, padded at the end.
-    let whole = first.len() / 3 * 3;
-    encode_append(&first[..whole], out);
-    let mut bridge = [0u8; 3];
-    let mut filled = first.len() - whole;
-    bridge[..filled].copy_from_slice(&first[whole..]);
-    let mut rest = second;
-    if filled > 0 {
-        let take = (3 - filled).min(rest.len());
-        bridge[filled..filled + take].copy_from_slice(&rest[..take]);
-        filled += take;
-        rest = &rest[take..];
-        encode_append(&bridge[..filled], out);
-    }
-    encode_append(rest, out);
-    out.push(b'"');
-}
+// Written by the core's writer, simdutf with this crate's `simd` feature (on by default),
+// for the Rust server's results and the client's params alike.
+pub use ucall_core::base64_text::{encode_append, encoded_len, write_base64, write_base64_joined};
 
 /// The length `text` decodes to by the core's base64 rule (padding optional; see
 /// `ucall_core::params::base64`), `None` when its length rules base64 out.

@@ -15,7 +15,7 @@ use serde_json::Value;
 use ucall_client::{
     write_binary_request, Batch, Client, Dtype, Endpoint, Multiplexed, Params, Protocol, RequestKind, Response,
 };
-use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle};
+use ucall_core::{Call, EngineKind, Reply, Server, ServerHandle};
 
 mod common;
 
@@ -39,14 +39,7 @@ fn serve_with(tls: Option<ucall_core::TlsConfig>) -> ServerHandle {
         builder = builder.tls(tls);
     }
     spec::register(builder)
-        .handler("echo_array", |call: &Call<'_>, reply: &mut Reply<'_>| {
-            let found = call.params().attachment(0, "x")?;
-            let info = found
-                .array
-                .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
-            let shape: Vec<usize> = info.shape().collect();
-            reply.array(info.dtype, &shape, found.bytes.to_vec())
-        })
+        .handler("echo_array", common::echo_array)
         .handler("echo_bytes", |call: &Call<'_>, reply: &mut Reply<'_>| {
             let found = call.params().attachment(0, "data")?;
             reply.bytes(found.bytes.to_vec());

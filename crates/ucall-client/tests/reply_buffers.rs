@@ -5,7 +5,9 @@
 //! test's replies come and go in the pool while it counts.
 
 use ucall_client::{reply_buffers, Client, Endpoint, Params};
-use ucall_core::{Call, EngineKind, Reply, RpcError, Server};
+use ucall_core::{EngineKind, Server};
+
+mod common;
 
 fn floats(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| (i * 7 + seed) as f32 * 0.25).collect()
@@ -21,14 +23,7 @@ fn dropped_large_replies_keep_their_buffers_up_to_the_budget_and_reuse_them() {
         .port(0)
         .threads(1)
         .engine(EngineKind::Poll)
-        .handler("echo_array", |call: &Call<'_>, reply: &mut Reply<'_>| {
-            let found = call.params().attachment(0, "x")?;
-            let info = found
-                .array
-                .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
-            let shape: Vec<usize> = info.shape().collect();
-            reply.array(info.dtype, &shape, found.bytes.to_vec())
-        })
+        .handler("echo_array", common::echo_array)
         .bind()
         .expect("bind")
         .spawn()

@@ -269,23 +269,21 @@ pub fn jsonrpc_messages(data: &[u8]) {
     let builder = procedures();
     let mut scratch = dispatch::Scratch::default();
     let mut next_slot = 0;
+    let max_batch = 16;
     let mut deferrals = Deferrals {
         target: None,
         next_slot: &mut next_slot,
         streams: false,
         attachments: None,
     };
-    let mut out = Vec::new();
-    let max_batch = 16;
-    let outcome = dispatch::process(
-        data,
-        &crate::context::NONE,
-        builder.router(),
+    let mut message = dispatch::Message {
+        context: &crate::context::NONE,
+        router: builder.router(),
         max_batch,
-        &mut scratch,
-        &mut deferrals,
-        &mut out,
-    );
+        deferrals: &mut deferrals,
+    };
+    let mut out = Vec::new();
+    let outcome = message.process(data, &mut scratch, &mut out);
     match outcome {
         dispatch::Outcome::Silent => assert!(out.is_empty(), "a silent outcome wrote {out:?}"),
         dispatch::Outcome::Replied | dispatch::Outcome::ParseError => {

@@ -53,6 +53,7 @@
 /// Entry points for the fuzz targets (`fuzz/`) and the replay of their vectors.
 #[doc(hidden)]
 pub mod _fuzzable;
+pub mod base64_text;
 pub mod batch;
 #[doc(hidden)]
 pub mod buffer;

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-//! What the client's integration tests share: throwaway certificates.
+//! What the client's integration tests share: throwaway certificates and a handler that
+//! echoes an array attachment. Not every test binary uses every item.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use ucall_core::{Call, Reply, RpcError};
 
 /// A folder of certificates made for one test (`ca.pem`, `server.pem`/`.key`,
 /// `client.pem`/`.key`), removed when dropped.
@@ -44,4 +47,15 @@ pub fn certs() -> Certs {
     std::fs::write(dir.join("client.pem"), cert.pem()).expect("write");
     std::fs::write(dir.join("client.key"), key.serialize_pem()).expect("write");
     Certs(dir)
+}
+
+/// `echo_array`: attachment 0, `x`, sent back as the result array, with its dtype and
+/// shape. Anything but an array attachment is refused, so a reply shows the param came as one.
+pub fn echo_array(call: &Call<'_>, reply: &mut Reply<'_>) -> Result<(), RpcError> {
+    let found = call.params().attachment(0, "x")?;
+    let info = found
+        .array
+        .ok_or_else(|| RpcError::invalid_params("x is not an array"))?;
+    let shape: Vec<usize> = info.shape().collect();
+    reply.array(info.dtype, &shape, found.bytes.to_vec())
 }

@@ -483,7 +483,7 @@ pub fn none_match_names(field: &[u8], etag: &str) -> bool {
 /// Room reserved before each reply body for its head, which is written once the body's
 /// length is known.
 const HEAD_ROOM: usize = 256;
-/// Longest reply moved next to the one queued before it (see [`respond_with`]).
+/// Longest reply moved next to the one queued before it (see [`Respond::with`]).
 const CLOSE_UP_TO: usize = 16 << 10;
 
 /// What a response says about the connection.
@@ -535,30 +535,60 @@ pub fn respond_typed(
     content_type: &[u8],
     write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
 ) {
-    respond_to(out, Method::Get, persistence, headers, date, content_type, write_body);
+    let get = Respond {
+        method: Method::Get,
+        persistence,
+        headers,
+        date,
+    };
+    get.to(out, content_type, write_body);
 }
 
-/// [`respond_typed`] for a request of `method`: to a `HEAD`, the head a `GET` would get,
-/// its `Content-Length` included, without the content (RFC 9110 §9.3.2).
-pub fn respond_to(
-    out: &mut OutBuf,
-    method: Method,
-    persistence: Persistence,
-    headers: &[u8],
-    date: &[u8],
-    content_type: &[u8],
-    write_body: impl FnOnce(&mut OutBuf) -> Option<Status>,
-) {
-    respond_with(out, method, persistence, headers, date, content_type, |out| {
-        write_body(out).map(|status| (status, None))
-    });
+/// What every reply to one request says the same: built once per request.
+#[derive(Debug, Clone, Copy)]
+pub struct Respond<'a> {
+    /// The request's method: to a `HEAD`, the head a `GET` would get, its `Content-Length`
+    /// included, without the content (RFC 9110 §9.3.2).
+    pub method: Method,
+    /// What the response says about the connection.
+    pub persistence: Persistence,
+    /// More header lines for the head, each ending with CRLF (CORS headers, say).
+    pub headers: &'a [u8],
+    /// The current IMF-fixdate (RFC 9110 §5.6.7).
+    pub date: &'a [u8],
 }
 
-/// [`respond_to`] for a body writer that gives, with the status, the length of the JSON
-/// text at the body's start when the body is a binary message (docs/wire.md §3.1): the
-/// reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`, else of
-/// `content_type`.
-pub fn respond_with(
+impl Respond<'_> {
+    /// [`respond_typed`] for this request.
+    pub fn to(self, out: &mut OutBuf, content_type: &[u8], write_body: impl FnOnce(&mut OutBuf) -> Option<Status>) {
+        self.with(out, content_type, |out| write_body(out).map(|status| (status, None)));
+    }
+
+    /// [`Respond::to`] for a body writer that gives, with the status, the length of the
+    /// JSON text at the body's start when the body is a binary message (docs/wire.md
+    /// §3.1): the reply is then `application/vnd.ucall.binary` with `UCall-JSON-Length`,
+    /// else of `content_type`.
+    ///
+    /// Inlined, so that the value is taken apart where the request's session builds it.
+    #[inline(always)]
+    pub fn with(
+        self,
+        out: &mut OutBuf,
+        content_type: &[u8],
+        write_body: impl FnOnce(&mut OutBuf) -> Option<(Status, Option<usize>)>,
+    ) {
+        let Respond {
+            method,
+            persistence,
+            headers,
+            date,
+        } = self;
+        write_response(out, method, persistence, headers, date, content_type, write_body);
+    }
+}
+
+/// [`Respond::with`], its fields apart.
+fn write_response(
     out: &mut OutBuf,
     method: Method,
     persistence: Persistence,

@@ -288,21 +288,19 @@ fn accept_lists_binary_replies_by_media_type_and_q() {
 #[test]
 fn a_binary_reply_names_its_type_and_json_length() {
     let mut out = OutBuf::new();
-    respond_with(
-        &mut out,
-        Method::Post,
-        Persistence::KeepAlive,
-        b"",
-        b"Sun, 06 Nov 1994 08:49:37 GMT",
-        b"application/json",
-        |out| {
-            let data = out.data();
-            data.extend_from_slice(b"{}");
-            data.resize(data.len() + 62, 0);
-            data.push(7);
-            Some((Status::Ok, Some(2)))
-        },
-    );
+    let respond = Respond {
+        method: Method::Post,
+        persistence: Persistence::KeepAlive,
+        headers: b"",
+        date: b"Sun, 06 Nov 1994 08:49:37 GMT",
+    };
+    respond.with(&mut out, b"application/json", |out| {
+        let data = out.data();
+        data.extend_from_slice(b"{}");
+        data.resize(data.len() + 62, 0);
+        data.push(7);
+        Some((Status::Ok, Some(2)))
+    });
     let text = String::from_utf8(out.to_vec()).unwrap();
     assert!(
         text.starts_with(

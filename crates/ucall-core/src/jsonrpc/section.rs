@@ -177,7 +177,7 @@ pub type Writer<'s> = Option<&'s mut Section>;
 pub fn write_bytes(out: &mut Vec<u8>, base: usize, section: Writer<'_>, bytes: Bytes) {
     match section {
         Some(section) => write_placeholder(out, base, section, bytes, None),
-        None => write_base64(out, &[&bytes]),
+        None => crate::base64_text::write_base64(&bytes, out),
     }
 }
 
@@ -204,7 +204,7 @@ pub fn write_array(
     }
     match section {
         Some(section) => write_placeholder(out, base, section, bytes, Some((dtype, shape))),
-        None => write_base64(out, &[&npy_header(dtype, shape), &bytes]),
+        None => crate::base64_text::write_base64_joined(&npy_header(dtype, shape), &bytes, out),
     }
     Ok(())
 }
@@ -244,24 +244,6 @@ fn write_placeholder(
         out.push(b']');
     }
     out.push(b'}');
-}
-
-/// Append the base64 of the concatenated `parts` as a JSON string.
-fn write_base64(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    let joined;
-    let bytes: &[u8] = match parts {
-        [one] => one,
-        _ => {
-            joined = parts.concat();
-            &joined
-        }
-    };
-    out.push(b'"');
-    let start = out.len();
-    let encoded = base64_simd::STANDARD.encoded_length(bytes.len());
-    out.resize(start + encoded, 0);
-    let _encoded = base64_simd::STANDARD.encode(bytes, base64_simd::Out::from_slice(&mut out[start..]));
-    out.push(b'"');
 }
 
 /// The header of an array's `.npy` form (NumPy format 1.0): magic, version, and the

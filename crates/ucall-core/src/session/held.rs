@@ -27,6 +27,12 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
         attachments,
         ..
     } = message;
+    let respond = |method, persistence| http1::Respond {
+        method,
+        persistence,
+        headers: &headers,
+        date,
+    };
     out.fill(hole, |out| match (kind, attachments) {
         (MessageKind::Stream, Some(mut section)) => {
             let json_start = attached::reserve_prefix(out.data());
@@ -40,7 +46,7 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             commit_ws_reply(out, json_start, section);
         }
         (MessageKind::Http(persistence, _, method), Some(mut section)) if !streamed => {
-            http1::respond_with(out, method, persistence, &headers, date, b"application/json", |out| {
+            respond(method, persistence).with(out, b"application/json", |out| {
                 let json_start = out.data().len();
                 let status = write_completed(&text, slots, out, true, Some(&mut section));
                 Some((status, attached::finish_http(out, json_start, section)))
@@ -104,7 +110,7 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             }
         }
         (MessageKind::Http(persistence, _, method), _) => {
-            http1::respond_to(out, method, persistence, &headers, date, b"application/json", |out| {
+            respond(method, persistence).to(out, b"application/json", |out| {
                 Some(write_completed(&text, slots, out, true, None))
             });
         }

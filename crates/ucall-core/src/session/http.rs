@@ -8,7 +8,7 @@ use super::{attached, Calls, Context, MessageKind, Scratch, Step};
 use crate::buffer::OutBuf;
 use crate::context::{Context as CallContext, Transport};
 use crate::date::monotonic_nanos;
-use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Outcome};
+use crate::dispatch::{self, Clock, Deferrals, DeferredAt, Invoked, Message, Outcome};
 use crate::http1::chunked::{ChunkError, ChunkedDecoder};
 use crate::http1::cors::{self, Cors};
 use crate::http1::{self, rest, Framing, HeadStatus, Method, Persistence, Reject, RequestHead, Status};
@@ -253,25 +253,24 @@ impl Http {
             // shared or private, keeps them (RFC 9111 §5.2.2.5). The documents say otherwise below.
             self.cors_headers.extend_from_slice(NO_STORE);
         }
+        // What every reply to this request says the same (its probe's, its calls').
+        let respond = http1::Respond {
+            method: head.method,
+            persistence,
+            headers: &self.cors_headers,
+            date: ctx.date,
+        };
         // The health probes (`/healthz`, `/readyz`): a short JSON object each.
         let probe = reads.then(|| ctx.router.probe(target, ctx.draining));
         if let Some(probe) = probe.flatten() {
-            http1::respond_to(
-                out,
-                head.method,
-                persistence,
-                &self.cors_headers,
-                ctx.date,
-                b"application/json",
-                |out| {
-                    out.data().extend_from_slice(probe.body.as_bytes());
-                    Some(match (probe.ok, probe.not_found) {
-                        (true, _) => Status::Ok,
-                        (false, true) => Status::NotFound,
-                        (false, false) => Status::ServiceUnavailable,
-                    })
-                },
-            );
+            respond.to(out, b"application/json", |out| {
+                out.data().extend_from_slice(probe.body.as_bytes());
+                Some(match (probe.ok, probe.not_found) {
+                    (true, _) => Status::Ok,
+                    (false, true) => Status::NotFound,
+                    (false, false) => Status::ServiceUnavailable,
+                })
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // The metrics page (`/metrics`), rendered only when asked for.
@@ -283,18 +282,16 @@ impl Http {
                 self.cors_headers.extend_from_slice(GZIPPED);
             }
             self.cors_headers.extend_from_slice(VARY_ENCODING);
-            http1::respond_to(
-                out,
-                head.method,
+            let respond = http1::Respond {
+                method: head.method,
                 persistence,
-                &self.cors_headers,
-                ctx.date,
-                crate::metrics::CONTENT_TYPE.as_bytes(),
-                |out| {
-                    out.data().extend_from_slice(&page);
-                    Some(Status::Ok)
-                },
-            );
+                headers: &self.cors_headers,
+                date: ctx.date,
+            };
+            respond.to(out, crate::metrics::CONTENT_TYPE.as_bytes(), |out| {
+                out.data().extend_from_slice(&page);
+                Some(Status::Ok)
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // The self-description documents (`/openrpc.json`, `/openapi.json`, `/docs`); only
@@ -324,21 +321,19 @@ impl Http {
             }
             let unchanged = cors::Fields::get(head_bytes, head.if_none_match)
                 .is_some_and(|held| http1::none_match_names(held, etag));
-            http1::respond_to(
-                out,
-                head.method,
+            let respond = http1::Respond {
+                method: head.method,
                 persistence,
                 headers,
-                ctx.date,
-                page.content_type,
-                |out| {
-                    if unchanged {
-                        return Some(Status::NotModified);
-                    }
-                    out.data().extend_from_slice(body);
-                    Some(Status::Ok)
-                },
-            );
+                date: ctx.date,
+            };
+            respond.to(out, page.content_type, |out| {
+                if unchanged {
+                    return Some(Status::NotModified);
+                }
+                out.data().extend_from_slice(body);
+                Some(Status::Ok)
+            });
             return if keep_alive { Step::Progressed } else { Step::Close };
         }
         // A binary body (docs/wire.md §3.1): its JSON text is the request, its attachment
@@ -368,13 +363,6 @@ impl Http {
         // A JSON-RPC reply may be a binary message when the request accepts one.
         let binary = is_jsonrpc && head.accepts_binary;
         let mut attachments = Section::new();
-        let mut deferrals = Deferrals {
-            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
-            next_slot: &mut calls.next_slot,
-            // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
-            streams: is_jsonrpc && head.minor_version >= 1,
-            attachments: binary.then_some(&mut attachments),
-        };
         let mut context = CallContext::new(Transport::Http, calls.tls, calls.peer, &calls.head)
             .with_timeout(head.timeout)
             .with_tls_subject(calls.tls_subject.as_deref())
@@ -382,56 +370,45 @@ impl Http {
             .with_section(section)
             .with_binary_replies(binary);
         context.received_now_if(ctx.router.times_calls());
+        let mut deferrals = Deferrals {
+            target: ctx.defer.map(|target| target.with_presence(&calls.presence)),
+            next_slot: &mut calls.next_slot,
+            // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
+            streams: is_jsonrpc && head.minor_version >= 1,
+            attachments: binary.then_some(&mut attachments),
+        };
         // A reply that waits for deferred calls is taken out whole, with where it began.
         let mut held: Option<(Vec<u8>, usize, Option<Section>)> = None;
-        http1::respond_with(
-            out,
-            head.method,
-            persistence,
-            &self.cors_headers,
-            ctx.date,
-            b"application/json",
-            |out| {
-                let data = out.data();
-                let start = data.len();
-                let status = if is_jsonrpc {
-                    match dispatch::process(
-                        body,
-                        &context,
-                        ctx.router,
-                        ctx.limits.max_batch,
-                        &mut scratch.jsonrpc,
-                        &mut deferrals,
-                        data,
-                    ) {
-                        Outcome::Silent => Status::NoContent,
-                        Outcome::Replied | Outcome::ParseError => {
-                            let retry_after = scratch.jsonrpc.retry_after;
-                            (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
-                        }
+        respond.with(out, b"application/json", |out| {
+            // Built here, not captured: a value the closure borrowed was stored for it.
+            let mut message = Message {
+                context: &context,
+                router: ctx.router,
+                max_batch: ctx.limits.max_batch,
+                deferrals: &mut deferrals,
+            };
+            let data = out.data();
+            let start = data.len();
+            let status = if is_jsonrpc {
+                match message.process(body, &mut scratch.jsonrpc, data) {
+                    Outcome::Silent => Status::NoContent,
+                    Outcome::Replied | Outcome::ParseError => {
+                        let retry_after = scratch.jsonrpc.retry_after;
+                        (scratch.jsonrpc.http_status).map_or(Status::Ok, |code| Status::of_error(code, retry_after))
                     }
-                } else {
-                    rest_call(
-                        head.method,
-                        target,
-                        body,
-                        &context,
-                        ctx.router,
-                        scratch,
-                        &mut deferrals,
-                        data,
-                    )
-                };
-                let section = deferrals.attachments.as_deref_mut().map(Section::take);
-                if scratch.jsonrpc.deferred.is_empty() {
-                    let json_length = section.and_then(|section| attached::finish_http(out, start, section));
-                    Some((status, json_length))
-                } else {
-                    held = Some((data.split_off(start), start, section));
-                    None
                 }
-            },
-        );
+            } else {
+                rest_call(head.method, target, body, &mut message, scratch, data)
+            };
+            let section = deferrals.attachments.as_deref_mut().map(Section::take);
+            if scratch.jsonrpc.deferred.is_empty() {
+                let json_length = section.and_then(|section| attached::finish_http(out, start, section));
+                Some((status, json_length))
+            } else {
+                held = Some((data.split_off(start), start, section));
+                None
+            }
+        });
         if let Some((text, base, section)) = held {
             let headers = std::mem::take(&mut self.cors_headers);
             calls.hold_text(
@@ -542,28 +519,17 @@ fn rest_call(
     method: Method,
     target: &str,
     body: &[u8],
-    context: &CallContext<'_>,
-    router: &Router,
+    message: &mut Message<'_, '_>,
     scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
     data: &mut Vec<u8>,
 ) -> Status {
-    let Some(log) = router.request_log() else {
-        return run_rest(method, target, body, context, router, scratch, deferrals, None, data).0;
+    let Some(log) = message.router.request_log() else {
+        return run_rest(method, target, body, message, scratch, None, data).0;
     };
     let start = data.len();
     let mut clock = Clock::default();
-    let (status, code) = run_rest(
-        method,
-        target,
-        body,
-        context,
-        router,
-        scratch,
-        deferrals,
-        Some(&mut clock),
-        data,
-    );
+    let (status, code) = run_rest(method, target, body, message, scratch, Some(&mut clock), data);
+    let context = message.context;
     if scratch.jsonrpc.deferred.is_empty() {
         let name = std::str::from_utf8(&scratch.name).ok().filter(|name| !name.is_empty());
         let ended = if clock.ended == 0 {
@@ -592,18 +558,21 @@ fn rest_call(
 /// [`rest_call`]'s work: the status, and the JSON-RPC code of the outcome (0 for a
 /// result). With a `clock` (the request log is on), the call is timed in it, and a call
 /// that defers carries its line's seed.
-#[allow(clippy::too_many_arguments)]
 fn run_rest(
     method: Method,
     target: &str,
     body: &[u8],
-    context: &CallContext<'_>,
-    router: &Router,
+    message: &mut Message<'_, '_>,
     scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
     clock: Option<&mut Clock>,
     data: &mut Vec<u8>,
 ) -> (Status, i32) {
+    let Message {
+        context,
+        router,
+        ref mut deferrals,
+        ..
+    } = *message;
     let failed = |data: &mut Vec<u8>, error: &RpcError| (rest_error(data, error), error.code());
     scratch.jsonrpc.deferred.clear();
     let Some(query) = rest::split_target(target, &mut scratch.name) else {

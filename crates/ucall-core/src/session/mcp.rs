@@ -99,19 +99,17 @@ pub(super) fn answer(
             // GET, or else return HTTP 405"; 2026-07-28 has none).
             let mut lines = cors_headers.clone();
             lines.extend_from_slice(allow(tools));
-            http1::respond_to(
-                out,
-                head.method,
+            let respond = http1::Respond {
+                method: head.method,
                 persistence,
-                &lines,
-                ctx.date,
-                b"application/json",
-                |out| {
-                    let message = "Method Not Allowed: the MCP endpoint takes POST; no stream is opened by GET";
-                    jsonrpc::write_error(out.data(), None, ErrorCode::InvalidRequest.code(), message, None);
-                    Some(Status::Other(405))
-                },
-            );
+                headers: &lines,
+                date: ctx.date,
+            };
+            respond.to(out, b"application/json", |out| {
+                let message = "Method Not Allowed: the MCP endpoint takes POST; no stream is opened by GET";
+                jsonrpc::write_error(out.data(), None, ErrorCode::InvalidRequest.code(), message, None);
+                Some(Status::Other(405))
+            });
         }
         Method::Post => {
             let mut deferrals = Deferrals {

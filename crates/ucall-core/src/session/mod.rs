@@ -706,27 +706,25 @@ impl Calls {
         } else {
             &[]
         };
-        let mut deferrals = dispatch::Deferrals {
-            target: ctx.defer.map(|target| target.with_presence(&self.presence)),
-            next_slot: &mut self.next_slot,
-            streams: true,
-            attachments,
-        };
         let mut context = CallContext::new(transport, self.tls, self.peer, head)
             .with_tls_subject(self.tls_subject.as_deref())
             .with_liveness(self.presence.liveness())
             .with_section(section)
             .with_binary_replies(binary);
         context.received_now_if(ctx.router.times_calls());
-        dispatch::process(
-            text,
-            &context,
-            ctx.router,
-            ctx.limits.max_batch,
-            &mut ctx.scratch.jsonrpc,
-            &mut deferrals,
-            data,
-        )
+        let mut deferrals = dispatch::Deferrals {
+            target: ctx.defer.map(|target| target.with_presence(&self.presence)),
+            next_slot: &mut self.next_slot,
+            streams: true,
+            attachments,
+        };
+        let mut message = dispatch::Message {
+            context: &context,
+            router: ctx.router,
+            max_batch: ctx.limits.max_batch,
+            deferrals: &mut deferrals,
+        };
+        message.process(text, &mut ctx.scratch.jsonrpc, data)
     }
 
     /// Hold the message written to `out.data()[start..]`: its deferred replies (listed in

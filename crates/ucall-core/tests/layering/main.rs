@@ -12,6 +12,7 @@ use std::path::Path;
 /// Each module and its rank: a module imports only modules of lower rank (or itself).
 const RANKS: &[(&str, u32)] = &[
     ("buffer", 0),
+    ("base64_text", 0),
     ("lend", 1),
     ("error", 0),
     ("date", 0),
