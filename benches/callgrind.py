@@ -17,6 +17,7 @@ two totals, divided by MANY - FEW, is what one request costs, start-up excluded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {
@@ -158,15 +160,20 @@ def exchange(port: int, proto: str, request: bytes, count: int, expect: bytes) -
                 raise SystemExit(f"unexpected reply: {body[:200]!r}")
 
 
-def instructions(server: list[str], proto: str, request: bytes, count: int, expect: bytes, work: Path) -> int:
+@contextlib.contextmanager
+def under_callgrind(server: list[str], work: Path, env: dict[str, str] | None = None) -> Iterator[tuple[int, int]]:
+    """`server` started under callgrind, writing `work`/callgrind.out; yields its (pid,
+    port) once it says it is listening, and stops it (SIGINT, then a kill) at the end."""
     out = work / "callgrind.out"
     log = work / "server.log"
+    for old in work.glob("callgrind.out*"):
+        old.unlink()
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *server, "--port", "0", "--engine", "poll"],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={"UCALL_ENGINE": "poll", "PATH": "/usr/bin:/bin"},
+            env=env,
         )
     try:
         port = None
@@ -177,7 +184,7 @@ def instructions(server: list[str], proto: str, request: bytes, count: int, expe
             time.sleep(0.1)
         if port is None:
             raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
-        exchange(port, proto, request, count, expect)
+        yield proc.pid, port
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -185,6 +192,12 @@ def instructions(server: list[str], proto: str, request: bytes, count: int, expe
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def instructions(server: list[str], proto: str, request: bytes, count: int, expect: bytes, work: Path) -> int:
+    with under_callgrind(server, work, env={"UCALL_ENGINE": "poll", "PATH": "/usr/bin:/bin"}) as (_, port):
+        exchange(port, proto, request, count, expect)
+    out = work / "callgrind.out"
     summary = re.search(rb"^summary: (\d+)", out.read_bytes(), re.M)
     if summary is None:
         raise SystemExit(f"no callgrind summary in {out}")
@@ -247,36 +260,11 @@ def counted_span(server: list[str], request: bytes, warm: int, count: int, expec
     counters are zeroed between the two and dumped after (`callgrind_control`). A Python
     server's start-up is not the same from run to run (its threads wait on clocks), so
     the difference of two runs' totals would not do."""
-    out = work / "callgrind.out"
-    log = work / "server.log"
-    for old in work.glob("callgrind.out*"):
-        old.unlink()
-    with open(log, "wb") as log_file:
-        proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *server, "--port", "0", "--engine", "poll"],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        port = None
-        deadline = time.monotonic() + 240  # Python and numpy start slowly under valgrind
-        while port is None and time.monotonic() < deadline:
-            found = re.search(rb"listening on (?:http://)?[0-9.]+:(\d+)", log.read_bytes())
-            port = int(found.group(1)) if found else None
-            time.sleep(0.2)
-        if port is None:
-            raise SystemExit(f"{server[0]} did not start under valgrind:\n{log.read_text(errors='replace')}")
+    with under_callgrind(server, work) as (pid, port):
         exchange(port, "http", request, warm, expect)
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
         exchange(port, "http", request, count, expect)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
     dumps = sorted(work.glob("callgrind.out.*"))
     totals = re.search(rb"^totals: (\d+)", dumps[0].read_bytes(), re.M) if dumps else None
     if totals is None:

@@ -408,13 +408,7 @@ impl Client {
         replies: usize,
         more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
     ) -> Result<Vec<Reply>> {
-        let bodies = bodies
-            .into_iter()
-            .map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments))
-            .collect();
-        let mut more =
-            || more().map(|made| made.map(|(body, kind, attachments)| Outgoing::new(body, kind, attachments)));
-        self.exchange_framed(bodies, replies, &mut |_, _| Ok(()), &mut more)
+        self.exchange_reporting(bodies, replies, &[], &mut |_, _| Ok(()), more)
     }
 
     /// As [`Client::exchange_attached`], each HTTP request with `headers` too, besides the

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Base64 text written into JSON (RFC 4648 §4: the standard alphabet, padded): a Rust
 //! handler's `bytes` and array results in their plain JSON form, the client's `bytes`
-//! params, the Python server's `bytes` results. Read back by the one rule in
-//! [`crate::params::base64`].
+//! params, the Python server's `bytes` results. A leaf: the text is read back by the one
+//! decoding rule the params module keeps, which depends on nothing here.
 //!
 //! With the `simd` feature simdutf encodes (AVX-512 where the CPU has it): a 16 KB value in
 //! about half base64-simd's time on this project's host. It is C++, so it is off by default:
