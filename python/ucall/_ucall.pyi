@@ -444,16 +444,23 @@ class NativeMux:
         unsent_at_most: Optional[int] = None,
         plain: Any = None,
         encode: Optional[Callable[[Any], Any]] = None,
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> Optional[int]:
         """Submit a binary message: ``text`` and the buffers its placeholders name, each
         at the next multiple of 64 in the section; its ticket (None while more than
         ``unsent_at_most`` bytes wait to be written). ``plain``, the same request object
         (serialized with ``encode``), goes instead on a WebSocket whose server did not
-        select the subprotocol; without it such a message fails with ProtocolError."""
+        select the subprotocol; without it such a message fails with ProtocolError. Over
+        HTTP ``headers`` go in this request's head only, besides the client's (ValueError
+        for a bad name or value, or for headers over raw TCP or WebSocket, nothing sent)."""
     def websocket_binary(self) -> Optional[bool]:
         """Whether the last WebSocket opened carries binary messages; None before one
         opened, and for HTTP and raw TCP."""
-    def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
+    def send(
+        self, request: Any, expects_reply: bool, encode: Callable[[Any], Any], headers: Sequence[Tuple[str, str]] = ...
+    ) -> int:
+        """Submit a request object (or batch), serialized whole; its ticket. Over HTTP
+        ``headers`` go in this request's head only (as ``send_binary`` takes them)."""
     def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException], Optional[int]]]:
         """Every completion so far: ``(ticket, status, body, close, error, json_length)``;
         the body parsed when it is JSON, a ``BinaryBody`` for a binary message whose JSON

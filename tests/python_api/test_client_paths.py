@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Which connection each of ``Client``'s ways to call takes, and what it sends for a numpy
-array or bytes param: the native connection its other calls share (the server sees one
-peer port) or a Python socket of its own, and a binary message (docs/wire.md) or base64
-in the JSON text. A relay (``Recorder``) keeps what each connection carried."""
+"""Which connection each of ``Client``'s and ``AsyncClient``'s ways to call takes, and what
+it sends for a numpy array or bytes param: the native connection its other calls share
+(the server sees one peer port) or a Python socket of its own, and a binary message
+(docs/wire.md) or base64 in the JSON text. A relay (``Recorder``) keeps what each
+connection carried."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import Recorder
 
-from ucall.client import Client
+from ucall.client import AsyncClient, Client
 from ucall.exceptions import TimeoutError as CallTimeout
 
 np = pytest.importorskip("numpy")
@@ -134,6 +136,104 @@ def test_calls_in_a_trace_over_http_go_on_the_native_connection_with_the_context
         sent = bytes(relay.sent[0])
         assert relay.binary_messages("http") == 1 and sent.count(array.tobytes()) == 1
         assert sent.lower().count(b"traceparent:") == 5, "the context as a header field of each traced request"
+    finally:
+        relay.close()
+
+
+def _traced() -> Any:
+    """A span whose context is ``TRACEPARENT``, to use as the current one."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    return NonRecordingSpan(SpanContext(int(TRACEPARENT[3:35], 16), int(TRACEPARENT[36:52], 16), True, TraceFlags(1)))
+
+
+def test_async_call_with_headers_goes_on_the_native_connection_as_binary_messages(make_server):
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = _array()
+
+    async def main() -> None:
+        async with AsyncClient(port=relay.port, timeout=30) as client:
+            assert (await client.plain(1)).json == 1
+            back = (await client.call_with_headers("echo", [array], {"X-Key": "a"})).numpy
+            assert np.array_equal(back, array) and not back.flags.writeable, "a view of the binary reply"
+            assert (await client.call_with_headers("reverse", {"data": b"abc"}, {"X-Key": "b"})).bytes == b"cba"
+            assert (await client.call_with_headers("plain", [2], {"X-Key": "c"})).json == 2
+            assert (await client.plain(3)).json == 3
+            with pytest.raises(ValueError, match="Host"):
+                await client.call_with_headers("echo", [array], {"Host": "elsewhere"})
+            assert (await client.call_with_headers("plain", [4], {})).json == 4
+            together = [client.plain(5), client.call_with_headers("reverse", [b"de"], {"X-Key": "d"}), client.plain(6)]
+            first, second, third = await asyncio.gather(*together)
+            assert (first.json, second.bytes, third.json) == (5, b"ed", 6), "each its own reply, in order"
+
+    try:
+        asyncio.run(main())
+        assert [key for _, key, _ in seen][:6] == [None, "a", "b", "c", None, None], "headers with their call only"
+        assert sorted(seen[6:], key=lambda one: one[1] or "") == [(seen[0][0], None, None)] * 2 + [(seen[0][0], "d", None)]
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        sent = bytes(relay.sent[0])
+        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
+        assert sent.count(array.tobytes()) == 1 and b"AAAA" not in sent, "the array as an attachment, once"
+        assert sent.lower().count(b"x-key:") == 4
+    finally:
+        relay.close()
+
+
+def test_async_call_with_headers_keeps_its_errors_and_timeout(make_server):
+    server, seen = _server(make_server)
+
+    async def main() -> None:
+        async with AsyncClient(port=server.port, binary=True, timeout=0.3) as client:
+            with pytest.raises(CallTimeout, match="within 0.3 s"):
+                await client.call_with_headers("slow", [b"x" * 100_000], {"X-Key": "a"})
+            await asyncio.sleep(1.0)
+            assert (await client.call_with_headers("reverse", [b"xy"], {"X-Key": "b"})).bytes == b"yx"
+            assert (await client.call_with_headers("nothing", [b"xy"], {"X-Key": "c"})).error.code == -32601
+            with pytest.raises(CallTimeout, match="within 0.3 s"):
+                await client.call_with_headers("slow", {"data": "eHk="}, {"X-Key": "d"})  # (a JSON text)
+            await asyncio.sleep(1.0)
+            assert (await client.call_with_headers("plain", [1], {"X-Key": "e"})).json == 1
+        async with AsyncClient(f"tcp://127.0.0.1:{server.port}") as client:
+            with pytest.raises(ValueError, match="only HTTP sends headers with each call"):
+                await client.call_with_headers("plain", [1], {"X-Key": "a"})
+
+    asyncio.run(main())
+    assert [key for _, key, _ in seen] == ["b", "e"]
+
+
+def test_async_calls_in_a_trace_over_http_go_on_the_native_connection_with_the_context(make_server):
+    from opentelemetry import trace
+
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = _array()
+
+    async def main() -> None:
+        async with AsyncClient(port=relay.port, timeout=30) as client:
+            assert (await client.plain(1)).json == 1
+            assert (await client.reverse(b"ab")).bytes == b"ba"  # (the server's description asked, untraced)
+            with trace.use_span(_traced()):
+                back = (await client.echo(array)).numpy
+                assert np.array_equal(back, array) and not back.flags.writeable
+                assert (await client.plain(2)).json == 2
+                assert (await client.reverse(b"abc")).bytes == b"cba"
+                assert (await client.call_with_headers("plain", [3], {"X-Key": "k"})).json == 3
+                async with client.batch() as batch:
+                    batched = batch.reverse(b"de")
+                assert batched.bytes == b"ed"
+                piped = await client.pipeline([("plain", [4]), ("reverse", [b"fg"])])
+                assert (piped[0].json, piped[1].bytes) == (4, b"gf")
+            assert (await client.plain(5)).json == 5
+
+    try:
+        asyncio.run(main())
+        assert [parent for _, _, parent in seen] == [None] * 2 + [TRACEPARENT] * 7 + [None]
+        assert [key for _, key, _ in seen].count("k") == 1
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        sent = bytes(relay.sent[0])
+        assert relay.binary_messages("http") == 1 and sent.count(array.tobytes()) == 1 and b"AAAA" not in sent
+        assert sent.lower().count(b"traceparent:") == 7, "the context as a header field of each traced request"
     finally:
         relay.close()
 

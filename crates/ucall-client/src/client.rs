@@ -441,13 +441,7 @@ impl Client {
         progress: &mut Progress<'_>,
         more: &mut dyn FnMut() -> Option<Result<AttachedRequest>>,
     ) -> Result<Vec<Reply>> {
-        if !headers.is_empty() && self.conn.endpoint().protocol() != Protocol::Http {
-            return Err(Error::invalid("only HTTP sends headers with each call"));
-        }
-        let mut lines = String::new();
-        for (name, value) in headers {
-            crate::endpoint::push_header(&mut lines, name, value)?;
-        }
+        let lines = crate::endpoint::request_lines(self.conn.endpoint().protocol(), headers)?;
         self.conn.set_request_lines(&lines);
         let bodies = bodies
             .into_iter()

@@ -390,7 +390,7 @@ impl NativeClient {
         more: &mut (dyn FnMut() -> Option<ucall_client::Result<Request>> + Send),
     ) -> PyResult<Bound<'py, PyList>> {
         let timeout = seconds(timeout)?;
-        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let headers = header_pairs(headers);
         let mut raised = None::<PyErr>;
         let mut report = |sent: u64, total: u64| {
             let Some(progress) = &progress else {
@@ -591,13 +591,30 @@ impl Drop for NativeMux {
 }
 
 impl NativeMux {
-    fn submit(&self, body: Vec<u8>, expects_reply: bool) -> PyResult<u64> {
+    /// Submit a JSON text, with `headers` of its own over HTTP (ValueError for one
+    /// refused, nothing submitted).
+    fn submit(
+        &self,
+        py: Python<'_>,
+        body: Vec<u8>,
+        expects_reply: bool,
+        headers: &[(String, String)],
+    ) -> PyResult<u64> {
         let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
         let mux = guard
             .as_ref()
             .ok_or_else(|| PyValueError::new_err("the client is closed"))?;
-        Ok(mux.submit(body, expects_reply))
+        if headers.is_empty() {
+            return Ok(mux.submit(body, expects_reply));
+        }
+        mux.submit_with_headers(body, expects_reply, &header_pairs(headers))
+            .map_err(|e| exception(py, &e))
     }
+}
+
+/// `[(name, value)]` as `ucall-client` takes them.
+fn header_pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()
 }
 
 #[pymethods]
@@ -669,7 +686,7 @@ impl NativeMux {
             }
         }
         let body = call_body(method, Some(params), id, Some(encode), timeout)?;
-        self.submit(body, id.is_some()).map(Some)
+        self.submit(params.py(), body, id.is_some(), &[]).map(Some)
     }
 
     /// Submit a binary message (docs/wire.md): `text` and the `attachments` its
@@ -677,17 +694,20 @@ impl NativeMux {
     /// (nothing submitted) while more than that waits to be written. `plain`, the same
     /// request object with its values unpacked (serialized with `encode`), goes instead on
     /// a WebSocket whose server did not select the subprotocol; without it such a
-    /// message fails with ProtocolError.
-    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None, plain=None, encode=None))]
+    /// message fails with ProtocolError. Over HTTP, `headers` `[(name, value)]` go in this
+    /// request's head only, besides the client's (ValueError for one refused, nothing sent).
+    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None, plain=None, encode=None, headers=Vec::new()))]
     #[allow(clippy::too_many_arguments)] // the Python method's keywords
     fn send_binary(
         &self,
+        py: Python<'_>,
         text: &Bound<'_, PyBytes>,
         attachments: &Bound<'_, PyList>,
         expects_reply: bool,
         unsent_at_most: Option<usize>,
         plain: Option<&Bound<'_, PyAny>>,
         encode: Option<&Bound<'_, PyAny>>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Option<u64>> {
         let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
         let mux = guard
@@ -697,6 +717,10 @@ impl NativeMux {
             return Ok(None);
         }
         let (text, _, section) = binary_request(text, attachments)?;
+        if !headers.is_empty() {
+            let submitted = mux.submit_binary_with_headers(text, section, expects_reply, &header_pairs(&headers));
+            return submitted.map(Some).map_err(|e| exception(py, &e));
+        }
         let plain = plain.map(|plain| json_body(plain, encode)).transpose()?;
         Ok(Some(mux.submit_binary_or(text, section, plain, expects_reply)))
     }
@@ -711,11 +735,20 @@ impl NativeMux {
             .and_then(Multiplexed::websocket_binary)
     }
 
-    /// Submit a request object (or batch), serialized whole; its ticket.
-    #[pyo3(signature = (request, expects_reply, encode))]
-    fn send(&self, request: &Bound<'_, PyAny>, expects_reply: bool, encode: &Bound<'_, PyAny>) -> PyResult<u64> {
+    /// Submit a request object (or batch), serialized whole; its ticket. Over HTTP,
+    /// `headers` `[(name, value)]` go in this request's head only, besides the client's
+    /// (ValueError for one refused, nothing sent).
+    #[pyo3(signature = (request, expects_reply, encode, headers=Vec::new()))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        request: &Bound<'_, PyAny>,
+        expects_reply: bool,
+        encode: &Bound<'_, PyAny>,
+        headers: Vec<(String, String)>,
+    ) -> PyResult<u64> {
         let body = json_body(request, Some(encode))?;
-        self.submit(body, expects_reply)
+        self.submit(py, body, expects_reply, &headers)
     }
 
     /// Every completion so far: `[(ticket, status, body, close, error, json_length)]`,
