@@ -26,7 +26,8 @@ the result as JSON text. Clients:
   trace over HTTP, or by ``call_with_progress`` (run only when named in ``--only``);
 * ``python-async-headers-binary``, ``python-async-traced-binary``: ``AsyncClient`` with
   ``binary=True``, the sample's calls gathered, by ``call_with_headers`` or inside a trace
-  over HTTP (run only when named in ``--only``);
+  over HTTP; ``python-pipeline-traced-binary``: ``Client.pipeline`` with ``binary=True``
+  inside a trace (run only when named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -95,6 +96,7 @@ PATH_CLIENTS = [
     "python-progress-binary",
     "python-async-headers-binary",
     "python-async-traced-binary",
+    "python-pipeline-traced-binary",
 ]
 SHAPE = (32, 224, 224)
 
@@ -183,7 +185,8 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
         if kind.startswith("python-pipeline"):
 
             def pipelined() -> list:
-                return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
+                with trace.use_span(traced_span()) if kind == "python-pipeline-traced-binary" else nullcontext():
+                    return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
 
             return run_samples(pipelined, samples, calls, verify)
 

@@ -364,15 +364,18 @@ class NativeClient:
     ) -> "NativeClient": ...
     def calls(
         self,
-        calls: Sequence[Union[Tuple[str, Any, Optional[int]], Tuple[bytes, List[Any]]]],
+        calls: Sequence[Union[Tuple[str, Any, Optional[int]], Tuple[bytes, List[Any]], Dict[str, Any]]],
         encode: Callable[[Any], Any],
         timeout: Optional[float],
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
-        """Send ``(method, params, id)`` calls, and ``(text, attachments)`` binary messages
-        (as ``send_binary``), back to back, reading while writing; each call carries
-        ``timeout`` as its deadline member ``"timeout"``. Each reply is ``(status, body,
-        close, json_length)``, the body parsed when it is JSON, a ``BinaryBody`` whose JSON
-        text is ``json_length`` long for a binary message (None for any other), else ``bytes``."""
+        """Send ``(method, params, id)`` calls, ``(text, attachments)`` binary messages
+        (as ``send_binary``) and request objects (serialized whole) back to back, reading
+        while writing; each ``(method, params, id)`` call carries ``timeout`` as its
+        deadline member ``"timeout"``, and over HTTP each request ``headers`` (as ``send``
+        takes them). Each reply is ``(status, body, close, json_length)``, the body parsed
+        when it is JSON, a ``BinaryBody`` whose JSON text is ``json_length`` long for a
+        binary message (None for any other), else ``bytes``."""
     def send(
         self,
         requests: Sequence[Any],

@@ -904,7 +904,7 @@ class Client(_Endpoint, _OwnsSocket):
         calls = list(calls)
         if self._may_attach([params for _, params in calls]):
             self._ask()
-        if self._native is not None and current_meta() is None:
+        if self._native is not None:
             return self._native_calls(calls)
         bodies: list[bytes | _BinaryRequest] = []
         requests: list[dict[str, Any]] = []
@@ -987,11 +987,13 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
         """A pipeline on the native connection: JSON texts written by the native writer,
-        binary messages (``_pipelined_message``) among them in order."""
+        binary messages (``_pipelined_message``) among them in order. Inside a traced span
+        each request carries the context (``_meta``, and over HTTP its header fields)."""
         assert self._native is not None
-        items: list[tuple[Any, ...]] = []
+        items: list[Any] = []
         ids: list[int] = []
         binary = None  # whether a WebSocket takes binary messages, asked at the first
+        traced = current_meta() is not None
         for method, params in calls:
             message = self._pipelined_message(method, params)
             if message is not None and binary is None:
@@ -1001,8 +1003,9 @@ class Client(_Endpoint, _OwnsSocket):
                 ids.append(message.request["id"])
             else:
                 ids.append(message.request["id"] if message is not None else self.next_id())
-                items.append((method, params, ids[-1]))
-        replies = self._native.calls(items, _codec.encode, self.timeout)
+                # (A request object of its own in a span: the call's JSON holds the context.)
+                items.append(_request(method, params, ids[-1], self.timeout) if traced else (method, params, ids[-1]))
+        replies = self._native.calls(items, _codec.encode, self.timeout, self._request_headers())
         return [
             _native_response(reply[0], reply[1], call_id) or self._check(Response(_decode(Reply(*reply))), {"id": call_id})
             for reply, call_id in zip(replies, ids)

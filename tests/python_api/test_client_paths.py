@@ -147,6 +147,46 @@ def _traced() -> Any:
     return NonRecordingSpan(SpanContext(int(TRACEPARENT[3:35], 16), int(TRACEPARENT[36:52], 16), True, TraceFlags(1)))
 
 
+def test_a_pipeline_in_a_trace_over_http_goes_on_the_native_connection_with_the_context(make_server):
+    from opentelemetry import trace
+
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    array = _array()
+    try:
+        with Client(port=relay.port, timeout=30) as client:
+            assert client.plain(1).json == 1
+            assert client.reverse(b"ab").bytes == b"ba"  # (the server's description asked, untraced)
+            with trace.use_span(_traced()):
+                echoed, plain, reversed_ = client.pipeline([("echo", [array]), ("plain", [2]), ("reverse", [b"abc"])])
+            assert np.array_equal(echoed.numpy, array) and not echoed.numpy.flags.writeable
+            assert (plain.json, reversed_.bytes) == (2, b"cba")
+            assert client.plain(3).json == 3
+        assert [parent for _, _, parent in seen] == [None] * 2 + [TRACEPARENT] * 3 + [None]
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        sent = bytes(relay.sent[0])
+        assert relay.binary_messages("http") == 1 and sent.count(array.tobytes()) == 1 and b"AAAA" not in sent
+        assert sent.lower().count(b"traceparent:") == 3, "the context as a header field of each traced request"
+    finally:
+        relay.close()
+
+
+def test_a_pipeline_in_a_trace_over_raw_tcp_carries_the_context_in_each_call(make_server):
+    from opentelemetry import trace
+
+    server, seen = _server(make_server)
+    relay = Recorder(server.port)
+    try:
+        with Client(f"tcp://127.0.0.1:{relay.port}", timeout=30) as client:
+            assert client.plain(1).json == 1
+            with trace.use_span(_traced()):
+                assert [r.json for r in client.pipeline([("plain", [2]), ("plain", [3])])] == [2, 3]
+        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+        assert bytes(relay.sent[0]).count(TRACEPARENT.encode()) == 2, "each traced call's _meta"
+    finally:
+        relay.close()
+
+
 def test_async_call_with_headers_goes_on_the_native_connection_as_binary_messages(make_server):
     server, seen = _server(make_server)
     relay = Recorder(server.port)

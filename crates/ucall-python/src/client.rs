@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use ucall_client::{
     AttachedRequest as Request, Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply,
@@ -201,9 +201,13 @@ fn binary_request(text: &Bound<'_, PyBytes>, attachments: &Bound<'_, PyList>) ->
     Ok((text, kind, section))
 }
 
-/// A pipeline item's request: a `(method, params, id)` call, its params written here, or a
-/// `(text, attachments)` binary message ([`binary_request`]).
+/// A pipeline item's request: a `(method, params, id)` call, its params written here, a
+/// `(text, attachments)` binary message ([`binary_request`]), or a request object (a dict,
+/// serialized whole: a call with members of its own, such as a trace context's `_meta`).
 fn item_request(item: &Bound<'_, PyAny>, encode: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<Request> {
+    if item.is_instance_of::<PyDict>() {
+        return json_body(item, Some(encode)).map(json_request);
+    }
     let item = item.cast::<PyTuple>()?;
     if item.len() == 2 {
         return binary_request(item.get_item(0)?.cast()?, item.get_item(1)?.cast()?);
@@ -458,14 +462,16 @@ impl NativeClient {
     /// thousand small ones: all of them, with nothing sent if one fails), the rest one by
     /// one as the socket takes them, the GIL taken for each: a hundred 1.6 MB arrays are
     /// not encoded into 200 MB of fresh memory first. One of those that cannot be encoded
-    /// ends the exchange there, once the replies to those sent are read.
-    #[pyo3(signature = (calls, encode, timeout))]
+    /// ends the exchange there, once the replies to those sent are read. Over HTTP each
+    /// request has `headers` `[(name, value)]` too (a trace context), besides the client's.
+    #[pyo3(signature = (calls, encode, timeout, headers=Vec::new()))]
     fn calls<'py>(
         &self,
         py: Python<'py>,
         calls: &Bound<'py, PyList>,
         encode: &Bound<'py, PyAny>,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyList>> {
         let (mut bodies, mut total) = (Vec::with_capacity(calls.len()), 0);
         while bodies.len() < calls.len() && total <= UNSENT_AT_MOST {
@@ -475,7 +481,7 @@ impl NativeClient {
         }
         let replies = bodies.len();
         if replies == calls.len() {
-            return self.run(py, (bodies, &[], None), replies, timeout, &mut || None);
+            return self.run(py, (bodies, &headers, None), replies, timeout, &mut || None);
         }
         let (rest, encode) = (calls.clone().unbind(), encode.clone().unbind());
         let (mut next, mut failed) = (replies, None::<PyErr>);
@@ -490,7 +496,7 @@ impl NativeClient {
                 }))
             })
         };
-        let result = self.run(py, (bodies, &[], None), replies, timeout, &mut more);
+        let result = self.run(py, (bodies, &headers, None), replies, timeout, &mut more);
         match failed {
             Some(error) => Err(error),
             None => result,
