@@ -640,7 +640,7 @@ class _Endpoint:
                 raise self._no_binary_websocket()
             return [framer.encode(dumps(call.plain()))]
         if self.use_http:
-            lines = self._header_lines + headers
+            lines = trace_header_lines(self._header_lines + headers)
             return call.parts(http_head(length, self.uri, self.port, self.path, lines, json_length))
         return call.parts(_attachments.prefix(json_length, length))
 

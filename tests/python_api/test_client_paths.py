@@ -346,6 +346,8 @@ def test_a_client_given_an_ssl_context_sends_binary_messages_on_pythons_ssl(make
     its arrays as attachments all the same (the server views them in place)."""
     import ssl
 
+    from opentelemetry import trace
+
     from test_client_tls import make_certs
 
     certs = make_certs(tmp_path)
@@ -356,6 +358,35 @@ def test_a_client_given_an_ssl_context_sends_binary_messages_on_pythons_ssl(make
         assert np.array_equal(client.echo(array).numpy, array)
         assert np.array_equal(client.call_with_headers("echo", [array], {"X-Key": "a"}).numpy, array)
         assert np.array_equal(client.pipeline([("echo", [array])])[0].numpy, array)
+        with trace.use_span(_traced()):
+            assert np.array_equal(client.echo(array).numpy, array)
         assert client.sock is not None and client._native is None, "Python's ssl"
+    assert server.attached == [True] * 4, "each array came as an attachment"
+    assert len({port for port, _, _ in seen}) == 1
+    assert [(key, parent) for _, key, parent in seen] == [(None, None), ("a", None), (None, None), (None, TRACEPARENT)]
+
+
+def test_an_async_client_given_an_ssl_context_sends_binary_messages_on_asyncios_ssl(make_server, tmp_path):
+    import ssl
+
+    from opentelemetry import trace
+
+    from test_client_tls import make_certs
+
+    certs = make_certs(tmp_path)
+    server, seen = _server(make_server, tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"))
+    context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    array = _array()
+
+    async def main() -> None:
+        async with AsyncClient(port=server.port, ssl_context=context, timeout=30) as client:
+            assert np.array_equal((await client.echo(array)).numpy, array)
+            assert np.array_equal((await client.call_with_headers("echo", [array], {"X-Key": "a"})).numpy, array)
+            with trace.use_span(_traced()):
+                assert np.array_equal((await client.echo(array)).numpy, array)
+            assert client._mux is None, "asyncio's ssl"
+
+    asyncio.run(main())
     assert server.attached == [True] * 3, "each array came as an attachment"
     assert len({port for port, _, _ in seen}) == 1
+    assert [(key, parent) for _, key, parent in seen] == [(None, None), ("a", None), (None, TRACEPARENT)]
