@@ -24,6 +24,10 @@ the result as JSON text. Clients:
 * ``python-headers-binary``, ``python-traced-binary``, ``python-progress-binary``:
   ``Client`` one call at a time with ``binary=True`` by ``call_with_headers``, inside a
   trace over HTTP, or by ``call_with_progress`` (run only when named in ``--only``);
+* ``python-async-headers-binary``, ``python-async-traced-binary``: ``AsyncClient`` with
+  ``binary=True``, the sample's calls gathered, by ``call_with_headers`` or inside a trace
+  over HTTP; ``python-pipeline-traced-binary``: ``Client.pipeline`` with ``binary=True``
+  inside a trace (run only when named in ``--only``);
 * ``rust``: ``ucall-client``'s ``Client::pipeline`` (``crates/ucall-client/examples/bench.rs``);
 * ``c``: the C API's ``ucall_client_call``, one call at a time (``benches/client_bench.c``);
 * ``grpcio-asyncio``: grpcio's asyncio client, the sample's calls gathered;
@@ -58,7 +62,9 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Awaitable
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_CPU, CLIENT_CPU = 0, 1
@@ -84,7 +90,14 @@ CLIENTS = [*UCALL_CLIENTS, "grpcio-asyncio"]
 #: Run only when named in --only: ``Client`` one call at a time, with binary=True, by
 #: ``call_with_headers`` (a header of the call's own), inside a trace (its context as
 #: header fields) or by ``call_with_progress``, each a path of its own through the client.
-PATH_CLIENTS = ["python-headers-binary", "python-traced-binary", "python-progress-binary"]
+PATH_CLIENTS = [
+    "python-headers-binary",
+    "python-traced-binary",
+    "python-progress-binary",
+    "python-async-headers-binary",
+    "python-async-traced-binary",
+    "python-pipeline-traced-binary",
+]
 SHAPE = (32, 224, 224)
 
 
@@ -132,19 +145,35 @@ def check_all(results, sent, calls: int) -> None:
         check(result, sent)
 
 
+def traced_span():
+    """A span to make current, as a caller inside a trace has one."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    return NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0xF067AA0BA902B7, True, TraceFlags(1)))
+
+
 def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
     from ucall.client import AsyncClient, Client
+
+    if "traced" in kind:
+        from opentelemetry import trace
 
     calls, _ = WORKLOADS[workload]
     data = payload(workload)
     decode = (lambda r: r.bytes) if workload == "smol" else (lambda r: r.numpy)
     verify = lambda results: check_all(results, data, calls)  # noqa: E731
-    if kind in ("python-async", "python-async-binary"):
+    if kind.startswith("python-async"):
         loop = asyncio.new_event_loop()
         client = AsyncClient(port=port, timeout=120, binary=True if kind.endswith("binary") else None)
 
+        def one() -> Awaitable:
+            if kind == "python-async-headers-binary":
+                return client.call_with_headers("echo", {"data": data}, {"X-Request": "1"})
+            return client.echo(data=data)
+
         async def gathered() -> list:
-            replies = await asyncio.gather(*(client.echo(data=data) for _ in range(calls)))
+            with trace.use_span(traced_span()) if kind == "python-async-traced-binary" else nullcontext():
+                replies = await asyncio.gather(*(one() for _ in range(calls)))
             return [decode(reply) for reply in replies]
 
         try:
@@ -156,7 +185,8 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
         if kind.startswith("python-pipeline"):
 
             def pipelined() -> list:
-                return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
+                with trace.use_span(traced_span()) if kind == "python-pipeline-traced-binary" else nullcontext():
+                    return [decode(reply) for reply in client.pipeline([("echo", {"data": data})] * calls)]
 
             return run_samples(pipelined, samples, calls, verify)
 
@@ -167,13 +197,9 @@ def worker_ucall(kind: str, port: int, workload: str, samples: int) -> dict:
 
             return run_samples(with_headers, samples, calls, verify)
         if kind == "python-traced-binary":
-            from opentelemetry import trace
-            from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
-            span = NonRecordingSpan(SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0xF067AA0BA902B7, True, TraceFlags(1)))
 
             def traced() -> list:
-                with trace.use_span(span):
+                with trace.use_span(traced_span()):
                     return [decode(client.echo(data=data)) for _ in range(calls)]
 
             return run_samples(traced, samples, calls, verify)

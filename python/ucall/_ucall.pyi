@@ -364,15 +364,18 @@ class NativeClient:
     ) -> "NativeClient": ...
     def calls(
         self,
-        calls: Sequence[Union[Tuple[str, Any, Optional[int]], Tuple[bytes, List[Any]]]],
+        calls: Sequence[Union[Tuple[str, Any, Optional[int]], Tuple[bytes, List[Any]], Dict[str, Any]]],
         encode: Callable[[Any], Any],
         timeout: Optional[float],
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> List[Tuple[Optional[int], Any, bool, Optional[int]]]:
-        """Send ``(method, params, id)`` calls, and ``(text, attachments)`` binary messages
-        (as ``send_binary``), back to back, reading while writing; each call carries
-        ``timeout`` as its deadline member ``"timeout"``. Each reply is ``(status, body,
-        close, json_length)``, the body parsed when it is JSON, a ``BinaryBody`` whose JSON
-        text is ``json_length`` long for a binary message (None for any other), else ``bytes``."""
+        """Send ``(method, params, id)`` calls, ``(text, attachments)`` binary messages
+        (as ``send_binary``) and request objects (serialized whole) back to back, reading
+        while writing; each ``(method, params, id)`` call carries ``timeout`` as its
+        deadline member ``"timeout"``, and over HTTP each request ``headers`` (as ``send``
+        takes them). Each reply is ``(status, body, close, json_length)``, the body parsed
+        when it is JSON, a ``BinaryBody`` whose JSON text is ``json_length`` long for a
+        binary message (None for any other), else ``bytes``."""
     def send(
         self,
         requests: Sequence[Any],
@@ -444,16 +447,23 @@ class NativeMux:
         unsent_at_most: Optional[int] = None,
         plain: Any = None,
         encode: Optional[Callable[[Any], Any]] = None,
+        headers: Sequence[Tuple[str, str]] = ...,
     ) -> Optional[int]:
         """Submit a binary message: ``text`` and the buffers its placeholders name, each
         at the next multiple of 64 in the section; its ticket (None while more than
         ``unsent_at_most`` bytes wait to be written). ``plain``, the same request object
         (serialized with ``encode``), goes instead on a WebSocket whose server did not
-        select the subprotocol; without it such a message fails with ProtocolError."""
+        select the subprotocol; without it such a message fails with ProtocolError. Over
+        HTTP ``headers`` go in this request's head only, besides the client's (ValueError
+        for a bad name or value, or for headers over raw TCP or WebSocket, nothing sent)."""
     def websocket_binary(self) -> Optional[bool]:
         """Whether the last WebSocket opened carries binary messages; None before one
         opened, and for HTTP and raw TCP."""
-    def send(self, request: Any, expects_reply: bool, encode: Callable[[Any], Any]) -> int: ...
+    def send(
+        self, request: Any, expects_reply: bool, encode: Callable[[Any], Any], headers: Sequence[Tuple[str, str]] = ...
+    ) -> int:
+        """Submit a request object (or batch), serialized whole; its ticket. Over HTTP
+        ``headers`` go in this request's head only (as ``send_binary`` takes them)."""
     def take(self) -> List[Tuple[int, Optional[int], Any, bool, Optional[BaseException], Optional[int]]]:
         """Every completion so far: ``(ticket, status, body, close, error, json_length)``;
         the body parsed when it is JSON, a ``BinaryBody`` for a binary message whose JSON

@@ -600,11 +600,6 @@ class _Endpoint:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def _traced_http(self) -> bool:
-        """Inside a span over HTTP, a request also carries the context as header fields:
-        Python's transport writes them; the native one writes one head for the connection."""
-        return self.use_http and current_meta() is not None
-
     def _request_headers(self, headers: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
         """A request's own header fields over HTTP, besides the client's: a call's
         ``headers``, then the current span's context (``traceparent``, ``tracestate``)
@@ -645,7 +640,7 @@ class _Endpoint:
                 raise self._no_binary_websocket()
             return [framer.encode(dumps(call.plain()))]
         if self.use_http:
-            lines = self._header_lines + headers
+            lines = trace_header_lines(self._header_lines + headers)
             return call.parts(http_head(length, self.uri, self.port, self.path, lines, json_length))
         return call.parts(_attachments.prefix(json_length, length))
 
@@ -909,7 +904,7 @@ class Client(_Endpoint, _OwnsSocket):
         calls = list(calls)
         if self._may_attach([params for _, params in calls]):
             self._ask()
-        if self._native is not None and current_meta() is None:
+        if self._native is not None:
             return self._native_calls(calls)
         bodies: list[bytes | _BinaryRequest] = []
         requests: list[dict[str, Any]] = []
@@ -992,11 +987,13 @@ class Client(_Endpoint, _OwnsSocket):
 
     def _native_calls(self, calls: list[tuple[str, Any]]) -> list[Response]:
         """A pipeline on the native connection: JSON texts written by the native writer,
-        binary messages (``_pipelined_message``) among them in order."""
+        binary messages (``_pipelined_message``) among them in order. Inside a traced span
+        each request carries the context (``_meta``, and over HTTP its header fields)."""
         assert self._native is not None
-        items: list[tuple[Any, ...]] = []
+        items: list[Any] = []
         ids: list[int] = []
         binary = None  # whether a WebSocket takes binary messages, asked at the first
+        traced = current_meta() is not None
         for method, params in calls:
             message = self._pipelined_message(method, params)
             if message is not None and binary is None:
@@ -1006,8 +1003,9 @@ class Client(_Endpoint, _OwnsSocket):
                 ids.append(message.request["id"])
             else:
                 ids.append(message.request["id"] if message is not None else self.next_id())
-                items.append((method, params, ids[-1]))
-        replies = self._native.calls(items, _codec.encode, self.timeout)
+                # (A request object of its own in a span: the call's JSON holds the context.)
+                items.append(_request(method, params, ids[-1], self.timeout) if traced else (method, params, ids[-1]))
+        replies = self._native.calls(items, _codec.encode, self.timeout, self._request_headers())
         return [
             _native_response(reply[0], reply[1], call_id) or self._check(Response(_decode(Reply(*reply))), {"id": call_id})
             for reply, call_id in zip(replies, ids)
@@ -1700,12 +1698,13 @@ class AsyncClient(_Endpoint):
         return self._in_time(await self._exchange(request))
 
     async def call_with_headers(self, method: str, params: Any, headers: Mapping[str, str]) -> Response:
-        """As ``Client.call_with_headers``: ``headers`` go with this call only (HTTP only)."""
-        lines = self._call_headers(headers)
+        """As ``Client.call_with_headers``: ``headers`` go with this call only (HTTP only),
+        on the connection of the other calls (binary values as attachments)."""
+        self._call_headers(headers)  # (checked before anything is sent)
         if self._may_attach(params):
-            return await self._binary_call(method, params, lines)
+            return await self._binary_call(method, params, headers)
         request = _request(method, _codec.pack(params) if params is not None else None, self.next_id(), self.timeout)
-        return self._in_time(await self._exchange(request, lines))
+        return self._in_time(await self._exchange(request, headers))
 
     def stream(self, method: str, *args: Any, **kwargs: Any) -> AsyncStream:
         """As ``Client.stream``: ``async for token in client.stream("generate", prompt=...)``.
@@ -1757,10 +1756,10 @@ class AsyncClient(_Endpoint):
             mux = self._mux = _Mux(self, loop)
         return mux
 
-    async def _exchange(self, request: Any, headers: str = "") -> Any:
-        """Send ``request`` and settle its reply; ``headers`` (a call's own lines) take
-        Python's transport, since the native one writes one head for the connection. A
-        request or batch whose params hold binary values goes as one binary message."""
+    async def _exchange(self, request: Any, headers: Mapping[str, str] | None = None) -> Any:
+        """Send ``request`` and settle its reply, with ``headers`` of its own over HTTP
+        (besides a traced span's context: ``_request_headers``). A request or batch whose
+        params hold binary values goes as one binary message."""
         if self._may_attach(request):
             await self._ask_once()
             message = self._binary_message(request)
@@ -1769,17 +1768,18 @@ class AsyncClient(_Endpoint):
                 reply = await self._binary_send(message, expects, headers)
                 return None if reply is None else self._settle(request, reply)
             request = _codec.pack(request)
-        if self._native_protocol is not None and not headers and not self._traced_http():
+        if self._native_protocol is not None:
             mux = self._native_mux()
             expects = self.expects_reply(request)
-            reply = await mux.wait(mux.native.send(request, expects, _codec.encode))
+            reply = await mux.wait(mux.native.send(request, expects, _codec.encode, self._request_headers(headers)))
             if not expects:
                 return None
             return self._settle(request, reply)
-        answer = await self._python_exchange(dumps(_codec.pack(request)), self.expects_reply(request), headers)
+        body = dumps(_codec.pack(request))
+        answer = await self._python_exchange(body, self.expects_reply(request), header_lines(headers or {}))
         return None if answer is None else self._settle(request, answer)
 
-    async def _binary_call(self, method: str, params: Any, headers: str = "") -> Response:
+    async def _binary_call(self, method: str, params: Any, headers: Mapping[str, str] | None = None) -> Response:
         """A call with attachments, as a binary message on the client's connection; a call
         none of whose values goes as an attachment goes as any other."""
         await self._ask_once()
@@ -1801,15 +1801,19 @@ class AsyncClient(_Endpoint):
         assert reply is not None
         return self._in_time(self._settle(call.request, reply))
 
-    async def _binary_send(self, message: _BinaryRequest, expects: bool, headers: str) -> Reply | None:
-        """Send a binary message; its reply when one is expected. On the native transport
-        it goes on the connection of every other call, in order, its attachments written
-        from their own memory and a binary reply read into one buffer that its arrays view;
-        else (a call's own headers, a trace context over HTTP) on Python's. On a WebSocket
-        whose server did not select the subprotocol it goes as plain JSON (``binary=None``)
-        or fails with ``ProtocolError`` (``binary=True``), as on Python's transport."""
-        if self._native_protocol is None or headers or self._traced_http():
-            return await self._python_exchange(message, expects, headers)
+    async def _binary_send(
+        self, message: _BinaryRequest, expects: bool, headers: Mapping[str, str] | None
+    ) -> Reply | None:
+        """Send a binary message, with ``headers`` of its own over HTTP (and a traced span's
+        context: ``_request_headers``) in its request's head only; its reply when one is
+        expected. On the native transport it goes on the connection of every other call, in
+        order, its attachments written from their own memory and a binary reply read into
+        one buffer that its arrays view; else (a client given ``ssl_context=``) on Python's.
+        On a WebSocket whose server did not select the subprotocol it goes as plain JSON
+        (``binary=None``) or fails with ``ProtocolError`` (``binary=True``), as on Python's
+        transport."""
+        if self._native_protocol is None:
+            return await self._python_exchange(message, expects, header_lines(headers or {}))
         mux = self._native_mux()
         native = mux.native
         takes = native.websocket_binary() if self.websocket else True
@@ -1821,7 +1825,8 @@ class AsyncClient(_Endpoint):
         else:
             # Before a WebSocket opened, its plain form goes along for a server without the subprotocol.
             plain = message.raw if takes is None and not self.binary else None
-            ticket = native.send_binary(message.text, message.attachments.sources(), expects, None, plain, _codec.encode)
+            sources, own = message.attachments.sources(), self._request_headers(headers)
+            ticket = native.send_binary(message.text, sources, expects, None, plain, _codec.encode, own)
         assert ticket is not None  # (None only with unsent_at_most)
         reply = await mux.wait(ticket)
         return reply if expects else None

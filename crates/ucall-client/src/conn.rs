@@ -309,6 +309,28 @@ impl Connection {
         }
     }
 
+    /// As [`Connection::queue_shared`], with `lines` (checked header lines) in this HTTP
+    /// request's head only, after the connection's and those [`Connection::set_request_lines`] set.
+    pub(crate) fn queue_headed(
+        &mut self,
+        body: &std::sync::Arc<Vec<u8>>,
+        kind: RequestKind,
+        attachments: &ucall_core::jsonrpc::section::Section,
+        lines: &str,
+    ) {
+        let Some(link) = &mut self.link else {
+            return;
+        };
+        if lines.is_empty() {
+            link.framer.frame_attached(body, kind, attachments, &mut link.out);
+        } else {
+            let both = format!("{}{lines}", self.request_lines);
+            link.framer.set_request_lines(&both);
+            link.framer.frame_attached(body, kind, attachments, &mut link.out);
+            link.framer.set_request_lines(&self.request_lines);
+        }
+    }
+
     /// Whether the open WebSocket carries binary messages (the server selected
     /// `ucall.binary.v1` at the upgrade); false for other protocols and without a socket.
     #[must_use]

@@ -82,6 +82,19 @@ pub(crate) fn push_header(lines: &mut String, name: &str, value: &str) -> Result
     Ok(())
 }
 
+/// A request's own `headers` (a call's, a trace context) as the lines of its HTTP head,
+/// each checked as [`Endpoint::with_header`] says; only HTTP sends headers with a request.
+pub(crate) fn request_lines(protocol: Protocol, headers: &[(&str, &str)]) -> Result<String> {
+    if !headers.is_empty() && protocol != Protocol::Http {
+        return Err(Error::invalid("only HTTP sends headers with each call"));
+    }
+    let mut lines = String::new();
+    for (name, value) in headers {
+        push_header(&mut lines, name, value)?;
+    }
+    Ok(lines)
+}
+
 #[derive(Clone, Default)]
 struct TlsOptions {
     cacert: Option<PathBuf>,

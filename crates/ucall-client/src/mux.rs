@@ -19,7 +19,7 @@ use ucall_core::jsonrpc::section::Section;
 
 use crate::client::{refuses_binary, Binary};
 use crate::conn::Connection;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{request_lines, Endpoint};
 use crate::error::{Error, Result};
 use crate::framing::{Protocol, Reply, RequestKind};
 use crate::message::{Params, ToParams};
@@ -44,6 +44,8 @@ enum Submission {
     /// A binary message built by the caller: its JSON text, the attachments it names, and
     /// the same request as a JSON text for a WebSocket without the subprotocol, if any.
     Binary(Arc<Vec<u8>>, Section, Option<Vec<u8>>),
+    /// A request with header lines of its own (checked), for its HTTP head only.
+    Headed(Box<Submission>, String),
 }
 
 impl Submission {
@@ -53,6 +55,7 @@ impl Submission {
             Submission::Request(request) => request.wire_len(),
             Submission::Binary(json, section, _) if section.is_empty() => json.len(),
             Submission::Binary(json, section, _) => ucall_core::wire::align(json.len()) + section.len(),
+            Submission::Headed(submission, lines) => submission.len() + lines.len(),
         }
     }
 }
@@ -112,6 +115,7 @@ impl Shared {
 /// flight.
 pub struct Multiplexed {
     shared: Arc<Shared>,
+    protocol: Protocol,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
 }
@@ -124,6 +128,7 @@ impl Multiplexed {
     /// The TLS configuration or the poller cannot be built, or no thread can start.
     pub fn new(mut endpoint: Endpoint, notify: impl Fn() + Send + Sync + 'static) -> Result<Self> {
         endpoint.prepare()?;
+        let protocol = endpoint.protocol();
         let conn = Connection::new(endpoint)?;
         let waker = Arc::new(conn.waker()?);
         let shared = Arc::new(Shared {
@@ -139,6 +144,7 @@ impl Multiplexed {
             .map_err(|e| Error::connect(format!("cannot start the I/O thread: {e}")))?;
         Ok(Multiplexed {
             shared,
+            protocol,
             waker,
             thread: Some(thread),
         })
@@ -198,6 +204,43 @@ impl Multiplexed {
         expects_reply: bool,
     ) -> Ticket {
         self.push(Submission::Binary(Arc::new(json), section, plain), expects_reply)
+    }
+
+    /// As [`Multiplexed::submit`], with `headers` in this request's HTTP head only, after
+    /// the endpoint's: a call's own (a trace context, an idempotency key).
+    ///
+    /// # Errors
+    /// [`crate::ErrorKind::Invalid`], nothing queued: headers off HTTP, or a header
+    /// [`Endpoint::with_header`] refuses.
+    pub fn submit_with_headers(&self, body: Vec<u8>, expects_reply: bool, headers: &[(&str, &str)]) -> Result<Ticket> {
+        self.push_headed(Submission::Body(body), expects_reply, headers)
+    }
+
+    /// As [`Multiplexed::submit_binary`], with `headers` in this request's HTTP head only
+    /// ([`Multiplexed::submit_with_headers`]).
+    ///
+    /// # Errors
+    /// As [`Multiplexed::submit_with_headers`].
+    pub fn submit_binary_with_headers(
+        &self,
+        json: Vec<u8>,
+        section: Section,
+        expects_reply: bool,
+        headers: &[(&str, &str)],
+    ) -> Result<Ticket> {
+        self.push_headed(
+            Submission::Binary(Arc::new(json), section, None),
+            expects_reply,
+            headers,
+        )
+    }
+
+    fn push_headed(&self, submission: Submission, expects_reply: bool, headers: &[(&str, &str)]) -> Result<Ticket> {
+        let lines = request_lines(self.protocol, headers)?;
+        if lines.is_empty() {
+            return Ok(self.push(submission, expects_reply));
+        }
+        Ok(self.push(Submission::Headed(Box::new(submission), lines), expects_reply))
     }
 
     fn push(&self, submission: Submission, expects_reply: bool) -> Ticket {
@@ -306,11 +349,19 @@ impl Negotiation {
             let Some((ticket, submission, expects)) = self.held.pop_front() else {
                 break;
             };
+            // (Only HTTP takes header lines: a headed submission is never a WebSocket's.)
+            let (submission, lines) = match submission {
+                Submission::Headed(submission, lines) => (*submission, lines),
+                submission => (submission, String::new()),
+            };
             match submission {
-                Submission::Body(body) => conn.queue(body),
+                Submission::Body(body) if lines.is_empty() => conn.queue(body),
+                Submission::Body(body) => {
+                    conn.queue_headed(&Arc::new(body), RequestKind::Json, &Section::new(), &lines)
+                }
                 Submission::Binary(json, section, plain) => {
                     if protocol != Protocol::WebSocket || conn.binary_negotiated() {
-                        conn.queue_shared(&json, RequestKind::Binary(json.len()), &section);
+                        conn.queue_headed(&json, RequestKind::Binary(json.len()), &section, &lines);
                     } else if let Some(plain) = plain {
                         conn.queue(plain);
                     } else {
@@ -359,6 +410,7 @@ impl Negotiation {
                         self.probe = Some((ticket, request));
                     }
                 }
+                Submission::Headed(..) => unreachable!("a headed submission is unwrapped above"),
             }
             if expects || replies_to_notifications {
                 in_flight.push_back((ticket, expects));
@@ -520,4 +572,132 @@ fn idle(conn: &mut Connection, shared: &Shared) {
     }
     conn.wait(None);
     shared.lock().sleeping = false;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use ucall_core::jsonrpc::section::Section;
+
+    use super::Multiplexed;
+    use crate::endpoint::Endpoint;
+    use crate::error::ErrorKind;
+    use crate::framing::Protocol;
+
+    /// An HTTP server on loopback that answers `count` requests on one connection and
+    /// hands back each request's head.
+    fn recording_server(count: usize) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("bound").port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("a connection");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("a time-out");
+            let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+            let mut writer = stream;
+            let mut heads = Vec::new();
+            for _ in 0..count {
+                let mut head = String::new();
+                while !head.ends_with("\r\n\r\n") {
+                    assert!(
+                        reader.read_line(&mut head).expect("a head line") > 0,
+                        "the client hung up"
+                    );
+                }
+                let length = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Content-Length: "))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .expect("a length");
+                reader.read_exact(&mut vec![0; length]).expect("the body");
+                let reply = r#"{"jsonrpc":"2.0","id":1,"result":1}"#;
+                let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{reply}", reply.len());
+                writer.write_all(answer.as_bytes()).expect("the reply");
+                heads.push(head);
+            }
+            heads
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn a_submissions_headers_go_in_its_request_head_only() {
+        let (port, server) = recording_server(4);
+        let (tx, rx) = mpsc::channel();
+        let endpoint = Endpoint::new("127.0.0.1", port)
+            .with_header("X-Client", "all")
+            .expect("a header");
+        let mux = Multiplexed::new(endpoint, move || {
+            let _ = tx.send(());
+        })
+        .expect("a mux");
+        let call = br#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+        let mut attachments = Section::new();
+        attachments.attach(ucall_core::Bytes::from(vec![7u8; 100]));
+        let placeholder =
+            br#"{"jsonrpc":"2.0","method":"m","params":[{"$ucall":"bytes","offset":0,"length":100}],"id":1}"#;
+        let tickets = [
+            mux.submit(call.to_vec(), true),
+            mux.submit_with_headers(call.to_vec(), true, &[("X-Key", "a")])
+                .expect("queued"),
+            mux.submit_binary_with_headers(
+                placeholder.to_vec(),
+                attachments,
+                true,
+                &[("X-Key", "b"), ("X-Other", "c")],
+            )
+            .expect("queued"),
+            mux.submit(call.to_vec(), true),
+        ];
+        let refused = mux.submit_with_headers(call.to_vec(), true, &[("Host", "elsewhere")]);
+        assert_eq!(refused.expect_err("refused").kind(), ErrorKind::Invalid);
+        let mut done = Vec::new();
+        while done.len() < tickets.len() {
+            rx.recv_timeout(Duration::from_secs(10)).expect("completions");
+            mux.take(&mut done);
+        }
+        assert_eq!(done.iter().map(|c| c.ticket).collect::<Vec<_>>(), tickets, "in order");
+        assert!(done
+            .iter()
+            .all(|c| c.result.as_ref().is_ok_and(|reply| reply.status == Some(200))));
+        let heads = server.join().expect("the server");
+        let own = |head: &String| {
+            head.lines()
+                .filter(|line| line.starts_with("X-"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let owns: Vec<String> = heads.iter().map(own).collect();
+        assert_eq!(
+            owns,
+            [
+                "X-Client: all",
+                "X-Client: all,X-Key: a",
+                "X-Client: all,X-Key: b,X-Other: c",
+                "X-Client: all"
+            ]
+        );
+        assert!(
+            heads[2].contains("application/vnd.ucall.binary"),
+            "a binary message: {}",
+            heads[2]
+        );
+    }
+
+    #[test]
+    fn headers_go_over_http_only() {
+        let endpoint = Endpoint::new("127.0.0.1", 9).with_protocol(Protocol::Tcp);
+        let mux = Multiplexed::new(endpoint, || {}).expect("a mux");
+        let refused = mux.submit_with_headers(b"{}".to_vec(), true, &[("X-Key", "a")]);
+        assert_eq!(
+            refused.expect_err("refused").message(),
+            "only HTTP sends headers with each call"
+        );
+        assert_eq!(mux.in_flight(), 0, "nothing queued");
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use ucall_client::{
     AttachedRequest as Request, Client, Completion, Endpoint, Error, ErrorKind, Multiplexed, Protocol, Reply,
@@ -201,9 +201,13 @@ fn binary_request(text: &Bound<'_, PyBytes>, attachments: &Bound<'_, PyList>) ->
     Ok((text, kind, section))
 }
 
-/// A pipeline item's request: a `(method, params, id)` call, its params written here, or a
-/// `(text, attachments)` binary message ([`binary_request`]).
+/// A pipeline item's request: a `(method, params, id)` call, its params written here, a
+/// `(text, attachments)` binary message ([`binary_request`]), or a request object (a dict,
+/// serialized whole: a call with members of its own, such as a trace context's `_meta`).
 fn item_request(item: &Bound<'_, PyAny>, encode: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<Request> {
+    if item.is_instance_of::<PyDict>() {
+        return json_body(item, Some(encode)).map(json_request);
+    }
     let item = item.cast::<PyTuple>()?;
     if item.len() == 2 {
         return binary_request(item.get_item(0)?.cast()?, item.get_item(1)?.cast()?);
@@ -390,7 +394,7 @@ impl NativeClient {
         more: &mut (dyn FnMut() -> Option<ucall_client::Result<Request>> + Send),
     ) -> PyResult<Bound<'py, PyList>> {
         let timeout = seconds(timeout)?;
-        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let headers = header_pairs(headers);
         let mut raised = None::<PyErr>;
         let mut report = |sent: u64, total: u64| {
             let Some(progress) = &progress else {
@@ -458,14 +462,16 @@ impl NativeClient {
     /// thousand small ones: all of them, with nothing sent if one fails), the rest one by
     /// one as the socket takes them, the GIL taken for each: a hundred 1.6 MB arrays are
     /// not encoded into 200 MB of fresh memory first. One of those that cannot be encoded
-    /// ends the exchange there, once the replies to those sent are read.
-    #[pyo3(signature = (calls, encode, timeout))]
+    /// ends the exchange there, once the replies to those sent are read. Over HTTP each
+    /// request has `headers` `[(name, value)]` too (a trace context), besides the client's.
+    #[pyo3(signature = (calls, encode, timeout, headers=Vec::new()))]
     fn calls<'py>(
         &self,
         py: Python<'py>,
         calls: &Bound<'py, PyList>,
         encode: &Bound<'py, PyAny>,
         timeout: Option<f64>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Bound<'py, PyList>> {
         let (mut bodies, mut total) = (Vec::with_capacity(calls.len()), 0);
         while bodies.len() < calls.len() && total <= UNSENT_AT_MOST {
@@ -475,7 +481,7 @@ impl NativeClient {
         }
         let replies = bodies.len();
         if replies == calls.len() {
-            return self.run(py, (bodies, &[], None), replies, timeout, &mut || None);
+            return self.run(py, (bodies, &headers, None), replies, timeout, &mut || None);
         }
         let (rest, encode) = (calls.clone().unbind(), encode.clone().unbind());
         let (mut next, mut failed) = (replies, None::<PyErr>);
@@ -490,7 +496,7 @@ impl NativeClient {
                 }))
             })
         };
-        let result = self.run(py, (bodies, &[], None), replies, timeout, &mut more);
+        let result = self.run(py, (bodies, &headers, None), replies, timeout, &mut more);
         match failed {
             Some(error) => Err(error),
             None => result,
@@ -591,13 +597,30 @@ impl Drop for NativeMux {
 }
 
 impl NativeMux {
-    fn submit(&self, body: Vec<u8>, expects_reply: bool) -> PyResult<u64> {
+    /// Submit a JSON text, with `headers` of its own over HTTP (ValueError for one
+    /// refused, nothing submitted).
+    fn submit(
+        &self,
+        py: Python<'_>,
+        body: Vec<u8>,
+        expects_reply: bool,
+        headers: &[(String, String)],
+    ) -> PyResult<u64> {
         let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
         let mux = guard
             .as_ref()
             .ok_or_else(|| PyValueError::new_err("the client is closed"))?;
-        Ok(mux.submit(body, expects_reply))
+        if headers.is_empty() {
+            return Ok(mux.submit(body, expects_reply));
+        }
+        mux.submit_with_headers(body, expects_reply, &header_pairs(headers))
+            .map_err(|e| exception(py, &e))
     }
+}
+
+/// `[(name, value)]` as `ucall-client` takes them.
+fn header_pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()
 }
 
 #[pymethods]
@@ -669,7 +692,7 @@ impl NativeMux {
             }
         }
         let body = call_body(method, Some(params), id, Some(encode), timeout)?;
-        self.submit(body, id.is_some()).map(Some)
+        self.submit(params.py(), body, id.is_some(), &[]).map(Some)
     }
 
     /// Submit a binary message (docs/wire.md): `text` and the `attachments` its
@@ -677,17 +700,20 @@ impl NativeMux {
     /// (nothing submitted) while more than that waits to be written. `plain`, the same
     /// request object with its values unpacked (serialized with `encode`), goes instead on
     /// a WebSocket whose server did not select the subprotocol; without it such a
-    /// message fails with ProtocolError.
-    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None, plain=None, encode=None))]
+    /// message fails with ProtocolError. Over HTTP, `headers` `[(name, value)]` go in this
+    /// request's head only, besides the client's (ValueError for one refused, nothing sent).
+    #[pyo3(signature = (text, attachments, expects_reply, unsent_at_most=None, plain=None, encode=None, headers=Vec::new()))]
     #[allow(clippy::too_many_arguments)] // the Python method's keywords
     fn send_binary(
         &self,
+        py: Python<'_>,
         text: &Bound<'_, PyBytes>,
         attachments: &Bound<'_, PyList>,
         expects_reply: bool,
         unsent_at_most: Option<usize>,
         plain: Option<&Bound<'_, PyAny>>,
         encode: Option<&Bound<'_, PyAny>>,
+        headers: Vec<(String, String)>,
     ) -> PyResult<Option<u64>> {
         let guard = self.mux.lock().unwrap_or_else(PoisonError::into_inner);
         let mux = guard
@@ -697,6 +723,10 @@ impl NativeMux {
             return Ok(None);
         }
         let (text, _, section) = binary_request(text, attachments)?;
+        if !headers.is_empty() {
+            let submitted = mux.submit_binary_with_headers(text, section, expects_reply, &header_pairs(&headers));
+            return submitted.map(Some).map_err(|e| exception(py, &e));
+        }
         let plain = plain.map(|plain| json_body(plain, encode)).transpose()?;
         Ok(Some(mux.submit_binary_or(text, section, plain, expects_reply)))
     }
@@ -711,11 +741,20 @@ impl NativeMux {
             .and_then(Multiplexed::websocket_binary)
     }
 
-    /// Submit a request object (or batch), serialized whole; its ticket.
-    #[pyo3(signature = (request, expects_reply, encode))]
-    fn send(&self, request: &Bound<'_, PyAny>, expects_reply: bool, encode: &Bound<'_, PyAny>) -> PyResult<u64> {
+    /// Submit a request object (or batch), serialized whole; its ticket. Over HTTP,
+    /// `headers` `[(name, value)]` go in this request's head only, besides the client's
+    /// (ValueError for one refused, nothing sent).
+    #[pyo3(signature = (request, expects_reply, encode, headers=Vec::new()))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        request: &Bound<'_, PyAny>,
+        expects_reply: bool,
+        encode: &Bound<'_, PyAny>,
+        headers: Vec<(String, String)>,
+    ) -> PyResult<u64> {
         let body = json_body(request, Some(encode))?;
-        self.submit(body, expects_reply)
+        self.submit(py, body, expects_reply, &headers)
     }
 
     /// Every completion so far: `[(ticket, status, body, close, error, json_length)]`,
