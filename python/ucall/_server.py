@@ -37,6 +37,18 @@ _log = logging.getLogger("ucall")
 HEALTH = "rpc.health"
 
 
+#: What ``@server(...)`` and ``@server.method(...)`` say of a procedure besides its name,
+#: passed on to ``Server.route`` (their overloads list them with their types).
+_DESCRIBING = frozenset({"summary", "description", "examples", "errors", "timeout", "rate_limit"})
+
+
+def _check_describing(caller: str, describe: dict[str, Any]) -> None:
+    """Refuse a keyword that is not one of ``_DESCRIBING``, as Python refuses an unknown one."""
+    for keyword in describe:
+        if keyword not in _DESCRIBING:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {keyword!r}")
+
+
 @atexit.register
 def _stop_all() -> None:
     for server in list(_running):
@@ -452,30 +464,11 @@ class Server:
         rate_limit: str | None = None,
     ) -> Callable[[F], F]: ...
 
-    def __call__(
-        self,
-        func: F | None = None,
-        /,
-        *,
-        name: str | None = None,
-        summary: str | None = None,
-        description: str | None = None,
-        examples: list[dict[str, Any]] | None = None,
-        errors: list[Any] | None = None,
-        timeout: float | None = None,
-        rate_limit: str | None = None,
-    ) -> F | Callable[[F], F]:
+    def __call__(self, func: F | None = None, /, *, name: str | None = None, **describe: Any) -> F | Callable[[F], F]:
         """``@server`` registers a function under its own name and returns it unchanged;
         ``@server(examples=[...], errors=[...], timeout=2.0, rate_limit="10/s")`` says more
         (see ``route``)."""
-        describe: dict[str, Any] = {
-            "summary": summary,
-            "description": description,
-            "examples": examples,
-            "errors": errors,
-            "timeout": timeout,
-            "rate_limit": rate_limit,
-        }
+        _check_describing("__call__", describe)
         if func is None:
             return lambda f: self.route(f, name=name, **describe)
         return self.route(func, name=name, **describe)
@@ -498,27 +491,11 @@ class Server:
     ) -> Callable[[F], F]: ...
 
     def method(
-        self,
-        name: str | F,
-        *,
-        ignore_extra_params: bool | None = None,
-        summary: str | None = None,
-        description: str | None = None,
-        examples: list[dict[str, Any]] | None = None,
-        errors: list[Any] | None = None,
-        timeout: float | None = None,
-        rate_limit: str | None = None,
+        self, name: str | F, *, ignore_extra_params: bool | None = None, **describe: Any
     ) -> F | Callable[[F], F]:
         """``@server.method("ns.name")`` registers a function under another name;
         ``@server.method`` alone, as ``@server``, under its own."""
-        describe: dict[str, Any] = {
-            "summary": summary,
-            "description": description,
-            "examples": examples,
-            "errors": errors,
-            "timeout": timeout,
-            "rate_limit": rate_limit,
-        }
+        _check_describing("method", describe)
         if callable(name):  # used without parentheses: the function came as the name
             return self.route(name, ignore_extra_params=ignore_extra_params, **describe)
 

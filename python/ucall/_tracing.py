@@ -79,6 +79,30 @@ def _ran(span: Any, started: int) -> None:
     span.set_attribute("ucall.handler_ns", time.monotonic_ns() - started)
 
 
+class _StreamEnd:
+    """Ends a streamed call's span with its stream (``with``): the items it counted, and
+    whether the caller left (the server closed the stream) or what failed."""
+
+    __slots__ = ("_tracing", "_span", "_started", "items")
+
+    def __init__(self, tracing: ServerTracing, span: Any, started: int) -> None:
+        self._tracing, self._span, self._started = tracing, span, started
+        self.items = 0
+
+    def __enter__(self) -> _StreamEnd:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _traceback: Any) -> None:
+        span = self._span
+        if kind is not None and issubclass(kind, GeneratorExit):
+            span.set_attribute("ucall.stream.cancelled", True)
+        elif error is not None:
+            self._tracing._failed(span, error)
+        span.set_attribute("ucall.stream.items", self.items)
+        _ran(span, self._started)
+        span.end()
+
+
 class ServerTracing:
     """The chain a server runs around each call (``run(ctx, func, args, kwargs)``, the
     middleware chain's shape), with a span around ``inner`` (the middleware chain, or
@@ -222,8 +246,7 @@ class ServerTracing:
     def _streamed(self, span: Any, items: Generator[Any, Any, Any], started: int) -> Any:
         """The generator's items, each made inside the call's span; the span ends with the
         stream (exhausted, failed, or closed by the server when the caller left)."""
-        count = 0
-        try:
+        with _StreamEnd(self, span, started) as stream:
             while True:
                 token = self._context.attach(self._trace.set_span_in_context(span))
                 try:
@@ -232,23 +255,15 @@ class ServerTracing:
                     return stop.value
                 finally:
                     self._context.detach(token)
-                count += 1
-                yield item
-        except GeneratorExit:
-            items.close()
-            span.set_attribute("ucall.stream.cancelled", True)
-            raise
-        except BaseException as error:
-            self._failed(span, error)
-            raise
-        finally:
-            span.set_attribute("ucall.stream.items", count)
-            _ran(span, started)
-            span.end()
+                stream.items += 1
+                try:
+                    yield item
+                except GeneratorExit:
+                    items.close()
+                    raise
 
     async def _streamed_async(self, span: Any, items: Any, started: int) -> Any:
-        count = 0
-        try:
+        with _StreamEnd(self, span, started) as stream:
             while True:
                 token = self._context.attach(self._trace.set_span_in_context(span))
                 try:
@@ -257,19 +272,12 @@ class ServerTracing:
                     return
                 finally:
                     self._context.detach(token)
-                count += 1
-                yield item
-        except GeneratorExit:
-            await items.aclose()
-            span.set_attribute("ucall.stream.cancelled", True)
-            raise
-        except BaseException as error:
-            self._failed(span, error)
-            raise
-        finally:
-            span.set_attribute("ucall.stream.items", count)
-            _ran(span, started)
-            span.end()
+                stream.items += 1
+                try:
+                    yield item
+                except GeneratorExit:
+                    await items.aclose()
+                    raise
 
     # ------------------------------------------------------------ batches
 

@@ -600,139 +600,119 @@ def _proxies(text: str) -> list[str]:
     return proxies
 
 
+def _flag(flag: str, kind: Any, text: str, name: str | None = None) -> tuple[str, str, Any, str]:
+    """A row of ``SERVER_FLAGS``: the option's name is the flag's, as click names it
+    (``--max-threads``: ``max_threads``), unless ``name`` says another."""
+    return flag, name if name is not None else flag.removeprefix("--").replace("-", "_"), kind, text
+
+
 #: ``Server(...)`` options that ``ucall serve`` sets beside --host, --port, --threads,
 #: --drain-delay and --metrics-path: (flag, the option's name, click type, help). Those
 #: given are passed on to worker processes as they were given.
 SERVER_FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    (
+    _flag(
         "--engine",
-        "engine",
         click.Choice(("auto", "poll", "uring")),
         "Engine: auto (io_uring where it works, else poll), poll or uring; UCALL_ENGINE overrides it.",
     ),
-    (
-        "--max-threads",
-        "max_threads",
-        click.IntRange(min=1),
-        "Most threads per worker thread while handlers block (default 64).",
-    ),
-    (
+    _flag("--max-threads", click.IntRange(min=1), "Most threads per worker thread while handlers block (default 64)."),
+    _flag(
         "--max-connections",
-        "max_connections",
         click.IntRange(min=1),
         "Most connections open at once; more are closed on accept (default 10000).",
     ),
-    (
+    _flag(
         "--max-pending-calls",
-        "max_pending_calls",
         click.IntRange(min=1),
         "Most calls waiting for (or running in) a handler per thread; past it a call is answered at once "
         "with -32000 (HTTP 503 with Retry-After) and data.executed false, safe to retry (default: no limit).",
     ),
-    (
+    _flag(
         "--rate-limit",
-        "rate_limit",
         _rate,
         "Calls each client may make, as 100/s or 6000/min; past it a call is refused before it runs "
         "(HTTP 429 with Retry-After, or -32029 with data.retry_after_ms and executed false). Per worker process.",
     ),
-    (
+    _flag(
         "--rate-limit-key",
-        "rate_limit_key",
         _rate_key,
         "What tells clients apart: peer (the address, default), bearer (the Authorization token) or "
         "header:NAME (a header's value, as header:X-API-Key), or middleware (the app's middleware "
         "calls ctx.limit_by(key)).",
     ),
-    (
+    _flag(
         "--trusted-proxies",
-        "trusted_proxies",
         _proxies,
         "Proxies (addresses or networks, comma-separated) whose X-Forwarded-For names the client.",
     ),
-    (
+    _flag(
         "--max-connections-per-peer",
-        "max_connections_per_peer",
         click.IntRange(min=1),
         "Most connections open at once from one IP address; more are closed on accept (default: no cap).",
     ),
-    (
+    _flag(
         "--max-body-bytes",
-        "max_body_bytes",
         click.IntRange(min=1),
         "Largest request body (HTTP) or JSON text (raw TCP) in bytes (default 64 MiB).",
     ),
-    (
-        "--max-head-bytes",
-        "max_head_bytes",
-        click.IntRange(min=64),
-        "Largest HTTP request head in bytes (default 16 KiB).",
-    ),
-    ("--max-batch", "max_batch", click.IntRange(min=1), "Most requests in one JSON-RPC batch (default 1024)."),
-    (
+    _flag("--max-head-bytes", click.IntRange(min=64), "Largest HTTP request head in bytes (default 16 KiB)."),
+    _flag("--max-batch", click.IntRange(min=1), "Most requests in one JSON-RPC batch (default 1024)."),
+    _flag(
         "--header-timeout",
-        "header_timeout",
         click.FloatRange(min=0, min_open=True),
         "Seconds to receive a request head, from its first byte (default 10).",
     ),
-    (
+    _flag(
         "--idle-timeout",
-        "idle_timeout",
         click.FloatRange(min=0, min_open=True),
         "Seconds a connection may sit without progress before it is closed (default 60).",
     ),
-    (
+    _flag(
         "--shutdown-timeout",
-        "shutdown_timeout",
         click.FloatRange(min=0, min_open=True),
         "Seconds calls in flight get to finish at stop, after --drain-delay (default 5).",
     ),
-    (
+    _flag(
         "--tls-cert",
-        "tls_cert",
         click.Path(exists=True, dir_okay=False),
         "PEM certificate chain: the port speaks TLS (needs --tls-key).",
     ),
-    ("--tls-key", "tls_key", click.Path(exists=True, dir_okay=False), "PEM private key of --tls-cert."),
-    (
+    _flag("--tls-key", click.Path(exists=True, dir_okay=False), "PEM private key of --tls-cert."),
+    _flag(
         "--tls-client-ca",
-        "tls_client_ca",
         click.Path(exists=True, dir_okay=False),
         "Require client certificates signed by the CAs in this PEM file (mutual TLS).",
     ),
-    (
+    _flag(
         "--tls-port",
-        "tls_port",
         click.IntRange(0, 65535),
         "Serve TLS on this port too, the port staying plaintext (0: any free one).",
     ),
-    (
+    _flag(
         "--hsts-max-age",
-        "hsts_max_age",
         click.IntRange(0, 2**63),
         "Over TLS, every HTTP reply says Strict-Transport-Security: max-age=SECONDS (needs --tls-cert).",
     ),
-    ("--healthz-path", "healthz_path", str, "Where GET serves the liveness probe ('' turns it off; default /healthz)."),
-    ("--readyz-path", "readyz_path", str, "Where GET serves the readiness probe ('' turns it off; default /readyz)."),
-    (
+    _flag("--healthz-path", str, "Where GET serves the liveness probe ('' turns it off; default /healthz)."),
+    _flag("--readyz-path", str, "Where GET serves the readiness probe ('' turns it off; default /readyz)."),
+    _flag(
         "--metrics-buckets",
-        "metrics_buckets",
         _buckets,
         "The latency histogram's bucket bounds in seconds, comma-separated and ascending "
         "(default gRPC's, 0.0001 to 10).",
     ),
-    (
+    _flag(
         "--uds",
-        "unix_socket",
         click.Path(dir_okay=False),
         "Also listen on this Unix domain socket: HTTP, raw TCP and WebSocket, in plaintext. A socket file left "
         "by a dead server is replaced; one where a server answers is refused. One process: not with --workers.",
+        name="unix_socket",
     ),
-    (
+    _flag(
         "--uds-mode",
-        "unix_socket_mode",
         _octal,
         "Permission bits of the --uds socket file, in octal (660: owner and group may connect).",
+        name="unix_socket_mode",
     ),
 )
 

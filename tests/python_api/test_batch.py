@@ -27,6 +27,35 @@ def _client(port: int, transport: str) -> Client:
     return Client("127.0.0.1", port, use_http=transport == "http")
 
 
+class SlowBatch:
+    """A batch that holds the queue while calls line up behind it: the procedure calls
+    `hold()`, which returns once `behind` has seen the calls it sends queued."""
+
+    def __init__(self, server: Server, method: str) -> None:
+        self.server, self.method = server, method
+        self.running, self.released = threading.Event(), threading.Event()
+
+    def hold(self) -> None:
+        self.running.set()
+        assert self.released.wait(10), "the calls behind were queued"
+
+    def behind(self, start_slow, send, count: int):
+        """`send()`'s result, its `count` calls queued while the batch `start_slow()` runs,
+        so that they make the next batch together; and what `start_slow()` returned."""
+        self.running.clear()
+        self.released.clear()
+        with ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(start_slow)
+            assert self.running.wait(10), "the slow batch runs"
+            sent = pool.submit(send)
+            deadline = time.monotonic() + 10
+            while self.server.batch_stats()[self.method]["queued"] < count:
+                assert time.monotonic() < deadline, "the calls behind the slow batch queue"
+                time.sleep(0.005)
+            self.released.set()
+            return sent.result(10), slow.result(10)
+
+
 @pytest.mark.parametrize("transport", ["http", "tcp", "ws"])
 def test_calls_from_many_callers_run_together(make_server, transport):
     server = make_server()
@@ -61,23 +90,23 @@ def test_calls_from_many_callers_run_together(make_server, transport):
 def test_numpy_batches_on_axis_0_and_jsonrpc_batches_join_one(make_server, wire):
     server = make_server()
     seen: list[tuple[int, ...]] = []
+    slow_batch = SlowBatch(server, "norm")
 
     @server.batch(max_size=16, max_wait_ms=5)
     def norm(v: np.ndarray, scale: list[float]) -> np.ndarray:
         """The scaled length of a vector."""
         seen.append(v.shape)
         if -1.0 in scale:
-            time.sleep(0.2)  # a slow batch, that the next calls queue behind
+            slow_batch.hold()
         return np.linalg.norm(v, axis=1) * np.asarray(scale)
 
     w, slow = wire(server), wire(server)
     assert w.result("norm", {"v": [3.0, 4.0], "scale": 1.0}) == 5.0
-    with ThreadPoolExecutor(1) as pool:
-        held = pool.submit(slow.result, "norm", [[1.0, 0.0], -1.0])
-        time.sleep(0.05)
-        calls = [{"jsonrpc": "2.0", "method": "norm", "params": [[0.0, float(i)], 2.0], "id": i} for i in range(1, 5)]
-        status, body = w.post(json.dumps(calls))
-        assert held.result(10) == -1.0
+    calls = [{"jsonrpc": "2.0", "method": "norm", "params": [[0.0, float(i)], 2.0], "id": i} for i in range(1, 5)]
+    (status, body), held = slow_batch.behind(
+        lambda: slow.result("norm", [[1.0, 0.0], -1.0]), lambda: w.post(json.dumps(calls)), len(calls)
+    )
+    assert held == -1.0
     assert status == 200
     assert [r["result"] for r in json.loads(body)] == [2.0, 4.0, 6.0, 8.0]
     assert seen == [(1, 2), (1, 2), (4, 2)], "the array's four calls queued together make one batch"
@@ -90,11 +119,12 @@ def test_numpy_batches_on_axis_0_and_jsonrpc_batches_join_one(make_server, wire)
 
 def test_errors_reach_the_callers_they_belong_to(make_server, wire):
     server = make_server()
+    slow_batch = SlowBatch(server, "check")
 
     @server.batch(max_size=8, max_wait_ms=5)
     def check(x: list[int]) -> list[int]:
         if 99 in x:
-            time.sleep(0.2)  # a slow batch, that the next calls queue behind
+            slow_batch.hold()
         if 0 in x:
             raise RPCError(-32010, "zero in the batch")
         if 1000 in x:
@@ -112,11 +142,8 @@ def test_errors_reach_the_callers_they_belong_to(make_server, wire):
     def queued_together(*xs):
         """The replies to `xs`, sent as one array while a slow batch runs, so that they
         make the next batch together."""
-        with ThreadPoolExecutor(1) as pool:
-            held = pool.submit(slow.result, "check", [99])
-            time.sleep(0.05)
-            replies = batch(*xs)
-            assert held.result(10) == 99
+        replies, held = slow_batch.behind(lambda: slow.result("check", [99]), lambda: batch(*xs), len(xs))
+        assert held == 99
         return replies
 
     first, negative, seven, bad, last = batch(3, -3, 7, "x", 4)

@@ -853,6 +853,29 @@ def test_a_second_function_under_a_registered_name_warns_and_replaces_it():
     assert server.procedures["ping"] is pong
 
 
+def test_registering_decorators_refuse_keywords_they_do_not_take():
+    """``@server(...)`` and ``@server.method(...)`` take a procedure's description and
+    limits (``summary`` ... ``rate_limit``) and refuse any other keyword as they are
+    called, before a function is given; ``ignore_extra_params`` is ``method``'s only."""
+    server = Server(port=0)
+    with pytest.raises(TypeError, match=r"__call__\(\) got an unexpected keyword argument 'summry'"):
+        server(summry="typo")
+    with pytest.raises(TypeError, match=r"__call__\(\) got an unexpected keyword argument 'ignore_extra_params'"):
+        server(ignore_extra_params=True)
+    with pytest.raises(TypeError, match=r"method\(\) got an unexpected keyword argument 'max_size'"):
+        server.method("ns.ping", max_size=4)
+
+    @server(name="ns.pong", summary="Answers.", timeout=2.0)
+    def pong() -> int:
+        return 1
+
+    @server.method("ns.ping", ignore_extra_params=True, description="Pings.", rate_limit="10/s")
+    def ping() -> int:
+        return 2
+
+    assert server.procedures == {"ns.pong": pong, "ns.ping": ping}
+
+
 def test_past_max_pending_calls_a_call_is_refused_safe_to_retry(make_server):
     """A call that finds ``max_pending_calls`` calls waiting is answered at once, without
     running: -32000 with ``executed: false``, and over HTTP 503 with ``Retry-After``."""

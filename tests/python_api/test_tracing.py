@@ -284,6 +284,51 @@ def test_a_streamed_call_has_one_span_for_the_whole_stream(exporter, make_server
     assert span.end_time >= max(item.end_time for item in items)
 
 
+@pytest.mark.parametrize("kind", ["generator", "async generator"])
+def test_a_stream_that_fails_or_whose_caller_leaves_says_so_on_its_span(exporter, make_server, kind):
+    server = make_server()
+
+    if kind == "generator":
+
+        def broken(n: int):
+            yield from range(n)
+            raise RPCError(-32050, "broke")
+
+        def endless():
+            while True:
+                yield "tick"
+                time.sleep(0.005)
+
+    else:
+
+        async def broken(n: int):
+            for i in range(n):
+                yield i
+            raise RPCError(-32050, "broke")
+
+        async def endless():
+            while True:
+                yield "tick"
+                await asyncio.sleep(0.005)
+
+    server.route(broken)
+    server.route(endless)
+    server.start()
+    lines = tcp_exchange(server.port, json.dumps(request("broken", [2], id=5)).encode() + b"\n", 3)
+    assert lines[-1]["error"]["code"] == -32050
+    (span,) = spans_named(exporter, "broken")
+    assert span.attributes["ucall.stream.items"] == 2
+    assert span.attributes["rpc.jsonrpc.error_code"] == -32050
+    assert "ucall.stream.cancelled" not in span.attributes
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(json.dumps(request("endless", id=6)).encode() + b"\n")
+        assert json.loads(sock.makefile("rb").readline())["params"] == {"id": 6, "item": "tick"}
+    (span,) = spans_named(exporter, "endless")
+    assert span.attributes["ucall.stream.cancelled"] is True
+    assert span.attributes["ucall.stream.items"] >= 1
+    assert "rpc.jsonrpc.error_code" not in span.attributes
+
+
 @pytest.mark.parametrize("transport", ["http", "tcp", "ws", "async"])
 def test_a_client_call_in_a_handler_continues_the_trace(exporter, make_server, transport):
     leaf_server = make_server()

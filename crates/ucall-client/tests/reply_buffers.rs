@@ -4,13 +4,29 @@
 //! next large replies are read into them. A test binary of its own, so that no other
 //! test's replies come and go in the pool while it counts.
 
-use ucall_client::{reply_buffers, Client, Endpoint, Params};
+use ucall_client::{reply_buffers, Client, Endpoint, Params, Response};
 use ucall_core::{EngineKind, Server};
 
 mod common;
 
-fn floats(n: usize, seed: usize) -> Vec<f32> {
-    (0..n).map(|i| (i * 7 + seed) as f32 * 0.25).collect()
+/// Array `seed`: 400,000 floats, 1.6 MB.
+fn floats(seed: usize) -> Vec<f32> {
+    (0..400_000).map(|i| (i * 7 + seed) as f32 * 0.25).collect()
+}
+
+/// Whether `reply` holds array `seed`.
+fn holds(reply: &Response, seed: usize) -> bool {
+    *reply.result_array::<f32>().expect("an array").data == floats(seed)[..]
+}
+
+/// Array `seed` sent to `echo_array` and back: its reply, checked.
+fn echoed(client: &mut Client, seed: usize) -> Response {
+    let data = floats(seed);
+    let reply = client
+        .call("echo_array", Params::array().ndarray_of(&[data.len()], data))
+        .expect("an echo");
+    assert!(holds(&reply, seed), "the echo of array {seed}");
+    reply
 }
 
 #[test]
@@ -33,17 +49,11 @@ fn dropped_large_replies_keep_their_buffers_up_to_the_budget_and_reuse_them() {
     // alive at once (96 MB, more than the budget), each its own.
     let mut held = Vec::new();
     for seed in 0..60 {
-        let data = floats(400_000, seed);
-        let reply = client
-            .call("echo_array", Params::array().ndarray_of(&[400_000], data.clone()))
-            .expect("an echo");
-        assert_eq!(&*reply.result_array::<f32>().expect("an array").data, &data[..]);
-        held.push((seed, reply));
+        held.push((seed, echoed(&mut client, seed)));
         assert!(reply_buffers::held() <= budget);
     }
     for (seed, reply) in &held {
-        let data = floats(400_000, *seed);
-        assert_eq!(&*reply.result_array::<f32>().expect("still its own").data, &data[..]);
+        assert!(holds(reply, *seed), "array {seed} still its own");
     }
     drop(held);
     let kept = reply_buffers::held();
@@ -51,11 +61,7 @@ fn dropped_large_replies_keep_their_buffers_up_to_the_budget_and_reuse_them() {
     assert!(kept >= 32 << 20, "the dropped replies' buffers are kept: {kept} bytes");
     // The next large replies are read into them, and are right.
     for seed in 100..110 {
-        let data = floats(400_000, seed);
-        let reply = client
-            .call("echo_array", Params::array().ndarray_of(&[400_000], data.clone()))
-            .expect("an echo");
-        assert_eq!(&*reply.result_array::<f32>().expect("an array").data, &data[..]);
+        let _reply = echoed(&mut client, seed);
         assert!(reply_buffers::held() < kept, "a reply took a kept buffer");
     }
 }

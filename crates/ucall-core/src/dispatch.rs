@@ -237,11 +237,14 @@ impl Message<'_, '_> {
     /// `scratch.deferred` (offsets into `out`), for the session to hold until they complete.
     /// With the request log on, each call gets a line ([`crate::request_log`]).
     ///
-    /// Inlined, so that the value is taken apart where the session builds it and the calls
-    /// run with its fields as arguments (small calls' instructions stay as they were).
+    /// Inlined, so that the value is taken apart where the session builds it: the calls
+    /// run with its fields as arguments (small calls' instructions stay as they were), lent
+    /// a binary message's section around them.
     #[inline(always)]
     pub fn process(&mut self, text: &[u8], scratch: &mut Scratch, out: &mut Vec<u8>) -> Outcome {
-        process(
+        // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
+        let lending = self.context.section().is_some_and(|section| scratch.lend.lend(section));
+        let outcome = process_text(
             text,
             self.context,
             self.router,
@@ -249,30 +252,15 @@ impl Message<'_, '_> {
             scratch,
             self.deferrals,
             out,
-        )
+        );
+        if lending {
+            scratch.lend.take_back();
+        }
+        outcome
     }
 }
 
-/// [`Message::process`], its fields apart.
-fn process(
-    text: &[u8],
-    context: &Context<'_>,
-    router: &Router,
-    max_batch: usize,
-    scratch: &mut Scratch,
-    deferrals: &mut Deferrals<'_>,
-    out: &mut Vec<u8>,
-) -> Outcome {
-    // Only a binary message's calls may keep attachments where they lie (`crate::lend`).
-    let lending = context.section().is_some_and(|section| scratch.lend.lend(section));
-    let outcome = process_text(text, context, router, max_batch, scratch, deferrals, out);
-    if lending {
-        scratch.lend.take_back();
-    }
-    outcome
-}
-
-#[inline(always)]
+/// The calls of [`Message::process`], its fields apart.
 fn process_text(
     text: &[u8],
     context: &Context<'_>,
