@@ -15,7 +15,6 @@ __all__ = [
     "NativeMux",
     "NativeServer",
     "NpyBytes",
-    "NpyMemory",
     "ReplyBody",
     "SERVER_ERROR_MAX",
     "SERVER_ERROR_MIN",
@@ -306,11 +305,6 @@ class AttachmentMemory:
     def __len__(self) -> int: ...
     @property
     def __array_interface__(self) -> Dict[str, Any]: ...
-
-@final
-class NpyMemory:
-    """A ``.npy`` file decoded from a base64 param, kept for the array made of its data (the
-    array's ``base``): nothing else can reach, resize or free it while the array lives."""
 
 @final
 class BinaryBody:

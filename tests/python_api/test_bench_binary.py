@@ -107,10 +107,13 @@ def test_goals_are_judged_from_the_figures():
     clients = {"python-async-binary": {"cpu_us_per_call": 700}, "socket-floor-binary": {"cpu_us_per_call": 600}}
     clients["python-async"] = {"cpu_us_per_call": 2300}  # the JSON/base64 path judges no goal
     clients["grpcio-asyncio"] = {"cpu_us_per_call": 4000}
-    met = {goal.text: (round(goal.value, 3), goal.met) for goal in binary.goals(rows, rss, clients)}
+    pairs = [1.02, 0.97, 0.99, 0.98, 1.01]
+    met = {goal.text: (round(goal.value, 3), goal.met) for goal in binary.goals(rows, pairs, rss, clients)}
     assert met["server CPU per 1.6 MB call, numpy binary / floor"] == (1.375, True)
     assert met["server CPU per 1.6 MB call, bytes binary / floor"] == (1.625, False)
-    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes"] == (1.1, False)
+    # JSON/base64: judged on the pairs of alternated slices; the rows' medians shown beside.
+    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 5 alternated pairs"] == (0.99, True)
+    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes, the rows' medians"] == (1.1, None)
     # calls/s: judged saturated; one in flight shown, not judged.
     assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / floor"] == (0.75, False)
     assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / grpcio"] == (3.75, True)
@@ -122,17 +125,19 @@ def test_goals_are_judged_from_the_figures():
     assert met["RSS growth over 10,000 numpy binary 1.6 MB calls"] == (0.03, True)
     # A row with errors judges nothing.
     rows[("1.6 MB", binary.FLOOR, 1)].errors = 3
-    goals = {goal.text: goal for goal in binary.goals(rows, None, None)}
+    goals = {goal.text: goal for goal in binary.goals(rows, [], None, None)}
     assert goals["server CPU per 1.6 MB call, numpy binary / floor"].met is None
     rows[("1.6 MB", binary.NUMPY_BINARY, 1)].server_core = [97.0]
     rows[("1.6 MB", binary.NUMPY_BINARY, 1)].load_core = [31.0]
-    text = binary.report(rows, rss, None, "1 round")
+    text = binary.report(rows, [1.004, 0.996], rss, None, "1 round")
     assert "| 1.6 MB | 1 | UCall (Python), numpy, binary message | 900 | 100 | 1,100 | 97 % | 31 % |  | 0 |" in text
     assert "| server CPU per 1.6 MB call, numpy binary / floor | — | ≤ 1.5 | not measured |" in text
     assert "| 1.6 MB calls/s, one call in flight (latency bound): numpy binary / grpcio | 3.60 | ≥ 3 | (not judged) |" in text
+    assert "in pairs of alternated slices: 0.996, 1.004." in text
+    assert "| server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 2 alternated pairs | 1.000 | ≤ 1 | yes |" in text
 
 
 def test_without_saturated_rows_one_in_flight_is_judged():
     rows = _rows({(binary.FLOOR, 1): (1000, 800), (binary.NUMPY_BINARY, 1): (900, 1100)})
-    goals = {goal.text: goal for goal in binary.goals(rows, None, None)}
+    goals = {goal.text: goal for goal in binary.goals(rows, [], None, None)}
     assert goals["1.6 MB calls/s, one call in flight (latency bound): numpy binary / floor"].met is True

@@ -582,8 +582,8 @@ def npy_file(array: Any, version: Any = None) -> bytes:
 @pytest.mark.parametrize("dtype", WIRE_DTYPES)
 def test_base64_npy_arrays_of_every_wire_dtype_go_both_ways(make_server, wire, dtype):
     """A base64 .npy param of each dtype of docs/wire.md §2 arrives as that array,
-    writable, with its shape (none, empty, one, two and three dimensions), viewed where it
-    was decoded (the extension reads the header); a C-contiguous
+    writable, with its shape (none, empty, one, two and three dimensions), decoded into
+    memory the array owns (the extension reads the header); a C-contiguous
     result goes back as exactly the .npy file numpy.save writes, a strided one too."""
     np = pytest.importorskip("numpy")
     server = make_server()
@@ -604,11 +604,48 @@ def test_base64_npy_arrays_of_every_wire_dtype_go_both_ways(make_server, wire, d
         array = (np.arange(count) % 2 if dtype == "bool" else np.arange(count) * 3 - 7).astype(dtype).reshape(shape)
         result = w.result("echo", [base64.b64encode(npy_file(array)).decode()])
         assert (result["dtype"], result["shape"]) == (array.dtype.str, list(shape)), shape
-        assert result["held by"] == "NpyMemory", "the header read natively, the data viewed in place"
+        assert result["held by"] == "NoneType", "the header read natively, the data decoded into the array's own memory"
         assert base64.b64decode(result["same"]) == npy_file(array), shape
     array = np.arange(10).astype(dtype)
     result = w.result("strided", [base64.b64encode(npy_file(array)).decode()])
     assert base64.b64decode(result) == npy_file(array[::2])
+
+
+def test_base64_npy_headers_of_any_length_are_read_before_their_data(make_server, wire):
+    """A .npy file's header is decoded and read before its data, which goes straight into
+    the array's memory: headers of any length (a few bytes past the 10 that precede
+    them, and longer than the first part decoded) and data of any length (none, less
+    than a group of three, more than a SIMD block) give the array, and base64 broken in
+    the header or the data is an invalid params error."""
+    np = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def echo(x: np.ndarray) -> list[Any]:
+        assert x.flags.writeable and x.flags.c_contiguous
+        assert x.base is None, "decoded into the array's own memory, not read by numpy the long way"
+        return [x.dtype.str, list(x.shape), x.tobytes().hex()]
+
+    def npy(array: Any, header_len: int) -> bytes:
+        fields = f"{{'descr': '{array.dtype.str}', 'fortran_order': False, 'shape': {array.shape}, }}"
+        header = fields.ljust(header_len - 11) + "\n"
+        return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + array.tobytes()
+
+    w = wire(server)
+    rng = np.random.default_rng(7)
+    for count in (0, 1, 2, 3, 5, 16, 100, 1000):
+        data = rng.integers(0, 255, count, dtype=np.uint8)
+        for header_len in (70, 127, 128, 129, 190, 191, 192, 256, 257, 300, 700):
+            file = npy(data, header_len)
+            assert np.load(io.BytesIO(file)).tobytes() == data.tobytes()  # numpy reads it too
+            result = w.result("echo", [base64.b64encode(file).decode()])
+            assert result == ["|u1", [count], data.tobytes().hex()], (count, header_len)
+    grid = np.arange(12, dtype="<f8").reshape(3, 4)
+    text = base64.b64encode(npy(grid, 128)).decode()
+    assert w.result("echo", [text]) == ["<f8", [3, 4], grid.tobytes().hex()]
+    for broken in (text[:20] + "*" + text[21:], text[:200] + "*" + text[201:], text[:-10] + "*" + text[-9:]):
+        error = w.error("echo", [broken])
+        assert error["code"] == INVALID_PARAMS, error
 
 
 def test_base64_npy_arrays_numpy_reads_the_long_way(make_server, wire):

@@ -28,16 +28,40 @@ pub(crate) fn from_npy<T: Element>(npy: &[u8]) -> Result<Array<'static, T>, Stri
 /// Anything else (not a `.npy` file, another type, Fortran order, data of another length),
 /// saying what.
 pub fn npy_layout(npy: &[u8]) -> Result<(Dtype, Vec<usize>, usize), String> {
+    npy_layout_of(npy, npy.len())
+}
+
+/// Where a `.npy` file's data starts (the length of its magic, version, header length and
+/// header), read from its first bytes (10 of them for version 1.0, 12 for 2.0 and 3.0);
+/// `None` when they are not those of a `.npy` file of a version known here.
+#[must_use]
+pub fn npy_data_start(npy: &[u8]) -> Option<usize> {
     if !npy.starts_with(b"\x93NUMPY") || npy.len() < 10 {
+        return None;
+    }
+    match npy[6] {
+        1 => Some(10 + usize::from(u16::from_le_bytes([npy[8], npy[9]]))),
+        2 | 3 if npy.len() >= 12 => usize::try_from(u32::from_le_bytes([npy[8], npy[9], npy[10], npy[11]]))
+            .ok()?
+            .checked_add(12),
+        _ => None,
+    }
+}
+
+/// [`npy_layout`] of a `.npy` file of `file_len` bytes from `head`, its first bytes
+/// (at least its whole header): a file decoded a piece at a time is read before its
+/// data is.
+///
+/// # Errors
+/// As [`npy_layout`]'s, and a `head` that ends inside the header.
+pub fn npy_layout_of(head: &[u8], file_len: usize) -> Result<(Dtype, Vec<usize>, usize), String> {
+    if !head.starts_with(b"\x93NUMPY") || head.len() < 10 {
         return Err("not a .npy file".to_owned());
     }
-    let (len, at) = match npy[6] {
-        1 => (usize::from(u16::from_le_bytes([npy[8], npy[9]])), 10),
-        2 | 3 if npy.len() >= 12 => (u32::from_le_bytes([npy[8], npy[9], npy[10], npy[11]]) as usize, 12),
-        _ => return Err("an unknown .npy version".to_owned()),
-    };
-    let header = npy
-        .get(at..at + len)
+    let start = npy_data_start(head).ok_or("an unknown .npy version")?;
+    let at = if head[6] == 1 { 10 } else { 12 };
+    let header = head
+        .get(at..start)
         .and_then(|h| std::str::from_utf8(h).ok())
         .ok_or("a .npy header cut short")?;
     let fields = header_fields(header).ok_or("a .npy header that is not a dictionary")?;
@@ -54,9 +78,8 @@ pub fn npy_layout(npy: &[u8]) -> Result<(Dtype, Vec<usize>, usize), String> {
         .filter(|d| !d.is_empty())
         .map(|d| d.parse::<usize>().map_err(|_| format!("a .npy shape of {dims:?}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let start = at + len;
     let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    if count.and_then(|n| n.checked_mul(dtype.size())) != Some(npy.len() - start) {
+    if count.and_then(|n| n.checked_mul(dtype.size())) != file_len.checked_sub(start) {
         return Err("a .npy file whose data does not match its shape".to_owned());
     }
     Ok((dtype, shape, start))
@@ -190,5 +213,24 @@ mod tests {
             .unwrap_err()
             .contains("version"));
         assert!(npy_layout(b"not a .npy file").is_err());
+    }
+
+    #[test]
+    fn a_header_is_read_before_the_data_it_describes() {
+        let file = npy(Dtype::Int16, &[3, 5], &[1; 30]);
+        assert_eq!(npy_data_start(&file[..10]), Some(128));
+        // Version 2.0 and 3.0 spell the header's length in four bytes.
+        assert_eq!(npy_data_start(b"\x93NUMPY\x02\x00\x74\x00\x00\x00"), Some(128));
+        assert_eq!(npy_data_start(b"\x93NUMPY\x02\x00\x74\x00"), None);
+        assert_eq!(npy_data_start(b"\x93NUMPY\x04\x00\x74\x00\x00\x00"), None);
+        assert_eq!(npy_data_start(b"PK\x03\x04 a zip file"), None);
+        // The header alone and the file's length say what the whole file says.
+        assert_eq!(npy_layout_of(&file[..128], file.len()), npy_layout(&file));
+        assert!(npy_layout_of(&file[..128], file.len() + 1)
+            .unwrap_err()
+            .contains("does not match"));
+        assert!(npy_layout_of(&file[..100], file.len())
+            .unwrap_err()
+            .contains("cut short"));
     }
 }

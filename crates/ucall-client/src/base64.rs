@@ -16,7 +16,9 @@ use simdutf::{Base64Options, ErrorCode, LastChunkHandlingOptions};
 
 // Written by the core's writer, simdutf with this crate's `simd` feature (on by default),
 // for the Rust server's results and the client's params alike.
-pub use ucall_core::base64_text::{encode_append, encoded_len, write_base64, write_base64_joined};
+pub use ucall_core::base64_text::{
+    encode_append, encode_joined_append, encoded_len, write_base64, write_base64_joined,
+};
 
 /// The length `text` decodes to by the core's base64 rule (padding optional; see
 /// `ucall_core::params::base64`), `None` when its length rules base64 out.

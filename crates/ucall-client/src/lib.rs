@@ -50,7 +50,7 @@ mod mux;
 pub mod reply_buffers;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
-pub use array::{npy_layout, Array};
+pub use array::{npy_data_start, npy_layout, npy_layout_of, Array};
 pub use client::{AttachedRequest, Batch, Client, Pool, Progress, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;

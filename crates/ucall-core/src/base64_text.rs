@@ -56,13 +56,20 @@ pub fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
 pub fn write_base64_joined(first: &[u8], second: &[u8], out: &mut Vec<u8>) {
     out.reserve(encoded_len(first.len() + second.len()) + 2);
     out.push(b'"');
-    // Whole groups of three from `first` (no padding), a group that bridges the two when
-    // `first` leaves one or two bytes over, then the rest of `second`, padded at the end.
     let whole = first.len() / 3 * 3;
     encode_append(&first[..whole], out);
+    encode_joined_append(&first[whole..], second, out);
+    out.push(b'"');
+}
+
+/// Append the base64 text of `left` (at most two bytes: what remains of a piece whose
+/// whole groups of three are written already) and `second`, joined: a group that bridges
+/// the two, then the rest of `second`, padded at the end.
+pub fn encode_joined_append(left: &[u8], second: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(left.len() < 3, "the whole groups of the first piece are written first");
     let mut bridge = [0u8; 3];
-    let mut filled = first.len() - whole;
-    bridge[..filled].copy_from_slice(&first[whole..]);
+    let mut filled = left.len();
+    bridge[..filled].copy_from_slice(left);
     let mut rest = second;
     if filled > 0 {
         let take = (3 - filled).min(rest.len());
@@ -72,7 +79,6 @@ pub fn write_base64_joined(first: &[u8], second: &[u8], out: &mut Vec<u8>) {
         encode_append(&bridge[..filled], out);
     }
     encode_append(rest, out);
-    out.push(b'"');
 }
 
 #[cfg(test)]

@@ -7,10 +7,13 @@
 //! buffer; objects it does not know (dataclasses, numpy arrays, images...) go through a
 //! Python `encode` hook that turns them into plain JSON values first.
 
+use std::cell::RefCell;
+
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use ucall_client::base64;
 use ucall_core::jsonrpc::section::Section;
@@ -287,12 +290,9 @@ fn write_other(
             return Ok(());
         }
     } else if encode.is_some() {
-        // The plain form of a C-contiguous array of a wire dtype: base64 of its `.npy`
-        // file, written from its memory (`ucall._codec.encode` writes any other array).
-        if let Some((bytes, dtype, shape)) = ndarray::exact(obj).and_then(contiguous_array) {
-            let header = ucall_core::jsonrpc::section::npy_header(dtype, &shape);
-            ucall_core::buffer::reserve(out, base64::encoded_len(header.len() + bytes.len()) + 2);
-            base64::write_base64_joined(&header, &bytes, out);
+        // The plain form of a C-contiguous array of a wire dtype (`ucall._codec.encode`
+        // writes any other array).
+        if ndarray::exact(obj).is_some_and(|array| write_npy_base64(array, out)) {
             return Ok(());
         }
     }
@@ -461,7 +461,7 @@ fn attach_ndarray(
     out: &mut Vec<u8>,
 ) -> Result<bool, Unserializable> {
     if let Some((bytes, dtype, shape)) = contiguous_array(array) {
-        attach(out, section, bytes, Some((dtype, &shape)));
+        attach(out, section, bytes, Some((dtype, shape)));
         return Ok(true);
     }
     if array.is_c_contiguous() {
@@ -472,7 +472,7 @@ fn attach_ndarray(
         .map_err(|e| Unserializable(e.value(array.py()).to_string()))?;
     match ndarray::exact(&copy).and_then(contiguous_array) {
         Some((bytes, dtype, shape)) => {
-            attach(out, section, bytes, Some((dtype, &shape)));
+            attach(out, section, bytes, Some((dtype, shape)));
             Ok(true)
         }
         None => Ok(false),
@@ -482,8 +482,9 @@ fn attach_ndarray(
 /// A C-contiguous array of a dtype docs/wire.md lists ([`ndarray::wire_layout`]): its
 /// memory held by a reference to the array, its dtype and shape. `None` for any other
 /// array, which [`attach_ndarray`] then reads the slow way.
-fn contiguous_array(array: &Bound<'_, PyUntypedArray>) -> Option<(Bytes, Dtype, Vec<usize>)> {
-    let (dtype, shape, data) = ndarray::wire_layout(array)?;
+fn contiguous_array<'a>(array: &'a Bound<'_, PyUntypedArray>) -> Option<(Bytes, Dtype, &'a [usize])> {
+    let (dtype, data) = ndarray::wire_layout(array)?;
+    let shape = array.shape();
     let len = shape.iter().product::<usize>() * dtype.size();
     let bytes = Bytes::from_owner(Referenced {
         _owner: array.clone().into_any().unbind(),
@@ -491,6 +492,58 @@ fn contiguous_array(array: &Bound<'_, PyUntypedArray>) -> Option<(Bytes, Dtype, 
         len,
     });
     Some((bytes, dtype, shape))
+}
+
+/// The `.npy` header of arrays of one dtype and shape, and the base64 of its whole groups
+/// of three bytes.
+struct NpyHeader {
+    dtype: Dtype,
+    shape: SmallVec<[usize; 8]>,
+    header: Vec<u8>,
+    text: Vec<u8>,
+}
+
+thread_local! {
+    /// The `.npy` header of the last array result written as base64 on this thread: a
+    /// procedure mostly returns arrays of one kind, and writing a header and its base64
+    /// cost allocations and more instructions than the base64 of a small array.
+    static LAST_HEADER: RefCell<Option<NpyHeader>> = const { RefCell::new(None) };
+}
+
+/// The plain form of `array`, when C-contiguous of a dtype docs/wire.md lists: the base64
+/// of its `.npy` file, written from the array's memory (header and data not joined
+/// first); `false` for any other array.
+fn write_npy_base64(array: &Bound<'_, PyUntypedArray>, out: &mut Vec<u8>) -> bool {
+    let Some((dtype, data)) = ndarray::wire_layout(array) else {
+        return false;
+    };
+    let shape = array.shape();
+    let len = shape.iter().product::<usize>() * dtype.size();
+    // SAFETY: the array's memory, `len` bytes, unchanged while the array is referenced
+    // (it is, by `array`) and the GIL is held (no Python code runs while it is read).
+    let data = unsafe { std::slice::from_raw_parts(data, len) };
+    LAST_HEADER.with_borrow_mut(|last| {
+        let known = last.as_ref().is_some_and(|l| l.dtype == dtype && l.shape[..] == *shape);
+        let npy = if known {
+            last.as_ref().unwrap()
+        } else {
+            let header = ucall_core::jsonrpc::section::npy_header(dtype, shape);
+            let mut text = Vec::new();
+            base64::encode_append(&header[..header.len() / 3 * 3], &mut text);
+            last.insert(NpyHeader {
+                dtype,
+                shape: shape.into(),
+                header,
+                text,
+            })
+        };
+        ucall_core::buffer::reserve(out, base64::encoded_len(npy.header.len() + len) + 2);
+        out.push(b'"');
+        out.extend_from_slice(&npy.text);
+        base64::encode_joined_append(&npy.header[npy.header.len() / 3 * 3..], data, out);
+        out.push(b'"');
+    });
+    true
 }
 
 /// A C-contiguous numpy array's `.npy` bytes as its header and its memory, which the

@@ -15,6 +15,7 @@ mod context;
 mod convert;
 mod logs;
 mod ndarray;
+mod npy;
 mod params;
 mod procedure;
 mod runtime;
@@ -127,7 +128,6 @@ fn _ucall(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::BinaryBody>()?;
     m.add_class::<convert::NpyBytes>()?;
     m.add_class::<attachment::AttachmentMemory>()?;
-    m.add_class::<attachment::NpyMemory>()?;
     m.add_function(wrap_pyfunction!(server::dumps, m)?)?;
     m.add_function(wrap_pyfunction!(code_for_http_status, m)?)?;
     m.add_function(wrap_pyfunction!(type_text, m)?)?;

@@ -15,6 +15,7 @@ use numpy::npyffi::{
 };
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use smallvec::SmallVec;
 
 use ucall_core::Dtype;
 
@@ -44,6 +45,58 @@ fn type_number(dtype: Dtype) -> NPY_TYPES {
     }
 }
 
+/// numpy's dimensions of `shape`: on the stack for arrays of up to eight dimensions (a
+/// `Vec` here was a `malloc` and a `free` per array param).
+fn dims(shape: &[usize]) -> PyResult<(SmallVec<[npy_intp; 8]>, std::ffi::c_int)> {
+    let dims = shape
+        .iter()
+        .map(|&d| npy_intp::try_from(d))
+        .collect::<Result<SmallVec<_>, _>>()
+        .map_err(|_| pyo3::exceptions::PyValueError::new_err("an array dimension beyond numpy's"))?;
+    let nd = std::ffi::c_int::try_from(dims.len())
+        .map_err(|_| pyo3::exceptions::PyValueError::new_err("an array of too many dimensions"))?;
+    Ok((dims, nd))
+}
+
+/// A new C-contiguous `numpy.ndarray` of `dtype` and `shape` by numpy's
+/// `PyArray_NewFromDescr`, over `data` when given (else over memory numpy allocates and
+/// the array owns, left uninitialised), with `flags`.
+///
+/// # Safety
+/// The GIL is held and numpy's API is loaded; `data`, when not null, holds the array's
+/// bytes for as long as the array lives (the caller makes sure of that).
+unsafe fn new_array<'py>(
+    py: Python<'py>,
+    dtype: Dtype,
+    shape: &[usize],
+    data: *mut u8,
+    flags: std::ffi::c_int,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (mut dims, nd) = dims(shape)?;
+    // SAFETY: as the caller promised.
+    unsafe {
+        // The descriptor (a new reference) is stolen by `PyArray_NewFromDescr`, which reads
+        // `nd` dimensions and computes C strides itself.
+        let descr = PY_ARRAY_API.PyArray_DescrFromType(py, type_number(dtype) as std::ffi::c_int);
+        if descr.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let subtype = get_type_object(py, NpyTypes::PyArray_Type);
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            subtype,
+            descr,
+            nd,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            data.cast(),
+            flags,
+            std::ptr::null_mut(),
+        );
+        Bound::from_owned_ptr_or_err(py, array)
+    }
+}
+
 /// A C-contiguous `numpy.ndarray` of `dtype` and `shape` over the memory at `data`, which
 /// `owner` keeps alive and unchanged (the array's base, held for as long as the array or
 /// any view of it lives); read-only unless `writable`. Made by numpy's C API: the array
@@ -61,41 +114,33 @@ pub fn view<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = owner.py();
     LOADED.store(true, Ordering::Relaxed);
-    let mut dims: Vec<npy_intp> = shape
-        .iter()
-        .map(|&d| npy_intp::try_from(d))
-        .collect::<Result<_, _>>()
-        .map_err(|_| pyo3::exceptions::PyValueError::new_err("an array dimension beyond numpy's"))?;
-    let nd = std::ffi::c_int::try_from(dims.len())
-        .map_err(|_| pyo3::exceptions::PyValueError::new_err("an array of too many dimensions"))?;
     let flags = if writable { NPY_ARRAY_WRITEABLE } else { 0 };
-    // SAFETY: numpy's API with the GIL held: the descriptor (a new reference) is stolen by
-    // `PyArray_NewFromDescr`, which reads `nd` dimensions and computes C strides itself;
-    // `data` holds the array's bytes for as long as `owner` lives, and the owner reference
-    // is stolen by `PyArray_SetBaseObject` (on its failure the array, not yet shared, is
-    // dropped and the owner with it).
+    // SAFETY: numpy's API with the GIL held; `data` holds the array's bytes for as long as
+    // `owner` lives, and the owner reference is stolen by `PyArray_SetBaseObject` (on its
+    // failure the array, not yet shared, is dropped and the owner with it).
     unsafe {
-        let descr = PY_ARRAY_API.PyArray_DescrFromType(py, type_number(dtype) as std::ffi::c_int);
-        if descr.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        let subtype = get_type_object(py, NpyTypes::PyArray_Type);
-        let array = PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            subtype,
-            descr,
-            nd,
-            dims.as_mut_ptr(),
-            std::ptr::null_mut(),
-            data.cast_mut().cast(),
-            flags,
-            std::ptr::null_mut(),
-        );
-        let array = Bound::from_owned_ptr_or_err(py, array)?;
+        let array = new_array(py, dtype, shape, data.cast_mut(), flags)?;
         if PY_ARRAY_API.PyArray_SetBaseObject(py, array.as_ptr().cast(), owner.into_ptr()) < 0 {
             return Err(PyErr::fetch(py));
         }
         Ok(array)
+    }
+}
+
+/// A new writable C-contiguous `numpy.ndarray` of `dtype` and `shape` that owns its
+/// memory (allocated by numpy, not initialised), and that memory's start, for the caller
+/// to fill before anyone else sees the array: a decoded `.npy` param is written straight
+/// into it.
+///
+/// Call only for a param of a numpy type (numpy is imported).
+pub fn uninit<'py>(py: Python<'py>, dtype: Dtype, shape: &[usize]) -> PyResult<(Bound<'py, PyAny>, *mut u8)> {
+    LOADED.store(true, Ordering::Relaxed);
+    // SAFETY: numpy's API with the GIL held; a null `data` has numpy allocate the memory,
+    // which the array owns (`flags` 0: C order).
+    unsafe {
+        let array = new_array(py, dtype, shape, std::ptr::null_mut(), 0)?;
+        let data = (*array.as_ptr().cast::<numpy::npyffi::PyArrayObject>()).fields.data;
+        Ok((array, data.cast()))
     }
 }
 
@@ -118,10 +163,10 @@ pub fn exact<'a, 'py>(obj: &'a Bound<'py, PyAny>) -> Option<&'a Bound<'py, PyUnt
 }
 
 /// What the wire needs of a C-contiguous `array` whose elements are a dtype docs/wire.md
-/// lists in the machine's byte order: that dtype, its shape, and where its memory starts
-/// (valid while the array is referenced and not resized: numpy refuses to resize a
-/// referenced array). `None` for any other array.
-pub fn wire_layout(array: &Bound<'_, PyUntypedArray>) -> Option<(Dtype, Vec<usize>, *const u8)> {
+/// lists in the machine's byte order, besides its shape (`array.shape()`): that dtype and
+/// where its memory starts (valid while the array is referenced and not resized: numpy
+/// refuses to resize a referenced array). `None` for any other array.
+pub fn wire_layout(array: &Bound<'_, PyUntypedArray>) -> Option<(Dtype, *const u8)> {
     if cfg!(target_endian = "big") || !array.is_c_contiguous() {
         return None; // the wire is little-endian: a native array on a big-endian host is not
     }
@@ -132,5 +177,5 @@ pub fn wire_layout(array: &Bound<'_, PyUntypedArray>) -> Option<(Dtype, Vec<usiz
     let dtype = Dtype::from_kind_and_size(descr.kind(), descr.itemsize())?;
     // SAFETY: the array's own object, read with the GIL held.
     let data = unsafe { (*array.as_array_ptr()).fields.data };
-    Some((dtype, array.shape().to_vec(), data.cast_const().cast()))
+    Some((dtype, data.cast_const().cast()))
 }

@@ -15,8 +15,9 @@ use ucall_core::jsonrpc::attachment::{Attachment, Dtype};
 use ucall_core::params::base64;
 use ucall_core::{Param as Value, Params, RpcError};
 
-use crate::attachment::{AttachmentMemory, NpyMemory};
+use crate::attachment::AttachmentMemory;
 use crate::convert;
+use crate::npy;
 
 /// A parameter's kind, numbered as `inspect.Parameter.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +69,8 @@ pub enum Check {
     /// A numpy array: as `Custom`, but a flat JSON array of numbers that `numpy.asarray`
     /// would make float64 reaches the converter as `(bytearray, "float64", (n,))`, parsed
     /// here (1,024 floats take about 15 µs rather than 115 µs as a list of Python floats);
-    /// and a base64 `.npy` file as a `bytearray`, decoded here, which numpy then views in
-    /// place. An attachment reaches it as an `AttachmentMemory` whose
+    /// a base64 `.npy` file of a dtype the wire lists is decoded here straight into the
+    /// array the handler gets ([`npy::decode`]), any other reaches it as a `bytearray`. An attachment reaches it as an `AttachmentMemory` whose
     /// `__array_interface__` gives its dtype and shape: its bytes where they lie, never
     /// copied.
     NdArray,
@@ -291,15 +292,11 @@ fn convert_param<'py>(
             let converter = param.converter.as_ref().map(|c| c.bind(py));
             // Base64 that does not decode goes to the converter as text, to say why.
             let decoded = if value.is_string() {
-                let file = value.with_base64(|text| decode_base64(py, text, true));
-                // A `.npy` file numpy can view as it is: its array, made here.
-                if let Some(array) = file
-                    .as_ref()
-                    .and_then(|f| NpyMemory::array(f.cast::<PyByteArray>().ok()?))
-                {
+                // A `.npy` file of a dtype the wire lists: its array, decoded here.
+                if let Some(array) = value.with_base64(|text| npy::decode(py, text)) {
                     return Ok(array);
                 }
-                file
+                value.with_base64(|text| decode_base64(py, text, true))
             } else {
                 float64s(py, raw)
             };

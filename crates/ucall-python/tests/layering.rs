@@ -16,6 +16,7 @@ const RANKS: &[(&str, u32)] = &[
     ("logs", 1),
     ("allocator", 1),
     ("attachment", 1),
+    ("npy", 1),
     ("context", 2),
     ("params", 2),
     ("streaming", 2),
