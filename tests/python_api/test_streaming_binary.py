@@ -256,3 +256,29 @@ def test_a_websocket_server_without_the_subprotocol_gets_a_plain_json_stream():
         asyncio.run(asyncio.wait_for(session(), 30))
         websocket_server.shutdown()
     assert all(isinstance(text, str) for text in texts)
+
+
+@pytest.mark.parametrize("address", ["https://localhost:{}", "tls://localhost:{}", "wss://localhost:{}"])
+def test_a_binary_stream_over_tls(make_server, tmp_path, address):
+    """Over TLS the attachments are joined once for ``ssl`` (it has no ``sendmsg``)."""
+    from test_client_tls import make_certs
+
+    certs = make_certs(tmp_path)
+    server = make_server(tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"))
+
+    @server
+    def facts(x: np.ndarray, data: bytes):
+        yield bool(x.flags.writeable)
+        yield len(data)
+
+    server.start()
+    url = address.format(server.tls_port)
+    with Client(url, cacert=certs / "ca.pem") as client:
+        stream = client.stream("facts", ARRAY, DATA)
+        assert list(stream) == [False, len(DATA)]
+
+    async def main() -> list:
+        async with AsyncClient(url, cacert=certs / "ca.pem") as client:
+            return [item async for item in client.stream("facts", x=ARRAY, data=DATA)]
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [False, len(DATA)]
