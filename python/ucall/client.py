@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -659,9 +660,11 @@ class _Endpoint:
         kind = _stream_kind(self)
         return [_streamed.request_bytes(kind, body, self.uri, self.port, self.path, self._header_lines)]
 
-    def _stream_body(self, method: str, params: Any, call: _BinaryRequest | None) -> tuple[int, bytes | _BinaryRequest]:
-        """A streamed call's id and request: ``call`` (``_binary_request(..., streamed=True)``)
-        when its params go as attachments, else its JSON text (base64 for binary values)."""
+    def _stream_request(self, method: str, params: Any) -> tuple[int, bytes | _BinaryRequest]:
+        """A streamed call's id and request: a binary message when values of its params go
+        as attachments (the server's description asked for by then, ``_must_ask``), else
+        its JSON text (base64 for binary values)."""
+        call = self._binary_request(method, params, streamed=True) if self._may_attach(params) else None
         if call is not None:
             return call.request["id"], call
         request_id = self.next_id()
@@ -905,8 +908,9 @@ class Client(_Endpoint, _OwnsSocket):
         stops the generator on the server. Binary values in the params go as attachments
         of a binary message, as ``call`` sends them."""
         params = _native_params(args, kwargs)
-        call = self._binary_request_asked(method, params, streamed=True) if self._may_attach(params) else None
-        return Stream(self, method, params, call)
+        if self._may_attach(params):
+            self._ask()
+        return Stream(self, method, params)
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
@@ -966,12 +970,10 @@ class Client(_Endpoint, _OwnsSocket):
             except (RPCError, ProtocolError):
                 self._learn(None)
 
-    def _binary_request_asked(
-        self, method: str, params: Any, bare: bool = False, streamed: bool = False
-    ) -> _BinaryRequest | None:
+    def _binary_request_asked(self, method: str, params: Any, bare: bool = False) -> _BinaryRequest | None:
         """``_binary_request``, the server's description asked for first when needed."""
         self._ask()
-        return self._binary_request(method, params, bare, streamed)
+        return self._binary_request(method, params, bare)
 
     def _binary_message_asked(self, request: Any) -> _BinaryRequest | None:
         """``_binary_message``, the server's description asked for first when needed."""
@@ -1270,11 +1272,11 @@ class Stream(_OwnsSocket):
 
     _SOCKET = "_sock"
 
-    def __init__(self, client: Client, method: str, params: Any, call: _BinaryRequest | None = None) -> None:
-        """``params`` unpacked (numpy arrays, bytes as they are); ``call``: the request as a
-        binary message (``Client.stream``), else it goes as JSON."""
+    def __init__(self, client: Client, method: str, params: Any) -> None:
+        """``params`` unpacked (numpy arrays, bytes as they are): a binary message carries
+        them where ``client`` sends them so (``Client.stream``), else base64 in JSON."""
         self.result: Any = None
-        self._id, body = client._stream_body(method, params, call)
+        self._id, body = client._stream_request(method, params)
         self._where = client._where
         self._timeout = client.timeout
         kind = _stream_kind(client)
@@ -1290,7 +1292,8 @@ class Stream(_OwnsSocket):
             sock = client._wrap(raw)
             ws = None
             if kind == "ws":  # (the subprotocol offered when binary messages go)
-                ws = WebSocketReader(client.uri, client.port, client.path, client.tls, client.headers, call is not None)
+                binary = isinstance(body, _BinaryRequest)
+                ws = WebSocketReader(client.uri, client.port, client.path, client.tls, client.headers, binary)
                 client._open_websocket(sock, ws)
             client._send(sock, client._stream_parts(body, ws), None)
         except BaseException:
@@ -1364,6 +1367,7 @@ class AsyncStream:
         self.result: Any = None
         self._client = client
         self._method, self._params = method, params
+        self._made_in = contextvars.copy_context()  # the span its request names (``_meta``)
         self._id = 0  # given as the request is made (``_start``)
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
@@ -1378,15 +1382,16 @@ class AsyncStream:
     async def _start(self) -> _streamed.StreamFramer:
         client = self._client
         kind = _stream_kind(client)
-        call = await client._streamed_binary_request(self._method, self._params)
-        self._id, body = client._stream_body(self._method, self._params, call)
+        if client._may_attach(self._params):
+            await client._ask_once()
+        self._id, body = self._made_in.run(client._stream_request, self._method, self._params)
         try:
             reader, writer, framer = await asyncio.wait_for(client._open(), client.timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"cannot connect to {client._where} within {client.timeout} s") from None
         ws = framer if isinstance(framer, WebSocketReader) else None
         try:
-            parts = client._stream_parts(body, ws)
+            parts = self._made_in.run(client._stream_parts, body, ws)
         except BaseException:
             writer.close()
             raise
@@ -1864,14 +1869,6 @@ class AsyncClient(_Endpoint):
         assert ticket is not None  # (None only with unsent_at_most)
         reply = await mux.wait(ticket)
         return reply if expects else None
-
-    async def _streamed_binary_request(self, method: str, params: Any) -> _BinaryRequest | None:
-        """A streamed call as a binary message (``_binary_request``), the server's
-        description asked for first when needed; None when it goes as JSON."""
-        if not self._may_attach(params):
-            return None
-        await self._ask_once()
-        return self._binary_request(method, params, streamed=True)
 
     async def _ask_once(self) -> None:
         """The server's description, asked once for every call waiting on it, when binary

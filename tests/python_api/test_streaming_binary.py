@@ -282,3 +282,33 @@ def test_a_binary_stream_over_tls(make_server, tmp_path, address):
             return [item async for item in client.stream("facts", x=ARRAY, data=DATA)]
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [False, len(DATA)]
+
+
+def test_an_async_stream_carries_the_span_it_was_made_in(make_server):
+    """An ``AsyncStream`` makes its request at its first ``__anext__`` (after asking the
+    server's description): it names the span current where ``stream(...)`` was called,
+    in its ``traceparent`` header field over HTTP, binary message or JSON alike."""
+    trace = pytest.importorskip("opentelemetry.trace")
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    server = make_server()
+    seen: list[tuple[str | None, bool]] = []
+
+    @server
+    def traced(x: np.ndarray, ctx: Context):
+        seen.append((ctx.headers.get("traceparent"), not x.flags.writeable))
+        yield 1
+
+    server.start()
+    parent = trace.SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=trace.TraceFlags(1))
+
+    async def main() -> list:
+        async with AsyncClient(port=server.port) as binary, AsyncClient(port=server.port, binary=False) as plain:
+            with trace.use_span(trace.NonRecordingSpan(parent)):
+                streams = [binary.stream("traced", ARRAY), plain.stream("traced", ARRAY)]
+            items = []
+            for stream in streams:
+                items.append([item async for item in stream])
+            return items
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [[1], [1]]
+    assert seen == [(f"00-{trace_id}-{span_id}-01", True), (f"00-{trace_id}-{span_id}-01", False)]
