@@ -6,7 +6,9 @@ Over raw TCP each message is a line; over WebSocket, a text message; over HTTP/1
 of a chunked ``application/jsonl`` body (or an ordinary JSON body when the call ended
 before its first item, as a refused call does). An item is the notification
 ``{"jsonrpc":"2.0","method":"ucall.stream","params":{"id":ID,"item":ITEM}}``; the final
-reply is the JSON-RPC response to the call.
+reply is the JSON-RPC response to the call. A call sent as a binary message (docs/wire.md)
+is streamed so too; only the final reply of one that did not stream may be a binary
+message (raw TCP, WebSocket).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ucall import _attachments
 from ucall._tracing import current_meta, trace_header_lines
 from ucall._wire import Reply, ReplyReader, WebSocketReader, dumps, http_request
 from ucall.exceptions import ProtocolError
@@ -22,17 +25,22 @@ ITEM_METHOD = "ucall.stream"
 CANCEL_METHOD = "ucall.cancel"
 CANCELLED = -32800  # the final reply's error code once a stream is cancelled
 
+_MAGIC = bytes([_attachments.MAGIC])
+
 ITEM = "item"
 REPLY = "reply"
+
+
+#: What a streamed call accepts over HTTP: its items as JSON lines, or one JSON reply (a
+#: call that ends before its first item). Not binary replies: items are JSON texts.
+ACCEPT = "application/jsonl, application/json"
 
 
 def request_bytes(kind: str, body: bytes, host: str, port: int, path: str, headers: str = "") -> bytes:
     """The request's bytes over HTTP or raw TCP (WebSocket messages need the reader);
     ``headers``: extra lines (``_wire.header_lines``)."""
     if kind == "http":
-        return http_request(body, host, port, path, trace_header_lines(headers)).replace(
-            b"Accept: application/json\r\n", b"Accept: application/jsonl, application/json\r\n", 1
-        )
+        return http_request(body, host, port, path, trace_header_lines(headers), ACCEPT)
     return body + b"\n"
 
 
@@ -77,7 +85,7 @@ class StreamFramer:
                 reply = self.ws.next()
                 if reply is None:
                     break
-                self._message(reply.body, out)
+                self._message(reply.body, out, reply.json_length)
         elif self.kind == "tcp":
             self._lines(self.buffer, out)
         else:
@@ -86,11 +94,16 @@ class StreamFramer:
             raise ProtocolError("the server closed the connection before the stream ended")
         return out
 
-    def _message(self, text: bytes | bytearray, out: list[tuple[str, Any]]) -> None:
-        try:
-            message = json.loads(text)
-        except ValueError:
-            raise ProtocolError(f"not JSON in a stream: {bytes(text[:200])!r}") from None
+    def _message(self, text: Any, out: list[tuple[str, Any]], json_length: int | None = None) -> None:
+        """A message's JSON text; with ``json_length``, a binary message's body (the reply
+        of a call sent as one that did not stream, its result an array or bytes)."""
+        if json_length is not None:
+            message = _attachments.decode(text, json_length)
+        else:
+            try:
+                message = json.loads(text)
+            except ValueError:
+                raise ProtocolError(f"not JSON in a stream: {bytes(text[:200])!r}") from None
         if isinstance(message, dict) and message.get("method") == ITEM_METHOD and "id" not in message:
             params = message.get("params")
             if not isinstance(params, dict) or params.get("id") != self.request_id:
@@ -102,6 +115,17 @@ class StreamFramer:
 
     def _lines(self, buffer: bytearray, out: list[tuple[str, Any]]) -> None:
         while not self.done:
+            if self.kind == "tcp" and buffer[:1] == _MAGIC:  # a binary reply (docs/wire.md §3.2)
+                if len(buffer) < _attachments.PREFIX.size:
+                    return
+                json_length, length = _attachments.parse_prefix(buffer)
+                end = _attachments.PREFIX.size + length
+                if len(buffer) < end:
+                    return
+                body = bytes(buffer[_attachments.PREFIX.size : end])
+                del buffer[:end]
+                self._message(body, out, json_length)
+                continue
             end = buffer.find(b"\n")
             if end < 0:
                 return

@@ -46,9 +46,11 @@ def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def http_request(body: bytes, host: str, port: int, path: str = "/", headers: str = "") -> bytes:
+def http_request(
+    body: bytes, host: str, port: int, path: str = "/", headers: str = "", accept: str = "application/json"
+) -> bytes:
     """A POST of ``body``; ``headers`` are extra lines as ``header_lines`` makes them."""
-    return http_head(len(body), host, port, path, headers) + body
+    return http_head(len(body), host, port, path, headers, accept=accept) + body
 
 
 #: What a request for binary replies accepts (docs/wire.md §3.1): either kind of body.
@@ -56,15 +58,22 @@ BINARY_ACCEPT = f"{_attachments.CONTENT_TYPE}, application/json"
 
 
 def http_head(
-    length: int, host: str, port: int, path: str = "/", headers: str = "", json_length: int | None = None
+    length: int,
+    host: str,
+    port: int,
+    path: str = "/",
+    headers: str = "",
+    json_length: int | None = None,
+    accept: str | None = None,
 ) -> bytes:
     """The head of a POST of ``length`` body bytes; with ``json_length``, of a binary
-    message whose JSON text is that long, which accepts binary replies too."""
+    message whose JSON text is that long, which accepts binary replies too unless
+    ``accept`` (the Accept field's value) says otherwise."""
     if json_length is None:
-        kind = "Accept: application/json\r\nContent-Type: application/json\r\n"
+        kind = f"Accept: {accept or 'application/json'}\r\nContent-Type: application/json\r\n"
     else:
         kind = (
-            f"Accept: {BINARY_ACCEPT}\r\nContent-Type: {_attachments.CONTENT_TYPE}\r\n"
+            f"Accept: {accept or BINARY_ACCEPT}\r\nContent-Type: {_attachments.CONTENT_TYPE}\r\n"
             f"{_attachments.JSON_LENGTH_HEADER}: {json_length}\r\n"
         )
     head = (

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -631,7 +632,12 @@ class _Endpoint:
                 parts.append(self.frame(body, headers))
         return parts
 
-    def _binary_parts(self, framer: Framer, call: _BinaryRequest, headers: str) -> list[Any]:
+    def _binary_parts(
+        self, framer: Framer | None, call: _BinaryRequest, headers: str, accept: str | None = None
+    ) -> list[Any]:
+        """A binary message in pieces to write in order (on a WebSocket whose server did not
+        select the subprotocol, its plain JSON form); ``accept``: over HTTP, what the
+        request accepts, when not binary replies (``http_head``)."""
         json_length, length = len(call.text), call.length
         if isinstance(framer, WebSocketReader):
             if framer.binary:
@@ -641,8 +647,28 @@ class _Endpoint:
             return [framer.encode(dumps(call.plain()))]
         if self.use_http:
             lines = trace_header_lines(self._header_lines + headers)
-            return call.parts(http_head(length, self.uri, self.port, self.path, lines, json_length))
+            return call.parts(http_head(length, self.uri, self.port, self.path, lines, json_length, accept))
         return call.parts(_attachments.prefix(json_length, length))
+
+    def _stream_parts(self, body: bytes | _BinaryRequest, ws: WebSocketReader | None) -> list[Any]:
+        """A streamed call's request (its JSON text, or a binary message) in pieces to write
+        in order on its connection; ``ws``: the connection's reader, on a WebSocket."""
+        if isinstance(body, _BinaryRequest):
+            return self._binary_parts(ws, body, "", _streamed.ACCEPT)
+        if ws is not None:
+            return [ws.encode(body)]
+        kind = _stream_kind(self)
+        return [_streamed.request_bytes(kind, body, self.uri, self.port, self.path, self._header_lines)]
+
+    def _stream_request(self, method: str, params: Any) -> tuple[int, bytes | _BinaryRequest]:
+        """A streamed call's id and request: a binary message when values of its params go
+        as attachments (the server's description asked for by then, ``_must_ask``), else
+        its JSON text (base64 for binary values)."""
+        call = self._binary_request(method, params, streamed=True) if self._may_attach(params) else None
+        if call is not None:
+            return call.request["id"], call
+        request_id = self.next_id()
+        return request_id, _streamed.request(method, _codec.pack(params) if params is not None else None, request_id)
 
     def _may_attach(self, params: Any) -> bool:
         """Whether a call with ``params`` may go as a binary message: it holds a binary value."""
@@ -662,14 +688,18 @@ class _Endpoint:
         ``binary=True``, else those the server's description marks."""
         return None if self.binary else (self._marked or {}).get(method, frozenset())
 
-    def _binary_request(self, method: str, params: Any, bare: bool = False) -> _BinaryRequest | None:
+    def _binary_request(
+        self, method: str, params: Any, bare: bool = False, streamed: bool = False
+    ) -> _BinaryRequest | None:
         """The call as a binary message, or None when no value of it goes as an attachment
         (with ``binary=None``, only the params the server's description marks do);
-        ``bare``: even without one, as a call accepts a binary reply (``_asks_binary_replies``)."""
+        ``bare``: even without one, as a call accepts a binary reply (``_asks_binary_replies``);
+        ``streamed``: a streamed call's, without a ``timeout`` (it lasts while items come)."""
         marked = self._marked_params(method)
         if marked is not None and not marked and not bare:
             return None
-        call = _BinaryRequest(_request(method, params, self.next_id(), self.timeout), self._marked_params)
+        timeout = None if streamed else self.timeout
+        call = _BinaryRequest(_request(method, params, self.next_id(), timeout), self._marked_params)
         return call if call.attachments.buffers or bare else None
 
     def _asks_binary_replies(self) -> bool:
@@ -875,8 +905,12 @@ class Client(_Endpoint, _OwnsSocket):
         once it is exhausted, its ``result`` is the final reply's. An error reply raises
         ``ucall.RPCError``. The call has a connection of its own; closing the stream
         (``close()``, or leaving ``with client.stream(...) as items:``) hangs up, which
-        stops the generator on the server."""
-        return Stream(self, method, _params(args, kwargs))
+        stops the generator on the server. Binary values in the params go as attachments
+        of a binary message, as ``call`` sends them."""
+        params = _native_params(args, kwargs)
+        if self._may_attach(params):
+            self._ask()
+        return Stream(self, method, params)
 
     def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Send a notification: no id, no reply."""
@@ -1239,12 +1273,13 @@ class Stream(_OwnsSocket):
     _SOCKET = "_sock"
 
     def __init__(self, client: Client, method: str, params: Any) -> None:
+        """``params`` unpacked (numpy arrays, bytes as they are): a binary message carries
+        them where ``client`` sends them so (``Client.stream``), else base64 in JSON."""
         self.result: Any = None
-        self._id = client.next_id()
+        self._id, body = client._stream_request(method, params)
         self._where = client._where
         self._timeout = client.timeout
         kind = _stream_kind(client)
-        body = _streamed.request(method, params, self._id)
         try:
             raw = socket.create_connection((client.uri, client.port), timeout=client.timeout)
         except socket.timeout:
@@ -1256,15 +1291,11 @@ class Stream(_OwnsSocket):
         try:
             sock = client._wrap(raw)
             ws = None
-            if kind == "ws":
-                ws = WebSocketReader(client.uri, client.port, client.path, client.tls, client.headers)
+            if kind == "ws":  # (the subprotocol offered when binary messages go)
+                binary = isinstance(body, _BinaryRequest)
+                ws = WebSocketReader(client.uri, client.port, client.path, client.tls, client.headers, binary)
                 client._open_websocket(sock, ws)
-                payload = ws.encode(body)
-            else:
-                payload = _streamed.request_bytes(
-                    kind, body, client.uri, client.port, client.path, client._header_lines
-                )
-            sock.sendall(payload)
+            client._send(sock, client._stream_parts(body, ws), None)
         except BaseException:
             sock.close()
             raw.close()
@@ -1331,10 +1362,13 @@ class AsyncStream:
     is the final reply's result once they are all read."""
 
     def __init__(self, client: AsyncClient, method: str, params: Any) -> None:
+        """``params`` unpacked (numpy arrays, bytes as they are): they go as a binary message
+        as ``AsyncClient.call`` would send them, else as JSON."""
         self.result: Any = None
         self._client = client
-        self._id = client.next_id()
-        self._body = _streamed.request(method, params, self._id)
+        self._method, self._params = method, params
+        self._made_in = contextvars.copy_context()  # the span its request names (``_meta``)
+        self._id = 0  # given as the request is made (``_start``)
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
         self._framer: _streamed.StreamFramer | None = None
@@ -1348,16 +1382,20 @@ class AsyncStream:
     async def _start(self) -> _streamed.StreamFramer:
         client = self._client
         kind = _stream_kind(client)
+        if client._may_attach(self._params):
+            await client._ask_once()
+        self._id, body = self._made_in.run(client._stream_request, self._method, self._params)
         try:
             reader, writer, framer = await asyncio.wait_for(client._open(), client.timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"cannot connect to {client._where} within {client.timeout} s") from None
         ws = framer if isinstance(framer, WebSocketReader) else None
-        if ws is not None:
-            writer.write(ws.encode(self._body))
-        else:
-            lines = client._header_lines
-            writer.write(_streamed.request_bytes(kind, self._body, client.uri, client.port, client.path, lines))
+        try:
+            parts = self._made_in.run(client._stream_parts, body, ws)
+        except BaseException:
+            writer.close()
+            raise
+        writer.writelines(_write_now(writer, parts) if len(parts) > 1 else parts)
         self._reader, self._writer = reader, writer
         self._framer = _streamed.StreamFramer(kind, self._id, ws)
         return self._framer
@@ -1709,8 +1747,9 @@ class AsyncClient(_Endpoint):
     def stream(self, method: str, *args: Any, **kwargs: Any) -> AsyncStream:
         """As ``Client.stream``: ``async for token in client.stream("generate", prompt=...)``.
         The call has a connection of its own; ``aclose()`` (or leaving ``async with``)
-        hangs up, which stops the generator on the server."""
-        return AsyncStream(self, method, _params(args, kwargs))
+        hangs up, which stops the generator on the server. Binary values in the params go
+        as attachments of a binary message, as ``call`` sends them."""
+        return AsyncStream(self, method, _native_params(args, kwargs))
 
     async def notify(self, method: str, *args: Any, **kwargs: Any) -> None:
         await self._exchange(_request(method, _params(args, kwargs), None, self.timeout))

@@ -324,19 +324,27 @@ def test_what_the_progress_callback_raises_ends_the_call(make_server):
         assert np.array_equal(client.echo(array[:10]).numpy, array[:10]), "the next call on a new connection"
 
 
-def test_a_stream_sends_its_binary_params_as_base64(make_server):
-    """A streamed call's request is a JSON text (its framing has no binary form yet), on a
-    connection of its own."""
+@pytest.mark.parametrize("binary", [None, False])
+def test_a_stream_sends_its_binary_params_as_attachments_on_a_connection_of_its_own(make_server, binary):
+    """A streamed call's request is a binary message (base64 with ``binary=False``), from
+    ``Client`` and ``AsyncClient``, on a connection of its own."""
     server, seen = _server(make_server)
     relay = Recorder(server.port)
     data = bytes(range(256)) * 8
     try:
-        with Client(port=relay.port, timeout=30) as client:
+        with Client(port=relay.port, timeout=30, binary=binary) as client:
             assert client.plain(1).json == 1
             assert list(client.stream("sizes", data)) == [len(data)]
-        assert len({port for port, _, _ in seen}) == 2 and len(relay.sent) == 2
-        assert relay.binary_messages("http") == 0
-        assert any(base64.b64encode(data) in bytes(sent) for sent in relay.sent)
+
+        async def session() -> None:
+            async with AsyncClient(port=relay.port, timeout=30, binary=binary) as client:
+                assert (await client.plain(2)).json == 2
+                assert [item async for item in client.stream("sizes", data=data)] == [len(data)]
+
+        asyncio.run(asyncio.wait_for(session(), 30))
+        assert len({port for port, _, _ in seen}) == 4 and len(relay.sent) == 4
+        assert relay.binary_messages("http") == (0 if binary is False else 2)
+        assert any(base64.b64encode(data) in bytes(sent) for sent in relay.sent) == (binary is False)
     finally:
         relay.close()
 

@@ -1,0 +1,314 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Streamed calls whose params hold numpy arrays or bytes (docs/python.md, "Binary
+messages"): ``Client.stream`` and ``AsyncClient.stream`` send them as a binary message
+(docs/wire.md) over HTTP, raw TCP and WebSocket as other calls do, and the server streams
+its items back as JSON. The server tells how an array came: one viewing an attachment is
+read-only, one decoded from base64 ``.npy`` is writable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from ucall import Context
+from ucall.client import AsyncClient, Client, Response
+from ucall.exceptions import ProtocolError
+
+np = pytest.importorskip("numpy")
+
+ADDRESSES = {"http": "http://127.0.0.1:{}", "tcp": "tcp://127.0.0.1:{}", "ws": "ws://127.0.0.1:{}"}
+TRANSPORTS = sorted(ADDRESSES)
+
+
+class Closed:
+    """The tags of the generators whose ``finally`` ran, across threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tags: list[str] = []
+
+    def add(self, tag: str) -> None:
+        with self.lock:
+            self.tags.append(tag)
+
+    def wait_for(self, tag: str, limit: float = 10.0) -> bool:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            with self.lock:
+                if tag in self.tags:
+                    return True
+            time.sleep(0.01)
+        return False
+
+
+@pytest.fixture
+def closed() -> Closed:
+    return Closed()
+
+
+@pytest.fixture
+def server(make_server, closed):
+    server = make_server()
+
+    @server
+    def facts(x: np.ndarray, data: bytes, ctx: Context):
+        yield {"writeable": bool(x.flags.writeable), "shape": list(x.shape), "sum": float(x.sum())}
+        yield {"length": len(data), "head": data[:3].decode()}
+        yield ctx.headers.get("content-type", "")
+        for i in range(3):
+            yield i
+        return "done"
+
+    @server
+    async def afacts(x: np.ndarray, data: bytes):
+        yield bool(x.flags.writeable)
+        await asyncio.sleep(0.001)
+        yield len(data)
+        yield float(x.sum())
+
+    @server
+    def endless(x: np.ndarray, tag: str):
+        try:
+            while True:
+                yield bool(x.flags.writeable)
+                time.sleep(0.002)
+        finally:
+            closed.add(tag)
+
+    @server
+    async def aendless(x: np.ndarray, tag: str):
+        try:
+            while True:
+                yield bool(x.flags.writeable)
+                await asyncio.sleep(0.002)
+        finally:
+            closed.add(tag)
+
+    @server
+    def doubled(x: np.ndarray) -> np.ndarray:
+        return x * 2
+
+    return server.start()
+
+
+ARRAY = np.arange(24, dtype=np.float32).reshape(4, 6)
+DATA = b"binary bytes \x00\xff"
+
+
+def _facts_expected(transport: str, binary: bool) -> list:
+    content_type = {"http": "application/vnd.ucall.binary" if binary else "application/json"}.get(transport, "")
+    return [
+        {"writeable": not binary, "shape": [4, 6], "sum": float(ARRAY.sum())},
+        {"length": len(DATA), "head": "bin"},
+        content_type,
+        0,
+        1,
+        2,
+    ]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("binary", [None, True])
+def test_a_stream_sends_arrays_and_bytes_as_attachments(server, transport, binary):
+    with Client(ADDRESSES[transport].format(server.port), binary=binary) as client:
+        stream = client.stream("facts", x=ARRAY, data=DATA)
+        assert list(stream) == _facts_expected(transport, binary=True)
+        assert stream.result == "done"
+        positional = client.stream("facts", ARRAY, DATA)  # by position too
+        assert next(positional) == _facts_expected(transport, binary=True)[0]
+        positional.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_binary_false_streams_with_base64(server, transport):
+    with Client(ADDRESSES[transport].format(server.port), binary=False) as client:
+        stream = client.stream("facts", x=ARRAY, data=DATA)
+        assert list(stream) == _facts_expected(transport, binary=False)
+        assert stream.result == "done"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("binary", [None, True, False])
+def test_an_async_stream_sends_arrays_and_bytes_as_attachments(server, transport, binary):
+    async def main() -> tuple[list, object]:
+        async with AsyncClient(ADDRESSES[transport].format(server.port), binary=binary) as client:
+            stream = client.stream("afacts", ARRAY, DATA)
+            items = [item async for item in stream]
+            facts = client.stream("facts", x=ARRAY, data=DATA)
+            assert [item async for item in facts] == _facts_expected(transport, binary=binary is not False)
+            assert facts.result == "done"
+            return items, stream.result
+
+    items, result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert items == [binary is False, len(DATA), float(ARRAY.sum())]
+    assert result is None
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("method", ["endless", "aendless"])
+def test_closing_or_cancelling_a_binary_stream_stops_the_generator(server, closed, transport, method):
+    with Client(ADDRESSES[transport].format(server.port)) as client:
+        tag = f"close-{method}-{transport}"
+        stream = client.stream(method, x=ARRAY, tag=tag)
+        assert [next(stream), next(stream)] == [False, False]
+        stream.close()
+        assert closed.wait_for(tag), f"{tag}: the generator was not closed"
+        tag = f"cancel-{method}-{transport}"
+        stream = client.stream(method, x=ARRAY, tag=tag)
+        assert next(stream) is False
+        stream.cancel()
+        assert set(stream) <= {False}  # the items already on their way, then the end
+        assert stream.result is None
+        assert closed.wait_for(tag), f"{tag}: the generator was not closed"
+        assert client.doubled(ARRAY).numpy.tolist() == (ARRAY * 2).tolist(), "the server goes on serving"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_leaving_or_cancelling_an_async_binary_stream_stops_the_generator(server, closed, transport):
+    async def main() -> None:
+        async with AsyncClient(ADDRESSES[transport].format(server.port)) as client:
+            async with client.stream("aendless", x=ARRAY, tag=f"leave-{transport}") as stream:
+                async for item in stream:
+                    assert item is False
+                    break
+            stream = client.stream("endless", x=ARRAY, tag=f"acancel-{transport}")
+            got = []
+            async for item in stream:
+                got.append(item)
+                if len(got) == 2:
+                    await stream.cancel()
+            assert set(got) == {False}
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert closed.wait_for(f"leave-{transport}")
+    assert closed.wait_for(f"acancel-{transport}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_streaming_an_ordinary_method_with_an_array_gives_its_result(server, transport):
+    """A method that does not stream answers with its result, which may be a binary reply
+    (raw TCP and WebSocket answer a binary message so): the stream reads it either way."""
+    with Client(ADDRESSES[transport].format(server.port)) as client:
+        stream = client.stream("doubled", ARRAY)
+        assert list(stream) == []
+        result = Response({"jsonrpc": "2.0", "id": 1, "result": stream.result}).numpy  # base64 .npy or an array
+        assert result.tolist() == (ARRAY * 2).tolist()
+        assert isinstance(stream.result, str) == (transport == "http"), "HTTP: plain JSON, as a stream accepts"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_large_array_streams_from_client_and_async_client(server, transport):
+    """1.6 MB written from the array's own memory, the socket taking it in pieces."""
+    large = np.random.default_rng(3).standard_normal((400, 1000)).astype(np.float32)
+    expected = [False, len(DATA), pytest.approx(float(large.sum()), rel=1e-4)]
+    with Client(ADDRESSES[transport].format(server.port)) as client:
+        assert list(client.stream("afacts", large, DATA)) == expected
+
+    async def main() -> list:
+        async with AsyncClient(ADDRESSES[transport].format(server.port)) as client:
+            return [item async for item in client.stream("afacts", large, DATA)]
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == expected
+
+
+def test_a_websocket_server_without_the_subprotocol_gets_a_plain_json_stream():
+    """A JSON-only WebSocket server (it selects no subprotocol): with ``binary=None`` a
+    stream's bytes go as base64 in a text message; ``binary=True`` raises ``ProtocolError``."""
+    from websockets.sync.server import serve
+
+    texts: list[Any] = []
+    marked = {"methods": [{"name": "size", "params": [{"name": "data", "schema": {"x-ucall-attachment": "bytes"}}]}]}
+
+    def handler(ws: Any) -> None:
+        for message in ws:
+            texts.append(message)
+            request = json.loads(message)
+            if request["method"] == "rpc.discover":
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": marked}))
+                continue
+            ws.send(json.dumps({"jsonrpc": "2.0", "method": "ucall.stream", "params": {"id": request["id"], "item": 1}}))
+            ws.send(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": request["params"][0]}))
+
+    with serve(handler, "127.0.0.1", 0) as websocket_server:
+        port = websocket_server.socket.getsockname()[1]
+        threading.Thread(target=websocket_server.serve_forever, daemon=True).start()
+        with Client(f"ws://127.0.0.1:{port}", timeout=10) as client:
+            stream = client.stream("size", b"abcd")
+            assert list(stream) == [1] and stream.result == "YWJjZA=="
+            assert client._marked == {"size": frozenset({0, "data"})}, "the server marks the param: sent plain all the same"
+        with Client(f"ws://127.0.0.1:{port}", timeout=10, binary=True) as client:
+            with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                client.stream("size", b"abcd")
+
+        async def session() -> None:
+            async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10) as client:
+                stream = client.stream("size", b"ab")
+                assert [item async for item in stream] == [1] and stream.result == "YWI="
+            async with AsyncClient(f"ws://127.0.0.1:{port}", timeout=10, binary=True) as client:
+                with pytest.raises(ProtocolError, match="did not select the WebSocket subprotocol"):
+                    await client.stream("size", b"ab").__anext__()
+
+        asyncio.run(asyncio.wait_for(session(), 30))
+        websocket_server.shutdown()
+    assert all(isinstance(text, str) for text in texts)
+
+
+@pytest.mark.parametrize("address", ["https://localhost:{}", "tls://localhost:{}", "wss://localhost:{}"])
+def test_a_binary_stream_over_tls(make_server, tmp_path, address):
+    """Over TLS the attachments are joined once for ``ssl`` (it has no ``sendmsg``)."""
+    from test_client_tls import make_certs
+
+    certs = make_certs(tmp_path)
+    server = make_server(tls_cert=str(certs / "cert.pem"), tls_key=str(certs / "key.pem"))
+
+    @server
+    def facts(x: np.ndarray, data: bytes):
+        yield bool(x.flags.writeable)
+        yield len(data)
+
+    server.start()
+    url = address.format(server.tls_port)
+    with Client(url, cacert=certs / "ca.pem") as client:
+        stream = client.stream("facts", ARRAY, DATA)
+        assert list(stream) == [False, len(DATA)]
+
+    async def main() -> list:
+        async with AsyncClient(url, cacert=certs / "ca.pem") as client:
+            return [item async for item in client.stream("facts", x=ARRAY, data=DATA)]
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [False, len(DATA)]
+
+
+def test_an_async_stream_carries_the_span_it_was_made_in(make_server):
+    """An ``AsyncStream`` makes its request at its first ``__anext__`` (after asking the
+    server's description): it names the span current where ``stream(...)`` was called,
+    in its ``traceparent`` header field over HTTP, binary message or JSON alike."""
+    trace = pytest.importorskip("opentelemetry.trace")
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    server = make_server()
+    seen: list[tuple[str | None, bool]] = []
+
+    @server
+    def traced(x: np.ndarray, ctx: Context):
+        seen.append((ctx.headers.get("traceparent"), not x.flags.writeable))
+        yield 1
+
+    server.start()
+    parent = trace.SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=trace.TraceFlags(1))
+
+    async def main() -> list:
+        async with AsyncClient(port=server.port) as binary, AsyncClient(port=server.port, binary=False) as plain:
+            with trace.use_span(trace.NonRecordingSpan(parent)):
+                streams = [binary.stream("traced", ARRAY), plain.stream("traced", ARRAY)]
+            items = []
+            for stream in streams:
+                items.append([item async for item in stream])
+            return items
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [[1], [1]]
+    assert seen == [(f"00-{trace_id}-{span_id}-01", True), (f"00-{trace_id}-{span_id}-01", False)]
