@@ -71,6 +71,16 @@ def _array() -> Any:
     return np.random.default_rng(3).standard_normal((1000, 50)).astype(np.float32)
 
 
+def _one_binary_message(relay: Any, seen: list[tuple[int, str | None, str | None]], array: Any) -> bytes:
+    """What ``relay`` saw of the calls ``seen`` by the server: all on one connection, one
+    binary message answered by one, the array in it once as an attachment (no base64)."""
+    assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
+    sent = bytes(relay.sent[0])
+    assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
+    assert sent.count(array.tobytes()) == 1 and b"AAAA" not in sent, "the array as an attachment, once"
+    return sent
+
+
 def test_call_with_headers_goes_on_the_native_connection_as_binary_messages(make_server):
     server, seen = _server(make_server)
     relay = Recorder(server.port)
@@ -87,10 +97,7 @@ def test_call_with_headers_goes_on_the_native_connection_as_binary_messages(make
                 client.call_with_headers("echo", [array], {"Host": "elsewhere"})
             assert client.call_with_headers("plain", [4], {}).json == 4
         assert [key for _, key, _ in seen] == [None, "a", "b", "c", None, None], "headers with their call only"
-        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
-        sent = bytes(relay.sent[0])
-        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
-        assert sent.count(array.tobytes()) == 1 and b"AAAA" not in sent, "the array as an attachment, once"
+        sent = _one_binary_message(relay, seen, array)
         assert sent.lower().count(b"x-key:") == 3
     finally:
         relay.close()
@@ -211,10 +218,7 @@ def test_async_call_with_headers_goes_on_the_native_connection_as_binary_message
         asyncio.run(main())
         assert [key for _, key, _ in seen][:6] == [None, "a", "b", "c", None, None], "headers with their call only"
         assert sorted(seen[6:], key=lambda one: one[1] or "") == [(seen[0][0], None, None)] * 2 + [(seen[0][0], "d", None)]
-        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
-        sent = bytes(relay.sent[0])
-        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
-        assert sent.count(array.tobytes()) == 1 and b"AAAA" not in sent, "the array as an attachment, once"
+        sent = _one_binary_message(relay, seen, array)
         assert sent.lower().count(b"x-key:") == 4
     finally:
         relay.close()
@@ -299,9 +303,7 @@ def test_call_with_progress_goes_on_the_native_connection_as_binary_messages(mak
         assert sent == sorted(set(sent)), "growing"
         assert all(b - a >= 1 << 20 for a, b in zip([0, *sent[:-2]], sent[:-1])), "at each MiB"
         assert len(small) == 1 and small[0][0] == small[0][1] > 0
-        assert len({port for port, _, _ in seen}) == 1 and len(relay.sent) == 1, "every call on one connection"
-        assert relay.binary_messages("http") == 1 and relay.binary_messages("http", replies=True) == 1
-        assert bytes(relay.sent[0]).count(array.tobytes()) == 1
+        _one_binary_message(relay, seen, array)
     finally:
         relay.close()
 

@@ -484,14 +484,12 @@ fn attach_ndarray(
 /// array, which [`attach_ndarray`] then reads the slow way.
 fn contiguous_array<'a>(array: &'a Bound<'_, PyUntypedArray>) -> Option<(Bytes, Dtype, &'a [usize])> {
     let (dtype, data) = ndarray::wire_layout(array)?;
-    let shape = array.shape();
-    let len = shape.iter().product::<usize>() * dtype.size();
     let bytes = Bytes::from_owner(Referenced {
         _owner: array.clone().into_any().unbind(),
-        data,
-        len,
+        data: data.as_ptr(),
+        len: data.len(),
     });
-    Some((bytes, dtype, shape))
+    Some((bytes, dtype, array.shape()))
 }
 
 /// The `.npy` header of arrays of one dtype and shape, and the base64 of its whole groups
@@ -518,10 +516,6 @@ fn write_npy_base64(array: &Bound<'_, PyUntypedArray>, out: &mut Vec<u8>) -> boo
         return false;
     };
     let shape = array.shape();
-    let len = shape.iter().product::<usize>() * dtype.size();
-    // SAFETY: the array's memory, `len` bytes, unchanged while the array is referenced
-    // (it is, by `array`) and the GIL is held (no Python code runs while it is read).
-    let data = unsafe { std::slice::from_raw_parts(data, len) };
     LAST_HEADER.with_borrow_mut(|last| {
         let known = last.as_ref().is_some_and(|l| l.dtype == dtype && l.shape[..] == *shape);
         let npy = if known {
@@ -537,7 +531,7 @@ fn write_npy_base64(array: &Bound<'_, PyUntypedArray>, out: &mut Vec<u8>) -> boo
                 text,
             })
         };
-        ucall_core::buffer::reserve(out, base64::encoded_len(npy.header.len() + len) + 2);
+        ucall_core::buffer::reserve(out, base64::encoded_len(npy.header.len() + data.len()) + 2);
         out.push(b'"');
         out.extend_from_slice(&npy.text);
         base64::encode_joined_append(&npy.header[npy.header.len() / 3 * 3..], data, out);

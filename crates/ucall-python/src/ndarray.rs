@@ -164,9 +164,9 @@ pub fn exact<'a, 'py>(obj: &'a Bound<'py, PyAny>) -> Option<&'a Bound<'py, PyUnt
 
 /// What the wire needs of a C-contiguous `array` whose elements are a dtype docs/wire.md
 /// lists in the machine's byte order, besides its shape (`array.shape()`): that dtype and
-/// where its memory starts (valid while the array is referenced and not resized: numpy
-/// refuses to resize a referenced array). `None` for any other array.
-pub fn wire_layout(array: &Bound<'_, PyUntypedArray>) -> Option<(Dtype, *const u8)> {
+/// its memory (valid while the array is borrowed: numpy refuses to resize a referenced
+/// array). `None` for any other array.
+pub fn wire_layout<'a>(array: &'a Bound<'_, PyUntypedArray>) -> Option<(Dtype, &'a [u8])> {
     if cfg!(target_endian = "big") || !array.is_c_contiguous() {
         return None; // the wire is little-endian: a native array on a big-endian host is not
     }
@@ -175,7 +175,9 @@ pub fn wire_layout(array: &Bound<'_, PyUntypedArray>) -> Option<(Dtype, *const u
         return None;
     }
     let dtype = Dtype::from_kind_and_size(descr.kind(), descr.itemsize())?;
-    // SAFETY: the array's own object, read with the GIL held.
-    let data = unsafe { (*array.as_array_ptr()).fields.data };
-    Some((dtype, data.cast_const().cast()))
+    let len = array.shape().iter().product::<usize>() * dtype.size();
+    // SAFETY: the array's own object, read with the GIL held: a C-contiguous array's `len`
+    // bytes from its data pointer, unchanged while `array` (a reference to it) is borrowed.
+    let data = unsafe { std::slice::from_raw_parts((*array.as_array_ptr()).fields.data.cast_const().cast(), len) };
+    Some((dtype, data))
 }
