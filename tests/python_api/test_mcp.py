@@ -417,6 +417,7 @@ server = Server(port=0)
 
 @server
 async def wait(ctx: Context) -> bool:
+    print("wait: started", file=sys.stderr, flush=True)
     for _ in range(2000):
         if ctx.caller_gone:
             print("wait: caller gone", file=sys.stderr, flush=True)
@@ -482,9 +483,15 @@ def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_pat
                 "params": {"name": name, "arguments": arguments},
             }
 
+        def wait_for_stderr(text: str) -> None:
+            deadline = time.monotonic() + 10
+            while text not in (tmp_path / "stderr").read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert text in (tmp_path / "stderr").read_text(), (tmp_path / "stderr").read_text()
+
         send(call(1, "wait", {}))
         send(call(2, "nap", {"seconds": 1.5}))
-        time.sleep(0.3)
+        wait_for_stderr("wait: started")  # cancel a call under way, however slow the start
         send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "user"}})
         lines = []
         while not any(line.get("id") == 2 for line in lines):
@@ -492,7 +499,7 @@ def test_cancelled_over_stdio_reaches_only_its_call_and_gets_no_response(tmp_pat
             assert line, f"the output ended: {lines}"
             lines.append(json.loads(line))
         assert lines[-1]["result"]["structuredContent"] == {"result": False}, lines
-        assert "wait: caller gone" in (tmp_path / "stderr").read_text()
+        wait_for_stderr("wait: caller gone")
         process.stdin.close()
         rest = [json.loads(line) for line in process.stdout.read().splitlines() if line.strip()]
         assert all(message.get("id") != 1 for message in lines + rest), lines + rest
