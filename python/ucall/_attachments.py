@@ -27,6 +27,8 @@ MAGIC = 0xC1
 #: magic, version, flags, the JSON text's length, the body's length (little-endian).
 PREFIX = struct.Struct("<BBHIQ")
 CONTENT_TYPE = "application/vnd.ucall.binary"
+#: A streamed reply's HTTP body of messages framed as on raw TCP (docs/wire.md §3.1).
+STREAM_CONTENT_TYPE = "application/vnd.ucall.binary-stream"
 JSON_LENGTH_HEADER = "UCall-JSON-Length"
 SUBPROTOCOL = "ucall.binary.v1"
 MARKER = "$ucall"
@@ -242,7 +244,8 @@ def parse_prefix(data: bytes | bytearray | memoryview) -> tuple[int, int]:
 
 
 def decode(body: Any, json_length: int) -> Any:
-    """The JSON value of a binary reply body, the placeholders in its results resolved
+    """The JSON value of a binary reply body, the placeholders in its results (and in the
+    params of a notification from the server: a stream's item) resolved
     (``ProtocolError`` for a broken body or placeholder). An ``ndarray`` is a numpy view of
     ``body`` (writable when ``body`` is a ``bytearray``, read-only over the native
     transport's ``BinaryBody``); a ``bytes`` attachment is ``bytes``."""
@@ -262,6 +265,8 @@ def decode(body: Any, json_length: int) -> Any:
     for reply in replies:
         if isinstance(reply, dict) and "result" in reply:
             reply["result"] = _resolve(reply["result"], section)
+        elif isinstance(reply, dict) and "method" in reply and "params" in reply:
+            reply["params"] = _resolve(reply["params"], section)
     return data
 
 

@@ -6,9 +6,10 @@ Over raw TCP each message is a line; over WebSocket, a text message; over HTTP/1
 of a chunked ``application/jsonl`` body (or an ordinary JSON body when the call ended
 before its first item, as a refused call does). An item is the notification
 ``{"jsonrpc":"2.0","method":"ucall.stream","params":{"id":ID,"item":ITEM}}``; the final
-reply is the JSON-RPC response to the call. A call sent as a binary message (docs/wire.md)
-is streamed so too; only the final reply of one that did not stream may be a binary
-message (raw TCP, WebSocket).
+reply is the JSON-RPC response to the call. To a call sent as a binary message (raw TCP,
+WebSocket) or over HTTP accepting ``application/vnd.ucall.binary-stream``, an item or the
+final reply whose values are attachments is a binary message (docs/wire.md §3): over HTTP
+the body then holds messages framed as on raw TCP.
 """
 
 from __future__ import annotations
@@ -32,15 +33,20 @@ REPLY = "reply"
 
 
 #: What a streamed call accepts over HTTP: its items as JSON lines, or one JSON reply (a
-#: call that ends before its first item). Not binary replies: items are JSON texts.
+#: call that ends before its first item).
 ACCEPT = "application/jsonl, application/json"
 
+#: ... and where values may come as attachments, items in binary messages (a binary
+#: stream) and a binary reply (one that ends before its first item).
+BINARY_ACCEPT = f"{_attachments.STREAM_CONTENT_TYPE}, {_attachments.CONTENT_TYPE}, {ACCEPT}"
 
-def request_bytes(kind: str, body: bytes, host: str, port: int, path: str, headers: str = "") -> bytes:
+
+def request_bytes(kind: str, body: bytes, host: str, port: int, path: str, headers: str = "", accept: str = ACCEPT) -> bytes:
     """The request's bytes over HTTP or raw TCP (WebSocket messages need the reader);
-    ``headers``: extra lines (``_wire.header_lines``)."""
+    ``headers``: extra lines (``_wire.header_lines``); ``accept``: what an HTTP request
+    accepts."""
     if kind == "http":
-        return http_request(body, host, port, path, trace_header_lines(headers), ACCEPT)
+        return http_request(body, host, port, path, trace_header_lines(headers), accept)
     return body + b"\n"
 
 
@@ -59,6 +65,7 @@ class StreamFramer:
         self._plain: ReplyReader | None = None  # an HTTP reply that is not streamed
         self._chunk_left = -1  # see `_chunks`
         self._text = bytearray()  # the body's lines, decoded from their chunks
+        self._binary_stream = kind == "tcp"  # messages may be binary ones, told by their first byte
 
     def feed(self, data: bytes) -> None:
         if self.ws is not None:
@@ -115,7 +122,7 @@ class StreamFramer:
 
     def _lines(self, buffer: bytearray, out: list[tuple[str, Any]]) -> None:
         while not self.done:
-            if self.kind == "tcp" and buffer[:1] == _MAGIC:  # a binary reply (docs/wire.md §3.2)
+            if self._binary_stream and buffer[:1] == _MAGIC:  # a binary message (docs/wire.md §3.2)
                 if len(buffer) < _attachments.PREFIX.size:
                     return
                 json_length, length = _attachments.parse_prefix(buffer)
@@ -141,9 +148,11 @@ class StreamFramer:
                 if end < 0:
                     return
                 status, headers = ReplyReader._parse_head(bytes(self.buffer[:end]))
-                streamed = "chunked" in headers.get("transfer-encoding", "").lower() and headers.get(
-                    "content-type", ""
-                ).startswith("application/jsonl")
+                content_type = headers.get("content-type", "")
+                self._binary_stream = content_type.startswith(_attachments.STREAM_CONTENT_TYPE)
+                streamed = "chunked" in headers.get("transfer-encoding", "").lower() and (
+                    content_type.startswith("application/jsonl") or self._binary_stream
+                )
                 if streamed:
                     self._head = (status, headers)
                     del self.buffer[: end + 4]
@@ -163,6 +172,9 @@ class StreamFramer:
 
     def _reply(self, reply: Reply, out: list[tuple[str, Any]]) -> None:
         self.done = True
+        if reply.json_length is not None:  # a binary reply: its result an array or bytes
+            out.append((REPLY, _attachments.decode(reply.body, reply.json_length)))
+            return
         try:
             data = json.loads(reply.body) if reply.body else None
         except ValueError:

@@ -654,7 +654,9 @@ class _Endpoint:
         """A streamed call's request (its JSON text, or a binary message) in pieces to write
         in order on its connection; ``ws``: the connection's reader, on a WebSocket."""
         if isinstance(body, _BinaryRequest):
-            return self._binary_parts(ws, body, "", _streamed.ACCEPT)
+            # Items and the final reply may come back as binary messages (over HTTP, a
+            # binary stream), as a binary call's reply may.
+            return self._binary_parts(ws, body, "", _streamed.BINARY_ACCEPT)
         if ws is not None:
             return [ws.encode(body)]
         kind = _stream_kind(self)
@@ -662,9 +664,11 @@ class _Endpoint:
 
     def _stream_request(self, method: str, params: Any) -> tuple[int, bytes | _BinaryRequest]:
         """A streamed call's id and request: a binary message when values of its params go
-        as attachments (the server's description asked for by then, ``_must_ask``), else
+        as attachments (the server's description asked for by then, ``_must_ask``) and
+        always with ``binary=True`` (so that its items may come back as attachments), else
         its JSON text (base64 for binary values)."""
-        call = self._binary_request(method, params, streamed=True) if self._may_attach(params) else None
+        bare = self.binary is True
+        call = self._binary_request(method, params, bare, streamed=True) if bare or self._may_attach(params) else None
         if call is not None:
             return call.request["id"], call
         request_id = self.next_id()

@@ -2,8 +2,10 @@
 """Streamed calls whose params hold numpy arrays or bytes (docs/python.md, "Binary
 messages"): ``Client.stream`` and ``AsyncClient.stream`` send them as a binary message
 (docs/wire.md) over HTTP, raw TCP and WebSocket as other calls do, and the server streams
-its items back as JSON. The server tells how an array came: one viewing an attachment is
-read-only, one decoded from base64 ``.npy`` is writable."""
+back the arrays and bytes of its items and final reply as attachments too (over HTTP in
+an ``application/vnd.ucall.binary-stream`` body); to a plain JSON caller, as base64. The
+server tells how an array came: one viewing an attachment is read-only, one decoded from
+base64 ``.npy`` is writable."""
 
 from __future__ import annotations
 
@@ -92,6 +94,24 @@ def server(make_server, closed):
     @server
     def doubled(x: np.ndarray) -> np.ndarray:
         return x * 2
+
+    @server
+    def frames(x: np.ndarray, n: int):
+        for i in range(n):
+            yield x * i
+        return x[:1]
+
+    @server
+    async def aframes(x: np.ndarray, n: int):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield {"i": i, "frame": x + i, "raw": bytes([i]) * 4}
+
+    @server
+    def tokens(n: int):
+        for i in range(n):
+            yield np.full(3, i, np.int16)
+        return b"end"
 
     return server.start()
 
@@ -191,14 +211,14 @@ def test_leaving_or_cancelling_an_async_binary_stream_stops_the_generator(server
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_streaming_an_ordinary_method_with_an_array_gives_its_result(server, transport):
-    """A method that does not stream answers with its result, which may be a binary reply
-    (raw TCP and WebSocket answer a binary message so): the stream reads it either way."""
+    """A method that does not stream answers with its result, a binary reply to a call sent
+    as a binary message (over HTTP, one that accepts a binary stream): the stream reads it."""
     with Client(ADDRESSES[transport].format(server.port)) as client:
         stream = client.stream("doubled", ARRAY)
         assert list(stream) == []
         result = Response({"jsonrpc": "2.0", "id": 1, "result": stream.result}).numpy  # base64 .npy or an array
         assert result.tolist() == (ARRAY * 2).tolist()
-        assert isinstance(stream.result, str) == (transport == "http"), "HTTP: plain JSON, as a stream accepts"
+        assert not isinstance(stream.result, str), "an attachment, not base64 .npy"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -260,7 +280,8 @@ def test_a_websocket_server_without_the_subprotocol_gets_a_plain_json_stream():
 
 @pytest.mark.parametrize("address", ["https://localhost:{}", "tls://localhost:{}", "wss://localhost:{}"])
 def test_a_binary_stream_over_tls(make_server, tmp_path, address):
-    """Over TLS the attachments are joined once for ``ssl`` (it has no ``sendmsg``)."""
+    """Over TLS the attachments are joined once for ``ssl`` (it has no ``sendmsg``); an
+    array item comes back as an attachment through TLS too."""
     from test_client_tls import make_certs
 
     certs = make_certs(tmp_path)
@@ -270,18 +291,21 @@ def test_a_binary_stream_over_tls(make_server, tmp_path, address):
     def facts(x: np.ndarray, data: bytes):
         yield bool(x.flags.writeable)
         yield len(data)
+        yield x * 3
 
     server.start()
     url = address.format(server.tls_port)
     with Client(url, cacert=certs / "ca.pem") as client:
         stream = client.stream("facts", ARRAY, DATA)
-        assert list(stream) == [False, len(DATA)]
+        *first, tripled = list(stream)
+        assert first == [False, len(DATA)] and np.array_equal(tripled, ARRAY * 3)
 
     async def main() -> list:
         async with AsyncClient(url, cacert=certs / "ca.pem") as client:
             return [item async for item in client.stream("facts", x=ARRAY, data=DATA)]
 
-    assert asyncio.run(asyncio.wait_for(main(), 30)) == [False, len(DATA)]
+    *first, tripled = asyncio.run(asyncio.wait_for(main(), 30))
+    assert first == [False, len(DATA)] and np.array_equal(tripled, ARRAY * 3)
 
 
 def test_an_async_stream_carries_the_span_it_was_made_in(make_server):
@@ -312,3 +336,106 @@ def test_an_async_stream_carries_the_span_it_was_made_in(make_server):
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [[1], [1]]
     assert seen == [(f"00-{trace_id}-{span_id}-01", True), (f"00-{trace_id}-{span_id}-01", False)]
+
+
+def _assert_frames(items: list, result: Any, x: Any, n: int) -> None:
+    """``frames(x, n)``'s items and result, each an array that came as an attachment."""
+    assert len(items) == n
+    for i, item in enumerate(items):
+        assert isinstance(item, np.ndarray) and item.dtype == x.dtype, type(item)
+        assert np.array_equal(item, x * i), i
+    assert isinstance(result, np.ndarray) and np.array_equal(result, x[:1])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("binary", [None, True])
+def test_stream_items_and_result_come_back_as_attachments(server, transport, binary):
+    with Client(ADDRESSES[transport].format(server.port), binary=binary) as client:
+        stream = client.stream("frames", x=ARRAY, n=3)
+        _assert_frames(list(stream), stream.result, ARRAY, 3)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("binary", [None, True])
+def test_async_stream_items_nest_arrays_and_bytes_as_attachments(server, transport, binary):
+    async def main() -> list:
+        async with AsyncClient(ADDRESSES[transport].format(server.port), binary=binary) as client:
+            stream = client.stream("aframes", ARRAY, 2)
+            items = [item async for item in stream]
+            frames = client.stream("frames", x=ARRAY, n=2)
+            _assert_frames([item async for item in frames], frames.result, ARRAY, 2)
+            return items
+
+    items = asyncio.run(asyncio.wait_for(main(), 30))
+    assert [item["i"] for item in items] == [0, 1]
+    assert [item["raw"] for item in items] == [b"\0" * 4, b"\1" * 4]
+    for i, item in enumerate(items):
+        assert isinstance(item["frame"], np.ndarray) and np.array_equal(item["frame"], ARRAY + i)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_binary_false_streams_items_as_base64(server, transport):
+    """A plain JSON stream: each array item is the base64 of its ``.npy`` form."""
+    with Client(ADDRESSES[transport].format(server.port), binary=False) as client:
+        stream = client.stream("frames", x=ARRAY, n=2)
+        items = list(stream)
+        assert all(isinstance(item, str) for item in items + [stream.result])
+        decoded = [Response({"jsonrpc": "2.0", "id": 1, "result": item}).numpy for item in items]
+        assert [item.tolist() for item in decoded] == [(ARRAY * i).tolist() for i in range(2)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_items_come_as_attachments_without_binary_params_only_with_binary_true(server, transport):
+    """As for any call: a stream whose params hold no binary value is a JSON text (its
+    items base64) unless ``binary=True`` sends it as a binary message."""
+    with Client(ADDRESSES[transport].format(server.port)) as client:
+        stream = client.stream("tokens", n=2)
+        assert all(isinstance(item, str) for item in stream) and stream.result == "ZW5k"
+    with Client(ADDRESSES[transport].format(server.port), binary=True) as client:
+        stream = client.stream("tokens", n=2)
+        items = list(stream)
+        assert [item.tolist() for item in items] == [[0, 0, 0], [1, 1, 1]]
+        assert all(item.dtype == np.int16 for item in items) and stream.result == b"end"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_large_array_items_stream_back_equal(server, transport):
+    """1.6 MB items, each sent from the array's own memory and read as it comes."""
+    large = np.random.default_rng(5).standard_normal((400, 1000)).astype(np.float32)
+    with Client(ADDRESSES[transport].format(server.port)) as client:
+        stream = client.stream("frames", large, 3)
+        _assert_frames(list(stream), stream.result, large, 3)
+
+    async def main() -> None:
+        async with AsyncClient(ADDRESSES[transport].format(server.port)) as client:
+            stream = client.stream("frames", large, 3)
+            _assert_frames([item async for item in stream], stream.result, large, 3)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_plain_http_client_streams_json_lines(server):
+    """curl's view: without ``Accept`` naming both binary types, the body is JSON lines
+    whose arrays are base64, even for a request that accepts binary replies."""
+    import http.client
+
+    from ucall import _attachments
+
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        request = {"jsonrpc": "2.0", "method": "tokens", "params": {"n": 2}, "id": 1}
+        connection.request("POST", "/", json.dumps(request), {"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        assert reply.getheader("Content-Type") == "application/jsonl"
+        lines = [json.loads(line) for line in reply.read().splitlines()]
+        items = [Response({"jsonrpc": "2.0", "id": 1, "result": line["params"]["item"]}).numpy for line in lines[:2]]
+        assert [item.tolist() for item in items] == [[0, 0, 0], [1, 1, 1]], "base64 .npy"
+        assert lines[2] == {"jsonrpc": "2.0", "id": 1, "result": "ZW5k"}
+        connection.request(
+            "POST", "/", json.dumps(request), {"Content-Type": "application/json", "Accept": _attachments.CONTENT_TYPE}
+        )
+        reply = connection.getresponse()
+        assert reply.getheader("Content-Type") == "application/jsonl"
+        assert json.loads(reply.read().splitlines()[-1])["result"] == "ZW5k"
+    finally:
+        connection.close()

@@ -274,6 +274,7 @@ pub fn jsonrpc_messages(data: &[u8]) {
         target: None,
         next_slot: &mut next_slot,
         streams: false,
+        stream_attachments: false,
         attachments: None,
     };
     let mut message = dispatch::Message {

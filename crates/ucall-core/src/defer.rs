@@ -452,7 +452,7 @@ impl Deferred {
 
     /// Queue one item of a streamed reply (its JSON text) for the connection; the caller
     /// holds one of the stream's credits, which the worker gives back.
-    pub(crate) fn push_item(&self, credit: &Arc<Credit>, json: Vec<u8>) {
+    pub(crate) fn push_item(&self, credit: &Arc<Credit>, json: Vec<u8>, attachments: Section) {
         // A streamed reply has no deadline: its way back is its own until it ends.
         let Some(To::Own(back)) = &self.to else {
             credit.give_back();
@@ -467,7 +467,7 @@ impl Deferred {
             generation: back.generation,
             slot: back.slot,
             outcome: Ok(json),
-            attachments: Section::new(),
+            attachments,
             meter: None,
             note: None,
             item: Some(Arc::clone(credit)),
@@ -633,9 +633,20 @@ impl Deferred {
     /// As [`Deferred::send_item`]; [`StreamError::NotStreamed`] for a reply made with
     /// [`crate::Reply::defer`].
     pub fn send_item_trusted(&self, json: Vec<u8>) -> Result<(), StreamError> {
+        self.send_item_attached(json, Section::new())
+    }
+
+    /// Send `json` (trusted, as [`Deferred::send_item_trusted`]) whose placeholders name
+    /// `attachments`, counted from 0 for this item alone: the item then goes as a binary
+    /// message of its own (docs/wire.md). Write placeholders only given
+    /// [`Deferred::accepts_attachments`].
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item_trusted`].
+    pub fn send_item_attached(&self, json: Vec<u8>, attachments: Section) -> Result<(), StreamError> {
         let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
         credit.take(|| !self.is_abandoned(), true)?;
-        self.push_item(credit, json);
+        self.push_item(credit, json, attachments);
         Ok(())
     }
 
@@ -647,11 +658,54 @@ impl Deferred {
     /// # Errors
     /// As [`Deferred::send_item_trusted`].
     pub fn try_send_item_trusted(&self, json: Vec<u8>) -> Result<bool, StreamError> {
+        self.try_send_item_attached(json, Section::new())
+    }
+
+    /// Send `data` as the next item: an attachment where the caller takes one (a binary
+    /// message of its own, docs/wire.md), else a base64 string. Waits as
+    /// [`Deferred::send_item`] does.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item`].
+    pub fn send_item_bytes(&self, data: impl Into<bytes::Bytes>) -> Result<(), StreamError> {
+        let mut attachments = Section::new();
+        let mut json = Vec::with_capacity(64);
+        section::write_bytes(&mut json, 0, self.binary.then_some(&mut attachments), data.into());
+        self.send_item_attached(json, attachments)
+    }
+
+    /// Send an array of `shape` elements of `dtype` (`data` in C order, little-endian) as
+    /// the next item: an attachment where the caller takes one, else the base64 of its
+    /// `.npy` form. Waits as [`Deferred::send_item`] does.
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item`]; [`StreamError::Invalid`] when `data` does not have the
+    /// shape's length.
+    pub fn send_item_array(
+        &self,
+        dtype: Dtype,
+        shape: &[usize],
+        data: impl Into<bytes::Bytes>,
+    ) -> Result<(), StreamError> {
+        let mut attachments = Section::new();
+        let mut json = Vec::with_capacity(128);
+        let writer = self.binary.then_some(&mut attachments);
+        section::write_array(&mut json, 0, writer, dtype, shape, data.into())
+            .map_err(|problem| StreamError::Invalid(format!("Internal error: {problem}")))?;
+        self.send_item_attached(json, attachments)
+    }
+
+    /// [`Deferred::try_send_item_trusted`] for an item with `attachments` (see
+    /// [`Deferred::send_item_attached`]).
+    ///
+    /// # Errors
+    /// As [`Deferred::send_item_trusted`].
+    pub fn try_send_item_attached(&self, json: Vec<u8>, attachments: Section) -> Result<bool, StreamError> {
         let credit = self.stream.as_ref().ok_or(StreamError::NotStreamed)?;
         if !credit.take(|| !self.is_abandoned(), false)? {
             return Ok(false);
         }
-        self.push_item(credit, json);
+        self.push_item(credit, json, attachments);
         Ok(true)
     }
 

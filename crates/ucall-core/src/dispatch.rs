@@ -83,6 +83,10 @@ pub struct Deferrals<'a> {
     /// Whether a single call with an id may stream its result (the transport carries
     /// items: see [`crate::streaming`]); calls in a batch never do.
     pub streams: bool,
+    /// Whether a streamed call's items and final reply may carry attachments (given
+    /// `attachments`): its transport frames them in the stream (raw TCP, WebSocket under
+    /// the binary subprotocol, HTTP that accepts `application/vnd.ucall.binary-stream`).
+    pub stream_attachments: bool,
     /// Where results' binary values go when the caller accepts binary replies
     /// (docs/wire.md): the message's attachments. `None`: in their plain JSON form.
     pub attachments: Option<&'a mut Section>,
@@ -637,7 +641,7 @@ fn invoke_metered(
     reply.set_seed(seed);
     reply.set_attachments(deferrals.attachments.as_deref_mut());
     match call.id() {
-        Some(id) if deferrals.streams => reply.allow_streaming(id),
+        Some(id) if deferrals.streams => reply.allow_streaming(id, deferrals.stream_attachments),
         Some(_) => {}
         // A notification's result is dropped (§4.1): it is not built either.
         None => reply.set_unwanted(true),

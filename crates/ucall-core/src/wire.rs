@@ -23,6 +23,11 @@ pub const PREFIX_LEN: usize = 16;
 /// The HTTP content type of a binary body.
 pub const CONTENT_TYPE: &str = "application/vnd.ucall.binary";
 
+/// The HTTP content type of a streamed reply's body whose messages are framed as on a raw
+/// TCP connection (docs/wire.md §3.1): JSON texts ending in a newline, and binary messages
+/// with their prefix, so that a stream's items may carry attachments.
+pub const STREAM_CONTENT_TYPE: &str = "application/vnd.ucall.binary-stream";
+
 /// The HTTP header field giving the JSON text's length in a binary body.
 pub const JSON_LENGTH_HEADER: &str = "ucall-json-length";
 

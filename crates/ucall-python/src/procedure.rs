@@ -456,8 +456,13 @@ impl DeferredReply {
 }
 
 impl crate::streaming::StreamHooks for Hooks {
-    fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError> {
-        Hooks::serialize(self, value, out)
+    fn serialize(
+        &self,
+        value: &Bound<'_, PyAny>,
+        out: &mut Vec<u8>,
+        section: Option<&mut Section>,
+    ) -> Result<(), RpcError> {
+        Hooks::serialize_attached(self, value, out, section)
     }
 
     fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError {

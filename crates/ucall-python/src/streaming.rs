@@ -6,7 +6,9 @@
 //! the GIL held and sent with it released (waiting there while the stream's window is
 //! full). An async generator is driven by `ucall._streaming.drive` on the server's
 //! asyncio loop, through a [`StreamReply`]. When the caller goes, the generator is closed
-//! (`close()` / `aclose()`, so its `finally` blocks run) and the call ends.
+//! (`close()` / `aclose()`, so its `finally` blocks run) and the call ends. Items and the
+//! final result carry their arrays and bytes as attachments where the caller takes them
+//! (docs/wire.md), as a plain call's result does.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -14,13 +16,20 @@ use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use ucall_core::jsonrpc::section::Section;
 use ucall_core::{Deferred, RpcError, StreamError};
 
 /// What driving a stream needs of the server's Python hooks: the procedures' hooks
 /// implement it, so that this module, below them, names nothing of theirs.
 pub(crate) trait StreamHooks: Send + Sync {
-    /// Serialize a value the handler yielded or returned into `out`.
-    fn serialize(&self, value: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), RpcError>;
+    /// Serialize a value the handler yielded or returned into `out`, its binary values as
+    /// attachments in `section` when given.
+    fn serialize(
+        &self,
+        value: &Bound<'_, PyAny>,
+        out: &mut Vec<u8>,
+        section: Option<&mut Section>,
+    ) -> Result<(), RpcError>;
     /// The JSON-RPC error for an exception `method`'s handler raised (logged as any).
     fn error(&self, py: Python<'_>, error: &PyErr, method: &str) -> RpcError;
     /// Whether the server runs an asyncio loop for async handlers.
@@ -28,6 +37,23 @@ pub(crate) trait StreamHooks: Send + Sync {
 }
 
 type Hooks = Arc<dyn StreamHooks>;
+
+/// `value`, an item or the final result, as JSON and the attachments it names (none
+/// unless the caller takes them: `binary`, [`Deferred::accepts_attachments`]).
+fn serialize(hooks: &Hooks, binary: bool, value: &Bound<'_, PyAny>) -> Result<(Vec<u8>, Section), RpcError> {
+    let mut json = Vec::with_capacity(32);
+    let mut section = Section::new();
+    hooks.serialize(value, &mut json, binary.then_some(&mut section))?;
+    Ok((json, section))
+}
+
+/// Complete `reply` with `value` as its final result.
+fn finish(hooks: &Hooks, reply: Deferred, value: &Bound<'_, PyAny>) {
+    match serialize(hooks, reply.accepts_attachments(), value) {
+        Ok((json, section)) => reply.complete_attached(json, section),
+        Err(error) => reply.error(error),
+    }
+}
 
 /// The final reply of a stream that ended because of `why`: cancelled by its caller
 /// (`-32800`), or its caller has gone (nobody reads it).
@@ -76,20 +102,21 @@ pub(crate) fn drive<'py>(
     }
     if !source.hasattr("__next__").unwrap_or(false) {
         // Not a generator after all: its value is the reply.
-        let mut out = Vec::with_capacity(32);
-        reply.complete(hooks.serialize(&source, &mut out).map(|()| out));
+        finish(hooks, reply, &source);
         return None;
     }
     loop {
         match source.call_method0("__next__") {
             Ok(item) => {
-                let mut json = Vec::with_capacity(32);
-                if let Err(error) = hooks.serialize(&item, &mut json) {
-                    close(&source, "close");
-                    reply.error(error);
-                    return None;
-                }
-                if let Err(why) = py.detach(|| reply.send_item_trusted(json)) {
+                let (json, section) = match serialize(hooks, reply.accepts_attachments(), &item) {
+                    Ok(serialized) => serialized,
+                    Err(error) => {
+                        close(&source, "close");
+                        reply.error(error);
+                        return None;
+                    }
+                };
+                if let Err(why) = py.detach(|| reply.send_item_attached(json, section)) {
                     close(&source, "close");
                     reply.error(stopped(&why));
                     return None;
@@ -101,8 +128,7 @@ pub(crate) fn drive<'py>(
                     .value(py)
                     .getattr("value")
                     .unwrap_or_else(|_| py.None().into_bound(py));
-                let mut out = Vec::with_capacity(32);
-                reply.complete(hooks.serialize(&value, &mut out).map(|()| out));
+                finish(hooks, reply, &value);
                 return None;
             }
             Err(error) => {
@@ -144,11 +170,11 @@ impl StreamReply {
     /// Send `item` if the stream has room now: `True` sent, `False` full (wait and offer
     /// again), `None` the caller has gone.
     fn offer(&self, item: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
-        let mut json = Vec::with_capacity(32);
-        self.hooks
-            .serialize(item, &mut json)
-            .map_err(|e| PyValueError::new_err(e.message().to_string()))?;
-        Ok(match self.with(|reply| reply.try_send_item_trusted(json)) {
+        // Serialized without the reply's lock, as the handler's own code may run (`encode`).
+        let binary = self.with(Deferred::accepts_attachments).unwrap_or(false);
+        let (json, section) =
+            serialize(&self.hooks, binary, item).map_err(|e| PyValueError::new_err(e.message().to_string()))?;
+        Ok(match self.with(|reply| reply.try_send_item_attached(json, section)) {
             Some(Ok(sent)) => Some(sent),
             Some(Err(StreamError::Invalid(why))) => return Err(PyValueError::new_err(why)),
             Some(Err(_)) | None => None,
@@ -181,10 +207,7 @@ impl StreamReply {
                 reply.error(self.hooks.error(py, &PyErr::from_value(exception), &self.method));
             }
             Ok(_) => match task.call_method0("result") {
-                Ok(result) => {
-                    let mut out = Vec::with_capacity(32);
-                    reply.complete(self.hooks.serialize(&result, &mut out).map(|()| out));
-                }
+                Ok(result) => finish(&self.hooks, reply, &result),
                 Err(e) => reply.error(self.hooks.error(py, &e, &self.method)),
             },
             Err(e) => reply.error(self.hooks.error(py, &e, &self.method)),

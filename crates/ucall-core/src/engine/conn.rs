@@ -342,7 +342,10 @@ impl Conn {
             ..
         } = completion;
         let placed = match (item, outcome) {
-            (Some(credit), Ok(json)) => self.session.stream_item(slot, &json, credit, &mut self.out, date),
+            (Some(credit), Ok(json)) => {
+                self.session
+                    .stream_item(slot, (&json, attachments), credit, &mut self.out, date)
+            }
             (Some(credit), Err(_)) => {
                 credit.give_back();
                 false

@@ -104,6 +104,9 @@ pub struct RequestHead {
     /// `Accept` lists `application/vnd.ucall.binary` (with a `q` other than 0): a
     /// JSON-RPC reply with attachments may be a binary message (docs/wire.md §3.1).
     pub accepts_binary: bool,
+    /// `Accept` lists `application/vnd.ucall.binary-stream` (with a `q` other than 0): a
+    /// streamed reply's body may hold binary messages (docs/wire.md §3.1).
+    pub accepts_binary_stream: bool,
     /// `Sec-WebSocket-Protocol` offers [`crate::ws::SUBPROTOCOL`] (plain JSON-RPC).
     pub websocket_plain: bool,
 }
@@ -117,13 +120,13 @@ impl RequestHead {
     }
 }
 
-/// Whether an `Accept` value lists the binary content type with a `q` other than 0
-/// (RFC 9110 §12.5.1: media types and parameter names are case-insensitive).
-fn lists_binary(value: &[u8]) -> bool {
+/// Whether an `Accept` value lists `media_type` with a `q` other than 0 (RFC 9110 §12.5.1:
+/// media types and parameter names are case-insensitive).
+fn lists(value: &[u8], media_type: &str) -> bool {
     value.split(|&b| b == b',').any(|range| {
         let mut parts = range.split(|&b| b == b';');
         let media = parts.next().unwrap_or_default().trim_ascii();
-        media.eq_ignore_ascii_case(wire::CONTENT_TYPE.as_bytes())
+        media.eq_ignore_ascii_case(media_type.as_bytes())
             && !parts.any(|param| {
                 let param = param.trim_ascii();
                 param.len() > 2
@@ -284,7 +287,8 @@ fn parse_head_fields(input: &[u8], max_head_bytes: usize, max_body_bytes: usize,
             }
             6 if name.eq_ignore_ascii_case("accept") => {
                 head.event_stream |= memchr::memmem::find(value, b"text/event-stream").is_some();
-                head.accepts_binary |= lists_binary(value);
+                head.accepts_binary |= lists(value, wire::CONTENT_TYPE);
+                head.accepts_binary_stream |= lists(value, wire::STREAM_CONTENT_TYPE);
             }
             12 if name.eq_ignore_ascii_case("content-type") => {
                 // Most requests say `application/json`, which its length rules out at once.
@@ -721,17 +725,23 @@ pub fn write_chunk(data: &mut Vec<u8>, payload: &[u8]) {
     if payload.is_empty() {
         return; // an empty chunk would end the body
     }
+    write_chunk_size(data, payload.len());
+    data.extend_from_slice(payload);
+    data.extend_from_slice(b"\r\n");
+}
+
+/// Append the line that opens a chunk of `len` bytes (not 0: that ends the body); its
+/// data and a CRLF follow.
+pub fn write_chunk_size(data: &mut Vec<u8>, len: usize) {
     let mut size = [0u8; 16];
     let mut at = size.len();
-    let mut n = payload.len();
+    let mut n = len;
     while n > 0 || at == size.len() {
         at -= 1;
         size[at] = b"0123456789abcdef"[n % 16];
         n /= 16;
     }
     data.extend_from_slice(&size[at..]);
-    data.extend_from_slice(b"\r\n");
-    data.extend_from_slice(payload);
     data.extend_from_slice(b"\r\n");
 }
 

@@ -269,7 +269,7 @@ fn writes_head_before_body_and_a_reply_behind_another_right_after_it() {
 
 #[test]
 fn accept_lists_binary_replies_by_media_type_and_q() {
-    for (value, lists) in [
+    for (value, listed) in [
         ("application/vnd.ucall.binary", true),
         ("application/json, Application/VND.ucall.Binary", true),
         ("application/vnd.ucall.binary;q=0.5", true),
@@ -277,12 +277,39 @@ fn accept_lists_binary_replies_by_media_type_and_q() {
         ("application/vnd.ucall.binary;Q=0.000", false),
         ("*/*", false),
         ("application/vnd.ucall.binary-other", false),
+        ("application/vnd.ucall.binary-stream", false),
         ("text/event-stream", false),
     ] {
-        assert_eq!(lists_binary(value.as_bytes()), lists, "{value}");
+        assert_eq!(lists(value.as_bytes(), wire::CONTENT_TYPE), listed, "{value}");
     }
     let (parsed, _) = head("POST / HTTP/1.1\r\nHost: x\r\nAccept: application/vnd.ucall.binary\r\n\r\n").unwrap();
-    assert!(parsed.accepts_binary);
+    assert!(parsed.accepts_binary && !parsed.accepts_binary_stream);
+}
+
+#[test]
+fn accept_lists_binary_streams_apart_from_binary_replies() {
+    for (value, binary, stream) in [
+        ("application/vnd.ucall.binary-stream", false, true),
+        (
+            "application/vnd.ucall.binary-stream, application/vnd.ucall.binary",
+            true,
+            true,
+        ),
+        (
+            "application/vnd.ucall.binary-stream;q=0, application/jsonl",
+            false,
+            false,
+        ),
+        ("application/jsonl, text/event-stream", false, false),
+    ] {
+        let text = format!("POST / HTTP/1.1\r\nHost: x\r\nAccept: {value}\r\n\r\n");
+        let (parsed, _) = head(&text).unwrap();
+        assert_eq!(
+            (parsed.accepts_binary, parsed.accepts_binary_stream),
+            (binary, stream),
+            "{value}"
+        );
+    }
 }
 
 #[test]

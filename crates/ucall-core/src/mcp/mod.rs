@@ -687,6 +687,8 @@ fn call_tool(
         }),
         next_slot: &mut *at.deferrals.next_slot,
         streams: at.deferrals.streams,
+        // A tool's items are progress notifications: JSON.
+        stream_attachments: false,
         attachments: at.deferrals.attachments.as_deref_mut(),
     };
     let start = out.len();

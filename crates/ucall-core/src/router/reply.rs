@@ -29,6 +29,8 @@ pub struct Reply<'o> {
     seed: Option<&'o Seed<'o>>,
     /// The call's id when it may stream its result ([`Reply::stream`]).
     stream_id: Option<&'o str>,
+    /// A stream's items may carry attachments (when the caller accepts binary replies).
+    stream_attachments: bool,
     /// When the caller stops waiting, if the call has a deadline.
     deadline: Option<Instant>,
     /// The message's attachments, when the caller accepts binary replies.
@@ -53,6 +55,7 @@ impl<'o> Reply<'o> {
             meter: None,
             seed: None,
             stream_id: None,
+            stream_attachments: false,
             deadline: None,
             attachments: None,
             attachments_before: 0,
@@ -120,9 +123,10 @@ impl<'o> Reply<'o> {
     }
 
     /// Let the call stream its result: a single call with an id, on a transport that
-    /// carries items.
-    pub(crate) fn allow_streaming(&mut self, id: &'o str) {
+    /// carries items; with `attachments`, items that name attachments.
+    pub(crate) fn allow_streaming(&mut self, id: &'o str, attachments: bool) {
         self.stream_id = Some(id);
+        self.stream_attachments = attachments;
     }
 
     /// The connection's streamed calls under way, where known.
@@ -181,8 +185,11 @@ impl<'o> Reply<'o> {
             return Err(not_streamable());
         };
         // A stream has no deadline: it lasts while its caller reads, and stops when it goes.
-        // Its items are JSON texts, and so is its final reply: no attachments.
-        let mut deferred = self.defer_as(true, None)?.with_binary(false);
+        // Its items and final reply carry attachments where its transport frames them in
+        // the stream and the caller accepts them (docs/wire.md §3).
+        let deferred = self.defer_as(true, None)?;
+        let binary = deferred.accepts_attachments() && self.stream_attachments;
+        let mut deferred = deferred.with_binary(binary);
         let credit = deferred.make_streamed();
         if let Some(streams) = self.streams() {
             streams.register(id, &credit);

@@ -6,6 +6,7 @@
 use super::tcp::one_line;
 use super::websocket::commit_ws;
 use crate::buffer::OutBuf;
+use crate::http1;
 use crate::jsonrpc::section::Section;
 use crate::wire::{self, Prefix, PREFIX_LEN};
 use crate::ws;
@@ -78,6 +79,18 @@ pub(super) fn commit_ws_reply(out: &mut OutBuf, json_start: usize, section: Sect
         write_prefixed(out, json_start, section);
         commit_ws(out, json_start - PREFIX_LEN, ws::Opcode::Binary);
     }
+}
+
+/// Append the message `json` and its `section` as one chunk of a streamed HTTP body
+/// (`application/vnd.ucall.binary-stream`, docs/wire.md §3.1): a binary message with its
+/// prefix, as on raw TCP, the attachments sent from their own memory.
+pub(super) fn write_chunk_message(out: &mut OutBuf, json: &[u8], section: Section) {
+    let body_len = wire::align(json.len()) + section.len();
+    http1::write_chunk_size(out.data(), PREFIX_LEN + body_len);
+    let json_start = reserve_prefix(out.data());
+    out.data().extend_from_slice(json);
+    write_prefixed(out, json_start, section);
+    out.data().extend_from_slice(b"\r\n");
 }
 
 /// After an HTTP reply's JSON text (from `json_start`): its attachment section, if any;

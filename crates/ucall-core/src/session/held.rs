@@ -7,7 +7,7 @@ use super::attached::{self, commit_tcp_reply, commit_ws_reply};
 use super::http::rest_error;
 use super::tcp::one_line;
 use super::websocket::{commit_ws_text, reserve_ws_header};
-use super::{mcp, MessageKind, PendingMessage, PendingSlot};
+use super::{mcp, Lines, MessageKind, PendingMessage, PendingSlot};
 use crate::buffer::{self, OutBuf};
 use crate::http1::{self, Status};
 use crate::jsonrpc;
@@ -66,22 +66,27 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true, None);
             commit_ws_text(out, start);
         }
-        (MessageKind::Http(_, lines, _), _) if streamed => {
-            // The final reply is the body's last line or event (docs/streaming.md); a
+        (MessageKind::Http(_, lines, _), section) if streamed => {
+            // The final reply is the body's last line or event (docs/streaming.md), a
+            // binary message in a binary stream when its result has attachments; a
             // cancelled MCP call's stream ends without one.
+            let mut section = section.filter(|_| lines == Lines::Binary);
             let mut reply = OutBuf::new();
-            write_completed(&text, slots, &mut reply, false, None);
+            write_completed(&text, slots, &mut reply, false, section.as_mut());
             let mut reply = std::mem::take(reply.data());
-            let data = out.data();
-            let start = data.len();
-            if !reply.is_empty() {
-                one_line(&mut reply);
-                let mut framed = Vec::with_capacity(reply.len() + 8);
-                lines.frame(&reply, &mut framed);
-                http1::write_chunk(data, &framed);
+            let start = out.data().len();
+            match section.filter(|section| !section.is_empty()) {
+                Some(section) => attached::write_chunk_message(out, &reply, section),
+                None if !reply.is_empty() => {
+                    one_line(&mut reply);
+                    let mut framed = Vec::with_capacity(reply.len() + 8);
+                    lines.frame(&reply, &mut framed);
+                    http1::write_chunk(out.data(), &framed);
+                }
+                None => {}
             }
-            data.extend_from_slice(http1::LAST_CHUNK);
-            let end = data.len();
+            out.data().extend_from_slice(http1::LAST_CHUNK);
+            let end = out.data().len();
             out.commit(start..end);
         }
         (MessageKind::Http(persistence, _, _), _) if slots.iter().any(|slot| slot.tool.is_some()) => {

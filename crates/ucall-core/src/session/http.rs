@@ -375,6 +375,7 @@ impl Http {
             next_slot: &mut calls.next_slot,
             // Over HTTP, items need chunked transfer coding (HTTP/1.1) and a JSON-RPC id.
             streams: is_jsonrpc && head.minor_version >= 1,
+            stream_attachments: head.accepts_binary_stream,
             attachments: binary.then_some(&mut attachments),
         };
         // A reply that waits for deferred calls is taken out whole, with where it began.
@@ -414,15 +415,7 @@ impl Http {
             calls.hold_text(
                 out,
                 (text, base),
-                MessageKind::Http(
-                    persistence,
-                    if head.event_stream {
-                        super::Lines::Events
-                    } else {
-                        super::Lines::Json
-                    },
-                    head.method,
-                ),
+                MessageKind::Http(persistence, super::Lines::accepted(head), head.method),
                 headers,
                 &mut ctx.scratch.jsonrpc.deferred,
                 section,

@@ -117,6 +117,7 @@ pub(super) fn answer(
                 next_slot: &mut calls.next_slot,
                 // Progress goes as server-sent events: chunked transfer coding (HTTP/1.1).
                 streams: head.minor_version >= 1,
+                stream_attachments: false,
                 attachments: None,
             };
             let held = post(

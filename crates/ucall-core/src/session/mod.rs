@@ -164,20 +164,35 @@ enum Lines {
     Json,
     /// `text/event-stream` (server-sent events): one `data:` event per message.
     Events,
+    /// `application/vnd.ucall.binary-stream`: messages as on a raw TCP connection, a JSON
+    /// text per line and binary messages with their prefix (docs/wire.md §3.1).
+    Binary,
 }
 
 impl Lines {
+    /// The framing a request's `Accept` asks for; binary messages where it lists them.
+    fn accepted(head: &http1::RequestHead) -> Lines {
+        if head.accepts_binary_stream {
+            Lines::Binary
+        } else if head.event_stream {
+            Lines::Events
+        } else {
+            Lines::Json
+        }
+    }
+
     fn content_type(self) -> &'static [u8] {
         match self {
             Lines::Json => b"application/jsonl",
             Lines::Events => b"text/event-stream",
+            Lines::Binary => crate::wire::STREAM_CONTENT_TYPE.as_bytes(),
         }
     }
 
     /// Append `message` (one line of JSON) framed as one line or event.
     fn frame(self, message: &[u8], out: &mut Vec<u8>) {
         match self {
-            Lines::Json => {
+            Lines::Json | Lines::Binary => {
                 out.extend_from_slice(message);
                 out.push(b'\n');
             }
@@ -478,10 +493,18 @@ impl Session {
         true
     }
 
-    /// An item of the streamed reply in `slot` arrived (its JSON text): queue it ahead of
-    /// the reply's place, and give its `credit` back once the output is short. Returns
-    /// `false` for a slot this session does not await (the item is dropped).
-    pub fn stream_item(&mut self, slot: u64, item: &[u8], credit: Arc<Credit>, out: &mut OutBuf, date: &[u8]) -> bool {
+    /// An item of the streamed reply in `slot` arrived (its JSON text, whose placeholders
+    /// name `attachments`): queue it ahead of the reply's place, and give its `credit`
+    /// back once the output is short. Returns `false` for a slot this session does not
+    /// await (the item is dropped).
+    pub fn stream_item(
+        &mut self,
+        slot: u64,
+        (item, attachments): (&[u8], Section),
+        credit: Arc<Credit>,
+        out: &mut OutBuf,
+        date: &[u8],
+    ) -> bool {
         let Some((index, at)) = self.calls.find(slot) else {
             credit.give_back();
             return false;
@@ -512,22 +535,28 @@ impl Session {
         };
         let streamed = &mut message.streamed;
         let (kind, headers) = (message.kind, &message.headers);
-        out.fill_before(message.hole, |out| match kind {
-            MessageKind::Stream => {
-                let data = out.data();
-                let start = data.len();
-                write_message(data);
-                one_line(&mut data[start..]);
-                data.push(b'\n');
-                let end = data.len();
-                out.commit(start..end);
+        // An item's placeholders count from its own section: a binary message of its own,
+        // where the caller takes one (docs/wire.md §3) and the item has attachments.
+        let section =
+            (message.attachments.is_some() && progress.is_empty() && !attachments.is_empty()).then_some(attachments);
+        out.fill_before(message.hole, |out| match (kind, section) {
+            (MessageKind::Stream, section) => {
+                let json_start = attached::reserve_prefix(out.data());
+                write_message(out.data());
+                attached::commit_tcp_reply(out, json_start, section.unwrap_or_default());
             }
-            MessageKind::WebSocket => {
+            (MessageKind::WebSocket, Some(section)) => {
+                reserve_ws_header(out.data());
+                let json_start = attached::reserve_prefix(out.data());
+                write_message(out.data());
+                attached::commit_ws_reply(out, json_start, section);
+            }
+            (MessageKind::WebSocket, None) => {
                 let start = reserve_ws_header(out.data());
                 write_message(out.data());
                 commit_ws_text(out, start);
             }
-            MessageKind::Http(persistence, lines, _) => {
+            (MessageKind::Http(persistence, lines, _), section) => {
                 let data = out.data();
                 let start = data.len();
                 if !*streamed {
@@ -536,11 +565,16 @@ impl Session {
                 }
                 let mut message = Vec::with_capacity(item.len() + 64);
                 write_message(&mut message);
-                one_line(&mut message);
-                let mut framed = Vec::with_capacity(message.len() + 8);
-                lines.frame(&message, &mut framed);
-                http1::write_chunk(data, &framed);
-                let end = data.len();
+                match section.filter(|_| lines == Lines::Binary) {
+                    Some(section) => attached::write_chunk_message(out, &message, section),
+                    None => {
+                        one_line(&mut message);
+                        let mut framed = Vec::with_capacity(message.len() + 8);
+                        lines.frame(&message, &mut framed);
+                        http1::write_chunk(out.data(), &framed);
+                    }
+                }
+                let end = out.data().len();
                 out.commit(start..end);
             }
         });
@@ -716,6 +750,7 @@ impl Calls {
             target: ctx.defer.map(|target| target.with_presence(&self.presence)),
             next_slot: &mut self.next_slot,
             streams: true,
+            stream_attachments: true,
             attachments,
         };
         let mut message = dispatch::Message {
