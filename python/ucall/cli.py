@@ -41,7 +41,7 @@ from ucall import _codec
 from ucall._attachments import SCHEMA_MARK
 from ucall._server import Server
 from ucall._ucall import __version__, check_rate_limit, type_text
-from ucall.client import Client, Response
+from ucall.client import STREAMS_ITS_RESULT, Client, Response
 from ucall.exceptions import ConnectError, RPCError, UCallError
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -246,6 +246,11 @@ def main() -> None:
     "Default: where the server's description (rpc.discover) marks the param.",
 )
 @click.option("--positional", is_flag=True, help="Pass the values by position: VALUE or VALUE:TYPE.")
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Read a streamed result (a procedure that yields): each item a JSON line as it comes, then the result.",
+)
 @click.option("--list", "list_methods", is_flag=True, help="List the server's methods (from rpc.discover) and exit.")
 @click.option(
     "--uri",
@@ -309,6 +314,7 @@ def call(
     images: tuple[str, ...],
     binary: bool | None,
     positional: bool,
+    stream: bool,
     list_methods: bool,
     uri: str,
     port: int,
@@ -375,6 +381,11 @@ def call(
             click.echo(_describe(document, None if list_methods else method))
             return
         assert method is not None
+        if stream:
+            if output_format not in ("raw", "json") or output:
+                raise click.UsageError("--stream writes JSON lines on standard output: no --format or -o with it")
+            _stream(client, method, params)
+            return
         response = _send(client, method, params)
         _show(response, output_format, output)
     except RPCError as error:
@@ -385,6 +396,8 @@ def call(
         hint = ""
         if isinstance(error, ConnectError) and isinstance(error.__cause__, ssl.SSLCertVerificationError):
             hint = " (--cacert PATH trusts the CA that signed it; --insecure skips the check)"
+        elif STREAMS_ITS_RESULT in str(error):
+            hint = f"\n(ucall {method} --stream ... prints its items as they come)"
         click.secho(f"ucall: {error}{hint}", fg="red", err=True)
         sys.exit(2)
     finally:
@@ -485,6 +498,17 @@ def _send(client: Client, method: str, params: Any) -> Response:
             bar.update(sent - bar.pos)
 
         return client.call_with_progress(method, params, progress)
+
+
+def _stream(client: Client, method: str, params: Any) -> None:
+    """A streamed call's items, each a JSON line on standard output as it comes (arrays and
+    bytes as base64), then its result unless it is null."""
+    args, kwargs = (params, {}) if isinstance(params, list) else ([], params or {})
+    with client.stream(method, *args, **kwargs) as items:
+        for item in items:
+            click.echo(json.dumps(_codec.pack(item), ensure_ascii=False))
+    if items.result is not None:
+        click.echo(json.dumps(_codec.pack(items.result), ensure_ascii=False))
 
 
 def _leaves(value: Any) -> list[Any]:

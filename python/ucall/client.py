@@ -274,6 +274,32 @@ def _native_params(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return kwargs or args or None
 
 
+def _loads_or_none(text: bytes) -> Any:
+    try:
+        return loads(text)
+    except ValueError:
+        return None
+
+
+def _is_item(data: Any) -> bool:
+    """Whether ``data`` is an item of a streamed reply (docs/streaming.md)."""
+    return isinstance(data, dict) and data.get("method") == _streamed.ITEM_METHOD and "id" not in data
+
+
+#: What the error of a call to a procedure that streams its result says.
+STREAMS_ITS_RESULT = "streams its result"
+
+
+def _streams_error(method: Any) -> ProtocolError:
+    """What a call of a procedure that streams its result raises: its items came in
+    place of one reply."""
+    name = f"{method!r} " if isinstance(method, str) else ""
+    return ProtocolError(
+        f"the procedure {name}{STREAMS_ITS_RESULT} (items came in place of one reply): read them with"
+        " client.stream(method, ...) (docs/streaming.md)"
+    )
+
+
 def _decode(reply: Reply) -> Any:
     if reply.json_length is not None:  # a binary message: placeholders resolved
         return _decode_body(reply.status, _attachments.decode(reply.body, reply.json_length))
@@ -369,6 +395,8 @@ def _decode_body(status: int | None, body: Any) -> Any:
         try:
             data = loads(body if isinstance(body, bytes) else bytes(body))
         except ValueError:
+            if _is_item(_loads_or_none(bytes(body).split(b"\n", 1)[0])):  # a streamed reply's JSON lines
+                raise _streams_error(None) from None
             text = bytes(body[:200]).decode("utf-8", "replace")
             shown = f"HTTP {status}: " if status is not None else ""
             raise ProtocolError(f"{shown}the reply is not JSON: {text!r}") from None
@@ -1080,6 +1108,8 @@ class Client(_Endpoint, _OwnsSocket):
         if isinstance(data, dict) and "error" in data and data.get("id") is None:
             return response  # errors about the request itself carry no id
         if not isinstance(data, dict) or data.get("id") != request.get("id"):
+            if _is_item(data):
+                raise _streams_error(request.get("method"))
             raise ProtocolError(f"a reply to another request: {data!r}")
         return response
 

@@ -65,6 +65,38 @@ def test_errors_exit_non_zero_with_a_message(port):
         assert code == 2 and "the result is 3, not bytes (a base64 string)" in err, (output_format, err)
 
 
+@pytest.mark.parametrize("transport", [[], ["--tcp"]])
+def test_stream_prints_items_as_json_lines(make_server, transport):
+    """``--stream`` reads a procedure that yields: its items, then its result, a JSON line
+    each; without it such a call fails with a hint to use it."""
+    np = pytest.importorskip("numpy")
+    server = make_server()
+
+    @server
+    def count(n: int):
+        yield from range(n)
+        return "done"
+
+    @server
+    def frames(n: int):
+        for i in range(n):
+            yield np.full(2, i, np.float32)
+
+    port = server.start().port
+    code, out, _ = run("count", "n=3", "--stream", "-p", port, *transport)
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == [0, 1, 2, "done"]
+    code, out, _ = run("frames", "n=2", "--stream", "--binary", "-p", port, *transport)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(lines) == 2, out  # arrays as base64 .npy; a null result is not printed
+    from ucall.client import Response
+
+    assert [Response({"jsonrpc": "2.0", "id": 1, "result": line}).numpy.tolist() for line in lines] == [[0, 0], [1, 1]]
+    code, _, err = run("count", "n=3", "-p", port, *transport)
+    assert code == 2 and "streams its result" in err and "ucall count --stream" in err
+    code, _, err = run("count", "n=3", "--stream", "--format", "numpy", "-p", port, *transport)
+    assert code == 2 and "--stream writes JSON lines" in err
+
+
 def test_options_anywhere(make_server):
     server = with_client_procedures(make_server())
     server.method("serve")(lambda: "the serve method")

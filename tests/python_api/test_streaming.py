@@ -255,6 +255,26 @@ def test_calls_that_cannot_stream_are_refused(server):
     connection.close()
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_calling_a_streaming_procedure_says_to_stream_it(server, transport):
+    """``call`` gets items where it waits for one reply: a ``ProtocolError`` that says so
+    (not "not JSON" or "a reply to another request"), and the client goes on serving."""
+    from ucall.exceptions import ProtocolError
+
+    client = client_for(server, transport)
+    with pytest.raises(ProtocolError, match=r"streams its result .*client\.stream"):
+        client.call("count", n=3)
+    assert client.plain(5).json == 5
+
+    async def main() -> object:
+        client = client_for(server, transport, AsyncClient)
+        with pytest.raises(ProtocolError, match=r"streams its result .*client\.stream"):
+            await client.call("count", n=3)
+        return (await client.plain(6)).json
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == 6
+
+
 def test_stream_on_an_ordinary_method_gives_its_result(server):
     stream = Client("127.0.0.1", server.port).stream("plain", 9)
     assert list(stream) == []
