@@ -76,6 +76,18 @@ class StreamFramer:
             self.ended = True
         self.buffer += data
 
+    def wanted(self) -> int:
+        """Bytes the message being received still needs, where known (a binary message
+        whose prefix has come, the rest of an HTTP chunk): a read may ask for that many."""
+        if self.ws is not None:
+            return 0
+        if self.kind == "http" and self._head is not None:
+            return max(self._chunk_left, 0)
+        buffer = self.buffer
+        if self._binary_stream and buffer[:1] == _MAGIC and len(buffer) >= _attachments.PREFIX.size:
+            return _attachments.PREFIX.size + _attachments.parse_prefix(buffer)[1] - len(buffer)
+        return 0
+
     def to_send(self) -> bytes:
         """What the connection owes the server (a WebSocket pong)."""
         return self.ws.to_send() if self.ws is not None else b""
@@ -129,7 +141,8 @@ class StreamFramer:
                 end = _attachments.PREFIX.size + length
                 if len(buffer) < end:
                     return
-                body = bytes(buffer[_attachments.PREFIX.size : end])
+                with memoryview(buffer) as view:  # one copy, not a slice's and then bytes'
+                    body = bytes(view[_attachments.PREFIX.size : end])
                 del buffer[:end]
                 self._message(body, out, json_length)
                 continue

@@ -1296,6 +1296,12 @@ def _stream_end(data: Any, request_id: int, cancelled: bool) -> Any:
     return response.json
 
 
+def _read_size(framer: _streamed.StreamFramer) -> int:
+    """How much a stream's next read asks for: what the message under way still needs
+    (a large attachment in few reads), at least 64 KiB and at most 16 MiB."""
+    return min(max(1 << 16, framer.wanted()), 16 << 20)
+
+
 def _cancel_request(request_id: int) -> bytes:
     return dumps({"jsonrpc": "2.0", "method": _streamed.CANCEL_METHOD, "params": {"id": request_id}})
 
@@ -1348,7 +1354,7 @@ class Stream(_OwnsSocket):
             if sock is None:
                 raise StopIteration
             try:
-                data = sock.recv(1 << 16)
+                data = sock.recv(_read_size(self._framer))
             except socket.timeout:
                 self.close()
                 raise TimeoutError(f"no item from {self._where} within {self._timeout} s") from None
@@ -1442,7 +1448,7 @@ class AsyncStream:
             if self._ended or framer is None or self._reader is None:
                 raise StopAsyncIteration
             try:
-                data = await asyncio.wait_for(self._reader.read(1 << 16), self._client.timeout)
+                data = await asyncio.wait_for(self._reader.read(_read_size(framer)), self._client.timeout)
             except asyncio.TimeoutError:
                 await self.aclose()
                 raise TimeoutError(f"no item from {self._client._where} within {self._client.timeout} s") from None

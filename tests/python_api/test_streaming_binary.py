@@ -439,3 +439,27 @@ def test_a_plain_http_client_streams_json_lines(server):
         assert json.loads(reply.read().splitlines()[-1])["result"] == "ZW5k"
     finally:
         connection.close()
+
+
+def test_the_framer_asks_for_the_rest_of_a_large_message_in_one_read():
+    """``StreamFramer.wanted``: once a binary message's prefix (raw TCP) or a chunk's size
+    line (HTTP) has come, what the message still needs, so that the stream reads an
+    attachment in few reads rather than in 64 KiB pieces; 0 where nothing is known."""
+    from ucall import _attachments, _streamed
+
+    body = b'{"jsonrpc":"2.0","method":"ucall.stream","params":{"id":1,"item":1}}'
+    message = _attachments.prefix(len(body), len(body) + 1000) + body + bytes(1000)
+    framer = _streamed.StreamFramer("tcp", 1)
+    framer.feed(message[:10])
+    assert framer.wanted() == 0, "the prefix is not whole yet"
+    framer.feed(message[10:100])
+    assert framer.wanted() == len(message) - 100
+    framer.feed(message[100:])
+    assert framer.events() == [("item", 1)] and framer.wanted() == 0
+
+    http = _streamed.StreamFramer("http", 1)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.ucall.binary-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    http.feed(head + f"{len(message):x}\r\n".encode() + message[:50])
+    assert http.events() == [] and http.wanted() == len(message) - 50
+    http.feed(message[50:] + b"\r\n0\r\n\r\n")
+    assert http.events() == [("item", 1)]
