@@ -73,17 +73,10 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             let mut section = section.filter(|_| lines == Lines::Binary);
             let mut reply = OutBuf::new();
             write_completed(&text, slots, &mut reply, false, section.as_mut());
-            let mut reply = std::mem::take(reply.data());
+            let reply = std::mem::take(reply.data());
             let start = out.data().len();
-            match section.filter(|section| !section.is_empty()) {
-                Some(section) => attached::write_chunk_message(out, &reply, section),
-                None if !reply.is_empty() => {
-                    one_line(&mut reply);
-                    let mut framed = Vec::with_capacity(reply.len() + 8);
-                    lines.frame(&reply, &mut framed);
-                    http1::write_chunk(out.data(), &framed);
-                }
-                None => {}
+            if !reply.is_empty() {
+                lines.write_chunk(out, reply, section);
             }
             out.data().extend_from_slice(http1::LAST_CHUNK);
             let end = out.data().len();

@@ -189,6 +189,20 @@ impl Lines {
         }
     }
 
+    /// Append `message` (a JSON text) as a chunk of a streamed body: with `section`'s
+    /// attachments a binary message in a binary stream, else one line or event.
+    fn write_chunk(self, out: &mut OutBuf, mut message: Vec<u8>, section: Option<Section>) {
+        match section.filter(|section| self == Lines::Binary && !section.is_empty()) {
+            Some(section) => attached::write_chunk_message(out, &message, section),
+            None => {
+                one_line(&mut message);
+                let mut framed = Vec::with_capacity(message.len() + 8);
+                self.frame(&message, &mut framed);
+                http1::write_chunk(out.data(), &framed);
+            }
+        }
+    }
+
     /// Append `message` (one line of JSON) framed as one line or event.
     fn frame(self, message: &[u8], out: &mut Vec<u8>) {
         match self {
@@ -565,15 +579,7 @@ impl Session {
                 }
                 let mut message = Vec::with_capacity(item.len() + 64);
                 write_message(&mut message);
-                match section.filter(|_| lines == Lines::Binary) {
-                    Some(section) => attached::write_chunk_message(out, &message, section),
-                    None => {
-                        one_line(&mut message);
-                        let mut framed = Vec::with_capacity(message.len() + 8);
-                        lines.frame(&message, &mut framed);
-                        http1::write_chunk(out.data(), &framed);
-                    }
-                }
+                lines.write_chunk(out, message, section);
                 let end = out.data().len();
                 out.commit(start..end);
             }
