@@ -6,8 +6,9 @@
 
 The first form starts its own server (with a throwaway certificate for TLS, made by the
 `openssl` command), sends a 1.6 MB float32 array over HTTP, raw TCP and WebSocket, plain
-and TLS, and checks that the same array comes back. The second only serves, for other
-clients (js/examples/arrays.mjs). curl and other plain JSON clients get base64 instead.
+and TLS, and checks that the same array comes back, and that a generator's frames stream
+back as arrays too (docs/streaming.md). The second only serves, for other clients
+(js/examples/arrays.mjs). curl and other plain JSON clients get base64 instead.
 """
 
 import argparse
@@ -36,6 +37,12 @@ def scale(x: np.ndarray, factor: float) -> np.ndarray:
     return x * factor
 
 
+def frames(x: np.ndarray, n: int):
+    # A streamed result: each frame goes as an attachment of its own message.
+    for i in range(n):
+        yield x * i
+
+
 def in_place() -> bool:
     """Whether the last echo's `x` viewed its attachment in the receive buffer: how a
     client in another language (js/examples/arrays.mjs) sees that its array travelled as
@@ -47,6 +54,7 @@ def make_server(port: int, **options) -> Server:
     server = Server(port=port, **options)
     server(echo)
     server(scale)
+    server(frames)
     server(in_place)
     return server
 
@@ -78,8 +86,11 @@ def round_trips() -> None:
                     doubled = client.scale(x, 2.0).numpy
                     same = back.dtype == x.dtype and np.array_equal(back, x) and np.array_equal(doubled, 2 * x)
                     scheme, in_place = url.split(":")[0], last_call["in_place"]
+                    streamed = list(client.stream("frames", x, 3))
+                    frames_equal = all(np.array_equal(frame, x * i) for i, frame in enumerate(streamed))
                     print(
-                        f"{scheme}: {back.dtype} {back.shape} equal: {same}, an attachment viewed in place: {in_place}"
+                        f"{scheme}: {back.dtype} {back.shape} equal: {same}, an attachment viewed in place: {in_place},"
+                        f" {len(streamed)} streamed frames equal: {frames_equal}"
                     )
             # A client that asks for plain JSON gets the same array, as base64 of its .npy.
             with Client(f"http://{plain}", binary=False) as client:

@@ -14,10 +14,12 @@ EXPECTED = {
     "demo.py": ['"result":3', '"result":"HI!HI!"', "-32602", "-32001", "42", "demo (Python): ok"],
     "client.py": ["by name: 3", "batch: 2 4", "error: -32602", "raw TCP: 42", "async: [0, 2, 4"],
     "rich_types.py": ["area: 7.0", "checksum: 6", "normalize: [[0.25, -1.0], [0.5, 0.125]]", "thumbnail: (16, 12)"],
-    # A 1.6 MB array there and back as attachments, plain and TLS, then as base64.
+    # A 1.6 MB array there and back as attachments, plain and TLS (and streamed back as
+    # three frames), then as base64.
     "arrays.py": [
         *(
-            f"{scheme}: float32 (400, 1000) equal: True, an attachment viewed in place: True\n"
+            f"{scheme}: float32 (400, 1000) equal: True, an attachment viewed in place: True,"
+            " 3 streamed frames equal: True\n"
             for scheme in ("http", "tcp", "ws", "https", "tls", "wss")
         ),
         "json/base64: equal: True, an attachment viewed in place: False",
