@@ -273,6 +273,11 @@ fn a_body_that_stops_arriving_is_cut_at_the_idle_time_out() {
         );
         stalled.send(&[b'['; 1000]);
         let started = Instant::now();
+        // Counted once accepted: until then "no connection" would not mean "cut".
+        assert!(
+            common::wait_until(Duration::from_secs(5), || server.connections() >= 1),
+            "the stalled connection was never accepted"
+        );
         others_are_served(&server, "a stalled body");
         assert!(
             common::wait_until(Duration::from_secs(5), || server.connections() == 0),
