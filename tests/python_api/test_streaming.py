@@ -275,6 +275,33 @@ def test_calling_a_streaming_procedure_says_to_stream_it(server, transport):
     assert asyncio.run(asyncio.wait_for(main(), 30)) == 6
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_long_stream_does_not_hold_what_it_sent(make_server, transport):
+    """2,000 items of 100 KB (200 MB in all): the server lets go of each once it is sent
+    (it held every item until the stream ended: RSS grew by the whole stream)."""
+    server = make_server()
+
+    @server
+    def ticks(n: int, size: int):
+        item = "x" * size
+        for _ in range(n):
+            yield item
+
+    server.start()
+    client = client_for(server, transport)
+    before, peak = _rss_mib(), 0.0
+    for i, item in enumerate(client.stream("ticks", 2_000, 100_000)):
+        assert len(item) == 100_000
+        if i % 100 == 0:
+            peak = max(peak, _rss_mib())
+    assert peak - before < 64, f"RSS grew by {peak - before:.0f} MiB over a 200 MB stream"
+
+
 def test_stream_on_an_ordinary_method_gives_its_result(server):
     stream = Client("127.0.0.1", server.port).stream("plain", 9)
     assert list(stream) == []

@@ -17,6 +17,10 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
+/// Sent bytes at the front of the byte area from which [`OutBuf::release_sent`] moves
+/// the rest down.
+const RELEASE_MIN: usize = 64 << 10;
+
 #[derive(Debug, Clone)]
 struct Segment {
     /// Bytes of the byte area, or of the attached buffer `own` when set.
@@ -300,6 +304,72 @@ impl OutBuf {
         }
         if self.is_empty() {
             self.clear();
+        }
+    }
+
+    /// While a hole keeps the buffer from emptying (a streamed reply under way), give back
+    /// what was sent before the first unsent segment: the byte area's bytes that no
+    /// queued segment uses are cut away (what is left moves down) and sent attached
+    /// buffers are released, so that a long stream holds only what waits to be sent, not
+    /// every item it sent. Engines call it where the kernel reads none of the sent bytes
+    /// any more (as for [`OutBuf::shrink`]).
+    pub fn release_sent(&mut self) {
+        if self.first == 0 || self.is_empty() {
+            return;
+        }
+        self.release_sent_now(RELEASE_MIN);
+    }
+
+    /// [`OutBuf::release_sent`], moving the live bytes down once `move_from` sent bytes
+    /// lie before them.
+    #[cold]
+    fn release_sent_now(&mut self, move_from: usize) {
+        for segment in self.segments.drain(..self.first) {
+            if let Some(index) = segment.own {
+                if let Attached::Own(buffer) = std::mem::take(&mut self.buffers[index]) {
+                    keep(buffer);
+                }
+            }
+        }
+        self.next_hole_at = self.next_hole_at.saturating_sub(self.first);
+        self.barrier = self.barrier.saturating_sub(self.first);
+        self.first = 0;
+        // Moving the byte area's live bytes together costs their length: done once the
+        // dead bytes are many, so a stream of small items moves little. Not while an
+        // attachment waits for its commit (its offset names a place in the area).
+        let live: usize = (self.segments.iter())
+            .filter(|s| s.own.is_none() && s.hole.is_none())
+            .map(|s| s.range.len())
+            .sum();
+        if self.attached.is_empty() && self.data.len() - live >= move_from.max(1) {
+            // In the order of their places, each range moves down to where the last ended.
+            let mut order: Vec<usize> = (0..self.segments.len())
+                .filter(|&i| self.segments[i].own.is_none())
+                .collect();
+            order.sort_by_key(|&i| self.segments[i].range.start);
+            let mut end = 0;
+            for i in order {
+                let range = self.segments[i].range.clone();
+                self.data.copy_within(range.clone(), end);
+                self.segments[i].range = end..end + range.len();
+                end += range.len();
+            }
+            self.data.truncate(end);
+        }
+        let first_buffer = (self.segments.iter().filter_map(|s| s.own))
+            .chain(self.attached.iter().map(|&(_, index)| index))
+            .min()
+            .unwrap_or(self.buffers.len());
+        if first_buffer > 0 {
+            self.buffers.drain(..first_buffer);
+            for segment in &mut self.segments {
+                if let Some(index) = segment.own.as_mut() {
+                    *index -= first_buffer;
+                }
+            }
+            for (_, index) in &mut self.attached {
+                *index -= first_buffer;
+            }
         }
     }
 
@@ -614,6 +684,12 @@ mod tests {
                 5 => {
                     let sendable = out.to_vec().len();
                     out.advance(next(sendable as u64 + 1));
+                    // What is still queued is the same after the sent part is let go.
+                    let queued = out.to_vec();
+                    if out.first > 0 && !out.is_empty() {
+                        out.release_sent_now(next(64));
+                    }
+                    assert_eq!(out.to_vec(), queued, "after step {step}");
                 }
                 _ => {
                     out.move_sendable(&mut other);
@@ -623,6 +699,62 @@ mod tests {
             }
             assert_eq!(out.pending(), counted(&out), "after step {step}");
         }
+    }
+
+    /// A streamed reply's items go out ahead of its hole for as long as it lasts: once
+    /// sent, neither their bytes nor their attachments are held.
+    #[test]
+    fn a_long_stream_holds_only_what_waits_to_be_sent() {
+        struct Counted(Arc<AtomicUsize>, Vec<u8>);
+        impl AsRef<[u8]> for Counted {
+            fn as_ref(&self) -> &[u8] {
+                &self.1
+            }
+        }
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut out = OutBuf::new();
+        out.push(b"before;");
+        out.push_hole(1);
+        out.push(b"after;");
+        let mut sent = Vec::new();
+        for i in 0..2_000_u32 {
+            assert!(out.fill_before(1, |out| {
+                let start = out.data().len();
+                out.data().extend_from_slice(format!("item {i} ").as_bytes());
+                out.data().extend_from_slice(&[b'.'; 1000]);
+                out.attach_shared(bytes::Bytes::from_owner(Counted(
+                    Arc::clone(&dropped),
+                    vec![b'a'; 5000],
+                )));
+                out.data().push(b';');
+                let end = out.data().len();
+                out.commit(start..end);
+            }));
+            let queued = out.to_vec();
+            out.advance(queued.len());
+            sent.extend(queued);
+            out.release_sent();
+            assert!(
+                out.data.len() < RELEASE_MIN + 2_000,
+                "item {i}: {} bytes held",
+                out.data.len()
+            );
+            assert!(out.buffers.len() <= 1, "item {i}: {} buffers held", out.buffers.len());
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 2_000, "every sent attachment released");
+        assert!(out.fill(1, |out| out.push(b"end;")));
+        sent.extend(out.to_vec());
+        let text = String::from_utf8(sent).unwrap();
+        assert!(text.starts_with("before;item 0 ..."), "{}", &text[..40]);
+        assert!(text.ends_with(&format!("{};end;after;", "a".repeat(5000))));
+        assert_eq!(text.matches("item ").count(), 2_000);
     }
 
     #[test]

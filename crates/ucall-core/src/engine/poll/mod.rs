@@ -453,6 +453,8 @@ impl PollWorker {
             self.close(key);
             return;
         }
+        // Sent with a copy (writev, TLS): the kernel keeps none of it.
+        pc.conn.out.release_sent();
         pc.conn.out.shrink(OUTPUT_KEEP);
         pc.conn.track_clocks(now);
         let deadline = pc.conn.clocks.deadline(&self.shared.config);

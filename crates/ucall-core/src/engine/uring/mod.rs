@@ -516,6 +516,8 @@ impl UringWorker {
         if !conn.send_inflight {
             conn.sending.shrink(OUTPUT_KEEP);
         }
+        // What the kernel reads was moved to `sending`: the output's sent part is free.
+        conn.core.out.release_sent();
         conn.core.out.shrink(OUTPUT_KEEP);
         conn.core.track_clocks(self.now);
         let deadline = conn.deadline(&shared.config);
