@@ -7,7 +7,7 @@ generator's 1.6 MB float32 frames reach `Client.stream`, as attachments and as b
 The server (`Server(threads=1)` with `frames(x, n)` yielding `x` n times) runs in a process
 of its own on CPU 0, the client in this one on CPU 1 (where there are two). Each row is
 one stream of `--items` items after one of 20 to warm up: items/s, and the CPU time per
-item of the server process and of this one (user + system, all threads). `binary` is
+item of the server process and of this one (user + system, all threads). `attachments` is
 `Client(binary=None)` sending the array param as an attachment, so the frames come back as
 attachments; `base64` is `binary=False` (plain JSON, each frame base64 of its `.npy`
 form, decoded here by `Response(...).numpy`). Prints a Markdown table. Every process it
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from ucallbench.processes import proc_cpu_seconds, spawn, stop_group  # benches/ is on the path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = """
@@ -43,12 +43,6 @@ def frames(x: np.ndarray, n: int):
 
 server.run(ready=lambda s: print(f"listening on 127.0.0.1:{s.port}", flush=True))
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:
@@ -75,12 +69,11 @@ def main() -> None:
     args = parser.parse_args()
     two_cores = len(os.sched_getaffinity(0)) >= 2
     pin = ["taskset", "-c", "0"] if two_cores else []
-    server = subprocess.Popen(
+    server = spawn(
         [*pin, sys.executable, "-c", SERVER],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "python")},
-        start_new_session=True,
     )
     try:
         line = server.stdout.readline() if server.stdout else ""
@@ -100,11 +93,11 @@ def main() -> None:
             for form, binary in (("attachments", None), ("base64", False)):
                 client = Client(f"{transport}://127.0.0.1:{port}", binary=binary)
                 run_stream(client, x, 20, binary is False)  # warm-up
-                server_before, client_before = cpu_seconds(server.pid), own_cpu_seconds()
+                server_before, client_before = proc_cpu_seconds(server.pid) or 0.0, own_cpu_seconds()
                 started = time.perf_counter()
                 got = run_stream(client, x, args.items, binary is False)
                 elapsed = time.perf_counter() - started
-                server_cpu = cpu_seconds(server.pid) - server_before
+                server_cpu = (proc_cpu_seconds(server.pid) or 0.0) - server_before
                 client_cpu = own_cpu_seconds() - client_before
                 client.close()
                 if got != args.items:
@@ -115,12 +108,7 @@ def main() -> None:
                     flush=True,
                 )
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_group(server, grace=5.0)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
-/// Sent bytes at the front of the byte area from which [`OutBuf::release_sent`] moves
-/// the rest down.
+/// Dead bytes in the byte area from which [`OutBuf::release_sent`] moves the live ones
+/// together.
 const RELEASE_MIN: usize = 64 << 10;
 
 #[derive(Debug, Clone)]
@@ -324,8 +324,10 @@ impl OutBuf {
     /// lie before them.
     #[cold]
     fn release_sent_now(&mut self, move_from: usize) {
+        let mut released = false;
         for segment in self.segments.drain(..self.first) {
             if let Some(index) = segment.own {
+                released = true;
                 if let Attached::Own(buffer) = std::mem::take(&mut self.buffers[index]) {
                     keep(buffer);
                 }
@@ -335,13 +337,11 @@ impl OutBuf {
         self.barrier = self.barrier.saturating_sub(self.first);
         self.first = 0;
         // Moving the byte area's live bytes together costs their length: done once the
-        // dead bytes are many, so a stream of small items moves little. Not while an
-        // attachment waits for its commit (its offset names a place in the area).
-        let live: usize = (self.segments.iter())
-            .filter(|s| s.own.is_none() && s.hole.is_none())
-            .map(|s| s.range.len())
-            .sum();
-        if self.attached.is_empty() && self.data.len() - live >= move_from.max(1) {
+        // dead bytes are many, so a stream of small items moves little. At most `queued`
+        // bytes are live, so most sends (a pipeline's replies around deferred ones) are
+        // told apart without walking the segments. Not while an attachment waits for its
+        // commit (its offset names a place in the area).
+        if self.attached.is_empty() && self.data.len().saturating_sub(self.queued) >= move_from.max(1) {
             // In the order of their places, each range moves down to where the last ended.
             let mut order: Vec<usize> = (0..self.segments.len())
                 .filter(|&i| self.segments[i].own.is_none())
@@ -355,6 +355,9 @@ impl OutBuf {
                 end += range.len();
             }
             self.data.truncate(end);
+        }
+        if !released {
+            return;
         }
         let first_buffer = (self.segments.iter().filter_map(|s| s.own))
             .chain(self.attached.iter().map(|&(_, index)| index))

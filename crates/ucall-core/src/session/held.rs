@@ -7,7 +7,7 @@ use super::attached::{self, commit_tcp_reply, commit_ws_reply};
 use super::http::rest_error;
 use super::tcp::one_line;
 use super::websocket::{commit_ws_text, reserve_ws_header};
-use super::{mcp, Lines, MessageKind, PendingMessage, PendingSlot};
+use super::{mcp, MessageKind, PendingMessage, PendingSlot};
 use crate::buffer::{self, OutBuf};
 use crate::http1::{self, Status};
 use crate::jsonrpc;
@@ -66,11 +66,11 @@ pub(super) fn render(message: PendingMessage, out: &mut OutBuf, date: &[u8]) {
             write_completed(&text, slots, out, true, None);
             commit_ws_text(out, start);
         }
-        (MessageKind::Http(_, lines, _), section) if streamed => {
+        (MessageKind::Http(_, lines, _), mut section) if streamed => {
             // The final reply is the body's last line or event (docs/streaming.md), a
             // binary message in a binary stream when its result has attachments; a
-            // cancelled MCP call's stream ends without one.
-            let mut section = section.filter(|_| lines == Lines::Binary);
+            // cancelled MCP call's stream ends without one. (A result has attachments only
+            // where the stream may carry them: HTTP that accepts a binary stream.)
             let mut reply = OutBuf::new();
             write_completed(&text, slots, &mut reply, false, section.as_mut());
             let reply = std::mem::take(reply.data());
