@@ -3,7 +3,7 @@
 
     python -m ucallbench binary [--quick] [--seconds 3] [--rounds 3] [--rss-calls 10000]
                                 [--in-flight 4] [--sizes "1.6 MB,16 KB"] [--only floor,ucall,...]
-                                [--no-clients] [--append FILE] [--json FILE]
+                                [--no-clients] [--no-callgrind] [--append FILE] [--json FILE]
 
 Workloads: the echo of a float32 array of 1.6 MB (392 x 1024) and of 16 KB (4,096), the
 server on CPU 0 (`taskset`) and ucall-load on CPU 1. Every row runs with one connection
@@ -27,10 +27,12 @@ one did). In the same run, rounds interleaved, the same bytes go to:
 Figures per row: calls/s, p50 latency, the server process's CPU time (user + system, all
 its threads) per call, and the share of one core the server and the load generator used;
 medians over the rounds. The JSON/base64 goal (a numpy echo costs no more than a bytes
-one) compares two costs level to within 0.1 % in instructions, which rows measured seconds
-apart cannot tell from the host's drift: it is judged on pairs of slices in which the two
-alternate on one server, `PAIRS` a round (`measure_pairs`), the rows' ratio shown beside
-it. After the rounds, the Python server's
+one) is judged on what the host's drift cannot move, the instructions each call costs the
+Python server (callgrind, `benches/callgrind.py --numpy-json`, in the same run): the two
+are level, numpy's within `LEVEL` of bytes' (the bound the issue sets for 'unchanged').
+Their CPU time is shown beside it, from pairs of slices in which the two alternate on one
+server, `PAIRS` a round (`measure_pairs`), and from the rows; seconds apart, it moves by a
+few % either way from run to run. After the rounds, the Python server's
 resident set over `--rss-calls` binary echoes of the 1.6 MB array, and (unless
 `--no-clients` or `--quick`) the client side: `benches/client_bench.py`'s large workload
 for `AsyncClient`, a raw socket moving the same bytes, and grpcio's client. The goals
@@ -44,6 +46,7 @@ import base64
 import json
 import os
 import random
+import shutil
 import statistics
 import struct
 import subprocess
@@ -77,6 +80,8 @@ SATURATED = (FLOOR, NUMPY_BINARY, GRPC, FASTAPI)
 #: Pairs of slices per round in which the 1.6 MB JSON/base64 numpy and bytes rows
 #: alternate on one server (`measure_pairs`).
 PAIRS = 4
+#: How far above bytes' a numpy call's instructions may be and still count as level.
+LEVEL = 0.01
 
 
 def float32s(shape: tuple[int, ...]) -> bytes:
@@ -415,6 +420,24 @@ def client_figures(samples: int) -> dict[str, Any]:
         return {"error": str(error)}
 
 
+def count_instructions() -> tuple[float, float] | None:
+    """Instructions per call of the Python server's 1.6 MB JSON/base64 echoes, numpy's and
+    bytes', under callgrind (benches/callgrind.py); None without valgrind."""
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        print("binary: no valgrind, the JSON/base64 instructions are not counted", file=sys.stderr)
+        return None
+    import callgrind  # benches/callgrind.py (benches/ is on the path, as for ucallbench)
+
+    print("binary: counting the JSON/base64 echoes' instructions (callgrind, about a minute)", file=sys.stderr)
+    per_call = {}
+    with tempfile.TemporaryDirectory(prefix="ucall-callgrind-") as tmp:
+        for kind, (request, expect) in zip(("bytes", "numpy"), callgrind.numpy_json_workloads(1_600_000)):
+            count = 20
+            total = callgrind.counted_span(callgrind.SERVERS["python"], request, 5, count, expect, Path(tmp))
+            per_call[kind] = total / count
+    return per_call["numpy"], per_call["bytes"]
+
+
 # ---------------------------------------------------------------- goals, report
 
 
@@ -439,8 +462,14 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def goals(
-    rows: dict[Key, Row], pairs: list[float], rss: dict[str, Any] | None, clients: dict[str, Any] | None
+    rows: dict[Key, Row],
+    pairs: list[float],
+    rss: dict[str, Any] | None,
+    clients: dict[str, Any] | None,
+    instructions: tuple[float, float] | None = None,
 ) -> list[Goal]:
+    """The issue's goals from the figures; `instructions`: a numpy and a bytes 1.6 MB
+    JSON/base64 echo's, per call (`count_instructions`)."""
     def get(label: str, what: str, in_flight: int = 1) -> float | None:
         row = rows.get(("1.6 MB", label, in_flight))
         return row.median(what) if row is not None and not row.errors else None
@@ -454,10 +483,15 @@ def goals(
         Goal(text, ratio(get(measured, what), get(reference, what)), bound, at_least)
         for text, measured, reference, what, bound, at_least in per_call
     ]
-    # Judged on the pairs (`measure_pairs`); the rows' medians, measured apart, beside them.
+    # Judged on instructions (callgrind); the CPU time of the pairs (`measure_pairs`) and of
+    # the rows, which the host's drift moves by more than the two differ, beside them.
+    level = ratio(*instructions) if instructions else None
+    out.append(
+        Goal("instructions per 1.6 MB call, JSON/base64: numpy / bytes (callgrind)", level, 1 + LEVEL, False, digits=4)
+    )
     paired = statistics.median(pairs) if pairs else None
     json_goal = "server CPU per 1.6 MB call, JSON/base64: numpy / bytes"
-    out.append(Goal(f"{json_goal}, median of {len(pairs)} alternated pairs", paired, 1.0, False, digits=3))
+    out.append(Goal(f"{json_goal}, median of {len(pairs)} alternated pairs", paired, 1.0, False, judged=False, digits=3))
     rows_ratio = ratio(get(NUMPY_JSON, "cpu_us"), get(BYTES_JSON, "cpu_us"))
     out.append(Goal(f"{json_goal}, the rows' medians", rows_ratio, 1.0, False, judged=False, digits=3))
     # calls/s is what a server does with its core busy: judged on the saturated rows when
@@ -493,6 +527,7 @@ def report(
     rss: dict[str, Any] | None,
     clients: dict[str, Any] | None,
     settings: str,
+    instructions: tuple[float, float] | None = None,
 ) -> str:
     lines = [
         "## Binary payloads",
@@ -534,11 +569,17 @@ def report(
             f"Memory: the Python server's RSS {rss['warm_kib'] / 1024:,.1f} MiB warm, "
             f"{rss['last_kib'] / 1024:,.1f} MiB after {rss['calls']:,} numpy binary 1.6 MB echoes.",
         ]
+    if instructions:
+        lines += [
+            "",
+            "JSON/base64 1.6 MB echo, the Python server's instructions per call (callgrind, poll engine): "
+            f"numpy {instructions[0]:,.0f}, bytes {instructions[1]:,.0f}.",
+        ]
     if pairs:
         shown = ", ".join(f"{r:.3f}" for r in sorted(pairs))
         lines += ["", f"JSON/base64 numpy / bytes, server CPU per 1.6 MB call in pairs of alternated slices: {shown}."]
     lines += ["", "| goal | figure | bound | met |", "|---|---:|---:|---|"]
-    for goal in goals(rows, pairs, rss, clients):
+    for goal in goals(rows, pairs, rss, clients, instructions):
         value = "—" if goal.value is None else f"{goal.value:.{goal.digits}f}"
         met = {True: "yes", False: "**no**", None: "not measured"}[goal.met] if goal.judged else "(not judged)"
         bound = f"{'≥' if goal.at_least else '≤'} {goal.bound:g}"
@@ -562,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="of floor, ucall, grpcio, fastapi (comma-separated): these servers")
     ap.add_argument("--no-clients", action="store_true", help="leave out the client side (benches/client_bench.py)")
     ap.add_argument("--client-samples", type=int, default=5)
+    ap.add_argument(
+        "--no-callgrind", action="store_true", help="leave out the JSON/base64 instruction counts (valgrind)"
+    )
     ap.add_argument(
         "--no-build", action="store_true", help="build and install nothing; rows that miss something say so"
     )
@@ -594,16 +638,17 @@ def main(argv: list[str] | None = None) -> int:
         if rss_calls and "1.6 MB" in sizes and "ucall" in servers:
             rss = rss_over_calls(folder, rss_calls)
             loads.append(os.getloadavg()[0])
+    instructions = None if args.quick or args.no_callgrind or "ucall" not in servers else count_instructions()
     clients = None if args.quick or args.no_clients else client_figures(args.client_samples)
     settings = f"{rounds} round{'s' if rounds > 1 else ''} of {seconds:g} s per row after {warmup:g} s of warm-up"
     settings += f", host load average {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores"
-    text = report(rows, pairs, rss, clients, settings)
+    text = report(rows, pairs, rss, clients, settings, instructions)
     print(text)
     if args.append:
         with args.append.open("a") as out:
             out.write("\n" + text)
     if args.json:
         figures = {f"{size} / {label} / {k} in flight": row.__dict__ for (size, label, k), row in rows.items()}
-        args.json.write_text(json.dumps({"rows": figures, "json_pairs": pairs, "rss": rss, "clients": clients}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"rows": figures, "json_pairs": pairs, "json_instructions": instructions, "rss": rss, "clients": clients}, indent=2) + "\n")
     failed = [row for row in rows.values() if row.errors or (row.failure and not row.calls_per_s)]
     return 1 if failed else 0

@@ -108,12 +108,19 @@ def test_goals_are_judged_from_the_figures():
     clients["python-async"] = {"cpu_us_per_call": 2300}  # the JSON/base64 path judges no goal
     clients["grpcio-asyncio"] = {"cpu_us_per_call": 4000}
     pairs = [1.02, 0.97, 0.99, 0.98, 1.01]
-    met = {goal.text: (round(goal.value, 3), goal.met) for goal in binary.goals(rows, pairs, rss, clients)}
+    level = (7_266_918, 7_262_606)  # numpy, bytes: a run's instructions per call
+    met = {goal.text: (round(goal.value, 3), goal.met) for goal in binary.goals(rows, pairs, rss, clients, level)}
     assert met["server CPU per 1.6 MB call, numpy binary / floor"] == (1.375, True)
     assert met["server CPU per 1.6 MB call, bytes binary / floor"] == (1.625, False)
-    # JSON/base64: judged on the pairs of alternated slices; the rows' medians shown beside.
-    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 5 alternated pairs"] == (0.99, True)
+    # JSON/base64: judged on instructions, level within 1 %; the CPU of the pairs of
+    # alternated slices and of the rows' medians shown beside.
+    instructions = "instructions per 1.6 MB call, JSON/base64: numpy / bytes (callgrind)"
+    assert met[instructions] == (1.001, True)
+    assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 5 alternated pairs"] == (0.99, None)
     assert met["server CPU per 1.6 MB call, JSON/base64: numpy / bytes, the rows' medians"] == (1.1, None)
+    dearer = {goal.text: goal for goal in binary.goals(rows, pairs, rss, clients, (7_400_000, 7_262_606))}
+    assert dearer[instructions].met is False
+    assert {goal.text: goal for goal in binary.goals(rows, pairs, rss, clients)}[instructions].met is None
     # calls/s: judged saturated; one in flight shown, not judged.
     assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / floor"] == (0.75, False)
     assert met["1.6 MB calls/s, saturated, 4 in flight: numpy binary / grpcio"] == (3.75, True)
@@ -129,12 +136,14 @@ def test_goals_are_judged_from_the_figures():
     assert goals["server CPU per 1.6 MB call, numpy binary / floor"].met is None
     rows[("1.6 MB", binary.NUMPY_BINARY, 1)].server_core = [97.0]
     rows[("1.6 MB", binary.NUMPY_BINARY, 1)].load_core = [31.0]
-    text = binary.report(rows, [1.004, 0.996], rss, None, "1 round")
+    text = binary.report(rows, [1.004, 0.996], rss, None, "1 round", level)
     assert "| 1.6 MB | 1 | UCall (Python), numpy, binary message | 900 | 100 | 1,100 | 97 % | 31 % |  | 0 |" in text
     assert "| server CPU per 1.6 MB call, numpy binary / floor | — | ≤ 1.5 | not measured |" in text
     assert "| 1.6 MB calls/s, one call in flight (latency bound): numpy binary / grpcio | 3.60 | ≥ 3 | (not judged) |" in text
     assert "in pairs of alternated slices: 0.996, 1.004." in text
-    assert "| server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 2 alternated pairs | 1.000 | ≤ 1 | yes |" in text
+    assert "| server CPU per 1.6 MB call, JSON/base64: numpy / bytes, median of 2 alternated pairs | 1.000 | ≤ 1 | (not judged) |" in text
+    assert f"| {instructions} | 1.0006 | ≤ 1.01 | yes |" in text
+    assert "(callgrind, poll engine): numpy 7,266,918, bytes 7,262,606." in text
 
 
 def test_without_saturated_rows_one_in_flight_is_judged():
