@@ -99,6 +99,23 @@ def build(args: argparse.Namespace) -> Server:
 
         return np.arange(n, dtype="<f4")
 
+    # Streamed results (the stream vectors, docs/streaming.md).
+    @server
+    def count(n: int, fail: bool = False) -> Any:
+        for i in range(n):
+            yield i
+        if fail:
+            raise RPCError(-32001, "boom")
+        return "done"
+
+    @server
+    def frames(n: int) -> Any:
+        import numpy as np
+
+        for i in range(n):
+            yield np.arange(i, i + 4, dtype="<f4")
+        return "done"
+
     @server
     def fail():  # type: ignore[no-untyped-def]
         raise RPCError(-32001, "boom", {"why": "asked to fail"})

@@ -43,6 +43,38 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             let count = call.get::<u32>(0, "n")?;
             reply.array_of(&[count as usize], (0..count).map(|i| i as f32).collect::<Vec<f32>>())
         })
+        // Streamed results (docs/streaming.md): `count(n, fail)` streams 0..n, then "done"
+        // or, with `fail`, the error `boom`; `frames(n)` streams float32 arrays [i, i + 4).
+        .handler("count", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let n = call.get::<u32>(0, "n")?;
+            let fail = call.params().get_optional::<bool>(1, "fail")?.unwrap_or(false);
+            let stream = reply.stream()?;
+            std::thread::spawn(move || {
+                if (0..n).all(|i| stream.send_item(&i).is_ok()) && !fail {
+                    stream.json("done");
+                } else {
+                    stream.error(RpcError::new(-32001, "boom"));
+                }
+            });
+            Ok(())
+        })
+        .handler("frames", |call: &Call<'_>, reply: &mut Reply<'_>| {
+            let n = call.get::<u32>(0, "n")?;
+            let stream = reply.stream()?;
+            std::thread::spawn(move || {
+                for i in 0..n {
+                    let values: Vec<u8> = (i..i + 4).flat_map(|v| (v as f32).to_le_bytes()).collect();
+                    if stream
+                        .send_item_array(ucall_core::Dtype::Float32, &[4], values)
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                stream.json("done");
+            });
+            Ok(())
+        })
         .procedure("fail", |_| -> Result<(), RpcError> {
             Err(RpcError::new(-32001, "boom").with_data(&serde_json::json!({"why": "asked to fail"})))
         })
