@@ -19,7 +19,7 @@ export function streamsError(method: string): RpcError {
   return new RpcError(
     ErrorCode.BadReply,
     `the procedure ${JSON.stringify(method)} ${STREAMS_ITS_RESULT} (items came in place of one reply): ` +
-      "read them with client.stream(method, params) (docs/streaming.md)",
+      "read them with client.stream() (docs/streaming.md)",
     undefined,
     "yes",
   );
