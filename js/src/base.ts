@@ -2,9 +2,13 @@
 // The transport-independent client: ids, pending calls, batching, time-outs, retries.
 
 import { ErrorCode, RpcError, fromErrorObject, isRetryable, type Executed } from "./errors.js";
-import { BINARY, BLOB, Section, body, pack, readBlobs, refusesBinary, scan, unpack, type Body, type Reply } from "./wire.js";
+import { BINARY, BLOB, Section, body, pack, readBlobs, scan, unpack, type Reply } from "./wire.js";
+import { CANCEL_METHOD, STREAM_METHOD, Stream, feedOf, streamsError, type StreamFeed } from "./streamed.js";
+import { HttpStatus, NotSent, ReplyTooLarge, type Message, type Outgoing, type Transport } from "./transport.js";
 
 export type { BinaryReply, Body, Reply } from "./wire.js";
+export { BinaryRequests, HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge } from "./transport.js";
+export type { Message, Outgoing, Sink, Transport } from "./transport.js";
 
 /** Positional or named parameters (JSON-RPC 2.0 §4.2). */
 export type Params = readonly unknown[] | { readonly [name: string]: unknown };
@@ -54,93 +58,6 @@ export interface ClientOptions {
   binary?: boolean;
 }
 
-/** The default `maxReplySize`: 64 MiB, the largest request a UCall server takes by default. */
-export const MAX_REPLY_SIZE = 64 * 1024 * 1024;
-
-/** A reply over the client's `maxReplySize`: `size` bytes, or more when `atLeast`. */
-export class ReplyTooLarge extends Error {
-  override name = "ReplyTooLarge";
-  constructor(size: number, atLeast: boolean, max: number) {
-    super(
-      `a reply of ${size} bytes${atLeast ? " or more" : ""}, over the client's maxReplySize of ${max} bytes ` +
-        "(the connection is closed; raise maxReplySize to take it)",
-    );
-  }
-}
-
-/** One text on the wire: how many of its calls still wait, and a way to stop its HTTP request. */
-export interface Message {
-  live: number;
-  stop?: () => void;
-}
-
-/** A message to send, in the form the transport picks: a JSON text, or a binary message. */
-export interface Outgoing {
-  /** Some param holds bytes or an array (which a binary message carries as attachments). */
-  readonly binary: boolean;
-  /** The JSON text, binary values in their plain JSON forms (base64). */
-  json(): string;
-  /** The body of a binary message (docs/wire.md §1), binary values as attachments. */
-  body(): Body;
-}
-
-/**
- * How a client moves messages. `send` returns nothing when it wrote the message at once
- * (a stream, whose replies come to `Sink.receive`); else a promise of the reply
- * where the transport answers each message (HTTP), or of nothing once the message is
- * written. It calls `written` as it hands the message to the network, and rejects with
- * `NotSent` when the message cannot have left; any other rejection means it may have.
- */
-export interface Transport {
-  send(out: Outgoing, message: Message, written: () => void): Promise<Reply | undefined> | undefined;
-  close(): void;
-}
-
-/** What a stream transport reports to its client. */
-export interface Sink {
-  receive(reply: Reply): void;
-  dropped(reason: unknown): void;
-}
-
-/** A send that failed before any byte could leave (connection refused, client closed). */
-export class NotSent extends Error {
-  override name = "NotSent";
-}
-
-/** A reply with an HTTP status other than 2xx. */
-export class HttpStatus extends Error {
-  constructor(
-    readonly status: number,
-    readonly body: string,
-  ) {
-    super(`HTTP ${status}`);
-  }
-}
-
-/**
- * Binary requests over HTTP (docs/wire.md §3.1), one rule for both HTTP transports: a message
- * with attachments goes as a binary message while the server may take one ("try") and once
- * it took one ("on"); a refusal from a server that never took one (415, or 400 with a
- * -32700) sends the same message again as JSON, which the refusal shows never ran, and every
- * later one ("off").
- */
-export class BinaryRequests {
-  constructor(public state: "off" | "try" | "on") {}
-
-  async send(out: Outgoing, exchange: (binary: boolean) => Promise<Reply>): Promise<Reply> {
-    const binary = out.binary && this.state !== "off";
-    try {
-      const reply = await exchange(binary);
-      if (binary) this.state = "on";
-      return reply;
-    } catch (error) {
-      if (!(binary && this.state !== "on" && error instanceof HttpStatus && refusesBinary(error.status, error.body))) throw error;
-      this.state = "off";
-      return exchange(false);
-    }
-  }
-}
-
 interface Pending {
   id: number | undefined;
   method: string;
@@ -155,9 +72,13 @@ interface Pending {
   timer?: ReturnType<typeof setTimeout>;
   signal?: AbortSignal;
   onAbort?: () => void;
+  /** Starts the time-out again (a stream's item came). */
+  rearm?: () => void;
   message?: Message;
   /** The `traceparent` the request carries, if any. */
   traceparent?: string;
+  /** A streamed call (`stream()`): where its items go. */
+  feed?: StreamFeed;
 }
 
 /** The request's JSON text, written directly (a third faster than stringifying an object). */
@@ -218,6 +139,41 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
       const p = this.pending(method, params, found, resolve as (v: unknown) => void, reject, ++this.nextId, options);
       if (p) this.enqueue([p], this.maxBatch > 1);
     });
+  }
+
+  /**
+   * Calls `method`, which streams its result (docs/streaming.md): iterate the `Stream` for
+   * its items as they come (`for await (const item of client.stream(...))`), then read its
+   * `result`. An error reply rejects the loop after the items sent before it. `options.timeout`
+   * is the longest wait for each item and for the final reply. Over raw TCP and WebSocket the
+   * stream shares the client's connection: calls made after it are answered after it ends.
+   */
+  stream<T = unknown, R = unknown>(method: string, params?: Params, options: CallOptions = {}): Stream<T, R> {
+    let p: Pending | undefined;
+    let gone = false; // closed before its call was made (Blobs still being read)
+    const stream = new Stream<T, R>({
+      cancel: () => {
+        if (!p || p.done) return;
+        if (this.transport.multiplexed) this.cancelOnServer(p.id);
+        else this.settle(p, undefined); // over HTTP, ending the request stops the stream
+      },
+      close: () => {
+        gone = true;
+        if (p) this.fail(p, ErrorCode.Aborted, "the stream was closed before its final reply", p.sent ? "maybe" : "no");
+      },
+    });
+    const feed = feedOf(stream as Stream<unknown, unknown>);
+    const start = (params: Params | undefined) => {
+      if (gone) return;
+      p = this.pending(method, params, scan(params), feed.end, feed.fail, ++this.nextId, options);
+      if (!p) return;
+      p.feed = feed;
+      this.transmit([p], false); // alone: a server streams no call of a batch
+    };
+    if (scan(params) & BLOB) {
+      readBlobs(params).then(start, (error: unknown) => feed.fail(new RpcError(ErrorCode.Aborted, `cannot read a Blob: ${error}`, undefined, "no", error)));
+    } else start(params);
+    return stream;
   }
 
   /** Sends a notification (no reply); resolves once it was delivered as far as the transport tells. */
@@ -285,14 +241,47 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
       signal.addEventListener("abort", p.onAbort, { once: true });
     }
     const timeout = options.timeout ?? this.timeout;
-    if (timeout > 0) {
-      p.timer = setTimeout(
-        () => this.fail(p, ErrorCode.Timeout, `no reply within ${timeout} ms`, p.sent ? "maybe" : "no"),
-        timeout,
-      );
-    }
+    if (timeout > 0) this.arm(p, timeout, "reply");
     if (id !== undefined) this.inFlight.set(id, p);
     return p;
+  }
+
+  /** Fails `p` unless its reply (or, streaming, its next item) comes within `timeout` ms. */
+  private arm(p: Pending, timeout: number, what: string): void {
+    const fire = () => this.fail(p, ErrorCode.Timeout, `no ${what} within ${timeout} ms`, p.sent ? "maybe" : "no");
+    p.timer = setTimeout(fire, timeout);
+    p.rearm = () => {
+      clearTimeout(p.timer);
+      p.timer = setTimeout(fire, timeout);
+    };
+  }
+
+  /** Asks the server to stop the stream of call `id` (over a shared connection). */
+  private cancelOnServer(id: number | undefined): void {
+    if (id !== undefined && !this.closed) this.notify(CANCEL_METHOD, { id }).catch(() => {});
+  }
+
+  /** An item of a streamed reply (docs/streaming.md): to its stream, or the end of a call that did not expect one. */
+  private item(params: unknown, section: Uint8Array | undefined): void {
+    const { id, item } = (params ?? {}) as { id?: unknown; item?: unknown };
+    const p = typeof id === "number" ? this.inFlight.get(id) : undefined;
+    if (!p || p.done) return; // a stream closed here, or a call already failed: its items are dropped
+    if (!p.feed) {
+      // call() on a procedure that streams: fail it now, and stop the stream (over HTTP, the request ends).
+      this.finish(p, streamsError(p.method));
+      if (this.transport.multiplexed) this.cancelOnServer(p.id);
+      return;
+    }
+    let value = item;
+    if (section) {
+      try {
+        value = unpack(item, section);
+      } catch (e) {
+        return this.fail(p, ErrorCode.BadReply, `an item's attachments cannot be read: ${(e as Error).message}`, "yes", e);
+      }
+    }
+    p.rearm?.();
+    p.feed.item(value);
   }
 
   private enqueue(group: Pending[], merge: boolean): void {
@@ -316,6 +305,8 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     group = group.filter((p) => !p.done);
     if (group.length === 0) return;
     const message: Message = { live: group.length };
+    // A streamed HTTP reply's messages (items, then the final reply) as they come.
+    message.part = (reply) => this.receive(reply, group, message, true);
     for (const p of group) {
       p.attempts++;
       p.message = message;
@@ -382,7 +373,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
    * Handles a reply: a Response object or an array of them, as JSON text or a binary message
    * whose results' placeholders become typed arrays. `group` is the message it answers (HTTP).
    */
-  protected receive(reply: Reply, group?: Pending[], message?: Message): void {
+  protected receive(reply: Reply, group?: Pending[], message?: Message, part = false): void {
     const text = typeof reply === "string" ? reply : reply.text;
     const section = typeof reply === "string" ? undefined : reply.section;
     let replies: unknown;
@@ -395,7 +386,13 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     }
     let orphan: unknown;
     for (const reply of Array.isArray(replies) ? replies : [replies]) {
-      const { id, error, result } = (reply ?? {}) as { id?: unknown; error?: unknown; result?: unknown };
+      const { id, error, result, method, params } = (reply ?? {}) as { id?: unknown; error?: unknown; result?: unknown; method?: unknown; params?: unknown };
+      if (method === STREAM_METHOD && id === undefined) {
+        this.item(params, section);
+        continue;
+      }
+      // A streamed HTTP reply's final message: its request ends by itself, nothing left to stop.
+      if (part && message) message.stop = undefined;
       const p = typeof id === "number" ? this.inFlight.get(id) : undefined;
       if (!p) {
         if (id === null && error) orphan = error;
@@ -416,7 +413,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
         else this.finish(p, rpc);
       }
     }
-    if (!group) return;
+    if (!group || part) return;
     // HTTP: calls of this message without their own reply share the id-less error, if any.
     for (const p of group) {
       if (p.done || p.message !== message) continue;
@@ -463,7 +460,10 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
   }
 
   private fail(p: Pending, code: number, text: string, executed: Executed, cause?: unknown): void {
-    if (!p.done) this.finish(p, new RpcError(code, text, undefined, executed, cause));
+    if (p.done) return;
+    this.finish(p, new RpcError(code, text, undefined, executed, cause));
+    // A stream ended here (closed, timed out, aborted) on a shared connection: the server stops it.
+    if (p.feed && this.transport.multiplexed && code !== ErrorCode.Connection && code !== ErrorCode.Closed) this.cancelOnServer(p.id);
   }
 
   /** Marks `p` done; false when it already was. Stops its HTTP request once no call of it waits. */
@@ -472,6 +472,7 @@ export class BaseClient<M = Record<string, (params?: Params) => unknown>> {
     p.done = true;
     if (p.id !== undefined) this.inFlight.delete(p.id);
     if (p.timer !== undefined) clearTimeout(p.timer);
+    p.rearm = undefined;
     if (p.onAbort) p.signal?.removeEventListener("abort", p.onAbort);
     if (p.message && --p.message.live === 0) p.message.stop?.();
     return true;

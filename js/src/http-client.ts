@@ -6,6 +6,7 @@ import type { HttpOptions } from "./http.js";
 import { httpTransport } from "./platform.js";
 
 export { RpcError, ErrorCode, type Executed } from "./errors.js";
+export { Stream, STREAMS_ITS_RESULT } from "./streamed.js";
 export type { CallOptions, ClientOptions, Methods, Params } from "./base.js";
 export { toBase64, fromBase64 } from "./base64.js";
 

@@ -3,6 +3,7 @@
 // fetch is passed in (platform.ts picks Node's own connections otherwise).
 
 import { BinaryRequests, HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type Message, type Outgoing, type Transport } from "./base.js";
+import { BINARY_STREAM, Framer, isStreamed } from "./framing.js";
 import type { Http1Options } from "./http1.js";
 import { CONTENT_TYPE, JSON_LENGTH, readBody, type Reply } from "./wire.js";
 
@@ -41,7 +42,8 @@ export class FetchTransport implements Transport {
     const crossOrigin = page !== undefined && new URL(url).origin !== page;
     this.binary = new BinaryRequests(options.binary === false || (options.binary === undefined && crossOrigin) ? "off" : "try");
     this.headers = { "content-type": "application/json", ...options.headers };
-    if (this.binary.state !== "off") this.headers.accept ??= `${CONTENT_TYPE}, application/json`;
+    // Streamed replies' items as binary messages too (docs/streaming.md, "Binary items").
+    if (this.binary.state !== "off") this.headers.accept ??= `${BINARY_STREAM}, ${CONTENT_TYPE}, application/json`;
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
   }
@@ -67,6 +69,11 @@ export class FetchTransport implements Transport {
     } catch (error) {
       throw neverConnected(error) ? new NotSent(String(error), { cause: error }) : error;
     }
+    if (response.ok && message.part && isStreamed(response.headers.get("content-type"))) {
+      await this.messages(response, controller, message.part);
+      message.stop = undefined;
+      return "";
+    }
     const json = response.headers.get(JSON_LENGTH);
     const isBinary = response.ok && response.headers.get("content-type")?.startsWith(CONTENT_TYPE) && json !== null;
     const bytes = await this.bytes(response, controller);
@@ -77,6 +84,33 @@ export class FetchTransport implements Transport {
   }
 
   close(): void {}
+
+  /** A streamed body's messages, each handed to `part` as it arrives, until the body ends or the request is aborted. */
+  private async messages(response: Response, controller: AbortController, part: (reply: Reply) => void): Promise<void> {
+    const framer = new Framer(this.maxReply);
+    const take = (bytes: Uint8Array) => {
+      for (const reply of framer.feed(bytes)) {
+        if (controller.signal.aborted) return;
+        part(reply);
+      }
+    };
+    try {
+      if (!response.body) take(new Uint8Array(await response.arrayBuffer()));
+      else {
+        const reader = response.body.getReader();
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          take(value);
+          if (controller.signal.aborted) return void reader.cancel().catch(() => {});
+        }
+      }
+    } catch (error) {
+      controller.abort();
+      throw error;
+    }
+    for (const reply of framer.end()) part(reply);
+  }
 
   /** The body, read as it arrives and given up past maxReplySize (the request is aborted). */
   private async bytes(response: Response, controller: AbortController): Promise<Uint8Array> {

@@ -6,6 +6,7 @@
 
 import type { Socket } from "node:net";
 import { BinaryRequests, HttpStatus, MAX_REPLY_SIZE, NotSent, ReplyTooLarge, type ClientOptions, type Message, type Outgoing, type Transport } from "./base.js";
+import { BINARY_STREAM, Framer, isStreamed } from "./framing.js";
 import { CONTENT_TYPE, JSON_LENGTH, readBody, type Reply } from "./wire.js";
 
 /** Options of the Node HTTP/1.1 transport. */
@@ -28,6 +29,8 @@ interface Request {
   written(): void;
   resolve(reply: Reply): void;
   reject(error: unknown): void;
+  /** Takes each message of a streamed reply as it arrives (`Message.part`). */
+  part?: (reply: Reply) => void;
   done: boolean;
   conn?: Conn;
 }
@@ -50,6 +53,8 @@ interface Conn {
   /** Bytes needed before the next parse can make progress. */
   need: number;
   corked: boolean;
+  /** The streamed reply being read (docs/streaming.md): its request and the messages so far. */
+  streaming?: { request: Request; framer: Framer };
 }
 
 /** Idle connections close on our side first, before a server's idle time-out can race a request. */
@@ -73,6 +78,27 @@ function dechunk(buf: Buffer, at: number, max: number): [Buffer, number] | undef
       return end < 0 ? undefined : [Buffer.concat(parts), end + 4];
     }
     if (buf.length < eol + 4 + size) return;
+    parts.push(buf.subarray(eol + 2, eol + 2 + size));
+    at = eol + 4 + size;
+  }
+}
+
+/** The chunks complete in `buf` (a streamed body, read as it comes): their data, where the
+ * rest starts, whether the last chunk came, and how many bytes the next chunk needs. */
+function chunksIn(buf: Buffer): { parts: Buffer[]; next: number; last: boolean; need: number } {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const eol = buf.indexOf("\r\n", at);
+    if (eol < 0) return { parts, next: at, last: false, need: buf.length - at + 1 };
+    const size = parseInt(buf.toString("latin1", at, eol), 16);
+    if (!(size >= 0)) throw new Error("bad chunk size in the reply");
+    if (size === 0) {
+      const end = buf.indexOf("\r\n\r\n", eol);
+      if (end < 0) return { parts, next: at, last: false, need: buf.length - at + 1 };
+      return { parts, next: end + 4, last: true, need: 0 };
+    }
+    if (buf.length < eol + 4 + size) return { parts, next: at, last: false, need: eol + 4 + size - at };
     parts.push(buf.subarray(eol + 2, eol + 2 + size));
     at = eol + 4 + size;
   }
@@ -118,7 +144,8 @@ export class Http1Transport implements Transport {
     this.maxReply = options.maxReplySize ?? MAX_REPLY_SIZE;
     this.binary = new BinaryRequests(options.binary === false ? "off" : "try");
     const headers: Record<string, string> = {};
-    if (this.binary.state !== "off") headers.accept = `${CONTENT_TYPE}, application/json`;
+    // Streamed replies' items as binary messages too (docs/streaming.md, "Binary items").
+    if (this.binary.state !== "off") headers.accept = `${BINARY_STREAM}, ${CONTENT_TYPE}, application/json`;
     for (const [name, value] of Object.entries(options.headers ?? {})) headers[name.toLowerCase()] = value;
     let head = `POST ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
     for (const [name, value] of Object.entries(headers)) {
@@ -149,6 +176,7 @@ export class Http1Transport implements Transport {
         written,
         resolve,
         reject,
+        part: message.part,
         done: false,
       };
       message.stop = () => this.stop(request);
@@ -259,6 +287,25 @@ export class Http1Transport implements Transport {
     let buf: Buffer | undefined = conn.chunks.length === 1 ? conn.chunks[0]! : Buffer.concat(conn.chunks);
     conn.need = 0;
     while (buf && conn.queue.length && !conn.untilClose) {
+      if (conn.streaming) {
+        const { parts, next, last, need } = chunksIn(buf);
+        const { request, framer } = conn.streaming;
+        for (const part of parts) {
+          for (const reply of framer.feed(part)) {
+            if (request.done || conn.socket.destroyed) return; // stopped (the stream closed)
+            request.part?.(reply);
+          }
+        }
+        buf = next < buf.length ? buf.subarray(next) : undefined;
+        if (!last) {
+          conn.need = need;
+          break;
+        }
+        conn.streaming = undefined;
+        for (const reply of framer.end()) request.part?.(reply);
+        this.answer(conn.queue.shift()!, 200, "");
+        continue;
+      }
       const end: number = buf.indexOf("\r\n\r\n");
       if (end < 0) {
         if (buf.length > MAX_HEAD) throw new Error("the reply's head is too large");
@@ -272,7 +319,15 @@ export class Http1Transport implements Transport {
       let next: number = end + 4;
       if (status >= 200 && status !== 204 && status !== 304) {
         const length = /\r\ncontent-length:[ \t]*(\d+)/.exec(head);
-        if (/\r\ntransfer-encoding:[^\r]*chunked/.test(head)) {
+        const chunked = /\r\ntransfer-encoding:[^\r]*chunked/.test(head);
+        if (chunked && status < 300 && conn.queue[0]!.part && isStreamed(/\r\ncontent-type:[ \t]*([^\r]*)/.exec(head)?.[1])) {
+          // A streamed reply: its messages are handed over as its chunks come (above).
+          conn.streaming = { request: conn.queue[0]!, framer: new Framer(this.maxReply) };
+          if (/\r\nconnection:[^\r]*close/.test(head)) conn.closing = true;
+          buf = next < buf.length ? buf.subarray(next) : undefined;
+          continue;
+        }
+        if (chunked) {
           const chunked = dechunk(buf, next, this.maxReply);
           if (!chunked) {
             conn.need = buf.length * 2; // re-parse at most log(n) times while a large body arrives

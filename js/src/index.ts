@@ -14,6 +14,7 @@ export {
   type Transport,
 } from "./base.js";
 export { RpcError, ErrorCode, type Executed } from "./errors.js";
+export { Stream, STREAMS_ITS_RESULT } from "./streamed.js";
 export { toBase64, fromBase64 } from "./base64.js";
 export { NdArray, toNdArray, type DType, type TypedArray } from "./ndarray.js";
 export type { WebSocketConstructor, WebSocketLike } from "./ws.js";

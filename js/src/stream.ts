@@ -15,6 +15,7 @@ export interface Link {
 export type Connect = (sink: Sink) => Promise<Link>;
 
 export class StreamTransport implements Transport {
+  readonly multiplexed = true;
   private link?: Link;
   private opening?: Promise<Link>;
   private closed = false;

@@ -84,3 +84,17 @@ test("arrays.mjs: a float32 array to examples/python/arrays.py and back over eve
     await server.stop();
   }
 });
+
+test("stream.mjs: streamed results from js/test/apps/stream_server.py over every transport", { skip: noPython, timeout: 120_000 }, async () => {
+  const server = await startServer({ kind: "python-stream" });
+  const { dir } = project();
+  try {
+    const out = await run(process.execPath, [join(dir, "stream.mjs"), `127.0.0.1:${server.port}`]);
+    for (const scheme of ["http", "ws", "tcp"]) {
+      assert.match(out, new RegExp(`^${scheme}://.*: items=0,1,2 result=done cancelled=true frames=\\[2,2\\] \\[2,2\\] error=-32010$`, "m"), out);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await server.stop();
+  }
+});

@@ -44,6 +44,7 @@ export function command(kind, args) {
   }
   if (kind === "python") return [PYTHON, [join(REPO, "tests/python_api/spec_server.py"), ...args]];
   if (kind === "python-rich") return [PYTHON, [join(REPO, "js/test/apps/rich_server.py"), ...args]];
+  if (kind === "python-stream") return [PYTHON, [join(REPO, "js/test/apps/stream_server.py"), ...args]];
   if (kind === "python-arrays") return [PYTHON, [join(REPO, "examples/python/arrays.py"), "--serve", ...args]];
   throw new Error(`unknown server kind ${kind}`);
 }
@@ -64,7 +65,7 @@ export function tlsFiles() {
 
 /**
  * Starts a server; resolves with { host, port, tlsPort, stop() }. Options: kind ("rust",
- * "rust-described", "python", "python-rich", "python-arrays"), port, tls (also listen with TLS), args (more flags).
+ * "rust-described", "python", "python-rich", "python-stream", "python-arrays"), port, tls (also listen with TLS), args (more flags).
  */
 export async function startServer({ kind = "rust", port = 0, tls = false, args = [] } = {}) {
   const flags = ["--host", "127.0.0.1", "--port", String(port), "--threads", "1", "--engine", process.env.UCALL_ENGINE ?? "auto", ...args];

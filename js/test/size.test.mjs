@@ -32,8 +32,10 @@ async function bundle(file) {
 }
 
 for (const [entry, label, budget] of [
-  [".", "client with WebSocket (every transport)", 8 * 1024],
-  ["./http", "HTTP client", 7 * 1024],
+  // Streamed results (client.stream(): the Stream class, reading HTTP bodies as they come)
+  // took each bundle about 1.5 kB past its former budget of 8 and 7 kB.
+  [".", "client with WebSocket (every transport)", 9 * 1024],
+  ["./http", "HTTP client", 8 * 1024],
 ]) {
   test(`${label}, as browsers get it: at most ${budget / 1024} kB minified and gzipped, no node: module`, async () => {
     const file = EXPORTS[entry].browser.import.default;
