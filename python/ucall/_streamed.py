@@ -78,9 +78,10 @@ class StreamFramer:
 
     def wanted(self) -> int:
         """Bytes the message being received still needs, where known (a binary message
-        whose prefix has come, the rest of an HTTP chunk): a read may ask for that many."""
+        whose prefix has come, the rest of an HTTP chunk or of a WebSocket frame): a read
+        may ask for that many."""
         if self.ws is not None:
-            return 0
+            return self.ws.wanted()
         if self.kind == "http" and self._head is not None:
             return max(self._chunk_left, 0)
         buffer = self.buffer

@@ -535,6 +535,23 @@ class WebSocketReader:
             hint = "" if self._secure else " (if the port speaks TLS, use wss://)"
             raise ProtocolError(f"the connection closed during the WebSocket handshake{': ' + str(why) if why else ''}{hint}")
 
+    def wanted(self) -> int:
+        """Bytes the frame being received still needs, where known: a read may ask for
+        that many, so that a large message comes in few reads. A hint only (0: unknown),
+        taken from the protocol's parser, which waits in ``read_exact(n)`` for the frame's
+        payload (websockets' sans-I/O parser keeps that size to itself)."""
+        waiting = getattr(self.protocol, "parser", None)
+        while getattr(waiting, "gi_yieldfrom", None) is not None:
+            waiting = waiting.gi_yieldfrom  # type: ignore[union-attr]
+        frame = getattr(waiting, "gi_frame", None)
+        if frame is None or frame.f_code.co_name != "read_exact":
+            return 0
+        size, reader = frame.f_locals.get("n"), frame.f_locals.get("self")
+        buffered = getattr(reader, "buffer", None)
+        if not isinstance(size, int) or buffered is None:
+            return 0
+        return max(size - len(buffered), 0)
+
     def next(self) -> Reply | None:
         """The next complete reply message, or None until more bytes arrive."""
         if self._replies:

@@ -1246,7 +1246,9 @@ class Client(_Endpoint, _OwnsSocket):
                 self._heard |= bool(n)
                 reader.filled(n)
                 continue
-            data = sock.recv(1 << 16)
+            # A WebSocket message's frame in few reads where its size is known.
+            wanted = reader.wanted() if isinstance(reader, WebSocketReader) else 0
+            data = sock.recv(min(max(1 << 16, wanted), 16 << 20))
             self._heard |= bool(data)
             reader.feed(data)
             owed = reader.to_send()  # a WebSocket pong or closing frame
@@ -2007,7 +2009,8 @@ class AsyncClient(_Endpoint):
                 if reply is None:
                     if framer.ended:
                         raise TransportError(f"the server closed the connection{framer.why}")
-                    framer.feed(await reader.read(1 << 16))
+                    wanted = framer.wanted() if isinstance(framer, WebSocketReader) else 0
+                    framer.feed(await reader.read(min(max(1 << 16, wanted), 16 << 20)))
                     owed = framer.to_send()  # a WebSocket pong or closing frame
                     if owed:
                         writer.write(owed)

@@ -647,6 +647,26 @@ def test_a_websocket_close_frame_is_reported_with_its_code():
     assert reader.why == " (WebSocket close code 1001: going away)"
 
 
+def test_a_websocket_reader_knows_what_a_large_frame_still_needs():
+    """``WebSocketReader.wanted``: once a frame's header has come, the bytes its payload
+    still needs, so that a large message comes in few reads (calls and streams read that
+    many, not 64 KiB at a time); before, the header's rest; 0 between frames."""
+    reader = WebSocketReader("127.0.0.1", 8545, "/", secure=False)
+    server = ServerProtocol()
+    server.receive_data(reader.handshake())
+    server.send_response(server.accept(server.events_received()[0]))
+    reader.feed(b"".join(server.data_to_send()))
+    assert reader.opened and reader.wanted() == 0
+    server.send_binary(bytes(1_000_000))
+    frame = b"".join(server.data_to_send())
+    reader.feed(frame[:1])
+    assert reader.wanted() < 14, "only the header's rest is known"
+    reader.feed(frame[1:5000])
+    assert reader.wanted() == len(frame) - 5000
+    reader.feed(frame[5000:])
+    assert reader.next() is not None and reader.wanted() == 0
+
+
 # ------------------------------------------------------------ client certificates (mutual TLS)
 
 
