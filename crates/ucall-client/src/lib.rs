@@ -48,10 +48,11 @@ pub mod framing;
 mod message;
 mod mux;
 pub mod reply_buffers;
+mod stream_body;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use array::{npy_data_start, npy_layout, npy_layout_of, Array};
-pub use client::{AttachedRequest, Batch, Client, Pool, Progress, UNSENT_AT_MOST};
+pub use client::{AttachedRequest, Batch, Client, Pool, Progress, Stream, StreamItem, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, TlsRefusal};
