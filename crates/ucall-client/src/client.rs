@@ -20,6 +20,7 @@ use ucall_core::Bytes;
 use crate::message::{write_attached_request, write_request, CheckedJson, Envelope, Params, Response, ToParams};
 use exchange::Outgoing;
 pub use exchange::{AttachedRequest, Progress, UNSENT_AT_MOST};
+pub(crate) use stream::{is_item as is_stream_item, streams_its_result};
 pub use stream::{Stream, StreamItem};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
@@ -148,7 +149,7 @@ impl Client {
         if stream::is_item(&reply) {
             // The rest of the stream would answer the next call: hang up instead.
             self.conn.close();
-            return Err(stream::streams_its_result(method));
+            return Err(stream::streams_its_result(Some(method)));
         }
         check(reply, id)
     }

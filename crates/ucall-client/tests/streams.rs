@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use ucall_client::{Client, Endpoint, ErrorKind, Params, Protocol};
+use ucall_client::{Client, Endpoint, ErrorKind, Multiplexed, Params, Protocol};
 use ucall_core::jsonrpc::attachment::Dtype;
 use ucall_core::{Call, EngineKind, Reply, RpcError, Server, ServerHandle, StreamError, TlsConfig};
 
@@ -317,6 +317,38 @@ fn call_on_a_streaming_procedure_says_to_stream_it() {
             sum_works(&mut client);
         }
     });
+}
+
+#[test]
+fn a_multiplexed_call_on_a_streaming_procedure_fails_alone() {
+    let shared = Arc::new(Shared::default());
+    let server = serve(&shared, None);
+    let port = server.port();
+    for scheme in ["http", "tcp", "ws"] {
+        let endpoint = Endpoint::parse(&format!("{scheme}://127.0.0.1:{port}")).expect("a URL");
+        let mux = Multiplexed::new(endpoint, || {}).expect("a connection");
+        let take = |ticket| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut out = Vec::new();
+            loop {
+                mux.take(&mut out);
+                if let Some(done) = out.iter().position(|c: &ucall_client::Completion| c.ticket == ticket) {
+                    return out.swap_remove(done).result;
+                }
+                assert!(Instant::now() < deadline, "{scheme}: no completion");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        let streamed = mux.submit_call("count", [3], Some(1)).expect("submitted");
+        let error = take(streamed).expect_err("a streamed result");
+        assert_eq!(error.kind(), ErrorKind::Protocol, "{scheme}: {error}");
+        assert!(error.message().contains("streams its result"), "{scheme}: {error}");
+        let sum = mux.submit_call("sum", [1, 2], Some(2)).expect("submitted");
+        let reply = ucall_client::Response::from_reply(take(sum).expect(scheme));
+        assert_eq!(reply.result::<i64>(), Ok(3), "{scheme}");
+    }
+    server.stop();
+    server.join();
 }
 
 #[test]

@@ -166,7 +166,7 @@ enum Message {
 }
 
 /// Whether `reply` is an item of a streamed result: a `ucall.stream` notification.
-pub(super) fn is_item(reply: &Reply) -> bool {
+pub(crate) fn is_item(reply: &Reply) -> bool {
     let json = &reply.body[..reply.binary.unwrap_or(reply.body.len())];
     let Some(text) = ucall_core::jsonrpc::as_text(json) else {
         return false;
@@ -178,9 +178,10 @@ pub(super) fn is_item(reply: &Reply) -> bool {
 }
 
 /// The error of [`Client::call`] on a procedure that streams its result.
-pub(super) fn streams_its_result(method: &str) -> Error {
+pub(crate) fn streams_its_result(method: Option<&str>) -> Error {
+    let name = method.map_or(String::new(), |method| format!("{method:?} "));
     Error::protocol(format!(
-        "the procedure {method:?} streams its result (items came in place of one reply): read them \
+        "the procedure {name}streams its result (items came in place of one reply): read them \
          with Client::stream (docs/streaming.md); the connection was closed"
     ))
 }
@@ -282,7 +283,7 @@ impl Stream<'_> {
     /// What ended the stream without a final reply: a transport failure, the time-out, a
     /// message of no stream of this call, or a cancel over HTTP.
     pub fn finish(mut self) -> Result<Response> {
-        while let Some(next) = self.next() {
+        for next in self.by_ref() {
             next?;
         }
         self.end
