@@ -26,6 +26,8 @@
 //! - [`Client`]: blocking, one connection; calls, notifications, [`Batch`]es and
 //!   pipelines; a time-out per call; the retry rule (only what cannot have run is sent
 //!   again).
+//! - [`Client::stream`]: a streamed result's items ([`StreamItem`]) as they arrive,
+//!   then its final reply ([`Stream::finish`]); [`Stream::cancel`].
 //! - [`Pool`]: several clients shared by threads.
 //! - [`Multiplexed`]: a connection with its own I/O thread: submit from anywhere, take
 //!   completions in bursts (what event loops build on).
