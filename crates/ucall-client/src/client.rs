@@ -4,6 +4,7 @@
 //! request's own headers, upload progress) is in `client/exchange.rs`.
 
 mod exchange;
+mod stream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -19,6 +20,8 @@ use ucall_core::Bytes;
 use crate::message::{write_attached_request, write_request, CheckedJson, Envelope, Params, Response, ToParams};
 use exchange::Outgoing;
 pub use exchange::{AttachedRequest, Progress, UNSENT_AT_MOST};
+pub(crate) use stream::{is_item as is_stream_item, streams_its_result};
+pub use stream::{Stream, StreamItem};
 
 /// A blocking JSON-RPC client on one connection, opened on first use and again after the
 /// server closed it.
@@ -128,6 +131,12 @@ impl Client {
     /// ([`Client::pipeline`]) negotiate alike. Attachments are written from where they lie
     /// (the iovecs of a vectored write), not copied into the request.
     ///
+    /// A procedure that streams its result (docs/streaming.md) is read with
+    /// [`Client::stream`]: called here, its first item comes in place of one reply, and
+    /// the call fails with [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) saying so;
+    /// the connection is closed (the server then stops the stream) and the next call
+    /// opens another.
+    ///
     /// # Errors
     /// A transport failure; a JSON-RPC error reply is a `Response` (see
     /// [`Response::result`]).
@@ -137,6 +146,11 @@ impl Client {
             Some(section) => write_attached_request(out, method, &params, Some(id), section),
             None => write_request(out, method, &params, Some(id)),
         })?;
+        if stream::is_item(&reply) {
+            // The rest of the stream would answer the next call: hang up instead.
+            self.conn.close();
+            return Err(stream::streams_its_result(Some(method)));
+        }
         check(reply, id)
     }
 
@@ -153,18 +167,42 @@ impl Client {
         replies: usize,
         write: &mut WriteRequest<'_>,
     ) -> Result<Reply> {
+        let mut got = self.exchange_negotiated_all(attached, probe, replies, write)?;
+        if got.is_empty() {
+            if replies == 0 {
+                return Ok(Reply {
+                    status: None,
+                    body: Vec::new(),
+                    close: false,
+                    binary: None,
+                });
+            }
+            return Err(Error::protocol("no reply"));
+        }
+        Ok(got.swap_remove(0))
+    }
+
+    /// As [`Client::exchange_negotiated`], with every message read meanwhile: a streamed
+    /// reply's first messages may come in one read.
+    fn exchange_negotiated_all(
+        &mut self,
+        attached: bool,
+        probe: bool,
+        replies: usize,
+        write: &mut WriteRequest<'_>,
+    ) -> Result<Vec<Reply>> {
         if self.sends_binary(attached, probe)? {
             let mut body = Vec::new();
             let mut attachments = Section::new();
             write(&mut body, Some(&mut attachments))?;
             let kind = RequestKind::Binary(body.len());
-            let reply = self.exchange_one(Outgoing::new(body, kind, attachments), replies)?;
+            let got = self.exchange_all(Outgoing::new(body, kind, attachments), replies)?;
             if self.binary != Binary::Try || !probe || self.conn.endpoint().protocol() == Protocol::WebSocket {
-                return Ok(reply);
+                return Ok(got);
             }
-            if !refuses_binary(&reply) {
+            if !got.first().is_some_and(refuses_binary) {
                 self.binary = Binary::Taken;
-                return Ok(reply);
+                return Ok(got);
             }
             // A server that reads JSON only: its refusal shows the request did not run.
             // Over raw TCP its reading of the stream is out of step: a new connection.
@@ -178,7 +216,7 @@ impl Client {
         } else {
             RequestKind::Json
         };
-        self.exchange_one(Outgoing::new(body, kind, Section::new()), replies)
+        self.exchange_all(Outgoing::new(body, kind, Section::new()), replies)
     }
 
     /// How a pipeline's calls go: `Some(true)` as binary messages where they have

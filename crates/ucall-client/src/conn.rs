@@ -344,6 +344,12 @@ impl Connection {
         self.endpoint.protocol() == Protocol::Http
     }
 
+    /// Whether part of a reply has been read and the rest has not (an HTTP body's last
+    /// chunk still to come after its last message).
+    pub(crate) fn in_reply(&self) -> bool {
+        self.link.as_ref().is_some_and(|link| link.reader.in_reply())
+    }
+
     /// Whether the server has ended the stream.
     pub(crate) fn ended(&self) -> Option<String> {
         let link = self.link.as_ref()?;

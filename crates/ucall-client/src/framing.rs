@@ -26,6 +26,7 @@ use ucall_core::wire;
 use ucall_core::Bytes;
 
 use crate::error::{Error, Result};
+use crate::stream_body::StreamBody;
 
 /// Longest reply head accepted.
 pub const MAX_HEAD: usize = 64 << 10;
@@ -337,7 +338,8 @@ impl RequestFramer {
 
     fn with_lines(protocol: Protocol, host: &str, path: &str, lines: &str) -> Self {
         const JSON: &str = "application/json";
-        let both = format!("{}, {JSON}", wire::CONTENT_TYPE);
+        // A streamed reply's items come as binary messages too (docs/streaming.md).
+        let both = format!("{}, {}, {JSON}", wire::CONTENT_TYPE, wire::STREAM_CONTENT_TYPE);
         RequestFramer {
             protocol,
             head: http_head(path, host, JSON, JSON, lines, "Content-Length"),
@@ -609,6 +611,9 @@ enum State {
         close: bool,
         decoder: ChunkedDecoder,
         body: Vec<u8>,
+        /// A streamed reply's body (docs/streaming.md), each message handed out as it
+        /// completes: `application/jsonl`, or `application/vnd.ucall.binary-stream`.
+        stream: Option<StreamBody>,
     },
     UntilEnd {
         status: u16,
@@ -658,13 +663,13 @@ pub struct ReplyReader {
 
 /// A binary reply whose framing is broken.
 #[cold]
-fn malformed(why: wire::Malformed) -> Error {
+pub(crate) fn malformed(why: wire::Malformed) -> Error {
     let why = why.message().trim_start_matches("Parse error: ");
     Error::protocol(format!("a malformed binary reply: {why}"))
 }
 
 /// `reply` as the binary message whose JSON text is `json_len` bytes, its framing checked.
-fn binary_reply(mut reply: Reply, json_len: usize) -> Result<Reply> {
+pub(crate) fn binary_reply(mut reply: Reply, json_len: usize) -> Result<Reply> {
     wire::split_body(&reply.body, json_len).map_err(malformed)?;
     reply.binary = Some(json_len);
     Ok(reply)
@@ -672,7 +677,7 @@ fn binary_reply(mut reply: Reply, json_len: usize) -> Result<Reply> {
 
 /// A reply over the client's limit: `size` bytes, or more when `at_least`.
 #[cold]
-fn too_large(size: usize, at_least: bool, max: usize) -> Error {
+pub(crate) fn too_large(size: usize, at_least: bool, max: usize) -> Error {
     let more = if at_least { " or more" } else { "" };
     Error::protocol(format!(
         "a reply of {size} bytes{more}, over the client's max_reply_size of {max} bytes \
@@ -1057,6 +1062,7 @@ impl ReplyReader {
             binary: false,
             json_length: None,
             subprotocol: None,
+            stream: None,
         };
         for header in response.headers.iter() {
             let value = header.value;
@@ -1081,6 +1087,13 @@ impl ReplyReader {
             } else if header.name.eq_ignore_ascii_case("content-type") {
                 let media = value.split(|&c| c == b';').next().unwrap_or_default().trim_ascii();
                 head.binary = media.eq_ignore_ascii_case(wire::CONTENT_TYPE.as_bytes());
+                head.stream = if media.eq_ignore_ascii_case(b"application/jsonl") {
+                    Some(false)
+                } else if media.eq_ignore_ascii_case(wire::STREAM_CONTENT_TYPE.as_bytes()) {
+                    Some(true)
+                } else {
+                    None
+                };
             } else if header.name.eq_ignore_ascii_case(wire::JSON_LENGTH_HEADER) {
                 let digits = value.trim_ascii();
                 if head.json_length.is_some() {
@@ -1131,6 +1144,7 @@ impl ReplyReader {
                             close: head.close,
                             decoder: ChunkedDecoder::default(),
                             body: Vec::new(),
+                            stream: head.stream.map(StreamBody::new),
                         }
                     } else if let Some(len) = head.content_length {
                         if len > self.max_reply {
@@ -1194,6 +1208,43 @@ impl ReplyReader {
                     close,
                     decoder,
                     body,
+                    stream: Some(stream),
+                } => {
+                    let (status, close, max) = (*status, *close, self.max_reply);
+                    if !stream.finished {
+                        // The stream's whole length is not bounded; each message is.
+                        let input = &self.data[self.start..self.end];
+                        let (used, done) = decoder
+                            .decode(input, body, usize::MAX, MAX_HEAD)
+                            .map_err(|_| Error::protocol("a malformed chunked body"))?;
+                        self.start += used;
+                        stream.finished = done;
+                    }
+                    if let Some(mut reply) = stream.next_message(body, max)? {
+                        reply.status = Some(status);
+                        return Ok(Some(reply));
+                    }
+                    if !stream.finished {
+                        if self.eof {
+                            return Err(Error::protocol(
+                                "the connection closed in the middle of a streamed reply",
+                            ));
+                        }
+                        return Ok(None);
+                    }
+                    self.state = State::Head;
+                    if close {
+                        // The server closes after the stream: nothing more comes.
+                        self.eof = true;
+                        return Ok(None);
+                    }
+                }
+                State::Chunked {
+                    status,
+                    close,
+                    decoder,
+                    body,
+                    stream: None,
                 } => {
                     let input = &self.data[self.start..self.end];
                     let max = self.max_reply;
@@ -1449,6 +1500,9 @@ struct Head {
     json_length: Option<usize>,
     /// The subprotocol the server selected.
     subprotocol: Option<String>,
+    /// A streamed reply's content type: `Some(false)` `application/jsonl`, `Some(true)`
+    /// `application/vnd.ucall.binary-stream`.
+    stream: Option<bool>,
 }
 
 fn contains_token(value: &[u8], token: &[u8]) -> bool {
@@ -1723,7 +1777,7 @@ HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]HTTP/
         framer.frame_as(body.clone(), RequestKind::Binary(2), &mut out);
         let text = String::from_utf8_lossy(out.front()).into_owned();
         assert!(
-            text.contains("Accept: application/vnd.ucall.binary, application/json\r\n")
+            text.contains("Accept: application/vnd.ucall.binary, application/vnd.ucall.binary-stream, application/json\r\n")
                 && text.contains("Content-Type: application/vnd.ucall.binary\r\nX-Key: 1\r\nUCall-JSON-Length: 2\r\nContent-Length: 67\r\n\r\n{}"),
             "{text}"
         );

@@ -26,6 +26,8 @@
 //! - [`Client`]: blocking, one connection; calls, notifications, [`Batch`]es and
 //!   pipelines; a time-out per call; the retry rule (only what cannot have run is sent
 //!   again).
+//! - [`Client::stream`]: a streamed result's items ([`StreamItem`]) as they arrive,
+//!   then its final reply ([`Stream::finish`]); [`Stream::cancel`].
 //! - [`Pool`]: several clients shared by threads.
 //! - [`Multiplexed`]: a connection with its own I/O thread: submit from anywhere, take
 //!   completions in bursts (what event loops build on).
@@ -48,10 +50,11 @@ pub mod framing;
 mod message;
 mod mux;
 pub mod reply_buffers;
+mod stream_body;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use array::{npy_data_start, npy_layout, npy_layout_of, Array};
-pub use client::{AttachedRequest, Batch, Client, Pool, Progress, UNSENT_AT_MOST};
+pub use client::{AttachedRequest, Batch, Client, Pool, Progress, Stream, StreamItem, UNSENT_AT_MOST};
 pub use conn::{Connection, TlsInfo};
 pub use endpoint::Endpoint;
 pub use error::{Error, ErrorKind, Result, TlsRefusal};

@@ -739,6 +739,18 @@ impl Response {
         }
     }
 
+    /// A message whose value at `span` (byte offsets in its JSON text) reads as its
+    /// result: a streamed item (`params.item` of a `ucall.stream` notification).
+    pub(crate) fn with_result_at(reply: Reply, span: (usize, usize)) -> Self {
+        let response = Response::from_reply(reply);
+        let spans = Spans {
+            result: Some(span),
+            ..Spans::default()
+        };
+        let _ = response.scanned.set(Ok(spans));
+        response
+    }
+
     /// The reply's JSON text (of a binary reply, the text before its attachments).
     #[must_use]
     pub fn body(&self) -> &[u8] {

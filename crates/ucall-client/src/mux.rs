@@ -527,6 +527,16 @@ fn run(mut conn: Connection, shared: &Shared) {
             closed |= reply.close;
             match in_flight.pop_front() {
                 Some((ticket, _)) if negotiation.refused(ticket, &reply, &mut conn) => {}
+                Some((ticket, _)) if crate::client::is_stream_item(&reply) => {
+                    // A streamed result (docs/streaming.md): its other messages would
+                    // answer the calls after it, so the connection goes with it.
+                    done.push(Completion {
+                        ticket,
+                        result: Err(crate::client::streams_its_result(None)),
+                    });
+                    closed = true;
+                    break;
+                }
                 Some((ticket, _)) => done.push(Completion {
                     ticket,
                     result: Ok(reply),

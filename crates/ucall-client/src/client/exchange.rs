@@ -23,19 +23,10 @@ pub type AttachedRequest = (Vec<u8>, RequestKind, Section);
 pub const UNSENT_AT_MOST: usize = 2 << 20;
 
 impl Client {
-    /// One request, and its reply (`replies`: 0 or 1).
-    pub(super) fn exchange_one(&mut self, request: Outgoing, replies: usize) -> Result<Reply> {
-        let mut got = self.exchange_framed(vec![request], replies, &mut |_, _| Ok(()), &mut || None)?;
-        match got.pop() {
-            Some(reply) => Ok(reply),
-            None if replies == 0 => Ok(Reply {
-                status: None,
-                body: Vec::new(),
-                close: false,
-                binary: None,
-            }),
-            None => Err(Error::protocol("no reply")),
-        }
+    /// One request, and its reply (`replies`: 0 or 1) with any message read with it (the
+    /// next items of a streamed reply).
+    pub(super) fn exchange_all(&mut self, request: Outgoing, replies: usize) -> Result<Vec<Reply>> {
+        self.exchange_framed(vec![request], replies, &mut |_, _| Ok(()), &mut || None)
     }
 
     /// Send request bodies (JSON texts) and collect `replies` replies, under the retry
