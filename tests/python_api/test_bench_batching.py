@@ -32,6 +32,23 @@ def test_goals_met_and_missed():
     assert [line.endswith("NOT met") for line in missed] == [True, False, True, True], missed
 
 
+def test_one_caller_is_judged_on_the_pairs_and_faster_is_no_miss():
+    faster = batching.verdicts(result(batched_rps=6000, ray_rps=2500, one_caller_p50=0.7))
+    assert faster[-1].endswith(": met") and "(-30%," in faster[-1], faster
+    paired = result(batched_rps=6000, ray_rps=2500, one_caller_p50=1.5)  # the rows' medians: +50 %
+    paired["notes"]["one_caller_pairs"] = [1.02, 1.3, 1.05, 0.98, 1.08]
+    line = batching.verdicts(paired)[-1]
+    assert line.endswith(": met") and "(+5%, median of 5 alternated pairs" in line, line
+    paired["notes"]["one_caller_pairs"] = [1.2, 1.15, 1.05]
+    assert batching.verdicts(paired)[-1].endswith("NOT met")
+
+
+def test_median_row_takes_each_figure_s_median():
+    runs = [row("UCall, unbatched", 1, rps, p50, 2.0) for rps, p50 in ((900, 0.7), (1000, 0.9), (800, 1.2))]
+    merged = batching.median_row(runs)
+    assert (merged["calls_per_s"], merged["p50_ms"], merged["errors"]) == (900, 0.9, 0)
+
+
 def test_table_lists_every_row_and_goal():
     text = batching.table(result(batched_rps=6000, ray_rps=2500, one_caller_p50=1.05))
     assert text.startswith("## Dynamic batching")
