@@ -11,6 +11,8 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     tls: Option<TlsRefusal>,
+    /// Items came where one reply was awaited: the procedure streams its result.
+    streamed: bool,
 }
 
 /// Which side's certificate a failed TLS connection was about, for callers that report
@@ -45,7 +47,24 @@ impl Error {
             kind,
             message: message.into(),
             tls: None,
+            streamed: false,
         }
+    }
+
+    /// The error of a call whose procedure streams its result (read with
+    /// [`crate::Client::stream`]), for front ends that word it in their own API.
+    #[cold]
+    pub(crate) fn streamed(message: impl Into<String>) -> Self {
+        Error {
+            streamed: true,
+            ..Self::new(ErrorKind::Protocol, message)
+        }
+    }
+
+    /// Whether the call failed because its procedure streams its result.
+    #[must_use]
+    pub fn streams_its_result(&self) -> bool {
+        self.streamed
     }
 
     #[cold]

@@ -92,6 +92,17 @@ fn seconds(timeout: Option<f64>) -> PyResult<Option<Duration>> {
 
 /// The exception of `ucall.exceptions` for a transport failure.
 fn exception(py: Python<'_>, error: &Error) -> PyErr {
+    if error.streams_its_result() {
+        // Worded for Python (its `stream()`) where the Python client words it.
+        let made = py
+            .import("ucall.client")
+            .and_then(|module| module.getattr("_streams_error"))
+            .and_then(|words| words.call1((py.None(),)));
+        return match made {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(failure) => failure,
+        };
+    }
     let name = match error.kind() {
         ErrorKind::Connect => "ConnectError",
         ErrorKind::Timeout => "TimeoutError",

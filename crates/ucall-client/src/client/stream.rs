@@ -180,7 +180,7 @@ pub(crate) fn is_item(reply: &Reply) -> bool {
 /// The error of [`Client::call`] on a procedure that streams its result.
 pub(crate) fn streams_its_result(method: Option<&str>) -> Error {
     let name = method.map_or(String::new(), |method| format!("{method:?} "));
-    Error::protocol(format!(
+    Error::streamed(format!(
         "the procedure {name}streams its result (items came in place of one reply): read them \
          with Client::stream (docs/streaming.md); the connection was closed"
     ))
