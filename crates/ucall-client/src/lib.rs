@@ -50,7 +50,6 @@ pub mod framing;
 mod message;
 mod mux;
 pub mod reply_buffers;
-mod stream_body;
 
 pub use self::base64::{base64_decode_into, base64_decoded_len, write_base64};
 pub use array::{npy_data_start, npy_layout, npy_layout_of, Array};

@@ -14,6 +14,10 @@
 //! A large body is read straight into its own buffer once its length is known, so a
 //! 2 MB reply is copied once (socket to body), not twice.
 
+mod stream_body;
+
+use stream_body::StreamBody;
+
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::io::IoSlice;
@@ -26,7 +30,6 @@ use ucall_core::wire;
 use ucall_core::Bytes;
 
 use crate::error::{Error, Result};
-use crate::stream_body::StreamBody;
 
 /// Longest reply head accepted.
 pub const MAX_HEAD: usize = 64 << 10;

@@ -6,8 +6,8 @@
 
 use ucall_core::wire;
 
+use super::{binary_reply, malformed, too_large, Reply};
 use crate::error::{Error, Result};
-use crate::framing::{binary_reply, malformed, too_large, Reply};
 
 /// Where a streamed body is: its messages handed out one at a time, as each completes.
 pub(crate) struct StreamBody {
