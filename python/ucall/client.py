@@ -1102,8 +1102,15 @@ class Client(_Endpoint, _OwnsSocket):
             return None
         return self._check(Response(data), request)
 
+    def _check(self, response: Response, request: dict[str, Any]) -> Response:
+        if _is_item(response.data) and request.get("id") is not None:
+            # The stream's other items are still on their way: a fresh connection for
+            # the next call, as the native client does for its own calls.
+            self.close()
+        return Client._checked(response, request)
+
     @staticmethod
-    def _check(response: Response, request: dict[str, Any]) -> Response:
+    def _checked(response: Response, request: dict[str, Any]) -> Response:
         data = response.data
         if isinstance(data, dict) and "error" in data and data.get("id") is None:
             return response  # errors about the request itself carry no id
@@ -1955,7 +1962,7 @@ class AsyncClient(_Endpoint):
             return _match_batch(request, data)
         if "id" not in request:
             return None
-        return Client._check(Response(data), request)
+        return Client._checked(Response(data), request)
 
     async def _connect(self) -> tuple[asyncio.StreamWriter, Framer]:
         if self._connecting is None:
@@ -2200,7 +2207,7 @@ class _Mux:
             else:
                 try:
                     data = _decode(Reply(status, body, close, json_length))
-                    response = self.client._in_time(Client._check(Response(data), {"id": call_id}))
+                    response = self.client._in_time(Client._checked(Response(data), {"id": call_id}))
                 except (ProtocolError, RPCError, TimeoutError) as failed:
                     future.set_exception(failed)
                 else:
